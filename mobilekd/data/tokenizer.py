@@ -1,0 +1,54 @@
+"""The fast BERT WordPiece tokenizer over a vocab file (the shipped bert-base-uncased vocab by default)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers import AutoTokenizer, BertTokenizerFast, PreTrainedTokenizerBase
+
+from mobilekd.errors import located
+from mobilekd.fileio import read_lines
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_VOCAB = REPO_ROOT / "data" / "vocab" / "vocab.txt"
+_PROBE = "the quick brown fox jumps over the lazy dog"
+
+
+def load_tokenizer(path=DEFAULT_VOCAB, lowercase: bool = True) -> PreTrainedTokenizerBase:
+    """A vocab.txt file, or a directory holding tokenizer files (a model directory we or transformers wrote).
+
+    transformers 5 silently ignores `vocab_file=` and maps every token to [UNK], so the vocab is passed as a
+    dict, and the result is checked on a probe sentence.
+    """
+    path = Path(path)
+    if path.is_dir():
+        if not ((path / "tokenizer.json").is_file() or (path / "vocab.txt").is_file()):
+            raise located(path, "holds no tokenizer (tokenizer.json or vocab.txt)")
+        if (path / "tokenizer.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(path)
+        else:
+            return load_tokenizer(path / "vocab.txt", lowercase)
+    else:
+        vocab = {}
+        for number, line in read_lines(path):
+            token = line.strip()
+            if not token:
+                raise located(path, "empty vocabulary entry", number)
+            vocab.setdefault(token, number - 1)
+        missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t not in vocab]
+        if missing:
+            raise located(path, f"vocabulary lacks the special tokens {missing}")
+        tokenizer = BertTokenizerFast(vocab=vocab, do_lower_case=lowercase)
+    ids = tokenizer(_PROBE, add_special_tokens=False)["input_ids"]
+    if all(i == tokenizer.unk_token_id for i in ids):
+        raise located(path, "tokenizer maps every word of an English probe sentence to [UNK]")
+    return tokenizer
+
+
+def save_tokenizer(tokenizer: PreTrainedTokenizerBase, out_dir) -> None:
+    """tokenizer.json + tokenizer_config.json, and vocab.txt for tools (TFLite metadata) that want the list."""
+    out_dir = Path(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    (out_dir / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in vocab), encoding="utf-8")
+

@@ -1,0 +1,70 @@
+"""File helpers shared by every reader and writer: text that may be gzipped, and atomic writes."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from mobilekd.errors import located
+
+
+def open_text(path):
+    """Open a UTF-8 text file (transparently gunzipping `*.gz`); a missing file is a UserError."""
+    path = Path(path)
+    if not path.is_file():
+        raise located(path, "no such file")
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
+
+
+def read_lines(path):
+    """Yield `(line_number, line)` without the newline; a non-UTF-8 byte is a UserError naming the line."""
+    with open_text(path) as f:
+        number = 0
+        try:
+            for number, line in enumerate(f, start=1):
+                yield number, line.rstrip("\r\n")
+        except UnicodeDecodeError as err:
+            raise located(path, f"not UTF-8 text ({err.reason} at byte {err.start})", number + 1) from None
+        except (OSError, EOFError) as err:  # a truncated or corrupt .gz
+            raise located(path, f"cannot be read: {err}") from None
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """Yield a temporary path beside `path`; on success rename it over `path`, on failure remove it.
+
+    Nothing half-written is ever visible under `path`.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path, obj) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path):
+    """Parse a JSON file; a missing file or malformed JSON is a UserError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise located(path, "no such file")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise located(path, f"not valid JSON ({err})") from None

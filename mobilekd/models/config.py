@@ -1,0 +1,121 @@
+"""The model configuration: the official MobileBERT config fields, as plain data.
+
+Field names follow the official `bert_config.json` of google-research/mobilebert (and so transformers'
+`MobileBertConfig`): `hidden_size` is the inter-block width (the width of the feature maps that are
+transferred), `intra_bottleneck_size` the width inside a block, `embedding_size` the raw token-embedding width
+that the trigram convolution lifts to `hidden_size` (paper, Section 3.1 and Table 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from mobilekd.errors import located
+
+NORMALIZATIONS = ("no_norm", "layer_norm")
+ACTIVATIONS = ("relu", "gelu")
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 512
+    num_hidden_layers: int = 24
+    num_attention_heads: int = 4
+    intermediate_size: int = 512
+    hidden_act: str = "relu"
+    hidden_dropout_prob: float = 0.0
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    embedding_size: int = 128
+    trigram_input: bool = True
+    use_bottleneck: bool = True
+    intra_bottleneck_size: int = 128
+    use_bottleneck_attention: bool = False
+    key_query_shared_bottleneck: bool = True
+    num_feedforward_networks: int = 4
+    normalization_type: str = "no_norm"
+    classifier_activation: bool = True
+    # Task heads (fine-tuning); empty for pre-training models.
+    id2label: dict = field(default_factory=dict)
+    problem_type: str | None = None
+
+    @property
+    def true_hidden_size(self) -> int:
+        """Width inside a block: the bottleneck width when bottlenecks are used."""
+        return self.intra_bottleneck_size if self.use_bottleneck else self.hidden_size
+
+    @property
+    def attention_input_size(self) -> int:
+        """Width that Q and K are projected from.
+
+        MobileBERT reads Q/K from a (shared) bottleneck; the IB-BERT teacher reads Q/K/V from the
+        inter-block feature map itself (512) and projects it to the 1024-wide intra-block width.
+        transformers' MobileBERT has no such case, hence our own model class.
+        """
+        if self.use_bottleneck and (self.use_bottleneck_attention or self.key_query_shared_bottleneck):
+            return self.intra_bottleneck_size
+        return self.hidden_size
+
+    @property
+    def value_input_size(self) -> int:
+        return self.intra_bottleneck_size if self.use_bottleneck and self.use_bottleneck_attention else self.hidden_size
+
+    @property
+    def hf_compatible(self) -> bool:
+        """Whether transformers' MobileBERT classes can hold this architecture."""
+        return self.attention_input_size == self.true_hidden_size
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label)
+
+    def validate(self, source="model config") -> None:
+        def bad(problem):
+            return located(source, problem)
+
+        if self.normalization_type not in NORMALIZATIONS:
+            raise bad(f"normalization_type must be one of {NORMALIZATIONS}, got {self.normalization_type!r}")
+        if self.hidden_act not in ACTIVATIONS:
+            raise bad(f"hidden_act must be one of {ACTIVATIONS}, got {self.hidden_act!r}")
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "max_position_embeddings", "embedding_size", "intra_bottleneck_size", "num_feedforward_networks"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise bad(f"{name} must be a positive integer, got {value!r}")
+        if self.true_hidden_size % self.num_attention_heads:
+            raise bad(f"intra-block width {self.true_hidden_size} is not divisible by "
+                      f"num_attention_heads {self.num_attention_heads}")
+        if self.embedding_size > self.hidden_size:
+            raise bad(f"embedding_size {self.embedding_size} exceeds hidden_size {self.hidden_size}")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["id2label"] = {str(k): v for k, v in self.id2label.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict, source="config.json") -> "ModelConfig":
+        """Build from a config dict (ours or transformers'); unknown keys of transformers' are ignored."""
+        if not isinstance(d, dict):
+            raise located(source, "is not a JSON object")
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in names}
+        if "id2label" in kwargs and kwargs["id2label"]:
+            kwargs["id2label"] = {int(k): v for k, v in kwargs["id2label"].items()}
+        if "num_labels" in d and not kwargs.get("id2label"):
+            kwargs["id2label"] = {i: f"LABEL_{i}" for i in range(int(d["num_labels"]))} if d["num_labels"] else {}
+        try:
+            config = cls(**kwargs)
+        except (TypeError, ValueError) as err:
+            raise located(source, f"invalid model config ({err})") from None
+        config.validate(source)
+        return config
+
+    def replace(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)

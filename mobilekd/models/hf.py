@@ -1,0 +1,105 @@
+"""Model directories in transformers' `save_pretrained` layout: config.json, model.safetensors, tokenizer files.
+
+A student directory loads into transformers' `MobileBertForMaskedLM` / `...ForSequenceClassification` /
+`...ForQuestionAnswering` as is: our parameter names are theirs, and the MLM decoder is saved tied (its weight
+is the word embedding, its bias `cls.predictions.bias`). The IB-BERT teacher, which transformers cannot
+express, is saved the same way under `model_type: "ib_bert"` so that transformers refuses it cleanly instead
+of mis-loading it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from mobilekd.errors import located
+from mobilekd.fileio import atomic_path, read_json, write_json
+from mobilekd.models.config import ModelConfig
+from mobilekd.models.heads import HEADS
+
+HF_ARCHITECTURES = {
+    "pretraining": "MobileBertForPreTraining",
+    "classification": "MobileBertForSequenceClassification",
+    "qa": "MobileBertForQuestionAnswering",
+}
+
+
+def config_json(config: ModelConfig, head: str) -> dict:
+    d = config.to_dict()
+    d["model_type"] = "mobilebert" if config.hf_compatible else "ib_bert"
+    d["architectures"] = [HF_ARCHITECTURES[head] if config.hf_compatible else "IBBert"]
+    d["mobilekd_head"] = head
+    d["tie_word_embeddings"] = True
+    if config.id2label:
+        d["label2id"] = {v: int(k) for k, v in config.id2label.items()}
+    else:  # transformers reads an empty id2label as zero labels; its default (2) is what a QA head needs
+        del d["id2label"]
+    if d["problem_type"] is None:
+        del d["problem_type"]
+    return d
+
+
+def save_pretrained(model: torch.nn.Module, out_dir, tokenizer=None, head: str | None = None) -> Path:
+    """Write config.json and model.safetensors (each atomically), and the tokenizer files when given."""
+    from mobilekd.data.tokenizer import save_tokenizer
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    head = head or head_of(model)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    with atomic_path(out_dir / "model.safetensors") as tmp:
+        save_file(state, str(tmp), metadata={"format": "pt"})
+    if tokenizer is not None:
+        save_tokenizer(tokenizer, out_dir)
+    write_json(out_dir / "config.json", config_json(model.config, head))
+    return out_dir
+
+
+def head_of(model: torch.nn.Module) -> str:
+    return next(name for name, cls in HEADS.items() if isinstance(model, cls))
+
+
+def load_config(model_dir) -> tuple[ModelConfig, str]:
+    path = Path(model_dir) / "config.json"
+    if not Path(model_dir).is_dir():
+        raise located(model_dir, "no such model directory")
+    d = read_json(path)
+    if d.get("model_type") not in ("mobilebert", "ib_bert"):
+        raise located(path, f"model_type {d.get('model_type')!r} is not a MobileBERT-family model")
+    return ModelConfig.from_dict(d, source=path), d.get("mobilekd_head", "pretraining")
+
+
+def load_state(path) -> dict[str, torch.Tensor]:
+    """Read a safetensors file (never a pickle); a corrupt or missing file is one clear UserError."""
+    path = Path(path)
+    if not path.is_file():
+        raise located(path, "no such file")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise located(path, f"not a readable safetensors file ({err})") from None
+
+
+def load_pretrained(model_dir, head: str | None = None, config: ModelConfig | None = None) -> torch.nn.Module:
+    """Build the model class for `head` and load the directory's weights into it.
+
+    The encoder (`mobilebert.*`) must load completely; a head absent from the file (e.g. a classifier on a
+    pre-trained encoder) keeps its fresh initialisation, and weights of another head are ignored.
+    """
+    saved_config, saved_head = load_config(model_dir)
+    config = config or saved_config
+    model = HEADS[head or saved_head](config)
+    path = Path(model_dir) / "model.safetensors"
+    state = load_state(path)
+    own = model.state_dict()
+    for key, value in state.items():
+        if key in own and own[key].shape != value.shape:
+            raise located(path, f"{key} has shape {tuple(value.shape)}, the config needs {tuple(own[key].shape)}")
+    missing = [k for k in own if k not in state and k.startswith("mobilebert.") and ".pooler." not in k]
+    if missing:
+        raise located(path, f"lacks {len(missing)} encoder weights for this config, e.g. {missing[0]}")
+    model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
+    return model

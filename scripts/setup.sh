@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create .venv (idempotent) and install mobilekd with pinned versions. Every script in scripts/ sources this.
+# torch==2.13.0 goes first: an unpinned torch, or a package asking for a newer one, pulls a multi-GB CUDA build.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+STAMP="$VENV/.mobilekd-installed"
+PYTHON="${PYTHON:-python3}"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating $VENV" >&2
+  "$PYTHON" -m venv "$VENV"
+fi
+if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || [ "$ROOT/constraints.txt" -nt "$STAMP" ]; then
+  echo "setup: installing torch==2.13.0 (CPU) and the pinned dependencies (about 2 minutes)" >&2
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==2.13.0"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$ROOT/constraints.txt" -e "$ROOT[export,dev]"
+  touch "$STAMP"
+fi
+# No model or data hub is reached at run time: everything comes from the repo's data/ or the user's files.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+export PATH="$VENV/bin:$PATH"
