@@ -12,27 +12,30 @@ from pathlib import Path
 from mobilekd.errors import located
 
 
-def open_text(path):
-    """Open a UTF-8 text file (transparently gunzipping `*.gz`); a missing file is a UserError."""
+def open_binary(path):
+    """Open a file for reading bytes, transparently gunzipping `*.gz`; a missing file is a UserError."""
     path = Path(path)
     if not path.is_file():
         raise located(path, "no such file")
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    return open(path, encoding="utf-8-sig", newline="")
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
 def read_lines(path):
-    """Yield `(line_number, line)` without the newline; a non-UTF-8 byte is a UserError naming the line."""
-    with open_text(path) as f:
+    """Yield `(line_number, line)` of a UTF-8 text file without the newline (a leading BOM is dropped).
+
+    Lines are decoded one by one, so a non-UTF-8 byte is reported with its own line number.
+    """
+    with open_binary(path) as f:
         number = 0
         try:
-            for number, line in enumerate(f, start=1):
+            for number, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as err:
+                    raise located(path, f"not UTF-8 text ({err.reason} at column {err.start + 1})", number) from None
                 yield number, line.rstrip("\r\n")
-        except UnicodeDecodeError as err:
-            raise located(path, f"not UTF-8 text ({err.reason} at byte {err.start})", number + 1) from None
         except (OSError, EOFError) as err:  # a truncated or corrupt .gz
-            raise located(path, f"cannot be read: {err}") from None
+            raise located(path, f"cannot be read after line {number}: {err}") from None
 
 
 @contextlib.contextmanager

@@ -1,0 +1,75 @@
+"""Users' own classification data: CSV with a header, or JSON lines, with `text`, optional `text_pair`, and
+`label` (a class name, or a number for regression)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from mobilekd.data.examples import TextExample
+from mobilekd.errors import located
+from mobilekd.fileio import read_lines
+
+
+def _records(path):
+    """Yield (line number, dict) from a .csv or .jsonl file (optionally gzipped)."""
+    suffixes = Path(path).suffixes
+    if ".jsonl" in suffixes or ".json" in suffixes:
+        for number, line in read_lines(path):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise located(path, f"not a JSON object ({err.msg})", number) from None
+            if not isinstance(record, dict):
+                raise located(path, "not a JSON object", number)
+            yield number, record
+    elif ".csv" in suffixes or ".tsv" in suffixes:
+        delimiter = "\t" if ".tsv" in suffixes else ","
+        lines = read_lines(path)
+        header = next(lines, None)
+        if header is None:
+            raise located(path, "empty file (no header, no rows)")
+        columns = next(csv.reader([header[1]], delimiter=delimiter))
+        for number, line in lines:
+            if not line.strip():
+                continue
+            fields = next(csv.reader(io.StringIO(line), delimiter=delimiter))
+            if len(fields) != len(columns):
+                raise located(path, f"row has {len(fields)} columns, expected {len(columns)} ({columns})", number)
+            yield number, dict(zip(columns, fields))
+    else:
+        raise located(path, "unknown format: use .csv, .tsv or .jsonl (optionally .gz)")
+
+
+def read_custom(path, labels: list[str] | None = None, regression: bool = False) -> list[TextExample]:
+    """Read `text[, text_pair], label` records. With `labels`, any other label is an error."""
+    examples = []
+    for number, record in _records(path):
+        if "text" not in record:
+            raise located(path, f"record has no 'text' field (fields: {sorted(record)})", number)
+        text_a = str(record["text"]).strip()
+        text_b = record.get("text_pair")
+        text_b = str(text_b).strip() if text_b not in (None, "") else None
+        if not text_a:
+            raise located(path, "empty text", number)
+        label = record.get("label")
+        if label is not None and label != "":
+            if regression:
+                try:
+                    label = float(label)
+                except (TypeError, ValueError):
+                    raise located(path, f"label {label!r} is not a number", number) from None
+            else:
+                label = str(label)
+                if labels is not None and label not in labels:
+                    raise located(path, f"unknown label {label!r} (expected one of {labels})", number)
+        else:
+            label = None
+        examples.append(TextExample(text_a, text_b, label, f"{path}:{number}"))
+    if not examples:
+        raise located(path, "no examples (the file is empty)")
+    return examples

@@ -1,0 +1,32 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from mobilekd.data.tokenizer import load_tokenizer
+
+    return load_tokenizer()
+
+
+@pytest.fixture
+def small_corpus(tmp_path):
+    """A real (if small) corpus: the first 40 Brown documents, as the shipped file has them."""
+    from mobilekd.data.pretraining import read_documents
+
+    docs = []
+    for doc in read_documents(ROOT / "data/corpus/brown.txt.gz"):
+        docs.append(doc)
+        if len(docs) == 40:
+            break
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n\n".join("\n".join(d) for d in docs) + "\n", encoding="utf-8")
+    return path

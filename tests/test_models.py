@@ -1,0 +1,102 @@
+"""The MobileBERT family against the paper's Table 1 / Table 4, and the model's own contracts."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mobilekd.models.blocks import NoNorm
+from mobilekd.models.flops import model_stats
+from mobilekd.models.heads import MobileBertForPreTraining
+from mobilekd.models.mobilebert import MobileBert
+from mobilekd.models.presets import PRESETS
+
+PAPER = [p for p in PRESETS.values() if p.paper_params]
+
+
+@pytest.mark.parametrize("preset", PAPER, ids=lambda p: p.name)
+def test_params_and_flops_match_paper(preset):
+    stats = model_stats(preset.config)
+    assert abs(stats["params"] / preset.paper_params - 1) <= 0.03, stats
+    if preset.paper_flops_seq128:
+        assert abs(stats["flops_seq128"] / preset.paper_flops_seq128 - 1) <= 0.06, stats
+
+
+@pytest.mark.parametrize("name", ["ib_bert_large", "mobilebert", "mobilebert_tiny", "mobilebert_no_opt"])
+def test_paper_models_expose_512_wide_feature_maps_and_4_head_attention(name):
+    config = PRESETS[name].config
+    with torch.device("meta"):
+        model = MobileBert(config)
+        out = model(torch.ones(2, 16, dtype=torch.long), output_feature_maps=True, output_attentions=True)
+    assert len(out.feature_maps) == len(out.attentions) == 24
+    assert all(f.shape == (2, 16, 512) for f in out.feature_maps)
+    assert all(a.shape == (2, 4, 16, 16) for a in out.attentions)
+
+
+def test_nonorm_is_elementwise_affine():
+    norm = NoNorm(3)
+    with torch.no_grad():
+        norm.weight.copy_(torch.tensor([1.0, 2.0, -1.0]))
+        norm.bias.copy_(torch.tensor([0.5, 0.0, 1.0]))
+    x = torch.tensor([[1.0, 1.0, 1.0], [2.0, -3.0, 0.0]])
+    assert torch.equal(norm(x), torch.tensor([[1.5, 2.0, 0.0], [2.5, -6.0, 1.0]]))
+
+
+def test_trigram_embedding_concatenates_next_current_previous():
+    config = PRESETS["demo_student"].config
+    model = MobileBert(config).eval()
+    emb = model.embeddings
+    ids = torch.tensor([[5, 6, 7]])
+    e = emb.word_embeddings.weight[ids[0]]
+    zero = torch.zeros_like(e[0])
+    by_hand = torch.stack([
+        torch.cat([e[1], e[0], zero]), torch.cat([e[2], e[1], e[0]]), torch.cat([zero, e[2], e[1]]),
+    ])[None]
+    expected = emb.LayerNorm(emb.embedding_transformation(by_hand) + emb.position_embeddings.weight[:3]
+                             + emb.token_type_embeddings.weight[0])
+    assert torch.allclose(emb(ids, torch.zeros_like(ids)), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["demo_teacher", "demo_student"])
+def test_attention_paths_agree_and_distributions_are_dropout_free(name):
+    torch.manual_seed(0)
+    model = MobileBert(PRESETS[name].config.replace(attention_probs_dropout_prob=0.5))
+    ids = torch.randint(1000, 2000, (2, 12))
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0
+    model.eval()
+    fast = model(ids, mask).last_hidden_state
+    explicit = model(ids, mask, output_attentions=True)
+    assert torch.allclose(fast, explicit.last_hidden_state, atol=1e-5)
+    model.train()
+    probs = model(ids, mask, output_attentions=True).attentions
+    for p in probs:
+        assert torch.allclose(p.sum(-1), torch.ones(p.shape[:-1]), atol=1e-5)  # no dropout applied
+        assert p[1, :, :, 9:].max() < 1e-3  # padding gets (almost) no attention
+
+
+def test_truncated_depth_gives_the_same_lower_layers():
+    torch.manual_seed(0)
+    model = MobileBertForPreTraining(PRESETS["demo_teacher"].config).eval()
+    ids = torch.randint(1000, 2000, (2, 10))
+    full = model(ids, output_feature_maps=True, output_attentions=True)
+    part = model(ids, num_layers=2, output_feature_maps=True, output_attentions=True)
+    assert part.mlm_logits is None and len(part.encoder.feature_maps) == 2
+    for a, b in zip(part.encoder.feature_maps, full.encoder.feature_maps[:2]):
+        assert torch.equal(a, b)
+
+
+def test_models_command_prints_table_and_json():
+    out = subprocess.run([sys.executable, "-m", "mobilekd.cli", "models", "--json"], capture_output=True,
+                         text=True, check=True).stdout
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert set(rows) == set(PRESETS)
+    for key in ("params", "flops_seq128", "paper_params", "paper_flops_seq128"):
+        assert key in rows["mobilebert"]
+    mb = rows["mobilebert"]
+    assert abs(mb["flops_seq128"] / mb["paper_flops_seq128"] - 1) <= 0.06
+    table = subprocess.run([sys.executable, "-m", "mobilekd.cli", "models"], capture_output=True, text=True,
+                           check=True).stdout
+    assert "ib_bert_large" in table and "293.0M" in table
