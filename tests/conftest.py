@@ -17,8 +17,8 @@ def tokenizer():
     return load_tokenizer()
 
 
-@pytest.fixture
-def small_corpus(tmp_path):
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory):
     """A real (if small) corpus: the first 40 Brown documents, as the shipped file has them."""
     from mobilekd.data.pretraining import read_documents
 
@@ -27,6 +27,17 @@ def small_corpus(tmp_path):
         docs.append(doc)
         if len(docs) == 40:
             break
-    path = tmp_path / "corpus.txt"
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
     path.write_text("\n\n".join("\n".join(d) for d in docs) + "\n", encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="session")
+def demo_teacher_dir(small_corpus, tmp_path_factory):
+    """A demo-preset teacher pre-trained for a few dozen steps on the small corpus (real, if undertrained)."""
+    from helpers import run_module
+
+    out = tmp_path_factory.mktemp("teacher")
+    run_module("teacher_ib_bert.train", "--corpus", small_corpus, "--out", out, "--cache-dir", out / "cache",
+               "--steps", 40, "--seq-len", 48, "--batch-size", 8, "--eval-examples", 16, "--threads", 1)
+    return out

@@ -126,9 +126,21 @@ HEADS = {
 }
 
 
-def mlm_nsp_loss(out: PreTrainingOutput, masked_labels: torch.Tensor, nsp_labels: torch.Tensor):
-    """Masked-LM cross-entropy over the masked positions and next-sentence cross-entropy (BERT, Section 3.1)."""
-    labels = masked_labels[masked_labels >= 0]
-    mlm = F.cross_entropy(out.mlm_logits.float(), labels)
-    nsp = F.cross_entropy(out.nsp_logits.float(), nsp_labels)
-    return mlm, nsp
+def mlm_loss(mlm_logits: torch.Tensor, batch: dict) -> torch.Tensor:
+    """Masked-LM cross-entropy, averaged over the masked tokens (BERT, Section 3.1).
+
+    With `batch["mlm_denominator"]` (set by the training loop) the sum is divided by the masked-token count of
+    the whole global batch per process, so that N processes average to exactly the one-process loss.
+    """
+    labels = batch["masked_labels"][batch["masked_labels"] >= 0]
+    if "mlm_denominator" not in batch:
+        return F.cross_entropy(mlm_logits.float(), labels)
+    return F.cross_entropy(mlm_logits.float(), labels, reduction="sum") / batch["mlm_denominator"]
+
+
+def pretraining_loss(model, batch: dict) -> dict[str, torch.Tensor]:
+    """MLM + NSP, the teacher's pre-training objective (BERT; MobileBERT Section 4)."""
+    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["masked_positions"])
+    mlm = mlm_loss(out.mlm_logits, batch)
+    nsp = F.cross_entropy(out.nsp_logits.float(), batch["nsp_labels"])
+    return {"loss": mlm + nsp, "mlm": mlm, "nsp": nsp}

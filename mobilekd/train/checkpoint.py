@@ -1,0 +1,79 @@
+"""Atomic, exactly-resumable training checkpoints.
+
+OUT/checkpoint/ holds model.safetensors (weights), training_state.pt (optimizer, scheduler and RNG state:
+tensors and numbers only, read back with `torch.load(weights_only=True)`, which unpickles no code) and
+trainer.json (stage, step, the run's settings). A new checkpoint is written to a sibling directory and swapped
+in by rename, so a kill at any moment leaves the last complete checkpoint readable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from mobilekd.errors import located
+from mobilekd.models.hf import load_state
+
+NAME = "checkpoint"
+
+
+def save_checkpoint(out_dir, model, optimizer, scheduler, trainer: dict) -> Path:
+    out_dir = Path(out_dir)
+    final, new, old = out_dir / NAME, out_dir / f".{NAME}-new", out_dir / f".{NAME}-old"
+    shutil.rmtree(new, ignore_errors=True)
+    new.mkdir(parents=True)
+    save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, str(new / "model.safetensors"))
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state()}, new / "training_state.pt")
+    (new / "trainer.json").write_text(json.dumps(trainer, indent=2))
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(final, old)
+    os.rename(new, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def find_checkpoint(out_dir) -> Path | None:
+    """The newest complete checkpoint (a kill between the two renames leaves only the old one)."""
+    for path in (Path(out_dir) / NAME, Path(out_dir) / f".{NAME}-old"):
+        if (path / "trainer.json").is_file():
+            return path
+    return None
+
+
+def read_trainer_state(path: Path, run: dict) -> dict:
+    """trainer.json of a checkpoint, refused when it belongs to another run (other settings or model)."""
+    try:
+        trainer = json.loads((path / "trainer.json").read_text())
+        saved_run = trainer["run"]
+    except (json.JSONDecodeError, KeyError, UnicodeDecodeError, TypeError) as err:
+        raise located(path / "trainer.json", f"not a mobilekd checkpoint ({err})") from None
+    for key in sorted(set(run) | set(saved_run)):
+        if run.get(key) != saved_run.get(key):
+            raise located(path / "trainer.json", f"checkpoint was made with {key}={saved_run.get(key)!r}, "
+                                                 f"this run has {key}={run.get(key)!r}; use another --out or "
+                                                 f"the same settings")
+    return trainer
+
+
+def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> None:
+    """Weights and RNG always; optimizer and scheduler state when given (mid-stage)."""
+    state = load_state(path / "model.safetensors")
+    own = model.state_dict()
+    if set(state) != set(own) or any(state[k].shape != own[k].shape for k in own):
+        raise located(path / "model.safetensors", "weights do not fit this model (another architecture)")
+    model.load_state_dict(state)
+    try:
+        extra = torch.load(path / "training_state.pt", weights_only=True)
+        if optimizer is not None:
+            optimizer.load_state_dict(extra["optimizer"])
+            scheduler.load_state_dict(extra["scheduler"])
+        torch.set_rng_state(extra["torch_rng"])
+    except Exception as err:  # any failure here means the file is not what we wrote
+        raise located(path / "training_state.pt", f"unreadable training state ({type(err).__name__}: {err})") from None

@@ -1,0 +1,228 @@
+"""The one training loop: runs a plan (a list of stages) on Hugging Face Accelerate.
+
+Teacher pre-training and fine-tuning are one-stage plans; AKT, JKT and PKT (paper, Section 4.3) are plans of
+several stages. A stage names what trains (a predicate over parameter names; everything else is frozen: no
+gradient, no optimizer state), its loss (a function of the model and a batch returning named terms, `loss`
+being the one to minimise), its steps, learning rate, warm-up and per-parameter learning-rate multipliers.
+
+The same code runs on one CPU, one GPU, or `accelerate launch` / `torchrun` across processes and machines
+(DDP; FSDP or DeepSpeed through an Accelerate config). Each process takes its slice of every global batch, and
+batches are a pure function of (seed, step), so a resumed run and an N-process run see exactly the data of an
+uninterrupted one-process run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from torch.utils.tensorboard import SummaryWriter
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
+
+from mobilekd.errors import UserError
+from mobilekd.train.checkpoint import find_checkpoint, load_checkpoint, read_trainer_state, save_checkpoint
+from mobilekd.train.lamb import Lamb
+
+
+def _everything(name: str) -> bool:
+    return True
+
+
+def _one(name: str) -> float:
+    return 1.0
+
+
+@dataclass
+class Stage:
+    name: str
+    steps: int
+    loss: Callable[[torch.nn.Module, dict], dict[str, torch.Tensor]]
+    trainable: Callable[[str], bool] = _everything
+    lr: float = 1e-4
+    lr_scale: Callable[[str], float] = _one
+    warmup: float = 0.1  # fraction of the stage's steps
+    weight_decay: float = 0.01
+
+
+@dataclass
+class TrainConfig:
+    out_dir: Path
+    global_batch_size: int = 32
+    grad_accum: int = 1
+    optimizer: str = "adamw"  # or "lamb"
+    max_grad_norm: float = 1.0
+    save_every: int = 100
+    log_every: int = 10
+    seed: int = 0
+    run: dict = field(default_factory=dict)  # settings a checkpoint must agree with to be resumed
+
+
+class Batches:
+    """Global batch `step` of a split, this process's slice of it: a pure function of (seed, step)."""
+
+    def __init__(self, split, global_batch: int, accelerator: Accelerator, grad_accum: int, seed: int):
+        self.split, self.global_batch, self.seed = split, global_batch, seed
+        self.world, self.rank, self.accum = accelerator.num_processes, accelerator.process_index, grad_accum
+        if global_batch % (self.world * grad_accum):
+            raise UserError(f"--batch-size {global_batch} is not divisible by processes ({self.world}) x "
+                            f"gradient accumulation ({grad_accum})")
+        self.micro = global_batch // (self.world * grad_accum)
+        self._perms = {}
+
+    def _index(self, position: int) -> tuple[int, int]:
+        epoch, offset = divmod(position, len(self.split))
+        if epoch not in self._perms:
+            self._perms = {epoch: np.random.default_rng((self.seed, epoch)).permutation(len(self.split))}
+        return epoch, int(self._perms[epoch][offset])
+
+    def micro_batches(self, step: int):
+        for m in range(self.accum):
+            start = step * self.global_batch + (m * self.world + self.rank) * self.micro
+            picked = [self._index(p) for p in range(start, start + self.micro)]
+            # Masks are drawn per (epoch, index); a micro-batch spans at most one epoch boundary.
+            by_epoch = defaultdict(list)
+            for epoch, index in picked:
+                by_epoch[epoch].append(index)
+            parts = [self.split.batch(ix, epoch) for epoch, ix in sorted(by_epoch.items())]
+            yield {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+
+def _param_groups(model, stage: Stage):
+    """AdamW/LAMB groups by (learning-rate multiplier, decay); no decay for biases and normalizations."""
+    groups = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        decay = 0.0 if (p.ndim == 1 or "LayerNorm" in name) else stage.weight_decay
+        key = (stage.lr_scale(name), decay)
+        groups.setdefault(key, {"params": [], "lr": stage.lr * key[0], "weight_decay": decay})["params"].append(p)
+    return list(groups.values())
+
+
+def freeze_for_stage(model, stage: Stage) -> int:
+    """Set requires_grad by the stage's predicate; return the number of trainable parameters."""
+    n = 0
+    for name, p in model.named_parameters():
+        p.requires_grad_(stage.trainable(name))
+        n += p.numel() if p.requires_grad else 0
+    if n == 0:
+        raise UserError(f"stage {stage.name!r} trains no parameter")
+    return n
+
+
+def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfig, accelerator: Accelerator,
+             resume: bool = False, evaluate: Callable[[torch.nn.Module], dict] | None = None) -> list[dict]:
+    """Run every stage in order; return one summary dict per stage. Checkpoints go to cfg.out_dir/checkpoint."""
+    out_dir = Path(cfg.out_dir)
+    run = {**cfg.run, "stages": [[s.name, s.steps] for s in stages], "global_batch_size": cfg.global_batch_size,
+           "seed": cfg.seed, "optimizer": cfg.optimizer, "grad_accum": cfg.grad_accum}
+    trainer = {"run": run, "stage": 0, "step": 0, "global_step": 0, "summaries": []}
+    ckpt = find_checkpoint(out_dir) if resume else None
+    if resume and ckpt is None and accelerator.is_main_process:
+        print(f"resume: no checkpoint in {out_dir}, starting from scratch")
+    if ckpt is not None:
+        trainer = read_trainer_state(ckpt, run)
+    elif not resume and find_checkpoint(out_dir) is not None:
+        raise UserError(f"{out_dir}: holds a checkpoint of an earlier run; pass --resume to continue it, "
+                        f"or choose another --out")
+    torch.manual_seed(cfg.seed)
+    batches = Batches(split, cfg.global_batch_size, accelerator, cfg.grad_accum, cfg.seed)
+    writer = SummaryWriter(out_dir / "tensorboard") if accelerator.is_main_process else None
+    unwrapped = model
+
+    for index, stage in enumerate(stages):
+        if index < trainer["stage"]:
+            continue
+        n_trainable = freeze_for_stage(unwrapped, stage)
+        optim_cls = Lamb if cfg.optimizer == "lamb" else torch.optim.AdamW
+        optimizer = optim_cls(_param_groups(unwrapped, stage), lr=stage.lr)
+        scheduler = get_linear_schedule_with_warmup(optimizer, int(stage.warmup * stage.steps), stage.steps)
+        if ckpt is not None and index == trainer["stage"]:
+            # Mid-stage: weights, optimizer, schedule and RNG. At a stage boundary the new optimizer starts fresh.
+            mid_stage = trainer["step"] > 0
+            load_checkpoint(ckpt, unwrapped, optimizer if mid_stage else None, scheduler if mid_stage else None)
+        # The schedule is ours, one step per global batch: a prepared scheduler would step once per process.
+        wrapped, optimizer = accelerator.prepare(unwrapped, optimizer)
+        summary = _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, accelerator, cfg,
+                             trainer, writer, n_trainable)
+        trainer["summaries"].append(summary)
+        trainer.update(stage=index + 1, step=0, stage_start=None)
+        _save(accelerator, cfg, unwrapped, optimizer, scheduler, trainer)
+        accelerator.free_memory()
+    if evaluate is not None and accelerator.is_main_process:
+        trainer["final_eval"] = evaluate(unwrapped)
+    if writer is not None:
+        writer.close()
+    return trainer["summaries"]
+
+
+def _save(accelerator, cfg, model, optimizer, scheduler, trainer):
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        save_checkpoint(cfg.out_dir, model, optimizer, scheduler, trainer)
+    accelerator.wait_for_everyone()
+
+
+def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, accelerator, cfg, trainer,
+               writer, n_trainable) -> dict:
+    main = accelerator.is_main_process
+    wrapped.train()
+    first = trainer["step"]
+    totals, last_terms = defaultdict(float), {}
+    tokens, start = 0, time.time()
+    bar = tqdm(range(first, stage.steps), desc=f"[{index + 1}] {stage.name}", disable=not main,
+               initial=first, total=stage.steps, dynamic_ncols=True)
+    for step in bar:
+        terms_sum = defaultdict(float)
+        for batch in batches.micro_batches(trainer["global_step"]):
+            batch = {k: v.to(accelerator.device) for k, v in batch.items()}
+            if "masked_labels" in batch:  # normalise masked-LM by the masked tokens of the whole global batch
+                count = (batch["masked_labels"] >= 0).sum().float()
+                batch["mlm_denominator"] = accelerator.reduce(count, "sum") / accelerator.num_processes
+            with accelerator.autocast():
+                terms = stage.loss(wrapped, batch)
+            accelerator.backward(terms["loss"] / cfg.grad_accum)
+            for k, v in terms.items():
+                terms_sum[k] += float(v.detach()) / cfg.grad_accum
+            tokens += int(batch["attention_mask"].sum()) * accelerator.num_processes
+        loss = accelerator.reduce(torch.tensor(terms_sum["loss"], device=accelerator.device), "mean").item()
+        if not math.isfinite(loss):
+            raise UserError(f"{cfg.out_dir}: loss became {loss} at stage {stage.name!r} step {step + 1}; stopped, "
+                            f"the last good checkpoint is kept (lower the learning rate or use fp32)")
+        if cfg.max_grad_norm:
+            accelerator.clip_grad_norm_(wrapped.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        trainer["global_step"] += 1
+        trainer["step"] = step + 1
+        if not trainer.get("stage_start"):
+            trainer["stage_start"] = dict(terms_sum)
+        last_terms = dict(terms_sum)
+        for k, v in terms_sum.items():
+            totals[k] += v
+        elapsed = time.time() - start
+        if main:
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}",
+                            tok_s=f"{tokens / max(elapsed, 1e-9):.0f}")
+            if writer is not None and (step + 1) % cfg.log_every == 0:
+                for k, v in terms_sum.items():
+                    writer.add_scalar(f"{stage.name}/{k}", v, trainer["global_step"])
+                writer.add_scalar(f"{stage.name}/lr", scheduler.get_last_lr()[0], trainer["global_step"])
+        if (step + 1) % cfg.save_every == 0 and step + 1 < stage.steps:
+            _save(accelerator, cfg, unwrapped, optimizer, scheduler, trainer)
+    bar.close()
+    elapsed = time.time() - start
+    steps_run = stage.steps - first
+    return {"stage": stage.name, "steps": stage.steps, "trainable_params": n_trainable,
+            "seconds": round(elapsed, 1), "tokens_per_second": round(tokens / max(elapsed, 1e-9), 1),
+            "start": trainer.get("stage_start") or {}, "end": last_terms,
+            "mean": {k: v / max(steps_run, 1) for k, v in totals.items()}}

@@ -1,0 +1,164 @@
+"""Distill an IB-BERT teacher into a MobileBERT student: layer-wise knowledge transfer (feature maps and
+attention) then pre-training distillation, by the AKT, JKT or PKT strategy (MobileBERT paper, Section 4).
+
+    scripts/pkt_distill.sh --teacher runs/teacher                       # demo: PKT into demo_student
+    scripts/pkt_distill.sh --teacher T --student mobilebert --layer-steps 24000 --pd-steps 500000 ...
+    scripts/pkt_distill.sh --teacher runs/teacher --compare akt,jkt,pkt # the paper's ablation, equal steps
+    accelerate launch -m mobilekd.transfer.distill --teacher T ...      # GPUs, DDP/FSDP/DeepSpeed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from mobilekd.data.pretraining import load_pretraining_data
+from mobilekd.data.tokenizer import load_tokenizer
+from mobilekd.errors import UserError, cli_entry
+from mobilekd.fileio import atomic_path, write_json
+from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
+from mobilekd.models.hf import load_pretrained, save_pretrained
+from mobilekd.models.presets import get_preset
+from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, make_accelerator
+from mobilekd.train.evaluate import evaluate_pretraining
+from mobilekd.train.loop import Stage, TrainConfig, run_plan
+from mobilekd.transfer.strategies import (Distiller, PlanSettings, TransferWeights, check_pair, copy_shared_weights,
+                                          plan)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="pkt_distill", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--teacher", default="runs/teacher", help="teacher directory (default runs/teacher)")
+    p.add_argument("--student", default="demo_student",
+                   help="student preset: demo_student (default), mobilebert, mobilebert_tiny, mobilebert_no_opt")
+    p.add_argument("--strategy", choices=["akt", "jkt", "pkt"], default="pkt")
+    p.add_argument("--freeze", choices=["hard", "soft"], default="hard",
+                   help="PKT: hard freezes the layers below the current one; soft trains them at 0.3x the "
+                        "learning rate and the current layer at 3x, as the official TF1 code (default hard)")
+    p.add_argument("--layer-steps", type=int, default=60, help="steps of each layer-wise stage (default 60)")
+    p.add_argument("--pd-steps", type=int, default=500, help="pre-training distillation steps (default 500)")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
+    p.add_argument("--layer-lr", type=float, help="learning rate of the layer-wise stages (default: --lr)")
+    p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction of each stage (default 0.1)")
+    p.add_argument("--optimizer", choices=["lamb", "adamw"], default="adamw")
+    p.add_argument("--alpha", type=float, default=0.5, help="PD: weight of the hard MLM loss (default 0.5)")
+    p.add_argument("--temperature", type=float, default=1.0, help="PD: distillation temperature (default 1)")
+    p.add_argument("--fmt-weight", type=float, default=100.0, help="feature-map transfer weight (default 100)")
+    p.add_argument("--at-weight", type=float, default=1.0, help="attention transfer weight (default 1)")
+    p.add_argument("--mean-weight", type=float, default=0.0, help="mean transfer weight (official: 5000; default off)")
+    p.add_argument("--var-weight", type=float, default=0.0, help="variance transfer weight (official: 5; default off)")
+    p.add_argument("--layer-map", help="teacher layer (0-based) for each student layer, comma-separated, when "
+                                       "depths differ, e.g. 1,3,5,7 for a 4-layer student of an 8-layer teacher")
+    p.add_argument("--teacher-bf16", action="store_true", help="run the teacher under bf16 autocast")
+    p.add_argument("--compare", help="comma-separated strategies to run at equal total steps, e.g. akt,jkt,pkt; "
+                                     "add 'scratch' for the student trained without a teacher")
+    p.add_argument("--corpus", nargs="+", default=SHIPPED_CORPORA, help="pre-training text (default: shipped)")
+    p.add_argument("--eval-examples", type=int, default=1000, help="held-out examples to evaluate (default 1000)")
+    add_training_flags(p, out="runs/student", batch_size=32, seq_len=64)
+    return p.parse_args(argv)
+
+
+def total_steps(args, n_layers: int) -> int:
+    return n_layers * args.layer_steps + args.pd_steps
+
+
+def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teacher_dir: Path) -> dict:
+    """One strategy (or 'scratch') from the teacher directory into a fresh student; returns its summary."""
+    config = get_preset(args.student).config
+    student = MobileBertForPreTraining(config)
+    n_layers = config.num_hidden_layers
+    run = {"student": config.to_dict(), "teacher": str(teacher_dir), "seq_len": args.seq_len, "data": data.path.name,
+           "strategy": strategy, "freeze": args.freeze, "lr": args.lr, "layer_lr": args.layer_lr,
+           "alpha": args.alpha, "temperature": args.temperature, "layer_map": args.layer_map,
+           "weights": [args.fmt_weight, args.at_weight, args.mean_weight, args.var_weight]}
+    cfg = TrainConfig(out, args.batch_size, args.grad_accum, args.optimizer, 1.0, args.save_every, seed=args.seed,
+                      run=run)
+    if strategy == "scratch":
+        stages = [Stage("scratch", total_steps(args, n_layers), pretraining_loss, lr=args.lr, warmup=args.warmup)]
+        copied = []
+    else:
+        teacher = load_pretrained(teacher_dir, "pretraining").to(accelerator.device)
+        layer_map = [int(x) for x in args.layer_map.split(",")] if args.layer_map else None
+        layer_map = check_pair(teacher.config, config, layer_map)
+        copied = copy_shared_weights(teacher, student)
+        weights = TransferWeights(args.fmt_weight, args.at_weight, args.mean_weight, args.var_weight, args.alpha,
+                                  args.temperature)
+        settings = PlanSettings(args.layer_steps, args.pd_steps, args.lr, args.layer_lr, args.warmup, args.freeze,
+                                weights, args.teacher_bf16)
+        stages = plan(strategy, Distiller(teacher, layer_map, settings), n_layers)
+    start = time.time()
+    summaries = run_plan(stages, student, data.train, cfg, accelerator, resume=args.resume)
+    result = {"strategy": strategy, "student": args.student, "teacher": str(teacher_dir),
+              "total_steps": sum(s.steps for s in stages), "wall_seconds": round(time.time() - start, 1),
+              "copied_from_teacher": len(copied), "stages": summaries}
+    if accelerator.is_main_process:
+        result["heldout"] = evaluate_pretraining(student, data.heldout, data.meta["most_frequent_token"],
+                                                 args.eval_examples)
+        save_pretrained(student, out, tokenizer)
+        write_json(out / "summary.json", result)
+        with atomic_path(out / "summary.md") as tmp:
+            tmp.write_text(summary_markdown(result))
+    return result
+
+
+def summary_markdown(result: dict) -> str:
+    lines = [f"# {result['strategy'].upper()} distillation into {result['student']}", "",
+             f"Teacher: `{result['teacher']}`; {result['total_steps']} steps in {result['wall_seconds']} s.", "",
+             "| stage | steps | seconds | term | start | end |", "|---|---|---|---|---|---|"]
+    for s in result["stages"]:
+        for i, term in enumerate(sorted(s["end"])):
+            head = f"| {s['stage']} | {s['steps']} | {s['seconds']} |" if i == 0 else "| | | |"
+            lines.append(f"{head} {term} | {s['start'].get(term, float('nan')):.4f} | {s['end'][term]:.4f} |")
+    h = result.get("heldout")
+    if h:
+        lines += ["", f"Held-out MLM accuracy {h['mlm_accuracy']:.4f} (unigram baseline {h['unigram_accuracy']:.4f}),"
+                      f" MLM loss {h['mlm_loss']:.4f}, NSP accuracy {h['nsp_accuracy']:.4f}."]
+    return "\n".join(lines) + "\n"
+
+
+@cli_entry
+def main(argv=None):
+    args = parse_args(argv)
+    accelerator = make_accelerator(args)
+    teacher_dir = Path(args.teacher)
+    if not (teacher_dir / "config.json").is_file():
+        raise UserError(f"{teacher_dir}: no teacher here (no config.json); train one with scripts/train_teacher.sh")
+    tokenizer = load_tokenizer(teacher_dir)
+    with accelerator.main_process_first():
+        data = load_pretraining_data(args.corpus, tokenizer, args.seq_len, args.seed, args.cache_dir)
+    out = Path(args.out)
+    if not args.compare:
+        result = distill(args, args.strategy, out, accelerator, data, tokenizer, teacher_dir)
+        if accelerator.is_main_process:
+            h = result["heldout"]
+            print(f"{args.strategy}: held-out MLM accuracy {h['mlm_accuracy']:.4f} (unigram "
+                  f"{h['unigram_accuracy']:.4f}), MLM loss {h['mlm_loss']:.4f}; student saved to {out}")
+        return
+    strategies = [s.strip() for s in args.compare.split(",") if s.strip()]
+    unknown = [s for s in strategies if s not in ("akt", "jkt", "pkt", "scratch")]
+    if unknown:
+        raise UserError(f"--compare: unknown strategies {unknown} (choose from akt, jkt, pkt, scratch)")
+    rows = []
+    for strategy in strategies:
+        result = distill(args, strategy, out / strategy, accelerator, data, tokenizer, teacher_dir)
+        if accelerator.is_main_process:
+            h = result["heldout"]
+            rows.append({"strategy": strategy, "steps": result["total_steps"], "seconds": result["wall_seconds"],
+                         "mlm_accuracy": h["mlm_accuracy"], "mlm_loss": h["mlm_loss"],
+                         "nsp_accuracy": h["nsp_accuracy"]})
+    if accelerator.is_main_process:
+        write_json(out / "compare.json", rows)
+        table = ["| strategy | steps | seconds | held-out MLM acc | MLM loss | NSP acc |", "|---|---|---|---|---|---|"]
+        table += [f"| {r['strategy']} | {r['steps']} | {r['seconds']} | {r['mlm_accuracy']:.4f} | "
+                  f"{r['mlm_loss']:.4f} | {r['nsp_accuracy']:.4f} |" for r in rows]
+        with atomic_path(out / "compare.md") as tmp:
+            tmp.write_text("\n".join(table) + "\n")
+        print("\n".join(table))
+        print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Knowledge-transfer objectives (MobileBERT paper, Section 4.1-4.2), with the official code's definitions.
+
+Every function takes teacher and student tensors of the same shape and returns a scalar that is zero when
+they are identical.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def feature_map_transfer(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
+    """FMT, eq. (2): mean squared error between the inter-block feature maps of one layer, (B, T, N).
+
+    As the official code does, both maps first go through a LayerNorm without parameters (so the loss compares
+    shapes, not scales); the weight (100 in the official config) is applied by the caller.
+    """
+    size = teacher.shape[-1:]
+    return F.mse_loss(F.layer_norm(student.float(), size), F.layer_norm(teacher.float(), size))
+
+
+def attention_transfer(teacher: torch.Tensor, student: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """AT, eq. (3): KL(teacher || student) of the per-head attention distributions (B, A, T, T), summed over
+    the attended positions and averaged over batch, heads and query positions.
+
+    The official code minimises the cross-entropy -sum p_t log p_s, which differs from this KL only by the
+    teacher's entropy: the same gradient, but zero for identical distributions.
+    """
+    t, s = teacher.float(), student.float()
+    return (t * (torch.log(t + eps) - torch.log(s + eps))).sum(-1).mean()
+
+
+def mean_transfer(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
+    """The official code's "beta" term: squared difference of each token's feature mean (weight 5000)."""
+    return (student.float().mean(-1) - teacher.float().mean(-1)).pow(2).mean()
+
+
+def variance_transfer(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
+    """The official code's "gamma" term: absolute difference of each token's feature variance (weight 5)."""
+    return (student.float().var(-1, unbiased=False) - teacher.float().var(-1, unbiased=False)).abs().mean()
+
+
+def logit_distillation(teacher_logits: torch.Tensor, student_logits: torch.Tensor,
+                       temperature: float = 1.0) -> torch.Tensor:
+    """KD (Hinton et al. 2015): KL between the teacher's and the student's softened distributions, averaged
+    over rows and scaled by T^2 so gradients keep their size across temperatures. Used for pre-training
+    distillation of the MLM head (eq. 4) and for task distillation (TinyBERT's prediction-layer loss)."""
+    t = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
+    s = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    return F.kl_div(s, t, log_target=True, reduction="batchmean") * temperature**2
+
+
+def cosine_hidden(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
+    """DistilBERT's cosine embedding loss between hidden states: mean of 1 - cos over tokens."""
+    return (1 - F.cosine_similarity(student.float(), teacher.float(), dim=-1)).mean()

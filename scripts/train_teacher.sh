@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Pre-train the IB-BERT teacher (MLM + NSP). scripts/train_teacher.sh --help for the flags.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+cd "$ROOT"
+exec python -m teacher_ib_bert.train "$@"

@@ -1,0 +1,110 @@
+"""Teacher pre-training: exact resume after SIGKILL, multi-process equivalence, faults refused cleanly."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from safetensors.torch import load_file
+
+from conftest import ROOT
+from helpers import env, one_line_error, run_module
+
+FAST = ["--seq-len", 48, "--batch-size", 8, "--eval-examples", 32, "--threads", 1]
+
+
+def teacher_args(corpus, out, cache, *extra):
+    return ["--corpus", corpus, "--out", out, "--cache-dir", cache, *FAST, *extra]
+
+
+def weights(path):
+    return load_file(str(path / "model.safetensors"))
+
+
+def assert_same(a, b, atol=0.0):
+    assert a.keys() == b.keys()
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst <= atol, worst
+
+
+def test_sigkill_and_resume_gives_the_same_weights(small_corpus, tmp_path):
+    cache = tmp_path / "cache"
+    steps = ["--steps", 60, "--save-every", 5]
+    full = run_module("teacher_ib_bert.train", *teacher_args(small_corpus, tmp_path / "full", cache, *steps))
+    summary = json.loads((tmp_path / "full" / "summary.json").read_text())
+    assert summary["train"]["end"]["mlm"] < summary["train"]["start"]["mlm"]  # it learns
+    assert {"steps", "wall_seconds", "tokens_per_second", "heldout"} <= set(summary)
+    assert {"mlm_loss", "mlm_accuracy", "unigram_accuracy", "nsp_accuracy"} <= set(summary["heldout"])
+    assert "held-out MLM accuracy" in full.stdout
+
+    out = tmp_path / "killed"
+    args = [sys.executable, "-m", "teacher_ib_bert.train", *map(str, teacher_args(small_corpus, out, cache, *steps))]
+    proc = subprocess.Popen(args, env=env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = out / "checkpoint" / "trainer.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if state.is_file() and json.loads(state.read_text())["global_step"] >= 10:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = json.loads(state.read_text())["global_step"]
+    assert 10 <= killed_at < 60 and not (out / "model.safetensors").exists()
+    run_module("teacher_ib_bert.train", *teacher_args(small_corpus, out, cache, *steps, "--resume"))
+    assert_same(weights(tmp_path / "full"), weights(out), atol=1e-6)
+
+
+def test_two_processes_match_one(small_corpus, tmp_path):
+    cache = tmp_path / "cache"
+    common = teacher_args(small_corpus, None, cache, "--steps", 4, "--dropout", 0.0)
+    one = [str(a) if a is not None else str(tmp_path / "one") for a in common]
+    run_module("teacher_ib_bert.train", *one)
+    two = [str(a) if a is not None else str(tmp_path / "two") for a in common]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", "29517", "-m", "teacher_ib_bert.train", *two],
+                          capture_output=True, text=True, env=env(), cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same(weights(tmp_path / "one"), weights(tmp_path / "two"), atol=1e-5)
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_path):
+    out = tmp_path / "nan"
+    proc = run_module("teacher_ib_bert.train", *teacher_args(small_corpus, out, tmp_path / "c", "--steps", 20,
+                                                             "--save-every", 1, "--lr", 1e30, "--warmup", 0),
+                      check=False)
+    line = one_line_error(proc)
+    assert "loss became" in line and "last good checkpoint is kept" in line
+    state = json.loads((out / "checkpoint" / "trainer.json").read_text())
+    assert 1 <= state["global_step"] < 20 and not (out / "model.safetensors").exists()
+
+
+def test_bad_resume_and_bad_input_are_one_line(small_corpus, tmp_path):
+    out = tmp_path / "run"
+    run_module("teacher_ib_bert.train", *teacher_args(small_corpus, out, tmp_path / "c", "--steps", 3))
+    line = one_line_error(run_module("teacher_ib_bert.train", *teacher_args(
+        small_corpus, out, tmp_path / "c", "--steps", 3, "--lr", 5e-4, "--resume"), check=False))
+    assert "trainer.json: checkpoint was made with lr=" in line
+    line = one_line_error(run_module("teacher_ib_bert.train", *teacher_args(
+        small_corpus, out, tmp_path / "c", "--steps", 3), check=False))
+    assert "pass --resume" in line
+    (out / "checkpoint" / "trainer.json").write_text("{garbage")
+    line = one_line_error(run_module("teacher_ib_bert.train", *teacher_args(
+        small_corpus, out, tmp_path / "c", "--steps", 3, "--resume"), check=False))
+    assert "trainer.json: not a mobilekd checkpoint" in line
+    line = one_line_error(run_module("teacher_ib_bert.train", *teacher_args(
+        tmp_path / "missing.txt", tmp_path / "x", tmp_path / "c", "--steps", 3), check=False))
+    assert "missing.txt: no such corpus file" in line
+
+
+@pytest.mark.parametrize("flag", [["--preset", "ib_bert_large"]])
+def test_paper_size_smoke_run(small_corpus, tmp_path, flag):
+    """Two steps of the full IB-BERT_LARGE at batch 1: the paper preset works end to end here."""
+    out = tmp_path / "large"
+    run_module("teacher_ib_bert.train", "--corpus", small_corpus, "--out", out, "--cache-dir", tmp_path / "c",
+               *flag, "--steps", 2, "--batch-size", 1, "--seq-len", 32, "--eval-examples", 2, "--threads", 2)
+    config = json.loads((out / "config.json").read_text())
+    assert config["intra_bottleneck_size"] == 1024 and config["model_type"] == "ib_bert"

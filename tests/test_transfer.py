@@ -1,0 +1,165 @@
+"""Knowledge transfer: each loss against a hand computation, strategy plans, PKT freezing bit for bit, and
+distillation measured against training from scratch."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from accelerate import Accelerator
+from safetensors.torch import load_file
+
+from conftest import ROOT
+from helpers import env, one_line_error, run_module
+from mobilekd.data.pretraining import load_pretraining_data
+from mobilekd.errors import UserError
+from mobilekd.models.heads import MobileBertForPreTraining
+from mobilekd.models.hf import load_pretrained
+from mobilekd.models.presets import PRESETS
+from mobilekd.train.loop import TrainConfig, run_plan
+from mobilekd.transfer.losses import (attention_transfer, feature_map_transfer, logit_distillation, mean_transfer,
+                                      variance_transfer)
+from mobilekd.transfer.strategies import Distiller, PlanSettings, check_pair, copy_shared_weights, plan
+
+T = torch.tensor([[[1.0, 2.0, 3.0], [0.0, 0.0, 3.0]]])
+S = torch.tensor([[[2.0, 2.0, 2.0], [1.0, -1.0, 3.0]]])
+
+
+def test_feature_map_transfer_by_hand():
+    def ln(x):
+        x = x.numpy()
+        return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+
+    expected = ((ln(T) - ln(S)) ** 2).mean()
+    assert feature_map_transfer(T, S).item() == pytest.approx(expected, rel=1e-5)
+    assert feature_map_transfer(T, T).item() == 0.0
+
+
+def test_attention_transfer_by_hand():
+    t = torch.tensor([[[[0.5, 0.5], [0.9, 0.1]]]])
+    s = torch.tensor([[[[0.25, 0.75], [0.5, 0.5]]]])
+    kl_rows = [0.5 * np.log(0.5 / 0.25) + 0.5 * np.log(0.5 / 0.75), 0.9 * np.log(0.9 / 0.5) + 0.1 * np.log(0.1 / 0.5)]
+    assert attention_transfer(t, s).item() == pytest.approx(np.mean(kl_rows), rel=1e-5)
+    assert attention_transfer(t, t).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_mean_and_variance_transfer_by_hand():
+    # token means: T (2, 1), S (2, 1) -> 0; variances: T (2/3, 2), S (0, 8/3)
+    assert mean_transfer(T, S).item() == pytest.approx(0.0, abs=1e-7)
+    assert variance_transfer(T, S).item() == pytest.approx((2 / 3 + 2 / 3) / 2, rel=1e-5)
+    assert mean_transfer(T, T + 1).item() == pytest.approx(1.0)
+    assert variance_transfer(T, T).item() == 0.0
+
+
+def test_logit_distillation_by_hand():
+    t, s = torch.tensor([[2.0, 0.0, -1.0]]), torch.tensor([[0.0, 1.0, 0.0]])
+    for temperature in (1.0, 2.0):
+        p = torch.softmax(t / temperature, -1).numpy()
+        q = torch.softmax(s / temperature, -1).numpy()
+        expected = (p * np.log(p / q)).sum() * temperature**2
+        assert logit_distillation(t, s, temperature).item() == pytest.approx(expected, rel=1e-5)
+    assert logit_distillation(t, t).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_pairs_that_cannot_be_distilled_are_refused():
+    teacher, student = PRESETS["demo_teacher"].config, PRESETS["demo_student"].config
+    assert check_pair(teacher, student, None) == [0, 1, 2, 3]
+    with pytest.raises(UserError, match="feature-map widths differ"):
+        check_pair(teacher, PRESETS["mobilebert"].config, None)
+    with pytest.raises(UserError, match="head counts differ"):
+        check_pair(teacher, student.replace(num_attention_heads=2), None)
+    with pytest.raises(UserError, match="no --layer-map"):
+        check_pair(teacher.replace(num_hidden_layers=8), student, None)
+    assert check_pair(teacher.replace(num_hidden_layers=8), student, [1, 3, 5, 7]) == [1, 3, 5, 7]
+
+
+def test_plans_have_the_papers_shapes():
+    distiller = Distiller(MobileBertForPreTraining(PRESETS["demo_teacher"].config), [0, 1, 2, 3],
+                          PlanSettings(layer_steps=5, pd_steps=7))
+    assert [(s.name, s.steps) for s in plan("akt", distiller, 4)] == [("akt", 27)]
+    assert [(s.name, s.steps) for s in plan("jkt", distiller, 4)] == [("jkt", 20), ("pd", 7)]
+    assert [(s.name, s.steps) for s in plan("pkt", distiller, 4)] == [
+        ("pkt_L0", 5), ("pkt_L1", 5), ("pkt_L2", 5), ("pkt_L3", 5), ("pd", 7)]
+
+
+def _layer_params(state, layer):
+    prefix = f"mobilebert.encoder.layer.{layer}." if layer >= 0 else "mobilebert.embeddings."
+    return {k: v for k, v in state.items() if k.startswith(prefix)}
+
+
+@pytest.mark.parametrize("freeze", ["hard", "soft"])
+def test_pkt_freezes_exactly_the_layers_below(small_corpus, tokenizer, tmp_path, freeze):
+    torch.manual_seed(0)
+    teacher = MobileBertForPreTraining(PRESETS["demo_teacher"].config)
+    student = MobileBertForPreTraining(PRESETS["demo_student"].config)
+    copy_shared_weights(teacher, student)
+    data = load_pretraining_data([small_corpus], tokenizer, 32, 0, tmp_path / "cache")
+    stages = plan("pkt", Distiller(teacher, [0, 1, 2, 3], PlanSettings(layer_steps=2, pd_steps=1, freeze=freeze)), 4)
+    accelerator = Accelerator(cpu=True)
+    before = {k: v.clone() for k, v in student.state_dict().items()}
+    for l, stage in enumerate(stages[:4]):
+        run_plan([stage], student, data.train, TrainConfig(tmp_path / f"s{l}", 4, save_every=100), accelerator)
+        after = {k: v.clone() for k, v in student.state_dict().items()}
+        for layer in range(-1, 4):
+            changed = any(not torch.equal(before[k], after[k]) for k in _layer_params(after, layer))
+            trains = layer == l or (l == 0 and layer == -1) or (freeze == "soft" and layer < l)
+            assert changed == trains, (freeze, l, layer)
+        heads = [k for k in after if k.startswith("cls.")]
+        assert all(torch.equal(before[k], after[k]) for k in heads)
+        before = after
+
+
+def test_distillation_beats_scratch_and_every_layer_learns(demo_teacher_dir, small_corpus, tmp_path):
+    out = tmp_path / "cmp"
+    run_module("mobilekd.transfer.distill", "--teacher", demo_teacher_dir, "--corpus", small_corpus, "--out", out,
+               "--cache-dir", tmp_path / "c", "--seq-len", 48, "--batch-size", 8, "--layer-steps", 15,
+               "--pd-steps", 20, "--eval-examples", 64, "--threads", 1, "--compare", "pkt,scratch")
+    rows = {r["strategy"]: r for r in json.loads((out / "compare.json").read_text())}
+    assert rows["pkt"]["steps"] == rows["scratch"]["steps"] == 4 * 15 + 20
+    assert rows["pkt"]["mlm_loss"] < rows["scratch"]["mlm_loss"]
+    summary = json.loads((out / "pkt" / "summary.json").read_text())
+    for l, stage in enumerate(summary["stages"][:4]):
+        assert stage["stage"] == f"pkt_L{l}"
+        assert stage["end"][f"fmt_L{l}"] < stage["start"][f"fmt_L{l}"]
+    assert "| pkt_L0 |" in (out / "pkt" / "summary.md").read_text()
+    # The distilled student is a Hugging Face MobileBERT directory.
+    import transformers
+    assert transformers.MobileBertForMaskedLM.from_pretrained(out / "pkt").config.intra_bottleneck_size == 32
+
+
+def test_resume_mid_stage_after_sigkill(demo_teacher_dir, small_corpus, tmp_path):
+    def args(out, *extra):
+        return ["--teacher", demo_teacher_dir, "--corpus", small_corpus, "--out", out, "--cache-dir", tmp_path / "c",
+                "--seq-len", 48, "--batch-size", 8, "--layer-steps", 12, "--pd-steps", 30, "--save-every", 4,
+                "--eval-examples", 16, "--threads", 1, *extra]
+
+    run_module("mobilekd.transfer.distill", *args(tmp_path / "full"))
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "mobilekd.transfer.distill", *map(str, args(out))], env=env(),
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = out / "checkpoint" / "trainer.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if state.is_file() and json.loads(state.read_text())["global_step"] >= 16:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    run_module("mobilekd.transfer.distill", *args(out, "--resume"))
+    a, b = load_file(str(tmp_path / "full" / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
+
+
+def test_mismatched_teacher_is_one_line(demo_teacher_dir, tmp_path):
+    proc = run_module("mobilekd.transfer.distill", "--teacher", demo_teacher_dir, "--student", "mobilebert",
+                      "--out", tmp_path / "x", "--cache-dir", tmp_path / "c", check=False)
+    assert "cannot be paired: feature-map widths differ" in one_line_error(proc)
+    proc = run_module("mobilekd.transfer.distill", "--teacher", tmp_path / "nothing", "--out", tmp_path / "y",
+                      check=False)
+    assert "no teacher here" in one_line_error(proc)
