@@ -117,10 +117,10 @@ def test_pkt_freezes_exactly_the_layers_below(small_corpus, tokenizer, tmp_path,
 def test_distillation_beats_scratch_and_every_layer_learns(demo_teacher_dir, small_corpus, tmp_path):
     out = tmp_path / "cmp"
     run_module("mobilekd.transfer.distill", "--teacher", demo_teacher_dir, "--corpus", small_corpus, "--out", out,
-               "--cache-dir", tmp_path / "c", "--seq-len", 48, "--batch-size", 8, "--layer-steps", 15,
-               "--pd-steps", 20, "--eval-examples", 64, "--threads", 1, "--compare", "pkt,scratch")
+               "--cache-dir", tmp_path / "c", "--seq-len", 48, "--batch-size", 8, "--layer-steps", 10,
+               "--pd-steps", 40, "--eval-examples", 64, "--threads", 1, "--compare", "pkt,scratch")
     rows = {r["strategy"]: r for r in json.loads((out / "compare.json").read_text())}
-    assert rows["pkt"]["steps"] == rows["scratch"]["steps"] == 4 * 15 + 20
+    assert rows["pkt"]["steps"] == rows["scratch"]["steps"] == 4 * 10 + 40
     assert rows["pkt"]["mlm_loss"] < rows["scratch"]["mlm_loss"]
     summary = json.loads((out / "pkt" / "summary.json").read_text())
     for l, stage in enumerate(summary["stages"][:4]):
