@@ -84,3 +84,17 @@ def test_corrupt_or_mismatched_checkpoints_are_refused(tmp_path, tokenizer):
     (tmp_path / "config.json").write_text('{"model_type": "mobilebert", "normalization_type": "batch_norm"}')
     with pytest.raises(UserError, match="normalization_type"):
         load_pretrained(tmp_path)
+
+
+def test_transformers_bert_checkpoints_load_as_family_members(tmp_path):
+    """BERT is the family member without MobileBERT's changes: its transformers checkpoints load as is."""
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, num_labels=3)
+    torch.manual_seed(0)
+    bert = transformers.BertForSequenceClassification(config).eval()
+    bert.save_pretrained(tmp_path)
+    ours = load_pretrained(tmp_path).eval()
+    assert isinstance(ours, MobileBertForSequenceClassification) and ours.config.num_labels == 3
+    ids = torch.randint(1000, 2000, (2, 12))
+    with torch.no_grad():
+        assert (ours(ids) - bert(input_ids=ids).logits).abs().max() <= 1e-5

@@ -212,8 +212,10 @@ class PretrainingSplit:
                 "masked_positions": masked_positions, "masked_labels": masked_labels,
                 "nsp_labels": np.int64(is_random)}
 
-    def batch(self, indices, epoch: int) -> dict[str, torch.Tensor]:
-        examples = [self.example(int(i), epoch) for i in indices]
+    def batch(self, indices, epoch=0) -> dict[str, torch.Tensor]:
+        """Examples `indices`, masked for `epoch` (one int, or one per example)."""
+        epochs = [epoch] * len(indices) if isinstance(epoch, int) else epoch
+        examples = [self.example(int(i), int(e)) for i, e in zip(indices, epochs)]
         return {k: torch.from_numpy(np.stack([e[k] for e in examples])) for k in examples[0]}
 
 

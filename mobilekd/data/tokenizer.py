@@ -7,7 +7,7 @@ from pathlib import Path
 from transformers import AutoTokenizer, BertTokenizerFast, PreTrainedTokenizerBase
 
 from mobilekd.errors import located
-from mobilekd.fileio import read_lines
+from mobilekd.fileio import read_json, read_lines
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_VOCAB = REPO_ROOT / "data" / "vocab" / "vocab.txt"
@@ -22,12 +22,13 @@ def load_tokenizer(path=DEFAULT_VOCAB, lowercase: bool = True) -> PreTrainedToke
     """
     path = Path(path)
     if path.is_dir():
-        if not ((path / "tokenizer.json").is_file() or (path / "vocab.txt").is_file()):
+        if (path / "vocab.txt").is_file():  # the WordPiece list itself; casing from tokenizer_config.json
+            settings = path / "tokenizer_config.json"
+            lower = read_json(settings).get("do_lower_case", lowercase) if settings.is_file() else lowercase
+            return load_tokenizer(path / "vocab.txt", lower)
+        if not (path / "tokenizer.json").is_file():
             raise located(path, "holds no tokenizer (tokenizer.json or vocab.txt)")
-        if (path / "tokenizer.json").is_file():
-            tokenizer = AutoTokenizer.from_pretrained(path)
-        else:
-            return load_tokenizer(path / "vocab.txt", lowercase)
+        tokenizer = AutoTokenizer.from_pretrained(path)
     else:
         vocab = {}
         for number, line in read_lines(path):

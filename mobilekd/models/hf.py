@@ -62,14 +62,31 @@ def head_of(model: torch.nn.Module) -> str:
     return next(name for name, cls in HEADS.items() if isinstance(model, cls))
 
 
+def bert_as_mobilebert(d: dict) -> dict:
+    """A transformers BERT config as the equivalent MobileBERT-family config (no bottleneck, one FFN,
+    LayerNorm, embedding width = hidden width): BERT is the family member without MobileBERT's changes."""
+    return {**d, "embedding_size": d.get("hidden_size", 768), "trigram_input": False, "use_bottleneck": False,
+            "intra_bottleneck_size": d.get("hidden_size", 768), "key_query_shared_bottleneck": False,
+            "use_bottleneck_attention": False, "num_feedforward_networks": 1, "normalization_type": "layer_norm",
+            "hidden_act": d.get("hidden_act", "gelu"), "classifier_activation": True,
+            "hidden_dropout_prob": d.get("hidden_dropout_prob", 0.1), "intermediate_size": d.get("intermediate_size", 3072),
+            "num_hidden_layers": d.get("num_hidden_layers", 12), "num_attention_heads": d.get("num_attention_heads", 12)}
+
+
 def load_config(model_dir) -> tuple[ModelConfig, str]:
+    """Our config.json, or transformers' MobileBERT or BERT one."""
     path = Path(model_dir) / "config.json"
     if not Path(model_dir).is_dir():
         raise located(model_dir, "no such model directory")
     d = read_json(path)
-    if d.get("model_type") not in ("mobilebert", "ib_bert"):
-        raise located(path, f"model_type {d.get('model_type')!r} is not a MobileBERT-family model")
-    return ModelConfig.from_dict(d, source=path), d.get("mobilekd_head", "pretraining")
+    if d.get("model_type") == "bert":
+        d = bert_as_mobilebert(d)
+    elif d.get("model_type") not in ("mobilebert", "ib_bert"):
+        raise located(path, f"model_type {d.get('model_type')!r} is not a BERT or MobileBERT-family model")
+    head = d.get("mobilekd_head") or next((h for h, arch in HF_ARCHITECTURES.items()
+                                           if arch.replace("MobileBert", "") in str(d.get("architectures"))),
+                                          "pretraining")
+    return ModelConfig.from_dict(d, source=path), head
 
 
 def load_state(path) -> dict[str, torch.Tensor]:
@@ -93,7 +110,8 @@ def load_pretrained(model_dir, head: str | None = None, config: ModelConfig | No
     config = config or saved_config
     model = HEADS[head or saved_head](config)
     path = Path(model_dir) / "model.safetensors"
-    state = load_state(path)
+    state = {("mobilebert." + k[len("bert."):] if k.startswith("bert.") else k): v
+             for k, v in load_state(path).items()}  # transformers BERT checkpoints name the encoder "bert"
     own = model.state_dict()
     for key, value in state.items():
         if key in own and own[key].shape != value.shape:

@@ -61,6 +61,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     save_every: int = 100
     log_every: int = 10
+    eval_every: int = 0  # call `on_eval` every N steps (0: only at the end of the plan)
     seed: int = 0
     run: dict = field(default_factory=dict)  # settings a checkpoint must agree with to be resumed
 
@@ -86,13 +87,8 @@ class Batches:
     def micro_batches(self, step: int):
         for m in range(self.accum):
             start = step * self.global_batch + (m * self.world + self.rank) * self.micro
-            picked = [self._index(p) for p in range(start, start + self.micro)]
-            # Masks are drawn per (epoch, index); a micro-batch spans at most one epoch boundary.
-            by_epoch = defaultdict(list)
-            for epoch, index in picked:
-                by_epoch[epoch].append(index)
-            parts = [self.split.batch(ix, epoch) for epoch, ix in sorted(by_epoch.items())]
-            yield {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+            epochs, indices = zip(*(self._index(p) for p in range(start, start + self.micro)))
+            yield self.split.batch(indices, epochs)
 
 
 def _param_groups(model, stage: Stage):
@@ -119,8 +115,11 @@ def freeze_for_stage(model, stage: Stage) -> int:
 
 
 def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfig, accelerator: Accelerator,
-             resume: bool = False, evaluate: Callable[[torch.nn.Module], dict] | None = None) -> list[dict]:
-    """Run every stage in order; return one summary dict per stage. Checkpoints go to cfg.out_dir/checkpoint."""
+             resume: bool = False, on_eval: Callable[[torch.nn.Module, int], None] | None = None) -> list[dict]:
+    """Run every stage in order; return one summary dict per stage. Checkpoints go to cfg.out_dir/checkpoint.
+
+    `on_eval(model, global_step)` runs on the main process every `cfg.eval_every` steps and after the last
+    step (fine-tuning keeps its best checkpoint by dev metric this way)."""
     out_dir = Path(cfg.out_dir)
     run = {**cfg.run, "stages": [[s.name, s.steps] for s in stages], "global_batch_size": cfg.global_batch_size,
            "seed": cfg.seed, "optimizer": cfg.optimizer, "grad_accum": cfg.grad_accum}
@@ -152,16 +151,25 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
         # The schedule is ours, one step per global batch: a prepared scheduler would step once per process.
         wrapped, optimizer = accelerator.prepare(unwrapped, optimizer)
         summary = _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, accelerator, cfg,
-                             trainer, writer, n_trainable)
+                             trainer, writer, n_trainable, on_eval)
         trainer["summaries"].append(summary)
         trainer.update(stage=index + 1, step=0, stage_start=None)
+        if on_eval is not None and index == len(stages) - 1 and not (cfg.eval_every and
+                                                                     trainer["global_step"] % cfg.eval_every == 0):
+            _evaluate(accelerator, on_eval, unwrapped, trainer["global_step"])
         _save(accelerator, cfg, unwrapped, optimizer, scheduler, trainer)
         accelerator.free_memory()
-    if evaluate is not None and accelerator.is_main_process:
-        trainer["final_eval"] = evaluate(unwrapped)
     if writer is not None:
         writer.close()
     return trainer["summaries"]
+
+
+def _evaluate(accelerator, on_eval, model, step):
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        on_eval(model, step)
+        model.train()
+    accelerator.wait_for_everyone()
 
 
 def _save(accelerator, cfg, model, optimizer, scheduler, trainer):
@@ -172,7 +180,7 @@ def _save(accelerator, cfg, model, optimizer, scheduler, trainer):
 
 
 def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, accelerator, cfg, trainer,
-               writer, n_trainable) -> dict:
+               writer, n_trainable, on_eval) -> dict:
     main = accelerator.is_main_process
     wrapped.train()
     first = trainer["step"]
@@ -217,6 +225,8 @@ def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, 
                 for k, v in terms_sum.items():
                     writer.add_scalar(f"{stage.name}/{k}", v, trainer["global_step"])
                 writer.add_scalar(f"{stage.name}/lr", scheduler.get_last_lr()[0], trainer["global_step"])
+        if on_eval is not None and cfg.eval_every and trainer["global_step"] % cfg.eval_every == 0:
+            _evaluate(accelerator, on_eval, unwrapped, trainer["global_step"])
         if (step + 1) % cfg.save_every == 0 and step + 1 < stage.steps:
             _save(accelerator, cfg, unwrapped, optimizer, scheduler, trainer)
     bar.close()

@@ -1,0 +1,243 @@
+"""Fine-tune and evaluate a model directory on GLUE, SQuAD or your own data, optionally with task-specific
+distillation from a fine-tuned teacher (Hinton's logit KD; TinyBERT's prediction-layer loss).
+
+    scripts/finetune.sh --model runs/demo/student --task sst2                  # shipped SST-2
+    scripts/finetune.sh --model M --task sst2 --teacher runs/sst2-teacher      # + task distillation
+    scripts/finetune.sh --model M --task squad2 --data my_squad_dir            # train.json + dev.json
+    scripts/finetune.sh --model M --task custom --data my_dir                  # train/dev .csv or .jsonl
+    scripts/finetune.sh --model M --task cola --eval-only
+    accelerate launch -m mobilekd.finetune.run --model M --task mnli --data glue/MNLI ...
+
+Defaults per task: SQuAD lr 4e-5, batch 32, sequence 384, stride 128, 5 epochs (the paper's); GLUE lr 5e-5,
+batch 32, sequence 128, 3 epochs (5 for CoLA, MRPC, STS-B, RTE, WNLI). The best checkpoint by the task's
+first dev metric is kept in OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mobilekd.data.tokenizer import load_tokenizer
+from mobilekd.errors import UserError, cli_entry, located
+from mobilekd.fileio import atomic_path, read_json, write_json
+from mobilekd.finetune.metrics import classification_metrics, squad_metrics
+from mobilekd.finetune.qa import decode_answers
+from mobilekd.finetune.tasks import (DEFAULTS, TASK_NAMES, Task, default_data, encode_classification, encode_qa,
+                                     load_task)
+from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
+from mobilekd.train.common import add_training_flags, make_accelerator
+from mobilekd.train.loop import Stage, TrainConfig, run_plan
+from mobilekd.transfer.losses import logit_distillation
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="finetune", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="model directory (ours, or a transformers MobileBERT/BERT one)")
+    p.add_argument("--task", required=True, choices=TASK_NAMES)
+    p.add_argument("--data", help="task directory with train and dev files (default: the shipped copy for "
+                                  "sst2, cola, mrpc, stsb, rte)")
+    p.add_argument("--teacher", help="a model directory fine-tuned on the same task: adds logit distillation")
+    p.add_argument("--alpha", type=float, default=0.5, help="with --teacher: weight of the hard-label loss "
+                                                           "(the rest goes to distillation; default 0.5)")
+    p.add_argument("--temperature", type=float, default=1.0, help="with --teacher: KD temperature (default 1)")
+    p.add_argument("--eval-only", action="store_true", help="evaluate --model on dev, no training")
+    p.add_argument("--epochs", type=float, help="training epochs (default per task)")
+    p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
+    p.add_argument("--lr", type=float, help="peak learning rate (default per task)")
+    p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction (default 0.1)")
+    p.add_argument("--max-len", type=int, help="sequence length (default per task: 128 GLUE, 384 SQuAD)")
+    p.add_argument("--stride", type=int, default=128, help="SQuAD: tokens shared by consecutive windows")
+    p.add_argument("--regression", action="store_true", help="custom task: numeric labels")
+    p.add_argument("--max-train-examples", type=int, help="use a seeded random subset of the training set")
+    p.add_argument("--eval-every", type=int, help="evaluate on dev every N steps (default: once per epoch)")
+    p.add_argument("--dropout", type=float, help="override the model's hidden dropout")
+    add_training_flags(p, out="runs/finetune", batch_size=32, seq_len=None)
+    args = p.parse_args(argv)
+    for key, value in DEFAULTS[args.task].items():
+        if getattr(args, key, None) is None and key != "batch_size":
+            setattr(args, key, value)
+    return args
+
+
+def build_model(model_dir, task: Task, role: str = "model"):
+    """Load `model_dir` with the task's head; its labels, if it has any, must be the task's."""
+    config, _ = load_config(model_dir)
+    if task.head == "qa":
+        return load_pretrained(model_dir, "qa")
+    wanted = {0: "score"} if task.is_regression else dict(enumerate(task.labels))
+    if config.id2label and config.id2label != wanted:
+        raise located(Path(model_dir) / "config.json", f"{role}'s labels {list(config.id2label.values())} do not "
+                                                       f"fit task {task.name} (labels {list(wanted.values())})")
+    problem = "regression" if task.is_regression else "single_label_classification"
+    return load_pretrained(model_dir, "classification", config=config.replace(id2label=wanted, problem_type=problem))
+
+
+@torch.no_grad()
+def predict(model, split, batch_size: int = 64):
+    model.eval()
+    device = next(model.parameters()).device
+    outs = []
+    for start in range(0, len(split), batch_size):
+        b = split.batch(range(start, min(start + batch_size, len(split))))
+        outs.append(model(b["input_ids"].to(device), b["attention_mask"].to(device),
+                          b["token_type_ids"].to(device)))
+    if isinstance(outs[0], tuple):
+        return tuple(torch.cat([o[i] for o in outs]).float().cpu().numpy() for i in range(2))
+    return torch.cat(outs).float().cpu().numpy()
+
+
+def task_loss(task: Task, teacher, alpha: float, temperature: float):
+    """Hard-label loss (CE, MSE for regression, start/end CE for QA), mixed with logit KD when a teacher is given."""
+
+    def hard(outputs, batch):
+        if task.head == "qa":
+            start, end = outputs
+            return (F.cross_entropy(start.float(), batch["start_positions"]) +
+                    F.cross_entropy(end.float(), batch["end_positions"])) / 2
+        if task.is_regression:
+            return F.mse_loss(outputs.squeeze(-1).float(), batch["labels"])
+        return F.cross_entropy(outputs.float(), batch["labels"])
+
+    def soft(outputs, t_out):
+        if task.head == "qa":
+            return sum(logit_distillation(t, s, temperature) for t, s in zip(t_out, outputs)) / 2
+        if task.is_regression:
+            return F.mse_loss(outputs.float(), t_out.float())
+        return logit_distillation(t_out, outputs, temperature)
+
+    def loss(model, batch):
+        outputs = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        h = hard(outputs, batch)
+        if teacher is None:
+            return {"loss": h, "hard": h.detach()}
+        with torch.no_grad():
+            t_out = teacher(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        s = soft(outputs, t_out)
+        return {"loss": alpha * h + (1 - alpha) * s, "hard": h.detach(), "kd": s.detach()}
+
+    return loss
+
+
+class DevEvaluator:
+    """Scores every dev split; keeps the best model (by the task's first metric) and its predictions in OUT."""
+
+    def __init__(self, task: Task, dev: dict, out: Path, tokenizer):
+        self.task, self.dev, self.out, self.tokenizer = task, dev, out, tokenizer
+        best = out / "results.json"
+        self.best = read_json(best).get("best_score") if best.is_file() else None
+
+    def score(self, model) -> tuple[dict, dict]:
+        metrics, predictions = {}, {}
+        for name, (examples, split, meta) in self.dev.items():
+            out = predict(model, split)
+            if self.task.head == "qa":
+                answers = decode_answers(examples, meta, out[0], out[1], self.task.version == "2.0")
+                metrics[name] = squad_metrics(examples, answers)
+                predictions[name] = answers
+            else:
+                if self.task.is_regression:
+                    pred = out[:, 0]
+                    shown = [f"{v:.4f}" for v in pred]
+                else:
+                    pred = out.argmax(-1)
+                    shown = [self.task.labels[i] for i in pred]
+                if "labels" in split.arrays:
+                    metrics[name] = classification_metrics(self.task.metrics, split.arrays["labels"], pred)
+                predictions[name] = [(e.source, e.label, p) for e, p in zip(examples, shown)]
+        return metrics, predictions
+
+    def __call__(self, model, step: int, extra: dict | None = None) -> dict:
+        metrics, predictions = self.score(model)
+        first = next(iter(metrics.values()), {})
+        score = first.get(self.task.metrics[0], float("nan"))
+        print(f"step {step}: " + ", ".join(f"{s} {k} {v:.4f}" for s, m in metrics.items() for k, v in m.items()))
+        if self.best is not None and not score > self.best:
+            return metrics
+        self.best = score
+        save_pretrained(model, self.out, self.tokenizer)
+        for name, rows in predictions.items():
+            if self.task.head == "qa":
+                write_json(self.out / f"{name}_predictions.json", rows)
+            else:
+                with atomic_path(self.out / f"{name}_predictions.tsv") as tmp:
+                    tmp.write_text("source\tlabel\tprediction\n" + "".join(f"{s}\t{l}\t{p}\n" for s, l, p in rows))
+        write_json(self.out / "results.json", {"task": self.task.name, "metrics": metrics, "best_step": step,
+                                               "best_metric": self.task.metrics[0], "best_score": score,
+                                               **(extra or {})})
+        return metrics
+
+
+@cli_entry
+def main(argv=None):
+    args = parse_args(argv)
+    accelerator = make_accelerator(args)
+    data = Path(args.data) if args.data else default_data(args.task)
+    if data is None:
+        raise UserError(f"--data is required for task {args.task} (it is not shipped)")
+    task = load_task(args.task, data, args.eval_only, args.regression)
+    tokenizer = load_tokenizer(args.model)
+    model = build_model(args.model, task)
+    if args.dropout is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = args.dropout
+    if args.max_len > model.config.max_position_embeddings:
+        raise UserError(f"--max-len {args.max_len} exceeds the model's {model.config.max_position_embeddings} "
+                        f"positions ({args.model})")
+    model.to(accelerator.device)
+    out = Path(args.out)
+
+    def encode(examples):
+        if task.head == "qa":
+            return encode_qa(examples, tokenizer, args.max_len, args.stride)
+        return encode_classification(task, examples, tokenizer, args.max_len), None
+
+    dev = {name: (examples, *encode(examples)) for name, examples in task.dev.items()}
+    evaluator = DevEvaluator(task, dev, out, tokenizer)
+    start = time.time()
+    if args.eval_only:
+        evaluator.best = None
+        metrics = evaluator(model, 0, {"model": str(args.model), "steps": 0})
+        print(f"{task.name}: {metrics}")
+        return
+    train_examples = task.train
+    if args.max_train_examples and args.max_train_examples < len(train_examples):
+        keep = np.random.default_rng(args.seed).choice(len(train_examples), args.max_train_examples, replace=False)
+        train_examples = [train_examples[i] for i in sorted(keep)]
+    train_split, _ = encode(train_examples)
+    if task.head == "classification" and "labels" not in train_split.arrays:
+        raise UserError(f"{data}: the training split has unlabelled rows")
+    steps_per_epoch = math.ceil(len(train_split) / args.batch_size)
+    steps = args.max_steps or max(1, round(args.epochs * steps_per_epoch))
+    teacher = build_model(args.teacher, task, "teacher").to(accelerator.device).eval() if args.teacher else None
+    stage = Stage("finetune", steps, task_loss(task, teacher, args.alpha, args.temperature), lr=args.lr,
+                  warmup=args.warmup)
+    cfg = TrainConfig(out, args.batch_size, args.grad_accum, "adamw", 1.0, args.save_every, seed=args.seed,
+                      eval_every=args.eval_every or steps_per_epoch,
+                      run={"model": str(args.model), "task": task.name, "teacher": args.teacher, "lr": args.lr,
+                           "max_len": args.max_len, "alpha": args.alpha, "temperature": args.temperature,
+                           "train_examples": len(train_split)})
+    extra = {"model": str(args.model), "teacher": args.teacher, "steps": steps, "train_examples": len(train_split)}
+
+    def on_eval(m, step):
+        evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)})
+
+    run_plan([stage], model, train_split, cfg, accelerator, resume=args.resume, on_eval=on_eval)
+    if accelerator.is_main_process:
+        result = read_json(out / "results.json")
+        result["wall_seconds"] = round(time.time() - start, 1)
+        write_json(out / "results.json", result)
+        print(f"{task.name}: best {result['best_metric']} {result['best_score']:.4f} at step {result['best_step']} "
+              f"of {steps}; model in {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Fine-tuning tasks: which reader, which head, which labels, and the encoded splits the loop draws from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mobilekd.data.custom import read_custom
+from mobilekd.data.glue import TASKS as GLUE_TASKS
+from mobilekd.data.glue import find_split, read_glue
+from mobilekd.data.squad import read_squad, squad_features
+from mobilekd.errors import UserError, located
+from mobilekd.finetune.metrics import GLUE_METRICS
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE"}
+TASK_NAMES = list(GLUE_TASKS) + ["squad1", "squad2", "custom"]
+
+# Defaults per task (printed by --help): the paper's SQuAD settings (lr 4e-5, batch 32, sequence 384, stride
+# 128, 5 epochs); for GLUE, BERT's usual choice of batch 32, sequence 128, lr 5e-5 and 3 epochs, 5 epochs for
+# the small tasks (CoLA, MRPC, STS-B, RTE, WNLI).
+DEFAULTS = {
+    **{t: dict(lr=5e-5, batch_size=32, epochs=3, max_len=128) for t in GLUE_TASKS},
+    **{t: dict(lr=5e-5, batch_size=32, epochs=5, max_len=128) for t in ("rte", "mrpc", "stsb", "cola", "wnli")},
+    "squad1": dict(lr=4e-5, batch_size=32, epochs=5, max_len=384),
+    "squad2": dict(lr=4e-5, batch_size=32, epochs=5, max_len=384),
+    "custom": dict(lr=5e-5, batch_size=32, epochs=3, max_len=128),
+}
+
+
+@dataclass
+class Task:
+    name: str
+    head: str  # "classification" or "qa"
+    labels: list[str] | None  # class names; None for regression and QA
+    metrics: tuple[str, ...]
+    train: list | None
+    dev: dict[str, list]  # split name -> examples (MNLI has two dev sets)
+    version: str | None = None  # SQuAD 1.1 / 2.0
+
+    @property
+    def is_regression(self) -> bool:
+        return self.head == "classification" and self.labels is None
+
+
+def default_data(task: str) -> Path | None:
+    return REPO_ROOT / "data" / "glue" / SHIPPED[task] if task in SHIPPED else None
+
+
+def _find(directory: Path, stem: str, suffixes) -> Path:
+    for suffix in suffixes:
+        for name in (f"{stem}{suffix}", f"{stem}{suffix}.gz"):
+            if (directory / name).is_file():
+                return directory / name
+    raise located(directory / f"{stem}{suffixes[0]}", f"no such file (looked for {stem} with {', '.join(suffixes)})")
+
+
+def load_task(name: str, data: Path, eval_only: bool = False, regression: bool = False) -> Task:
+    """Read a task's train (unless eval_only) and dev splits from `data`, a directory."""
+    data = Path(data)
+    if not data.is_dir():
+        raise located(data, "no such data directory (it should hold the task's train and dev files)")
+    if name in GLUE_TASKS:
+        spec = GLUE_TASKS[name]
+        dev = {f.split(".")[0]: read_glue(spec, find_split(data, f.split(".")[0])) for f in spec.dev_files}
+        train = None if eval_only else read_glue(spec, find_split(data, "train"))
+        labels = list(spec.labels) if spec.labels else None
+        return Task(name, "classification", labels, GLUE_METRICS.get(name, ("accuracy",)), train, dev)
+    if name in ("squad1", "squad2"):
+        dev, version = read_squad(_find(data, "dev", [".json"]))
+        train = None if eval_only else read_squad(_find(data, "train", [".json"]))[0]
+        if name == "squad1" and version == "2.0":
+            raise located(data, "holds SQuAD v2.0 data (is_impossible fields); use --task squad2")
+        return Task(name, "qa", None, ("exact_match", "f1"), train, {"dev": dev}, "2.0" if name == "squad2" else "1.1")
+    if name == "custom":
+        suffixes = [".csv", ".tsv", ".jsonl"]
+        train = None if eval_only else read_custom(_find(data, "train", suffixes), regression=regression)
+        labels = None
+        if not regression:
+            labels = sorted({e.label for e in (train or []) if e.label is not None})
+        dev = {"dev": read_custom(_find(data, "dev", suffixes), labels if labels else None, regression)}
+        if not regression and not labels:
+            labels = sorted({e.label for e in dev["dev"] if e.label is not None})
+        return Task(name, "classification", labels, ("pearson", "spearman") if regression else ("accuracy",), train,
+                    dev)
+    raise UserError(f"unknown task {name!r}; choose one of: {', '.join(TASK_NAMES)}")
+
+
+class EncodedSplit:
+    """Tokenized examples; `batch(indices, epoch)` pads to the longest sequence in the batch."""
+
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        self.arrays = arrays
+        if len(self) == 0:
+            raise UserError("the split is empty")
+
+    def __len__(self):
+        return len(self.arrays["input_ids"])
+
+    def batch(self, indices, epoch=0) -> dict[str, torch.Tensor]:
+        """Examples `indices` (the epoch does not change them)."""
+        idx = np.asarray(list(indices))
+        width = int(self.arrays["attention_mask"][idx].sum(1).max())
+        out = {}
+        for k, v in self.arrays.items():
+            part = v[idx]
+            out[k] = torch.from_numpy(part[:, :width] if part.ndim == 2 and part.shape[1] > width
+                                      and k in ("input_ids", "attention_mask", "token_type_ids") else part)
+        return out
+
+
+def encode_classification(task: Task, examples, tokenizer, max_len: int) -> EncodedSplit:
+    a = [e.text_a for e in examples]
+    b = [e.text_b for e in examples] if examples[0].text_b is not None else None
+    enc = tokenizer(a, b, truncation=True, max_length=max_len, padding="max_length")
+    arrays = {k: np.asarray(enc[k], dtype=np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
+    if all(e.label is not None for e in examples):
+        if task.is_regression:
+            arrays["labels"] = np.asarray([e.label for e in examples], dtype=np.float32)
+        else:
+            index = {label: i for i, label in enumerate(task.labels)}
+            arrays["labels"] = np.asarray([index[e.label] for e in examples], dtype=np.int64)
+    return EncodedSplit(arrays)
+
+
+def encode_qa(examples, tokenizer, max_len: int, stride: int) -> tuple[EncodedSplit, dict]:
+    """SQuAD windows for the model, plus what decoding answers needs (window -> example, offsets)."""
+    feats = squad_features(examples, tokenizer, max_len, stride)
+    keep = ("input_ids", "attention_mask", "token_type_ids", "start_positions", "end_positions")
+    return EncodedSplit({k: feats[k] for k in keep}), {"example_index": feats["example_index"],
+                                                        "offsets": feats["offsets"]}

@@ -1,0 +1,136 @@
+"""Fine-tuning on the shipped GLUE data and on SQuAD fixtures: metrics, heads, task distillation, bad input."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from sklearn.metrics import accuracy_score
+
+from conftest import ROOT
+from helpers import one_line_error, run_module
+from mobilekd.data.squad import SquadExample
+from mobilekd.finetune.metrics import classification_metrics, normalize_answer, squad_metrics
+from mobilekd.finetune.qa import decode_answers
+from mobilekd.models.heads import MobileBertForPreTraining
+from mobilekd.models.hf import save_pretrained
+from mobilekd.models.presets import PRESETS
+from test_data import _squad
+
+
+@pytest.fixture(scope="module")
+def student_dir(tmp_path_factory, tokenizer):
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("student")
+    save_pretrained(MobileBertForPreTraining(PRESETS["demo_student"].config), out, tokenizer)
+    return out
+
+
+def test_squad_metrics_follow_the_official_normalisation():
+    assert normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
+    examples = [SquadExample("a", "q", "c", [{"text": "the cat", "answer_start": 0}]),
+                SquadExample("b", "q", "c", [{"text": "big red dog", "answer_start": 0}]),
+                SquadExample("c", "q", "c", [], True)]
+    m = squad_metrics(examples, {"a": "Cat.", "b": "red dog", "c": ""})
+    assert m["exact_match"] == pytest.approx(100 * 2 / 3)
+    assert m["f1"] == pytest.approx(100 * (1 + 0.8 + 1) / 3)  # "red dog" vs "big red dog": P 1, R 2/3
+
+
+def test_classification_metrics_by_hand():
+    labels, preds = [1, 1, 0, 0], [1, 0, 0, 0]
+    m = classification_metrics(("f1", "accuracy", "matthews_corr"), labels, preds)
+    assert m["accuracy"] == 0.75 and m["f1"] == pytest.approx(2 / 3)
+    assert m["matthews_corr"] == pytest.approx((1 * 2 - 0 * 1) / np.sqrt(1 * 3 * 2 * 2))
+    r = classification_metrics(("pearson", "spearman"), [1.0, 2.0, 3.0], [1.0, 2.0, 2.5])
+    assert r["spearman"] == pytest.approx(1.0)
+
+
+def test_span_decoding_and_no_answer():
+    context = "MobileBERT was released by Google in 2020."
+    ex = SquadExample("q", "who?", context, [{"text": "Google", "answer_start": 27}])
+    offsets = np.full((1, 8, 2), -1)
+    for t, (s, e) in enumerate([(0, 10), (11, 14), (15, 23), (24, 26), (27, 33), (34, 36)], start=2):
+        offsets[0, t] = (s, e)
+    start, end = np.zeros((1, 8)), np.zeros((1, 8))
+    start[0, 6], end[0, 6] = 5.0, 5.0
+    meta = {"example_index": np.array([0]), "offsets": offsets}
+    assert decode_answers([ex], meta, start, end, v2=False) == {"q": "Google"}
+    start[0, 0], end[0, 0] = 9.0, 9.0  # [CLS] scores higher: no answer under v2 only
+    assert decode_answers([ex], meta, start, end, v2=True) == {"q": ""}
+    assert decode_answers([ex], meta, start, end, v2=False) == {"q": "Google"}
+
+
+def finetune(*args, check=True):
+    return run_module("mobilekd.finetune.run", "--threads", 1, *args, check=check)
+
+
+def test_sst2_with_task_distillation(student_dir, demo_teacher_dir, tmp_path):
+    teacher = tmp_path / "teacher"
+    finetune("--model", demo_teacher_dir, "--task", "sst2", "--out", teacher, "--max-train-examples", 256,
+             "--max-steps", 16, "--batch-size", 16, "--max-len", 48, "--lr", 5e-4)
+    out = tmp_path / "student"
+    finetune("--model", student_dir, "--task", "sst2", "--teacher", teacher, "--out", out,
+             "--max-train-examples", 256, "--max-steps", 16, "--batch-size", 16, "--max-len", 48, "--eval-every", 8)
+    result = json.loads((out / "results.json").read_text())
+    assert result["task"] == "sst2" and result["teacher"] == str(teacher) and result["best_step"] in (8, 16)
+    rows = [line.split("\t") for line in (out / "dev_predictions.tsv").read_text().splitlines()[1:]]
+    assert len(rows) == 872
+    assert result["metrics"]["dev"]["accuracy"] == pytest.approx(
+        accuracy_score([r[1] for r in rows], [r[2] for r in rows]))
+    hf = transformers.MobileBertForSequenceClassification.from_pretrained(out)
+    assert hf.config.id2label == {0: "0", 1: "1"}
+    events = list((out / "tensorboard").iterdir())
+    assert events, "TensorBoard event files are written"
+
+
+def test_stsb_regression_and_eval_only(student_dir, tmp_path):
+    out = tmp_path / "stsb"
+    finetune("--model", student_dir, "--task", "stsb", "--out", out, "--max-train-examples", 128, "--max-steps", 6,
+             "--batch-size", 16, "--max-len", 48)
+    metrics = json.loads((out / "results.json").read_text())["metrics"]["dev"]
+    assert set(metrics) == {"pearson", "spearman"}
+    proc = finetune("--model", out, "--task", "stsb", "--eval-only", "--out", tmp_path / "eval", "--max-len", 48)
+    again = json.loads((tmp_path / "eval" / "results.json").read_text())["metrics"]["dev"]
+    assert again["pearson"] == pytest.approx(metrics["pearson"], abs=1e-6)
+    assert "pearson" in proc.stdout
+
+
+@pytest.mark.parametrize("task, v2", [("squad1", False), ("squad2", True)])
+def test_squad_fine_tuning_on_a_fixture(student_dir, tmp_path, task, v2):
+    data = tmp_path / "squad"
+    data.mkdir()
+    for split in ("train", "dev"):
+        (data / f"{split}.json").write_text(json.dumps(_squad(v2)))
+    out = tmp_path / "qa"
+    finetune("--model", student_dir, "--task", task, "--data", data, "--out", out, "--max-steps", 4,
+             "--batch-size", 4, "--max-len", 96, "--stride", 32)
+    result = json.loads((out / "results.json").read_text())
+    assert set(result["metrics"]["dev"]) == {"exact_match", "f1"}
+    answers = json.loads((out / "dev_predictions.json").read_text())
+    assert set(answers) == ({"q1", "q2"} if v2 else {"q1"})
+    assert transformers.MobileBertForQuestionAnswering.from_pretrained(out).config.num_labels == 2
+
+
+def test_bad_input_is_one_line(student_dir, tmp_path):
+    cola = ROOT / "data" / "glue" / "CoLA"
+    line = one_line_error(finetune("--model", student_dir, "--task", "sst2", "--data", cola, "--out", tmp_path / "a",
+                                   check=False))
+    assert "not a sst2 file" in line
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "train.tsv").write_text("sentence\tlabel\ngood\t1\n")
+    (empty / "dev.tsv").write_text("sentence\tlabel\n")
+    line = one_line_error(finetune("--model", student_dir, "--task", "sst2", "--data", empty, "--out", tmp_path / "b",
+                                   check=False))
+    assert "dev.tsv: no examples" in line
+    line = one_line_error(finetune("--model", student_dir, "--task", "sst2", "--max-len", 1024, "--out",
+                                   tmp_path / "c", "--eval-only", check=False))
+    assert "--max-len 1024 exceeds the model's 512 positions" in line
+    stsb = tmp_path / "stsb"
+    finetune("--model", student_dir, "--task", "stsb", "--out", stsb, "--max-steps", 1, "--max-train-examples", 16,
+             "--max-len", 32)
+    line = one_line_error(finetune("--model", stsb, "--task", "sst2", "--eval-only", "--out", tmp_path / "d",
+                                   check=False))
+    assert "labels ['score'] do not fit task sst2" in line
+    assert not (tmp_path / "d" / "model.safetensors").exists()
