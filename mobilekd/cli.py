@@ -47,6 +47,21 @@ def cmd_models(args) -> None:
           f"{args.seq_len}, batch 1; paper: MobileBERT paper, Tables 1 and 4")
 
 
+def cmd_init(args) -> None:
+    """A randomly initialised model directory of a preset: the from-scratch baseline, or a starting point."""
+    import torch
+
+    from mobilekd.data.tokenizer import load_tokenizer
+    from mobilekd.models.heads import MobileBertForPreTraining
+    from mobilekd.models.hf import save_pretrained
+    from mobilekd.models.presets import get_preset
+
+    torch.manual_seed(args.seed)
+    model = MobileBertForPreTraining(get_preset(args.preset).config)
+    save_pretrained(model, args.out, load_tokenizer(args.vocab) if args.vocab else load_tokenizer())
+    print(f"{args.preset}: randomly initialised model written to {args.out}")
+
+
 @cli_entry
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="mobilekd", description=__doc__)
@@ -55,6 +70,12 @@ def main(argv=None):
     p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
     p.add_argument("--seq-len", type=int, default=128, help="sequence length for the FLOP count (default 128)")
     p.set_defaults(func=cmd_models)
+    p = sub.add_parser("init", help="write a randomly initialised model directory of a preset")
+    p.add_argument("preset", help="a preset name (see `mobilekd models`)")
+    p.add_argument("out", help="output directory")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--vocab", help="vocab.txt (default: the shipped bert-base-uncased vocab)")
+    p.set_defaults(func=cmd_init)
     args = parser.parse_args(argv)
     args.func(args)
 

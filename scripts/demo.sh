@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on the shipped data: set up, pre-train the demo IB-BERT teacher, distill it into the demo
-# MobileBERT student with progressive knowledge transfer, and print the model table.
+# MobileBERT student with progressive knowledge transfer, fine-tune teacher and students on SST-2.
 #   scripts/demo.sh [--force]     (--force redoes finished stages; otherwise a finished stage is skipped and an
 #                                  interrupted one resumes from its checkpoint)
 set -euo pipefail
@@ -20,16 +20,34 @@ mkdir -p "$OUT"
 
 stage_done() { [ -f "$1/summary.json" ] && [ -f "$1/model.safetensors" ] && [ -f "$1/config.json" ]; }
 
-echo "== 1/3 model presets (parameters and FLOPs beside the paper's)"
+echo "== 1/4 model presets (parameters and FLOPs beside the paper's)"
 python -m mobilekd.cli models | tee "$OUT/models.txt"
 
-echo "== 2/3 teacher pre-training (demo IB-BERT, MLM + NSP) -> $OUT/teacher"
+echo "== 2/4 teacher pre-training (demo IB-BERT, MLM + NSP) -> $OUT/teacher"
 if stage_done "$OUT/teacher"; then echo "done already (summary.json exists); --force to redo"
 else python -m teacher_ib_bert.train --out "$OUT/teacher" --resume; fi
 
-echo "== 3/3 progressive knowledge transfer into the demo MobileBERT -> $OUT/student"
+echo "== 3/4 progressive knowledge transfer into the demo MobileBERT -> $OUT/student"
 if stage_done "$OUT/student"; then echo "done already (summary.json exists); --force to redo"
 else python -m mobilekd.transfer.distill --teacher "$OUT/teacher" --out "$OUT/student" --resume; fi
+
+echo "== 4/4 SST-2: the teacher, the distilled student (with and without task distillation) and a student"
+echo "   trained from random initialisation, each fine-tuned on 20,000 shipped SST-2 examples, scored on dev"
+SST2=(--task sst2 --max-train-examples 20000 --epochs 1 --max-len 64 --eval-every 200)
+finetune() {  # name, then flags
+  local name=$1; shift
+  if python -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get('complete') else 1)" \
+       "$OUT/sst2/$name/results.json" 2>/dev/null; then
+    echo "-- $name: done already"
+  else
+    echo "-- $name"; python -m mobilekd.finetune.run "${SST2[@]}" --out "$OUT/sst2/$name" --resume "$@"
+  fi
+}
+[ -f "$OUT/scratch_init/config.json" ] || python -m mobilekd.cli init demo_student "$OUT/scratch_init"
+finetune teacher --model "$OUT/teacher" --lr "${TEACHER_LR:-5e-4}"
+finetune student --model "$OUT/student" --lr 5e-4
+finetune student_task_kd --model "$OUT/student" --teacher "$OUT/sst2/teacher" --lr 5e-4
+finetune scratch --model "$OUT/scratch_init" --lr 5e-4
 
 echo
 cat "$OUT/student/summary.md"
@@ -38,6 +56,18 @@ import json, sys
 out = sys.argv[1]
 t = json.load(open(f"{out}/teacher/summary.json"))["heldout"]
 s = json.load(open(f"{out}/student/summary.json"))["heldout"]
-print(f"teacher held-out MLM accuracy {t['mlm_accuracy']:.3f}, student {s['mlm_accuracy']:.3f}, "
-      f"unigram baseline {t['unigram_accuracy']:.3f}")
+print(f"\npre-training: teacher held-out MLM accuracy {t['mlm_accuracy']:.3f}, PKT student {s['mlm_accuracy']:.3f}, "
+      f"unigram baseline {t['unigram_accuracy']:.3f}\n")
+rows = {n: json.load(open(f"{out}/sst2/{n}/results.json")) for n in ("teacher", "student", "student_task_kd", "scratch")}
+base = rows["teacher"]["best_score"]
+lines = ["| SST-2 dev | accuracy | share of teacher | fine-tuning time |", "|---|---|---|---|"]
+for name, r in rows.items():
+    lines.append(f"| {name} | {r['best_score']:.4f} | {100 * r['best_score'] / base:.1f}% | {r['wall_seconds']} s |")
+table = "\n".join(lines)
+print(table)
+open(f"{out}/report.md", "w").write(open(f"{out}/student/summary.md").read() + "\n" + table + "\n")
+json.dump({"teacher_pretraining": t, "student_pretraining": s,
+           "sst2": {n: r["metrics"]["dev"] | {"wall_seconds": r["wall_seconds"]} for n, r in rows.items()}},
+          open(f"{out}/report.json", "w"), indent=2)
+print(f"\nreport: {out}/report.md, {out}/report.json")
 PY

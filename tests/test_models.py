@@ -100,3 +100,15 @@ def test_models_command_prints_table_and_json():
     table = subprocess.run([sys.executable, "-m", "mobilekd.cli", "models"], capture_output=True, text=True,
                            check=True).stdout
     assert "ib_bert_large" in table and "293.0M" in table
+
+
+def test_init_writes_a_loadable_random_model(tmp_path):
+    from mobilekd.models.hf import load_pretrained
+
+    subprocess.run([sys.executable, "-m", "mobilekd.cli", "init", "demo_student", str(tmp_path)], check=True,
+                   capture_output=True)
+    model = load_pretrained(tmp_path)
+    assert model.config.intra_bottleneck_size == 32 and (tmp_path / "vocab.txt").is_file()
+    bad = subprocess.run([sys.executable, "-m", "mobilekd.cli", "init", "nope", str(tmp_path / "x")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: unknown preset 'nope'")

@@ -233,7 +233,7 @@ def main(argv=None):
     run_plan([stage], model, train_split, cfg, accelerator, resume=args.resume, on_eval=on_eval)
     if accelerator.is_main_process:
         result = read_json(out / "results.json")
-        result["wall_seconds"] = round(time.time() - start, 1)
+        result.update(wall_seconds=round(time.time() - start, 1), complete=True)
         write_json(out / "results.json", result)
         print(f"{task.name}: best {result['best_metric']} {result['best_score']:.4f} at step {result['best_step']} "
               f"of {steps}; model in {out}")
