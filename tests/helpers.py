@@ -1,8 +1,13 @@
 """Running our command-line programs the way users do, in a subprocess."""
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
+
+from safetensors.torch import load_file
 
 from conftest import ROOT
 
@@ -27,3 +32,25 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, proc.stderr[-2000:]
     return lines[0]
+
+
+def kill_after_checkpoint(module: str, args, out, min_step: int) -> int:
+    """Start a training run, SIGKILL it once its checkpoint has reached `min_step`; return the step it holds."""
+    proc = subprocess.Popen([sys.executable, "-m", module, *map(str, args)], env=env(), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = out / "checkpoint" / "trainer.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if state.is_file() and json.loads(state.read_text())["global_step"] >= min_step:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return json.loads(state.read_text())["global_step"]
+
+
+def max_weight_difference(dir_a, dir_b) -> float:
+    a, b = load_file(str(dir_a / "model.safetensors")), load_file(str(dir_b / "model.safetensors"))
+    assert a.keys() == b.keys()
+    return max((a[k] - b[k]).abs().max().item() for k in a)

@@ -1,33 +1,19 @@
 """Teacher pre-training: exact resume after SIGKILL, multi-process equivalence, faults refused cleanly."""
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from safetensors.torch import load_file
 
 from conftest import ROOT
-from helpers import env, one_line_error, run_module
+from helpers import env, kill_after_checkpoint, max_weight_difference, one_line_error, run_module
 
 FAST = ["--seq-len", 48, "--batch-size", 8, "--eval-examples", 32, "--threads", 1]
 
 
 def teacher_args(corpus, out, cache, *extra):
     return ["--corpus", corpus, "--out", out, "--cache-dir", cache, *FAST, *extra]
-
-
-def weights(path):
-    return load_file(str(path / "model.safetensors"))
-
-
-def assert_same(a, b, atol=0.0):
-    assert a.keys() == b.keys()
-    worst = max((a[k] - b[k]).abs().max().item() for k in a)
-    assert worst <= atol, worst
 
 
 def test_sigkill_and_resume_gives_the_same_weights(small_corpus, tmp_path):
@@ -41,21 +27,10 @@ def test_sigkill_and_resume_gives_the_same_weights(small_corpus, tmp_path):
     assert "held-out MLM accuracy" in full.stdout
 
     out = tmp_path / "killed"
-    args = [sys.executable, "-m", "teacher_ib_bert.train", *map(str, teacher_args(small_corpus, out, cache, *steps))]
-    proc = subprocess.Popen(args, env=env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state = out / "checkpoint" / "trainer.json"
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if state.is_file() and json.loads(state.read_text())["global_step"] >= 10:
-            break
-        time.sleep(0.02)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    killed_at = json.loads(state.read_text())["global_step"]
+    killed_at = kill_after_checkpoint("teacher_ib_bert.train", teacher_args(small_corpus, out, cache, *steps), out, 10)
     assert 10 <= killed_at < 60 and not (out / "model.safetensors").exists()
     run_module("teacher_ib_bert.train", *teacher_args(small_corpus, out, cache, *steps, "--resume"))
-    assert_same(weights(tmp_path / "full"), weights(out), atol=1e-6)
+    assert max_weight_difference(tmp_path / "full", out) <= 1e-6
 
 
 def test_two_processes_match_one(small_corpus, tmp_path):
@@ -68,7 +43,7 @@ def test_two_processes_match_one(small_corpus, tmp_path):
                            "--master_port", "29517", "-m", "teacher_ib_bert.train", *two],
                           capture_output=True, text=True, env=env(), cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert_same(weights(tmp_path / "one"), weights(tmp_path / "two"), atol=1e-5)
+    assert max_weight_difference(tmp_path / "one", tmp_path / "two") <= 1e-5
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_path):

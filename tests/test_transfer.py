@@ -2,24 +2,16 @@
 distillation measured against training from scratch."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 import torch
 from accelerate import Accelerator
-from safetensors.torch import load_file
 
-from conftest import ROOT
-from helpers import env, one_line_error, run_module
+from helpers import kill_after_checkpoint, max_weight_difference, one_line_error, run_module
 from mobilekd.data.pretraining import load_pretraining_data
 from mobilekd.errors import UserError
 from mobilekd.models.heads import MobileBertForPreTraining
-from mobilekd.models.hf import load_pretrained
 from mobilekd.models.presets import PRESETS
 from mobilekd.train.loop import TrainConfig, run_plan
 from mobilekd.transfer.losses import (attention_transfer, feature_map_transfer, logit_distillation, mean_transfer,
@@ -140,20 +132,9 @@ def test_resume_mid_stage_after_sigkill(demo_teacher_dir, small_corpus, tmp_path
 
     run_module("mobilekd.transfer.distill", *args(tmp_path / "full"))
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "mobilekd.transfer.distill", *map(str, args(out))], env=env(),
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state = out / "checkpoint" / "trainer.json"
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if state.is_file() and json.loads(state.read_text())["global_step"] >= 16:
-            break
-        time.sleep(0.02)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_after_checkpoint("mobilekd.transfer.distill", args(out), out, 16)
     run_module("mobilekd.transfer.distill", *args(out, "--resume"))
-    a, b = load_file(str(tmp_path / "full" / "model.safetensors")), load_file(str(out / "model.safetensors"))
-    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
+    assert max_weight_difference(tmp_path / "full", out) <= 1e-6
 
 
 def test_mismatched_teacher_is_one_line(demo_teacher_dir, tmp_path):
