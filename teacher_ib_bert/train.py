@@ -91,7 +91,8 @@ def main(argv=None):
         write_json(out / "summary.json", result)
         print(f"held-out MLM accuracy {metrics['mlm_accuracy']:.3f} (unigram baseline "
               f"{metrics['unigram_accuracy']:.3f}), MLM loss {metrics['mlm_loss']:.3f}, NSP accuracy "
-              f"{metrics['nsp_accuracy']:.3f}; teacher saved to {out}")
+              f"{metrics['nsp_accuracy']:.3f} (majority class {metrics['nsp_majority_accuracy']:.3f}); "
+              f"teacher saved to {out}")
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}))
 
 

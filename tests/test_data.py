@@ -33,7 +33,7 @@ def test_pretraining_cache_builds_once_and_masks_like_bert(small_corpus, tokeniz
     assert data.path == again.path and len(list((tmp_path / "c").iterdir())) == 1
     assert len(data.train) > 100 and len(data.heldout) > 0
     nsp = data.train.rows[:, 4]
-    assert 0.35 < nsp.mean() < 0.7  # about half the B segments come from another document
+    assert 0.4 < nsp.mean() < 0.6  # half the B segments come from another document
 
     batch = data.train.batch(range(200), epoch=0)
     ids, pos, labels = batch["input_ids"].numpy(), batch["masked_positions"].numpy(), batch["masked_labels"].numpy()

@@ -23,7 +23,8 @@ def test_sigkill_and_resume_gives_the_same_weights(small_corpus, tmp_path):
     summary = json.loads((tmp_path / "full" / "summary.json").read_text())
     assert summary["train"]["end"]["mlm"] < summary["train"]["start"]["mlm"]  # it learns
     assert {"steps", "wall_seconds", "tokens_per_second", "heldout"} <= set(summary)
-    assert {"mlm_loss", "mlm_accuracy", "unigram_accuracy", "nsp_accuracy"} <= set(summary["heldout"])
+    assert {"mlm_loss", "mlm_accuracy", "unigram_accuracy", "nsp_accuracy", "nsp_majority_accuracy"} <= set(
+        summary["heldout"])
     assert "held-out MLM accuracy" in full.stdout
 
     out = tmp_path / "killed"

@@ -14,8 +14,8 @@ from mobilekd.errors import UserError
 from mobilekd.models.heads import MobileBertForPreTraining
 from mobilekd.models.presets import PRESETS
 from mobilekd.train.loop import TrainConfig, run_plan
-from mobilekd.transfer.losses import (attention_transfer, feature_map_transfer, logit_distillation, mean_transfer,
-                                      variance_transfer)
+from mobilekd.transfer.losses import (attention_transfer, cosine_hidden, feature_map_transfer, logit_distillation,
+                                      mean_transfer, variance_transfer)
 from mobilekd.transfer.strategies import Distiller, PlanSettings, check_pair, copy_shared_weights, plan
 
 T = torch.tensor([[[1.0, 2.0, 3.0], [0.0, 0.0, 3.0]]])
@@ -56,6 +56,12 @@ def test_logit_distillation_by_hand():
         expected = (p * np.log(p / q)).sum() * temperature**2
         assert logit_distillation(t, s, temperature).item() == pytest.approx(expected, rel=1e-5)
     assert logit_distillation(t, t).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_distilbert_cosine_loss_by_hand():
+    t, s = torch.tensor([[[1.0, 0.0], [1.0, 1.0]]]), torch.tensor([[[0.0, 1.0], [2.0, 2.0]]])
+    assert cosine_hidden(t, s).item() == pytest.approx(((1 - 0.0) + (1 - 1.0)) / 2)
+    assert cosine_hidden(t, t).item() == pytest.approx(0.0, abs=1e-7)
 
 
 def test_pairs_that_cannot_be_distilled_are_refused():

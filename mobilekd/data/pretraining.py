@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from mobilekd.errors import UserError, located
 from mobilekd.fileio import read_lines
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 HELDOUT_EVERY = 20  # every 20th document is held out for evaluation
 MAX_DOC_LINES = 200  # longer documents (a novel) are cut into pieces of this many lines
 SHORT_SEQ_PROB = 0.1  # as BERT: 10% of examples get a shorter random target length
@@ -82,6 +82,13 @@ def _instances(doc_spans, all_docs, rng, max_tokens):
         length += doc_spans[i][1] - doc_spans[i][0]
         if i == len(doc_spans) - 1 or length >= target:
             if chunk:
+                n_sentences = len(chunk)
+                if n_sentences == 1 and chunk[0][1] - chunk[0][0] >= 2:
+                    # One long sentence or paragraph: its two parts are A and its true B (BERT would force a
+                    # random B here, which skews NSP towards "random" on corpora of long paragraphs).
+                    start, end = chunk[0]
+                    cut = start + int(rng.integers(1, end - start))
+                    chunk = [(start, cut), (cut, end)]
                 a_end_idx = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
                 a = (chunk[0][0], chunk[a_end_idx - 1][1])
                 is_random = len(chunk) == 1 or (rng.random() < 0.5 and len(all_docs) > 1)
@@ -91,7 +98,8 @@ def _instances(doc_spans, all_docs, rng, max_tokens):
                         other = all_docs[int(rng.integers(len(all_docs)))]
                     start = int(rng.integers(len(other)))
                     b = (other[start][0], other[min(start + 8, len(other)) - 1][1])
-                    i -= len(chunk) - a_end_idx  # put the unused sentences back, as BERT does
+                    if n_sentences > 1:
+                        i -= n_sentences - a_end_idx  # put the unused sentences back, as BERT does
                 else:
                     b = (chunk[a_end_idx][0], chunk[-1][1])
                 a, b = _truncate_pair(a, b, max_tokens)
