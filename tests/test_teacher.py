@@ -36,7 +36,9 @@ def test_sigkill_and_resume_gives_the_same_weights(small_corpus, tmp_path):
 
 def test_two_processes_match_one(small_corpus, tmp_path):
     cache = tmp_path / "cache"
-    common = teacher_args(small_corpus, None, cache, "--steps", 4, "--dropout", 0.0)
+    # Adam turns float-order noise in near-zero gradients into lr-sized steps; a small lr keeps the comparison
+    # about data and gradient averaging, not about that noise.
+    common = teacher_args(small_corpus, None, cache, "--steps", 4, "--dropout", 0.0, "--lr", 1e-4)
     one = [str(a) if a is not None else str(tmp_path / "one") for a in common]
     run_module("teacher_ib_bert.train", *one)
     two = [str(a) if a is not None else str(tmp_path / "two") for a in common]
