@@ -61,10 +61,6 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def total_steps(args, n_layers: int) -> int:
-    return n_layers * args.layer_steps + args.pd_steps
-
-
 def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teacher_dir: Path) -> dict:
     """One strategy (or 'scratch') from the teacher directory into a fresh student; returns its summary."""
     config = get_preset(args.student).config
@@ -76,18 +72,18 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
            "weights": [args.fmt_weight, args.at_weight, args.mean_weight, args.var_weight]}
     cfg = TrainConfig(out, args.batch_size, args.grad_accum, args.optimizer, 1.0, args.save_every, seed=args.seed,
                       run=run)
+    weights = TransferWeights(args.fmt_weight, args.at_weight, args.mean_weight, args.var_weight, args.alpha,
+                              args.temperature)
+    settings = PlanSettings(args.layer_steps, args.pd_steps, args.lr, args.layer_lr, args.warmup, args.freeze,
+                            weights, args.teacher_bf16)
     if strategy == "scratch":
-        stages = [Stage("scratch", total_steps(args, n_layers), pretraining_loss, lr=args.lr, warmup=args.warmup)]
+        stages = [Stage("scratch", settings.total_steps(n_layers), pretraining_loss, lr=args.lr, warmup=args.warmup)]
         copied = []
     else:
         teacher = load_pretrained(teacher_dir, "pretraining").to(accelerator.device)
         layer_map = [int(x) for x in args.layer_map.split(",")] if args.layer_map else None
         layer_map = check_pair(teacher.config, config, layer_map)
         copied = copy_shared_weights(teacher, student)
-        weights = TransferWeights(args.fmt_weight, args.at_weight, args.mean_weight, args.var_weight, args.alpha,
-                                  args.temperature)
-        settings = PlanSettings(args.layer_steps, args.pd_steps, args.lr, args.layer_lr, args.warmup, args.freeze,
-                                weights, args.teacher_bf16)
         stages = plan(strategy, Distiller(teacher, layer_map, settings), n_layers)
     start = time.time()
     summaries = run_plan(stages, student, data.train, cfg, accelerator, resume=args.resume)

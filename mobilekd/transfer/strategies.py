@@ -49,6 +49,10 @@ class PlanSettings:
     weights: TransferWeights = field(default_factory=TransferWeights)
     teacher_bf16: bool = False
 
+    def total_steps(self, n_layers: int) -> int:
+        """Steps of every strategy's plan (equal by construction, so strategies compare at equal cost in steps)."""
+        return n_layers * self.layer_steps + self.pd_steps
+
 
 def check_pair(teacher: ModelConfig, student: ModelConfig, layer_map: list[int] | None) -> list[int]:
     """Refuse a teacher/student that cannot be paired; return the teacher layer for each student layer."""
@@ -161,7 +165,7 @@ def plan(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
     layer_lr = s.layer_lr or s.lr
     pd = Stage("pd", s.pd_steps, distiller.pd_terms, lr=s.lr, warmup=s.warmup)
     if strategy == "akt":
-        return [Stage("akt", s.pd_steps + n_layers * s.layer_steps, distiller.akt_terms, lr=s.lr, warmup=s.warmup)]
+        return [Stage("akt", s.total_steps(n_layers), distiller.akt_terms, lr=s.lr, warmup=s.warmup)]
     if strategy == "jkt":
         every = list(range(n_layers))
         joint = Stage("jkt", n_layers * s.layer_steps, lambda m, b: distiller.layer_terms(m, b, every),
