@@ -127,12 +127,13 @@ def task_loss(task: Task, teacher, alpha: float, temperature: float):
 
 
 class DevEvaluator:
-    """Scores every dev split; keeps the best model (by the task's first metric) and its predictions in OUT."""
+    """Scores every dev split; keeps the best model (by the task's first metric) and its predictions in OUT.
+    With `save_model=False` (evaluation only) it writes results and predictions but no copy of the weights."""
 
-    def __init__(self, task: Task, dev: dict, out: Path, tokenizer):
-        self.task, self.dev, self.out, self.tokenizer = task, dev, out, tokenizer
+    def __init__(self, task: Task, dev: dict, out: Path, tokenizer, save_model: bool = True):
+        self.task, self.dev, self.out, self.tokenizer, self.save_model = task, dev, out, tokenizer, save_model
         best = out / "results.json"
-        self.best = read_json(best).get("best_score") if best.is_file() else None
+        self.best = read_json(best).get("best_score") if best.is_file() and save_model else None
 
     def score(self, model) -> tuple[dict, dict]:
         metrics, predictions = {}, {}
@@ -162,7 +163,8 @@ class DevEvaluator:
         if self.best is not None and not score > self.best:
             return metrics
         self.best = score
-        save_pretrained(model, self.out, self.tokenizer)
+        if self.save_model:
+            save_pretrained(model, self.out, self.tokenizer)
         for name, rows in predictions.items():
             if self.task.head == "qa":
                 write_json(self.out / f"{name}_predictions.json", rows)
@@ -201,10 +203,9 @@ def main(argv=None):
         return encode_classification(task, examples, tokenizer, args.max_len), None
 
     dev = {name: (examples, *encode(examples)) for name, examples in task.dev.items()}
-    evaluator = DevEvaluator(task, dev, out, tokenizer)
+    evaluator = DevEvaluator(task, dev, out, tokenizer, save_model=not args.eval_only)
     start = time.time()
     if args.eval_only:
-        evaluator.best = None
         metrics = evaluator(model, 0, {"model": str(args.model), "steps": 0})
         print(f"{task.name}: {metrics}")
         return
