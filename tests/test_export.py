@@ -1,48 +1,140 @@
-"""Export to .tflite: the LiteRT interpreter computes what PyTorch computes, on shipped SST-2 dev sentences."""
+"""Export: the LiteRT interpreter, onnxruntime and MediaPipe compute what PyTorch computes, on shipped SST-2 dev."""
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
 from helpers import one_line_error, run_module
-from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
+from mobilekd.data.tokenizer import load_tokenizer
+from mobilekd.export.graph import nonfinite_constants, read_graph
+from mobilekd.export.metadata import read_metadata
+from mobilekd.export.parity import run_tflite
+from mobilekd.models.heads import (MobileBertForPreTraining, MobileBertForQuestionAnswering,
+                                   MobileBertForSequenceClassification)
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.presets import PRESETS
+
+
+def perturbed(model):
+    """A non-trivial NoNorm, so folding it into neighbours is really exercised."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
 
 
 @pytest.fixture(scope="module")
 def classifier_dir(tmp_path_factory, tokenizer):
     torch.manual_seed(0)
     out = tmp_path_factory.mktemp("classifier")
-    model = MobileBertForSequenceClassification(PRESETS["demo_student"].config.replace(id2label={0: "0", 1: "1"}))
-    with torch.no_grad():  # a non-trivial NoNorm, so folding it into neighbours is really exercised
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name:
-                p.add_(torch.randn_like(p) * 0.1)
-    save_pretrained(model, out, tokenizer)
+    config = PRESETS["demo_student"].config.replace(id2label={0: "0", 1: "1"})  # SST-2's labels
+    save_pretrained(perturbed(MobileBertForSequenceClassification(config)), out, tokenizer)
     return out
 
 
-def test_fp32_and_dynamic_int8_match_pytorch(classifier_dir, tmp_path):
-    for quantize in ("none", "dynamic-int8"):
-        run_module("mobilekd.export.run", "--model", classifier_dir, "--out", tmp_path, "--seq-len", 64,
-                   "--quantize", quantize, "--parity-task", "sst2", "--parity-examples", 48)
-        report = json.loads((tmp_path / "parity.json").read_text())
-        assert report["examples"] == 48 and report["finite"] and report["flex_or_custom_ops"] == []
-        if quantize == "none":
-            assert report["max_abs_diff"] <= 1e-5 and report["agreement"] == 1.0
-            assert report["accuracy_tflite"] == report["accuracy_torch"]
-            fp32_size = report["size_bytes"]
-        else:
-            assert report["size_bytes"] < fp32_size / 2
-            assert report["agreement"] >= 0.9
-    ops = json.loads((tmp_path / "ops.json").read_text())
-    assert "FULLY_CONNECTED" in ops and not any(op.startswith("Flex") for op in ops)
+@pytest.fixture(scope="module")
+def exported(classifier_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("exported")
+    run_module("mobilekd.export.run", "--model", classifier_dir, "--out", out, "--seq-len", 64, "--quantize", "none",
+               "fp16", "dynamic-int8", "int8", "--calibration-examples", 32, "--onnx", "--parity-task", "sst2",
+               "--parity-examples", 48)
+    return out
 
+
+def test_every_format_matches_pytorch(exported):
+    reports = json.loads((exported / "parity.json").read_text())
+    assert sorted(reports) == ["model.onnx", "model_dynamic_int8.tflite", "model_fp16.tflite", "model_int8.tflite",
+                               "model_none.tflite"]
+    for name, report in reports.items():
+        assert report["examples"] == 48 and report["finite"], name
+        assert report["nonfinite_constants"] == [] and report["flex_or_custom_ops"] == [], name
+    for exact in ("model_none.tflite", "model.onnx"):
+        assert reports[exact]["max_abs_diff"] <= 1e-5 and reports[exact]["agreement"] == 1.0
+        assert reports[exact]["accuracy_exported"] == reports[exact]["accuracy_torch"]
+    fp32 = reports["model_none.tflite"]["size_bytes"]
+    assert reports["model_fp16.tflite"]["size_bytes"] < 0.6 * fp32
+    assert reports["model_fp16.tflite"]["max_abs_diff"] <= 1e-2
+    assert reports["model_dynamic_int8.tflite"]["size_bytes"] < fp32 / 2
+    assert "| model_int8.tflite |" in (exported / "report.md").read_text()
+
+    ops = json.loads((exported / "ops.json").read_text())
+    assert "FULLY_CONNECTED" in ops["model_none.tflite"] and "MatMul" in ops["model.onnx"]
+    # NoNorm + ReLU: no LayerNorm decomposition (MEAN, RSQRT) and no GELU/Erf in the graph
+    assert not {"MEAN", "RSQRT", "GELU", "SQUARED_DIFFERENCE"} & set(ops["model_none.tflite"])
     from ai_edge_litert.interpreter import Interpreter
-    signature = Interpreter(model_path=str(tmp_path / "model_none.tflite")).get_signature_list()["serving_default"]
+    interpreter = Interpreter(model_path=str(exported / "model_int8.tflite"))
+    signature = interpreter.get_signature_list()["serving_default"]
     assert sorted(signature["inputs"]) == ["attention_mask", "input_ids", "token_type_ids"]
+    assert all(d["dtype"] == np.int32 for d in interpreter.get_input_details())
+    assert interpreter.get_output_details()[0]["dtype"] == np.float32  # full-integer inside, float for the app
+
+
+def test_mediapipe_text_classifier_reads_the_file_as_is(exported, classifier_dir):
+    from mediapipe.tasks.python.text import text_classifier
+
+    # MediaPipe's BertTokenizer lowercases but keeps accents ("clichés" != "cliches"), unlike bert-base-uncased's
+    # (README: strip accents in the app); these sentences have none
+    sentences = ["A gorgeous, witty, seductive movie.", "the plot is nothing but boilerplate cliches"]
+    tokenizer = load_tokenizer(classifier_dir)
+    arrays = {k: np.asarray(v) for k, v in tokenizer(sentences, max_length=64, truncation=True,
+                                                     padding="max_length").items()}
+    for name in ("model_none.tflite", "model_dynamic_int8.tflite", "model_int8.tflite"):
+        meta = read_metadata(exported / name)
+        assert meta["associated_files"] == ["labels.txt", "vocab.txt"], name
+        expected = run_tflite(exported / name, arrays)[0]
+        assert abs(expected[0, 0] - expected[1, 0]) > 1e-4  # the scores tell the two sentences apart
+        with text_classifier.TextClassifier.create_from_model_path(str(exported / name)) as classifier:
+            for sentence, probs in zip(sentences, expected):
+                categories = classifier.classify(sentence).classifications[0].categories
+                scores = {c.category_name: c.score for c in categories}
+                assert scores.keys() == {"0", "1"}
+                # MediaPipe tokenizes with the packed vocab and runs its own XNNPACK set-up
+                np.testing.assert_allclose([scores["0"], scores["1"]], probs, atol=1e-6 if "none" in name else 1e-4)
+
+
+def test_qa_export_has_the_task_library_layout(tmp_path, tokenizer):
+    model_dir = tmp_path / "qa"
+    save_pretrained(perturbed(MobileBertForQuestionAnswering(PRESETS["demo_student"].config)), model_dir, tokenizer)
+    run_module("mobilekd.export.run", "--model", model_dir, "--out", tmp_path / "out", "--seq-len", 64,
+               "--parity-examples", 8)
+    path = tmp_path / "out" / "model_none.tflite"
+    report = json.loads((tmp_path / "out" / "parity.json").read_text())["model_none.tflite"]
+    assert report["max_abs_diff"] <= 1e-4 and report["agreement"] == 1.0
+    meta = read_metadata(path)
+    assert meta["associated_files"] == ["vocab.txt"]
+    subgraph = meta["metadata"]["subgraph_metadata"][0]
+    assert [t["name"] for t in subgraph["input_tensor_metadata"]] == ["ids", "mask", "segment_ids"]
+    assert subgraph["input_process_units"][0]["options_type"] == "BertTokenizerOptions"
+    # the metadata names the graph's outputs in the graph's order: check start against the interpreter
+    from ai_edge_litert.interpreter import Interpreter
+    names = [t["name"] for t in subgraph["output_tensor_metadata"]]
+    assert sorted(names) == ["end_logits", "start_logits"]
+    interpreter = Interpreter(model_path=str(path))
+    runner = interpreter.get_signature_runner()
+    inputs = {"input_ids": np.full((1, 64), 1000, np.int32), "attention_mask": np.ones((1, 64), np.int32),
+              "token_type_ids": np.zeros((1, 64), np.int32)}
+    inputs["input_ids"][0, :5] = [101, 2054, 2003, 1037, 102]
+    by_signature = runner(**inputs)
+    interpreter.allocate_tensors()
+    for k, d in zip(("input_ids", "attention_mask", "token_type_ids"), interpreter.get_input_details()):
+        assert d["name"].endswith(k)
+        interpreter.set_tensor(d["index"], inputs[k])
+    interpreter.invoke()
+    start = interpreter.get_tensor(interpreter.get_output_details()[names.index("start_logits")]["index"])
+    np.testing.assert_allclose(start, by_signature["output_0"], atol=1e-6)
+
+
+def test_graph_reader_finds_nonfinite_constants(exported):
+    ops = read_graph(exported / "model_fp16.tflite")
+    assert nonfinite_constants(ops) == []
+    weights = [t for op in ops for t in op.inputs if t.constant is not None and t.dtype == "FLOAT16"]
+    assert weights, "fp16 weights are read"
+    weights[0].constant = np.array([np.inf], np.float16)
+    assert nonfinite_constants(ops) == [weights[0].name]
 
 
 def test_export_bad_input_is_one_line(classifier_dir, tmp_path, tokenizer):
@@ -54,3 +146,9 @@ def test_export_bad_input_is_one_line(classifier_dir, tmp_path, tokenizer):
     line = one_line_error(run_module("mobilekd.export.run", "--model", tmp_path / "pre", "--task", "classification",
                                      check=False))
     assert "has no labels" in line
+    line = one_line_error(run_module("mobilekd.export.run", "--model", classifier_dir, "--quantize", "int8",
+                                     "--calibration", tmp_path / "missing.csv", "--out", tmp_path, check=False))
+    assert "missing.csv: no such calibration file" in line
+    line = one_line_error(run_module("mobilekd.export.run", "--model", tmp_path, check=False))
+    assert str(tmp_path) in line
+    assert not list(tmp_path.glob("*.tflite")) and not list(tmp_path.glob(".*.tmp"))

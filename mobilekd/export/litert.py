@@ -1,4 +1,4 @@
-"""PyTorch straight to LiteRT (`.tflite`) with litert-torch, and dynamic-range int8 through ai-edge-quantizer.
+"""PyTorch straight to LiteRT (`.tflite`) with litert-torch; fp16 and int8 through ai-edge-quantizer recipes.
 
 The exported graph takes three static `[1, seq_len]` int32 inputs named `input_ids`, `attention_mask` and
 `token_type_ids` (the signature Android apps and MediaPipe's BERT tasks expect). Classifiers end in a softmax;
@@ -7,15 +7,21 @@ question answering returns start and end logits; the masked-LM head returns logi
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import torch
 
 from mobilekd.errors import UserError
+from mobilekd.export.graph import float_outputs
 from mobilekd.fileio import atomic_path
 
-QUANTIZATIONS = ("none", "dynamic-int8", "weight-int8")
+QUANTIZATIONS = {
+    "none": "float32 weights and activations",
+    "fp16": "float16 weights, float32 compute (half the size)",
+    "dynamic-int8": "int8 weights, activations quantized on the fly (int8 matrix products)",
+    "weight-int8": "int8 weights dequantized to float32 (smaller file, float speed)",
+    "int8": "full integer: int8 weights and activations with ranges calibrated on task examples",
+}
 
 
 class ExportWrapper(torch.nn.Module):
@@ -35,18 +41,27 @@ class ExportWrapper(torch.nn.Module):
         return self.model(*args, masked_positions=positions).mlm_logits.view(*input_ids.shape, -1)
 
 
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+
+
 def sample_inputs(seq_len: int) -> dict[str, torch.Tensor]:
-    return {"input_ids": torch.zeros(1, seq_len, dtype=torch.int32),
-            "attention_mask": torch.ones(1, seq_len, dtype=torch.int32),
-            "token_type_ids": torch.zeros(1, seq_len, dtype=torch.int32)}
+    return {name: (torch.ones if name == "attention_mask" else torch.zeros)(1, seq_len, dtype=torch.int32)
+            for name in INPUT_NAMES}
 
 
-def convert(model, head: str, seq_len: int, out_path, quantize: str = "none") -> Path:
-    """Convert `model` (eval mode) and write `out_path` atomically; quantize afterwards if asked."""
+def convert(model, head: str, seq_len: int, out_path, quantize: str = "none", calibration=None,
+            metadata: tuple | None = None) -> Path:
+    """Convert `model` (eval mode) and write `out_path` atomically.
+
+    Quantizes afterwards if asked (`calibration`: input dicts for "int8"); `metadata` = (vocab file, labels or
+    None) attaches the TFLite metadata of `mobilekd.export.metadata` last, so quantization cannot drop it.
+    """
     import litert_torch
 
     if quantize not in QUANTIZATIONS:
         raise UserError(f"--quantize {quantize!r}: choose one of {', '.join(QUANTIZATIONS)}")
+    if quantize == "int8" and not calibration:
+        raise UserError("--quantize int8 needs calibration examples")
     if seq_len > model.config.max_position_embeddings:
         raise UserError(f"--seq-len {seq_len} exceeds the model's {model.config.max_position_embeddings} positions")
     wrapper = ExportWrapper(model.eval(), head).eval()
@@ -58,21 +73,28 @@ def convert(model, head: str, seq_len: int, out_path, quantize: str = "none") ->
     with atomic_path(out_path) as tmp:
         edge.export(str(tmp))
         if quantize != "none":
-            _quantize(tmp, quantize)
+            _quantize(tmp, quantize, calibration)
+        if metadata is not None:
+            from mobilekd.export.metadata import add_metadata
+
+            add_metadata(tmp, head, *metadata)
     return out_path
 
 
-def _quantize(path: Path, quantize: str) -> None:
-    from ai_edge_quantizer import quantizer, recipe
+def _quantize(path: Path, quantize: str, calibration) -> None:
+    from ai_edge_quantizer import qtyping, quantizer, recipe
 
-    chosen = {"dynamic-int8": recipe.dynamic_wi8_afp32, "weight-int8": recipe.weight_only_wi8_afp32}[quantize]
-    result = quantizer.Quantizer(str(path), chosen()).quantize()
-    path.write_bytes(bytes(result.quantized_model))
-
-
-def op_histogram(path) -> dict[str, int]:
-    """Operator counts of a `.tflite` graph, most frequent first."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    ops = Interpreter(model_path=str(path))._get_ops_details()
-    return dict(Counter(op["op_name"] for op in ops).most_common())
+    if quantize == "fp16":
+        q = quantizer.Quantizer(str(path))
+        q.add_weight_only_config(regex=".*", operation_name=qtyping.TFLOperationName.ALL_SUPPORTED, num_bits=16,
+                                 algorithm_key=recipe.AlgorithmName.FLOAT_CASTING)
+    else:
+        chosen = {"dynamic-int8": recipe.dynamic_wi8_afp32, "weight-int8": recipe.weight_only_wi8_afp32,
+                  "int8": recipe.static_wi8_ai8}[quantize]
+        q = quantizer.Quantizer(str(path), chosen())
+    if quantize == "int8":  # softmax stays float: a float output (MediaPipe reads no int8) and finer attention
+        q.update_quantization_recipe(regex=".*", operation_name=qtyping.TFLOperationName.SOFTMAX,
+                                     algorithm_key=recipe.AlgorithmName.NO_QUANTIZE)
+    ranges = q.calibrate({"serving_default": calibration}, num_threads=1) if quantize == "int8" else None
+    model = bytes(q.quantize(ranges, enable_progress_report=False).quantized_model)
+    path.write_bytes(float_outputs(model) if quantize == "int8" else model)

@@ -1,10 +1,20 @@
-"""Export a model directory to `.tflite` and check it against PyTorch.
+"""Export a model directory to `.tflite` (and ONNX) and check every file against PyTorch.
 
-    scripts/export_tflite.sh --model runs/demo/sst2/student            # checked on shipped SST-2 dev
+    scripts/export_tflite.sh --model runs/demo/sst2/student            # fp32, checked on shipped SST-2 dev
+    scripts/export_tflite.sh --model M --quantize none fp16 dynamic-int8 int8 --onnx --parity-examples 872
     scripts/export_tflite.sh --model M --task qa --seq-len 384 --quantize dynamic-int8
 
-Writes OUT/model_<quantize>.tflite (atomically), OUT/ops.json (operator histogram) and OUT/parity.json (max abs
-difference, prediction agreement and, for a classifier of the parity task's labels, both dev accuracies).
+Writes into OUT, each file atomically:
+  model_<quantize>.tflite   classifiers end in a softmax; classifiers and QA models carry TFLite metadata
+                            (vocab, labels, input roles) that MediaPipe's TextClassifier / the Task Library read
+  model.onnx                with --onnx (opset 20), checked with onnxruntime
+  parity.json               per file: max abs output difference, prediction agreement and, for a classifier of
+                            the parity task's labels, both dev accuracies; size, conversion time, non-finite
+                            constants, Flex/custom ops
+  ops.json                  per file: operator histogram
+  report.md                 the same as a table
+Quantizations: none, fp16, dynamic-int8, weight-int8, and int8 (full integer; activation ranges calibrated on
+--calibration-examples training examples of the parity task drawn at random with seed 0, or on --calibration).
 """
 
 from __future__ import annotations
@@ -13,11 +23,15 @@ import argparse
 import time
 from pathlib import Path
 
+import numpy as np
+
+from mobilekd.data.custom import read_custom
 from mobilekd.data.tokenizer import load_tokenizer
-from mobilekd.errors import UserError, cli_entry
-from mobilekd.export.litert import QUANTIZATIONS, convert, op_histogram
-from mobilekd.export.parity import parity_report
-from mobilekd.fileio import write_json
+from mobilekd.errors import UserError, cli_entry, located
+from mobilekd.export.graph import foreign_ops, nonfinite_constants, op_histogram, read_graph
+from mobilekd.export.litert import INPUT_NAMES, QUANTIZATIONS, convert
+from mobilekd.export.parity import parity_report, run_tflite
+from mobilekd.fileio import read_json, write_json
 from mobilekd.finetune.tasks import default_data, encode_classification, load_task
 from mobilekd.models.hf import load_config, load_pretrained
 
@@ -28,14 +42,58 @@ def parse_args(argv=None):
     p.add_argument("--model", required=True, help="model directory")
     p.add_argument("--task", choices=["classification", "qa", "mlm"], help="default: the directory's own head")
     p.add_argument("--seq-len", type=int, default=128, help="static input length (default 128)")
-    p.add_argument("--quantize", choices=QUANTIZATIONS, default="none")
+    p.add_argument("--quantize", nargs="+", choices=list(QUANTIZATIONS), default=["none"],
+                   help="one or more of: " + "; ".join(f"{k} = {v}" for k, v in QUANTIZATIONS.items()))
+    p.add_argument("--onnx", action="store_true", help="also export model.onnx and check it with onnxruntime")
+    p.add_argument("--no-metadata", action="store_true", help="leave TFLite metadata out")
     p.add_argument("--parity-task", default="sst2",
                    help="GLUE task whose dev sentences feed the check (default sst2); a classifier with that "
                         "task's labels is also scored on them")
     p.add_argument("--parity-data", help="task directory for --parity-task (default: the shipped copy)")
     p.add_argument("--parity-examples", type=int, default=200, help="dev examples to compare (default 200)")
+    p.add_argument("--calibration", help="int8 calibration text: CSV/TSV/JSONL with a 'text' (and optional "
+                                         "'text_pair') column; default: training examples of the parity task")
+    p.add_argument("--calibration-examples", type=int, default=200, help="int8 calibration examples (default 200)")
     p.add_argument("--out", help="output directory (default: MODEL/tflite)")
     return p.parse_args(argv)
+
+
+def calibration_inputs(args, task, tokenizer) -> list[dict[str, np.ndarray]]:
+    """Representative inputs for full-integer int8: a seeded random sample of the task's own examples."""
+    if args.calibration:
+        if not Path(args.calibration).is_file():
+            raise located(args.calibration, "no such calibration file")
+        examples = read_custom(args.calibration)
+    else:
+        examples = load_task(task.name, task_dir(args)).train
+    rng = np.random.default_rng(0)
+    chosen = [examples[i] for i in rng.permutation(len(examples))[:args.calibration_examples]]
+    arrays = encode_classification(task, chosen, tokenizer, args.seq_len).arrays
+    return [{k: arrays[k][i:i + 1].astype(np.int32) for k in INPUT_NAMES} for i in range(len(chosen))]
+
+
+def task_dir(args) -> Path:
+    data = Path(args.parity_data) if args.parity_data else default_data(args.parity_task)
+    if data is None:
+        raise UserError(f"--parity-data is required for --parity-task {args.parity_task} (it is not shipped)")
+    return data
+
+
+def file_report(path: Path, ops_count: dict) -> dict:
+    ops = read_graph(path) if path.suffix == ".tflite" else []
+    return {"size_bytes": path.stat().st_size, "nonfinite_constants": nonfinite_constants(ops),
+            "flex_or_custom_ops": foreign_ops(ops), "op_count": sum(ops_count.values())}
+
+
+def write_markdown(out: Path, reports: dict) -> None:
+    lines = ["| file | MB | convert s | ops | max abs diff | agreement | accuracy (PyTorch) | finite |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, r in reports.items():
+        acc = f"{r['accuracy_exported']:.4f} ({r['accuracy_torch']:.4f})" if "accuracy_torch" in r else "-"
+        lines.append(f"| {name} | {r['size_bytes'] / 1e6:.1f} | {r['convert_seconds']} | {r['op_count']} | "
+                     f"{r['max_abs_diff']:.2e} | {r['agreement']:.4f} | {acc} | "
+                     f"{r['finite'] and not r['nonfinite_constants']} |")
+    (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
 @cli_entry
@@ -47,31 +105,45 @@ def main(argv=None):
         raise UserError(f"{args.model}: has no labels (not fine-tuned for classification); use --task mlm or "
                         f"fine-tune it first")
     model = load_pretrained(args.model, head)
-    out = Path(args.out or Path(args.model) / "tflite")
-    start = time.time()
-    path = convert(model, head, args.seq_len, out / f"model_{args.quantize.replace('-', '_')}.tflite", args.quantize)
-    seconds = time.time() - start
-    ops = op_histogram(path)
-    write_json(out / "ops.json", ops)
     tokenizer = load_tokenizer(args.model)
-    data = Path(args.parity_data) if args.parity_data else default_data(args.parity_task)
-    if data is None:
-        raise UserError(f"--parity-data is required for --parity-task {args.parity_task} (it is not shipped)")
-    task = load_task(args.parity_task, data, eval_only=True)
-    examples = next(iter(task.dev.values()))[:args.parity_examples]
-    split = encode_classification(task, examples, tokenizer, args.seq_len)
+    out = Path(args.out or Path(args.model) / "tflite")
+    task = load_task(args.parity_task, task_dir(args), eval_only=True)
+    split = encode_classification(task, next(iter(task.dev.values()))[:args.parity_examples], tokenizer, args.seq_len)
     same_labels = head == "classification" and list(config.id2label.values()) == task.labels
     labels = split.arrays.get("labels") if same_labels else None
-    report = parity_report(model, head, path, split.arrays, labels)
-    report.update(model=str(args.model), tflite=str(path), quantize=args.quantize, seq_len=args.seq_len,
-                  convert_seconds=round(seconds, 1), size_bytes=path.stat().st_size,
-                  flex_or_custom_ops=[op for op in ops if op.startswith("Flex") or op == "CUSTOM"])
-    write_json(out / "parity.json", report)
-    print(f"{path} ({path.stat().st_size / 1e6:.1f} MB, {seconds:.0f} s): max abs diff {report['max_abs_diff']:.2e}, "
-          f"agreement {report['agreement']:.4f}" +
-          (f", accuracy {report['accuracy_tflite']:.4f} (PyTorch {report['accuracy_torch']:.4f})" if labels is not None
-           else ""))
-    print("ops: " + ", ".join(f"{k} {v}" for k, v in ops.items()))
+    metadata = None
+    if not args.no_metadata and head in ("classification", "qa"):
+        vocab = Path(args.model) / "vocab.txt"
+        if not vocab.is_file():
+            raise located(vocab, "missing: the metadata packs the model's vocabulary")
+        metadata = (vocab, [config.id2label[i] for i in range(len(config.id2label))] if config.id2label else None)
+
+    reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
+    histograms = read_json(out / "ops.json") if (out / "ops.json").is_file() else {}
+    targets = [f"model_{q.replace('-', '_')}.tflite" for q in args.quantize] + (["model.onnx"] if args.onnx else [])
+    for quantize, name in zip(args.quantize + ["onnx"], targets):
+        start = time.time()
+        if name.endswith(".onnx"):
+            from mobilekd.export.onnx import export_onnx, onnx_ops, run_onnx
+            path = export_onnx(model, head, args.seq_len, out / name)
+            histograms[name], runner = onnx_ops(path), run_onnx
+        else:
+            calibration = calibration_inputs(args, task, tokenizer) if quantize == "int8" else None
+            path = convert(model, head, args.seq_len, out / name, quantize, calibration, metadata)
+            histograms[name], runner = op_histogram(read_graph(path)), run_tflite
+        seconds = round(time.time() - start, 1)
+        report = parity_report(model, head, lambda arrays: runner(path, arrays), split.arrays, labels)
+        report.update(file_report(path, histograms[name]), quantize=quantize, seq_len=args.seq_len,
+                      convert_seconds=seconds, model=str(args.model), metadata=metadata is not None and quantize != "onnx")
+        reports[name] = report
+        write_json(out / "parity.json", reports)
+        write_json(out / "ops.json", histograms)
+        print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): max abs diff "
+              f"{report['max_abs_diff']:.2e}, agreement {report['agreement']:.4f}" +
+              (f", accuracy {report['accuracy_exported']:.4f} (PyTorch {report['accuracy_torch']:.4f})"
+               if labels is not None else ""))
+        print("  ops: " + ", ".join(f"{k} {v}" for k, v in histograms[name].items()))
+    write_markdown(out, reports)
 
 
 if __name__ == "__main__":
