@@ -113,12 +113,12 @@ def test_qa_export_has_the_task_library_layout(tmp_path, tokenizer):
     from ai_edge_litert.interpreter import Interpreter
     names = [t["name"] for t in subgraph["output_tensor_metadata"]]
     assert sorted(names) == ["end_logits", "start_logits"]
-    interpreter = Interpreter(model_path=str(path))
-    runner = interpreter.get_signature_runner()
+    runner = Interpreter(model_path=str(path)).get_signature_runner()
     inputs = {"input_ids": np.full((1, 64), 1000, np.int32), "attention_mask": np.ones((1, 64), np.int32),
               "token_type_ids": np.zeros((1, 64), np.int32)}
     inputs["input_ids"][0, :5] = [101, 2054, 2003, 1037, 102]
     by_signature = runner(**inputs)
+    interpreter = Interpreter(model_path=str(path))
     interpreter.allocate_tensors()
     for k, d in zip(("input_ids", "attention_mask", "token_type_ids"), interpreter.get_input_details()):
         assert d["name"].endswith(k)
