@@ -11,6 +11,8 @@ from pathlib import Path
 
 from mobilekd.errors import located
 
+REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: data/ and .cache/ live here
+
 
 def open_binary(path):
     """Open a file for reading bytes, transparently gunzipping `*.gz`; a missing file is a UserError."""

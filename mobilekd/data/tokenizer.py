@@ -7,9 +7,8 @@ from pathlib import Path
 from transformers import AutoTokenizer, BertTokenizerFast, PreTrainedTokenizerBase
 
 from mobilekd.errors import located
-from mobilekd.fileio import read_json, read_lines
+from mobilekd.fileio import REPO_ROOT, read_json, read_lines
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_VOCAB = REPO_ROOT / "data" / "vocab" / "vocab.txt"
 _PROBE = "the quick brown fox jumps over the lazy dog"
 

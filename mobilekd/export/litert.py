@@ -73,7 +73,7 @@ def convert(model, head: str, seq_len: int, out_path, quantize: str = "none", ca
     with atomic_path(out_path) as tmp:
         edge.export(str(tmp))
         if quantize != "none":
-            _quantize(tmp, quantize, calibration)
+            quantize_file(tmp, quantize, calibration)
         if metadata is not None:
             from mobilekd.export.metadata import add_metadata
 
@@ -81,7 +81,8 @@ def convert(model, head: str, seq_len: int, out_path, quantize: str = "none", ca
     return out_path
 
 
-def _quantize(path: Path, quantize: str, calibration) -> None:
+def quantize_file(path: Path, quantize: str, calibration=None) -> None:
+    """Rewrite the `.tflite` at `path` quantized by the ai-edge-quantizer recipe for `quantize`."""
     from ai_edge_quantizer import qtyping, quantizer, recipe
 
     if quantize == "fp16":

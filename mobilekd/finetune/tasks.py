@@ -13,9 +13,9 @@ from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.data.glue import find_split, read_glue
 from mobilekd.data.squad import read_squad, squad_features
 from mobilekd.errors import UserError, located
+from mobilekd.fileio import REPO_ROOT
 from mobilekd.finetune.metrics import GLUE_METRICS
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE"}
 TASK_NAMES = list(GLUE_TASKS) + ["squad1", "squad2", "custom"]
 

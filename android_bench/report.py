@@ -1,0 +1,235 @@
+"""The latency report: measured on this host, estimated for Pixel-class phones, beside the paper's claims.
+
+    python -m android_bench.report                                  # the paper's four models, fp32 + int8
+    python -m android_bench.report --models --tflite student=runs/demo/tflite/model_none.tflite \\
+        --accuracy student=0.789 --out runs/demo/latency               # your own exported files
+
+For each model at sequence 128 (presets with random weights; latency does not depend on them): parameters,
+FLOPs (from the graph), `.tflite` size, host p50 at each --threads count measured in this one run, the ratio
+to MobileBERT at the same threads, the achieved FLOP/s as a fraction of the host's measured matmul peak, and
+the cost model's Pixel estimates (android_bench.estimate, calibrated once on the paper's 62 ms MobileBERT).
+Writes OUT/report.md, OUT/report.json and OUT/latency.png. Host times on a shared machine vary between runs:
+compare the ratios measured in one run, not absolute times across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from tqdm import tqdm
+
+from android_bench import estimate as cost
+from android_bench.host import cpu_model, measure_in_child
+from android_bench.models import PAPER_MODELS, export_preset, export_transformers_mobilebert
+from android_bench.peak import FLOPS as PEAK_FLOPS
+from android_bench.peak import peak_models
+from mobilekd.errors import UserError, cli_entry, located
+from mobilekd.export.graph import read_graph
+from mobilekd.fileio import REPO_ROOT, atomic_path, write_json
+
+DEVICES = ("pixel4", "pixel6", "pixel8")
+PAPER_RATIOS = {  # from the Pixel 4 latencies of Table 4 (pixel4.json)
+    "BERT_BASE / MobileBERT (paper: 5.5x faster)": ("bert_base", "mobilebert", 342 / 62),
+    "w/o OPT (LayerNorm + GELU) / MobileBERT (NoNorm + ReLU)": ("mobilebert_no_opt", "mobilebert", 192 / 62),
+    "MobileBERT / MobileBERT_TINY": ("mobilebert", "mobilebert_tiny", 62 / 40),
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="android_bench.report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="*", default=list(PAPER_MODELS), help="presets to export and compare "
+                   f"(default: {' '.join(PAPER_MODELS)}; none with a bare --models)")
+    p.add_argument("--quantize", nargs="+", default=["none", "dynamic-int8"], choices=["none", "dynamic-int8"])
+    p.add_argument("--tflite", nargs="*", default=[], metavar="NAME=PATH", help="existing .tflite files to add")
+    p.add_argument("--accuracy", nargs="*", default=[], metavar="NAME=VALUE",
+                   help="task accuracy of a model row (plotted against latency)")
+    p.add_argument("--transformers-reference", action="store_true",
+                   help="also time transformers' MobileBERT through the same converter")
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 4])
+    p.add_argument("--runs", type=int, default=20, help="timed runs per model and thread count (default 20)")
+    p.add_argument("--devices", nargs="+", default=list(DEVICES))
+    p.add_argument("--cache", default=str(REPO_ROOT / ".cache" / "android_bench"), help="exported presets")
+    p.add_argument("--out", default="runs/latency")
+    return p.parse_args(argv)
+
+
+def pairs(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise UserError(f"{flag} {item!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def collect(args) -> dict:
+    cache = Path(args.cache)
+    files = {}
+    jobs = [(m, q) for m in args.models for q in args.quantize]
+    for name, quantize in tqdm(jobs, desc="export", unit="model"):
+        files[f"{name}" + ("" if quantize == "none" else f" {quantize}")] = (
+            name, quantize, export_preset(name, quantize, args.seq_len, cache))
+    if args.transformers_reference:
+        files["transformers mobilebert"] = ("transformers_mobilebert", "none",
+                                            export_transformers_mobilebert(args.seq_len, cache))
+    for name, path in pairs(args.tflite, "--tflite").items():
+        if not Path(path).is_file():
+            raise located(path, "no such .tflite file")
+        files[name] = (name, "dynamic-int8" if "int8" in Path(path).name else "none", Path(path))
+    if not files:
+        raise UserError("nothing to measure: give --models and/or --tflite")
+    accuracy = {k: float(v) for k, v in pairs(args.accuracy, "--accuracy").items()}
+
+    peaks = {}
+    for kind, path in peak_models(cache).items():
+        timing = measure_in_child(path, args.threads, runs=10, warmup=2)["by_threads"]
+        peaks[kind] = {t["threads"]: PEAK_FLOPS / (t["min_ms"] / 1000) / 1e9 for t in timing}  # a ceiling: best run
+
+    efficiency = cost.calibrate(cost.op_costs(export_preset("mobilebert", "none", args.seq_len, cache)))
+    profiles = {d: cost.load_profile(d) for d in args.devices}
+    rows = {}
+    for label, (name, quantize, path) in tqdm(files.items(), desc="measure", unit="model"):
+        costs = cost.op_costs(path)
+        host = measure_in_child(path, args.threads, runs=args.runs)
+        gflops = sum(c["flops"] for c in costs) / 1e9
+        int8 = quantize != "none"
+        row = {"model": name, "quantize": quantize, "file": str(path), "params_m": _params(read_graph(path)),
+               "gflops": round(gflops, 3), "size_mb": round(path.stat().st_size / 1e6, 2),
+               "peak_rss_mb": host["peak_rss_mb"], "host": {}, "estimate_ms": {}, "accuracy": accuracy.get(label)}
+        for t in host["by_threads"]:
+            peak = peaks["int8" if int8 else "fp32"][t["threads"]]
+            achieved = gflops / (t["p50_ms"] / 1000)
+            row["host"][t["threads"]] = {"p50_ms": round(t["p50_ms"], 2), "p90_ms": round(t["p90_ms"], 2),
+                                         "achieved_gflops": round(achieved, 1),
+                                         "fraction_of_peak": round(achieved / peak, 3)}
+        for device, profile in profiles.items():
+            predicted = cost.estimate(costs, profile, 4, efficiency)
+            row["estimate_ms"][device] = round(predicted["ms"], 1)
+            row.setdefault("estimate_breakdown_ms", {})[device] = {k: round(v, 2) for k, v in
+                                                                   predicted["by_kind_ms"].items()}
+        row["ops"], row["elementwise_ops"] = predicted["ops"], predicted["elementwise_ops"]
+        rows[label] = row
+    return {"host": {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": args.threads,
+                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                     "peak_gflops": {k: {t: round(v, 1) for t, v in p.items()} for k, p in peaks.items()}},
+            "seq_len": args.seq_len, "estimate": {"threads": 4, "efficiency": round(efficiency, 3),
+                                                  "calibrated_on": "MobileBERT fp32, Pixel 4, 62 ms (paper, Table 4)"},
+            "rows": rows, "claims": claims(rows, args.threads, profiles)}
+
+
+def _params(ops) -> float:
+    """Stored weight values (float or int8; per-channel scales add a fraction of a percent)."""
+    seen = {t.name: t.size for op in ops for t in op.inputs if t.constant is not None and t.dtype != "INT32"}
+    return round(sum(seen.values()) / 1e6, 1)
+
+
+def claims(rows: dict, threads: list[int], profiles: dict) -> list[dict]:
+    """The paper's latency claims beside our host ratios and the estimate's, each marked reproduced or not
+    (within 20% of the paper's ratio)."""
+    out = []
+    for claim, (slow, fast, paper) in PAPER_RATIOS.items():
+        if slow not in rows or fast not in rows:
+            continue
+        entry = {"claim": claim, "paper_pixel4": round(paper, 2)}
+        for t in threads:
+            entry[f"host_{t}_threads"] = round(rows[slow]["host"][t]["p50_ms"] / rows[fast]["host"][t]["p50_ms"], 2)
+        if "pixel4" in profiles:
+            entry["estimate_pixel4"] = round(rows[slow]["estimate_ms"]["pixel4"] / rows[fast]["estimate_ms"]["pixel4"],
+                                             2)
+        for key in [k for k in entry if k.startswith(("host", "estimate"))]:
+            entry[f"{key}_reproduced"] = abs(entry[key] / paper - 1) <= 0.2
+        out.append(entry)
+    return out
+
+
+def write_markdown(report: dict, path: Path) -> None:
+    host, threads = report["host"], report["host"]["threads"]
+    devices = list(next(iter(report["rows"].values()))["estimate_ms"])
+    lines = [f"# Latency at sequence {report['seq_len']}", "",
+             f"Host (measured, this run): {host['cpu']}, {host['cpu_count']} CPUs, LiteRT interpreter + XNNPACK; "
+             f"matmul peak fp32 " + ", ".join(f"{v} GFLOP/s at {t} thr" for t, v in host["peak_gflops"]["fp32"].items())
+             + "; int8 " + ", ".join(f"{v} GOP/s at {t} thr" for t, v in host["peak_gflops"]["int8"].items()) + ".",
+             f"Pixel columns are ESTIMATES (4 threads, cost model calibrated once: "
+             f"{report['estimate']['calibrated_on']}, GEMM efficiency {report['estimate']['efficiency']}).", "",
+             "| model | params (M) | GFLOPs | size (MB) | ops | " +
+             " | ".join(f"host p50 {t} thr (ms) | vs MobileBERT | % of peak" for t in threads) + " | " +
+             " | ".join(f"{d} est. (ms)" for d in devices) + " | accuracy |",
+             "|---|---|---|---|---|" + "---|---|---|" * len(threads) + "---|" * len(devices) + "---|"]
+    rows = report["rows"]
+    for label, r in rows.items():
+        base = rows.get("mobilebert" + ("" if r["quantize"] == "none" else f" {r['quantize']}"),
+                        rows.get("mobilebert"))
+        cells = []
+        for t in threads:
+            h = r["host"][t]
+            ratio = f"{h['p50_ms'] / base['host'][t]['p50_ms']:.3g}x" if base else "-"
+            cells.append(f"{h['p50_ms']:.1f} | {ratio} | {100 * h['fraction_of_peak']:.0f}%")
+        accuracy = f"{r['accuracy']:.4f}" if r["accuracy"] is not None else "-"
+        lines.append(f"| {label} | {r['params_m']} | {r['gflops']:.3g} | "
+                     f"{r['size_mb']:.1f} | {r['ops']} | " + " | ".join(cells) + " | " +
+                     " | ".join(f"{r['estimate_ms'][d]:.0f}" for d in devices) + f" | {accuracy} |")
+    if report["claims"]:
+        lines += ["", "## The paper's claims (ratios of latency)", "",
+                  "| claim | paper, Pixel 4 | " + " | ".join(f"host {t} thr" for t in threads) +
+                  " | Pixel 4 estimate |", "|---|---|" + "---|" * len(threads) + "---|"]
+        for c in report["claims"]:
+            def cell(key: str) -> str:
+                if key not in c:
+                    return "-"
+                return f"{c[key]:.2f}x ({'reproduced' if c[key + '_reproduced'] else 'not reproduced'})"
+
+            lines.append(f"| {c['claim']} | {c['paper_pixel4']:.2f}x | " +
+                         " | ".join(cell(f"host_{t}_threads") for t in threads) + f" | {cell('estimate_pixel4')} |")
+    with atomic_path(path) as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
+
+
+def plot(report: dict, path: Path) -> None:
+    """Latency against accuracy where every row has one, else against file size: host (measured) and the
+    Pixel 4 estimate side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    by_accuracy = all(r["accuracy"] is not None for r in rows.values())
+    thread = report["host"]["threads"][0]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    panels = [(axes[0], lambda r: r["host"][thread]["p50_ms"], f"host, measured ({thread} thread)"),
+              (axes[1], lambda r: r["estimate_ms"].get("pixel4", float("nan")), "Pixel 4, estimated (4 threads)")]
+    for ax, latency, title in panels:
+        for label, r in rows.items():
+            x = r["accuracy"] if by_accuracy else r["size_mb"]
+            marker = "s" if r["quantize"] != "none" else "o"
+            ax.scatter(latency(r), x, marker=marker)
+            ax.annotate(label, (latency(r), x), fontsize=8, xytext=(4, 3), textcoords="offset points")
+        ax.set_xlabel("latency (ms)")
+        ax.set_ylabel("accuracy" if by_accuracy else ".tflite size (MB)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"sequence {report['seq_len']}; squares = int8")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+
+
+@cli_entry
+def main(argv=None):
+    args = parse_args(argv)
+    out = Path(args.out)
+    report = collect(args)
+    write_json(out / "report.json", report)
+    write_markdown(report, out / "report.md")
+    plot(report, out / "latency.png")
+    print((out / "report.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""The end-to-end report of a demo run: pre-training, knowledge transfer, SST-2, export, latency.
+
+    python -m mobilekd.report runs/demo        # after scripts/demo.sh has run its stages
+
+Reads what each stage wrote under RUN (teacher/, student/, sst2/*/results.json, tflite/parity.json,
+latency/report.json) and writes RUN/report.md, RUN/report.json and RUN/report.png (per-layer feature-map
+transfer loss through PKT; SST-2 dev accuracy of every model; latency of the exported student against its
+accuracy, measured on this host and estimated for a Pixel 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from mobilekd.errors import cli_entry
+from mobilekd.fileio import atomic_path, read_json, write_json
+
+SST2_RUNS = ("teacher", "student", "student_task_kd", "scratch")
+
+
+def gather(run: Path) -> dict:
+    teacher, student = read_json(run / "teacher" / "summary.json"), read_json(run / "student" / "summary.json")
+    sst2 = {name: read_json(run / "sst2" / name / "results.json") for name in SST2_RUNS}
+    return {"teacher_pretraining": teacher["heldout"] | {"wall_seconds": teacher["wall_seconds"]},
+            "student_transfer": student["heldout"] | {"wall_seconds": student["wall_seconds"],
+                                                      "stages": student["stages"]},
+            "sst2": {n: r["metrics"]["dev"] | {"wall_seconds": r["wall_seconds"]} for n, r in sst2.items()},
+            "tflite": read_json(run / "tflite" / "parity.json"),
+            "latency": read_json(run / "latency" / "report.json")}
+
+
+def markdown(report: dict, run: Path) -> str:
+    t, s = report["teacher_pretraining"], report["student_transfer"]
+    lines = [f"# mobilekd demo: {run}", "", "## Pre-training and progressive knowledge transfer (held-out)", "",
+             "| model | MLM accuracy | unigram baseline | NSP accuracy | NSP majority | wall time |",
+             "|---|---|---|---|---|---|"]
+    for name, r in (("IB-BERT teacher", t), ("PKT student", s)):
+        lines.append(f"| {name} | {r['mlm_accuracy']:.3f} | {r['unigram_accuracy']:.3f} | {r['nsp_accuracy']:.3f} | "
+                     f"{r['nsp_majority_accuracy']:.3f} | {r['wall_seconds']:.0f} s |")
+    lines += ["", "| PKT stage | feature-map transfer loss, start -> end |", "|---|---|"]
+    for stage in s["stages"]:
+        fmt = [k for k in stage["start"] if k.startswith("fmt_")]
+        if fmt:
+            lines.append(f"| {stage['stage']} | {stage['start'][fmt[0]]:.3f} -> {stage['end'][fmt[0]]:.3f} |")
+    teacher_acc = report["sst2"]["teacher"]["accuracy"]
+    lines += ["", "## SST-2 dev (872 sentences)", "", "| model | accuracy | share of teacher | fine-tuning time |",
+              "|---|---|---|---|"]
+    for name, r in report["sst2"].items():
+        lines.append(f"| {name} | {r['accuracy']:.4f} | {100 * r['accuracy'] / teacher_acc:.1f}% | "
+                     f"{r['wall_seconds']:.0f} s |")
+    lines += ["", "## .tflite of the SST-2 student (parity on all dev sentences)", "",
+              "| file | size | max abs diff | agreement | dev accuracy (PyTorch) |", "|---|---|---|---|---|"]
+    for name, r in report["tflite"].items():
+        lines.append(f"| {name} | {r['size_bytes'] / 1e6:.1f} MB | {r['max_abs_diff']:.2e} | {r['agreement']:.4f} | "
+                     f"{r['accuracy_exported']:.4f} ({r['accuracy_torch']:.4f}) |")
+    latency = (run / "latency" / "report.md").read_text().split("\n", 1)[1]
+    lines += ["", "## Latency (host measured; Pixel columns are estimates)", latency]
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (transfer, sst2, latency) = plt.subplots(1, 3, figsize=(15, 4.2))
+    for stage in report["student_transfer"]["stages"]:
+        fmt = [k for k in stage["start"] if k.startswith("fmt_")]
+        if fmt:
+            transfer.plot([0, 1], [stage["start"][fmt[0]], stage["end"][fmt[0]]], marker="o", label=fmt[0][4:])
+    transfer.set_xticks([0, 1], ["stage start", "stage end"])
+    transfer.set_ylabel("feature-map transfer loss")
+    transfer.set_title("PKT: each layer's stage")
+    transfer.legend()
+    names = list(report["sst2"])
+    sst2.bar(names, [report["sst2"][n]["accuracy"] for n in names])
+    sst2.set_ylim(0.4, 1.0)
+    sst2.set_ylabel("SST-2 dev accuracy")
+    sst2.set_title("fine-tuned models")
+    sst2.tick_params(axis="x", labelrotation=20)
+    rows = {k: r for k, r in report["latency"]["rows"].items() if r["accuracy"] is not None}
+    thread = sorted(next(iter(rows.values()))["host"])[0]
+    for (label, r), color in zip(rows.items(), plt.rcParams["axes.prop_cycle"].by_key()["color"]):
+        latency.scatter(r["host"][thread]["p50_ms"], r["accuracy"], marker="o", color=color,
+                        label=f"{label}, host {thread} thread (measured)")
+        if "pixel4" in r["estimate_ms"]:
+            latency.scatter(r["estimate_ms"]["pixel4"], r["accuracy"], marker="^", color=color,
+                            label=f"{label}, Pixel 4 (estimate)")
+    latency.legend(fontsize=7)
+    latency.set_xlabel("latency (ms)")
+    latency.set_ylabel("SST-2 dev accuracy")
+    latency.set_title("exported student")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+@cli_entry
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="mobilekd.report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run", help="the demo's output directory (runs/demo)")
+    run = Path(p.parse_args(argv).run)
+    report = gather(run)
+    write_json(run / "report.json", report)
+    with atomic_path(run / "report.md") as tmp:
+        tmp.write_text(markdown(report, run))
+    plot(report, run / "report.png")
+    print((run / "report.md").read_text())
+    print(f"report: {run}/report.md, {run}/report.json, {run}/report.png")
+
+
+if __name__ == "__main__":
+    main()
