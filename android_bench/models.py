@@ -16,9 +16,10 @@ from mobilekd.models.presets import get_preset
 
 PAPER_MODELS = ("bert_base", "mobilebert_no_opt", "mobilebert", "mobilebert_tiny")
 
-def preset_classifier(name: str) -> MobileBertForSequenceClassification:
+def preset_classifier(name: str, **changes) -> MobileBertForSequenceClassification:
+    """A two-class classifier of preset `name` (config fields overridden by `changes`), seeded random weights."""
     torch.manual_seed(0)
-    config = get_preset(name).config.replace(id2label={0: "0", 1: "1"})
+    config = get_preset(name).config.replace(id2label={0: "0", 1: "1"}, **changes)
     return MobileBertForSequenceClassification(config).eval()
 
 def export_preset(name: str, quantize: str, seq_len: int, cache: Path) -> Path:

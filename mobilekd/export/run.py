@@ -8,6 +8,7 @@ Writes into OUT, each file atomically:
   model_<quantize>.tflite   classifiers end in a softmax; classifiers and QA models carry TFLite metadata
                             (vocab, labels, input roles) that MediaPipe's TextClassifier / the Task Library read
   model.onnx                with --onnx (opset 20), checked with onnxruntime
+  model_onnx2tf.tflite      with --onnx2tf: the ONNX -> onnx2tf route, checked the same way (no metadata)
   parity.json               per file: max abs output difference, prediction agreement and, for a classifier of
                             the parity task's labels, both dev accuracies; size, conversion time, non-finite
                             constants, Flex/custom ops
@@ -45,6 +46,9 @@ def parse_args(argv=None):
     p.add_argument("--quantize", nargs="+", choices=list(QUANTIZATIONS), default=["none"],
                    help="one or more of: " + "; ".join(f"{k} = {v}" for k, v in QUANTIZATIONS.items()))
     p.add_argument("--onnx", action="store_true", help="also export model.onnx and check it with onnxruntime")
+    p.add_argument("--onnx2tf", metavar="EXECUTABLE",
+                   help="also convert model.onnx to model_onnx2tf.tflite with this onnx2tf (implies --onnx; "
+                        "onnx2tf needs TensorFlow, so give the executable of its own environment)")
     p.add_argument("--no-metadata", action="store_true", help="leave TFLite metadata out")
     p.add_argument("--parity-task", default="sst2",
                    help="GLUE task whose dev sentences feed the check (default sst2); a classifier with that "
@@ -120,13 +124,19 @@ def main(argv=None):
 
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
     histograms = read_json(out / "ops.json") if (out / "ops.json").is_file() else {}
-    targets = [f"model_{q.replace('-', '_')}.tflite" for q in args.quantize] + (["model.onnx"] if args.onnx else [])
-    for quantize, name in zip(args.quantize + ["onnx"], targets):
+    routes = [(q, f"model_{q.replace('-', '_')}.tflite") for q in args.quantize]
+    routes += [("onnx", "model.onnx")] if args.onnx or args.onnx2tf else []
+    routes += [("onnx2tf", "model_onnx2tf.tflite")] if args.onnx2tf else []
+    for quantize, name in routes:
         start = time.time()
-        if name.endswith(".onnx"):
+        if quantize == "onnx":
             from mobilekd.export.onnx import export_onnx, onnx_ops, run_onnx
             path = export_onnx(model, head, args.seq_len, out / name)
             histograms[name], runner = onnx_ops(path), run_onnx
+        elif quantize == "onnx2tf":
+            from mobilekd.export.onnx2tf import convert_onnx2tf
+            path = convert_onnx2tf(out / "model.onnx", out / name, args.onnx2tf)
+            histograms[name], runner = op_histogram(read_graph(path)), run_tflite
         else:
             calibration = calibration_inputs(args, task, tokenizer) if quantize == "int8" else None
             path = convert(model, head, args.seq_len, out / name, quantize, calibration, metadata)
@@ -134,7 +144,8 @@ def main(argv=None):
         seconds = round(time.time() - start, 1)
         report = parity_report(model, head, lambda arrays: runner(path, arrays), split.arrays, labels)
         report.update(file_report(path, histograms[name]), quantize=quantize, seq_len=args.seq_len,
-                      convert_seconds=seconds, model=str(args.model), metadata=metadata is not None and quantize != "onnx")
+                      convert_seconds=seconds, model=str(args.model),
+                      metadata=metadata is not None and quantize in QUANTIZATIONS)
         reports[name] = report
         write_json(out / "parity.json", reports)
         write_json(out / "ops.json", histograms)

@@ -1,0 +1,102 @@
+"""android_bench: the benchmark_model parser on real output, the adb harness's refusals, the host benchmark, and
+the cost model's account of LayerNorm + GELU against NoNorm + ReLU on real exported graphs."""
+
+from pathlib import Path
+
+import pytest
+
+from android_bench.adb import parse_benchmark_output
+from android_bench.estimate import calibrate, estimate, load_profile, op_costs
+from android_bench.host import measure_in_child
+from android_bench.models import preset_classifier
+from helpers import one_line_error, run_module
+from mobilekd.export.litert import convert
+from mobilekd.models.flops import model_stats
+from mobilekd.models.presets import get_preset
+
+FIXTURES = Path(__file__).parent / "data" / "benchmark_model"
+SEQ = 64
+
+
+def test_parser_reads_current_benchmark_model_output():
+    result = parse_benchmark_output((FIXTURES / "ti_am62x_cpu.txt").read_text())
+    assert result["count"] == 50  # the timed run, not the warm-up line before it
+    assert result["avg_ms"] == pytest.approx(1240.27) and result["std_ms"] == pytest.approx(2.565)
+    assert result["p50_ms"] == pytest.approx(1239.807) and result["min_ms"] == pytest.approx(1238.588)
+    assert result["init_ms"] == pytest.approx(5.579) and result["first_ms"] == pytest.approx(1357.602)
+    assert result["memory_mb"] == {"init": 6.36328, "overall": 109.832}
+
+
+def test_parser_reads_op_profile_of_older_release():
+    result = parse_benchmark_output((FIXTURES / "tf_readme_op_profile.txt").read_text())
+    assert result["count"] == 50 and result["avg_ms"] == pytest.approx(79.732) and result["p50_ms"] is None
+    assert result["init_ms"] == pytest.approx(38.467)
+    assert list(result["by_node_type"]) == ["CONV_2D", "DEPTHWISE_CONV_2D", "SOFTMAX", "RESHAPE", "AVERAGE_POOL_2D"]
+    assert result["by_node_type"]["CONV_2D"] == {"count": 15, "avg_ms": 1.406, "percent": 89.27}
+
+
+def test_adb_refusals_are_one_line(tmp_path):
+    model = tmp_path / "m.tflite"
+    model.write_bytes(b"not used")
+    line = one_line_error(run_module("android_bench.adb", "--model", model, "--benchmark-binary", model,
+                                     "--adb", "no-such-adb", check=False))
+    assert "no-such-adb: not found" in line
+    line = one_line_error(run_module("android_bench.adb", "--model", tmp_path / "missing.tflite",
+                                     "--benchmark-binary", model, check=False))
+    assert "missing.tflite: no such file" in line
+    with pytest.raises(Exception, match="timing line"):
+        parse_benchmark_output("INFO: STARTING!\nERROR: could not load model\n")
+
+
+@pytest.fixture(scope="module")
+def opt_and_no_opt(tmp_path_factory):
+    """The demo student exported twice: NoNorm + ReLU (the paper's OPT) and LayerNorm + GELU (w/o OPT)."""
+    out = tmp_path_factory.mktemp("graphs")
+    paths = {}
+    for name, changes in (("opt", {}), ("no_opt", {"normalization_type": "layer_norm", "hidden_act": "gelu"})):
+        paths[name] = convert(preset_classifier("demo_student", **changes), "classification", SEQ,
+                              out / f"{name}.tflite")
+    return paths
+
+
+def test_cost_model_counts_the_elementwise_passes(opt_and_no_opt):
+    opt, no_opt = op_costs(opt_and_no_opt["opt"]), op_costs(opt_and_no_opt["no_opt"])
+
+    def gemm(costs):
+        return sum(c["flops"] for c in costs)
+
+    def passes(costs):
+        return sum(c["kind"] == "elementwise" for c in costs)
+
+    assert gemm(opt) == gemm(no_opt)  # same matrix products ...
+    config = get_preset("demo_student").config
+    encoder_flops = model_stats(config, SEQ)[f"flops_seq{SEQ}"]
+    assert gemm(opt) == pytest.approx(encoder_flops, rel=0.01)  # ... and the graph agrees with torch's counter
+    # per layer at least: the input and attention bottlenecks, the attention output, each FFN's output, and the
+    # block output are normalised; each LayerNorm is several passes (mean, variance, rsqrt, scale, shift), NoNorm none
+    layer_norms = config.num_hidden_layers * (3 + config.num_feedforward_networks + 1)
+    assert passes(no_opt) - passes(opt) >= 5 * layer_norms
+    profile = load_profile("pixel4")
+    fast, slow = estimate(opt, profile), estimate(no_opt, profile)
+    assert slow["by_kind_ms"]["gemm"] == pytest.approx(fast["by_kind_ms"]["gemm"])
+    assert slow["ms"] > fast["ms"]
+    extra = slow["ms"] - fast["ms"]
+    assert extra == pytest.approx(slow["by_kind_ms"]["elementwise"] + slow["by_kind_ms"]["dispatch"]
+                                  - fast["by_kind_ms"]["elementwise"] - fast["by_kind_ms"]["dispatch"])
+    assert slow["by_op_ms"].get("GELU", 0) > 0 and "GELU" not in fast["by_op_ms"]
+
+
+def test_calibration_reproduces_its_own_figure(opt_and_no_opt):
+    costs = op_costs(opt_and_no_opt["opt"])
+    efficiency = calibrate(costs)  # pretend this graph were the paper's MobileBERT
+    assert estimate(costs, load_profile("pixel4"), 4, efficiency)["ms"] == pytest.approx(62.0, rel=1e-3)
+    with pytest.raises(Exception, match="no device profile"):
+        load_profile("pixel99")
+
+
+def test_host_benchmark_measures_in_a_child(opt_and_no_opt):
+    result = measure_in_child(opt_and_no_opt["opt"], [1, 2], runs=5, warmup=1)
+    assert [r["threads"] for r in result["by_threads"]] == [1, 2]
+    for r in result["by_threads"]:
+        assert 0 < r["min_ms"] <= r["p50_ms"] <= r["p90_ms"]
+    assert result["peak_rss_mb"] > result["model_rss_mb"] > 0 and result["cpu_count"] >= 1

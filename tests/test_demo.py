@@ -1,0 +1,44 @@
+"""The README's main job at micro scale: every stage of scripts/demo.sh connects to the next, the final .tflite
+classifies text through MediaPipe, and a re-run skips the finished stages."""
+
+import json
+import subprocess
+
+import numpy as np
+
+from conftest import ROOT
+from helpers import env
+
+
+def run_demo(out):
+    proc = subprocess.run(["bash", "scripts/demo.sh", "--micro", "--out", str(out)], cwd=ROOT, env=env(),
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_demo_chain_from_text_to_phone_ready_model(tmp_path):
+    out = tmp_path / "demo"
+    first = run_demo(out)
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["sst2"]) == {"teacher", "student", "student_task_kd", "scratch"}
+    assert all(0 <= r["accuracy"] <= 1 for r in report["sst2"].values())
+    stages = [s["stage"] for s in report["student_transfer"]["stages"]]
+    assert stages == ["pkt_L0", "pkt_L1", "pkt_L2", "pkt_L3", "pd"]
+    fp32 = report["tflite"]["model_none.tflite"]
+    assert fp32["max_abs_diff"] <= 1e-5 and fp32["agreement"] == 1.0 and fp32["metadata"]
+    rows = report["latency"]["rows"]
+    for name in ("student", "student_int8"):
+        assert rows[name]["host"]["1"]["p50_ms"] > 0 and rows[name]["estimate_ms"]["pixel4"] > 0
+    assert (out / "report.png").read_bytes()[:4] == b"\x89PNG"
+    assert "## Latency" in (out / "report.md").read_text() and "PKT student" in first
+
+    # the phone-ready file classifies text as is: MediaPipe reads its metadata (vocab, labels) and runs it
+    from mediapipe.tasks.python.text import text_classifier
+    with text_classifier.TextClassifier.create_from_model_path(str(out / "tflite" / "model_none.tflite")) as c:
+        categories = c.classify("a gorgeous, witty, seductive movie.").classifications[0].categories
+    assert {cat.category_name for cat in categories} == {"0", "1"}
+    assert np.isclose(sum(cat.score for cat in categories), 1.0, atol=1e-5)
+
+    again = run_demo(out)  # finished stages are skipped, the report is rebuilt
+    assert again.count("done already") >= 4 and "resume: no checkpoint" not in again
