@@ -1,11 +1,12 @@
-"""Measured on this host: a `.tflite` through the LiteRT interpreter (XNNPACK) at given thread counts.
+"""Measured on this host: `.tflite` files through the LiteRT interpreter (XNNPACK) at given thread counts.
 
-    python -m android_bench.host model.tflite --threads 1 2 4 --runs 30
+    python -m android_bench.host a.tflite b.tflite --threads 1 2 4 --runs 30
 
-Each model runs in a child process (`measure_in_child`) so its peak memory is its own. Reported per thread
-count: p50, p90, mean and standard deviation over `runs` timed invocations after `warmup` untimed ones. The
-Python interpreter API gives no per-op profile; `android_bench.adb` collects one from `benchmark_model` on a phone,
-and `android_bench.estimate` gives the cost model's per-op-type breakdown.
+Several models are timed interleaved (one invocation of each in turn, `runs` rounds), so a slow spell of this
+shared machine hits them all alike and their ratios hold; reported per model and thread count: min, p50, p90,
+mean and standard deviation after `warmup` untimed rounds. Peak memory is measured per model in a process of
+its own (`peak_memory`). The Python interpreter API gives no per-op profile; `android_bench.adb` collects one
+from `benchmark_model` on a phone, and `android_bench.estimate` gives the cost model's per-op-type breakdown.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from ai_edge_litert.interpreter import Interpreter
 
 from mobilekd.errors import UserError, cli_entry, located
 
@@ -42,6 +44,9 @@ def _rss_mb() -> float:
     return 0.0
 
 
+_START_RSS = _rss_mb()  # this process with the runtime imported, before any model is loaded
+
+
 def random_inputs(details, seed: int = 0) -> dict[str, np.ndarray]:
     """Token ids drawn from the middle of the vocabulary, a full attention mask, one segment."""
     rng = np.random.default_rng(seed)
@@ -57,68 +62,76 @@ def random_inputs(details, seed: int = 0) -> dict[str, np.ndarray]:
     return inputs
 
 
-def measure(path, threads: int, runs: int, warmup: int) -> dict:
-    """Time `runs` invocations of the model at `threads` threads (in this process)."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    interpreter = Interpreter(model_path=str(path), num_threads=threads)
-    runner = interpreter.get_signature_runner()
-    inputs = random_inputs(runner.get_input_details())
-    for _ in range(warmup):
-        runner(**inputs)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        runner(**inputs)
-        times.append((time.perf_counter() - start) * 1000)
-    times = np.asarray(times)
-    return {"threads": threads, "runs": runs, "min_ms": float(times.min()), "p50_ms": float(np.percentile(times, 50)),
-            "p90_ms": float(np.percentile(times, 90)), "mean_ms": float(times.mean()), "std_ms": float(times.std())}
+def _stats(times_ms: list[float], threads: int) -> dict:
+    times = np.asarray(times_ms)
+    return {"threads": threads, "runs": len(times), "min_ms": float(times.min()),
+            "p50_ms": float(np.percentile(times, 50)), "p90_ms": float(np.percentile(times, 90)),
+            "mean_ms": float(times.mean()), "std_ms": float(times.std())}
 
 
-def measure_all(path, threads: list[int], runs: int, warmup: int) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise located(path, "no such model file")
-    baseline = _rss_mb()
-    results = [measure(path, t, runs, warmup) for t in threads]
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"model": str(path), "size_mb": path.stat().st_size / 1e6, "cpu": cpu_model(),
-            "cpu_count": os.cpu_count(), "peak_rss_mb": round(peak, 1),
-            "model_rss_mb": round(peak - baseline, 1), "by_threads": results}
+def measure(paths: list, threads: list[int], runs: int, warmup: int) -> dict:
+    """Time every model at every thread count, interleaved round by round (in this process)."""
+    paths = [Path(p) for p in paths]
+    for path in paths:
+        if not path.is_file():
+            raise located(path, "no such model file")
+    results = {str(p): {"size_mb": p.stat().st_size / 1e6, "by_threads": []} for p in paths}
+    for t in threads:
+        runners = [Interpreter(model_path=str(p), num_threads=t).get_signature_runner() for p in paths]
+        inputs = [random_inputs(r.get_input_details()) for r in runners]
+        times = [[] for _ in paths]
+        for round_ in range(warmup + runs):
+            for i in np.roll(np.arange(len(paths)), round_):  # rotate who goes first
+                start = time.perf_counter()
+                runners[i](**inputs[i])
+                if round_ >= warmup:
+                    times[i].append((time.perf_counter() - start) * 1000)
+        for path, model_times in zip(paths, times):
+            results[str(path)]["by_threads"].append(_stats(model_times, t))
+        del runners
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "models": results,
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "start_rss_mb": round(_START_RSS, 1)}
 
 
-def measure_in_child(path, threads: list[int], runs: int = 30, warmup: int = 5) -> dict:
-    """`measure_all` in a fresh process, so peak memory is this model's alone."""
+def measure_in_child(paths: list, threads: list[int], runs: int = 30, warmup: int = 5) -> dict:
+    """`measure` in a fresh process."""
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
-    proc = subprocess.run([sys.executable, "-m", "android_bench.host", str(path), "--threads", *map(str, threads),
-                           "--runs", str(runs), "--warmup", str(warmup), "--json"], capture_output=True, text=True,
-                          env=env)
+    proc = subprocess.run([sys.executable, "-m", "android_bench.host", *map(str, paths), "--threads",
+                           *map(str, threads), "--runs", str(runs), "--warmup", str(warmup), "--json"],
+                          capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"{path}: host benchmark failed: {last}")
+        raise UserError(f"host benchmark of {', '.join(map(str, paths))} failed: {last}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def peak_memory(path) -> float:
+    """Peak resident memory (MB) of a process that loads `path` and runs it once, over its start-up memory."""
+    result = measure_in_child([path], [1], runs=1, warmup=0)
+    return round(result["peak_rss_mb"] - result["start_rss_mb"], 1)
 
 
 @cli_entry
 def main(argv=None):
     p = argparse.ArgumentParser(prog="android_bench.host", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", help=".tflite file")
+    p.add_argument("models", nargs="+", help=".tflite files")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
     args = p.parse_args(argv)
-    result = measure_all(args.model, args.threads, args.runs, args.warmup)
+    result = measure(args.models, args.threads, args.runs, args.warmup)
     if args.json:
         print(json.dumps(result))
         return
-    print(f"{result['model']} ({result['size_mb']:.1f} MB) on {result['cpu']} ({result['cpu_count']} CPUs), "
-          f"peak RSS {result['peak_rss_mb']} MB")
-    for r in result["by_threads"]:
-        print(f"  {r['threads']} threads: p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, "
-              f"mean {r['mean_ms']:.2f} +- {r['std_ms']:.2f} ms over {r['runs']} runs")
+    print(f"{result['cpu']} ({result['cpu_count']} CPUs); models timed interleaved")
+    for path, r in result["models"].items():
+        print(f"{path} ({r['size_mb']:.1f} MB)")
+        for t in r["by_threads"]:
+            print(f"  {t['threads']} threads: p50 {t['p50_ms']:.2f} ms, p90 {t['p90_ms']:.2f} ms, "
+                  f"min {t['min_ms']:.2f} ms, mean {t['mean_ms']:.2f} +- {t['std_ms']:.2f} ms over {t['runs']} runs")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from android_bench import estimate as cost
-from android_bench.host import cpu_model, measure_in_child
+from android_bench.host import measure_in_child, peak_memory
 from android_bench.models import PAPER_MODELS, export_preset, export_transformers_mobilebert
 from android_bench.peak import FLOPS as PEAK_FLOPS
 from android_bench.peak import peak_models
@@ -85,41 +85,43 @@ def collect(args) -> dict:
         raise UserError("nothing to measure: give --models and/or --tflite")
     accuracy = {k: float(v) for k, v in pairs(args.accuracy, "--accuracy").items()}
 
-    peaks = {}
-    for kind, path in peak_models(cache).items():
-        timing = measure_in_child(path, args.threads, runs=10, warmup=2)["by_threads"]
-        peaks[kind] = {t["threads"]: PEAK_FLOPS / (t["min_ms"] / 1000) / 1e9 for t in timing}  # a ceiling: best run
+    peak_files = peak_models(cache)
+    timed = measure_in_child(list(peak_files.values()) + [path for _, _, path in files.values()], args.threads,
+                             runs=args.runs)
+    timing = {Path(p): {t["threads"]: t for t in r["by_threads"]} for p, r in timed["models"].items()}
+    peaks = {kind: {t: PEAK_FLOPS / (timing[path][t]["min_ms"] / 1000) / 1e9 for t in args.threads}
+             for kind, path in peak_files.items()}  # a ceiling: the best run
 
     efficiency = cost.calibrate(cost.op_costs(export_preset("mobilebert", "none", args.seq_len, cache)))
     profiles = {d: cost.load_profile(d) for d in args.devices}
     rows = {}
-    for label, (name, quantize, path) in tqdm(files.items(), desc="measure", unit="model"):
+    for label, (name, quantize, path) in tqdm(files.items(), desc="memory + estimate", unit="model"):
         costs = cost.op_costs(path)
-        host = measure_in_child(path, args.threads, runs=args.runs)
         gflops = sum(c["flops"] for c in costs) / 1e9
         int8 = quantize != "none"
         row = {"model": name, "quantize": quantize, "file": str(path), "params_m": _params(read_graph(path)),
                "gflops": round(gflops, 3), "size_mb": round(path.stat().st_size / 1e6, 2),
-               "peak_rss_mb": host["peak_rss_mb"], "host": {}, "estimate_ms": {}, "accuracy": accuracy.get(label)}
-        for t in host["by_threads"]:
-            peak = peaks["int8" if int8 else "fp32"][t["threads"]]
-            achieved = gflops / (t["p50_ms"] / 1000)
-            row["host"][t["threads"]] = {"p50_ms": round(t["p50_ms"], 2), "p90_ms": round(t["p90_ms"], 2),
-                                         "achieved_gflops": round(achieved, 1),
-                                         "fraction_of_peak": round(achieved / peak, 3)}
+               "memory_mb": peak_memory(path), "host": {}, "estimate_ms": {}, "accuracy": accuracy.get(label)}
+        for t, stats in timing[path].items():
+            achieved = gflops / (stats["p50_ms"] / 1000)
+            row["host"][t] = {"p50_ms": round(stats["p50_ms"], 2), "p90_ms": round(stats["p90_ms"], 2),
+                              "std_ms": round(stats["std_ms"], 2), "achieved_gflops": round(achieved, 1),
+                              "fraction_of_peak": round(achieved / peaks["int8" if int8 else "fp32"][t], 3)}
         for device, profile in profiles.items():
             predicted = cost.estimate(costs, profile, 4, efficiency)
             row["estimate_ms"][device] = round(predicted["ms"], 1)
             row.setdefault("estimate_breakdown_ms", {})[device] = {k: round(v, 2) for k, v in
                                                                    predicted["by_kind_ms"].items()}
-        row["ops"], row["elementwise_ops"] = predicted["ops"], predicted["elementwise_ops"]
+        row["ops"] = sum(c["kind"] != "free" for c in costs)
+        row["elementwise_ops"] = sum(c["kind"] == "elementwise" for c in costs)
         rows[label] = row
-    return {"host": {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": args.threads,
+    return {"host": {"cpu": timed["cpu"], "cpu_count": timed["cpu_count"], "threads": args.threads,
+                     "runs": args.runs, "interleaved": True,
                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                      "peak_gflops": {k: {t: round(v, 1) for t, v in p.items()} for k, p in peaks.items()}},
             "seq_len": args.seq_len, "estimate": {"threads": 4, "efficiency": round(efficiency, 3),
                                                   "calibrated_on": "MobileBERT fp32, Pixel 4, 62 ms (paper, Table 4)"},
-            "rows": rows, "claims": claims(rows, args.threads, profiles)}
+            "rows": rows, "claims": claims(rows, args.threads, profiles), "goals": goals(rows, args.threads)}
 
 
 def _params(ops) -> float:
@@ -147,6 +149,32 @@ def claims(rows: dict, threads: list[int], profiles: dict) -> list[dict]:
     return out
 
 
+def goals(rows: dict, threads: list[int]) -> list[dict]:
+    """The performance goals of the latency issue, checked on this run's host measurements (per thread count)."""
+    out = []
+
+    def check(goal, value, target, higher_is_better=True):
+        met = value >= target if higher_is_better else value <= target
+        out.append({"goal": goal, "value": round(value, 3), "target": target, "met": met})
+
+    for t in threads:
+        if "mobilebert" in rows:
+            check(f"MobileBERT fp32 fraction of host fp32 matmul peak ({t} thr)",
+                  rows["mobilebert"]["host"][t]["fraction_of_peak"], 0.8)
+        if "mobilebert" in rows and "transformers mobilebert" in rows:
+            check(f"our MobileBERT / transformers' MobileBERT latency ({t} thr)",
+                  rows["mobilebert"]["host"][t]["p50_ms"] / rows["transformers mobilebert"]["host"][t]["p50_ms"],
+                  1.0, higher_is_better=False)
+        if "mobilebert" in rows and "bert_base" in rows:
+            check(f"BERT_BASE / MobileBERT latency ({t} thr)",
+                  rows["bert_base"]["host"][t]["p50_ms"] / rows["mobilebert"]["host"][t]["p50_ms"], 4.0)
+        for name in ("mobilebert", "mobilebert_tiny", "mobilebert_no_opt", "bert_base"):
+            if name in rows and f"{name} dynamic-int8" in rows:
+                check(f"{name} fp32 / dynamic-int8 latency ({t} thr)",
+                      rows[name]["host"][t]["p50_ms"] / rows[f"{name} dynamic-int8"]["host"][t]["p50_ms"], 2.0)
+    return out
+
+
 def write_markdown(report: dict, path: Path) -> None:
     host, threads = report["host"], report["host"]["threads"]
     devices = list(next(iter(report["rows"].values()))["estimate_ms"])
@@ -155,11 +183,13 @@ def write_markdown(report: dict, path: Path) -> None:
              f"matmul peak fp32 " + ", ".join(f"{v} GFLOP/s at {t} thr" for t, v in host["peak_gflops"]["fp32"].items())
              + "; int8 " + ", ".join(f"{v} GOP/s at {t} thr" for t, v in host["peak_gflops"]["int8"].items()) + ".",
              f"Pixel columns are ESTIMATES (4 threads, cost model calibrated once: "
-             f"{report['estimate']['calibrated_on']}, GEMM efficiency {report['estimate']['efficiency']}).", "",
-             "| model | params (M) | GFLOPs | size (MB) | ops | " +
+             f"{report['estimate']['calibrated_on']}, GEMM efficiency {report['estimate']['efficiency']}). "
+             f"Host times: {host['runs']} runs per model, all models timed interleaved; memory: peak resident memory "
+             f"of a process that loads the file and runs it once, over the process's own start-up.", "",
+             "| model | params (M) | GFLOPs | size (MB) | memory (MB) | ops | " +
              " | ".join(f"host p50 {t} thr (ms) | vs MobileBERT | % of peak" for t in threads) + " | " +
              " | ".join(f"{d} est. (ms)" for d in devices) + " | accuracy |",
-             "|---|---|---|---|---|" + "---|---|---|" * len(threads) + "---|" * len(devices) + "---|"]
+             "|---|---|---|---|---|---|" + "---|---|---|" * len(threads) + "---|" * len(devices) + "---|"]
     rows = report["rows"]
     for label, r in rows.items():
         base = rows.get("mobilebert" + ("" if r["quantize"] == "none" else f" {r['quantize']}"),
@@ -171,7 +201,7 @@ def write_markdown(report: dict, path: Path) -> None:
             cells.append(f"{h['p50_ms']:.1f} | {ratio} | {100 * h['fraction_of_peak']:.0f}%")
         accuracy = f"{r['accuracy']:.4f}" if r["accuracy"] is not None else "-"
         lines.append(f"| {label} | {r['params_m']} | {r['gflops']:.3g} | "
-                     f"{r['size_mb']:.1f} | {r['ops']} | " + " | ".join(cells) + " | " +
+                     f"{r['size_mb']:.1f} | {r['memory_mb']} | {r['ops']} | " + " | ".join(cells) + " | " +
                      " | ".join(f"{r['estimate_ms'][d]:.0f}" for d in devices) + f" | {accuracy} |")
     if report["claims"]:
         lines += ["", "## The paper's claims (ratios of latency)", "",
@@ -185,6 +215,11 @@ def write_markdown(report: dict, path: Path) -> None:
 
             lines.append(f"| {c['claim']} | {c['paper_pixel4']:.2f}x | " +
                          " | ".join(cell(f"host_{t}_threads") for t in threads) + f" | {cell('estimate_pixel4')} |")
+    if report["goals"]:
+        lines += ["", "## Performance goals (host, this run)", "", "| goal | measured | target | met |",
+                  "|---|---|---|---|"]
+        lines += [f"| {g['goal']} | {g['value']} | {g['target']} | {'yes' if g['met'] else 'NO'} |"
+                  for g in report["goals"]]
     with atomic_path(path) as tmp:
         tmp.write_text("\n".join(lines) + "\n")
 

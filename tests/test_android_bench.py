@@ -7,7 +7,7 @@ import pytest
 
 from android_bench.adb import parse_benchmark_output
 from android_bench.estimate import calibrate, estimate, load_profile, op_costs
-from android_bench.host import measure_in_child
+from android_bench.host import measure_in_child, peak_memory
 from android_bench.models import preset_classifier
 from helpers import one_line_error, run_module
 from mobilekd.export.litert import convert
@@ -94,9 +94,12 @@ def test_calibration_reproduces_its_own_figure(opt_and_no_opt):
         load_profile("pixel99")
 
 
-def test_host_benchmark_measures_in_a_child(opt_and_no_opt):
-    result = measure_in_child(opt_and_no_opt["opt"], [1, 2], runs=5, warmup=1)
-    assert [r["threads"] for r in result["by_threads"]] == [1, 2]
-    for r in result["by_threads"]:
-        assert 0 < r["min_ms"] <= r["p50_ms"] <= r["p90_ms"]
-    assert result["peak_rss_mb"] > result["model_rss_mb"] > 0 and result["cpu_count"] >= 1
+def test_host_benchmark_times_models_interleaved(opt_and_no_opt):
+    paths = [opt_and_no_opt["opt"], opt_and_no_opt["no_opt"]]
+    result = measure_in_child(paths, [1, 2], runs=5, warmup=1)
+    assert list(result["models"]) == [str(p) for p in paths] and result["cpu_count"] >= 1
+    for model in result["models"].values():
+        assert [r["threads"] for r in model["by_threads"]] == [1, 2]
+        for r in model["by_threads"]:
+            assert r["runs"] == 5 and 0 < r["min_ms"] <= r["p50_ms"] <= r["p90_ms"]
+    assert peak_memory(paths[0]) > 0

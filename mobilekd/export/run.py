@@ -32,7 +32,7 @@ from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import foreign_ops, nonfinite_constants, op_histogram, read_graph
 from mobilekd.export.litert import INPUT_NAMES, QUANTIZATIONS, convert
 from mobilekd.export.parity import parity_report, run_tflite
-from mobilekd.fileio import read_json, write_json
+from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.finetune.tasks import default_data, encode_classification, load_task
 from mobilekd.models.hf import load_config, load_pretrained
 
@@ -89,7 +89,7 @@ def file_report(path: Path, ops_count: dict) -> dict:
             "flex_or_custom_ops": foreign_ops(ops), "op_count": sum(ops_count.values())}
 
 
-def write_markdown(out: Path, reports: dict) -> None:
+def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
     lines = ["| file | MB | convert s | ops | max abs diff | agreement | accuracy (PyTorch) | finite |",
              "|---|---|---|---|---|---|---|---|"]
     for name, r in reports.items():
@@ -97,7 +97,10 @@ def write_markdown(out: Path, reports: dict) -> None:
         lines.append(f"| {name} | {r['size_bytes'] / 1e6:.1f} | {r['convert_seconds']} | {r['op_count']} | "
                      f"{r['max_abs_diff']:.2e} | {r['agreement']:.4f} | {acc} | "
                      f"{r['finite'] and not r['nonfinite_constants']} |")
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    lines += ["", "Operators per file:", ""]
+    lines += [f"- {name}: " + ", ".join(f"{op} {n}" for op, n in histograms[name].items()) for name in reports]
+    with atomic_path(out / "report.md") as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
 
 
 @cli_entry
@@ -154,7 +157,7 @@ def main(argv=None):
               (f", accuracy {report['accuracy_exported']:.4f} (PyTorch {report['accuracy_torch']:.4f})"
                if labels is not None else ""))
         print("  ops: " + ", ".join(f"{k} {v}" for k, v in histograms[name].items()))
-    write_markdown(out, reports)
+    write_markdown(out, reports, histograms)
 
 
 if __name__ == "__main__":
