@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -37,14 +36,16 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _rss_mb() -> float:
+def _status_mb(field: str) -> float:
+    """A memory figure of this process from /proc (VmRSS now, VmHWM its peak; unlike getrusage's ru_maxrss,
+    VmHWM does not carry over the parent's peak into a child started by fork + exec)."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return 0.0
 
 
-_START_RSS = _rss_mb()  # this process with the runtime imported, before any model is loaded
+_START_RSS = _status_mb("VmRSS")  # this process with the runtime imported, before any model is loaded
 
 
 def random_inputs(details, seed: int = 0) -> dict[str, np.ndarray]:
@@ -90,7 +91,7 @@ def measure(paths: list, threads: list[int], runs: int, warmup: int) -> dict:
             results[str(path)]["by_threads"].append(_stats(model_times, t))
         del runners
     return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "models": results,
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "peak_rss_mb": round(_status_mb("VmHWM"), 1),
             "start_rss_mb": round(_START_RSS, 1)}
 
 
