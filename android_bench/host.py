@@ -12,6 +12,7 @@ from `benchmark_model` on a phone, and `android_bench.estimate` gives the cost m
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -21,9 +22,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from ai_edge_litert.interpreter import Interpreter
 
 from mobilekd.errors import UserError, cli_entry, located
+from mobilekd.export.parity import TFLiteRunner
 
 
 def cpu_model() -> str:
@@ -45,6 +46,7 @@ def _status_mb(field: str) -> float:
     return 0.0
 
 
+importlib.import_module("ai_edge_litert.interpreter")  # the runtime's own memory is not the model's
 _START_RSS = _status_mb("VmRSS")  # this process with the runtime imported, before any model is loaded
 
 
@@ -78,8 +80,8 @@ def measure(paths: list, threads: list[int], runs: int, warmup: int) -> dict:
             raise located(path, "no such model file")
     results = {str(p): {"size_mb": p.stat().st_size / 1e6, "by_threads": []} for p in paths}
     for t in threads:
-        runners = [Interpreter(model_path=str(p), num_threads=t).get_signature_runner() for p in paths]
-        inputs = [random_inputs(r.get_input_details()) for r in runners]
+        runners = [TFLiteRunner(p, t) for p in paths]
+        inputs = [random_inputs(r.inputs) for r in runners]
         times = [[] for _ in paths]
         for round_ in range(warmup + runs):
             for i in np.roll(np.arange(len(paths)), round_):  # rotate who goes first

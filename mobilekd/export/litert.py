@@ -21,7 +21,10 @@ QUANTIZATIONS = {
     "dynamic-int8": "int8 weights, activations quantized on the fly (int8 matrix products)",
     "weight-int8": "int8 weights dequantized to float32 (smaller file, float speed)",
     "int8": "full integer: int8 weights and activations with ranges calibrated on task examples",
+    "int8-a16": "int8 weights, int16 activations, calibrated: closer to fp32 than int8, but XNNPACK has no "
+                "kernels for it (about 20x slower than fp32 on our host)",
 }
+CALIBRATED = ("int8", "int8-a16")
 
 
 class ExportWrapper(torch.nn.Module):
@@ -53,15 +56,15 @@ def convert(model, head: str, seq_len: int, out_path, quantize: str = "none", ca
             metadata: tuple | None = None) -> Path:
     """Convert `model` (eval mode) and write `out_path` atomically.
 
-    Quantizes afterwards if asked (`calibration`: input dicts for "int8"); `metadata` = (vocab file, labels or
+    Quantizes afterwards if asked (`calibration`: input dicts for the calibrated ones); `metadata` = (vocab file, labels or
     None) attaches the TFLite metadata of `mobilekd.export.metadata` last, so quantization cannot drop it.
     """
     import litert_torch
 
     if quantize not in QUANTIZATIONS:
         raise UserError(f"--quantize {quantize!r}: choose one of {', '.join(QUANTIZATIONS)}")
-    if quantize == "int8" and not calibration:
-        raise UserError("--quantize int8 needs calibration examples")
+    if quantize in CALIBRATED and not calibration:
+        raise UserError(f"--quantize {quantize} needs calibration examples")
     if seq_len > model.config.max_position_embeddings:
         raise UserError(f"--seq-len {seq_len} exceeds the model's {model.config.max_position_embeddings} positions")
     wrapper = ExportWrapper(model.eval(), head).eval()
@@ -91,11 +94,12 @@ def quantize_file(path: Path, quantize: str, calibration=None) -> None:
                                  algorithm_key=recipe.AlgorithmName.FLOAT_CASTING)
     else:
         chosen = {"dynamic-int8": recipe.dynamic_wi8_afp32, "weight-int8": recipe.weight_only_wi8_afp32,
-                  "int8": recipe.static_wi8_ai8}[quantize]
+                  "int8": recipe.static_wi8_ai8, "int8-a16": recipe.static_wi8_ai16}[quantize]
         q = quantizer.Quantizer(str(path), chosen())
-    if quantize == "int8":  # softmax stays float: a float output (MediaPipe reads no int8) and finer attention
+    ranges = None
+    if quantize in CALIBRATED:  # softmax stays float: a float output (MediaPipe reads no int8), finer attention
         q.update_quantization_recipe(regex=".*", operation_name=qtyping.TFLOperationName.SOFTMAX,
                                      algorithm_key=recipe.AlgorithmName.NO_QUANTIZE)
-    ranges = q.calibrate({"serving_default": calibration}, num_threads=1) if quantize == "int8" else None
+        ranges = q.calibrate({"serving_default": calibration}, num_threads=1)
     model = bytes(q.quantize(ranges, enable_progress_report=False).quantized_model)
-    path.write_bytes(float_outputs(model) if quantize == "int8" else model)
+    path.write_bytes(float_outputs(model) if quantize in CALIBRATED else model)

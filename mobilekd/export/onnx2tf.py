@@ -21,7 +21,7 @@ def convert_onnx2tf(onnx_path: Path, out_path: Path, executable: str) -> Path:
         raise UserError(f"{executable}: not found (install onnx2tf and TensorFlow in an environment of their own "
                         f"and pass its onnx2tf executable)")
     with tempfile.TemporaryDirectory() as work:
-        proc = subprocess.run([found, "-i", str(onnx_path), "-o", work, "-n"], capture_output=True, text=True)
+        proc = subprocess.run([found, "-i", str(onnx_path), "-o", work, "-n", "-osd"], capture_output=True, text=True)
         produced = Path(work) / f"{Path(onnx_path).stem}_float32.tflite"
         if proc.returncode != 0 or not produced.is_file():
             last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]

@@ -5,25 +5,57 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mobilekd.errors import UserError
 from mobilekd.export.litert import INPUT_NAMES, ExportWrapper
 
 
-def run_tflite(path, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """One example at a time through the LiteRT interpreter's signature runner; outputs in signature order,
-    dequantized where the model is full-integer."""
-    from ai_edge_litert.interpreter import Interpreter
+class TFLiteRunner:
+    """A `.tflite` ready to run: `inputs` maps input names to their details (signature names, or for a file
+    without signatures, as onnx2tf writes them, the input role a tensor name contains); calling it with arrays
+    for those names returns the outputs in signature-name order (graph order without signatures)."""
 
-    interpreter = Interpreter(model_path=str(path), num_threads=1)
-    runner = interpreter.get_signature_runner()
-    scales = {name: d["quantization"] for name, d in runner.get_output_details().items()
-              if np.issubdtype(d["dtype"], np.integer)}
-    outputs = []
+    def __init__(self, path, threads: int = 1):
+        from ai_edge_litert.interpreter import Interpreter
+
+        self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
+        if self.interpreter.get_signature_list():
+            self.signature = self.interpreter.get_signature_runner()
+            self.inputs = self.signature.get_input_details()
+            details = self.signature.get_output_details()
+            self.outputs = [details[name] for name in sorted(details)]
+        else:
+            self.signature = None
+            self.interpreter.allocate_tensors()
+            self.inputs = {_role(d["name"]): d for d in self.interpreter.get_input_details()}
+            self.outputs = self.interpreter.get_output_details()
+
+    def __call__(self, **feed) -> list[np.ndarray]:
+        if self.signature is not None:
+            result = self.signature(**feed)
+            return [result[name] for name in sorted(result)]
+        for name, detail in self.inputs.items():
+            self.interpreter.set_tensor(detail["index"], feed[name])
+        self.interpreter.invoke()
+        return [self.interpreter.get_tensor(d["index"]).copy() for d in self.outputs]
+
+
+def _role(tensor_name: str) -> str:
+    return next((role for role in INPUT_NAMES if role in tensor_name), tensor_name)
+
+
+def run_tflite(path, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """One example at a time through the LiteRT interpreter, dequantizing the outputs of a full-integer model."""
+    runner = TFLiteRunner(path)
+    missing = sorted(set(INPUT_NAMES) - set(runner.inputs))
+    if missing:
+        raise UserError(f"{path}: has no input named {', '.join(missing)} (inputs: {', '.join(runner.inputs)})")
+    scales = [d["quantization"] if np.issubdtype(d["dtype"], np.integer) else None for d in runner.outputs]
+    results = []
     for i in range(len(arrays["input_ids"])):
         out = runner(**{k: arrays[k][i:i + 1].astype(np.int32) for k in INPUT_NAMES})
-        for name, (scale, zero_point) in scales.items():
-            out[name] = (out[name].astype(np.float32) - zero_point) * scale
-        outputs.append([out[k][0] for k in sorted(out)])
-    return [np.stack([o[j] for o in outputs]) for j in range(len(outputs[0]))]
+        results.append([o[0] if scale is None else (o[0].astype(np.float32) - scale[1]) * scale[0]
+                        for o, scale in zip(out, scales)])
+    return [np.stack([r[j] for r in results]) for j in range(len(runner.outputs))]
 
 
 @torch.no_grad()

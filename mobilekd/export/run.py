@@ -14,8 +14,9 @@ Writes into OUT, each file atomically:
                             constants, Flex/custom ops
   ops.json                  per file: operator histogram
   report.md                 the same as a table
-Quantizations: none, fp16, dynamic-int8, weight-int8, and int8 (full integer; activation ranges calibrated on
---calibration-examples training examples of the parity task drawn at random with seed 0, or on --calibration).
+Quantizations: none, fp16, dynamic-int8, weight-int8, int8 (full integer) and int8-a16; the last two calibrate
+activation ranges on --calibration-examples training examples of the parity task drawn at random with seed 0
+(or on --calibration).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from mobilekd.data.custom import read_custom
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import foreign_ops, nonfinite_constants, op_histogram, read_graph
-from mobilekd.export.litert import INPUT_NAMES, QUANTIZATIONS, convert
+from mobilekd.export.litert import CALIBRATED, INPUT_NAMES, QUANTIZATIONS, convert
 from mobilekd.export.parity import parity_report, run_tflite
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.finetune.tasks import default_data, encode_classification, load_task
@@ -141,7 +142,7 @@ def main(argv=None):
             path = convert_onnx2tf(out / "model.onnx", out / name, args.onnx2tf)
             histograms[name], runner = op_histogram(read_graph(path)), run_tflite
         else:
-            calibration = calibration_inputs(args, task, tokenizer) if quantize == "int8" else None
+            calibration = calibration_inputs(args, task, tokenizer) if quantize in CALIBRATED else None
             path = convert(model, head, args.seq_len, out / name, quantize, calibration, metadata)
             histograms[name], runner = op_histogram(read_graph(path)), run_tflite
         seconds = round(time.time() - start, 1)
