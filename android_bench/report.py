@@ -27,7 +27,7 @@ from android_bench.peak import FLOPS as PEAK_FLOPS
 from android_bench.peak import peak_models
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import read_graph
-from mobilekd.fileio import REPO_ROOT, atomic_path, write_json
+from mobilekd.fileio import REPO_ROOT, atomic_path, save_png, write_json
 
 DEVICES = ("pixel4", "pixel6", "pixel8")
 PAPER_RATIOS = {  # from the Pixel 4 latencies of Table 4 (pixel4.json)
@@ -249,10 +249,7 @@ def plot(report: dict, path: Path) -> None:
         ax.set_title(title)
         ax.grid(alpha=0.3)
     fig.suptitle(f"sequence {report['seq_len']}; squares = int8")
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 @cli_entry

@@ -59,6 +59,16 @@ def atomic_path(path):
         raise
 
 
+def save_png(fig, path, dpi: int = 120) -> None:
+    """Write a matplotlib figure atomically and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi)
+    plt.close(fig)
+
+
 def write_json(path, obj) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")

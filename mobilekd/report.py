@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 
 from mobilekd.errors import cli_entry
-from mobilekd.fileio import atomic_path, read_json, write_json
+from mobilekd.fileio import atomic_path, read_json, save_png, write_json
 
 SST2_RUNS = ("teacher", "student", "student_task_kd", "scratch")
 
@@ -92,10 +92,7 @@ def plot(report: dict, path: Path) -> None:
     latency.set_xlabel("latency (ms)")
     latency.set_ylabel("SST-2 dev accuracy")
     latency.set_title("exported student")
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    save_png(fig, path, dpi=110)
 
 
 @cli_entry
