@@ -43,7 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--models", nargs="*", default=list(PAPER_MODELS), help="presets to export and compare "
                    f"(default: {' '.join(PAPER_MODELS)}; none with a bare --models)")
     p.add_argument("--quantize", nargs="+", default=["none", "dynamic-int8"], choices=["none", "dynamic-int8"])
-    p.add_argument("--tflite", nargs="*", default=[], metavar="NAME=PATH", help="existing .tflite files to add")
+    p.add_argument("--tflite", nargs="*", default=[], metavar="NAME=PATH",
+                   help="existing .tflite files to add (a file name containing int8 is set against the int8 peak)")
     p.add_argument("--accuracy", nargs="*", default=[], metavar="NAME=VALUE",
                    help="task accuracy of a model row (plotted against latency)")
     p.add_argument("--transformers-reference", action="store_true",
@@ -83,7 +84,12 @@ def collect(args) -> dict:
         files[name] = (name, "dynamic-int8" if "int8" in Path(path).name else "none", Path(path))
     if not files:
         raise UserError("nothing to measure: give --models and/or --tflite")
-    accuracy = {k: float(v) for k, v in pairs(args.accuracy, "--accuracy").items()}
+    accuracy = {}
+    for name, value in pairs(args.accuracy, "--accuracy").items():
+        try:
+            accuracy[name] = float(value)
+        except ValueError:
+            raise UserError(f"--accuracy {name}={value}: not a number") from None
 
     peak_files = peak_models(cache)
     timed = measure_in_child(list(peak_files.values()) + [path for _, _, path in files.values()], args.threads,
@@ -92,7 +98,8 @@ def collect(args) -> dict:
     peaks = {kind: {t: PEAK_FLOPS / (timing[path][t]["min_ms"] / 1000) / 1e9 for t in args.threads}
              for kind, path in peak_files.items()}  # a ceiling: the best run
 
-    efficiency = cost.calibrate(cost.op_costs(export_preset("mobilebert", "none", args.seq_len, cache)))
+    # the published figure is MobileBERT at sequence 128, whatever length this report is for
+    efficiency = cost.calibrate(cost.op_costs(export_preset("mobilebert", "none", 128, cache)))
     profiles = {d: cost.load_profile(d) for d in args.devices}
     rows = {}
     for label, (name, quantize, path) in tqdm(files.items(), desc="memory + estimate", unit="model"):

@@ -21,7 +21,7 @@ from pathlib import Path
 from mobilekd.errors import UserError
 from mobilekd.export.graph import inline_buffers
 
-INPUT_NAMES = {"ids": "serving_default_input_ids", "mask": "serving_default_attention_mask",
+TENSOR_NAMES = {"ids": "serving_default_input_ids", "mask": "serving_default_attention_mask",
                "segment": "serving_default_token_type_ids"}
 
 
@@ -65,16 +65,16 @@ def add_metadata(path, head: str, vocab_file, labels: list[str] | None = None) -
     tokenizer = mw.BertTokenizer(str(vocab_file))
     if head == "classification":
         writer = text_classifier.MetadataWriter.create_for_bert_model(
-            model, tokenizer, mw.Labels().add(labels), INPUT_NAMES["ids"], INPUT_NAMES["mask"],
-            INPUT_NAMES["segment"])
+            model, tokenizer, mw.Labels().add(labels), TENSOR_NAMES["ids"], TENSOR_NAMES["mask"],
+            TENSOR_NAMES["segment"])
     elif head == "qa":
         writer = mw.MetadataWriter(model).add_general_info(
             "BertQuestionAnswerer", "Answers a question with a span of the given context.")
-        writer.add_bert_text_input(tokenizer, INPUT_NAMES["ids"], INPUT_NAMES["mask"], INPUT_NAMES["segment"])
+        writer.add_bert_text_input(tokenizer, TENSOR_NAMES["ids"], TENSOR_NAMES["mask"], TENSOR_NAMES["segment"])
         for name in qa_output_order(path):
             writer.add_feature_output(name=name, description=f"{name.replace('_', ' ')} of each token")
     else:
-        raise UserError(f"--metadata is for classification and qa models, not {head!r}")
+        raise UserError(f"TFLite metadata is written for classification and qa models, not {head!r}")
     content, _ = writer.populate()
     path.write_bytes(bytes(content))
     del writer  # its __del__ removes a temp folder, and fails if left to interpreter shutdown
