@@ -232,29 +232,39 @@ def write_markdown(report: dict, path: Path) -> None:
 
 
 def plot(report: dict, path: Path) -> None:
-    """Latency against accuracy where every row has one, else against file size: host (measured) and the
-    Pixel 4 estimate side by side."""
+    """Latency against accuracy where every row has one, else against file size (log scales): host (measured,
+    first thread count) and the Pixel 4 estimate side by side; one colour per model, squares for int8."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     rows = report["rows"]
     by_accuracy = all(r["accuracy"] is not None for r in rows.values())
     thread = report["host"]["threads"][0]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    panels = [(axes[0], lambda r: r["host"][thread]["p50_ms"], f"host, measured ({thread} thread)"),
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    panels = [(axes[0], lambda r: next(iter(r["host"].values()))["p50_ms"], f"host, measured ({thread} thread)"),
               (axes[1], lambda r: r["estimate_ms"].get("pixel4", float("nan")), "Pixel 4, estimated (4 threads)")]
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    models = list(dict.fromkeys(r["model"] for r in rows.values()))
     for ax, latency, title in panels:
         for label, r in rows.items():
-            x = r["accuracy"] if by_accuracy else r["size_mb"]
-            marker = "s" if r["quantize"] != "none" else "o"
-            ax.scatter(latency(r), x, marker=marker)
-            ax.annotate(label, (latency(r), x), fontsize=8, xytext=(4, 3), textcoords="offset points")
+            ax.scatter(latency(r), r["accuracy"] if by_accuracy else r["size_mb"], label=label,
+                       marker="s" if r["quantize"] != "none" else "o",
+                       color=colours[models.index(r["model"]) % len(colours)])
+        ax.set_xscale("log")
+        if not by_accuracy:
+            ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # plain numbers at 1, 2, 5 x 10^k on log axes
+            axis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("latency (ms)")
         ax.set_ylabel("accuracy" if by_accuracy else ".tflite size (MB)")
         ax.set_title(title)
-        ax.grid(alpha=0.3)
+        ax.grid(alpha=0.3, which="both")
+    axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.suptitle(f"sequence {report['seq_len']}; squares = int8")
     save_png(fig, path)
 
