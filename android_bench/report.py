@@ -121,6 +121,7 @@ def collect(args) -> dict:
                                                                    predicted["by_kind_ms"].items()}
         row["ops"] = sum(c["kind"] != "free" for c in costs)
         row["elementwise_ops"] = sum(c["kind"] == "elementwise" for c in costs)
+        row["elementwise_mb"] = round(sum(c["activations"] for c in costs if c["kind"] == "elementwise") / 1e6, 1)
         rows[label] = row
     return {"host": {"cpu": timed["cpu"], "cpu_count": timed["cpu_count"], "threads": args.threads,
                      "runs": args.runs, "interleaved": True,
@@ -222,6 +223,18 @@ def write_markdown(report: dict, path: Path) -> None:
 
             lines.append(f"| {c['claim']} | {c['paper_pixel4']:.2f}x | " +
                          " | ".join(cell(f"host_{t}_threads") for t in threads) + f" | {cell('estimate_pixel4')} |")
+    if "pixel4" in devices:
+        lines += ["", "## Where the Pixel 4 estimate's time goes (from each graph)", "",
+                  "| model | ops | elementwise ops | elementwise traffic (MB) | matrix products (ms) | "
+                  "elementwise (ms) | dispatch (ms) | total (ms) |", "|---|---|---|---|---|---|---|---|"]
+        for label, r in rows.items():
+            b = r["estimate_breakdown_ms"]["pixel4"]
+            lines.append(f"| {label} | {r['ops']} | {r['elementwise_ops']} | {r['elementwise_mb']} | "
+                         f"{b.get('gemm', 0):.1f} | {b.get('elementwise', 0):.1f} | {b.get('dispatch', 0):.1f} | "
+                         f"{r['estimate_ms']['pixel4']:.1f} |")
+        lines += ["", "Matrix products are FLOPs over the fastest cores' SIMD peak x the fitted efficiency; every "
+                  "other op is a pass over its activations on one core plus a fixed dispatch cost "
+                  "(android_bench/estimate.py). LayerNorm + GELU add passes, not FLOPs."]
     if report["goals"]:
         lines += ["", "## Performance goals (host, this run)", "", "| goal | measured | target | met |",
                   "|---|---|---|---|"]
