@@ -55,10 +55,15 @@ finetune() {  # name, then flags; skipped when its results.json says complete
     python -m mobilekd.finetune.run "${SST2[@]}" --out "$OUT/sst2/$name" --resume "$@"
   fi
 }
-in_background() {  # name, then a command; its output goes to OUT/logs/name.log
-  local name=$1; shift
-  echo "-- $name runs beside it (log: $OUT/logs/$name.log)"
-  "$@" > "$OUT/logs/$name.log" 2>&1 &
+in_background() {  # name, then a command; its output goes to OUT/logs/name.log; join_background waits for it
+  BG_NAME=$1; shift
+  echo "-- $BG_NAME runs beside it (log: $OUT/logs/$BG_NAME.log)"
+  "$@" > "$OUT/logs/$BG_NAME.log" 2>&1 &
+  BG_PID=$!
+}
+join_background() {
+  wait "$BG_PID" || { tail -5 "$OUT/logs/$BG_NAME.log" >&2; echo "error: $BG_NAME failed" >&2; exit 1; }
+  grep -h -e "best " -e "done already" "$OUT/logs/$BG_NAME.log" | tail -1 || true
 }
 
 echo "== 1/6 model presets (parameters and FLOPs beside the paper's)"
@@ -69,19 +74,19 @@ echo "== 2/6 teacher pre-training (demo IB-BERT, MLM + NSP) -> $OUT/teacher"
 in_background sst2_scratch finetune scratch --model "$OUT/scratch_init" --lr 5e-4
 if stage_done "$OUT/teacher"; then echo "done already (summary.json exists); --force to redo"
 else python -m teacher_ib_bert.train "${TEACHER[@]}" --out "$OUT/teacher" --resume; fi
-wait $!
+join_background
 
 echo "== 3/6 progressive knowledge transfer into the demo MobileBERT -> $OUT/student"
 in_background sst2_teacher finetune teacher --model "$OUT/teacher" --lr "${TEACHER_LR:-5e-4}"
 if stage_done "$OUT/student"; then echo "done already (summary.json exists); --force to redo"
 else python -m mobilekd.transfer.distill "${TRANSFER[@]}" --teacher "$OUT/teacher" --out "$OUT/student" --resume; fi
-wait $!
+join_background
 
 echo "== 4/6 SST-2 fine-tuning of the student, without and with task distillation from the SST-2 teacher"
 in_background sst2_student_task_kd finetune student_task_kd --model "$OUT/student" --teacher "$OUT/sst2/teacher" \
   --lr 5e-4
 finetune student --model "$OUT/student" --lr 5e-4
-wait $!
+join_background
 
 echo "== 5/6 .tflite export of the SST-2 student (fp32, dynamic-range int8; metadata; parity on SST-2 dev)"
 logged() {  # name, then a command: its output (the converters are chatty) goes to OUT/logs/name.log
