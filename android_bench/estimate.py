@@ -27,7 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from mobilekd.errors import located
-from mobilekd.export.graph import read_graph
+from mobilekd.export.graph import Op
 
 PROFILES = Path(__file__).parent / "profiles"
 GEMM_OPS = {"FULLY_CONNECTED", "BATCH_MATMUL"}
@@ -55,10 +55,11 @@ def peak_ops_per_s(profile: dict, threads: int, int8: bool) -> float:
     return sum(c["ghz"] * 1e9 * c["simd_128bit_pipes"] * per_pipe for c in fastest_cores(profile, threads))
 
 
-def op_costs(path) -> list[dict]:
-    """Per op: kind, FLOPs, activation bytes, weight bytes, transcendental elements, int8 or not."""
+def op_costs(ops: list[Op]) -> list[dict]:
+    """Per op of a graph (`read_graph`): kind, FLOPs, activation bytes, weight bytes, transcendental elements,
+    int8 or not."""
     costs = []
-    for op in read_graph(path):
+    for op in ops:
         activations = sum(t.nbytes for t in op.inputs + op.outputs if t.constant is None)
         weights = sum(t.nbytes for t in op.inputs if t.constant is not None)
         if op.name in GEMM_OPS:

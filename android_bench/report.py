@@ -99,14 +99,15 @@ def collect(args) -> dict:
              for kind, path in peak_files.items()}  # a ceiling: the best run
 
     # the published figure is MobileBERT at sequence 128, whatever length this report is for
-    efficiency = cost.calibrate(cost.op_costs(export_preset("mobilebert", "none", 128, cache)))
+    efficiency = cost.calibrate(cost.op_costs(read_graph(export_preset("mobilebert", "none", 128, cache))))
     profiles = {d: cost.load_profile(d) for d in args.devices}
     rows = {}
     for label, (name, quantize, path) in tqdm(files.items(), desc="memory + estimate", unit="model"):
-        costs = cost.op_costs(path)
+        graph = read_graph(path)
+        costs = cost.op_costs(graph)
         gflops = sum(c["flops"] for c in costs) / 1e9
         int8 = quantize != "none"
-        row = {"model": name, "quantize": quantize, "file": str(path), "params_m": _params(read_graph(path)),
+        row = {"model": name, "quantize": quantize, "file": str(path), "params_m": _params(graph),
                "gflops": round(gflops, 3), "size_mb": round(path.stat().st_size / 1e6, 2),
                "memory_mb": peak_memory(path), "host": {}, "estimate_ms": {}, "accuracy": accuracy.get(label)}
         for t, stats in timing[path].items():

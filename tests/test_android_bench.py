@@ -10,6 +10,7 @@ from android_bench.estimate import calibrate, estimate, load_profile, op_costs
 from android_bench.host import measure_in_child, peak_memory
 from android_bench.models import preset_classifier
 from helpers import one_line_error, run_module
+from mobilekd.export.graph import read_graph
 from mobilekd.export.litert import convert
 from mobilekd.models.flops import model_stats
 from mobilekd.models.presets import get_preset
@@ -60,7 +61,7 @@ def opt_and_no_opt(tmp_path_factory):
 
 
 def test_cost_model_counts_the_elementwise_passes(opt_and_no_opt):
-    opt, no_opt = op_costs(opt_and_no_opt["opt"]), op_costs(opt_and_no_opt["no_opt"])
+    opt, no_opt = (op_costs(read_graph(opt_and_no_opt[name])) for name in ("opt", "no_opt"))
 
     def gemm(costs):
         return sum(c["flops"] for c in costs)
@@ -87,7 +88,7 @@ def test_cost_model_counts_the_elementwise_passes(opt_and_no_opt):
 
 
 def test_calibration_reproduces_its_own_figure(opt_and_no_opt):
-    costs = op_costs(opt_and_no_opt["opt"])
+    costs = op_costs(read_graph(opt_and_no_opt["opt"]))
     efficiency = calibrate(costs)  # pretend this graph were the paper's MobileBERT
     assert estimate(costs, load_profile("pixel4"), 4, efficiency)["ms"] == pytest.approx(62.0, rel=1e-3)
     with pytest.raises(Exception, match="no device profile"):

@@ -84,8 +84,8 @@ def task_dir(args) -> Path:
     return data
 
 
-def file_report(path: Path, ops_count: dict) -> dict:
-    ops = read_graph(path) if path.suffix == ".tflite" else []
+def file_report(path: Path, ops: list, ops_count: dict) -> dict:
+    """Size and graph checks of one exported file (`ops`: its `.tflite` graph; empty for ONNX)."""
     return {"size_bytes": path.stat().st_size, "nonfinite_constants": nonfinite_constants(ops),
             "flex_or_custom_ops": foreign_ops(ops), "op_count": sum(ops_count.values())}
 
@@ -131,23 +131,27 @@ def main(argv=None):
     routes = [(q, f"model_{q.replace('-', '_')}.tflite") for q in args.quantize]
     routes += [("onnx", "model.onnx")] if args.onnx or args.onnx2tf else []
     routes += [("onnx2tf", "model_onnx2tf.tflite")] if args.onnx2tf else []
+    calibration = None  # drawn once, on the first calibrated quantization
     for quantize, name in routes:
         start = time.time()
         if quantize == "onnx":
             from mobilekd.export.onnx import export_onnx, onnx_ops, run_onnx
             path = export_onnx(model, head, args.seq_len, out / name)
-            histograms[name], runner = onnx_ops(path), run_onnx
-        elif quantize == "onnx2tf":
-            from mobilekd.export.onnx2tf import convert_onnx2tf
-            path = convert_onnx2tf(out / "model.onnx", out / name, args.onnx2tf)
-            histograms[name], runner = op_histogram(read_graph(path)), run_tflite
+            ops, histograms[name], runner = [], onnx_ops(path), run_onnx
         else:
-            calibration = calibration_inputs(args, task, tokenizer) if quantize in CALIBRATED else None
-            path = convert(model, head, args.seq_len, out / name, quantize, calibration, metadata)
-            histograms[name], runner = op_histogram(read_graph(path)), run_tflite
+            if quantize == "onnx2tf":
+                from mobilekd.export.onnx2tf import convert_onnx2tf
+                path = convert_onnx2tf(out / "model.onnx", out / name, args.onnx2tf)
+            else:
+                if quantize in CALIBRATED and calibration is None:
+                    calibration = calibration_inputs(args, task, tokenizer)
+                path = convert(model, head, args.seq_len, out / name, quantize,
+                               calibration if quantize in CALIBRATED else None, metadata)
+            ops = read_graph(path)
+            histograms[name], runner = op_histogram(ops), run_tflite
         seconds = round(time.time() - start, 1)
         report = parity_report(model, head, lambda arrays: runner(path, arrays), split.arrays, labels)
-        report.update(file_report(path, histograms[name]), quantize=quantize, seq_len=args.seq_len,
+        report.update(file_report(path, ops, histograms[name]), quantize=quantize, seq_len=args.seq_len,
                       convert_seconds=seconds, model=str(args.model),
                       metadata=metadata is not None and quantize in QUANTIZATIONS)
         reports[name] = report
