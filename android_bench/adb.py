@@ -1,6 +1,6 @@
 """Measured on a phone: TFLite's official `benchmark_model` over adb, with the paper's settings.
 
-    python -m android_bench.adb --model model.tflite --benchmark-binary ~/android/benchmark_model
+    mobilekd adb --model model.tflite --benchmark-binary ~/android/benchmark_model   (mobilekd/recipes/adb.py)
 
 Pushes the model and the binary (an android_aarch64 `benchmark_model` build you supply) to /data/local/tmp, pins
 the run to the fastest cores with `taskset` (their mask read from cpufreq), runs it at 4 threads with XNNPACK
@@ -11,15 +11,12 @@ phone's model and SoC. Every command is an argument list; nothing from the user 
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
-from mobilekd.errors import UserError, cli_entry, located
-from mobilekd.fileio import write_json
+from mobilekd.errors import UserError
 
 REMOTE_DIR = "/data/local/tmp/mobilekd"
 _RUN = re.compile(r"count=(\d+) first=\S+ curr=\S+ min=(\S+) max=(\S+) avg=(\S+) std=(\S+)"
@@ -126,29 +123,3 @@ def run_on_phone(model: Path, binary: Path, phone: Phone, threads: int = 4, runs
                          "--use_xnnpack=true", f"--num_runs={runs}", "--warmup_runs=5", "--enable_op_profiling=true")
     return {"device": phone.info(), "threads": threads, "affinity_mask": mask, "model": str(model),
             **parse_benchmark_output(output)}
-
-
-@cli_entry
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="android_bench.adb", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help=".tflite file")
-    p.add_argument("--benchmark-binary", required=True, help="TFLite benchmark_model built for the phone's ABI")
-    p.add_argument("--adb", default="adb", help="adb executable (default: adb on PATH)")
-    p.add_argument("--serial", help="device serial when several are attached")
-    p.add_argument("--threads", type=int, default=4)
-    p.add_argument("--runs", type=int, default=50)
-    p.add_argument("--out", help="write the result as JSON here")
-    args = p.parse_args(argv)
-    for path in (args.model, args.benchmark_binary):
-        if not Path(path).is_file():
-            raise located(path, "no such file")
-    result = run_on_phone(Path(args.model), Path(args.benchmark_binary), Phone(args.adb, args.serial),
-                          args.threads, args.runs)
-    if args.out:
-        write_json(args.out, result)
-    print(json.dumps(result, indent=1))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,5 @@
-"""Measured on this host: `.tflite` files through the LiteRT interpreter (XNNPACK) at given thread counts.
-
-    python -m android_bench.host a.tflite b.tflite --threads 1 2 4 --runs 30
+"""Measured on this host: `.tflite` files through the LiteRT interpreter (XNNPACK) at given thread counts
+(the program is `mobilekd host-bench a.tflite b.tflite --threads 1 2 4 --runs 30`).
 
 Several models are timed interleaved (one invocation of each in turn, `runs` rounds), so a slow spell of this
 shared machine hits them all alike and their ratios hold; reported per model and thread count: min, p50, p90,
@@ -11,13 +10,12 @@ from `benchmark_model` on a phone, and `android_bench.estimate` gives the cost m
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import json
 import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +23,7 @@ import numpy as np
 
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.parity import TFLiteRunner
+from mobilekd.fileio import read_json, write_json
 
 
 def cpu_model() -> str:
@@ -98,15 +97,18 @@ def measure(paths: list, threads: list[int], runs: int, warmup: int) -> dict:
 
 
 def measure_in_child(paths: list, threads: list[int], runs: int = 30, warmup: int = 5) -> dict:
-    """`measure` in a fresh process."""
+    """`measure` in a fresh process (this module run as a worker: request and result pass as JSON files)."""
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
-    proc = subprocess.run([sys.executable, "-m", "android_bench.host", *map(str, paths), "--threads",
-                           *map(str, threads), "--runs", str(runs), "--warmup", str(warmup), "--json"],
-                          capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"host benchmark of {', '.join(map(str, paths))} failed: {last}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryDirectory(prefix="host-bench-") as tmp:
+        request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        write_json(request, {"paths": [str(p) for p in paths], "threads": threads, "runs": runs, "warmup": warmup,
+                             "result": str(result)})
+        proc = subprocess.run([sys.executable, "-m", "android_bench.host", str(request)], capture_output=True,
+                              text=True, env=env)
+        if proc.returncode != 0 or not result.is_file():
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise UserError(f"host benchmark of {', '.join(map(str, paths))} failed: {last}")
+        return read_json(result)
 
 
 def peak_memory(path) -> float:
@@ -116,26 +118,11 @@ def peak_memory(path) -> float:
 
 
 @cli_entry
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="android_bench.host", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("models", nargs="+", help=".tflite files")
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4])
-    p.add_argument("--runs", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
-    args = p.parse_args(argv)
-    result = measure(args.models, args.threads, args.runs, args.warmup)
-    if args.json:
-        print(json.dumps(result))
-        return
-    print(f"{result['cpu']} ({result['cpu_count']} CPUs); models timed interleaved")
-    for path, r in result["models"].items():
-        print(f"{path} ({r['size_mb']:.1f} MB)")
-        for t in r["by_threads"]:
-            print(f"  {t['threads']} threads: p50 {t['p50_ms']:.2f} ms, p90 {t['p90_ms']:.2f} ms, "
-                  f"min {t['min_ms']:.2f} ms, mean {t['mean_ms']:.2f} +- {t['std_ms']:.2f} ms over {t['runs']} runs")
+def _worker(argv=None):
+    """The child of `measure_in_child`: `python -m android_bench.host REQUEST.json`."""
+    request = read_json((argv or sys.argv[1:])[0])
+    write_json(request["result"], measure(request["paths"], request["threads"], request["runs"], request["warmup"]))
 
 
 if __name__ == "__main__":
-    main()
+    _worker()

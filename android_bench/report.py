@@ -1,20 +1,16 @@
-"""The latency report: measured on this host, estimated for Pixel-class phones, beside the paper's claims.
-
-    python -m android_bench.report                                  # the paper's four models, fp32 + int8
-    python -m android_bench.report --models --tflite student=runs/demo/tflite/model_none.tflite \\
-        --accuracy student=0.789 --out runs/demo/latency               # your own exported files
+"""The latency report as data (`collect`), and its Markdown and plot: measured on this host, estimated for
+Pixel-class phones, beside the paper's claims. The program is `mobilekd latency` (mobilekd/recipes/latency.py).
 
 For each model at sequence 128 (presets with random weights; latency does not depend on them): parameters,
 FLOPs (from the graph), `.tflite` size, host p50 at each --threads count measured in this one run, the ratio
 to MobileBERT at the same threads, the achieved FLOP/s as a fraction of the host's measured matmul peak, and
 the cost model's Pixel estimates (android_bench.estimate, calibrated once on the paper's 62 ms MobileBERT).
-Writes OUT/report.md, OUT/report.json and OUT/latency.png. Host times on a shared machine vary between runs:
+Host times on a shared machine vary between runs:
 compare the ratios measured in one run, not absolute times across runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 
@@ -22,12 +18,12 @@ from tqdm import tqdm
 
 from android_bench import estimate as cost
 from android_bench.host import measure_in_child, peak_memory
-from android_bench.models import PAPER_MODELS, export_preset, export_transformers_mobilebert
+from android_bench.models import export_preset, export_transformers_mobilebert
 from android_bench.peak import FLOPS as PEAK_FLOPS
 from android_bench.peak import peak_models
-from mobilekd.errors import UserError, cli_entry, located
+from mobilekd.errors import UserError, located
 from mobilekd.export.graph import read_graph
-from mobilekd.fileio import REPO_ROOT, atomic_path, save_png, write_json
+from mobilekd.fileio import save_png
 
 DEVICES = ("pixel4", "pixel6", "pixel8")
 PAPER_RATIOS = {  # from the Pixel 4 latencies of Table 4 (pixel4.json)
@@ -37,70 +33,36 @@ PAPER_RATIOS = {  # from the Pixel 4 latencies of Table 4 (pixel4.json)
 }
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="android_bench.report", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="*", default=list(PAPER_MODELS), help="presets to export and compare "
-                   f"(default: {' '.join(PAPER_MODELS)}; none with a bare --models)")
-    p.add_argument("--quantize", nargs="+", default=["none", "dynamic-int8"], choices=["none", "dynamic-int8"])
-    p.add_argument("--tflite", nargs="*", default=[], metavar="NAME=PATH",
-                   help="existing .tflite files to add (a file name containing int8 is set against the int8 peak)")
-    p.add_argument("--accuracy", nargs="*", default=[], metavar="NAME=VALUE",
-                   help="task accuracy of a model row (plotted against latency)")
-    p.add_argument("--transformers-reference", action="store_true",
-                   help="also time transformers' MobileBERT through the same converter")
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 4])
-    p.add_argument("--runs", type=int, default=20, help="timed runs per model and thread count (default 20)")
-    p.add_argument("--devices", nargs="+", default=list(DEVICES))
-    p.add_argument("--cache", default=str(REPO_ROOT / ".cache" / "android_bench"), help="exported presets")
-    p.add_argument("--out", default="runs/latency")
-    return p.parse_args(argv)
-
-
-def pairs(items: list[str], flag: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name or not value:
-            raise UserError(f"{flag} {item!r}: expected NAME=VALUE")
-        out[name] = value
-    return out
-
-
-def collect(args) -> dict:
-    cache = Path(args.cache)
+def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: list[int], runs: int,
+            devices: list[str], cache: Path, tflite: dict[str, Path] | None = None,
+            accuracy: dict[str, float] | None = None, transformers_reference: bool = False) -> dict:
+    """Export (cached) the presets `models` in each of `quantize`, add the given `.tflite` files, time them all
+    interleaved on this host at each thread count, and estimate each on `devices`: the report as data."""
+    cache, accuracy = Path(cache), accuracy or {}
     files = {}
-    jobs = [(m, q) for m in args.models for q in args.quantize]
-    for name, quantize in tqdm(jobs, desc="export", unit="model"):
-        files[f"{name}" + ("" if quantize == "none" else f" {quantize}")] = (
-            name, quantize, export_preset(name, quantize, args.seq_len, cache))
-    if args.transformers_reference:
+    jobs = [(m, q) for m in models for q in quantize]
+    for name, q in tqdm(jobs, desc="export", unit="model"):
+        files[f"{name}" + ("" if q == "none" else f" {q}")] = (name, q, export_preset(name, q, seq_len, cache))
+    if transformers_reference:
         files["transformers mobilebert"] = ("transformers_mobilebert", "none",
-                                            export_transformers_mobilebert(args.seq_len, cache))
-    for name, path in pairs(args.tflite, "--tflite").items():
+                                            export_transformers_mobilebert(seq_len, cache))
+    for name, path in (tflite or {}).items():
         if not Path(path).is_file():
             raise located(path, "no such .tflite file")
         files[name] = (name, "dynamic-int8" if "int8" in Path(path).name else "none", Path(path))
     if not files:
         raise UserError("nothing to measure: give --models and/or --tflite")
-    accuracy = {}
-    for name, value in pairs(args.accuracy, "--accuracy").items():
-        try:
-            accuracy[name] = float(value)
-        except ValueError:
-            raise UserError(f"--accuracy {name}={value}: not a number") from None
 
     peak_files = peak_models(cache)
-    timed = measure_in_child(list(peak_files.values()) + [path for _, _, path in files.values()], args.threads,
-                             runs=args.runs)
+    timed = measure_in_child(list(peak_files.values()) + [path for _, _, path in files.values()], threads,
+                             runs=runs)
     timing = {Path(p): {t["threads"]: t for t in r["by_threads"]} for p, r in timed["models"].items()}
-    peaks = {kind: {t: PEAK_FLOPS / (timing[path][t]["min_ms"] / 1000) / 1e9 for t in args.threads}
+    peaks = {kind: {t: PEAK_FLOPS / (timing[path][t]["min_ms"] / 1000) / 1e9 for t in threads}
              for kind, path in peak_files.items()}  # a ceiling: the best run
 
     # the published figure is MobileBERT at sequence 128, whatever length this report is for
     efficiency = cost.calibrate(cost.op_costs(read_graph(export_preset("mobilebert", "none", 128, cache))))
-    profiles = {d: cost.load_profile(d) for d in args.devices}
+    profiles = {d: cost.load_profile(d) for d in devices}
     rows = {}
     for label, (name, quantize, path) in tqdm(files.items(), desc="memory + estimate", unit="model"):
         graph = read_graph(path)
@@ -112,7 +74,7 @@ def collect(args) -> dict:
                "memory_mb": peak_memory(path), "host": {}, "estimate_ms": {}, "accuracy": accuracy.get(label)}
         for t, stats in timing[path].items():
             achieved = gflops / (stats["p50_ms"] / 1000)
-            row["host"][t] = {"p50_ms": round(stats["p50_ms"], 2), "p90_ms": round(stats["p90_ms"], 2),
+            row["host"][str(t)] = {"p50_ms": round(stats["p50_ms"], 2), "p90_ms": round(stats["p90_ms"], 2),
                               "std_ms": round(stats["std_ms"], 2), "achieved_gflops": round(achieved, 1),
                               "fraction_of_peak": round(achieved / peaks["int8" if int8 else "fp32"][t], 3)}
         for device, profile in profiles.items():
@@ -124,13 +86,13 @@ def collect(args) -> dict:
         row["elementwise_ops"] = sum(c["kind"] == "elementwise" for c in costs)
         row["elementwise_mb"] = round(sum(c["activations"] for c in costs if c["kind"] == "elementwise") / 1e6, 1)
         rows[label] = row
-    return {"host": {"cpu": timed["cpu"], "cpu_count": timed["cpu_count"], "threads": args.threads,
-                     "runs": args.runs, "interleaved": True,
+    return {"host": {"cpu": timed["cpu"], "cpu_count": timed["cpu_count"], "threads": threads,
+                     "runs": runs, "interleaved": True,
                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                      "peak_gflops": {k: {t: round(v, 1) for t, v in p.items()} for k, p in peaks.items()}},
-            "seq_len": args.seq_len, "estimate": {"threads": 4, "efficiency": round(efficiency, 3),
+            "seq_len": seq_len, "estimate": {"threads": 4, "efficiency": round(efficiency, 3),
                                                   "calibrated_on": "MobileBERT fp32, Pixel 4, 62 ms (paper, Table 4)"},
-            "rows": rows, "claims": claims(rows, args.threads, profiles), "goals": goals(rows, args.threads)}
+            "rows": rows, "claims": claims(rows, threads, profiles), "goals": goals(rows, threads)}
 
 
 def _params(ops) -> float:
@@ -148,7 +110,8 @@ def claims(rows: dict, threads: list[int], profiles: dict) -> list[dict]:
             continue
         entry = {"claim": claim, "paper_pixel4": round(paper, 2)}
         for t in threads:
-            entry[f"host_{t}_threads"] = round(rows[slow]["host"][t]["p50_ms"] / rows[fast]["host"][t]["p50_ms"], 2)
+            host = {name: rows[name]["host"][str(t)]["p50_ms"] for name in (slow, fast)}
+            entry[f"host_{t}_threads"] = round(host[slow] / host[fast], 2)
         if "pixel4" in profiles:
             entry["estimate_pixel4"] = round(rows[slow]["estimate_ms"]["pixel4"] / rows[fast]["estimate_ms"]["pixel4"],
                                              2)
@@ -169,26 +132,27 @@ def goals(rows: dict, threads: list[int]) -> list[dict]:
     for t in threads:
         if "mobilebert" in rows:
             check(f"MobileBERT fp32 fraction of host fp32 matmul peak ({t} thr)",
-                  rows["mobilebert"]["host"][t]["fraction_of_peak"], 0.8)
+                  rows["mobilebert"]["host"][str(t)]["fraction_of_peak"], 0.8)
         if "mobilebert" in rows and "transformers mobilebert" in rows:
             check(f"our MobileBERT / transformers' MobileBERT latency ({t} thr)",
-                  rows["mobilebert"]["host"][t]["p50_ms"] / rows["transformers mobilebert"]["host"][t]["p50_ms"],
+                  rows["mobilebert"]["host"][str(t)]["p50_ms"] / rows["transformers mobilebert"]["host"][str(t)]["p50_ms"],
                   1.0, higher_is_better=False)
         if "mobilebert" in rows and "bert_base" in rows:
             check(f"BERT_BASE / MobileBERT latency ({t} thr)",
-                  rows["bert_base"]["host"][t]["p50_ms"] / rows["mobilebert"]["host"][t]["p50_ms"], 4.0)
+                  rows["bert_base"]["host"][str(t)]["p50_ms"] / rows["mobilebert"]["host"][str(t)]["p50_ms"], 4.0)
         for name in ("mobilebert", "mobilebert_tiny", "mobilebert_no_opt", "bert_base"):
             if name in rows and f"{name} dynamic-int8" in rows:
                 check(f"{name} fp32 / dynamic-int8 latency ({t} thr)",
-                      rows[name]["host"][t]["p50_ms"] / rows[f"{name} dynamic-int8"]["host"][t]["p50_ms"], 2.0)
+                      rows[name]["host"][str(t)]["p50_ms"] / rows[f"{name} dynamic-int8"]["host"][str(t)]["p50_ms"], 2.0)
     return out
 
 
-def write_markdown(report: dict, path: Path) -> None:
+def markdown(report: dict, title: bool = True) -> str:
+    """The report as Markdown (`title=False` leaves out its own title, for a document that embeds it)."""
     host, threads = report["host"], report["host"]["threads"]
     devices = list(next(iter(report["rows"].values()))["estimate_ms"])
-    lines = [f"# Latency at sequence {report['seq_len']}", "",
-             f"Host (measured, this run): {host['cpu']}, {host['cpu_count']} CPUs, LiteRT interpreter + XNNPACK; "
+    lines = [f"# Latency at sequence {report['seq_len']}", ""] if title else [""]
+    lines += [f"Host (measured, this run): {host['cpu']}, {host['cpu_count']} CPUs, LiteRT interpreter + XNNPACK; "
              f"matmul peak fp32 " + ", ".join(f"{v} GFLOP/s at {t} thr" for t, v in host["peak_gflops"]["fp32"].items())
              + "; int8 " + ", ".join(f"{v} GOP/s at {t} thr" for t, v in host["peak_gflops"]["int8"].items()) + ".",
              f"Pixel columns are ESTIMATES (4 threads, cost model calibrated once: "
@@ -205,8 +169,8 @@ def write_markdown(report: dict, path: Path) -> None:
                         rows.get("mobilebert"))
         cells = []
         for t in threads:
-            h = r["host"][t]
-            ratio = f"{h['p50_ms'] / base['host'][t]['p50_ms']:.3g}x" if base else "-"
+            h = r["host"][str(t)]
+            ratio = f"{h['p50_ms'] / base['host'][str(t)]['p50_ms']:.3g}x" if base else "-"
             cells.append(f"{h['p50_ms']:.1f} | {ratio} | {100 * h['fraction_of_peak']:.0f}%")
         accuracy = f"{r['accuracy']:.4f}" if r["accuracy"] is not None else "-"
         lines.append(f"| {label} | {r['params_m']} | {r['gflops']:.3g} | "
@@ -241,8 +205,7 @@ def write_markdown(report: dict, path: Path) -> None:
                   "|---|---|---|---|"]
         lines += [f"| {g['goal']} | {g['value']} | {g['target']} | {'yes' if g['met'] else 'NO'} |"
                   for g in report["goals"]]
-    with atomic_path(path) as tmp:
-        tmp.write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def plot(report: dict, path: Path) -> None:
@@ -281,18 +244,3 @@ def plot(report: dict, path: Path) -> None:
     axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.suptitle(f"sequence {report['seq_len']}; squares = int8")
     save_png(fig, path)
-
-
-@cli_entry
-def main(argv=None):
-    args = parse_args(argv)
-    out = Path(args.out)
-    report = collect(args)
-    write_json(out / "report.json", report)
-    write_markdown(report, out / "report.md")
-    plot(report, out / "latency.png")
-    print((out / "report.md").read_text())
-
-
-if __name__ == "__main__":
-    main()

@@ -1,83 +1,48 @@
-"""`mobilekd` command line: thin subcommands over the library."""
+"""`mobilekd <verb> [flags]`: the one command-line front over the recipes in mobilekd/recipes/.
+
+    mobilekd models | init | train-teacher | distill | finetune | export | latency | host-bench | adb | report
+    mobilekd VERB --help
+
+scripts/*.sh are thin wrappers that set up the environment and call a verb. Under `accelerate launch`, name the
+recipe module itself (e.g. `accelerate launch -m mobilekd.recipes.distill ...`).
+"""
 
 from __future__ import annotations
 
-import argparse
-import json
+import importlib
+import sys
 
-from mobilekd.errors import cli_entry
-
-
-def models_table(seq_len: int = 128) -> list[dict]:
-    """Every preset's parameters and FLOPs beside the paper's figures."""
-    from mobilekd.models.flops import model_stats
-    from mobilekd.models.presets import PRESETS
-
-    rows = []
-    for preset in PRESETS.values():
-        stats = model_stats(preset.config, seq_len)
-        rows.append({
-            "name": preset.name,
-            "params": stats["params"],
-            f"flops_seq{seq_len}": stats[f"flops_seq{seq_len}"],
-            "paper_params": preset.paper_params,
-            f"paper_flops_seq{seq_len}": preset.paper_flops_seq128 if seq_len == 128 else None,
-            "description": preset.description,
-        })
-    return rows
+# verb -> (recipe module, function, what it does)
+VERBS = {
+    "models": ("presets", "models", "print the model presets with parameters and FLOPs beside the paper's"),
+    "init": ("presets", "init", "write a randomly initialised model directory of a preset"),
+    "train-teacher": ("train_teacher", "main", "pre-train the IB-BERT teacher (MLM + NSP)"),
+    "distill": ("distill", "main", "distill a teacher into a MobileBERT student (AKT / JKT / PKT)"),
+    "finetune": ("finetune", "main", "fine-tune and evaluate on GLUE, SQuAD or your own data"),
+    "export": ("export", "main", "export to .tflite (and ONNX) with metadata, checked against PyTorch"),
+    "latency": ("latency", "main", "latency report: host-measured, Pixel-class estimate, the paper's claims"),
+    "host-bench": ("host_bench", "main", "time .tflite files on this host, interleaved"),
+    "adb": ("adb", "main", "time a .tflite on a phone over adb with benchmark_model"),
+    "report": ("demo_report", "main", "the end-to-end report of a demo run (reads its JSON)"),
+}
 
 
-def _fmt(value, scale, unit):
-    return "-" if value is None else f"{value / scale:.1f}{unit}"
+def usage() -> str:
+    width = max(map(len, VERBS))
+    return ("usage: mobilekd VERB [flags]   (mobilekd VERB --help for the flags)\n\n" +
+            "\n".join(f"  {verb:<{width}}  {what}" for verb, (_, _, what) in VERBS.items()))
 
 
-def cmd_models(args) -> None:
-    rows = models_table(args.seq_len)
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return
-    key = f"flops_seq{args.seq_len}"
-    header = f"{'preset':<18} {'params':>8} {'paper':>8} {'FLOPs':>8} {'paper':>8}  description"
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        print(f"{r['name']:<18} {_fmt(r['params'], 1e6, 'M'):>8} {_fmt(r['paper_params'], 1e6, 'M'):>8} "
-              f"{_fmt(r[key], 1e9, 'G'):>8} {_fmt(r['paper_' + key], 1e9, 'G'):>8}  {r['description']}")
-    print(f"params: embeddings + encoder + pooler; FLOPs: 2 x MACs of one forward pass at sequence length "
-          f"{args.seq_len}, batch 1; paper: MobileBERT paper, Tables 1 and 4")
-
-
-def cmd_init(args) -> None:
-    """A randomly initialised model directory of a preset: the from-scratch baseline, or a starting point."""
-    import torch
-
-    from mobilekd.data.tokenizer import load_tokenizer
-    from mobilekd.models.heads import MobileBertForPreTraining
-    from mobilekd.models.hf import save_pretrained
-    from mobilekd.models.presets import get_preset
-
-    torch.manual_seed(args.seed)
-    model = MobileBertForPreTraining(get_preset(args.preset).config)
-    save_pretrained(model, args.out, load_tokenizer(args.vocab) if args.vocab else load_tokenizer())
-    print(f"{args.preset}: randomly initialised model written to {args.out}")
-
-
-@cli_entry
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="mobilekd", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("models", help="print the model presets with parameters and FLOPs beside the paper's")
-    p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
-    p.add_argument("--seq-len", type=int, default=128, help="sequence length for the FLOP count (default 128)")
-    p.set_defaults(func=cmd_models)
-    p = sub.add_parser("init", help="write a randomly initialised model directory of a preset")
-    p.add_argument("preset", help="a preset name (see `mobilekd models`)")
-    p.add_argument("out", help="output directory")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--vocab", help="vocab.txt (default: the shipped bert-base-uncased vocab)")
-    p.set_defaults(func=cmd_init)
-    args = parser.parse_args(argv)
-    args.func(args)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return
+    if argv[0] not in VERBS:
+        print(f"error: unknown verb {argv[0]!r}\n{usage()}", file=sys.stderr)
+        sys.exit(2)
+    module, function, _ = VERBS[argv[0]]
+    return getattr(importlib.import_module(f"mobilekd.recipes.{module}"), function)(argv[1:])
 
 
 if __name__ == "__main__":

@@ -46,14 +46,19 @@ else
 fi
 
 stage_done() { [ -f "$1/summary.json" ] && [ -f "$1/model.safetensors" ] && [ -f "$1/config.json" ]; }
+json_field() {  # FILE, then a Python expression over `r` (the file's JSON): prints its value; fails if unreadable
+  python -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)" "$1"
+}
 finetune() {  # name, then flags; skipped when its results.json says complete
   local name=$1; shift
-  if python -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get('complete') else 1)" \
-       "$OUT/sst2/$name/results.json" 2>/dev/null; then
+  if [ "$(json_field "$OUT/sst2/$name/results.json" "bool(r.get('complete'))" 2>/dev/null)" = True ]; then
     echo "-- SST-2 $name: done already"
   else
-    python -m mobilekd.finetune.run "${SST2[@]}" --out "$OUT/sst2/$name" --resume "$@"
+    python -m mobilekd finetune "${SST2[@]}" --out "$OUT/sst2/$name" --resume "$@"
   fi
+}
+sst2_result() {  # name: its best dev score, from its results.json
+  json_field "$OUT/sst2/$1/results.json" "f'SST-2 $1: best {r[\"best_metric\"]} {r[\"best_score\"]:.4f} at step {r[\"best_step\"]}'"
 }
 in_background() {  # name, then a command; its output goes to OUT/logs/name.log; join_background waits for it
   BG_NAME=$1; shift
@@ -61,31 +66,32 @@ in_background() {  # name, then a command; its output goes to OUT/logs/name.log;
   "$@" > "$OUT/logs/$BG_NAME.log" 2>&1 &
   BG_PID=$!
 }
-join_background() {
+join_background() {  # waits for the background stage and prints its result from its results.json
   wait "$BG_PID" || { tail -5 "$OUT/logs/$BG_NAME.log" >&2; echo "error: $BG_NAME failed" >&2; exit 1; }
-  grep -h -e "best " -e "done already" "$OUT/logs/$BG_NAME.log" | tail -1 || true
+  sst2_result "${BG_NAME#sst2_}"
 }
 
 echo "== 1/6 model presets (parameters and FLOPs beside the paper's)"
-python -m mobilekd.cli models | tee "$OUT/models.txt"
+python -m mobilekd models | tee "$OUT/models.txt"
 
 echo "== 2/6 teacher pre-training (demo IB-BERT, MLM + NSP) -> $OUT/teacher"
-[ -f "$OUT/scratch_init/config.json" ] || python -m mobilekd.cli init demo_student "$OUT/scratch_init"
+[ -f "$OUT/scratch_init/config.json" ] || python -m mobilekd init demo_student "$OUT/scratch_init"
 in_background sst2_scratch finetune scratch --model "$OUT/scratch_init" --lr 5e-4
 if stage_done "$OUT/teacher"; then echo "done already (summary.json exists); --force to redo"
-else python -m teacher_ib_bert.train "${TEACHER[@]}" --out "$OUT/teacher" --resume; fi
+else python -m mobilekd train-teacher "${TEACHER[@]}" --out "$OUT/teacher" --resume; fi
 join_background
 
 echo "== 3/6 progressive knowledge transfer into the demo MobileBERT -> $OUT/student"
 in_background sst2_teacher finetune teacher --model "$OUT/teacher" --lr "${TEACHER_LR:-5e-4}"
 if stage_done "$OUT/student"; then echo "done already (summary.json exists); --force to redo"
-else python -m mobilekd.transfer.distill "${TRANSFER[@]}" --teacher "$OUT/teacher" --out "$OUT/student" --resume; fi
+else python -m mobilekd distill "${TRANSFER[@]}" --teacher "$OUT/teacher" --out "$OUT/student" --resume; fi
 join_background
 
 echo "== 4/6 SST-2 fine-tuning of the student, without and with task distillation from the SST-2 teacher"
 in_background sst2_student_task_kd finetune student_task_kd --model "$OUT/student" --teacher "$OUT/sst2/teacher" \
   --lr 5e-4
 finetune student --model "$OUT/student" --lr 5e-4
+sst2_result student
 join_background
 
 echo "== 5/6 .tflite export of the SST-2 student (fp32, dynamic-range int8; metadata; parity on SST-2 dev)"
@@ -95,18 +101,20 @@ logged() {  # name, then a command: its output (the converters are chatty) goes 
 }
 if [ -f "$OUT/tflite/model_dynamic_int8.tflite" ] && [ -f "$OUT/tflite/parity.json" ]; then echo "done already"
 else
-  logged export python -m mobilekd.export.run --model "$OUT/sst2/student" --quantize none dynamic-int8 "${EXPORT[@]}" \
+  logged export python -m mobilekd export --model "$OUT/sst2/student" --quantize none dynamic-int8 "${EXPORT[@]}" \
     --out "$OUT/tflite"
-  grep -e 'tflite (' "$OUT/logs/export.log"
 fi
+for file in model_none.tflite model_dynamic_int8.tflite; do
+  json_field "$OUT/tflite/parity.json" "f'$file: {r[\"$file\"][\"size_bytes\"] / 1e6:.1f} MB, max abs diff \
+{r[\"$file\"][\"max_abs_diff\"]:.2e}, agreement {r[\"$file\"][\"agreement\"]:.4f}'"
+done
 
 echo "== 6/6 latency: measured on this host, estimated for Pixel phones (beside the paper's MobileBERT)"
-accuracy() { python -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]]['accuracy_exported'])" \
-               "$OUT/tflite/parity.json" "$1"; }
-logged latency python -m android_bench.report --models mobilebert --quantize none "${LATENCY[@]}" \
+accuracy() { json_field "$OUT/tflite/parity.json" "r['$1']['accuracy_exported']"; }
+logged latency python -m mobilekd latency --models mobilebert --quantize none "${LATENCY[@]}" \
   --tflite "student=$OUT/tflite/model_none.tflite" "student_int8=$OUT/tflite/model_dynamic_int8.tflite" \
   --accuracy "student=$(accuracy model_none.tflite)" "student_int8=$(accuracy model_dynamic_int8.tflite)" \
   --out "$OUT/latency"
 
 echo
-python -m mobilekd.report "$OUT"
+python -m mobilekd report "$OUT"

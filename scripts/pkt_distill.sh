@@ -3,4 +3,4 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$ROOT"
-exec python -m mobilekd.transfer.distill "$@"
+exec python -m mobilekd distill "$@"

@@ -3,4 +3,4 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$ROOT"
-exec python -m teacher_ib_bert.train "$@"
+exec python -m mobilekd train-teacher "$@"

@@ -38,6 +38,6 @@ def demo_teacher_dir(small_corpus, tmp_path_factory):
     from helpers import run_module
 
     out = tmp_path_factory.mktemp("teacher")
-    run_module("teacher_ib_bert.train", "--corpus", small_corpus, "--out", out, "--cache-dir", out / "cache",
+    run_module("mobilekd.recipes.train_teacher", "--corpus", small_corpus, "--out", out, "--cache-dir", out / "cache",
                "--steps", 200, "--seq-len", 48, "--batch-size", 16, "--eval-examples", 16, "--threads", 1)
     return out

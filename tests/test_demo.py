@@ -3,6 +3,7 @@ classifies text through MediaPipe, and a re-run skips the finished stages."""
 
 import json
 import subprocess
+import sys
 
 import numpy as np
 
@@ -42,3 +43,12 @@ def test_demo_chain_from_text_to_phone_ready_model(tmp_path):
 
     again = run_demo(out)  # finished stages are skipped, the report is rebuilt
     assert again.count("done already") >= 4 and "resume: no checkpoint" not in again
+
+    # the report is made from the stages' JSON alone: without any Markdown they wrote, it is the same
+    before = (out / "report.md").read_text()
+    for md in out.rglob("*.md"):
+        md.unlink()
+    proc = subprocess.run([sys.executable, "-m", "mobilekd", "report", str(out)], cwd=ROOT, env=env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (out / "report.md").read_text() == before

@@ -39,7 +39,7 @@ def classifier_dir(tmp_path_factory, tokenizer):
 @pytest.fixture(scope="module")
 def exported(classifier_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("exported")
-    run_module("mobilekd.export.run", "--model", classifier_dir, "--out", out, "--seq-len", 64, "--quantize", "none",
+    run_module("mobilekd.recipes.export", "--model", classifier_dir, "--out", out, "--seq-len", 64, "--quantize", "none",
                "fp16", "dynamic-int8", "int8", "--calibration-examples", 32, "--onnx", "--parity-task", "sst2",
                "--parity-examples", 48)
     return out
@@ -99,7 +99,7 @@ def test_mediapipe_text_classifier_reads_the_file_as_is(exported, classifier_dir
 def test_qa_export_has_the_task_library_layout(tmp_path, tokenizer):
     model_dir = tmp_path / "qa"
     save_pretrained(perturbed(MobileBertForQuestionAnswering(PRESETS["demo_student"].config)), model_dir, tokenizer)
-    run_module("mobilekd.export.run", "--model", model_dir, "--out", tmp_path / "out", "--seq-len", 64,
+    run_module("mobilekd.recipes.export", "--model", model_dir, "--out", tmp_path / "out", "--seq-len", 64,
                "--parity-examples", 8)
     path = tmp_path / "out" / "model_none.tflite"
     report = json.loads((tmp_path / "out" / "parity.json").read_text())["model_none.tflite"]
@@ -138,17 +138,17 @@ def test_graph_reader_finds_nonfinite_constants(exported):
 
 
 def test_export_bad_input_is_one_line(classifier_dir, tmp_path, tokenizer):
-    line = one_line_error(run_module("mobilekd.export.run", "--model", classifier_dir, "--seq-len", 1024, "--out",
+    line = one_line_error(run_module("mobilekd.recipes.export", "--model", classifier_dir, "--seq-len", 1024, "--out",
                                      tmp_path, check=False))
     assert "--seq-len 1024 exceeds the model's 512 positions" in line
     assert not list(tmp_path.glob("*.tflite"))
     save_pretrained(MobileBertForPreTraining(PRESETS["demo_student"].config), tmp_path / "pre", tokenizer)
-    line = one_line_error(run_module("mobilekd.export.run", "--model", tmp_path / "pre", "--task", "classification",
+    line = one_line_error(run_module("mobilekd.recipes.export", "--model", tmp_path / "pre", "--task", "classification",
                                      check=False))
     assert "has no labels" in line
-    line = one_line_error(run_module("mobilekd.export.run", "--model", classifier_dir, "--quantize", "int8",
+    line = one_line_error(run_module("mobilekd.recipes.export", "--model", classifier_dir, "--quantize", "int8",
                                      "--calibration", tmp_path / "missing.csv", "--out", tmp_path, check=False))
     assert "missing.csv: no such calibration file" in line
-    line = one_line_error(run_module("mobilekd.export.run", "--model", tmp_path, check=False))
+    line = one_line_error(run_module("mobilekd.recipes.export", "--model", tmp_path, check=False))
     assert str(tmp_path) in line
     assert not list(tmp_path.glob("*.tflite")) and not list(tmp_path.glob(".*.tmp"))

@@ -62,7 +62,7 @@ def test_span_decoding_and_no_answer():
 
 
 def finetune(*args, check=True):
-    return run_module("mobilekd.finetune.run", "--threads", 1, *args, check=check)
+    return run_module("mobilekd.recipes.finetune", "--threads", 1, *args, check=check)
 
 
 def test_sst2_with_task_distillation(student_dir, demo_teacher_dir, tmp_path):

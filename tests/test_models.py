@@ -89,7 +89,7 @@ def test_truncated_depth_gives_the_same_lower_layers():
 
 
 def test_models_command_prints_table_and_json():
-    out = subprocess.run([sys.executable, "-m", "mobilekd.cli", "models", "--json"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "mobilekd", "models", "--json"], capture_output=True,
                          text=True, check=True).stdout
     rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows) == set(PRESETS)
@@ -97,7 +97,7 @@ def test_models_command_prints_table_and_json():
         assert key in rows["mobilebert"]
     mb = rows["mobilebert"]
     assert abs(mb["flops_seq128"] / mb["paper_flops_seq128"] - 1) <= 0.06
-    table = subprocess.run([sys.executable, "-m", "mobilekd.cli", "models"], capture_output=True, text=True,
+    table = subprocess.run([sys.executable, "-m", "mobilekd", "models"], capture_output=True, text=True,
                            check=True).stdout
     assert "ib_bert_large" in table and "293.0M" in table
 
@@ -105,10 +105,10 @@ def test_models_command_prints_table_and_json():
 def test_init_writes_a_loadable_random_model(tmp_path):
     from mobilekd.models.hf import load_pretrained
 
-    subprocess.run([sys.executable, "-m", "mobilekd.cli", "init", "demo_student", str(tmp_path)], check=True,
+    subprocess.run([sys.executable, "-m", "mobilekd", "init", "demo_student", str(tmp_path)], check=True,
                    capture_output=True)
     model = load_pretrained(tmp_path)
     assert model.config.intra_bottleneck_size == 32 and (tmp_path / "vocab.txt").is_file()
-    bad = subprocess.run([sys.executable, "-m", "mobilekd.cli", "init", "nope", str(tmp_path / "x")],
+    bad = subprocess.run([sys.executable, "-m", "mobilekd", "init", "nope", str(tmp_path / "x")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown preset 'nope'")

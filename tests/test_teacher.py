@@ -19,7 +19,7 @@ def teacher_args(corpus, out, cache, *extra):
 def test_sigkill_and_resume_gives_the_same_weights(small_corpus, tmp_path):
     cache = tmp_path / "cache"
     steps = ["--steps", 60, "--save-every", 5]
-    full = run_module("teacher_ib_bert.train", *teacher_args(small_corpus, tmp_path / "full", cache, *steps))
+    full = run_module("mobilekd.recipes.train_teacher", *teacher_args(small_corpus, tmp_path / "full", cache, *steps))
     summary = json.loads((tmp_path / "full" / "summary.json").read_text())
     assert summary["train"]["end"]["mlm"] < summary["train"]["start"]["mlm"]  # it learns
     assert {"steps", "wall_seconds", "tokens_per_second", "heldout"} <= set(summary)
@@ -28,9 +28,9 @@ def test_sigkill_and_resume_gives_the_same_weights(small_corpus, tmp_path):
     assert "held-out MLM accuracy" in full.stdout
 
     out = tmp_path / "killed"
-    killed_at = kill_after_checkpoint("teacher_ib_bert.train", teacher_args(small_corpus, out, cache, *steps), out, 10)
+    killed_at = kill_after_checkpoint("mobilekd.recipes.train_teacher", teacher_args(small_corpus, out, cache, *steps), out, 10)
     assert 10 <= killed_at < 60 and not (out / "model.safetensors").exists()
-    run_module("teacher_ib_bert.train", *teacher_args(small_corpus, out, cache, *steps, "--resume"))
+    run_module("mobilekd.recipes.train_teacher", *teacher_args(small_corpus, out, cache, *steps, "--resume"))
     assert max_weight_difference(tmp_path / "full", out) <= 1e-6
 
 
@@ -40,10 +40,10 @@ def test_two_processes_match_one(small_corpus, tmp_path):
     # about data and gradient averaging, not about that noise.
     common = teacher_args(small_corpus, None, cache, "--steps", 4, "--dropout", 0.0, "--lr", 1e-4)
     one = [str(a) if a is not None else str(tmp_path / "one") for a in common]
-    run_module("teacher_ib_bert.train", *one)
+    run_module("mobilekd.recipes.train_teacher", *one)
     two = [str(a) if a is not None else str(tmp_path / "two") for a in common]
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", "29517", "-m", "teacher_ib_bert.train", *two],
+                           "--master_port", "29517", "-m", "mobilekd.recipes.train_teacher", *two],
                           capture_output=True, text=True, env=env(), cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert max_weight_difference(tmp_path / "one", tmp_path / "two") <= 1e-5
@@ -51,7 +51,7 @@ def test_two_processes_match_one(small_corpus, tmp_path):
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_path):
     out = tmp_path / "nan"
-    proc = run_module("teacher_ib_bert.train", *teacher_args(small_corpus, out, tmp_path / "c", "--steps", 20,
+    proc = run_module("mobilekd.recipes.train_teacher", *teacher_args(small_corpus, out, tmp_path / "c", "--steps", 20,
                                                              "--save-every", 1, "--lr", 1e30, "--warmup", 0),
                       check=False)
     line = one_line_error(proc)
@@ -62,18 +62,18 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_pat
 
 def test_bad_resume_and_bad_input_are_one_line(small_corpus, tmp_path):
     out = tmp_path / "run"
-    run_module("teacher_ib_bert.train", *teacher_args(small_corpus, out, tmp_path / "c", "--steps", 3))
-    line = one_line_error(run_module("teacher_ib_bert.train", *teacher_args(
+    run_module("mobilekd.recipes.train_teacher", *teacher_args(small_corpus, out, tmp_path / "c", "--steps", 3))
+    line = one_line_error(run_module("mobilekd.recipes.train_teacher", *teacher_args(
         small_corpus, out, tmp_path / "c", "--steps", 3, "--lr", 5e-4, "--resume"), check=False))
     assert "trainer.json: checkpoint was made with lr=" in line
-    line = one_line_error(run_module("teacher_ib_bert.train", *teacher_args(
+    line = one_line_error(run_module("mobilekd.recipes.train_teacher", *teacher_args(
         small_corpus, out, tmp_path / "c", "--steps", 3), check=False))
     assert "pass --resume" in line
     (out / "checkpoint" / "trainer.json").write_text("{garbage")
-    line = one_line_error(run_module("teacher_ib_bert.train", *teacher_args(
+    line = one_line_error(run_module("mobilekd.recipes.train_teacher", *teacher_args(
         small_corpus, out, tmp_path / "c", "--steps", 3, "--resume"), check=False))
     assert "trainer.json: not a mobilekd checkpoint" in line
-    line = one_line_error(run_module("teacher_ib_bert.train", *teacher_args(
+    line = one_line_error(run_module("mobilekd.recipes.train_teacher", *teacher_args(
         tmp_path / "missing.txt", tmp_path / "x", tmp_path / "c", "--steps", 3), check=False))
     assert "missing.txt: no such corpus file" in line
 
@@ -82,7 +82,7 @@ def test_bad_resume_and_bad_input_are_one_line(small_corpus, tmp_path):
 def test_paper_size_smoke_run(small_corpus, tmp_path, flag):
     """Two steps of the full IB-BERT_LARGE at batch 1: the paper preset works end to end here."""
     out = tmp_path / "large"
-    run_module("teacher_ib_bert.train", "--corpus", small_corpus, "--out", out, "--cache-dir", tmp_path / "c",
+    run_module("mobilekd.recipes.train_teacher", "--corpus", small_corpus, "--out", out, "--cache-dir", tmp_path / "c",
                *flag, "--steps", 2, "--batch-size", 1, "--seq-len", 32, "--eval-examples", 2, "--threads", 2)
     config = json.loads((out / "config.json").read_text())
     assert config["intra_bottleneck_size"] == 1024 and config["model_type"] == "ib_bert"

@@ -101,7 +101,7 @@ def test_pkt_freezes_exactly_the_layers_below(small_corpus, tokenizer, tmp_path,
     accelerator = Accelerator(cpu=True)
     before = {k: v.clone() for k, v in student.state_dict().items()}
     for l, stage in enumerate(stages[:4]):
-        run_plan([stage], student, data.train, TrainConfig(tmp_path / f"s{l}", 4, save_every=100), accelerator)
+        run_plan([stage], student, data.train, TrainConfig(out_dir=tmp_path / f"s{l}", global_batch_size=4, save_every=100), accelerator)
         after = {k: v.clone() for k, v in student.state_dict().items()}
         for layer in range(-1, 4):
             changed = any(not torch.equal(before[k], after[k]) for k in _layer_params(after, layer))
@@ -114,7 +114,7 @@ def test_pkt_freezes_exactly_the_layers_below(small_corpus, tokenizer, tmp_path,
 
 def test_distillation_beats_scratch_and_every_layer_learns(demo_teacher_dir, small_corpus, tmp_path):
     out = tmp_path / "cmp"
-    run_module("mobilekd.transfer.distill", "--teacher", demo_teacher_dir, "--corpus", small_corpus, "--out", out,
+    run_module("mobilekd.recipes.distill", "--teacher", demo_teacher_dir, "--corpus", small_corpus, "--out", out,
                "--cache-dir", tmp_path / "c", "--seq-len", 48, "--batch-size", 8, "--layer-steps", 10,
                "--pd-steps", 40, "--eval-examples", 64, "--threads", 1, "--compare", "pkt,scratch")
     rows = {r["strategy"]: r for r in json.loads((out / "compare.json").read_text())}
@@ -136,17 +136,17 @@ def test_resume_mid_stage_after_sigkill(demo_teacher_dir, small_corpus, tmp_path
                 "--seq-len", 48, "--batch-size", 8, "--layer-steps", 12, "--pd-steps", 30, "--save-every", 4,
                 "--eval-examples", 16, "--threads", 1, *extra]
 
-    run_module("mobilekd.transfer.distill", *args(tmp_path / "full"))
+    run_module("mobilekd.recipes.distill", *args(tmp_path / "full"))
     out = tmp_path / "killed"
-    kill_after_checkpoint("mobilekd.transfer.distill", args(out), out, 16)
-    run_module("mobilekd.transfer.distill", *args(out, "--resume"))
+    kill_after_checkpoint("mobilekd.recipes.distill", args(out), out, 16)
+    run_module("mobilekd.recipes.distill", *args(out, "--resume"))
     assert max_weight_difference(tmp_path / "full", out) <= 1e-6
 
 
 def test_mismatched_teacher_is_one_line(demo_teacher_dir, tmp_path):
-    proc = run_module("mobilekd.transfer.distill", "--teacher", demo_teacher_dir, "--student", "mobilebert",
+    proc = run_module("mobilekd.recipes.distill", "--teacher", demo_teacher_dir, "--student", "mobilebert",
                       "--out", tmp_path / "x", "--cache-dir", tmp_path / "c", check=False)
     assert "cannot be paired: feature-map widths differ" in one_line_error(proc)
-    proc = run_module("mobilekd.transfer.distill", "--teacher", tmp_path / "nothing", "--out", tmp_path / "y",
+    proc = run_module("mobilekd.recipes.distill", "--teacher", tmp_path / "nothing", "--out", tmp_path / "y",
                       check=False)
     assert "no teacher here" in one_line_error(proc)

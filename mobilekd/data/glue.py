@@ -26,6 +26,7 @@ class GlueTask:
     header: bool = True
     dev_files: tuple[str, ...] = ("dev.tsv",)
     directory: str = ""
+    metrics: tuple[str, ...] = ("accuracy",)  # the official GLUE metrics; the first picks the best checkpoint
 
     @property
     def is_regression(self) -> bool:
@@ -33,11 +34,12 @@ class GlueTask:
 
 
 TASKS = {t.name: t for t in [
-    GlueTask("cola", 3, None, 1, ("0", "1"), header=False, directory="CoLA"),
+    GlueTask("cola", 3, None, 1, ("0", "1"), header=False, directory="CoLA", metrics=("matthews_corr",)),
     GlueTask("sst2", "sentence", None, "label", ("0", "1"), directory="SST-2"),
-    GlueTask("mrpc", "#1 String", "#2 String", "Quality", ("0", "1"), directory="MRPC"),
-    GlueTask("stsb", "sentence1", "sentence2", "score", None, directory="STS-B"),
-    GlueTask("qqp", "question1", "question2", "is_duplicate", ("0", "1"), directory="QQP"),
+    GlueTask("mrpc", "#1 String", "#2 String", "Quality", ("0", "1"), directory="MRPC", metrics=("f1", "accuracy")),
+    GlueTask("stsb", "sentence1", "sentence2", "score", None, directory="STS-B", metrics=("pearson", "spearman")),
+    GlueTask("qqp", "question1", "question2", "is_duplicate", ("0", "1"), directory="QQP",
+             metrics=("f1", "accuracy")),
     GlueTask("mnli", "sentence1", "sentence2", "gold_label", ("contradiction", "entailment", "neutral"),
              dev_files=("dev_matched.tsv", "dev_mismatched.tsv"), directory="MNLI"),
     GlueTask("qnli", "question", "sentence", "label", ("entailment", "not_entailment"), directory="QNLI"),

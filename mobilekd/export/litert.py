@@ -1,8 +1,9 @@
 """PyTorch straight to LiteRT (`.tflite`) with litert-torch; fp16 and int8 through ai-edge-quantizer recipes.
 
 The exported graph takes three static `[1, seq_len]` int32 inputs named `input_ids`, `attention_mask` and
-`token_type_ids` (the signature Android apps and MediaPipe's BERT tasks expect). Classifiers end in a softmax;
-question answering returns start and end logits; the masked-LM head returns logits for every position.
+`token_type_ids` (the signature Android apps and MediaPipe's BERT tasks expect). What each head returns is
+its entry in `mobilekd.models.heads.HEADS`: classifiers end in a softmax; question answering returns start and
+end logits; the masked-LM head returns logits for every position.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from mobilekd.errors import UserError
 from mobilekd.export.graph import float_outputs
 from mobilekd.fileio import atomic_path
+from mobilekd.models.heads import HEADS
 
 QUANTIZATIONS = {
     "none": "float32 weights and activations",
@@ -35,13 +37,9 @@ class ExportWrapper(torch.nn.Module):
         self.model, self.head = model, head
 
     def forward(self, input_ids, attention_mask, token_type_ids):
-        args = (input_ids.long(), attention_mask.long(), token_type_ids.long())
-        if self.head == "classification":
-            return torch.softmax(self.model(*args), dim=-1)
-        if self.head == "qa":
-            return self.model(*args)
-        positions = torch.arange(input_ids.shape[1])[None].expand(input_ids.shape[0], -1)
-        return self.model(*args, masked_positions=positions).mlm_logits.view(*input_ids.shape, -1)
+        outputs = HEADS[self.head].app_outputs(self.model, input_ids.long(), attention_mask.long(),
+                                               token_type_ids.long())
+        return outputs[0] if len(outputs) == 1 else outputs
 
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from mobilekd.errors import UserError
 from mobilekd.export.graph import inline_buffers
+from mobilekd.models.heads import HEADS
 
 TENSOR_NAMES = {"ids": "serving_default_input_ids", "mask": "serving_default_attention_mask",
                "segment": "serving_default_token_type_ids"}
@@ -63,32 +64,34 @@ def add_metadata(path, head: str, vocab_file, labels: list[str] | None = None) -
     path = Path(path)
     model = bytearray(inline_buffers(path.read_bytes()))
     tokenizer = mw.BertTokenizer(str(vocab_file))
-    if head == "classification":
+    layout = HEADS[head].metadata
+    if layout == "text_classifier":
         writer = text_classifier.MetadataWriter.create_for_bert_model(
             model, tokenizer, mw.Labels().add(labels), TENSOR_NAMES["ids"], TENSOR_NAMES["mask"],
             TENSOR_NAMES["segment"])
-    elif head == "qa":
+    elif layout == "bert_question_answerer":
         writer = mw.MetadataWriter(model).add_general_info(
             "BertQuestionAnswerer", "Answers a question with a span of the given context.")
         writer.add_bert_text_input(tokenizer, TENSOR_NAMES["ids"], TENSOR_NAMES["mask"], TENSOR_NAMES["segment"])
-        for name in qa_output_order(path):
+        for name in qa_output_order(path, HEADS[head].outputs):
             writer.add_feature_output(name=name, description=f"{name.replace('_', ' ')} of each token")
     else:
-        raise UserError(f"TFLite metadata is written for classification and qa models, not {head!r}")
+        with_metadata = [h.name for h in HEADS.values() if h.metadata]
+        raise UserError(f"TFLite metadata is written for {' and '.join(with_metadata)} models, not {head!r}")
     content, _ = writer.populate()
     path.write_bytes(bytes(content))
     del writer  # its __del__ removes a temp folder, and fails if left to interpreter shutdown
     gc.collect()
 
 
-def qa_output_order(path) -> list[str]:
-    """Subgraph output order of a QA export: the signature names output_0 (start) and output_1 (end) map onto
-    tensors whose order the converter chooses."""
+def qa_output_order(path, outputs: tuple[str, ...]) -> list[str]:
+    """Subgraph output order of a QA export: the signature names output_0, output_1 (the head's `outputs`, start
+    then end) map onto tensors whose order the converter chooses."""
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=str(path))
-    outputs = interpreter._get_full_signature_list()["serving_default"]["outputs"]
-    names = {index: {"output_0": "start_logits", "output_1": "end_logits"}[name] for name, index in outputs.items()}
+    signature = interpreter._get_full_signature_list()["serving_default"]["outputs"]
+    names = {index: outputs[int(name.removeprefix("output_"))] for name, index in signature.items()}
     return [names[d["index"]] for d in interpreter.get_output_details()]
 
 

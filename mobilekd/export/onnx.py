@@ -14,9 +14,9 @@ import numpy as np
 from mobilekd.errors import UserError
 from mobilekd.export.litert import INPUT_NAMES, ExportWrapper, sample_inputs
 from mobilekd.fileio import atomic_path
+from mobilekd.models.heads import HEADS
 
 OPSET = 20
-OUTPUT_NAMES = {"classification": ["probabilities"], "qa": ["start_logits", "end_logits"], "pretraining": ["logits"]}
 
 
 def export_onnx(model, head: str, seq_len: int, out_path) -> Path:
@@ -27,7 +27,7 @@ def export_onnx(model, head: str, seq_len: int, out_path) -> Path:
     with atomic_path(out_path) as tmp:
         try:
             program = torch.onnx.export(wrapper, (), kwargs=sample_inputs(seq_len), dynamo=True, opset_version=OPSET,
-                                        input_names=list(INPUT_NAMES), output_names=OUTPUT_NAMES[head],
+                                        input_names=list(INPUT_NAMES), output_names=list(HEADS[head].outputs),
                                         verbose=False)
         except Exception as err:
             raise UserError(f"torch.onnx could not export the model: {type(err).__name__}: {err}"[:500]) from None

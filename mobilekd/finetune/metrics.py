@@ -11,15 +11,6 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-# Per GLUE task, the metrics it reports; the first is the one that picks the best checkpoint.
-GLUE_METRICS = {
-    "cola": ("matthews_corr",),
-    "stsb": ("pearson", "spearman"),
-    "mrpc": ("f1", "accuracy"),
-    "qqp": ("f1", "accuracy"),
-}
-
-
 def classification_metrics(names, labels, predictions) -> dict[str, float]:
     """`labels`/`predictions`: class indices, or floats for regression (STS-B and custom regression)."""
     out = {}

@@ -8,6 +8,7 @@ teacher step 2.25x faster with masked-only logits), and only masked positions ca
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -120,11 +121,48 @@ class MobileBertForQuestionAnswering(nn.Module):
         return start, end
 
 
-HEADS = {
-    "pretraining": MobileBertForPreTraining,
-    "classification": MobileBertForSequenceClassification,
-    "qa": MobileBertForQuestionAnswering,
-}
+def _mlm_everywhere(model, *inputs):
+    positions = torch.arange(inputs[0].shape[1])[None].expand(inputs[0].shape[0], -1)
+    return (model(*inputs, masked_positions=positions).mlm_logits.view(*inputs[0].shape, -1),)
+
+
+@dataclass(frozen=True)
+class Head:
+    """Everything the toolkit knows about one kind of head, in one place: the model class, the class name
+    transformers loads it as, what an exported file returns (names and the function computing them from the
+    model's outputs) and which TFLite metadata layout an app reads it with (None: no metadata)."""
+
+    name: str
+    model_class: type
+    hf_architecture: str
+    outputs: tuple[str, ...]
+    app_outputs: Callable[..., tuple[torch.Tensor, ...]]  # (model, input_ids, attention_mask, token_type_ids)
+    metadata: str | None
+
+    @property
+    def hf_suffix(self) -> str:
+        """What transformers' class names of this head end with, for any architecture (BertFor..., MobileBertFor...)."""
+        return self.hf_architecture.removeprefix("MobileBert")
+
+
+HEADS = {h.name: h for h in [
+    Head("pretraining", MobileBertForPreTraining, "MobileBertForPreTraining", ("logits",), _mlm_everywhere, None),
+    Head("classification", MobileBertForSequenceClassification, "MobileBertForSequenceClassification",
+         ("probabilities",), lambda model, *inputs: (torch.softmax(model(*inputs), dim=-1),), "text_classifier"),
+    Head("qa", MobileBertForQuestionAnswering, "MobileBertForQuestionAnswering", ("start_logits", "end_logits"),
+         lambda model, *inputs: tuple(model(*inputs)), "bert_question_answerer"),
+]}
+
+
+def head_of(model: nn.Module) -> str:
+    """The registry name of a model's head."""
+    return next(name for name, head in HEADS.items() if isinstance(model, head.model_class))
+
+
+def head_of_architectures(architectures, default: str = "pretraining") -> str:
+    """The head a transformers config's `architectures` names (e.g. BertForSequenceClassification)."""
+    names = [str(a) for a in architectures or []]
+    return next((h.name for h in HEADS.values() if any(a.endswith(h.hf_suffix) for a in names)), default)
 
 
 def mlm_loss(mlm_logits: torch.Tensor, batch: dict) -> torch.Tensor:

@@ -18,19 +18,13 @@ from safetensors.torch import load_file, save_file
 from mobilekd.errors import located
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.models.config import ModelConfig
-from mobilekd.models.heads import HEADS
-
-HF_ARCHITECTURES = {
-    "pretraining": "MobileBertForPreTraining",
-    "classification": "MobileBertForSequenceClassification",
-    "qa": "MobileBertForQuestionAnswering",
-}
+from mobilekd.models.heads import HEADS, head_of, head_of_architectures
 
 
 def config_json(config: ModelConfig, head: str) -> dict:
     d = config.to_dict()
     d["model_type"] = "mobilebert" if config.hf_compatible else "ib_bert"
-    d["architectures"] = [HF_ARCHITECTURES[head] if config.hf_compatible else "IBBert"]
+    d["architectures"] = [HEADS[head].hf_architecture if config.hf_compatible else "IBBert"]
     d["mobilekd_head"] = head
     d["tie_word_embeddings"] = True
     if config.id2label:
@@ -58,10 +52,6 @@ def save_pretrained(model: torch.nn.Module, out_dir, tokenizer=None, head: str |
     return out_dir
 
 
-def head_of(model: torch.nn.Module) -> str:
-    return next(name for name, cls in HEADS.items() if isinstance(model, cls))
-
-
 def bert_as_mobilebert(d: dict) -> dict:
     """A transformers BERT config as the equivalent MobileBERT-family config (no bottleneck, one FFN,
     LayerNorm, embedding width = hidden width): BERT is the family member without MobileBERT's changes."""
@@ -83,9 +73,7 @@ def load_config(model_dir) -> tuple[ModelConfig, str]:
         d = bert_as_mobilebert(d)
     elif d.get("model_type") not in ("mobilebert", "ib_bert"):
         raise located(path, f"model_type {d.get('model_type')!r} is not a BERT or MobileBERT-family model")
-    head = d.get("mobilekd_head") or next((h for h, arch in HF_ARCHITECTURES.items()
-                                           if arch.replace("MobileBert", "") in str(d.get("architectures"))),
-                                          "pretraining")
+    head = d.get("mobilekd_head") or head_of_architectures(d.get("architectures"))
     return ModelConfig.from_dict(d, source=path), head
 
 
@@ -108,7 +96,7 @@ def load_pretrained(model_dir, head: str | None = None, config: ModelConfig | No
     """
     saved_config, saved_head = load_config(model_dir)
     config = config or saved_config
-    model = HEADS[head or saved_head](config)
+    model = HEADS[head or saved_head].model_class(config)
     path = Path(model_dir) / "model.safetensors"
     state = {("mobilebert." + k[len("bert."):] if k.startswith("bert.") else k): v
              for k, v in load_state(path).items()}  # transformers BERT checkpoints name the encoder "bert"

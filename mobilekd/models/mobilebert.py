@@ -21,6 +21,7 @@ class EncoderOutput:
     last_hidden_state: torch.Tensor
     pooled: torch.Tensor | None = None
     feature_maps: list[torch.Tensor] = field(default_factory=list)  # per block, (B, T, hidden_size)
+    embeddings: torch.Tensor | None = None  # the embedding layer's output (B, T, hidden_size), with feature maps
     attentions: list[torch.Tensor] = field(default_factory=list)  # per block, (B, heads, T, T)
 
 
@@ -72,7 +73,7 @@ class MobileBert(nn.Module):
         hidden = self.embeddings(input_ids, token_type_ids)
         mask = additive_mask(attention_mask, hidden.dtype)
         depth = self.config.num_hidden_layers if num_layers is None else num_layers
-        out = EncoderOutput(hidden)
+        out = EncoderOutput(hidden, embeddings=hidden if output_feature_maps else None)
         for block in self.encoder.layer[:depth]:
             hidden, probs = block(hidden, mask, output_attentions)
             if output_feature_maps:

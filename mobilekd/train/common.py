@@ -4,32 +4,43 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 
+from mobilekd.flags import add_flags, from_flags
+from mobilekd.train.loop import TrainConfig
+
 SHIPPED_CORPORA = ["data/corpus/brown.txt.gz", "data/corpus/austen.txt.gz"]
 
 
-def add_training_flags(parser: argparse.ArgumentParser, *, out: str, batch_size: int, seq_len: int | None = 128) -> None:
+def add_training_flags(parser: argparse.ArgumentParser, *, out: str, batch_size: int | None = None,
+                       seq_len: int | None = 128, optimizer: str | None = None, with_seq_len: bool = True) -> None:
+    """The loop's flags (from `TrainConfig`'s fields, with this recipe's defaults for `out`, batch size and
+    optimizer) and the run's: sequence length, precision, threads, resume, pre-training cache."""
     g = parser.add_argument_group("training")
-    g.add_argument("--out", default=out, help=f"output directory (default {out})")
-    g.add_argument("--batch-size", type=int, default=batch_size,
-                   help=f"global batch size, over all processes and accumulation steps (default {batch_size})")
-    g.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps (default 1)")
-    g.add_argument("--seq-len", type=int, default=seq_len,
-                   help=f"sequence length (default {seq_len if seq_len else 'per preset: 64 demo, 128 paper size'})")
+    own = {"out_dir": out, "optimizer": optimizer}  # optimizer None: the recipe chooses (a preset's config)
+    if batch_size is not None:
+        own["global_batch_size"] = batch_size
+    add_flags(g, TrainConfig, shown={"optimizer": "per preset"}, **own)
+    if with_seq_len:
+        g.add_argument("--seq-len", type=int, default=seq_len,
+                       help=f"sequence length (default {seq_len if seq_len else 'per preset'})")
     g.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], default="no",
                    help="autocast precision (bf16 is 1.5-3x faster for teacher-sized models on recent CPUs)")
     g.add_argument("--threads", type=int, default=None,
                    help="CPU threads per process (default: OMP_NUM_THREADS if set; else 1 on a machine of at most "
                         "2 cores, where one thread measured faster than two, and torch's choice elsewhere)")
-    g.add_argument("--save-every", type=int, default=100, help="checkpoint every N steps (default 100)")
     g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint exactly where it stopped")
-    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--cache-dir", default=".cache/mobilekd/pretraining",
                    help="where tokenized pre-training examples are cached (default .cache/mobilekd/pretraining)")
+
+
+def train_config(args, **values) -> TrainConfig:
+    """The loop's settings from the parsed flags; `values` sets the others (the run's identity, eval_every)."""
+    return from_flags(TrainConfig, args, **{"out_dir": Path(args.out), **values})
 
 
 def make_accelerator(args) -> Accelerator:

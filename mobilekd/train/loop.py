@@ -40,7 +40,7 @@ def _one(name: str) -> float:
     return 1.0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Stage:
     name: str
     steps: int
@@ -50,19 +50,23 @@ class Stage:
     lr_scale: Callable[[str], float] = _one
     warmup: float = 0.1  # fraction of the stage's steps
     weight_decay: float = 0.01
+    info: dict = field(default_factory=dict)  # data copied into the stage's summary (e.g. its matches)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainConfig:
-    out_dir: Path
-    global_batch_size: int = 32
-    grad_accum: int = 1
-    optimizer: str = "adamw"  # or "lamb"
+    """How the loop trains, whatever the recipe; `add_training_flags` makes these fields command-line flags."""
+
+    out_dir: Path = field(metadata={"flag": "--out", "help": "output directory"})
+    global_batch_size: int = field(default=32, metadata={
+        "flag": "--batch-size", "help": "global batch size, over all processes and accumulation steps"})
+    grad_accum: int = field(default=1, metadata={"help": "gradient accumulation steps"})
+    optimizer: str = field(default="adamw", metadata={"choices": ["adamw", "lamb"], "help": "optimizer"})
     max_grad_norm: float = 1.0
-    save_every: int = 100
+    save_every: int = field(default=100, metadata={"help": "checkpoint every N steps"})
     log_every: int = 10
     eval_every: int = 0  # call `on_eval` every N steps (0: only at the end of the plan)
-    seed: int = 0
+    seed: int = field(default=0, metadata={"help": "random seed"})
     run: dict = field(default_factory=dict)  # settings a checkpoint must agree with to be resumed
 
 
@@ -232,7 +236,7 @@ def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, 
     bar.close()
     elapsed = time.time() - start
     steps_run = stage.steps - first
-    return {"stage": stage.name, "steps": stage.steps, "trainable_params": n_trainable,
+    return {"stage": stage.name, "steps": stage.steps, "trainable_params": n_trainable, **stage.info,
             "seconds": round(elapsed, 1), "tokens_per_second": round(tokens / max(elapsed, 1e-9), 1),
             "start": trainer.get("stage_start") or {}, "end": last_terms,
             "mean": {k: v / max(steps_run, 1) for k, v in totals.items()}}

@@ -13,6 +13,7 @@ records nothing for it either.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -22,32 +23,40 @@ from mobilekd.errors import UserError
 from mobilekd.models.config import ModelConfig
 from mobilekd.models.heads import mlm_loss
 from mobilekd.train.loop import Stage
-from mobilekd.transfer.losses import (attention_transfer, feature_map_transfer, logit_distillation, mean_transfer,
-                                      variance_transfer)
+from mobilekd.transfer.losses import logit_distillation
+from mobilekd.transfer.objectives import (Features, Match, check_matches, deepest, evaluate, mobilebert_matches,
+                                          refuse)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TransferWeights:
     """Loss weights of the official MobileBERT config; mean/variance transfer are off by default."""
 
-    fmt: float = 100.0
-    at: float = 1.0
-    mean: float = 0.0  # official: 5000 when enabled
-    var: float = 0.0  # official: 5 when enabled
-    alpha: float = 0.5  # PD: alpha * MLM + (1 - alpha) * MLM-KD (eq. 4)
-    temperature: float = 1.0
+    fmt: float = field(default=100.0, metadata={"flag": "--fmt-weight", "help": "feature-map transfer weight"})
+    at: float = field(default=1.0, metadata={"flag": "--at-weight", "help": "attention transfer weight"})
+    mean: float = field(default=0.0, metadata={"flag": "--mean-weight",
+                                               "help": "mean transfer weight (official: 5000; 0 = off)"})
+    var: float = field(default=0.0, metadata={"flag": "--var-weight",
+                                              "help": "variance transfer weight (official: 5; 0 = off)"})
+    alpha: float = field(default=0.5, metadata={"help": "PD: weight of the hard MLM loss, eq. (4)"})
+    temperature: float = field(default=1.0, metadata={"help": "PD: distillation temperature"})
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PlanSettings:
-    layer_steps: int = 100  # steps per layer-wise stage (PKT), or per layer for JKT's joint stage
-    pd_steps: int = 500  # pre-training distillation steps
-    lr: float = 1e-3
-    layer_lr: float | None = None  # learning rate of the layer-wise stages (default: lr)
-    warmup: float = 0.1
-    freeze: str = "hard"  # PKT: hard = lower layers frozen; soft = lower x0.3, current x3 (official TF1)
+    layer_steps: int = field(default=60, metadata={
+        "help": "steps of each layer-wise stage (PKT), or per layer of JKT's joint stage"})
+    pd_steps: int = field(default=500, metadata={"help": "pre-training distillation steps"})
+    lr: float = field(default=1e-3, metadata={"help": "peak learning rate"})
+    layer_lr: float | None = field(default=None, metadata={
+        "type": float, "default_help": "--lr", "help": "learning rate of the layer-wise stages"})
+    warmup: float = field(default=0.1, metadata={"help": "warm-up fraction of each stage"})
+    freeze: str = field(default="hard", metadata={
+        "choices": ["hard", "soft"],
+        "help": "PKT: hard freezes the layers below the current one; soft trains them at 0.3x the learning rate "
+                "and the current layer at 3x, as the official TF1 code"})
     weights: TransferWeights = field(default_factory=TransferWeights)
-    teacher_bf16: bool = False
+    teacher_bf16: bool = field(default=False, metadata={"help": "run the teacher under bf16 autocast"})
 
     def total_steps(self, n_layers: int) -> int:
         """Steps of every strategy's plan (equal by construction, so strategies compare at equal cost in steps)."""
@@ -55,27 +64,22 @@ class PlanSettings:
 
 
 def check_pair(teacher: ModelConfig, student: ModelConfig, layer_map: list[int] | None) -> list[int]:
-    """Refuse a teacher/student that cannot be paired; return the teacher layer for each student layer."""
-    problems = []
-    if teacher.hidden_size != student.hidden_size:
-        problems.append(f"feature-map widths differ (teacher hidden_size {teacher.hidden_size}, student "
-                        f"{student.hidden_size})")
-    if teacher.num_attention_heads != student.num_attention_heads:
-        problems.append(f"head counts differ (teacher {teacher.num_attention_heads}, student "
-                        f"{student.num_attention_heads})")
+    """Refuse a teacher/student that cannot be paired for MobileBERT's layer-wise transfer (every problem in one
+    line); return the teacher layer for each student layer."""
+    # widths and head counts, by the matches' own check (any valid layers will do for that)
+    n = student.num_hidden_layers
+    problems = check_matches(mobilebert_matches([0] * n, list(range(n))), teacher, student)
     if teacher.vocab_size != student.vocab_size:
         problems.append(f"vocabularies differ (teacher {teacher.vocab_size}, student {student.vocab_size})")
     if layer_map is None:
-        if teacher.num_hidden_layers != student.num_hidden_layers:
-            problems.append(f"depths differ (teacher {teacher.num_hidden_layers}, student "
-                            f"{student.num_hidden_layers}) and no --layer-map was given")
-        layer_map = list(range(student.num_hidden_layers))
-    elif len(layer_map) != student.num_hidden_layers or not all(0 <= t < teacher.num_hidden_layers
-                                                                 for t in layer_map):
-        problems.append(f"--layer-map needs {student.num_hidden_layers} teacher layers in "
-                        f"0..{teacher.num_hidden_layers - 1}, got {layer_map}")
-    if problems:
-        raise UserError("teacher and student cannot be paired: " + "; ".join(problems))
+        if teacher.num_hidden_layers != n:
+            problems.append(f"depths differ (teacher {teacher.num_hidden_layers}, student {n}) and no --layer-map "
+                            f"was given")
+        layer_map = list(range(n))
+    elif len(layer_map) != n or not all(0 <= t < teacher.num_hidden_layers for t in layer_map):
+        problems.append(f"--layer-map needs {n} teacher layers in 0..{teacher.num_hidden_layers - 1}, got "
+                        f"{layer_map}")
+    refuse(problems)
     return layer_map
 
 
@@ -114,30 +118,22 @@ class Distiller:
                                              enabled=self.s.teacher_bf16):
             return self.teacher(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], **kw)
 
-    def layer_terms(self, student, batch, layers: list[int], depth: int | None = None) -> dict[str, torch.Tensor]:
-        """FMT + AT (+ mean/variance) for the given student layers, each logged on its own, averaged over them.
+    def layer_matches(self, layers: list[int]) -> list[Match]:
+        """MobileBERT's layer-wise matches for these student layers, with this plan's weights."""
+        w = self.s.weights
+        return mobilebert_matches(self.layer_map, layers, fmt=w.fmt, at=w.at, mean=w.mean, var=w.var)
 
-        Both models run just deep enough for these layers, unless `depth` asks for more (the benchmark's
+    def layer_terms(self, student, batch, matches: list[Match], depth: int | None = None) -> dict[str, torch.Tensor]:
+        """The matches' terms, each logged on its own (`objectives.evaluate`).
+
+        Both models run just deep enough for these matches, unless `depth` asks for more (the benchmark's
         naive baseline runs them at full depth)."""
-        depth = depth or max(layers) + 1
+        depth = depth or deepest(matches, "student")
         t_out = self._teacher(batch, num_layers=self.layer_map[depth - 1] + 1, output_feature_maps=True,
                               output_attentions=True).encoder
         s_out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], num_layers=depth,
                         output_feature_maps=True, output_attentions=True).encoder
-        w, terms, total = self.s.weights, {}, 0.0
-        for l in layers:
-            t_feat, s_feat = t_out.feature_maps[self.layer_map[l]], s_out.feature_maps[l]
-            parts = {"fmt": (w.fmt, feature_map_transfer(t_feat, s_feat)),
-                     "at": (w.at, attention_transfer(t_out.attentions[self.layer_map[l]], s_out.attentions[l]))}
-            if w.mean:
-                parts["mean"] = (w.mean, mean_transfer(t_feat, s_feat))
-            if w.var:
-                parts["var"] = (w.var, variance_transfer(t_feat, s_feat))
-            for key, (weight, value) in parts.items():
-                terms[f"{key}_L{l}"] = value.detach()
-                total = total + weight * value / len(layers)
-        terms["loss"] = total
-        return terms
+        return evaluate(matches, Features(t_out), Features(s_out))
 
     def pd_terms(self, student, batch) -> dict[str, torch.Tensor]:
         """Pre-training distillation, eq. (4): alpha * MLM + (1 - alpha) * KD on the MLM head, plus NSP."""
@@ -150,8 +146,8 @@ class Distiller:
         return {"loss": alpha * mlm + (1 - alpha) * kd + nsp, "mlm": mlm.detach(), "mlm_kd": kd.detach(),
                 "nsp": nsp.detach()}
 
-    def akt_terms(self, student, batch) -> dict[str, torch.Tensor]:
-        layer = self.layer_terms(student, batch, list(range(len(self.layer_map))))
+    def akt_terms(self, student, batch, matches: list[Match]) -> dict[str, torch.Tensor]:
+        layer = self.layer_terms(student, batch, matches)
         pd = self.pd_terms(student, batch)
         return {**layer, **pd, "loss": layer["loss"] + pd["loss"], "transfer": layer["loss"].detach()}
 
@@ -160,16 +156,23 @@ def _encoder_only(name: str) -> bool:
     return layer_index(name) is not None
 
 
+def _stage_info(matches: list[Match]) -> dict:
+    """What a stage summary records of its objective: every match as data, under its term name."""
+    return {"matches": [{"name": m.name, **dataclasses.asdict(m)} for m in matches]}
+
+
 def plan(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
     s = distiller.s
     layer_lr = s.layer_lr or s.lr
-    pd = Stage("pd", s.pd_steps, distiller.pd_terms, lr=s.lr, warmup=s.warmup)
+    every = distiller.layer_matches(list(range(n_layers)))
+    pd = Stage(name="pd", steps=s.pd_steps, loss=distiller.pd_terms, lr=s.lr, warmup=s.warmup)
     if strategy == "akt":
-        return [Stage("akt", s.total_steps(n_layers), distiller.akt_terms, lr=s.lr, warmup=s.warmup)]
+        return [Stage(name="akt", steps=s.total_steps(n_layers), loss=lambda m, b: distiller.akt_terms(m, b, every),
+                      lr=s.lr, warmup=s.warmup, info=_stage_info(every))]
     if strategy == "jkt":
-        every = list(range(n_layers))
-        joint = Stage("jkt", n_layers * s.layer_steps, lambda m, b: distiller.layer_terms(m, b, every),
-                      trainable=_encoder_only, lr=layer_lr, warmup=s.warmup)
+        joint = Stage(name="jkt", steps=n_layers * s.layer_steps,
+                      loss=lambda m, b: distiller.layer_terms(m, b, every), trainable=_encoder_only, lr=layer_lr,
+                      warmup=s.warmup, info=_stage_info(every))
         return [joint, pd]
     if strategy == "pkt":
         return [_pkt_stage(distiller, l, s, layer_lr) for l in range(n_layers)] + [pd]
@@ -190,5 +193,6 @@ def _pkt_stage(distiller: Distiller, l: int, s: PlanSettings, lr: float) -> Stag
 
         def scale(name):
             return 3.0 if current(name) else 0.3
-    return Stage(f"pkt_L{l}", s.layer_steps, lambda m, b: distiller.layer_terms(m, b, [l]), trainable=trainable,
-                 lr_scale=scale, lr=lr, warmup=s.warmup)
+    matches = distiller.layer_matches([l])
+    return Stage(name=f"pkt_L{l}", steps=s.layer_steps, loss=lambda m, b: distiller.layer_terms(m, b, matches),
+                 trainable=trainable, lr_scale=scale, lr=lr, warmup=s.warmup, info=_stage_info(matches))

@@ -1,9 +1,9 @@
 """The end-to-end report of a demo run: pre-training, knowledge transfer, SST-2, export, latency.
 
-    python -m mobilekd.report runs/demo        # after scripts/demo.sh has run its stages
+    mobilekd report runs/demo        # after scripts/demo.sh has run its stages
 
-Reads what each stage wrote under RUN (teacher/, student/, sst2/*/results.json, tflite/parity.json,
-latency/report.json) and writes RUN/report.md, RUN/report.json and RUN/report.png (per-layer feature-map
+Reads the JSON each stage wrote under RUN (teacher/summary.json, student/summary.json, sst2/*/results.json,
+tflite/parity.json, latency/report.json), nothing else, and writes RUN/report.md, RUN/report.json and RUN/report.png (per-layer feature-map
 transfer loss through PKT; SST-2 dev accuracy of every model; latency of the exported student against its
 accuracy, measured on this host and estimated for a Pixel 4).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from android_bench.report import markdown as latency_markdown
 from mobilekd.errors import cli_entry
 from mobilekd.fileio import atomic_path, read_json, save_png, write_json
 
@@ -30,6 +31,14 @@ def gather(run: Path) -> dict:
             "latency": read_json(run / "latency" / "report.json")}
 
 
+def feature_map_terms(stages: list[dict]):
+    """(stage, term name) for every stage that trains one layer's feature-map transfer (its matches say so)."""
+    for stage in stages:
+        fmt = [m["name"] for m in stage.get("matches", []) if m["loss"] == "fmt"]
+        if len(fmt) == 1:
+            yield stage, fmt[0]
+
+
 def markdown(report: dict, run: Path) -> str:
     t, s = report["teacher_pretraining"], report["student_transfer"]
     lines = [f"# mobilekd demo: {run}", "", "## Pre-training and progressive knowledge transfer (held-out)", "",
@@ -39,10 +48,8 @@ def markdown(report: dict, run: Path) -> str:
         lines.append(f"| {name} | {r['mlm_accuracy']:.3f} | {r['unigram_accuracy']:.3f} | {r['nsp_accuracy']:.3f} | "
                      f"{r['nsp_majority_accuracy']:.3f} | {r['wall_seconds']:.0f} s |")
     lines += ["", "| PKT stage | feature-map transfer loss, start -> end |", "|---|---|"]
-    for stage in s["stages"]:
-        fmt = [k for k in stage["start"] if k.startswith("fmt_")]
-        if fmt:
-            lines.append(f"| {stage['stage']} | {stage['start'][fmt[0]]:.3f} -> {stage['end'][fmt[0]]:.3f} |")
+    for stage, fmt in feature_map_terms(s["stages"]):
+        lines.append(f"| {stage['stage']} | {stage['start'][fmt]:.3f} -> {stage['end'][fmt]:.3f} |")
     teacher_acc = report["sst2"]["teacher"]["accuracy"]
     lines += ["", "## SST-2 dev (872 sentences)", "", "| model | accuracy | share of teacher | fine-tuning time |",
               "|---|---|---|---|"]
@@ -54,8 +61,8 @@ def markdown(report: dict, run: Path) -> str:
     for name, r in report["tflite"].items():
         lines.append(f"| {name} | {r['size_bytes'] / 1e6:.1f} MB | {r['max_abs_diff']:.2e} | {r['agreement']:.4f} | "
                      f"{r['accuracy_exported']:.4f} ({r['accuracy_torch']:.4f}) |")
-    latency = (run / "latency" / "report.md").read_text().split("\n", 1)[1]
-    lines += ["", "## Latency (host measured; Pixel columns are estimates)", latency]
+    lines += ["", "## Latency (host measured; Pixel columns are estimates)", latency_markdown(report["latency"],
+                                                                                          title=False)]
     return "\n".join(lines) + "\n"
 
 
@@ -66,10 +73,9 @@ def plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (transfer, sst2, latency) = plt.subplots(1, 3, figsize=(15, 4.2))
-    for stage in report["student_transfer"]["stages"]:
-        fmt = [k for k in stage["start"] if k.startswith("fmt_")]
-        if fmt:
-            transfer.plot([0, 1], [stage["start"][fmt[0]], stage["end"][fmt[0]]], marker="o", label=fmt[0][4:])
+    for stage, fmt in feature_map_terms(report["student_transfer"]["stages"]):
+        layer = next(m["student_layer"] for m in stage["matches"] if m["name"] == fmt)
+        transfer.plot([0, 1], [stage["start"][fmt], stage["end"][fmt]], marker="o", label=f"L{layer}")
     transfer.set_xticks([0, 1], ["stage start", "stage end"])
     transfer.set_ylabel("feature-map transfer loss")
     transfer.set_title("PKT: each layer's stage")
@@ -97,7 +103,7 @@ def plot(report: dict, path: Path) -> None:
 
 @cli_entry
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="mobilekd.report", description=__doc__,
+    p = argparse.ArgumentParser(prog="report", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="the demo's output directory (runs/demo)")
     run = Path(p.parse_args(argv).run)

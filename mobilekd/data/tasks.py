@@ -1,4 +1,5 @@
-"""Fine-tuning tasks: which reader, which head, which labels, and the encoded splits the loop draws from."""
+"""Tasks: which reader, which head, which labels and metrics, and the encoded splits that training, evaluation
+and export's parity check draw from."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from mobilekd.data.glue import find_split, read_glue
 from mobilekd.data.squad import read_squad, squad_features
 from mobilekd.errors import UserError, located
 from mobilekd.fileio import REPO_ROOT
-from mobilekd.finetune.metrics import GLUE_METRICS
 
 SHIPPED = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE"}
 TASK_NAMES = list(GLUE_TASKS) + ["squad1", "squad2", "custom"]
@@ -68,7 +68,7 @@ def load_task(name: str, data: Path, eval_only: bool = False, regression: bool =
         dev = {f.split(".")[0]: read_glue(spec, find_split(data, f.split(".")[0])) for f in spec.dev_files}
         train = None if eval_only else read_glue(spec, find_split(data, "train"))
         labels = list(spec.labels) if spec.labels else None
-        return Task(name, "classification", labels, GLUE_METRICS.get(name, ("accuracy",)), train, dev)
+        return Task(name, "classification", labels, spec.metrics, train, dev)
     if name in ("squad1", "squad2"):
         dev, version = read_squad(_find(data, "dev", [".json"]))
         train = None if eval_only else read_squad(_find(data, "train", [".json"]))[0]

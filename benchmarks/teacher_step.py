@@ -1,7 +1,7 @@
 """Tokens/s of a teacher pre-training step (forward, backward, optimizer), measured in one run and printed as
 ratios: fp32 against bf16 autocast, and masked-position logits against logits on every token.
 
-    python -m teacher_ib_bert.benchmark [--sizes demo ib_bert_large] [--batch 8] [--seq-len 128] [--steps 3]
+    python -m benchmarks.teacher_step [--presets demo_teacher ib_bert_large] [--batch 8] [--seq-len 128] [--steps 3]
 
 Absolute times on a shared machine drift between runs; the ratios within one run are what to read.
 """
@@ -16,9 +16,7 @@ import torch.nn.functional as F
 
 from mobilekd.models.heads import MobileBertForPreTraining
 from mobilekd.models.presets import get_preset
-
-SIZES = {"demo": "demo_teacher", "ib_bert_large": "ib_bert_large"}
-
+from teacher_ib_bert import TEACHER_PRESETS
 
 def _batch(config, batch: int, seq_len: int, generator):
     ids = torch.randint(1000, config.vocab_size, (batch, seq_len), generator=generator)
@@ -53,7 +51,7 @@ def step_time(model, optimizer, batch, *, bf16: bool, full_logits: bool, steps: 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["demo", "ib_bert_large"])
+    p.add_argument("--presets", nargs="+", choices=TEACHER_PRESETS, default=TEACHER_PRESETS)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--steps", type=int, default=3)
@@ -61,9 +59,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"threads {args.threads}, batch {args.batch} x {args.seq_len} tokens, median of {args.steps} steps")
-    for size in args.sizes:
+    for size in args.presets:
         torch.manual_seed(0)
-        config = get_preset(SIZES[size]).config
+        config = get_preset(size).config
         model = MobileBertForPreTraining(config.replace(hidden_dropout_prob=0.0)).train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         batch = _batch(config, args.batch, args.seq_len, torch.Generator().manual_seed(0))

@@ -4,7 +4,7 @@ attention) then pre-training distillation, by the AKT, JKT or PKT strategy (Mobi
     scripts/pkt_distill.sh --teacher runs/teacher                       # demo: PKT into demo_student
     scripts/pkt_distill.sh --teacher T --student mobilebert --layer-steps 24000 --pd-steps 500000 ...
     scripts/pkt_distill.sh --teacher runs/teacher --compare akt,jkt,pkt # the paper's ablation, equal steps
-    accelerate launch -m mobilekd.transfer.distill --teacher T ...      # GPUs, DDP/FSDP/DeepSpeed
+    accelerate launch -m mobilekd.recipes.distill --teacher T ...      # GPUs, DDP/FSDP/DeepSpeed
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from mobilekd.fileio import atomic_path, write_json
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.hf import load_pretrained, save_pretrained
 from mobilekd.models.presets import get_preset
-from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, make_accelerator
+from mobilekd.flags import add_flags, from_flags
+from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, make_accelerator, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
-from mobilekd.train.loop import Stage, TrainConfig, run_plan
+from mobilekd.train.loop import Stage, run_plan
 from mobilekd.transfer.strategies import (Distiller, PlanSettings, TransferWeights, check_pair, copy_shared_weights,
                                           plan)
 
@@ -35,29 +36,15 @@ def parse_args(argv=None):
     p.add_argument("--student", default="demo_student",
                    help="student preset: demo_student (default), mobilebert, mobilebert_tiny, mobilebert_no_opt")
     p.add_argument("--strategy", choices=["akt", "jkt", "pkt"], default="pkt")
-    p.add_argument("--freeze", choices=["hard", "soft"], default="hard",
-                   help="PKT: hard freezes the layers below the current one; soft trains them at 0.3x the "
-                        "learning rate and the current layer at 3x, as the official TF1 code (default hard)")
-    p.add_argument("--layer-steps", type=int, default=60, help="steps of each layer-wise stage (default 60)")
-    p.add_argument("--pd-steps", type=int, default=500, help="pre-training distillation steps (default 500)")
-    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
-    p.add_argument("--layer-lr", type=float, help="learning rate of the layer-wise stages (default: --lr)")
-    p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction of each stage (default 0.1)")
-    p.add_argument("--optimizer", choices=["lamb", "adamw"], default="adamw")
-    p.add_argument("--alpha", type=float, default=0.5, help="PD: weight of the hard MLM loss (default 0.5)")
-    p.add_argument("--temperature", type=float, default=1.0, help="PD: distillation temperature (default 1)")
-    p.add_argument("--fmt-weight", type=float, default=100.0, help="feature-map transfer weight (default 100)")
-    p.add_argument("--at-weight", type=float, default=1.0, help="attention transfer weight (default 1)")
-    p.add_argument("--mean-weight", type=float, default=0.0, help="mean transfer weight (official: 5000; default off)")
-    p.add_argument("--var-weight", type=float, default=0.0, help="variance transfer weight (official: 5; default off)")
+    add_flags(p, PlanSettings)
+    add_flags(p, TransferWeights)
     p.add_argument("--layer-map", help="teacher layer (0-based) for each student layer, comma-separated, when "
                                        "depths differ, e.g. 1,3,5,7 for a 4-layer student of an 8-layer teacher")
-    p.add_argument("--teacher-bf16", action="store_true", help="run the teacher under bf16 autocast")
     p.add_argument("--compare", help="comma-separated strategies to run at equal total steps, e.g. akt,jkt,pkt; "
                                      "add 'scratch' for the student trained without a teacher")
     p.add_argument("--corpus", nargs="+", default=SHIPPED_CORPORA, help="pre-training text (default: shipped)")
     p.add_argument("--eval-examples", type=int, default=1000, help="held-out examples to evaluate (default 1000)")
-    add_training_flags(p, out="runs/student", batch_size=32, seq_len=64)
+    add_training_flags(p, out="runs/student", batch_size=32, seq_len=64, optimizer="adamw")
     return p.parse_args(argv)
 
 
@@ -66,18 +53,16 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
     config = get_preset(args.student).config
     student = MobileBertForPreTraining(config)
     n_layers = config.num_hidden_layers
+    settings = from_flags(PlanSettings, args, weights=from_flags(TransferWeights, args))
+    w = settings.weights
     run = {"student": config.to_dict(), "teacher": str(teacher_dir), "seq_len": args.seq_len, "data": data.path.name,
-           "strategy": strategy, "freeze": args.freeze, "lr": args.lr, "layer_lr": args.layer_lr,
-           "alpha": args.alpha, "temperature": args.temperature, "layer_map": args.layer_map,
-           "weights": [args.fmt_weight, args.at_weight, args.mean_weight, args.var_weight]}
-    cfg = TrainConfig(out, args.batch_size, args.grad_accum, args.optimizer, 1.0, args.save_every, seed=args.seed,
-                      run=run)
-    weights = TransferWeights(args.fmt_weight, args.at_weight, args.mean_weight, args.var_weight, args.alpha,
-                              args.temperature)
-    settings = PlanSettings(args.layer_steps, args.pd_steps, args.lr, args.layer_lr, args.warmup, args.freeze,
-                            weights, args.teacher_bf16)
+           "strategy": strategy, "freeze": settings.freeze, "lr": settings.lr, "layer_lr": settings.layer_lr,
+           "alpha": w.alpha, "temperature": w.temperature, "layer_map": args.layer_map,
+           "weights": [w.fmt, w.at, w.mean, w.var]}
+    cfg = train_config(args, out_dir=out, run=run)
     if strategy == "scratch":
-        stages = [Stage("scratch", settings.total_steps(n_layers), pretraining_loss, lr=args.lr, warmup=args.warmup)]
+        stages = [Stage(name="scratch", steps=settings.total_steps(n_layers), loss=pretraining_loss, lr=settings.lr,
+                        warmup=settings.warmup)]
         copied = []
     else:
         teacher = load_pretrained(teacher_dir, "pretraining").to(accelerator.device)

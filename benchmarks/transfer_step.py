@@ -2,7 +2,7 @@
 against the truncated path (both only up to the stage's layer), on the paper's 24-layer configs, measured in
 one run; and the cost of a pre-training-distillation step against a plain student MLM step.
 
-    python -m mobilekd.transfer.benchmark [--teacher ib_bert_large] [--student mobilebert] [--batch 2]
+    python -m benchmarks.transfer_step [--teacher ib_bert_large] [--student mobilebert] [--batch 2]
 
 The losses of the two paths must agree (they compute the same layer); the ratio of their wall times is printed.
 """
@@ -67,8 +67,9 @@ def main(argv=None):
     total_naive = total_trunc = 0.0
     for l in sorted(set(range(0, n, args.every)) | {n - 1}):
         freeze_for_stage(student, stages[l])
-        trunc, loss_t = timed_step(student, lambda m, b: distiller.layer_terms(m, b, [l]), batch, args.repeats)
-        naive, loss_n = timed_step(student, lambda m, b: distiller.layer_terms(m, b, [l], depth=n), batch,
+        matches = distiller.layer_matches([l])
+        trunc, loss_t = timed_step(student, lambda m, b: distiller.layer_terms(m, b, matches), batch, args.repeats)
+        naive, loss_n = timed_step(student, lambda m, b: distiller.layer_terms(m, b, matches, depth=n), batch,
                                    args.repeats)
         assert abs(loss_t - loss_n) <= 1e-4 * max(1.0, abs(loss_n)), (l, loss_t, loss_n)
         total_naive, total_trunc = total_naive + naive, total_trunc + trunc

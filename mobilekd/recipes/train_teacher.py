@@ -1,9 +1,9 @@
 """Pre-train the IB-BERT teacher with masked LM + next-sentence prediction (MobileBERT paper, Section 4 and
 Appendix A: LAMB, lr 1.5e-3 at batch 4096, weight decay 0.01, clipping 1.0, warm-up then linear decay).
 
-    scripts/train_teacher.sh                                   # demo teacher on the shipped corpora (minutes)
+    scripts/train_teacher.sh                                   # demo_teacher on the shipped corpora (minutes)
     scripts/train_teacher.sh --preset ib_bert_large --corpus my_corpus.txt --batch-size 4096 ...
-    accelerate launch -m teacher_ib_bert.train --preset ib_bert_large ...   # GPUs, DDP/FSDP/DeepSpeed
+    accelerate launch -m mobilekd.recipes.train_teacher --preset ib_bert_large ...   # GPUs, DDP/FSDP/DeepSpeed
 """
 
 from __future__ import annotations
@@ -20,37 +20,30 @@ from mobilekd.fileio import write_json
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.presets import get_preset
-from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, make_accelerator
+from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, make_accelerator, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
-from mobilekd.train.loop import Stage, TrainConfig, run_plan
-
-# Per preset: steps, learning rate, optimizer, sequence length. The demo values fit the 8-minute budget on 2 CPU
-# cores; at its batch of 32, AdamW reached a lower held-out MLM loss than LAMB in the same steps (LAMB is made
-# for the paper's batch of 4096).
-DEFAULTS = {
-    "demo": dict(model="demo_teacher", steps=640, lr=1e-3, optimizer="adamw", seq_len=64),
-    "ib_bert_large": dict(model="ib_bert_large", steps=125_000, lr=1.5e-3, optimizer="lamb", seq_len=128),
-}
-
+from mobilekd.train.loop import Stage, run_plan
+from teacher_ib_bert import TEACHER_PRESETS, pretraining_defaults
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="train_teacher", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=sorted(DEFAULTS), default="demo", help="model size (default demo)")
+    p.add_argument("--preset", choices=TEACHER_PRESETS, default="demo_teacher",
+                   help="teacher model preset; its recipe defaults are teacher_ib_bert/configs/PRESET.json "
+                        "(default demo_teacher)")
     p.add_argument("--corpus", nargs="+", default=SHIPPED_CORPORA,
                    help="text files: one sentence or paragraph a line, blank lines between documents "
                         "(default: the shipped Brown and Austen corpora)")
     p.add_argument("--vocab", default=str(DEFAULT_VOCAB), help="WordPiece vocab.txt (default: bert-base-uncased)")
-    p.add_argument("--steps", type=int, help="optimizer steps (default: 640 demo, 125000 ib_bert_large)")
-    p.add_argument("--lr", type=float, help="peak learning rate (default: 1e-3 demo, 1.5e-3 ib_bert_large)")
-    p.add_argument("--optimizer", choices=["lamb", "adamw"], help="default: adamw demo, lamb ib_bert_large")
+    p.add_argument("--steps", type=int, help="optimizer steps (default: the preset's config)")
+    p.add_argument("--lr", type=float, help="peak learning rate (default: the preset's config)")
     p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction of the steps (default 0.1)")
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--dropout", type=float, help="override the preset's hidden and attention dropout")
     p.add_argument("--eval-examples", type=int, default=1000, help="held-out examples to evaluate (default 1000)")
-    add_training_flags(p, out="runs/teacher", batch_size=32, seq_len=None)
+    add_training_flags(p, out="runs/teacher", seq_len=None)
     args = p.parse_args(argv)
-    for key, value in DEFAULTS[args.preset].items():
+    for key, value in pretraining_defaults(args.preset).items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     return args
@@ -60,7 +53,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     accelerator = make_accelerator(args)
-    config = get_preset(args.model).config
+    config = get_preset(args.preset).config
     if args.dropout is not None:
         config = config.replace(hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
     if args.seq_len > config.max_position_embeddings:
@@ -72,11 +65,10 @@ def main(argv=None):
         data = load_pretraining_data(args.corpus, tokenizer, args.seq_len, args.seed, args.cache_dir)
     model = MobileBertForPreTraining(config)
     out = Path(args.out)
-    stage = Stage("pretrain", args.steps, pretraining_loss, lr=args.lr, warmup=args.warmup,
+    stage = Stage(name="pretrain", steps=args.steps, loss=pretraining_loss, lr=args.lr, warmup=args.warmup,
                   weight_decay=args.weight_decay)
-    cfg = TrainConfig(out, args.batch_size, args.grad_accum, args.optimizer, 1.0, args.save_every, seed=args.seed,
-                      run={"model": config.to_dict(), "seq_len": args.seq_len, "lr": args.lr,
-                           "data": data.path.name, "mixed_precision": args.mixed_precision})
+    cfg = train_config(args, run={"model": config.to_dict(), "seq_len": args.seq_len, "lr": args.lr,
+                                  "data": data.path.name, "mixed_precision": args.mixed_precision})
     start = time.time()
     if accelerator.is_main_process:
         print(f"teacher {args.preset}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "

@@ -2,7 +2,7 @@
 
     scripts/export_tflite.sh --model runs/demo/sst2/student            # fp32, checked on shipped SST-2 dev
     scripts/export_tflite.sh --model M --quantize none fp16 dynamic-int8 int8 --onnx --parity-examples 872
-    scripts/export_tflite.sh --model M --task qa --seq-len 384 --quantize dynamic-int8
+    scripts/export_tflite.sh --model M --head qa --seq-len 384 --quantize dynamic-int8
 
 Writes into OUT, each file atomically:
   model_<quantize>.tflite   classifiers end in a softmax; classifiers and QA models carry TFLite metadata
@@ -28,13 +28,14 @@ from pathlib import Path
 import numpy as np
 
 from mobilekd.data.custom import read_custom
+from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import foreign_ops, nonfinite_constants, op_histogram, read_graph
 from mobilekd.export.litert import CALIBRATED, INPUT_NAMES, QUANTIZATIONS, convert
 from mobilekd.export.parity import parity_report, run_tflite
 from mobilekd.fileio import atomic_path, read_json, write_json
-from mobilekd.finetune.tasks import default_data, encode_classification, load_task
+from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, load_pretrained
 
 
@@ -42,7 +43,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="export_tflite", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="model directory")
-    p.add_argument("--task", choices=["classification", "qa", "mlm"], help="default: the directory's own head")
+    p.add_argument("--head", "--task", dest="head", choices=list(HEADS),
+                   help="what the file computes (default: the directory's own head)")
     p.add_argument("--seq-len", type=int, default=128, help="static input length (default 128)")
     p.add_argument("--quantize", nargs="+", choices=list(QUANTIZATIONS), default=["none"],
                    help="one or more of: " + "; ".join(f"{k} = {v}" for k, v in QUANTIZATIONS.items()))
@@ -108,9 +110,9 @@ def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
 def main(argv=None):
     args = parse_args(argv)
     config, saved_head = load_config(args.model)
-    head = {"mlm": "pretraining"}.get(args.task, args.task) or saved_head
+    head = args.head or saved_head
     if head == "classification" and not config.id2label:
-        raise UserError(f"{args.model}: has no labels (not fine-tuned for classification); use --task mlm or "
+        raise UserError(f"{args.model}: has no labels (not fine-tuned for classification); use --head pretraining or "
                         f"fine-tune it first")
     model = load_pretrained(args.model, head)
     tokenizer = load_tokenizer(args.model)
@@ -120,7 +122,7 @@ def main(argv=None):
     same_labels = head == "classification" and list(config.id2label.values()) == task.labels
     labels = split.arrays.get("labels") if same_labels else None
     metadata = None
-    if not args.no_metadata and head in ("classification", "qa"):
+    if not args.no_metadata and HEADS[head].metadata:
         vocab = Path(args.model) / "vocab.txt"
         if not vocab.is_file():
             raise located(vocab, "missing: the metadata packs the model's vocabulary")

@@ -1,0 +1,93 @@
+"""Loading a model for a task, predicting a split, and scoring dev splits with the task's official metrics while
+keeping the best model in OUT."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from mobilekd.data.tasks import Task
+from mobilekd.errors import located
+from mobilekd.fileio import atomic_path, read_json, write_json
+from mobilekd.finetune.metrics import classification_metrics, squad_metrics
+from mobilekd.finetune.qa import decode_answers
+from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
+
+
+def build_model(model_dir, task: Task, role: str = "model"):
+    """Load `model_dir` with the task's head; its labels, if it has any, must be the task's."""
+    config, _ = load_config(model_dir)
+    if task.head == "qa":
+        return load_pretrained(model_dir, "qa")
+    wanted = {0: "score"} if task.is_regression else dict(enumerate(task.labels))
+    if config.id2label and config.id2label != wanted:
+        raise located(Path(model_dir) / "config.json", f"{role}'s labels {list(config.id2label.values())} do not "
+                                                       f"fit task {task.name} (labels {list(wanted.values())})")
+    problem = "regression" if task.is_regression else "single_label_classification"
+    return load_pretrained(model_dir, "classification", config=config.replace(id2label=wanted, problem_type=problem))
+
+
+@torch.no_grad()
+def predict(model, split, batch_size: int = 64):
+    model.eval()
+    device = next(model.parameters()).device
+    outs = []
+    for start in range(0, len(split), batch_size):
+        b = split.batch(range(start, min(start + batch_size, len(split))))
+        outs.append(model(b["input_ids"].to(device), b["attention_mask"].to(device),
+                          b["token_type_ids"].to(device)))
+    if isinstance(outs[0], tuple):
+        return tuple(torch.cat([o[i] for o in outs]).float().cpu().numpy() for i in range(2))
+    return torch.cat(outs).float().cpu().numpy()
+
+
+class DevEvaluator:
+    """Scores every dev split; keeps the best model (by the task's first metric) and its predictions in OUT.
+    With `save_model=False` (evaluation only) it writes results and predictions but no copy of the weights."""
+
+    def __init__(self, task: Task, dev: dict, out: Path, tokenizer, save_model: bool = True):
+        self.task, self.dev, self.out, self.tokenizer, self.save_model = task, dev, out, tokenizer, save_model
+        best = out / "results.json"
+        self.best = read_json(best).get("best_score") if best.is_file() and save_model else None
+
+    def score(self, model) -> tuple[dict, dict]:
+        metrics, predictions = {}, {}
+        for name, (examples, split, meta) in self.dev.items():
+            out = predict(model, split)
+            if self.task.head == "qa":
+                answers = decode_answers(examples, meta, out[0], out[1], self.task.version == "2.0")
+                metrics[name] = squad_metrics(examples, answers)
+                predictions[name] = answers
+            else:
+                if self.task.is_regression:
+                    pred = out[:, 0]
+                    shown = [f"{v:.4f}" for v in pred]
+                else:
+                    pred = out.argmax(-1)
+                    shown = [self.task.labels[i] for i in pred]
+                if "labels" in split.arrays:
+                    metrics[name] = classification_metrics(self.task.metrics, split.arrays["labels"], pred)
+                predictions[name] = [(e.source, e.label, p) for e, p in zip(examples, shown)]
+        return metrics, predictions
+
+    def __call__(self, model, step: int, extra: dict | None = None) -> dict:
+        metrics, predictions = self.score(model)
+        first = next(iter(metrics.values()), {})
+        score = first.get(self.task.metrics[0], float("nan"))
+        print(f"step {step}: " + ", ".join(f"{s} {k} {v:.4f}" for s, m in metrics.items() for k, v in m.items()))
+        if self.best is not None and not score > self.best:
+            return metrics
+        self.best = score
+        if self.save_model:
+            save_pretrained(model, self.out, self.tokenizer)
+        for name, rows in predictions.items():
+            if self.task.head == "qa":
+                write_json(self.out / f"{name}_predictions.json", rows)
+            else:
+                with atomic_path(self.out / f"{name}_predictions.tsv") as tmp:
+                    tmp.write_text("source\tlabel\tprediction\n" + "".join(f"{s}\t{l}\t{p}\n" for s, l, p in rows))
+        write_json(self.out / "results.json", {"task": self.task.name, "metrics": metrics, "best_step": step,
+                                               "best_metric": self.task.metrics[0], "best_score": score,
+                                               **(extra or {})})
+        return metrics

@@ -1,0 +1,50 @@
+"""Command-line flags from config dataclasses, so that a default lives in one place: the dataclass field.
+
+A field becomes a flag when its metadata has a `help`; the flag is `--field-name` unless the metadata names
+another (`flag`), its type is the default's (or metadata `type` where the default is None), `choices` pass
+through, and a boolean defaulting to False is a switch. transformers' `HfArgumentParser` does the same for
+whole parsers; ours adds fields to a parser that also has hand-made flags, and keeps nested configs apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+
+def _flag(f: dataclasses.Field) -> tuple[str, str]:
+    """The field's flag and the attribute argparse stores it under (`--batch-size` -> `batch_size`)."""
+    flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+    return flag, flag[2:].replace("-", "_")
+
+
+def _default(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+
+
+def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, shown: dict | None = None,
+              **defaults) -> None:
+    """Add one flag per documented field of dataclass `cls`; `defaults` override the field defaults (a recipe's
+    own choice, e.g. a smaller batch; None where the recipe fills it in later, described by `shown`), and the
+    help says which default applies."""
+    for f in dataclasses.fields(cls):
+        if "help" not in f.metadata:
+            continue
+        flag, dest = _flag(f)
+        default = defaults.get(f.name, _default(f))
+        if default is False:
+            parser.add_argument(flag, dest=dest, action="store_true", help=f.metadata["help"])
+            continue
+        kind = f.metadata.get("type", type(_default(f)) if _default(f) is not None else str)
+        described = (shown or {}).get(f.name, f.metadata.get("default_help", default))
+        parser.add_argument(flag, dest=dest, type=kind, default=default, choices=f.metadata.get("choices"),
+                            help=f"{f.metadata['help']} (default {described})")
+
+
+def from_flags(cls, args: argparse.Namespace, **values):
+    """An instance of `cls` from the parsed flags that `add_flags` added, and `values` for the other fields."""
+    flagged = {f.name: getattr(args, _flag(f)[1]) for f in dataclasses.fields(cls)
+               if "help" in f.metadata and hasattr(args, _flag(f)[1])}
+    return cls(**{**flagged, **values})

@@ -1,0 +1,129 @@
+"""Fine-tune and evaluate a model directory on GLUE, SQuAD or your own data, optionally with task-specific
+distillation from a fine-tuned teacher (Hinton's logit KD; TinyBERT's prediction-layer loss).
+
+    scripts/finetune.sh --model runs/demo/student --task sst2                  # shipped SST-2
+    scripts/finetune.sh --model M --task sst2 --teacher runs/sst2-teacher      # + task distillation
+    scripts/finetune.sh --model M --task squad2 --data my_squad_dir            # train.json + dev.json
+    scripts/finetune.sh --model M --task custom --data my_dir                  # train/dev .csv or .jsonl
+    scripts/finetune.sh --model M --task cola --eval-only
+    accelerate launch -m mobilekd.recipes.finetune --model M --task mnli --data glue/MNLI ...
+
+Defaults per task: SQuAD lr 4e-5, batch 32, sequence 384, stride 128, 5 epochs (the paper's); GLUE lr 5e-5,
+batch 32, sequence 128, 3 epochs (5 for CoLA, MRPC, STS-B, RTE, WNLI). The best checkpoint by the task's
+first dev metric is kept in OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mobilekd.data.tasks import DEFAULTS, TASK_NAMES, default_data, encode_classification, encode_qa, load_task
+from mobilekd.data.tokenizer import load_tokenizer
+from mobilekd.errors import UserError, cli_entry
+from mobilekd.fileio import read_json, write_json
+from mobilekd.finetune.evaluation import DevEvaluator, build_model
+from mobilekd.finetune.objective import task_loss
+from mobilekd.train.common import add_training_flags, make_accelerator, train_config
+from mobilekd.train.loop import Stage, run_plan
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="finetune", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="model directory (ours, or a transformers MobileBERT/BERT one)")
+    p.add_argument("--task", required=True, choices=TASK_NAMES)
+    p.add_argument("--data", help="task directory with train and dev files (default: the shipped copy for "
+                                  "sst2, cola, mrpc, stsb, rte)")
+    p.add_argument("--teacher", help="a model directory fine-tuned on the same task: adds logit distillation")
+    p.add_argument("--alpha", type=float, default=0.5, help="with --teacher: weight of the hard-label loss "
+                                                           "(the rest goes to distillation; default 0.5)")
+    p.add_argument("--temperature", type=float, default=1.0, help="with --teacher: KD temperature (default 1)")
+    p.add_argument("--eval-only", action="store_true", help="evaluate --model on dev, no training")
+    p.add_argument("--epochs", type=float, help="training epochs (default per task)")
+    p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
+    p.add_argument("--lr", type=float, help="peak learning rate (default per task)")
+    p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction (default 0.1)")
+    p.add_argument("--max-len", type=int, help="sequence length (default per task: 128 GLUE, 384 SQuAD)")
+    p.add_argument("--stride", type=int, default=128, help="SQuAD: tokens shared by consecutive windows")
+    p.add_argument("--regression", action="store_true", help="custom task: numeric labels")
+    p.add_argument("--max-train-examples", type=int, help="use a seeded random subset of the training set")
+    p.add_argument("--eval-every", type=int, help="evaluate on dev every N steps (default: once per epoch)")
+    p.add_argument("--dropout", type=float, help="override the model's hidden dropout")
+    add_training_flags(p, out="runs/finetune", batch_size=32, optimizer="adamw", with_seq_len=False)
+    args = p.parse_args(argv)
+    for key, value in DEFAULTS[args.task].items():
+        if getattr(args, key, None) is None and key != "batch_size":
+            setattr(args, key, value)
+    return args
+
+
+@cli_entry
+def main(argv=None):
+    args = parse_args(argv)
+    accelerator = make_accelerator(args)
+    data = Path(args.data) if args.data else default_data(args.task)
+    if data is None:
+        raise UserError(f"--data is required for task {args.task} (it is not shipped)")
+    task = load_task(args.task, data, args.eval_only, args.regression)
+    tokenizer = load_tokenizer(args.model)
+    model = build_model(args.model, task)
+    if args.dropout is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = args.dropout
+    if args.max_len > model.config.max_position_embeddings:
+        raise UserError(f"--max-len {args.max_len} exceeds the model's {model.config.max_position_embeddings} "
+                        f"positions ({args.model})")
+    model.to(accelerator.device)
+    out = Path(args.out)
+
+    def encode(examples):
+        if task.head == "qa":
+            return encode_qa(examples, tokenizer, args.max_len, args.stride)
+        return encode_classification(task, examples, tokenizer, args.max_len), None
+
+    dev = {name: (examples, *encode(examples)) for name, examples in task.dev.items()}
+    evaluator = DevEvaluator(task, dev, out, tokenizer, save_model=not args.eval_only)
+    start = time.time()
+    if args.eval_only:
+        metrics = evaluator(model, 0, {"model": str(args.model), "steps": 0})
+        print(f"{task.name}: {metrics}")
+        return
+    train_examples = task.train
+    if args.max_train_examples and args.max_train_examples < len(train_examples):
+        keep = np.random.default_rng(args.seed).choice(len(train_examples), args.max_train_examples, replace=False)
+        train_examples = [train_examples[i] for i in sorted(keep)]
+    train_split, _ = encode(train_examples)
+    if task.head == "classification" and "labels" not in train_split.arrays:
+        raise UserError(f"{data}: the training split has unlabelled rows")
+    steps_per_epoch = math.ceil(len(train_split) / args.batch_size)
+    steps = args.max_steps or max(1, round(args.epochs * steps_per_epoch))
+    teacher = build_model(args.teacher, task, "teacher").to(accelerator.device).eval() if args.teacher else None
+    stage = Stage(name="finetune", steps=steps, loss=task_loss(task, teacher, args.alpha, args.temperature),
+                  lr=args.lr, warmup=args.warmup)
+    cfg = train_config(args, eval_every=args.eval_every or steps_per_epoch,
+                       run={"model": str(args.model), "task": task.name, "teacher": args.teacher, "lr": args.lr,
+                            "max_len": args.max_len, "alpha": args.alpha, "temperature": args.temperature,
+                            "train_examples": len(train_split)})
+    extra = {"model": str(args.model), "teacher": args.teacher, "steps": steps, "train_examples": len(train_split)}
+
+    def on_eval(m, step):
+        evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)})
+
+    run_plan([stage], model, train_split, cfg, accelerator, resume=args.resume, on_eval=on_eval)
+    if accelerator.is_main_process:
+        result = read_json(out / "results.json")
+        result.update(wall_seconds=round(time.time() - start, 1), complete=True)
+        write_json(out / "results.json", result)
+        print(f"{task.name}: best {result['best_metric']} {result['best_score']:.4f} at step {result['best_step']} "
+              f"of {steps}; model in {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""The latency report: measured on this host, estimated for Pixel-class phones, beside the paper's claims.
+
+    scripts/latency.sh                                           # the paper's four models, fp32 + int8
+    scripts/latency.sh --models --tflite student=runs/demo/tflite/model_none.tflite \\
+        --accuracy student=0.789 --out runs/demo/latency           # your own exported files
+
+Writes OUT/report.json (the figures, as data), and from it OUT/report.md and OUT/latency.png. Host times on a
+shared machine vary between runs: compare the ratios measured in one run, not absolute times across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from android_bench.models import PAPER_MODELS
+from android_bench.report import DEVICES, collect, markdown, plot
+from mobilekd.errors import UserError, cli_entry
+from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="latency", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="*", default=list(PAPER_MODELS), help="presets to export and compare "
+                   f"(default: {' '.join(PAPER_MODELS)}; none with a bare --models)")
+    p.add_argument("--quantize", nargs="+", default=["none", "dynamic-int8"], choices=["none", "dynamic-int8"])
+    p.add_argument("--tflite", nargs="*", default=[], metavar="NAME=PATH",
+                   help="existing .tflite files to add (a file name containing int8 is set against the int8 peak)")
+    p.add_argument("--accuracy", nargs="*", default=[], metavar="NAME=VALUE",
+                   help="task accuracy of a model row (plotted against latency)")
+    p.add_argument("--transformers-reference", action="store_true",
+                   help="also time transformers' MobileBERT through the same converter")
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 4])
+    p.add_argument("--runs", type=int, default=20, help="timed runs per model and thread count (default 20)")
+    p.add_argument("--devices", nargs="+", default=list(DEVICES))
+    p.add_argument("--cache", default=str(REPO_ROOT / ".cache" / "android_bench"), help="exported presets")
+    p.add_argument("--out", default="runs/latency")
+    return p.parse_args(argv)
+
+
+def pairs(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise UserError(f"{flag} {item!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
+
+
+@cli_entry
+def main(argv=None):
+    args = parse_args(argv)
+    accuracy = {}
+    for name, value in pairs(args.accuracy, "--accuracy").items():
+        try:
+            accuracy[name] = float(value)
+        except ValueError:
+            raise UserError(f"--accuracy {name}={value}: not a number") from None
+    out = Path(args.out)
+    report = collect(models=args.models, quantize=args.quantize, seq_len=args.seq_len, threads=args.threads,
+                     runs=args.runs, devices=args.devices, cache=Path(args.cache),
+                     tflite={k: Path(v) for k, v in pairs(args.tflite, "--tflite").items()}, accuracy=accuracy,
+                     transformers_reference=args.transformers_reference)
+    write_json(out / "report.json", report)
+    report = read_json(out / "report.json")  # the Markdown and the plot are made from the data as written
+    with atomic_path(out / "report.md") as tmp:
+        tmp.write_text(markdown(report))
+    plot(report, out / "latency.png")
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The model presets: print them beside the paper's figures (`mobilekd models`), or write a randomly initialised
+model directory of one (`mobilekd init PRESET OUT`: the from-scratch baseline, or a starting point)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from mobilekd.errors import cli_entry
+
+
+def models_table(seq_len: int = 128) -> list[dict]:
+    """Every preset's parameters and FLOPs beside the paper's figures."""
+    from mobilekd.models.flops import model_stats
+    from mobilekd.models.presets import PRESETS
+
+    rows = []
+    for preset in PRESETS.values():
+        stats = model_stats(preset.config, seq_len)
+        rows.append({
+            "name": preset.name,
+            "params": stats["params"],
+            f"flops_seq{seq_len}": stats[f"flops_seq{seq_len}"],
+            "paper_params": preset.paper_params,
+            f"paper_flops_seq{seq_len}": preset.paper_flops_seq128 if seq_len == 128 else None,
+            "description": preset.description,
+        })
+    return rows
+
+
+def _fmt(value, scale, unit):
+    return "-" if value is None else f"{value / scale:.1f}{unit}"
+
+
+def _print_models(args) -> None:
+    rows = models_table(args.seq_len)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    key = f"flops_seq{args.seq_len}"
+    header = f"{'preset':<18} {'params':>8} {'paper':>8} {'FLOPs':>8} {'paper':>8}  description"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(f"{r['name']:<18} {_fmt(r['params'], 1e6, 'M'):>8} {_fmt(r['paper_params'], 1e6, 'M'):>8} "
+              f"{_fmt(r[key], 1e9, 'G'):>8} {_fmt(r['paper_' + key], 1e9, 'G'):>8}  {r['description']}")
+    print(f"params: embeddings + encoder + pooler; FLOPs: 2 x MACs of one forward pass at sequence length "
+          f"{args.seq_len}, batch 1; paper: MobileBERT paper, Tables 1 and 4")
+
+
+def _init(args) -> None:
+    """A randomly initialised model directory of a preset: the from-scratch baseline, or a starting point."""
+    import torch
+
+    from mobilekd.data.tokenizer import load_tokenizer
+    from mobilekd.models.heads import MobileBertForPreTraining
+    from mobilekd.models.hf import save_pretrained
+    from mobilekd.models.presets import get_preset
+
+    torch.manual_seed(args.seed)
+    model = MobileBertForPreTraining(get_preset(args.preset).config)
+    save_pretrained(model, args.out, load_tokenizer(args.vocab) if args.vocab else load_tokenizer())
+    print(f"{args.preset}: randomly initialised model written to {args.out}")
+
+
+@cli_entry
+def models(argv=None):
+    p = argparse.ArgumentParser(prog="mobilekd models", description="print the model presets with parameters and "
+                                                                    "FLOPs beside the paper's")
+    p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
+    p.add_argument("--seq-len", type=int, default=128, help="sequence length for the FLOP count (default 128)")
+    _print_models(p.parse_args(argv))
+
+
+@cli_entry
+def init(argv=None):
+    p = argparse.ArgumentParser(prog="mobilekd init", description="write a randomly initialised model directory "
+                                                                  "of a preset")
+    p.add_argument("preset", help="a preset name (see `mobilekd models`)")
+    p.add_argument("out", help="output directory")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--vocab", help="vocab.txt (default: the shipped bert-base-uncased vocab)")
+    _init(p.parse_args(argv))

@@ -1,0 +1,165 @@
+"""Distillation objectives as data: a list of `Match`es (teacher layer, student layer, feature, loss name, weight,
+optional learned projection) evaluated by one mechanism, `evaluate`, over a registry of named losses.
+
+TextBrewer's `intermediate_matches` (textbrewer/distiller_utils.py, `select_logits_with_mask` and the
+`intermediate_matches` loop of `GeneralDistiller.train_on_batch`) is the public example of the idea; ours is
+typed and validated against the two model configs before a step runs (`check_matches`).
+
+    MobileBERT (paper, Section 4.1): per student layer l, Match(feature="hidden", loss="fmt", weight=100,
+        teacher_layer=map[l], student_layer=l) and Match(feature="attention", loss="at", ...)  (`mobilebert_matches`)
+    TinyBERT (Jiao et al. 2020, Section 3.1): "embeddings"/"hidden" with loss "mse" and projection=True,
+        "attention" with loss "mse"
+    BERT-PKD (Sun et al. 2019, eq. 5): "cls" of chosen layers, loss "pkd"
+    DistilBERT (Sanh et al. 2019, Section 3): "hidden" of the last layer, loss "cosine"
+
+Features: `embeddings` (the embedding layer's output), `hidden` (a block's output feature map, B x T x N),
+`attention` (a block's attention probabilities, B x A x T x T), `cls` (a block's first-token vector, B x N) and
+`logits` (the head's output). Layers are 0-based block indices; `embeddings` and `logits` take none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from mobilekd.errors import UserError
+from mobilekd.models.config import ModelConfig
+from mobilekd.models.mobilebert import EncoderOutput
+from mobilekd.transfer.losses import (attention_transfer, cosine_hidden, feature_map_transfer, logit_distillation,
+                                      mean_transfer, variance_transfer)
+
+FEATURES = ("embeddings", "hidden", "attention", "cls", "logits")
+LAYERED = ("hidden", "attention", "cls")  # features that belong to a block
+
+
+def mse(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
+    """Plain mean squared error (TinyBERT's embedding, hidden-state and attention losses, Section 3.1)."""
+    return F.mse_loss(student.float(), teacher.float())
+
+
+# name -> loss(teacher, student) -> scalar, zero for identical inputs
+LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "fmt": feature_map_transfer,
+    "at": attention_transfer,
+    "mean": mean_transfer,
+    "var": variance_transfer,
+    "mse": mse,
+    "cosine": cosine_hidden,
+    "kd": logit_distillation,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Match:
+    """One term of an objective: `weight * LOSSES[loss](teacher feature, student feature)`."""
+
+    feature: str
+    loss: str
+    weight: float = 1.0
+    teacher_layer: int | None = None
+    student_layer: int | None = None
+    projection: bool = False  # a learned student-width -> teacher-width linear map, trained with the student
+
+    @property
+    def name(self) -> str:
+        """The term's name in logs and summaries: `fmt_L3` for a layer's term, `mse_embeddings` otherwise."""
+        return f"{self.loss}_L{self.student_layer}" if self.feature in LAYERED else f"{self.loss}_{self.feature}"
+
+
+@dataclass
+class Features:
+    """What one model's forward pass exposes to the matches."""
+
+    encoder: EncoderOutput
+    logits: torch.Tensor | None = None
+
+    def select(self, feature: str, layer: int | None) -> torch.Tensor:
+        if feature == "embeddings":
+            return self.encoder.embeddings
+        if feature == "logits":
+            return self.logits
+        if feature == "attention":
+            return self.encoder.attentions[layer]
+        hidden = self.encoder.feature_maps[layer]
+        return hidden[:, 0] if feature == "cls" else hidden
+
+
+def deepest(matches: list[Match], side: str) -> int:
+    """How many blocks a model must run for these matches (`side`: "teacher" or "student")."""
+    layers = [getattr(m, f"{side}_layer") for m in matches if m.feature in LAYERED]
+    return max(layers) + 1 if layers else 0
+
+
+def evaluate(matches: list[Match], teacher: Features, student: Features,
+             projections: dict[str, torch.nn.Module] | None = None) -> dict[str, torch.Tensor]:
+    """Every match's term (detached, under its `name`) and `loss`, their weighted sum averaged over the student
+    layers the matches touch, so that a joint stage over every layer (JKT) weighs each layer as one PKT stage
+    does. Terms are added in the matches' order."""
+    layers = {m.student_layer for m in matches if m.feature in LAYERED}
+    count = max(len(layers), 1)
+    terms, total = {}, 0.0
+    for m in matches:
+        s = student.select(m.feature, m.student_layer)
+        if m.projection:
+            s = projections[m.name](s)
+        value = LOSSES[m.loss](teacher.select(m.feature, m.teacher_layer), s)
+        terms[m.name] = value.detach()
+        total = total + m.weight * value / count
+    terms["loss"] = total
+    return terms
+
+
+def _width(config: ModelConfig, feature: str) -> int | None:
+    return config.hidden_size if feature in ("hidden", "cls", "embeddings") else None
+
+
+def check_matches(matches: list[Match], teacher: ModelConfig, student: ModelConfig) -> list[str]:
+    """Problems that make these matches impossible for this pair (empty when they can run)."""
+    problems = []
+    for m in matches:
+        if m.feature not in FEATURES:
+            problems.append(f"unknown feature {m.feature!r} (choose from {', '.join(FEATURES)})")
+        elif m.loss not in LOSSES:
+            problems.append(f"unknown loss {m.loss!r} (choose from {', '.join(LOSSES)})")
+        elif m.feature in LAYERED and not (isinstance(m.teacher_layer, int) and isinstance(m.student_layer, int)
+                                           and 0 <= m.teacher_layer < teacher.num_hidden_layers
+                                           and 0 <= m.student_layer < student.num_hidden_layers):
+            problems.append(f"{m.name}: layers must be teacher 0..{teacher.num_hidden_layers - 1} and student "
+                            f"0..{student.num_hidden_layers - 1}, got {m.teacher_layer} and {m.student_layer}")
+        elif m.feature == "attention" and teacher.num_attention_heads != student.num_attention_heads:
+            problems.append(f"head counts differ (teacher {teacher.num_attention_heads}, student "
+                            f"{student.num_attention_heads})")
+        elif _width(teacher, m.feature) != _width(student, m.feature) and not m.projection:
+            problems.append(f"feature-map widths differ (teacher hidden_size {teacher.hidden_size}, student "
+                            f"{student.hidden_size})")
+    return list(dict.fromkeys(problems))
+
+
+def refuse(problems: list[str]) -> None:
+    if problems:
+        raise UserError("teacher and student cannot be paired: " + "; ".join(problems))
+
+
+def projections_for(matches: list[Match], teacher: ModelConfig, student: ModelConfig) -> torch.nn.ModuleDict:
+    """One linear map per projected match (TinyBERT's W_h, Section 3.1), trained with the student and dropped
+    after distillation; never part of a saved or exported student."""
+    return torch.nn.ModuleDict({m.name: torch.nn.Linear(_width(student, m.feature), _width(teacher, m.feature))
+                                for m in matches if m.projection})
+
+
+def mobilebert_matches(layer_map: list[int], layers: list[int], *, fmt: float = 100.0, at: float = 1.0,
+                       mean: float = 0.0, var: float = 0.0) -> list[Match]:
+    """MobileBERT's layer-wise objective for the given student layers (Section 4.1, eq. 2-3, and the official
+    code's mean/variance terms, google-research mobilebert/distill_util.py): feature-map transfer and attention
+    transfer per layer, then mean and variance transfer where their weights are set."""
+    matches = []
+    for l in layers:
+        pair = dict(teacher_layer=layer_map[l], student_layer=l)
+        matches += [Match(feature="hidden", loss="fmt", weight=fmt, **pair),
+                    Match(feature="attention", loss="at", weight=at, **pair)]
+        matches += [Match(feature="hidden", loss="mean", weight=mean, **pair)] if mean else []
+        matches += [Match(feature="hidden", loss="var", weight=var, **pair)] if var else []
+    return matches
