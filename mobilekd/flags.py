@@ -48,3 +48,11 @@ def from_flags(cls, args: argparse.Namespace, **values):
     flagged = {f.name: getattr(args, _flag(f)[1]) for f in dataclasses.fields(cls)
                if "help" in f.metadata and hasattr(args, _flag(f)[1])}
     return cls(**{**flagged, **values})
+
+
+def fill_unset(args: argparse.Namespace, defaults: dict) -> argparse.Namespace:
+    """Give every flag the user left unset (None) its value from `defaults` (a preset's or a task's)."""
+    for key, value in defaults.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    return args

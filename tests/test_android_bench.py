@@ -39,10 +39,10 @@ def test_parser_reads_op_profile_of_older_release():
 def test_adb_refusals_are_one_line(tmp_path):
     model = tmp_path / "m.tflite"
     model.write_bytes(b"not used")
-    line = one_line_error(run_module("android_bench.adb", "--model", model, "--benchmark-binary", model,
+    line = one_line_error(run_module("mobilekd", "adb", "--model", model, "--benchmark-binary", model,
                                      "--adb", "no-such-adb", check=False))
     assert "no-such-adb: not found" in line
-    line = one_line_error(run_module("android_bench.adb", "--model", tmp_path / "missing.tflite",
+    line = one_line_error(run_module("mobilekd", "adb", "--model", tmp_path / "missing.tflite",
                                      "--benchmark-binary", model, check=False))
     assert "missing.tflite: no such file" in line
     with pytest.raises(Exception, match="timing line"):

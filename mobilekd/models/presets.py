@@ -26,7 +26,7 @@ from mobilekd.models.config import ModelConfig
 _MOBILEBERT = ModelConfig(classifier_activation=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Preset:
     name: str
     config: ModelConfig
@@ -39,41 +39,45 @@ PRESETS = {
     p.name: p
     for p in [
         Preset(
-            "ib_bert_large",
-            ModelConfig(hidden_size=512, intra_bottleneck_size=1024, intermediate_size=4096,
-                        num_feedforward_networks=1, key_query_shared_bottleneck=False,
-                        normalization_type="layer_norm", hidden_act="gelu", hidden_dropout_prob=0.1),
-            "IB-BERT_LARGE teacher: 24 layers, inter-block 512, intra-block 1024, Q/K/V from the 512-wide input",
-            293e6, None,
+            name="ib_bert_large",
+            config=ModelConfig(hidden_size=512, intra_bottleneck_size=1024, intermediate_size=4096,
+                               num_feedforward_networks=1, key_query_shared_bottleneck=False,
+                               normalization_type="layer_norm", hidden_act="gelu", hidden_dropout_prob=0.1),
+            description="IB-BERT_LARGE teacher: 24 layers, inter-block 512, intra-block 1024, Q/K/V from the 512-wide "
+                        "input",
+            paper_params=293e6,
         ),
-        Preset("mobilebert", _MOBILEBERT,
-               "MobileBERT (released config): intra-block 128, 4 FFNs of 512, shared Q/K bottleneck, NoNorm + ReLU",
-               25.3e6, 5.7e9),
-        Preset("mobilebert_tiny",
-               _MOBILEBERT.replace(use_bottleneck_attention=True, key_query_shared_bottleneck=False,
-                                   num_feedforward_networks=2),
-               "MobileBERT_TINY: Q/K/V all from the 128-wide bottleneck, 2 FFNs of 512",
-               15.1e6, 3.1e9),
-        Preset("mobilebert_no_opt",
-               _MOBILEBERT.replace(normalization_type="layer_norm", hidden_act="gelu"),
-               "MobileBERT w/o OPT: LayerNorm + GELU instead of NoNorm + ReLU (Table 7)",
-               25.3e6, 5.7e9),
-        Preset("bert_base",
-               ModelConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                           hidden_act="gelu", hidden_dropout_prob=0.1, embedding_size=768, trigram_input=False,
-                           use_bottleneck=False, intra_bottleneck_size=768, key_query_shared_bottleneck=False,
-                           num_feedforward_networks=1, normalization_type="layer_norm"),
-               "BERT_BASE baseline: 12 layers, 768 wide, 12 heads",
-               109e6, 22.5e9),
-        Preset("demo_teacher",
-               ModelConfig(hidden_size=128, num_hidden_layers=4, intra_bottleneck_size=256, intermediate_size=512,
-                           embedding_size=64, num_feedforward_networks=1, key_query_shared_bottleneck=False,
-                           normalization_type="layer_norm", hidden_act="gelu", hidden_dropout_prob=0.1),
-               "demo IB-BERT teacher (CPU minutes): 4 layers, inter-block 128, intra-block 256, FFN 512"),
-        Preset("demo_student",
-               ModelConfig(hidden_size=128, num_hidden_layers=4, intra_bottleneck_size=32, intermediate_size=128,
-                           embedding_size=64, classifier_activation=False),
-               "demo MobileBERT student: 4 layers, inter-block 128, intra-block 32, 4 FFNs of 128"),
+        Preset(name="mobilebert", config=_MOBILEBERT,
+               description="MobileBERT (released config): intra-block 128, 4 FFNs of 512, shared Q/K bottleneck, "
+                           "NoNorm + ReLU",
+               paper_params=25.3e6, paper_flops_seq128=5.7e9),
+        Preset(name="mobilebert_tiny",
+               config=_MOBILEBERT.replace(use_bottleneck_attention=True, key_query_shared_bottleneck=False,
+                                          num_feedforward_networks=2),
+               description="MobileBERT_TINY: Q/K/V all from the 128-wide bottleneck, 2 FFNs of 512",
+               paper_params=15.1e6, paper_flops_seq128=3.1e9),
+        Preset(name="mobilebert_no_opt",
+               config=_MOBILEBERT.replace(normalization_type="layer_norm", hidden_act="gelu"),
+               description="MobileBERT w/o OPT: LayerNorm + GELU instead of NoNorm + ReLU (Table 7)",
+               paper_params=25.3e6, paper_flops_seq128=5.7e9),
+        Preset(name="bert_base",
+               config=ModelConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                  intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
+                                  embedding_size=768, trigram_input=False, use_bottleneck=False,
+                                  intra_bottleneck_size=768, key_query_shared_bottleneck=False,
+                                  num_feedforward_networks=1, normalization_type="layer_norm"),
+               description="BERT_BASE baseline: 12 layers, 768 wide, 12 heads",
+               paper_params=109e6, paper_flops_seq128=22.5e9),
+        Preset(name="demo_teacher",
+               config=ModelConfig(hidden_size=128, num_hidden_layers=4, intra_bottleneck_size=256,
+                                  intermediate_size=512, embedding_size=64, num_feedforward_networks=1,
+                                  key_query_shared_bottleneck=False, normalization_type="layer_norm",
+                                  hidden_act="gelu", hidden_dropout_prob=0.1),
+               description="demo IB-BERT teacher (CPU minutes): 4 layers, inter-block 128, intra-block 256, FFN 512"),
+        Preset(name="demo_student",
+               config=ModelConfig(hidden_size=128, num_hidden_layers=4, intra_bottleneck_size=32,
+                                  intermediate_size=128, embedding_size=64, classifier_activation=False),
+               description="demo MobileBERT student: 4 layers, inter-block 128, intra-block 32, 4 FFNs of 128"),
     ]
 }
 

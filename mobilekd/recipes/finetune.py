@@ -27,6 +27,7 @@ from mobilekd.data.tasks import DEFAULTS, TASK_NAMES, default_data, encode_class
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, write_json
+from mobilekd.flags import fill_unset
 from mobilekd.finetune.evaluation import DevEvaluator, build_model
 from mobilekd.finetune.objective import task_loss
 from mobilekd.train.common import add_training_flags, make_accelerator, train_config
@@ -57,10 +58,7 @@ def parse_args(argv=None):
     p.add_argument("--dropout", type=float, help="override the model's hidden dropout")
     add_training_flags(p, out="runs/finetune", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
-    for key, value in DEFAULTS[args.task].items():
-        if getattr(args, key, None) is None and key != "batch_size":
-            setattr(args, key, value)
-    return args
+    return fill_unset(args, DEFAULTS[args.task])
 
 
 @cli_entry

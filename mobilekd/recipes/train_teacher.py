@@ -17,6 +17,7 @@ from mobilekd.data.pretraining import load_pretraining_data
 from mobilekd.data.tokenizer import DEFAULT_VOCAB, load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import write_json
+from mobilekd.flags import fill_unset
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.presets import get_preset
@@ -43,10 +44,7 @@ def parse_args(argv=None):
     p.add_argument("--eval-examples", type=int, default=1000, help="held-out examples to evaluate (default 1000)")
     add_training_flags(p, out="runs/teacher", seq_len=None)
     args = p.parse_args(argv)
-    for key, value in pretraining_defaults(args.preset).items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
-    return args
+    return fill_unset(args, pretraining_defaults(args.preset))
 
 
 @cli_entry

@@ -24,7 +24,7 @@ def add_training_flags(parser: argparse.ArgumentParser, *, out: str, batch_size:
     own = {"out_dir": out, "optimizer": optimizer}  # optimizer None: the recipe chooses (a preset's config)
     if batch_size is not None:
         own["global_batch_size"] = batch_size
-    add_flags(g, TrainConfig, shown={"optimizer": "per preset"}, **own)
+    add_flags(g, TrainConfig, shown={} if optimizer else {"optimizer": "per preset"}, **own)
     if with_seq_len:
         g.add_argument("--seq-len", type=int, default=seq_len,
                        help=f"sequence length (default {seq_len if seq_len else 'per preset'})")

@@ -1,9 +1,11 @@
 """Distillation objectives as data: a list of `Match`es (teacher layer, student layer, feature, loss name, weight,
 optional learned projection) evaluated by one mechanism, `evaluate`, over a registry of named losses.
 
-TextBrewer's `intermediate_matches` (textbrewer/distiller_utils.py, `select_logits_with_mask` and the
-`intermediate_matches` loop of `GeneralDistiller.train_on_batch`) is the public example of the idea; ours is
-typed and validated against the two model configs before a step runs (`check_matches`).
+TextBrewer's `intermediate_matches` (src/textbrewer/distiller_general.py, the loop of
+`GeneralDistiller.train_on_batch`: per match, `MATCH_LOSS_MAP[loss](student feature, teacher feature) * weight`,
+the student's feature through its projection first) is the public example of the idea; ours is typed and
+validated against the two model configs before a step runs (`check_matches`). As there, a projection maps the
+student's side only; TextBrewer trains it by adding its parameters to the optimizer (`GeneralDistiller.train`).
 
     MobileBERT (paper, Section 4.1): per student layer l, Match(feature="hidden", loss="fmt", weight=100,
         teacher_layer=map[l], student_layer=l) and Match(feature="attention", loss="at", ...)  (`mobilebert_matches`)
@@ -153,8 +155,8 @@ def projections_for(matches: list[Match], teacher: ModelConfig, student: ModelCo
 def mobilebert_matches(layer_map: list[int], layers: list[int], *, fmt: float = 100.0, at: float = 1.0,
                        mean: float = 0.0, var: float = 0.0) -> list[Match]:
     """MobileBERT's layer-wise objective for the given student layers (Section 4.1, eq. 2-3, and the official
-    code's mean/variance terms, google-research mobilebert/distill_util.py): feature-map transfer and attention
-    transfer per layer, then mean and variance transfer where their weights are set."""
+    code's mean and variance terms, see `transfer.losses`): feature-map transfer and attention transfer per
+    layer, then mean and variance transfer where their weights are set."""
     matches = []
     for l in layers:
         pair = dict(teacher_layer=layer_map[l], student_layer=l)
