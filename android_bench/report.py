@@ -49,6 +49,7 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
     for name, path in (tflite or {}).items():
         if not Path(path).is_file():
             raise located(path, "no such .tflite file")
+        read_graph(path)  # a text file or a truncated model is named here, before any timing
         files[name] = (name, "dynamic-int8" if "int8" in Path(path).name else "none", Path(path))
     if not files:
         raise UserError("nothing to measure: give --models and/or --tflite")

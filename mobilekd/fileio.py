@@ -40,6 +40,13 @@ def read_lines(path):
             raise located(path, f"cannot be read after line {number}: {err}") from None
 
 
+def current_umask() -> int:
+    """The process's umask (read by setting and restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path):
     """Yield a temporary path beside `path`; on success rename it over `path`, on failure remove it.
@@ -52,6 +59,7 @@ def atomic_path(path):
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; a finished file gets open()'s mode
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

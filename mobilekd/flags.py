@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from mobilekd.errors import UserError
+
 
 def _flag(f: dataclasses.Field) -> tuple[str, str]:
     """The field's flag and the attribute argparse stores it under (`--batch-size` -> `batch_size`)."""
@@ -47,6 +49,10 @@ def from_flags(cls, args: argparse.Namespace, **values):
     """An instance of `cls` from the parsed flags that `add_flags` added, and `values` for the other fields."""
     flagged = {f.name: getattr(args, _flag(f)[1]) for f in dataclasses.fields(cls)
                if "help" in f.metadata and hasattr(args, _flag(f)[1])}
+    for f in dataclasses.fields(cls):  # a field's metadata "min" bounds its flag
+        if f.name in flagged and "min" in f.metadata and flagged[f.name] is not None \
+                and flagged[f.name] < f.metadata["min"]:
+            raise UserError(f"{_flag(f)[0]} must be at least {f.metadata['min']}, got {flagged[f.name]}")
     return cls(**{**flagged, **values})
 
 

@@ -38,7 +38,7 @@ def test_demo_chain_from_text_to_phone_ready_model(tmp_path):
     from mediapipe.tasks.python.text import text_classifier
     with text_classifier.TextClassifier.create_from_model_path(str(out / "tflite" / "model_none.tflite")) as c:
         categories = c.classify("a gorgeous, witty, seductive movie.").classifications[0].categories
-    assert {cat.category_name for cat in categories} == {"0", "1"}
+    assert {cat.category_name for cat in categories} == {"negative", "positive"}
     assert np.isclose(sum(cat.score for cat in categories), 1.0, atol=1e-5)
 
     again = run_demo(out)  # finished stages are skipped, the report is rebuilt

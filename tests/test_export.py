@@ -31,7 +31,7 @@ def perturbed(model):
 def classifier_dir(tmp_path_factory, tokenizer):
     torch.manual_seed(0)
     out = tmp_path_factory.mktemp("classifier")
-    config = PRESETS["demo_student"].config.replace(id2label={0: "0", 1: "1"})  # SST-2's labels
+    config = PRESETS["demo_student"].config.replace(id2label={0: "negative", 1: "positive"})  # SST-2's
     save_pretrained(perturbed(MobileBertForSequenceClassification(config)), out, tokenizer)
     return out
 
@@ -91,9 +91,9 @@ def test_mediapipe_text_classifier_reads_the_file_as_is(exported, classifier_dir
             for sentence, probs in zip(sentences, expected):
                 categories = classifier.classify(sentence).classifications[0].categories
                 scores = {c.category_name: c.score for c in categories}
-                assert scores.keys() == {"0", "1"}
+                assert scores.keys() == {"negative", "positive"}  # the task's label names, as the app shows
                 # MediaPipe tokenizes with the packed vocab and runs its own XNNPACK set-up
-                np.testing.assert_allclose([scores["0"], scores["1"]], probs, atol=1e-6 if "none" in name else 1e-4)
+                np.testing.assert_allclose([scores["negative"], scores["positive"]], probs, atol=1e-6 if "none" in name else 1e-4)
 
 
 def test_qa_export_has_the_task_library_layout(tmp_path, tokenizer):

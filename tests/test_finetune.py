@@ -79,7 +79,7 @@ def test_sst2_with_task_distillation(student_dir, demo_teacher_dir, tmp_path):
     assert result["metrics"]["dev"]["accuracy"] == pytest.approx(
         accuracy_score([r[1] for r in rows], [r[2] for r in rows]))
     hf = transformers.MobileBertForSequenceClassification.from_pretrained(out)
-    assert hf.config.id2label == {0: "0", 1: "1"}
+    assert hf.config.id2label == {0: "negative", 1: "positive"}  # GLUE's names, not "0"/"1"
     events = list((out / "tensorboard").iterdir())
     assert events, "TensorBoard event files are written"
 

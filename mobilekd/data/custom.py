@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import csv
-import io
 import json
 from pathlib import Path
 
@@ -28,19 +27,24 @@ def _records(path):
                 raise located(path, "not a JSON object", number)
             yield number, record
     elif ".csv" in suffixes or ".tsv" in suffixes:
-        delimiter = "\t" if ".tsv" in suffixes else ","
-        lines = read_lines(path)
-        header = next(lines, None)
-        if header is None:
-            raise located(path, "empty file (no header, no rows)")
-        columns = next(csv.reader([header[1]], delimiter=delimiter))
-        for number, line in lines:
-            if not line.strip():
-                continue
-            fields = next(csv.reader(io.StringIO(line), delimiter=delimiter))
-            if len(fields) != len(columns):
-                raise located(path, f"row has {len(fields)} columns, expected {len(columns)} ({columns})", number)
-            yield number, dict(zip(columns, fields))
+        # A real CSV reader over the whole file: a quoted field may hold the delimiter or span lines.
+        reader = csv.reader((line + "\n" for _, line in read_lines(path)), delimiter="\t" if ".tsv" in suffixes
+                            else ",")
+        try:
+            columns = next(reader, None)
+            if columns is None:
+                raise located(path, "empty file (no header, no rows)")
+            first = reader.line_num + 1  # the line where the next record starts
+            for fields in reader:
+                number, first = first, reader.line_num + 1
+                if len(fields) <= 1 and not "".join(fields).strip():
+                    continue  # a blank line
+                if len(fields) != len(columns):
+                    raise located(path, f"row has {len(fields)} columns, expected {len(columns)} ({columns})",
+                                  number)
+                yield number, dict(zip(columns, fields))
+        except csv.Error as err:
+            raise located(path, f"not valid CSV ({err})", reader.line_num) from None
     else:
         raise located(path, "unknown format: use .csv, .tsv or .jsonl (optionally .gz)")
 

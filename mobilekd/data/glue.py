@@ -1,4 +1,6 @@
-"""Readers for the nine GLUE tasks in their own TSV layouts (Wang et al. 2019).
+"""Readers for the nine GLUE tasks in their own TSV layouts (Wang et al. 2019), and the label names users see
+(the GLUE benchmark's own: SST-2 0/1 = negative/positive, CoLA unacceptable/acceptable, MRPC
+not_equivalent/equivalent, QQP not_duplicate/duplicate, WNLI not_entailment/entailment).
 
 CoLA has no header (source, label, original label, sentence); MRPC's label is its `Quality` column; STS-B's
 is a float score; MNLI has matched and mismatched dev files. Test files, which have no label column, read with
@@ -22,11 +24,16 @@ class GlueTask:
     text_a: str | int  # column name, or index for header-less files
     text_b: str | int | None
     label: str | int
-    labels: tuple[str, ...] | None  # None: regression
+    labels: tuple[str, ...] | None  # the label values in the files; None: regression
     header: bool = True
     dev_files: tuple[str, ...] = ("dev.tsv",)
     directory: str = ""
     metrics: tuple[str, ...] = ("accuracy",)  # the official GLUE metrics; the first picks the best checkpoint
+    names: tuple[str, ...] | None = None  # what users see for `labels`, in the same order (default: the values)
+
+    @property
+    def label_names(self) -> tuple[str, ...] | None:
+        return self.names or self.labels
 
     @property
     def is_regression(self) -> bool:
@@ -34,17 +41,20 @@ class GlueTask:
 
 
 TASKS = {t.name: t for t in [
-    GlueTask("cola", 3, None, 1, ("0", "1"), header=False, directory="CoLA", metrics=("matthews_corr",)),
-    GlueTask("sst2", "sentence", None, "label", ("0", "1"), directory="SST-2"),
-    GlueTask("mrpc", "#1 String", "#2 String", "Quality", ("0", "1"), directory="MRPC", metrics=("f1", "accuracy")),
+    GlueTask("cola", 3, None, 1, ("0", "1"), header=False, directory="CoLA", metrics=("matthews_corr",),
+             names=("unacceptable", "acceptable")),
+    GlueTask("sst2", "sentence", None, "label", ("0", "1"), directory="SST-2", names=("negative", "positive")),
+    GlueTask("mrpc", "#1 String", "#2 String", "Quality", ("0", "1"), directory="MRPC", metrics=("f1", "accuracy"),
+             names=("not_equivalent", "equivalent")),
     GlueTask("stsb", "sentence1", "sentence2", "score", None, directory="STS-B", metrics=("pearson", "spearman")),
     GlueTask("qqp", "question1", "question2", "is_duplicate", ("0", "1"), directory="QQP",
-             metrics=("f1", "accuracy")),
+             metrics=("f1", "accuracy"), names=("not_duplicate", "duplicate")),
     GlueTask("mnli", "sentence1", "sentence2", "gold_label", ("contradiction", "entailment", "neutral"),
              dev_files=("dev_matched.tsv", "dev_mismatched.tsv"), directory="MNLI"),
     GlueTask("qnli", "question", "sentence", "label", ("entailment", "not_entailment"), directory="QNLI"),
     GlueTask("rte", "sentence1", "sentence2", "label", ("entailment", "not_entailment"), directory="RTE"),
-    GlueTask("wnli", "sentence1", "sentence2", "label", ("0", "1"), directory="WNLI"),
+    GlueTask("wnli", "sentence1", "sentence2", "label", ("0", "1"), directory="WNLI",
+             names=("not_entailment", "entailment")),
 ]}
 
 

@@ -3,7 +3,10 @@
 Built once per (corpora, tokenizer, sequence length, seed) and cached on disk:
   tokens.npy    every sentence's token ids, concatenated (int32, memory-mapped when read)
   train.npy     (N, 5) int64 rows (a_start, a_end, b_start, b_end, is_random_next): segment spans into tokens
-  heldout.npy   the same for held-out documents (every 20th document)
+  heldout.npy   the same for held-out documents (every 20th document; the last one of a corpus of fewer than 20),
+                which never appear in train.npy
+A line longer than one example (seq_len - 3 tokens) is running text, cut into pieces of that length (a 5 MB
+one-line file becomes thousands of examples, not one), and a document is at most MAX_DOC_LINES lines or pieces.
   meta.json     sizes, build time, the unigram baseline's token
 The corpus is tokenized document by document and appended to disk, so a corpus larger than RAM streams; only
 the sentence offsets stay in memory. Masking (15% of tokens; 80% [MASK], 10% random, 10% kept) is done when a
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -26,9 +30,9 @@ import torch
 from tqdm.auto import tqdm
 
 from mobilekd.errors import UserError, located
-from mobilekd.fileio import read_lines
+from mobilekd.fileio import current_umask, read_lines
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: lines longer than an example are cut into pieces; held-out documents never train
 HELDOUT_EVERY = 20  # every 20th document is held out for evaluation
 MAX_DOC_LINES = 200  # longer documents (a novel) are cut into pieces of this many lines
 SHORT_SEQ_PROB = 0.1  # as BERT: 10% of examples get a shorter random target length
@@ -128,6 +132,7 @@ def build_cache(corpora, tokenizer, seq_len: int, seed: int, cache_dir) -> Path:
         return final
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
     start = time.time()
+    max_tokens = seq_len - 3  # [CLS] A [SEP] B [SEP]
     work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_dir))
     try:
         docs, n_tokens, n_lines = [], 0, 0
@@ -138,13 +143,15 @@ def build_cache(corpora, tokenizer, seq_len: int, seed: int, cache_dir) -> Path:
                     ids = tokenizer(doc, add_special_tokens=False)["input_ids"]
                     spans = []
                     for sentence in ids:
-                        if sentence:
-                            spans.append((n_tokens, n_tokens + len(sentence)))
-                            n_tokens += len(sentence)
-                            f.write(np.asarray(sentence, dtype=np.int32).tobytes())
+                        # a line longer than one example is running text: cut it into example-sized pieces
+                        for start in range(0, len(sentence), max_tokens):
+                            piece = sentence[start:start + max_tokens]
+                            spans.append((n_tokens, n_tokens + len(piece)))
+                            n_tokens += len(piece)
+                            f.write(np.asarray(piece, dtype=np.int32).tobytes())
                     n_lines += len(doc)
-                    if spans:
-                        docs.append(spans)
+                    # a document of very long lines becomes several documents of at most MAX_DOC_LINES pieces
+                    docs += [spans[i:i + MAX_DOC_LINES] for i in range(0, len(spans), MAX_DOC_LINES)]
         if n_tokens == 0:
             raise UserError(f"{', '.join(map(str, corpora))}: the corpus is empty (no text to pre-train on)")
         tokens = np.memmap(work / "tokens.bin", dtype=np.int32, mode="r", shape=(n_tokens,))
@@ -152,14 +159,16 @@ def build_cache(corpora, tokenizer, seq_len: int, seed: int, cache_dir) -> Path:
         del tokens
         (work / "tokens.bin").unlink()
 
+        if len(docs) < 2:
+            raise UserError(f"{', '.join(map(str, corpora))}: one document of {n_tokens} tokens is too little text "
+                            f"to hold any out for evaluation (give at least two documents, or more text)")
         rng = np.random.default_rng(seed)
-        splits = {"train": [d for i, d in enumerate(docs) if i % HELDOUT_EVERY != HELDOUT_EVERY - 1],
-                  "heldout": [d for i, d in enumerate(docs) if i % HELDOUT_EVERY == HELDOUT_EVERY - 1]}
-        if not splits["heldout"]:
-            splits["heldout"] = splits["train"][-1:]
+        every = min(HELDOUT_EVERY, len(docs))  # a corpus of fewer documents holds out its last one
+        splits = {"train": [d for i, d in enumerate(docs) if i % every != every - 1],
+                  "heldout": [d for i, d in enumerate(docs) if i % every == every - 1]}
         sizes = {}
         for name, split_docs in splits.items():
-            rows = [row for d in split_docs for row in _instances(d, split_docs, rng, seq_len - 3)]
+            rows = [row for d in split_docs for row in _instances(d, split_docs, rng, max_tokens)]
             arr = np.asarray(rows, dtype=np.int64).reshape(-1, 5)
             np.save(work / f"{name}.npy", arr)
             sizes[name] = len(arr)
@@ -168,6 +177,7 @@ def build_cache(corpora, tokenizer, seq_len: int, seed: int, cache_dir) -> Path:
                 "lines": n_lines, "documents": len(docs), "examples": sizes,
                 "most_frequent_token": int(counts.argmax()), "build_seconds": round(time.time() - start, 1)}
         (work / "meta.json").write_text(json.dumps(meta, indent=2))
+        os.chmod(work, 0o777 & ~current_umask())  # mkdtemp makes 0700
         work.rename(final)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -3,6 +3,7 @@ and export's parity check draw from."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,9 +66,15 @@ def load_task(name: str, data: Path, eval_only: bool = False, regression: bool =
         raise located(data, "no such data directory (it should hold the task's train and dev files)")
     if name in GLUE_TASKS:
         spec = GLUE_TASKS[name]
-        dev = {f.split(".")[0]: read_glue(spec, find_split(data, f.split(".")[0])) for f in spec.dev_files}
-        train = None if eval_only else read_glue(spec, find_split(data, "train"))
-        labels = list(spec.labels) if spec.labels else None
+        named = dict(zip(spec.labels, spec.label_names)) if spec.labels else {}
+
+        def read(split):  # the files' label values become the names users see
+            return [dataclasses.replace(e, label=named.get(e.label, e.label)) for e in
+                    read_glue(spec, find_split(data, split))]
+
+        dev = {f.split(".")[0]: read(f.split(".")[0]) for f in spec.dev_files}
+        train = None if eval_only else read("train")
+        labels = list(spec.label_names) if spec.labels else None
         return Task(name, "classification", labels, spec.metrics, train, dev)
     if name in ("squad1", "squad2"):
         dev, version = read_squad(_find(data, "dev", [".json"]))

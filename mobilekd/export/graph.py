@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mobilekd.errors import located
+
 _NUMPY = {"FLOAT32": np.float32, "FLOAT16": np.float16, "INT32": np.int32, "INT8": np.int8, "UINT8": np.uint8,
           "INT16": np.int16, "INT64": np.int64, "BOOL": np.bool_}
 
@@ -40,10 +42,20 @@ class Op:
 
 
 def read_graph(path) -> list[Op]:
-    """The main subgraph's operators in execution order."""
+    """The main subgraph's operators in execution order; a file that is not a whole `.tflite` model (no TFL3
+    flatbuffer identifier, or truncated) is a UserError naming it."""
+    data = Path(path).read_bytes()
+    if data[4:8] != b"TFL3":
+        raise located(path, "not a .tflite model (no TFL3 flatbuffer identifier)")
+    try:
+        return _read_graph(data)
+    except Exception as err:  # a flatbuffer cut short reads past its end somewhere
+        raise located(path, f"not a whole .tflite model, truncated or corrupt ({type(err).__name__})") from None
+
+
+def _read_graph(data: bytes) -> list[Op]:
     from ai_edge_litert import schema_py_generated as schema
 
-    data = Path(path).read_bytes()
     model = schema.Model.GetRootAs(data, 0)
     op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
     type_names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
@@ -53,6 +65,8 @@ def read_graph(path) -> list[Op]:
         t = graph.Tensors(i)
         dtype = type_names[t.Type()]
         buffer = model.Buffers(t.Buffer())
+        if buffer.Offset() > 1 and buffer.Offset() + buffer.Size() > len(data):
+            raise ValueError(f"tensor {t.Name().decode()!r} lies past the end of the file")
         raw = (data[buffer.Offset():buffer.Offset() + buffer.Size()] if buffer.Offset() > 1
                else buffer.DataAsNumpy().tobytes() if buffer.DataLength() else None)
         constant = np.frombuffer(raw, dtype=_NUMPY[dtype]) if raw and dtype in _NUMPY else None

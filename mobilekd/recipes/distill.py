@@ -22,6 +22,7 @@ from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.hf import load_pretrained, save_pretrained
 from mobilekd.models.presets import get_preset
 from mobilekd.flags import add_flags, from_flags
+from mobilekd.rundir import owned
 from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, make_accelerator, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
 from mobilekd.train.loop import Stage, run_plan
@@ -45,7 +46,10 @@ def parse_args(argv=None):
     p.add_argument("--corpus", nargs="+", default=SHIPPED_CORPORA, help="pre-training text (default: shipped)")
     p.add_argument("--eval-examples", type=int, default=1000, help="held-out examples to evaluate (default 1000)")
     add_training_flags(p, out="runs/student", batch_size=32, seq_len=64, optimizer="adamw")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.settings = from_flags(PlanSettings, args, weights=from_flags(TransferWeights, args))  # refused here if bad
+    train_config(args)  # so are bad training flags
+    return args
 
 
 def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teacher_dir: Path) -> dict:
@@ -53,7 +57,7 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
     config = get_preset(args.student).config
     student = MobileBertForPreTraining(config)
     n_layers = config.num_hidden_layers
-    settings = from_flags(PlanSettings, args, weights=from_flags(TransferWeights, args))
+    settings = args.settings
     w = settings.weights
     run = {"student": config.to_dict(), "teacher": str(teacher_dir), "seq_len": args.seq_len, "data": data.path.name,
            "strategy": strategy, "freeze": settings.freeze, "lr": settings.lr, "layer_lr": settings.layer_lr,
@@ -104,6 +108,11 @@ def summary_markdown(result: dict) -> str:
 def main(argv=None):
     args = parse_args(argv)
     accelerator = make_accelerator(args)
+    with owned(args.out, accelerator.is_local_main_process):  # this run's OUT, no other's
+        run(args, accelerator)
+
+
+def run(args, accelerator):
     teacher_dir = Path(args.teacher)
     if not (teacher_dir / "config.json").is_file():
         raise UserError(f"{teacher_dir}: no teacher here (no config.json); train one with scripts/train_teacher.sh")

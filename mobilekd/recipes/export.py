@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from mobilekd.data.custom import read_custom
-from mobilekd.data.tasks import default_data, encode_classification, load_task
+from mobilekd.data.tasks import TASK_NAMES, default_data, encode_classification, load_task
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import foreign_ops, nonfinite_constants, op_histogram, read_graph
@@ -37,6 +37,7 @@ from mobilekd.export.parity import parity_report, run_tflite
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, load_pretrained
+from mobilekd.rundir import owned
 
 
 def parse_args(argv=None):
@@ -53,10 +54,12 @@ def parse_args(argv=None):
                    help="also convert model.onnx to model_onnx2tf.tflite with this onnx2tf (implies --onnx; "
                         "onnx2tf needs TensorFlow, so give the executable of its own environment)")
     p.add_argument("--no-metadata", action="store_true", help="leave TFLite metadata out")
-    p.add_argument("--parity-task", default="sst2",
-                   help="GLUE task whose dev sentences feed the check (default sst2); a classifier with that "
-                        "task's labels is also scored on them")
-    p.add_argument("--parity-data", help="task directory for --parity-task (default: the shipped copy)")
+    p.add_argument("--parity-task", choices=TASK_NAMES,
+                   help="task whose dev sentences feed the check; a classifier with that task's labels is also "
+                        "scored on them (default: the task the model was fine-tuned on, from MODEL/results.json, "
+                        "with its data; else sst2)")
+    p.add_argument("--parity-data", help="task directory for --parity-task (default: the model's own task data, "
+                                         "or the shipped copy)")
     p.add_argument("--parity-examples", type=int, default=200, help="dev examples to compare (default 200)")
     p.add_argument("--calibration", help="int8 calibration text: CSV/TSV/JSONL with a 'text' (and optional "
                                          "'text_pair') column; default: training examples of the parity task")
@@ -72,18 +75,25 @@ def calibration_inputs(args, task, tokenizer) -> list[dict[str, np.ndarray]]:
             raise located(args.calibration, "no such calibration file")
         examples = read_custom(args.calibration)
     else:
-        examples = load_task(task.name, task_dir(args)).train
+        name, data, regression = parity_task(args)
+        examples = load_task(name, data, regression=regression).train
     rng = np.random.default_rng(0)
     chosen = [examples[i] for i in rng.permutation(len(examples))[:args.calibration_examples]]
     arrays = encode_classification(task, chosen, tokenizer, args.seq_len).arrays
     return [{k: arrays[k][i:i + 1].astype(np.int32) for k in INPUT_NAMES} for i in range(len(chosen))]
 
 
-def task_dir(args) -> Path:
-    data = Path(args.parity_data) if args.parity_data else default_data(args.parity_task)
+def parity_task(args) -> tuple[str, Path, bool]:
+    """The task (name, data directory, regression) whose dev examples check the file: as given, else the one
+    the model was fine-tuned on (its results.json), else shipped SST-2."""
+    own = Path(args.model) / "results.json"
+    trained = read_json(own) if own.is_file() else {}
+    name = args.parity_task or trained.get("task") or "sst2"
+    data = args.parity_data or (trained.get("data") if name == trained.get("task") else None)
+    data = Path(data) if data else default_data(name)
     if data is None:
-        raise UserError(f"--parity-data is required for --parity-task {args.parity_task} (it is not shipped)")
-    return data
+        raise UserError(f"--parity-data is required for --parity-task {name} (it is not shipped)")
+    return name, data, bool(trained.get("regression")) and name == trained.get("task")
 
 
 def file_report(path: Path, ops: list, ops_count: dict) -> dict:
@@ -109,6 +119,14 @@ def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
 @cli_entry
 def main(argv=None):
     args = parse_args(argv)
+    if args.seq_len < 1:
+        raise UserError(f"--seq-len must be at least 1, got {args.seq_len}")
+    load_config(args.model)  # a missing or malformed model is named before OUT is made
+    with owned(args.out or Path(args.model) / "tflite"):  # this run's OUT, no other's; checked before any conversion
+        run(args)
+
+
+def run(args):
     config, saved_head = load_config(args.model)
     head = args.head or saved_head
     if head == "classification" and not config.id2label:
@@ -117,7 +135,8 @@ def main(argv=None):
     model = load_pretrained(args.model, head)
     tokenizer = load_tokenizer(args.model)
     out = Path(args.out or Path(args.model) / "tflite")
-    task = load_task(args.parity_task, task_dir(args), eval_only=True)
+    name, data, regression = parity_task(args)
+    task = load_task(name, data, eval_only=True, regression=regression)
     split = encode_classification(task, next(iter(task.dev.values()))[:args.parity_examples], tokenizer, args.seq_len)
     same_labels = head == "classification" and list(config.id2label.values()) == task.labels
     labels = split.arrays.get("labels") if same_labels else None

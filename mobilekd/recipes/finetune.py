@@ -9,8 +9,10 @@ distillation from a fine-tuned teacher (Hinton's logit KD; TinyBERT's prediction
     accelerate launch -m mobilekd.recipes.finetune --model M --task mnli --data glue/MNLI ...
 
 Defaults per task: SQuAD lr 4e-5, batch 32, sequence 384, stride 128, 5 epochs (the paper's); GLUE lr 5e-5,
-batch 32, sequence 128, 3 epochs (5 for CoLA, MRPC, STS-B, RTE, WNLI). The best checkpoint by the task's
-first dev metric is kept in OUT.
+batch 32, sequence 128, 3 epochs (5 for CoLA, MRPC, STS-B, RTE, WNLI); models under 10M parameters (the demo's)
+default to lr 5e-4. The best checkpoint by the task's first metric on dev (or, with --select-on train-slice, on a
+held-out slice of the training set) is kept in OUT; results.json has every split's metrics and, for
+classification and regression, a TF-IDF bag-of-words baseline trained on the same examples.
 """
 
 from __future__ import annotations
@@ -28,10 +30,15 @@ from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, write_json
 from mobilekd.flags import fill_unset
+from mobilekd.finetune.baseline import bag_of_words_baseline
 from mobilekd.finetune.evaluation import DevEvaluator, build_model
 from mobilekd.finetune.objective import task_loss
+from mobilekd.rundir import owned
 from mobilekd.train.common import add_training_flags, make_accelerator, train_config
 from mobilekd.train.loop import Stage, run_plan
+
+SMALL_MODEL_PARAMS = 10_000_000  # below this, fine-tuning defaults to SMALL_MODEL_LR
+SMALL_MODEL_LR = 5e-4
 
 
 def parse_args(argv=None):
@@ -48,23 +55,49 @@ def parse_args(argv=None):
     p.add_argument("--eval-only", action="store_true", help="evaluate --model on dev, no training")
     p.add_argument("--epochs", type=float, help="training epochs (default per task)")
     p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
-    p.add_argument("--lr", type=float, help="peak learning rate (default per task)")
+    p.add_argument("--lr", type=float, help="peak learning rate (default: per task for models of 10M parameters "
+                                            "and more, 5e-4 for smaller ones)")
     p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction (default 0.1)")
     p.add_argument("--max-len", type=int, help="sequence length (default per task: 128 GLUE, 384 SQuAD)")
     p.add_argument("--stride", type=int, default=128, help="SQuAD: tokens shared by consecutive windows")
     p.add_argument("--regression", action="store_true", help="custom task: numeric labels")
     p.add_argument("--max-train-examples", type=int, help="use a seeded random subset of the training set")
     p.add_argument("--eval-every", type=int, help="evaluate on dev every N steps (default: once per epoch)")
+    p.add_argument("--select-on", choices=["dev", "train-slice"], default="dev",
+                   help="which split picks the best checkpoint: the dev set (default; its best score is optimistic) "
+                        "or a held-out slice of the training set (--selection-fraction), whose selected model's "
+                        "dev score is then an unbiased estimate")
+    p.add_argument("--selection-fraction", type=float, default=0.1,
+                   help="with --select-on train-slice: the share of training examples held out (default 0.1)")
     p.add_argument("--dropout", type=float, help="override the model's hidden dropout")
     add_training_flags(p, out="runs/finetune", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
-    return fill_unset(args, DEFAULTS[args.task])
+    for flag, value in (("--max-steps", args.max_steps), ("--max-len", args.max_len), ("--epochs", args.epochs)):
+        if value is not None and value <= 0:
+            raise UserError(f"{flag} must be positive, got {value}")
+    if not 0 < args.selection_fraction < 1:
+        raise UserError(f"--selection-fraction must be between 0 and 1, got {args.selection_fraction}")
+    train_config(args)  # bad training flags are refused before any work
+    # the learning rate's default depends on the model's size, known once it is loaded (default_lr)
+    return fill_unset(args, {k: v for k, v in DEFAULTS[args.task].items() if k != "lr"})
+
+
+def default_lr(task: str, params: int) -> float:
+    """The task's paper-size learning rate for models of SMALL_MODEL_PARAMS parameters and more; SMALL_MODEL_LR
+    below (at 5e-5 a 2.3M-parameter demo student stayed near chance on a 6-class task; the demo fine-tunes such
+    models at 5e-4)."""
+    return DEFAULTS[task]["lr"] if params >= SMALL_MODEL_PARAMS else SMALL_MODEL_LR
 
 
 @cli_entry
 def main(argv=None):
     args = parse_args(argv)
     accelerator = make_accelerator(args)
+    with owned(args.out, accelerator.is_local_main_process):  # this run's OUT, no other's
+        run(args, accelerator)
+
+
+def run(args, accelerator):
     data = Path(args.data) if args.data else default_data(args.task)
     if data is None:
         raise UserError(f"--data is required for task {args.task} (it is not shipped)")
@@ -80,23 +113,41 @@ def main(argv=None):
                         f"positions ({args.model})")
     model.to(accelerator.device)
     out = Path(args.out)
+    if args.lr is None and not args.eval_only:
+        params = sum(p.numel() for p in model.parameters())
+        args.lr = default_lr(args.task, params)
+        print(f"--lr not given: {args.lr:g} for a model of {params / 1e6:.1f}M parameters (see --help)")
 
     def encode(examples):
         if task.head == "qa":
             return encode_qa(examples, tokenizer, args.max_len, args.stride)
         return encode_classification(task, examples, tokenizer, args.max_len), None
 
-    dev = {name: (examples, *encode(examples)) for name, examples in task.dev.items()}
-    evaluator = DevEvaluator(task, dev, out, tokenizer, save_model=not args.eval_only)
+    identity = {"model": str(args.model), "task": task.name, "data": str(data), "regression": args.regression}
     start = time.time()
     if args.eval_only:
-        metrics = evaluator(model, 0, {"model": str(args.model), "steps": 0})
+        dev = {name: (examples, *encode(examples)) for name, examples in task.dev.items()}
+        metrics = DevEvaluator(task, dev, out, tokenizer, save_model=False)(model, 0, {**identity, "steps": 0})
         print(f"{task.name}: {metrics}")
         return
+    rng = np.random.default_rng(args.seed)
     train_examples = task.train
     if args.max_train_examples and args.max_train_examples < len(train_examples):
-        keep = np.random.default_rng(args.seed).choice(len(train_examples), args.max_train_examples, replace=False)
+        keep = rng.choice(len(train_examples), args.max_train_examples, replace=False)
         train_examples = [train_examples[i] for i in sorted(keep)]
+    splits = dict(task.dev)
+    if args.select_on == "train-slice":  # the slice picks the checkpoint and is never trained on
+        held = set(np.random.default_rng((args.seed, 1)).permutation(len(train_examples))[
+            :max(1, round(args.selection_fraction * len(train_examples)))].tolist())
+        splits = {"selection": [e for i, e in enumerate(train_examples) if i in held], **splits}
+        train_examples = [e for i, e in enumerate(train_examples) if i not in held]
+    dev = {name: (examples, *encode(examples)) for name, examples in splits.items()}
+    evaluator = DevEvaluator(task, dev, out, tokenizer)
+    baseline = None
+    if task.head == "classification":
+        baseline = bag_of_words_baseline(task, train_examples, next(iter(task.dev.values())), args.seed)
+        print(f"bag-of-words baseline ({baseline['method']}, same training examples): " +
+              ", ".join(f"dev {k} {v:.4f}" for k, v in baseline["metrics"].items()))
     train_split, _ = encode(train_examples)
     if task.head == "classification" and "labels" not in train_split.arrays:
         raise UserError(f"{data}: the training split has unlabelled rows")
@@ -109,7 +160,9 @@ def main(argv=None):
                        run={"model": str(args.model), "task": task.name, "teacher": args.teacher, "lr": args.lr,
                             "max_len": args.max_len, "alpha": args.alpha, "temperature": args.temperature,
                             "train_examples": len(train_split)})
-    extra = {"model": str(args.model), "teacher": args.teacher, "steps": steps, "train_examples": len(train_split)}
+    extra = {**identity, "teacher": args.teacher, "steps": steps, "train_examples": len(train_split),
+             "selected_on": "selection" if args.select_on == "train-slice" else next(iter(task.dev)),
+             "lr": args.lr, "baseline": baseline}
 
     def on_eval(m, step):
         evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)})
@@ -119,8 +172,12 @@ def main(argv=None):
         result = read_json(out / "results.json")
         result.update(wall_seconds=round(time.time() - start, 1), complete=True)
         write_json(out / "results.json", result)
-        print(f"{task.name}: best {result['best_metric']} {result['best_score']:.4f} at step {result['best_step']} "
-              f"of {steps}; model in {out}")
+        dev_name = next(iter(task.dev))
+        print(f"{task.name}: best {result['best_metric']} {result['best_score']:.4f} on {result['selected_on']} at "
+              f"step {result['best_step']} of {steps}; model in {out}" +
+              (f"; its dev {result['best_metric']} {result['metrics'][dev_name][result['best_metric']]:.4f}"
+               if result["selected_on"] != dev_name else "") +
+              (f"; bag-of-words baseline {baseline['metrics'][result['best_metric']]:.4f}" if baseline else ""))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from android_bench.models import PAPER_MODELS
 from android_bench.report import DEVICES, collect, markdown, plot
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
+from mobilekd.rundir import owned
 
 
 def parse_args(argv=None):
@@ -53,6 +54,11 @@ def pairs(items: list[str], flag: str) -> dict[str, str]:
 @cli_entry
 def main(argv=None):
     args = parse_args(argv)
+    with owned(args.out):  # this run's OUT, no other's; checked before any conversion
+        run(args)
+
+
+def run(args):
     accuracy = {}
     for name, value in pairs(args.accuracy, "--accuracy").items():
         try:

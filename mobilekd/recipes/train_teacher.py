@@ -21,6 +21,7 @@ from mobilekd.flags import fill_unset
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.presets import get_preset
+from mobilekd.rundir import owned
 from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, make_accelerator, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
 from mobilekd.train.loop import Stage, run_plan
@@ -44,13 +45,23 @@ def parse_args(argv=None):
     p.add_argument("--eval-examples", type=int, default=1000, help="held-out examples to evaluate (default 1000)")
     add_training_flags(p, out="runs/teacher", seq_len=None)
     args = p.parse_args(argv)
-    return fill_unset(args, pretraining_defaults(args.preset))
+    fill_unset(args, pretraining_defaults(args.preset))
+    for flag, value in (("--steps", args.steps), ("--seq-len", args.seq_len)):
+        if value < 1:
+            raise UserError(f"{flag} must be at least 1, got {value}")
+    train_config(args)  # so are bad training flags
+    return args
 
 
 @cli_entry
 def main(argv=None):
     args = parse_args(argv)
     accelerator = make_accelerator(args)
+    with owned(args.out, accelerator.is_local_main_process):  # this run's OUT, no other's
+        run(args, accelerator)
+
+
+def run(args, accelerator):
     config = get_preset(args.preset).config
     if args.dropout is not None:
         config = config.replace(hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from mobilekd.errors import located
+from mobilekd.errors import UserError, located
 from mobilekd.models.hf import load_state
 
 NAME = "checkpoint"
@@ -53,7 +53,7 @@ def read_trainer_state(path: Path, run: dict) -> dict:
         trainer = json.loads((path / "trainer.json").read_text())
         saved_run = trainer["run"]
     except (json.JSONDecodeError, KeyError, UnicodeDecodeError, TypeError) as err:
-        raise located(path / "trainer.json", f"not a mobilekd checkpoint ({err})") from None
+        raise located(path / "trainer.json", f"not a mobilekd checkpoint ({err}){start_over(path)}") from None
     for key in sorted(set(run) | set(saved_run)):
         if run.get(key) != saved_run.get(key):
             raise located(path / "trainer.json", f"checkpoint was made with {key}={saved_run.get(key)!r}, "
@@ -62,12 +62,21 @@ def read_trainer_state(path: Path, run: dict) -> dict:
     return trainer
 
 
+def start_over(path: Path) -> str:
+    """What a user can do about a checkpoint that cannot be resumed."""
+    return f"; to start over, remove {path} (or run without --resume into another --out)"
+
+
 def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> None:
     """Weights and RNG always; optimizer and scheduler state when given (mid-stage)."""
-    state = load_state(path / "model.safetensors")
+    try:
+        state = load_state(path / "model.safetensors")
+    except UserError as err:
+        raise UserError(f"{err}{start_over(path)}") from None
     own = model.state_dict()
     if set(state) != set(own) or any(state[k].shape != own[k].shape for k in own):
-        raise located(path / "model.safetensors", "weights do not fit this model (another architecture)")
+        raise located(path / "model.safetensors", "weights do not fit this model (another architecture)"
+                      + start_over(path))
     model.load_state_dict(state)
     try:
         extra = torch.load(path / "training_state.pt", weights_only=True)
@@ -76,4 +85,5 @@ def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> None:
             scheduler.load_state_dict(extra["scheduler"])
         torch.set_rng_state(extra["torch_rng"])
     except Exception as err:  # any failure here means the file is not what we wrote
-        raise located(path / "training_state.pt", f"unreadable training state ({type(err).__name__}: {err})") from None
+        raise located(path / "training_state.pt", f"unreadable training state ({type(err).__name__}: {err})"
+                      + start_over(path)) from None

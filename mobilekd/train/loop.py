@@ -59,11 +59,11 @@ class TrainConfig:
 
     out_dir: Path = field(metadata={"flag": "--out", "help": "output directory"})
     global_batch_size: int = field(default=32, metadata={
-        "flag": "--batch-size", "help": "global batch size, over all processes and accumulation steps"})
-    grad_accum: int = field(default=1, metadata={"help": "gradient accumulation steps"})
+        "flag": "--batch-size", "min": 1, "help": "global batch size, over all processes and accumulation steps"})
+    grad_accum: int = field(default=1, metadata={"min": 1, "help": "gradient accumulation steps"})
     optimizer: str = field(default="adamw", metadata={"choices": ["adamw", "lamb"], "help": "optimizer"})
     max_grad_norm: float = 1.0
-    save_every: int = field(default=100, metadata={"help": "checkpoint every N steps"})
+    save_every: int = field(default=100, metadata={"min": 1, "help": "checkpoint every N steps"})
     log_every: int = 10
     eval_every: int = 0  # call `on_eval` every N steps (0: only at the end of the plan)
     seed: int = field(default=0, metadata={"help": "random seed"})

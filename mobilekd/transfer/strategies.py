@@ -45,12 +45,12 @@ class TransferWeights:
 @dataclass(kw_only=True)
 class PlanSettings:
     layer_steps: int = field(default=60, metadata={
-        "help": "steps of each layer-wise stage (PKT), or per layer of JKT's joint stage"})
-    pd_steps: int = field(default=500, metadata={"help": "pre-training distillation steps"})
-    lr: float = field(default=1e-3, metadata={"help": "peak learning rate"})
+        "min": 1, "help": "steps of each layer-wise stage (PKT), or per layer of JKT's joint stage"})
+    pd_steps: int = field(default=500, metadata={"min": 1, "help": "pre-training distillation steps"})
+    lr: float = field(default=1e-3, metadata={"min": 0.0, "help": "peak learning rate"})
     layer_lr: float | None = field(default=None, metadata={
         "type": float, "default_help": "--lr", "help": "learning rate of the layer-wise stages"})
-    warmup: float = field(default=0.1, metadata={"help": "warm-up fraction of each stage"})
+    warmup: float = field(default=0.1, metadata={"min": 0.0, "help": "warm-up fraction of each stage"})
     freeze: str = field(default="hard", metadata={
         "choices": ["hard", "soft"],
         "help": "PKT: hard freezes the layers below the current one; soft trains them at 0.3x the learning rate "

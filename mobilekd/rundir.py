@@ -1,0 +1,58 @@
+"""A run owns its output directory: `owned(out)` holds an exclusive lock on OUT/.mobilekd.lock for the run's
+whole life, so a second run pointed at the same directory stops at once with one line, before it reads or writes
+anything there.
+
+The lock is an advisory `fcntl.flock` on the file, which the operating system releases when the process ends in
+any way (kill -9 included): a lock file left by a killed run is therefore stale by construction, and the next run
+simply takes it. The file records who holds it (pid, host, start time, command) for the message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+from mobilekd.errors import located
+
+LOCK = ".mobilekd.lock"
+
+
+@contextlib.contextmanager
+def owned(out, enabled: bool = True):
+    """Lock `out` (created if missing) for this process, or raise a UserError naming the run that holds it.
+    `enabled=False` for the other processes of a multi-process run: the main process holds the lock for all."""
+    out = Path(out)
+    if not enabled:
+        yield out
+        return
+    if out.exists() and not out.is_dir():
+        raise located(out, "exists and is not a directory; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise located(out, f"in use by another run ({_holder(out / LOCK)}); wait for it to finish or choose "
+                               f"another --out") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                 "command": " ".join(sys.argv)}).encode())
+        yield out
+    finally:
+        os.close(fd)  # releases the lock; the file stays, harmless, for the next run to take
+
+
+def _holder(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text())
+        return f"pid {info['pid']} on {info['host']}, started {info['started']}: {info['command']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that has not written its details yet"

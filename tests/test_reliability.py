@@ -1,0 +1,196 @@
+"""No run can corrupt another, every input gets a clear answer, every score comes with its baseline (issue 15).
+Each test here failed on the code before that issue's change."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import ROOT
+from helpers import env, kill_after_checkpoint, one_line_error, run_module
+from mobilekd.data.custom import read_custom
+from mobilekd.data.glue import read_glue
+from mobilekd.data.pretraining import load_pretraining_data, read_documents
+from mobilekd.errors import UserError
+from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
+from mobilekd.models.hf import save_pretrained
+from mobilekd.models.presets import PRESETS
+
+FINETUNE = "mobilekd.recipes.finetune"
+QUICK = ["--task", "sst2", "--max-train-examples", 256, "--batch-size", 16, "--max-len", 32, "--threads", 1]
+
+
+@pytest.fixture(scope="module")
+def student_dir(tmp_path_factory, tokenizer):
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("student")
+    save_pretrained(MobileBertForPreTraining(PRESETS["demo_student"].config), out, tokenizer)
+    return out
+
+
+def test_two_runs_cannot_share_an_output_directory(student_dir, tmp_path):
+    out = tmp_path / "shared"
+    first = subprocess.Popen([sys.executable, "-m", FINETUNE, "--model", str(student_dir), "--out", str(out),
+                              *map(str, QUICK), "--max-steps", "60", "--lr", "1e-3"], env=env(), cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lock = out / ".mobilekd.lock"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (lock.is_file() and lock.read_text()):
+        time.sleep(0.05)
+    second = run_module(FINETUNE, "--model", student_dir, "--out", out, *QUICK, "--max-steps", 60, "--lr", 2e-3,
+                        check=False)
+    line = one_line_error(second)
+    assert f"{out}: in use by another run (pid {first.pid}" in line and "choose another --out" in line
+    assert first.wait(timeout=600) == 0, first.stderr.read()[-2000:]
+    result = json.loads((out / "results.json").read_text())
+    assert result["complete"] and result["lr"] == 1e-3  # the first run's, untouched by the second
+
+
+def test_a_killed_runs_lock_is_taken_over(student_dir, tmp_path):
+    out = tmp_path / "killed"
+    args = ["--model", student_dir, "--out", out, *QUICK, "--max-steps", 120, "--save-every", 2]
+    kill_after_checkpoint(FINETUNE, args, out, 4)
+    assert (out / ".mobilekd.lock").is_file()  # left behind by kill -9, stale: the kernel released the lock
+    run_module(FINETUNE, *args, "--resume")
+    assert json.loads((out / "results.json").read_text())["complete"]
+
+
+def test_a_corrupt_checkpoint_says_how_to_start_over(student_dir, tmp_path):
+    out = tmp_path / "run"
+    args = ["--model", student_dir, "--out", out, *QUICK, "--max-steps", 120, "--save-every", 2]
+    kill_after_checkpoint(FINETUNE, args, out, 2)
+    (out / "checkpoint" / "model.safetensors").write_bytes(b"not weights")
+    line = one_line_error(run_module(FINETUNE, *args, "--resume", check=False))
+    assert "model.safetensors: not a readable safetensors file" in line
+    assert f"to start over, remove {out / 'checkpoint'}" in line
+
+
+def test_one_line_corpus_is_cut_into_examples_and_held_out_text_never_trains(tmp_path, tokenizer):
+    words = [w for doc, _ in zip(read_documents(ROOT / "data/corpus/brown.txt.gz"), range(60)) for line in doc
+             for w in line.split()]
+    one_line = tmp_path / "one_line.txt"
+    one_line.write_text(" ".join(words) + "\n")  # about 100,000 characters on one line
+    data = load_pretraining_data([one_line], tokenizer, 32, 0, tmp_path / "cache")
+    assert len(data.train) > 500 and len(data.heldout) > 10
+
+    def covered(rows):
+        return {t for a0, a1, b0, b1, _ in rows for t in (*range(a0, a1), *range(b0, b1))}
+
+    assert not covered(data.train.rows) & covered(data.heldout.rows)
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("One short sentence.\nAnother one.\n")
+    with pytest.raises(UserError, match="too little text to hold any out"):
+        load_pretraining_data([tiny], tokenizer, 32, 0, tmp_path / "cache")
+
+
+def test_values_that_make_no_sense_are_refused(tmp_path):
+    for steps in (0, -5):
+        line = one_line_error(run_module("mobilekd.recipes.distill", "--teacher", tmp_path / "none", "--out",
+                                         tmp_path / "x", "--layer-steps", steps, check=False))
+        assert f"--layer-steps must be at least 1, got {steps}" in line
+    line = one_line_error(run_module("mobilekd.recipes.distill", "--teacher", tmp_path / "none", "--out",
+                                     tmp_path / "x", "--batch-size", 0, check=False))
+    assert "--batch-size must be at least 1, got 0" in line
+    line = one_line_error(run_module("mobilekd.recipes.train_teacher", "--out", tmp_path / "t", "--steps", 0,
+                                     check=False))
+    assert "--steps must be at least 1, got 0" in line
+    line = one_line_error(run_module(FINETUNE, "--model", tmp_path, "--task", "sst2", "--max-steps", 0, check=False))
+    assert "--max-steps must be positive, got 0" in line
+    help_text = run_module(FINETUNE, "--help").stdout
+    assert "--max-len" in help_text and "--seq-len" not in help_text  # one flag for the sequence length
+
+
+@pytest.fixture(scope="module")
+def sst2_classifier(tmp_path_factory, tokenizer):
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("classifier")
+    config = PRESETS["demo_student"].config.replace(id2label={0: "negative", 1: "positive"})
+    save_pretrained(MobileBertForSequenceClassification(config), out, tokenizer)
+    return out
+
+
+def test_export_checks_its_flags_before_converting(sst2_classifier, tmp_path):
+    line = one_line_error(run_module("mobilekd.recipes.export", "--model", sst2_classifier, "--seq-len", 0,
+                                     "--out", tmp_path / "a", check=False))
+    assert "--seq-len must be at least 1, got 0" in line
+    taken = tmp_path / "a_file"
+    taken.write_text("mine")
+    start = time.time()
+    line = one_line_error(run_module("mobilekd.recipes.export", "--model", sst2_classifier, "--out", taken,
+                                     check=False))
+    assert f"{taken}: exists and is not a directory" in line
+    assert time.time() - start < 60 and taken.read_text() == "mine"  # refused before any conversion
+
+
+def test_latency_names_the_bad_tflite_file(sst2_classifier, tmp_path):
+    from mobilekd.export.litert import convert
+    from mobilekd.models.hf import load_pretrained
+
+    good = convert(load_pretrained(sst2_classifier), "classification", 16, tmp_path / "good.tflite")
+    truncated = tmp_path / "truncated.tflite"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    text = tmp_path / "notes.tflite"
+    text.write_text("these are my notes, not a model\n")
+    for bad, problem in ((text, "not a .tflite model"), (truncated, "not a whole .tflite model")):
+        proc = run_module("mobilekd.recipes.latency", "--models", "--tflite", f"good={good}", f"bad={bad}",
+                          "--threads", 1, "--runs", 1, "--out", tmp_path / "lat", check=False)
+        assert f"{bad}: {problem}" in one_line_error(proc)
+
+
+def test_csv_with_a_quoted_newline_is_read(tmp_path):
+    path = tmp_path / "mine.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([["text", "label"], ["first line\nsecond line, same field", "a"], ["plain", "b"]])
+    examples = read_custom(path)
+    assert [(e.text_a, e.label) for e in examples] == [("first line\nsecond line, same field", "a"), ("plain", "b")]
+    assert examples[1].source.endswith("mine.csv:4")  # the line the record starts on
+
+
+def test_artifacts_respect_the_umask(tmp_path, tokenizer):
+    old = os.umask(0o022)
+    try:
+        out = save_pretrained(MobileBertForPreTraining(PRESETS["demo_student"].config), tmp_path / "m", tokenizer)
+    finally:
+        os.umask(old)
+    for name in ("model.safetensors", "config.json"):
+        assert (out / name).stat().st_mode & 0o777 == 0o644, name
+
+
+def _custom_task(directory):
+    """A small task of the user's own, as CSV: SST-2 sentences with the labels 'bad' and 'good'."""
+    directory.mkdir()
+    for split, n in (("train", 300), ("dev", 120)):
+        rows = read_glue("sst2", ROOT / "data/glue/SST-2" / f"{split}.tsv.gz")[:n]
+        with open(directory / f"{split}.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["text", "label"])
+            writer.writerows([e.text_a, {"0": "bad", "1": "good"}[e.label]] for e in rows)
+    return directory
+
+
+def test_own_task_gets_a_sized_lr_a_baseline_held_out_selection_and_its_own_parity_data(student_dir, tmp_path):
+    data = _custom_task(tmp_path / "mine")
+    out = tmp_path / "ft"
+    proc = run_module(FINETUNE, "--model", student_dir, "--task", "custom", "--data", data, "--out", out,
+                      "--max-steps", 6, "--batch-size", 16, "--max-len", 32, "--select-on", "train-slice",
+                      "--eval-every", 3, "--threads", 1)
+    result = json.loads((out / "results.json").read_text())
+    assert result["lr"] == 5e-4 and "--lr not given: 0.0005 for a model of 2.3M parameters" in proc.stdout
+    baseline = result["baseline"]
+    assert baseline["method"] == "tfidf+logreg" and baseline["train_examples"] == result["train_examples"] == 270
+    assert baseline["dev_examples"] == 120 and 0.4 < baseline["metrics"]["accuracy"] <= 1.0
+    assert result["selected_on"] == "selection" and set(result["metrics"]) == {"selection", "dev"}
+    assert result["best_score"] == result["metrics"]["selection"]["accuracy"]
+    assert "bag-of-words baseline" in proc.stdout
+    config = json.loads((out / "config.json").read_text())
+    assert config["id2label"] == {"0": "bad", "1": "good"}  # the user's names, in sorted order
+
+    run_module("mobilekd.recipes.export", "--model", out, "--seq-len", 32, "--parity-examples", 40,
+               "--no-metadata", "--out", tmp_path / "tflite")
+    parity = json.loads((tmp_path / "tflite" / "parity.json").read_text())["model_none.tflite"]
+    assert parity["examples"] == 40 and "accuracy_torch" in parity  # scored on the model's own dev labels
