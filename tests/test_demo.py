@@ -24,6 +24,8 @@ def test_demo_chain_from_text_to_phone_ready_model(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert set(report["sst2"]) == {"teacher", "student", "student_task_kd", "scratch"}
     assert all(0 <= r["accuracy"] <= 1 for r in report["sst2"].values())
+    assert 0 <= report["sst2_baseline"]["metrics"]["accuracy"] <= 1  # every score beside its bag-of-words baseline
+    assert "bag of words (tfidf+logreg" in (out / "report.md").read_text()
     stages = [s["stage"] for s in report["student_transfer"]["stages"]]
     assert stages == ["pkt_L0", "pkt_L1", "pkt_L2", "pkt_L3", "pd"]
     fp32 = report["tflite"]["model_none.tflite"]

@@ -27,6 +27,7 @@ def gather(run: Path) -> dict:
             "student_transfer": student["heldout"] | {"wall_seconds": student["wall_seconds"],
                                                       "stages": student["stages"]},
             "sst2": {n: r["metrics"]["dev"] | {"wall_seconds": r["wall_seconds"]} for n, r in sst2.items()},
+            "sst2_baseline": sst2["scratch"]["baseline"],  # every SST-2 run trains on the same examples
             "tflite": read_json(run / "tflite" / "parity.json"),
             "latency": read_json(run / "latency" / "report.json")}
 
@@ -56,6 +57,10 @@ def markdown(report: dict, run: Path) -> str:
     for name, r in report["sst2"].items():
         lines.append(f"| {name} | {r['accuracy']:.4f} | {100 * r['accuracy'] / teacher_acc:.1f}% | "
                      f"{r['wall_seconds']:.0f} s |")
+    base = report["sst2_baseline"]
+    lines.append(f"| bag of words ({base['method']}, the same {base['train_examples']} examples) | "
+                 f"{base['metrics']['accuracy']:.4f} | {100 * base['metrics']['accuracy'] / teacher_acc:.1f}% | "
+                 f"{base['seconds']:.0f} s |")
     lines += ["", "## .tflite of the SST-2 student (parity on all dev sentences)", "",
               "| file | size | max abs diff | agreement | dev accuracy (PyTorch) |", "|---|---|---|---|---|"]
     for name, r in report["tflite"].items():
@@ -82,6 +87,9 @@ def plot(report: dict, path: Path) -> None:
     transfer.legend()
     names = list(report["sst2"])
     sst2.bar(names, [report["sst2"][n]["accuracy"] for n in names])
+    sst2.axhline(report["sst2_baseline"]["metrics"]["accuracy"], color="grey", linestyle="--",
+                 label="bag of words (TF-IDF + logistic regression)")
+    sst2.legend(fontsize=7, loc="upper left")
     sst2.set_ylim(0.4, 1.0)
     sst2.set_ylabel("SST-2 dev accuracy")
     sst2.set_title("fine-tuned models")
