@@ -50,10 +50,15 @@ def from_flags(cls, args: argparse.Namespace, **values):
     flagged = {f.name: getattr(args, _flag(f)[1]) for f in dataclasses.fields(cls)
                if "help" in f.metadata and hasattr(args, _flag(f)[1])}
     for f in dataclasses.fields(cls):  # a field's metadata "min" bounds its flag
-        if f.name in flagged and "min" in f.metadata and flagged[f.name] is not None \
-                and flagged[f.name] < f.metadata["min"]:
-            raise UserError(f"{_flag(f)[0]} must be at least {f.metadata['min']}, got {flagged[f.name]}")
+        if f.name in flagged and "min" in f.metadata:
+            at_least(_flag(f)[0], flagged[f.name], f.metadata["min"])
     return cls(**{**flagged, **values})
+
+
+def at_least(flag: str, value, minimum, *, strictly: bool = False) -> None:
+    """Refuse a flag's value below `minimum` (or not above it, `strictly`) with one line; None passes (unset)."""
+    if value is not None and (value <= minimum if strictly else value < minimum):
+        raise UserError(f"{flag} must be {'greater than' if strictly else 'at least'} {minimum}, got {value}")
 
 
 def fill_unset(args: argparse.Namespace, defaults: dict) -> argparse.Namespace:

@@ -5,9 +5,9 @@ Built once per (corpora, tokenizer, sequence length, seed) and cached on disk:
   train.npy     (N, 5) int64 rows (a_start, a_end, b_start, b_end, is_random_next): segment spans into tokens
   heldout.npy   the same for held-out documents (every 20th document; the last one of a corpus of fewer than 20),
                 which never appear in train.npy
+  meta.json     sizes, build time, the unigram baseline's token
 A line longer than one example (seq_len - 3 tokens) is running text, cut into pieces of that length (a 5 MB
 one-line file becomes thousands of examples, not one), and a document is at most MAX_DOC_LINES lines or pieces.
-  meta.json     sizes, build time, the unigram baseline's token
 The corpus is tokenized document by document and appended to disk, so a corpus larger than RAM streams; only
 the sentence offsets stay in memory. Masking (15% of tokens; 80% [MASK], 10% random, 10% kept) is done when a
 batch is drawn, from a generator seeded by (seed, epoch, example index): every epoch sees new masks, and a
@@ -144,8 +144,8 @@ def build_cache(corpora, tokenizer, seq_len: int, seed: int, cache_dir) -> Path:
                     spans = []
                     for sentence in ids:
                         # a line longer than one example is running text: cut it into example-sized pieces
-                        for start in range(0, len(sentence), max_tokens):
-                            piece = sentence[start:start + max_tokens]
+                        for offset in range(0, len(sentence), max_tokens):
+                            piece = sentence[offset:offset + max_tokens]
                             spans.append((n_tokens, n_tokens + len(piece)))
                             n_tokens += len(piece)
                             f.write(np.asarray(piece, dtype=np.int32).tobytes())

@@ -41,10 +41,21 @@ class Task:
     train: list | None
     dev: dict[str, list]  # split name -> examples (MNLI has two dev sets)
     version: str | None = None  # SQuAD 1.1 / 2.0
+    file_labels: list[str] | None = None  # the label values in the files, where `labels` names them otherwise
 
     @property
     def is_regression(self) -> bool:
         return self.head == "classification" and self.labels is None
+
+    @property
+    def id2label(self) -> dict[int, str]:
+        """What a model fine-tuned on this task has as `id2label`."""
+        return {0: "score"} if self.is_regression else dict(enumerate(self.labels))
+
+    def fits(self, id2label: dict) -> bool:
+        """A model's labels are this task's: its names, or the files' values (models fine-tuned before labels
+        had names, e.g. SST-2's "0"/"1")."""
+        return id2label in (self.id2label, dict(enumerate(self.file_labels or [])))
 
 
 def default_data(task: str) -> Path | None:
@@ -75,7 +86,8 @@ def load_task(name: str, data: Path, eval_only: bool = False, regression: bool =
         dev = {f.split(".")[0]: read(f.split(".")[0]) for f in spec.dev_files}
         train = None if eval_only else read("train")
         labels = list(spec.label_names) if spec.labels else None
-        return Task(name, "classification", labels, spec.metrics, train, dev)
+        return Task(name, "classification", labels, spec.metrics, train, dev,
+                    file_labels=list(spec.labels) if spec.names else None)
     if name in ("squad1", "squad2"):
         dev, version = read_squad(_find(data, "dev", [".json"]))
         train = None if eval_only else read_squad(_find(data, "train", [".json"]))[0]

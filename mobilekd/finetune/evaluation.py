@@ -20,12 +20,12 @@ def build_model(model_dir, task: Task, role: str = "model"):
     config, _ = load_config(model_dir)
     if task.head == "qa":
         return load_pretrained(model_dir, "qa")
-    wanted = {0: "score"} if task.is_regression else dict(enumerate(task.labels))
-    if config.id2label and config.id2label != wanted:
+    if config.id2label and not task.fits(config.id2label):
         raise located(Path(model_dir) / "config.json", f"{role}'s labels {list(config.id2label.values())} do not "
-                                                       f"fit task {task.name} (labels {list(wanted.values())})")
+                                                       f"fit task {task.name} (labels {list(task.id2label.values())})")
     problem = "regression" if task.is_regression else "single_label_classification"
-    return load_pretrained(model_dir, "classification", config=config.replace(id2label=wanted, problem_type=problem))
+    return load_pretrained(model_dir, "classification",
+                           config=config.replace(id2label=task.id2label, problem_type=problem))
 
 
 @torch.no_grad()

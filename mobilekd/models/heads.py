@@ -1,7 +1,7 @@
 """Task heads on the encoder, with transformers' MobileBERT parameter names.
 
 `MobileBertForPreTraining` computes masked-LM logits only at the masked positions it is given: at vocab 30522
-the logits of every token dominate a small model's step (`python -m teacher_ib_bert.benchmark` measured a demo
+the logits of every token dominate a small model's step (`python -m benchmarks.teacher_step` measured a demo
 teacher step 2.25x faster with masked-only logits), and only masked positions carry a loss.
 """
 

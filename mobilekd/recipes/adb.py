@@ -17,7 +17,8 @@ from mobilekd.fileio import write_json
 
 @cli_entry
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="adb", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="mobilekd adb", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help=".tflite file")
     p.add_argument("--benchmark-binary", required=True, help="TFLite benchmark_model built for the phone's ABI")
     p.add_argument("--adb", default="adb", help="adb executable (default: adb on PATH)")

@@ -95,7 +95,7 @@ def plot(report: dict, path: Path) -> None:
     sst2.set_title("fine-tuned models")
     sst2.tick_params(axis="x", labelrotation=20)
     rows = {k: r for k, r in report["latency"]["rows"].items() if r["accuracy"] is not None}
-    thread = sorted(next(iter(rows.values()))["host"])[0]
+    thread = str(report["latency"]["host"]["threads"][0])
     for (label, r), color in zip(rows.items(), plt.rcParams["axes.prop_cycle"].by_key()["color"]):
         latency.scatter(r["host"][thread]["p50_ms"], r["accuracy"], marker="o", color=color,
                         label=f"{label}, host {thread} thread (measured)")
@@ -111,7 +111,7 @@ def plot(report: dict, path: Path) -> None:
 
 @cli_entry
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="report", description=__doc__,
+    p = argparse.ArgumentParser(prog="mobilekd report", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="the demo's output directory (runs/demo)")
     run = Path(p.parse_args(argv).run)

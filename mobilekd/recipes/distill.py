@@ -31,7 +31,7 @@ from mobilekd.transfer.strategies import (Distiller, PlanSettings, TransferWeigh
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="pkt_distill", description=__doc__,
+    p = argparse.ArgumentParser(prog="mobilekd distill", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", default="runs/teacher", help="teacher directory (default runs/teacher)")
     p.add_argument("--student", default="demo_student",
@@ -108,7 +108,7 @@ def summary_markdown(result: dict) -> str:
 def main(argv=None):
     args = parse_args(argv)
     accelerator = make_accelerator(args)
-    with owned(args.out, accelerator.is_local_main_process):  # this run's OUT, no other's
+    with owned(args.out, accelerator.is_main_process):  # this run's OUT, no other's
         run(args, accelerator)
 
 

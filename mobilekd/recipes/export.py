@@ -35,13 +35,16 @@ from mobilekd.export.graph import foreign_ops, nonfinite_constants, op_histogram
 from mobilekd.export.litert import CALIBRATED, INPUT_NAMES, QUANTIZATIONS, convert
 from mobilekd.export.parity import parity_report, run_tflite
 from mobilekd.fileio import atomic_path, read_json, write_json
+from mobilekd.flags import at_least
 from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.rundir import owned
 
+SENTENCE_TASKS = [t for t in TASK_NAMES if not t.startswith("squad")]  # what the parity check can encode
+
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="export_tflite", description=__doc__,
+    p = argparse.ArgumentParser(prog="mobilekd export", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="model directory")
     p.add_argument("--head", "--task", dest="head", choices=list(HEADS),
@@ -54,7 +57,7 @@ def parse_args(argv=None):
                    help="also convert model.onnx to model_onnx2tf.tflite with this onnx2tf (implies --onnx; "
                         "onnx2tf needs TensorFlow, so give the executable of its own environment)")
     p.add_argument("--no-metadata", action="store_true", help="leave TFLite metadata out")
-    p.add_argument("--parity-task", choices=TASK_NAMES,
+    p.add_argument("--parity-task", choices=SENTENCE_TASKS,
                    help="task whose dev sentences feed the check; a classifier with that task's labels is also "
                         "scored on them (default: the task the model was fine-tuned on, from MODEL/results.json, "
                         "with its data; else sst2)")
@@ -68,15 +71,14 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def calibration_inputs(args, task, tokenizer) -> list[dict[str, np.ndarray]]:
+def calibration_inputs(args, task, data: Path, tokenizer) -> list[dict[str, np.ndarray]]:
     """Representative inputs for full-integer int8: a seeded random sample of the task's own examples."""
     if args.calibration:
         if not Path(args.calibration).is_file():
             raise located(args.calibration, "no such calibration file")
         examples = read_custom(args.calibration)
     else:
-        name, data, regression = parity_task(args)
-        examples = load_task(name, data, regression=regression).train
+        examples = load_task(task.name, data, regression=task.is_regression).train
     rng = np.random.default_rng(0)
     chosen = [examples[i] for i in rng.permutation(len(examples))[:args.calibration_examples]]
     arrays = encode_classification(task, chosen, tokenizer, args.seq_len).arrays
@@ -84,11 +86,11 @@ def calibration_inputs(args, task, tokenizer) -> list[dict[str, np.ndarray]]:
 
 
 def parity_task(args) -> tuple[str, Path, bool]:
-    """The task (name, data directory, regression) whose dev examples check the file: as given, else the one
-    the model was fine-tuned on (its results.json), else shipped SST-2."""
+    """The task (name, data directory, regression) whose dev sentences check the file: as given, else the
+    sentence task the model was fine-tuned on (its results.json), else shipped SST-2."""
     own = Path(args.model) / "results.json"
     trained = read_json(own) if own.is_file() else {}
-    name = args.parity_task or trained.get("task") or "sst2"
+    name = args.parity_task or (trained.get("task") if trained.get("task") in SENTENCE_TASKS else None) or "sst2"
     data = args.parity_data or (trained.get("data") if name == trained.get("task") else None)
     data = Path(data) if data else default_data(name)
     if data is None:
@@ -119,8 +121,7 @@ def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
 @cli_entry
 def main(argv=None):
     args = parse_args(argv)
-    if args.seq_len < 1:
-        raise UserError(f"--seq-len must be at least 1, got {args.seq_len}")
+    at_least("--seq-len", args.seq_len, 1)
     load_config(args.model)  # a missing or malformed model is named before OUT is made
     with owned(args.out or Path(args.model) / "tflite"):  # this run's OUT, no other's; checked before any conversion
         run(args)
@@ -137,8 +138,9 @@ def run(args):
     out = Path(args.out or Path(args.model) / "tflite")
     name, data, regression = parity_task(args)
     task = load_task(name, data, eval_only=True, regression=regression)
+
     split = encode_classification(task, next(iter(task.dev.values()))[:args.parity_examples], tokenizer, args.seq_len)
-    same_labels = head == "classification" and list(config.id2label.values()) == task.labels
+    same_labels = head == "classification" and task.fits(config.id2label)
     labels = split.arrays.get("labels") if same_labels else None
     metadata = None
     if not args.no_metadata and HEADS[head].metadata:
@@ -165,7 +167,7 @@ def run(args):
                 path = convert_onnx2tf(out / "model.onnx", out / name, args.onnx2tf)
             else:
                 if quantize in CALIBRATED and calibration is None:
-                    calibration = calibration_inputs(args, task, tokenizer)
+                    calibration = calibration_inputs(args, task, data, tokenizer)
                 path = convert(model, head, args.seq_len, out / name, quantize,
                                calibration if quantize in CALIBRATED else None, metadata)
             ops = read_graph(path)

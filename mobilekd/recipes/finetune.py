@@ -29,7 +29,7 @@ from mobilekd.data.tasks import DEFAULTS, TASK_NAMES, default_data, encode_class
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, write_json
-from mobilekd.flags import fill_unset
+from mobilekd.flags import at_least, fill_unset
 from mobilekd.finetune.baseline import bag_of_words_baseline
 from mobilekd.finetune.evaluation import DevEvaluator, build_model
 from mobilekd.finetune.objective import task_loss
@@ -42,7 +42,7 @@ SMALL_MODEL_LR = 5e-4
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="finetune", description=__doc__,
+    p = argparse.ArgumentParser(prog="mobilekd finetune", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="model directory (ours, or a transformers MobileBERT/BERT one)")
     p.add_argument("--task", required=True, choices=TASK_NAMES)
@@ -55,8 +55,9 @@ def parse_args(argv=None):
     p.add_argument("--eval-only", action="store_true", help="evaluate --model on dev, no training")
     p.add_argument("--epochs", type=float, help="training epochs (default per task)")
     p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
-    p.add_argument("--lr", type=float, help="peak learning rate (default: per task for models of 10M parameters "
-                                            "and more, 5e-4 for smaller ones)")
+    p.add_argument("--lr", type=float, help=f"peak learning rate (default: per task for models of "
+                                            f"{SMALL_MODEL_PARAMS / 1e6:g}M parameters and more, {SMALL_MODEL_LR:g} "
+                                            f"for smaller ones)")
     p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction (default 0.1)")
     p.add_argument("--max-len", type=int, help="sequence length (default per task: 128 GLUE, 384 SQuAD)")
     p.add_argument("--stride", type=int, default=128, help="SQuAD: tokens shared by consecutive windows")
@@ -72,9 +73,9 @@ def parse_args(argv=None):
     p.add_argument("--dropout", type=float, help="override the model's hidden dropout")
     add_training_flags(p, out="runs/finetune", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
-    for flag, value in (("--max-steps", args.max_steps), ("--max-len", args.max_len), ("--epochs", args.epochs)):
-        if value is not None and value <= 0:
-            raise UserError(f"{flag} must be positive, got {value}")
+    at_least("--max-steps", args.max_steps, 1)
+    at_least("--max-len", args.max_len, 1)
+    at_least("--epochs", args.epochs, 0, strictly=True)
     if not 0 < args.selection_fraction < 1:
         raise UserError(f"--selection-fraction must be between 0 and 1, got {args.selection_fraction}")
     train_config(args)  # bad training flags are refused before any work
@@ -93,7 +94,7 @@ def default_lr(task: str, params: int) -> float:
 def main(argv=None):
     args = parse_args(argv)
     accelerator = make_accelerator(args)
-    with owned(args.out, accelerator.is_local_main_process):  # this run's OUT, no other's
+    with owned(args.out, accelerator.is_main_process):  # this run's OUT, no other's
         run(args, accelerator)
 
 
@@ -125,27 +126,24 @@ def run(args, accelerator):
 
     identity = {"model": str(args.model), "task": task.name, "data": str(data), "regression": args.regression}
     start = time.time()
-    if args.eval_only:
-        dev = {name: (examples, *encode(examples)) for name, examples in task.dev.items()}
-        metrics = DevEvaluator(task, dev, out, tokenizer, save_model=False)(model, 0, {**identity, "steps": 0})
-        print(f"{task.name}: {metrics}")
-        return
-    rng = np.random.default_rng(args.seed)
-    train_examples = task.train
-    if args.max_train_examples and args.max_train_examples < len(train_examples):
-        keep = rng.choice(len(train_examples), args.max_train_examples, replace=False)
+    train_examples, splits = task.train, dict(task.dev)
+    if not args.eval_only and args.max_train_examples and args.max_train_examples < len(train_examples):
+        keep = np.random.default_rng(args.seed).choice(len(train_examples), args.max_train_examples, replace=False)
         train_examples = [train_examples[i] for i in sorted(keep)]
-    splits = dict(task.dev)
-    if args.select_on == "train-slice":  # the slice picks the checkpoint and is never trained on
+    if not args.eval_only and args.select_on == "train-slice":  # the slice picks the checkpoint, never trains
         held = set(np.random.default_rng((args.seed, 1)).permutation(len(train_examples))[
             :max(1, round(args.selection_fraction * len(train_examples)))].tolist())
         splits = {"selection": [e for i, e in enumerate(train_examples) if i in held], **splits}
         train_examples = [e for i, e in enumerate(train_examples) if i not in held]
     dev = {name: (examples, *encode(examples)) for name, examples in splits.items()}
-    evaluator = DevEvaluator(task, dev, out, tokenizer)
+    evaluator = DevEvaluator(task, dev, out, tokenizer, save_model=not args.eval_only)
+    if args.eval_only:
+        print(f"{task.name}: {evaluator(model, 0, {**identity, 'steps': 0})}")
+        return
+    dev_examples = next(iter(task.dev.values()))
     baseline = None
-    if task.head == "classification":
-        baseline = bag_of_words_baseline(task, train_examples, next(iter(task.dev.values())), args.seed)
+    if task.head == "classification" and all(e.label is not None for e in dev_examples):
+        baseline = bag_of_words_baseline(task, train_examples, dev_examples, args.seed)
         print(f"bag-of-words baseline ({baseline['method']}, same training examples): " +
               ", ".join(f"dev {k} {v:.4f}" for k, v in baseline["metrics"].items()))
     train_split, _ = encode(train_examples)
@@ -172,11 +170,11 @@ def run(args, accelerator):
         result = read_json(out / "results.json")
         result.update(wall_seconds=round(time.time() - start, 1), complete=True)
         write_json(out / "results.json", result)
-        dev_name = next(iter(task.dev))
+        dev_score = result["metrics"].get(next(iter(task.dev)), {}).get(result["best_metric"])  # None: unlabelled
         print(f"{task.name}: best {result['best_metric']} {result['best_score']:.4f} on {result['selected_on']} at "
               f"step {result['best_step']} of {steps}; model in {out}" +
-              (f"; its dev {result['best_metric']} {result['metrics'][dev_name][result['best_metric']]:.4f}"
-               if result["selected_on"] != dev_name else "") +
+              (f"; its dev {result['best_metric']} {dev_score:.4f}"
+               if result["selected_on"] == "selection" and dev_score is not None else "") +
               (f"; bag-of-words baseline {baseline['metrics'][result['best_metric']]:.4f}" if baseline else ""))
 
 

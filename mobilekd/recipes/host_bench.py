@@ -15,7 +15,7 @@ from mobilekd.fileio import write_json
 
 @cli_entry
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="host-bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="mobilekd host-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="+", help=".tflite files")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4])

@@ -21,7 +21,7 @@ from mobilekd.rundir import owned
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="latency", description=__doc__,
+    p = argparse.ArgumentParser(prog="mobilekd latency", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="*", default=list(PAPER_MODELS), help="presets to export and compare "
                    f"(default: {' '.join(PAPER_MODELS)}; none with a bare --models)")

@@ -17,7 +17,7 @@ from mobilekd.data.pretraining import load_pretraining_data
 from mobilekd.data.tokenizer import DEFAULT_VOCAB, load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import write_json
-from mobilekd.flags import fill_unset
+from mobilekd.flags import at_least, fill_unset
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.presets import get_preset
@@ -28,7 +28,7 @@ from mobilekd.train.loop import Stage, run_plan
 from teacher_ib_bert import TEACHER_PRESETS, pretraining_defaults
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="train_teacher", description=__doc__,
+    p = argparse.ArgumentParser(prog="mobilekd train-teacher", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=TEACHER_PRESETS, default="demo_teacher",
                    help="teacher model preset; its recipe defaults are teacher_ib_bert/configs/PRESET.json "
@@ -46,9 +46,8 @@ def parse_args(argv=None):
     add_training_flags(p, out="runs/teacher", seq_len=None)
     args = p.parse_args(argv)
     fill_unset(args, pretraining_defaults(args.preset))
-    for flag, value in (("--steps", args.steps), ("--seq-len", args.seq_len)):
-        if value < 1:
-            raise UserError(f"{flag} must be at least 1, got {value}")
+    at_least("--steps", args.steps, 1)
+    at_least("--seq-len", args.seq_len, 1)
     train_config(args)  # so are bad training flags
     return args
 
@@ -57,7 +56,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     accelerator = make_accelerator(args)
-    with owned(args.out, accelerator.is_local_main_process):  # this run's OUT, no other's
+    with owned(args.out, accelerator.is_main_process):  # this run's OUT, no other's
         run(args, accelerator)
 
 

@@ -5,7 +5,8 @@ TextBrewer's `intermediate_matches` (src/textbrewer/distiller_general.py, the lo
 `GeneralDistiller.train_on_batch`: per match, `MATCH_LOSS_MAP[loss](student feature, teacher feature) * weight`,
 the student's feature through its projection first) is the public example of the idea; ours is typed and
 validated against the two model configs before a step runs (`check_matches`). As there, a projection maps the
-student's side only; TextBrewer trains it by adding its parameters to the optimizer (`GeneralDistiller.train`).
+student's side only (TextBrewer trains it by adding its parameters to the optimizer, `GeneralDistiller.train`;
+our training loop does not take such extra parameters yet, see `projections_for`).
 
     MobileBERT (paper, Section 4.1): per student layer l, Match(feature="hidden", loss="fmt", weight=100,
         teacher_layer=map[l], student_layer=l) and Match(feature="attention", loss="at", ...)  (`mobilebert_matches`)
@@ -63,7 +64,7 @@ class Match:
     weight: float = 1.0
     teacher_layer: int | None = None
     student_layer: int | None = None
-    projection: bool = False  # a learned student-width -> teacher-width linear map, trained with the student
+    projection: bool = False  # a learned student-width -> teacher-width linear map on the student's side
 
     @property
     def name(self) -> str:
@@ -106,6 +107,8 @@ def evaluate(matches: list[Match], teacher: Features, student: Features,
     for m in matches:
         s = student.select(m.feature, m.student_layer)
         if m.projection:
+            if not projections or m.name not in projections:
+                raise UserError(f"{m.name}: a projected match needs its projection (objectives.projections_for)")
             s = projections[m.name](s)
         value = LOSSES[m.loss](teacher.select(m.feature, m.teacher_layer), s)
         terms[m.name] = value.detach()
@@ -146,8 +149,10 @@ def refuse(problems: list[str]) -> None:
 
 
 def projections_for(matches: list[Match], teacher: ModelConfig, student: ModelConfig) -> torch.nn.ModuleDict:
-    """One linear map per projected match (TinyBERT's W_h, Section 3.1), trained with the student and dropped
-    after distillation; never part of a saved or exported student."""
+    """One linear map per projected match (TinyBERT's W_h, Section 3.1), to be trained beside the student and
+    dropped after distillation, never part of a saved or exported student. The plans in `strategies` (MobileBERT's
+    equal-width pairs) use none yet: giving these parameters to the optimizer and the checkpoint, as TextBrewer
+    does, comes with teachers of other widths."""
     return torch.nn.ModuleDict({m.name: torch.nn.Linear(_width(student, m.feature), _width(teacher, m.feature))
                                 for m in matches if m.projection})
 

@@ -66,9 +66,9 @@ class PlanSettings:
 def check_pair(teacher: ModelConfig, student: ModelConfig, layer_map: list[int] | None) -> list[int]:
     """Refuse a teacher/student that cannot be paired for MobileBERT's layer-wise transfer (every problem in one
     line); return the teacher layer for each student layer."""
-    # widths and head counts, by the matches' own check (any valid layers will do for that)
+    # widths and head counts, by the matches' own check (layer 0 of each will do for that)
     n = student.num_hidden_layers
-    problems = check_matches(mobilebert_matches([0] * n, list(range(n))), teacher, student)
+    problems = check_matches(mobilebert_matches([0], [0]), teacher, student)
     if teacher.vocab_size != student.vocab_size:
         problems.append(f"vocabularies differ (teacher {teacher.vocab_size}, student {student.vocab_size})")
     if layer_map is None:
@@ -128,10 +128,10 @@ class Distiller:
 
         Both models run just deep enough for these matches, unless `depth` asks for more (the benchmark's
         naive baseline runs them at full depth)."""
-        depth = depth or deepest(matches, "student")
-        t_out = self._teacher(batch, num_layers=self.layer_map[depth - 1] + 1, output_feature_maps=True,
-                              output_attentions=True).encoder
-        s_out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], num_layers=depth,
+        t_depth = max(self.layer_map[:depth]) + 1 if depth else deepest(matches, "teacher")
+        s_depth = depth or deepest(matches, "student")
+        t_out = self._teacher(batch, num_layers=t_depth, output_feature_maps=True, output_attentions=True).encoder
+        s_out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], num_layers=s_depth,
                         output_feature_maps=True, output_attentions=True).encoder
         return evaluate(matches, Features(t_out), Features(s_out))
 
