@@ -33,6 +33,21 @@ def small_corpus(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def student_dir(tmp_path_factory, tokenizer):
+    """A randomly initialised demo student (pre-training head), as `mobilekd init` writes one."""
+    import torch
+
+    from mobilekd.models.heads import MobileBertForPreTraining
+    from mobilekd.models.hf import save_pretrained
+    from mobilekd.models.presets import PRESETS
+
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("student")
+    save_pretrained(MobileBertForPreTraining(PRESETS["demo_student"].config), out, tokenizer)
+    return out
+
+
+@pytest.fixture(scope="session")
 def demo_teacher_dir(small_corpus, tmp_path_factory):
     """A demo-preset teacher pre-trained for 200 steps on the small corpus: real, if small (about a minute)."""
     from helpers import run_module

@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 import transformers
 from sklearn.metrics import accuracy_score
 
@@ -13,18 +12,7 @@ from helpers import one_line_error, run_module
 from mobilekd.data.squad import SquadExample
 from mobilekd.finetune.metrics import classification_metrics, normalize_answer, squad_metrics
 from mobilekd.finetune.qa import decode_answers
-from mobilekd.models.heads import MobileBertForPreTraining
-from mobilekd.models.hf import save_pretrained
-from mobilekd.models.presets import PRESETS
 from test_data import _squad
-
-
-@pytest.fixture(scope="module")
-def student_dir(tmp_path_factory, tokenizer):
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("student")
-    save_pretrained(MobileBertForPreTraining(PRESETS["demo_student"].config), out, tokenizer)
-    return out
 
 
 def test_squad_metrics_follow_the_official_normalisation():

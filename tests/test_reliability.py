@@ -25,14 +25,6 @@ FINETUNE = "mobilekd.recipes.finetune"
 QUICK = ["--task", "sst2", "--max-train-examples", 256, "--batch-size", 16, "--max-len", 32, "--threads", 1]
 
 
-@pytest.fixture(scope="module")
-def student_dir(tmp_path_factory, tokenizer):
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("student")
-    save_pretrained(MobileBertForPreTraining(PRESETS["demo_student"].config), out, tokenizer)
-    return out
-
-
 def test_two_runs_cannot_share_an_output_directory(student_dir, tmp_path):
     out = tmp_path / "shared"
     first = subprocess.Popen([sys.executable, "-m", FINETUNE, "--model", str(student_dir), "--out", str(out),

@@ -22,8 +22,7 @@ from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.hf import load_pretrained, save_pretrained
 from mobilekd.models.presets import get_preset
 from mobilekd.flags import add_flags, from_flags
-from mobilekd.rundir import owned
-from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, make_accelerator, train_config
+from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, run_owned, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
 from mobilekd.train.loop import Stage, run_plan
 from mobilekd.transfer.strategies import (Distiller, PlanSettings, TransferWeights, check_pair, copy_shared_weights,
@@ -106,10 +105,7 @@ def summary_markdown(result: dict) -> str:
 
 @cli_entry
 def main(argv=None):
-    args = parse_args(argv)
-    accelerator = make_accelerator(args)
-    with owned(args.out, accelerator.is_main_process):  # this run's OUT, no other's
-        run(args, accelerator)
+    run_owned(parse_args(argv), run)
 
 
 def run(args, accelerator):

@@ -33,8 +33,7 @@ from mobilekd.flags import at_least, fill_unset
 from mobilekd.finetune.baseline import bag_of_words_baseline
 from mobilekd.finetune.evaluation import DevEvaluator, build_model
 from mobilekd.finetune.objective import task_loss
-from mobilekd.rundir import owned
-from mobilekd.train.common import add_training_flags, make_accelerator, train_config
+from mobilekd.train.common import add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 
 SMALL_MODEL_PARAMS = 10_000_000  # below this, fine-tuning defaults to SMALL_MODEL_LR
@@ -92,10 +91,7 @@ def default_lr(task: str, params: int) -> float:
 
 @cli_entry
 def main(argv=None):
-    args = parse_args(argv)
-    accelerator = make_accelerator(args)
-    with owned(args.out, accelerator.is_main_process):  # this run's OUT, no other's
-        run(args, accelerator)
+    run_owned(parse_args(argv), run)
 
 
 def run(args, accelerator):

@@ -21,8 +21,7 @@ from mobilekd.flags import at_least, fill_unset
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.presets import get_preset
-from mobilekd.rundir import owned
-from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, make_accelerator, train_config
+from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, run_owned, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
 from mobilekd.train.loop import Stage, run_plan
 from teacher_ib_bert import TEACHER_PRESETS, pretraining_defaults
@@ -54,10 +53,7 @@ def parse_args(argv=None):
 
 @cli_entry
 def main(argv=None):
-    args = parse_args(argv)
-    accelerator = make_accelerator(args)
-    with owned(args.out, accelerator.is_main_process):  # this run's OUT, no other's
-        run(args, accelerator)
+    run_owned(parse_args(argv), run)
 
 
 def run(args, accelerator):

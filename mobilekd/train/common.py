@@ -11,6 +11,7 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 
 from mobilekd.flags import add_flags, from_flags
+from mobilekd.rundir import owned
 from mobilekd.train.loop import TrainConfig
 
 SHIPPED_CORPORA = ["data/corpus/brown.txt.gz", "data/corpus/austen.txt.gz"]
@@ -41,6 +42,14 @@ def add_training_flags(parser: argparse.ArgumentParser, *, out: str, batch_size:
 def train_config(args, **values) -> TrainConfig:
     """The loop's settings from the parsed flags; `values` sets the others (the run's identity, eval_every)."""
     return from_flags(TrainConfig, args, **{"out_dir": Path(args.out), **values})
+
+
+def run_owned(args, run) -> None:
+    """Set up Accelerate for the parsed flags and call `run(args, accelerator)` while this run owns --out (its
+    main process holds the OUT lock, `mobilekd.rundir`)."""
+    accelerator = make_accelerator(args)
+    with owned(args.out, accelerator.is_main_process):
+        run(args, accelerator)
 
 
 def make_accelerator(args) -> Accelerator:
