@@ -49,10 +49,11 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
     for name, path in (tflite or {}).items():
         if not Path(path).is_file():
             raise located(path, "no such .tflite file")
-        read_graph(path)  # a text file or a truncated model is named here, before any timing
         files[name] = (name, "dynamic-int8" if "int8" in Path(path).name else "none", Path(path))
     if not files:
         raise UserError("nothing to measure: give --models and/or --tflite")
+    # each graph read once, before any timing: a text file or a truncated model is named here
+    graphs = {label: read_graph(path) for label, (_, _, path) in files.items()}
 
     peak_files = peak_models(cache)
     timed = measure_in_child(list(peak_files.values()) + [path for _, _, path in files.values()], threads,
@@ -66,7 +67,7 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
     profiles = {d: cost.load_profile(d) for d in devices}
     rows = {}
     for label, (name, quantize, path) in tqdm(files.items(), desc="memory + estimate", unit="model"):
-        graph = read_graph(path)
+        graph = graphs[label]
         costs = cost.op_costs(graph)
         gflops = sum(c["flops"] for c in costs) / 1e9
         int8 = quantize != "none"

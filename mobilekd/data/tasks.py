@@ -52,6 +52,14 @@ class Task:
         """What a model fine-tuned on this task has as `id2label`."""
         return {0: "score"} if self.is_regression else dict(enumerate(self.labels))
 
+    def targets(self, examples) -> np.ndarray:
+        """The examples' labels as training targets: scores (float32) for regression, else class ids in the
+        order of `labels`."""
+        if self.is_regression:
+            return np.asarray([e.label for e in examples], dtype=np.float32)
+        index = {label: i for i, label in enumerate(self.labels)}
+        return np.asarray([index[e.label] for e in examples], dtype=np.int64)
+
     def fits(self, id2label: dict) -> bool:
         """A model's labels are this task's: its names, or the files' values (models fine-tuned before labels
         had names, e.g. SST-2's "0"/"1")."""
@@ -137,11 +145,7 @@ def encode_classification(task: Task, examples, tokenizer, max_len: int) -> Enco
     enc = tokenizer(a, b, truncation=True, max_length=max_len, padding="max_length")
     arrays = {k: np.asarray(enc[k], dtype=np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
     if all(e.label is not None for e in examples):
-        if task.is_regression:
-            arrays["labels"] = np.asarray([e.label for e in examples], dtype=np.float32)
-        else:
-            index = {label: i for i, label in enumerate(task.labels)}
-            arrays["labels"] = np.asarray([index[e.label] for e in examples], dtype=np.int64)
+        arrays["labels"] = task.targets(examples)
     return EncodedSplit(arrays)
 
 

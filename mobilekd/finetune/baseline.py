@@ -26,15 +26,11 @@ def bag_of_words_baseline(task: Task, train, dev, seed: int = 0) -> dict:
     start = time.time()
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True)
     x_train, x_dev = vectorizer.fit_transform(_texts(train)), vectorizer.transform(_texts(dev))
+    y, labels = task.targets(train), task.targets(dev)
     if task.is_regression:
-        y = np.asarray([e.label for e in train], dtype=np.float64)
         model, method = Ridge(alpha=1.0), "tfidf+ridge"
-        labels = np.asarray([e.label for e in dev], dtype=np.float64)
     else:
-        index = {label: i for i, label in enumerate(task.labels)}
-        y = np.asarray([index[e.label] for e in train])
         model, method = LogisticRegression(max_iter=1000, C=10.0, random_state=seed), "tfidf+logreg"
-        labels = np.asarray([index[e.label] for e in dev])
     if len(set(y.tolist())) < 2 and not task.is_regression:
         predictions = np.full(len(dev), y[0])  # one class in training: the majority answer
     else:
