@@ -48,13 +48,13 @@ def test_other_methods_matches_cls_embeddings_and_a_learned_projection():
                Match(feature="cls", loss="cosine", weight=2.0, teacher_layer=3, student_layer=3, projection=True)]
     assert check_matches(matches, teacher_cfg, student_cfg) == []
     projections = projections_for(matches, teacher_cfg, student_cfg)
-    assert set(projections) == {"mse_embeddings", "mse_L1", "cosine_L3"}
-    assert projections["mse_L1"].weight.shape == (128, 64)
+    assert set(projections) == {"embeddings", "L1", "L3"}  # one per site the student's features are read at
+    assert projections["L1"].weight.shape == (128, 64)
     terms = evaluate(matches, teacher, student, projections)
     cls = cosine_hidden(teacher.encoder.feature_maps[3][:, 0],
-                        projections["cosine_L3"](student.encoder.feature_maps[3][:, 0]))
+                        projections["L3"](student.encoder.feature_maps[3][:, 0]))
     assert torch.equal(terms["cosine_L3"], cls.detach())
-    mse_emb = torch.nn.functional.mse_loss(projections["mse_embeddings"](student.encoder.embeddings),
+    mse_emb = torch.nn.functional.mse_loss(projections["embeddings"](student.encoder.embeddings),
                                            teacher.encoder.embeddings)
     assert terms["mse_embeddings"].item() == pytest.approx(mse_emb.item(), rel=1e-6)
     # two student layers touched (1 and 3): the weighted sum is averaged over them
@@ -62,23 +62,42 @@ def test_other_methods_matches_cls_embeddings_and_a_learned_projection():
     assert terms["loss"].item() == pytest.approx(total.item(), rel=1e-6)
     loss = terms["loss"]
     loss.backward()  # the projections learn with the student
-    assert projections["mse_L1"].weight.grad is not None
+    assert projections["L1"].weight.grad is not None
 
 
 def test_matches_that_cannot_run_are_refused_with_the_reason():
     teacher, student = PRESETS["demo_teacher"].config, PRESETS["demo_student"].config
     wide = PRESETS["mobilebert"].config
     problems = check_matches([Match(feature="hidden", loss="fmt", teacher_layer=0, student_layer=0)], teacher, wide)
-    assert problems == ["feature-map widths differ (teacher hidden_size 128, student 512)"]
+    assert problems == ["feature-map widths differ (teacher hidden_size 128, student 512) and the match has no "
+                        "projection"]
     assert check_matches([Match(feature="attention", loss="at", teacher_layer=0, student_layer=0)], teacher,
-                         student.replace(num_attention_heads=2)) == ["head counts differ (teacher 4, student 2)"]
+                         student.replace(num_attention_heads=3, intra_bottleneck_size=33)) == [
+        "the teacher's 4 attention heads cannot be grouped into the student's 3 (the count must divide)"]
+    assert check_matches([Match(feature="attention", loss="mse", teacher_layer=0, student_layer=0, projection=True)],
+                         teacher, student) == ["mse_L0: only feature maps (hidden, cls, embeddings) can be projected"]
     assert "layers must be teacher 0..3 and student 0..3, got 4 and 0" in check_matches(
         [Match(feature="hidden", loss="fmt", teacher_layer=4, student_layer=0)], teacher, student)[0]
     assert "unknown loss 'l7'" in check_matches([Match(feature="hidden", loss="l7", teacher_layer=0,
                                                        student_layer=0)], teacher, student)[0]
     assert "unknown feature 'ffn'" in check_matches([Match(feature="ffn", loss="mse")], teacher, student)[0]
-    with pytest.raises(UserError, match="^teacher and student cannot be paired: head counts differ"):
-        refuse(check_matches(mobilebert_matches([0], [0]), teacher, student.replace(num_attention_heads=2)))
+    with pytest.raises(UserError, match="^teacher and student cannot be paired: the teacher's 4 attention heads"):
+        refuse(check_matches(mobilebert_matches([0], [0]), teacher,
+                             student.replace(num_attention_heads=3, intra_bottleneck_size=33)))
+
+
+def test_attention_transfer_across_head_counts_averages_groups_of_teacher_heads():
+    """12 teacher heads over a 4-head student (all-MiniLM-L6-v2 -> mobilebert_h384): heads 0-2 -> 0, 3-5 -> 1..."""
+    teacher_cfg = PRESETS["demo_teacher"].config.replace(num_attention_heads=8)
+    student_cfg = PRESETS["demo_student"].config  # 4 heads
+    teacher, student = _features(teacher_cfg, 0), _features(student_cfg, 1)
+    assert check_matches(mobilebert_matches([0], [0]), teacher_cfg, student_cfg) == []
+    terms = evaluate(mobilebert_matches([0, 1, 2, 3], [2]), teacher, student)
+    t = teacher.encoder.attentions[2]
+    grouped = torch.stack([t[:, 2 * h:2 * h + 2].mean(1) for h in range(4)], dim=1)
+    assert torch.allclose(grouped.sum(-1), torch.ones(1))  # still distributions
+    assert terms["at_L2"].item() == pytest.approx(attention_transfer(grouped, student.encoder.attentions[2]).item(),
+                                                  rel=1e-6)
 
 
 def test_one_head_registry_names_classes_architectures_and_outputs():

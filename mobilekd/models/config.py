@@ -34,6 +34,9 @@ class ModelConfig:
     pad_token_id: int = 0
     embedding_size: int = 128
     trigram_input: bool = True
+    # MobileBERT always lifts the embeddings with a dense layer (transformers builds one even at equal widths);
+    # BERT has none. Needed whenever the trigram or a narrower embedding changes the width.
+    embedding_transformation: bool = True
     use_bottleneck: bool = True
     intra_bottleneck_size: int = 128
     use_bottleneck_attention: bool = False
@@ -41,6 +44,7 @@ class ModelConfig:
     num_feedforward_networks: int = 4
     normalization_type: str = "no_norm"
     classifier_activation: bool = True
+    classifier_dropout: float | None = None  # transformers' field; None: hidden_dropout_prob
     # Task heads (fine-tuning); empty for pre-training models.
     id2label: dict = field(default_factory=dict)
     problem_type: str | None = None
@@ -68,8 +72,9 @@ class ModelConfig:
 
     @property
     def hf_compatible(self) -> bool:
-        """Whether transformers' MobileBERT classes can hold this architecture."""
-        return self.attention_input_size == self.true_hidden_size
+        """Whether transformers' MobileBERT classes can hold this architecture (they always lift the embeddings
+        with a dense layer, which BERT-layout models lack)."""
+        return self.attention_input_size == self.true_hidden_size and self.embedding_transformation
 
     @property
     def num_labels(self) -> int:
@@ -93,6 +98,8 @@ class ModelConfig:
                       f"num_attention_heads {self.num_attention_heads}")
         if self.embedding_size > self.hidden_size:
             raise bad(f"embedding_size {self.embedding_size} exceeds hidden_size {self.hidden_size}")
+        if not self.embedding_transformation and (self.trigram_input or self.embedding_size != self.hidden_size):
+            raise bad("embedding_transformation: false needs embedding_size == hidden_size and no trigram_input")
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

@@ -40,12 +40,13 @@ class LMPredictionHead(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.transform = PredictionHeadTransform(config)
-        self.dense = nn.Linear(config.vocab_size, config.hidden_size - config.embedding_size, bias=False)
+        extra = config.hidden_size - config.embedding_size  # none at equal widths (BERT)
+        self.dense = nn.Linear(config.vocab_size, extra, bias=False) if extra else None
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, x, word_embeddings: torch.Tensor):
         x = self.transform(x)
-        weight = torch.cat([word_embeddings.t(), self.dense.weight], dim=0)
+        weight = word_embeddings.t() if self.dense is None else torch.cat([word_embeddings.t(), self.dense.weight])
         return x @ weight + self.bias
 
 
@@ -96,7 +97,8 @@ class MobileBertForSequenceClassification(nn.Module):
         super().__init__()
         self.config = config
         self.mobilebert = MobileBert(config)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        dropout = config.classifier_dropout
+        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
         self.classifier = nn.Linear(config.hidden_size, max(config.num_labels, 1))
         init_weights(self, config.initializer_range)
 

@@ -56,6 +56,7 @@ def bert_as_mobilebert(d: dict) -> dict:
     """A transformers BERT config as the equivalent MobileBERT-family config (no bottleneck, one FFN,
     LayerNorm, embedding width = hidden width): BERT is the family member without MobileBERT's changes."""
     return {**d, "embedding_size": d.get("hidden_size", 768), "trigram_input": False, "use_bottleneck": False,
+            "embedding_transformation": False,
             "intra_bottleneck_size": d.get("hidden_size", 768), "key_query_shared_bottleneck": False,
             "use_bottleneck_attention": False, "num_feedforward_networks": 1, "normalization_type": "layer_norm",
             "hidden_act": d.get("hidden_act", "gelu"), "classifier_activation": True,
@@ -88,24 +89,42 @@ def load_state(path) -> dict[str, torch.Tensor]:
         raise located(path, f"not a readable safetensors file ({err})") from None
 
 
-def load_pretrained(model_dir, head: str | None = None, config: ModelConfig | None = None) -> torch.nn.Module:
+def _our_name(key: str) -> str:
+    """transformers BERT checkpoints name the encoder `bert.` (BertFor...) or nothing at all (BertModel)."""
+    if key.startswith("bert."):
+        return "mobilebert." + key[len("bert."):]
+    if key.startswith(("embeddings.", "encoder.", "pooler.")):
+        return "mobilebert." + key
+    return key
+
+
+def load_pretrained(model_dir, head: str | None = None, config: ModelConfig | None = None,
+                    require_head: bool = False) -> torch.nn.Module:
     """Build the model class for `head` and load the directory's weights into it.
 
-    The encoder (`mobilebert.*`) must load completely; a head absent from the file (e.g. a classifier on a
-    pre-trained encoder) keeps its fresh initialisation, and weights of another head are ignored.
+    The encoder (`mobilebert.*`, the pooler included when the config has one) must load completely: a missing
+    pooler is refused, not left at a random initialisation. A head absent from the file (e.g. a classifier on a
+    pre-trained encoder, or MLM/NSP heads on a transformers `BertModel`) keeps its fresh initialisation unless
+    `require_head`, and weights of another head are ignored.
     """
     saved_config, saved_head = load_config(model_dir)
     config = config or saved_config
     model = HEADS[head or saved_head].model_class(config)
     path = Path(model_dir) / "model.safetensors"
-    state = {("mobilebert." + k[len("bert."):] if k.startswith("bert.") else k): v
-             for k, v in load_state(path).items()}  # transformers BERT checkpoints name the encoder "bert"
+    state = {_our_name(k): v for k, v in load_state(path).items()}
     own = model.state_dict()
     for key, value in state.items():
         if key in own and own[key].shape != value.shape:
             raise located(path, f"{key} has shape {tuple(value.shape)}, the config needs {tuple(own[key].shape)}")
-    missing = [k for k in own if k not in state and k.startswith("mobilebert.") and ".pooler." not in k]
+    missing = [k for k in own if k not in state and k.startswith("mobilebert.")]
     if missing:
-        raise located(path, f"lacks {len(missing)} encoder weights for this config, e.g. {missing[0]}")
+        what = "the pooler" if all(".pooler." in k for k in missing) else f"{len(missing)} encoder weights"
+        raise located(path, f"lacks {what} for this config, e.g. {missing[0]}")
+    if require_head:
+        absent = [k for k in own if k not in state and not k.startswith("mobilebert.")]
+        if absent:
+            raise located(path, f"has no trained {head or saved_head} head (e.g. {absent[0]}); a transformers "
+                                f"BertModel needs its MLM and NSP heads fitted first: scripts/train_teacher.sh "
+                                f"--init-from {model_dir}")
     model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
     return model

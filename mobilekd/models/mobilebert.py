@@ -36,7 +36,14 @@ class Pooler(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
+        self.std = config.initializer_range
         self.dense = nn.Linear(config.hidden_size, config.hidden_size) if config.classifier_activation else None
+
+    def reset(self, std: float | None = None) -> None:
+        """A fresh pooler dense (BERT's initialisation), e.g. before fine-tuning from an NSP-trained one."""
+        if self.dense is not None:
+            torch.nn.init.normal_(self.dense.weight, std=self.std if std is None else std)
+            torch.nn.init.zeros_(self.dense.bias)
 
     def forward(self, hidden):
         first = hidden[:, 0]

@@ -14,6 +14,13 @@ matrix products dominate a CPU step: at this size a teacher step over 32 sequenc
 half a second on one core, so teacher pre-training, every PKT stage and fine-tuning each fit in minutes, while
 the word-embedding table (30522 x 64, the bert-base-uncased vocab) still dominates the parameter count as it
 does at full size.
+
+`mobilebert_h384` is the demo's student of the packaged all-MiniLM-L6-v2 teacher (6 layers, hidden 384, 12 heads):
+MobileBERT's shape (bottlenecks 384 -> 96 -> 384, shared Q/K bottleneck, 4 stacked FFNs, NoNorm, ReLU, 4 heads,
+no pooler dense) with the teacher's depth and inter-block width, so feature maps line up layer by layer without
+a projection as in the paper's pair, and the teacher's 384-wide embedding table is shared (no trigram; the
+embedding's dense lift starts at the identity). Attention transfer averages the teacher's 12 heads in groups of 3.
+The 30522 x 384 table is 11.7M of its 14.9M parameters; its encoder costs about 0.27x the teacher's per layer.
 """
 
 from __future__ import annotations
@@ -63,7 +70,8 @@ PRESETS = {
         Preset(name="bert_base",
                config=ModelConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                                   intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
-                                  embedding_size=768, trigram_input=False, use_bottleneck=False,
+                                  embedding_size=768, trigram_input=False, embedding_transformation=False,
+                                  use_bottleneck=False,
                                   intra_bottleneck_size=768, key_query_shared_bottleneck=False,
                                   num_feedforward_networks=1, normalization_type="layer_norm"),
                description="BERT_BASE baseline: 12 layers, 768 wide, 12 heads",
@@ -78,6 +86,11 @@ PRESETS = {
                config=ModelConfig(hidden_size=128, num_hidden_layers=4, intra_bottleneck_size=32,
                                   intermediate_size=128, embedding_size=64, classifier_activation=False),
                description="demo MobileBERT student: 4 layers, inter-block 128, intra-block 32, 4 FFNs of 128"),
+        Preset(name="mobilebert_h384",
+               config=_MOBILEBERT.replace(hidden_size=384, num_hidden_layers=6, intra_bottleneck_size=96,
+                                          intermediate_size=384, embedding_size=384, trigram_input=False),
+               description="the demo student of all-MiniLM-L6-v2: 6 layers, inter-block 384, intra-block 96, "
+                           "4 FFNs of 384, the teacher's embedding"),
     ]
 }
 
