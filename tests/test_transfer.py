@@ -67,10 +67,11 @@ def test_distilbert_cosine_loss_by_hand():
 def test_pairs_that_cannot_be_distilled_are_refused():
     teacher, student = PRESETS["demo_teacher"].config, PRESETS["demo_student"].config
     assert check_pair(teacher, student, None) == [0, 1, 2, 3]
-    with pytest.raises(UserError, match="feature-map widths differ"):
+    # another width pairs through projections; another depth needs a layer map
+    with pytest.raises(UserError, match="depths differ"):
         check_pair(teacher, PRESETS["mobilebert"].config, None)
-    with pytest.raises(UserError, match="head counts differ"):
-        check_pair(teacher, student.replace(num_attention_heads=2), None)
+    with pytest.raises(UserError, match="attention heads cannot be grouped"):
+        check_pair(teacher, student.replace(num_attention_heads=3, intra_bottleneck_size=33), None)
     with pytest.raises(UserError, match="no --layer-map"):
         check_pair(teacher.replace(num_hidden_layers=8), student, None)
     assert check_pair(teacher.replace(num_hidden_layers=8), student, [1, 3, 5, 7]) == [1, 3, 5, 7]
@@ -78,7 +79,7 @@ def test_pairs_that_cannot_be_distilled_are_refused():
 
 def test_plans_have_the_papers_shapes():
     distiller = Distiller(MobileBertForPreTraining(PRESETS["demo_teacher"].config), [0, 1, 2, 3],
-                          PlanSettings(layer_steps=5, pd_steps=7))
+                          PlanSettings(layer_steps=5, pd_steps=7), PRESETS["demo_student"].config)
     assert [(s.name, s.steps) for s in plan("akt", distiller, 4)] == [("akt", 27)]
     assert [(s.name, s.steps) for s in plan("jkt", distiller, 4)] == [("jkt", 20), ("pd", 7)]
     assert [(s.name, s.steps) for s in plan("pkt", distiller, 4)] == [
@@ -97,7 +98,8 @@ def test_pkt_freezes_exactly_the_layers_below(small_corpus, tokenizer, tmp_path,
     student = MobileBertForPreTraining(PRESETS["demo_student"].config)
     copy_shared_weights(teacher, student)
     data = load_pretraining_data([small_corpus], tokenizer, 32, 0, tmp_path / "cache")
-    stages = plan("pkt", Distiller(teacher, [0, 1, 2, 3], PlanSettings(layer_steps=2, pd_steps=1, freeze=freeze)), 4)
+    stages = plan("pkt", Distiller(teacher, [0, 1, 2, 3], PlanSettings(layer_steps=2, pd_steps=1, freeze=freeze),
+                                   student.config), 4)
     accelerator = Accelerator(cpu=True)
     before = {k: v.clone() for k, v in student.state_dict().items()}
     for l, stage in enumerate(stages[:4]):
@@ -105,7 +107,9 @@ def test_pkt_freezes_exactly_the_layers_below(small_corpus, tokenizer, tmp_path,
         after = {k: v.clone() for k, v in student.state_dict().items()}
         for layer in range(-1, 4):
             changed = any(not torch.equal(before[k], after[k]) for k in _layer_params(after, layer))
-            trains = layer == l or (l == 0 and layer == -1) or (freeze == "soft" and layer < l)
+            # hard (the paper): the current layer, and the embeddings in stage 0; soft (official TF1): the current
+            # layer and those below, never the embeddings
+            trains = (layer == l or (l == 0 and layer == -1)) if freeze == "hard" else 0 <= layer <= l
             assert changed == trains, (freeze, l, layer)
         heads = [k for k in after if k.startswith("cls.")]
         assert all(torch.equal(before[k], after[k]) for k in heads)
@@ -146,7 +150,50 @@ def test_resume_mid_stage_after_sigkill(demo_teacher_dir, small_corpus, tmp_path
 def test_mismatched_teacher_is_one_line(demo_teacher_dir, tmp_path):
     proc = run_module("mobilekd.recipes.distill", "--teacher", demo_teacher_dir, "--student", "mobilebert",
                       "--out", tmp_path / "x", "--cache-dir", tmp_path / "c", check=False)
-    assert "cannot be paired: feature-map widths differ" in one_line_error(proc)
+    assert "cannot be paired: depths differ (teacher 4, student 24) and no --layer-map was given" in \
+        one_line_error(proc)
     proc = run_module("mobilekd.recipes.distill", "--teacher", tmp_path / "nothing", "--out", tmp_path / "y",
                       check=False)
     assert "no teacher here" in one_line_error(proc)
+
+
+def test_student_starts_from_the_teacher_by_name_as_the_official_code():
+    """Embeddings and MLM head copy where shapes match; a NoNorm keeps its initial values (TF1 names it apart from
+    LayerNorm); the NSP classifier of a tanh-pooler teacher is not copied onto a pooler-less student."""
+    torch.manual_seed(0)
+    teacher = MobileBertForPreTraining(PRESETS["demo_teacher"].config)
+    with torch.no_grad():
+        for p in teacher.parameters():
+            p.add_(0.5)
+    student = MobileBertForPreTraining(PRESETS["demo_student"].config)
+    copied = copy_shared_weights(teacher, student)
+    t, s = teacher.state_dict(), student.state_dict()
+    for name in ("mobilebert.embeddings.word_embeddings.weight", "mobilebert.embeddings.embedding_transformation.weight",
+                 "cls.predictions.transform.dense.weight", "cls.predictions.bias"):
+        assert name in copied and torch.equal(s[name], t[name])
+    assert torch.equal(s["mobilebert.embeddings.LayerNorm.weight"], torch.ones(128))  # NoNorm as initialised
+    assert not any(n.startswith("cls.seq_relationship.") for n in copied)
+    assert not any(n.startswith("mobilebert.encoder.") for n in copied)
+
+
+def test_soft_freeze_follows_the_official_layer_wise_learning_rates():
+    """TF1 distill_util.py: current layer 3x, layers below 0.3x, embeddings and heads 0; each phase warms up over
+    10% and then decays polynomially (power 0.5) to 0.9 of its peak."""
+    from mobilekd.train.loop import _param_groups, _schedule
+
+    teacher = MobileBertForPreTraining(PRESETS["demo_teacher"].config)
+    settings = PlanSettings(layer_steps=20, pd_steps=1, freeze="soft", lr=1e-3)
+    stage = plan("pkt", Distiller(teacher, [0, 1, 2, 3], settings, PRESETS["demo_student"].config), 4)[2]
+    assert stage.lr_scale("mobilebert.encoder.layer.2.attention.self.query.weight") == 3.0
+    assert stage.lr_scale("mobilebert.encoder.layer.1.attention.self.query.weight") == 0.3
+    assert not stage.trainable("mobilebert.embeddings.word_embeddings.weight")
+    assert not stage.trainable("cls.predictions.bias") and not stage.trainable("mobilebert.encoder.layer.3.output.dense.weight")
+    student = MobileBertForPreTraining(PRESETS["demo_student"].config)
+    for name, p in student.named_parameters():
+        p.requires_grad_(stage.trainable(name))
+    optimizer = torch.optim.AdamW(_param_groups(student, stage), lr=stage.lr)
+    scheduler = _schedule(optimizer, stage)
+    factors = [scheduler.lr_lambdas[0](step) for step in range(20)]
+    assert factors[0] == 0.0 and factors[2] == pytest.approx(1.0)  # warm-up over the first 2 of 20 steps
+    assert factors[-1] == pytest.approx(0.9 + 0.1 * (1 / 18) ** 0.5, rel=1e-6)  # near the peak, not at 0
+    assert scheduler.lr_lambdas[0](20) == pytest.approx(0.9)

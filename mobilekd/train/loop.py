@@ -25,7 +25,7 @@ import torch
 from accelerate import Accelerator
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
-from transformers import get_linear_schedule_with_warmup
+from transformers import get_linear_schedule_with_warmup, get_polynomial_decay_schedule_with_warmup
 
 from mobilekd.errors import UserError
 from mobilekd.train.checkpoint import find_checkpoint, load_checkpoint, read_trainer_state, save_checkpoint
@@ -49,6 +49,9 @@ class Stage:
     lr: float = 1e-4
     lr_scale: Callable[[str], float] = _one
     warmup: float = 0.1  # fraction of the stage's steps
+    # after the warm-up the rate decays to decay_to x its peak, polynomially with decay_power (1: linearly)
+    decay_to: float = 0.0
+    decay_power: float = 1.0
     weight_decay: float = 0.01
     info: dict = field(default_factory=dict)  # data copied into the stage's summary (e.g. its matches)
 
@@ -107,6 +110,15 @@ def _param_groups(model, stage: Stage):
     return list(groups.values())
 
 
+def _schedule(optimizer, stage: Stage):
+    """Linear warm-up, then linear decay to 0, or polynomial decay to `decay_to` x the peak."""
+    warmup = int(stage.warmup * stage.steps)
+    if stage.decay_to == 0.0 and stage.decay_power == 1.0:
+        return get_linear_schedule_with_warmup(optimizer, warmup, stage.steps)
+    return get_polynomial_decay_schedule_with_warmup(optimizer, warmup, stage.steps, lr_end=stage.lr * stage.decay_to,
+                                                     power=stage.decay_power)
+
+
 def freeze_for_stage(model, stage: Stage) -> int:
     """Set requires_grad by the stage's predicate; return the number of trainable parameters."""
     n = 0
@@ -147,7 +159,7 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
         n_trainable = freeze_for_stage(unwrapped, stage)
         optim_cls = Lamb if cfg.optimizer == "lamb" else torch.optim.AdamW
         optimizer = optim_cls(_param_groups(unwrapped, stage), lr=stage.lr)
-        scheduler = get_linear_schedule_with_warmup(optimizer, int(stage.warmup * stage.steps), stage.steps)
+        scheduler = _schedule(optimizer, stage)
         if ckpt is not None and index == trainer["stage"]:
             # Mid-stage: weights, optimizer, schedule and RNG. At a stage boundary the new optimizer starts fresh.
             mid_stage = trainer["step"] > 0

@@ -5,8 +5,12 @@ TextBrewer's `intermediate_matches` (src/textbrewer/distiller_general.py, the lo
 `GeneralDistiller.train_on_batch`: per match, `MATCH_LOSS_MAP[loss](student feature, teacher feature) * weight`,
 the student's feature through its projection first) is the public example of the idea; ours is typed and
 validated against the two model configs before a step runs (`check_matches`). As there, a projection maps the
-student's side only (TextBrewer trains it by adding its parameters to the optimizer, `GeneralDistiller.train`;
-our training loop does not take such extra parameters yet, see `projections_for`).
+student's side only and trains with the student (TextBrewer adds its parameters to the optimizer,
+`GeneralDistiller.train`; `projections_for` builds ours, which the distillation recipe trains and checkpoints with
+the student and drops before saving it).
+
+Teachers and students of different widths pair through projections (TinyBERT's W_h); of different head counts,
+through `group_heads` (the teacher's heads averaged in consecutive groups, one group per student head).
 
     MobileBERT (paper, Section 4.1): per student layer l, Match(feature="hidden", loss="fmt", weight=100,
         teacher_layer=map[l], student_layer=l) and Match(feature="attention", loss="at", ...)  (`mobilebert_matches`)
@@ -71,6 +75,11 @@ class Match:
         """The term's name in logs and summaries: `fmt_L3` for a layer's term, `mse_embeddings` otherwise."""
         return f"{self.loss}_L{self.student_layer}" if self.feature in LAYERED else f"{self.loss}_{self.feature}"
 
+    @property
+    def site(self) -> str:
+        """Where the student's feature is read (`L3`, `embeddings`): matches of one site share its projection."""
+        return f"L{self.student_layer}" if self.feature in LAYERED else self.feature
+
 
 @dataclass
 class Features:
@@ -96,6 +105,16 @@ def deepest(matches: list[Match], side: str) -> int:
     return max(layers) + 1 if layers else 0
 
 
+def group_heads(attention: torch.Tensor, heads: int) -> torch.Tensor:
+    """A teacher's attention distributions (B, A, T, T) as `heads` distributions: consecutive groups of A / heads
+    heads averaged (still distributions over the attended positions). Our choice for teachers with more heads than
+    the student (all-MiniLM-L6-v2: 12 over MobileBERT's 4; BERT-large: 16 over 4): MobileBERT pairs equal head
+    counts (paper, Section 4.1) and TinyBERT equal ones too (Section 3.1); TinyBERT's later MiniLM averages
+    nothing but transfers one relation per head, which needs equal counts as well."""
+    b, a, t, _ = attention.shape
+    return attention if a == heads else attention.view(b, heads, a // heads, t, t).mean(2)
+
+
 def evaluate(matches: list[Match], teacher: Features, student: Features,
              projections: dict[str, torch.nn.Module] | None = None) -> dict[str, torch.Tensor]:
     """Every match's term (detached, under its `name`) and `loss`, their weighted sum averaged over the student
@@ -106,11 +125,14 @@ def evaluate(matches: list[Match], teacher: Features, student: Features,
     terms, total = {}, 0.0
     for m in matches:
         s = student.select(m.feature, m.student_layer)
+        t = teacher.select(m.feature, m.teacher_layer)
         if m.projection:
-            if not projections or m.name not in projections:
+            if not projections or m.site not in projections:
                 raise UserError(f"{m.name}: a projected match needs its projection (objectives.projections_for)")
-            s = projections[m.name](s)
-        value = LOSSES[m.loss](teacher.select(m.feature, m.teacher_layer), s)
+            s = projections[m.site](s)
+        if m.feature == "attention":
+            t = group_heads(t, s.shape[1])
+        value = LOSSES[m.loss](t, s)
         terms[m.name] = value.detach()
         total = total + m.weight * value / count
     terms["loss"] = total
@@ -134,12 +156,14 @@ def check_matches(matches: list[Match], teacher: ModelConfig, student: ModelConf
                                            and 0 <= m.student_layer < student.num_hidden_layers):
             problems.append(f"{m.name}: layers must be teacher 0..{teacher.num_hidden_layers - 1} and student "
                             f"0..{student.num_hidden_layers - 1}, got {m.teacher_layer} and {m.student_layer}")
-        elif m.feature == "attention" and teacher.num_attention_heads != student.num_attention_heads:
-            problems.append(f"head counts differ (teacher {teacher.num_attention_heads}, student "
-                            f"{student.num_attention_heads})")
+        elif m.feature == "attention" and teacher.num_attention_heads % student.num_attention_heads:
+            problems.append(f"the teacher's {teacher.num_attention_heads} attention heads cannot be grouped into the "
+                            f"student's {student.num_attention_heads} (the count must divide)")
         elif _width(teacher, m.feature) != _width(student, m.feature) and not m.projection:
             problems.append(f"feature-map widths differ (teacher hidden_size {teacher.hidden_size}, student "
-                            f"{student.hidden_size})")
+                            f"{student.hidden_size}) and the match has no projection")
+        elif m.projection and m.feature not in ("hidden", "cls", "embeddings"):
+            problems.append(f"{m.name}: only feature maps (hidden, cls, embeddings) can be projected")
     return list(dict.fromkeys(problems))
 
 
@@ -149,24 +173,28 @@ def refuse(problems: list[str]) -> None:
 
 
 def projections_for(matches: list[Match], teacher: ModelConfig, student: ModelConfig) -> torch.nn.ModuleDict:
-    """One linear map per projected match (TinyBERT's W_h, Section 3.1), to be trained beside the student and
-    dropped after distillation, never part of a saved or exported student. The plans in `strategies` (MobileBERT's
-    equal-width pairs) use none yet: giving these parameters to the optimizer and the checkpoint, as TextBrewer
-    does, comes with teachers of other widths."""
-    return torch.nn.ModuleDict({m.name: torch.nn.Linear(_width(student, m.feature), _width(teacher, m.feature))
+    """One linear map per site of projected matches (TinyBERT's W_h, Section 3.1: student width -> teacher
+    width), trained beside the student and dropped after distillation, never part of a saved or exported student.
+
+    TinyBERT shares one W_h across layers (`fit_dense` in TinyBERT/transformer/modeling.py); ours is one per
+    student layer, so that each stage of progressive transfer trains its own layer's map and a frozen lower layer
+    keeps a map fitted to it."""
+    return torch.nn.ModuleDict({m.site: torch.nn.Linear(_width(student, m.feature), _width(teacher, m.feature))
                                 for m in matches if m.projection})
 
 
 def mobilebert_matches(layer_map: list[int], layers: list[int], *, fmt: float = 100.0, at: float = 1.0,
-                       mean: float = 0.0, var: float = 0.0) -> list[Match]:
+                       mean: float = 0.0, var: float = 0.0, projection: bool = False) -> list[Match]:
     """MobileBERT's layer-wise objective for the given student layers (Section 4.1, eq. 2-3, and the official
     code's mean and variance terms, see `transfer.losses`): feature-map transfer and attention transfer per
-    layer, then mean and variance transfer where their weights are set."""
+    layer, then mean and variance transfer where their weights are set. `projection`: the feature-map terms read
+    the student's map through its layer's learned projection (teachers of another width)."""
     matches = []
     for l in layers:
         pair = dict(teacher_layer=layer_map[l], student_layer=l)
-        matches += [Match(feature="hidden", loss="fmt", weight=fmt, **pair),
+        hidden = dict(pair, projection=projection)
+        matches += [Match(feature="hidden", loss="fmt", weight=fmt, **hidden),
                     Match(feature="attention", loss="at", weight=at, **pair)]
-        matches += [Match(feature="hidden", loss="mean", weight=mean, **pair)] if mean else []
-        matches += [Match(feature="hidden", loss="var", weight=var, **pair)] if var else []
+        matches += [Match(feature="hidden", loss="mean", weight=mean, **hidden)] if mean else []
+        matches += [Match(feature="hidden", loss="var", weight=var, **hidden)] if var else []
     return matches

@@ -25,7 +25,7 @@ from mobilekd.models.heads import mlm_loss
 from mobilekd.train.loop import Stage
 from mobilekd.transfer.losses import logit_distillation
 from mobilekd.transfer.objectives import (Features, Match, check_matches, deepest, evaluate, mobilebert_matches,
-                                          refuse)
+                                          projections_for, refuse)
 
 
 @dataclass(kw_only=True)
@@ -53,8 +53,10 @@ class PlanSettings:
     warmup: float = field(default=0.1, metadata={"min": 0.0, "help": "warm-up fraction of each stage"})
     freeze: str = field(default="hard", metadata={
         "choices": ["hard", "soft"],
-        "help": "PKT: hard freezes the layers below the current one; soft trains them at 0.3x the learning rate "
-                "and the current layer at 3x, as the official TF1 code"})
+        "help": "PKT: hard (the paper, Section 4.3) trains only the current layer (and the embeddings in stage 0) "
+                "and decays each stage linearly; soft (the official TF1 code) trains the current layer at 3x and "
+                "those below at 0.3x, the embeddings and heads not at all, each stage warming up over 10%% and "
+                "then staying near its peak (1 -> 0.9)"})
     weights: TransferWeights = field(default_factory=TransferWeights)
     teacher_bf16: bool = field(default=False, metadata={"help": "run the teacher under bf16 autocast"})
 
@@ -68,7 +70,8 @@ def check_pair(teacher: ModelConfig, student: ModelConfig, layer_map: list[int] 
     line); return the teacher layer for each student layer."""
     # widths and head counts, by the matches' own check (layer 0 of each will do for that)
     n = student.num_hidden_layers
-    problems = check_matches(mobilebert_matches([0], [0]), teacher, student)
+    problems = check_matches(mobilebert_matches([0], [0], projection=teacher.hidden_size != student.hidden_size),
+                             teacher, student)
     if teacher.vocab_size != student.vocab_size:
         problems.append(f"vocabularies differ (teacher {teacher.vocab_size}, student {student.vocab_size})")
     if layer_map is None:
@@ -84,34 +87,70 @@ def check_pair(teacher: ModelConfig, student: ModelConfig, layer_map: list[int] 
 
 
 def copy_shared_weights(teacher: torch.nn.Module, student: torch.nn.Module) -> list[str]:
-    """Start the student's embeddings and pre-training heads from the teacher's where shapes match (the paper
-    shares them between the two)."""
+    """Start the student's embeddings and pre-training heads from the teacher's (the paper shares them), as the
+    official TF1 code does: by name, where shapes match (run_pretraining.py restores the teacher checkpoint's
+    variables by name; TF2's distillation.py copies the embedding layer only).
+
+    By name means a normalization is copied only into one of its kind: TF1 names NoNorm's variables
+    differently from LayerNorm's, so a NoNorm student keeps NoNorm's initial values, as here. One departure: the
+    NSP classifier is copied only between models whose pooled vectors are alike (both through the tanh pooler or
+    both the raw [CLS]); TF1 would copy a classifier fitted to the teacher's tanh pooler onto a pooler-less
+    student's [CLS]. And one addition: a student whose embedding has MobileBERT's dense lift where the teacher
+    (BERT) has none, at equal widths and without the trigram, starts that lift at the identity, so its embedding
+    computes what the teacher's does up to the normalization."""
     t_state, copied = teacher.state_dict(), []
+    t_cfg, s_cfg = teacher.config, student.config
+    same_norm = t_cfg.normalization_type == s_cfg.normalization_type
+    same_pooler = t_cfg.classifier_activation == s_cfg.classifier_activation
     with torch.no_grad():
         for name, p in student.state_dict().items():
-            shared = name.startswith(("mobilebert.embeddings.", "cls."))
-            if shared and name in t_state and t_state[name].shape == p.shape:
+            if not name.startswith(("mobilebert.embeddings.", "cls.")):
+                continue
+            if name.startswith("mobilebert.embeddings.LayerNorm.") and not same_norm:
+                continue
+            if name.startswith("cls.seq_relationship.") and not same_pooler:
+                continue
+            if name in t_state and t_state[name].shape == p.shape:
                 p.copy_(t_state[name])
                 copied.append(name)
+        lift = getattr(student.mobilebert.embeddings, "embedding_transformation", None)
+        if (lift is not None and teacher.mobilebert.embeddings.embedding_transformation is None
+                and not s_cfg.trigram_input and lift.in_features == lift.out_features
+                and "mobilebert.embeddings.word_embeddings.weight" in copied):
+            lift.weight.copy_(torch.eye(lift.out_features))
+            lift.bias.zero_()
+            copied += ["mobilebert.embeddings.embedding_transformation.weight (identity)"]
     return copied
 
 
 def layer_index(name: str) -> int | None:
-    """The block a parameter belongs to; -1 for embeddings, None for heads and pooler."""
-    if name.startswith("mobilebert.embeddings."):
+    """The block a parameter belongs to (a projection: its student layer); -1 for embeddings (and a projection
+    of them), None for heads and pooler."""
+    if name.startswith("mobilebert.embeddings.") or name.startswith("projections.embeddings."):
         return -1
     if name.startswith("mobilebert.encoder.layer."):
         return int(name.split(".")[3])
+    if name.startswith("projections.L"):
+        return int(name.split(".")[1][1:])
     return None
 
 
 class Distiller:
     """The loss functions of every stage kind, over one teacher/student pair."""
 
-    def __init__(self, teacher, layer_map: list[int], settings: PlanSettings):
+    def __init__(self, teacher, layer_map: list[int], settings: PlanSettings, student_config: ModelConfig):
         self.teacher, self.layer_map, self.s = teacher.eval(), layer_map, settings
+        # teachers of another width pair through learned projections of the student's feature maps
+        self.projected = teacher.config.hidden_size != student_config.hidden_size
+        self.student_config = student_config
         for p in self.teacher.parameters():
             p.requires_grad_(False)
+
+    def projections(self) -> torch.nn.ModuleDict:
+        """The projections the plan's matches need (none for equal widths), to train as the student's
+        `projections` submodule: checkpointed and resumed with it, removed before it is saved."""
+        every = self.layer_matches(list(range(self.student_config.num_hidden_layers)))
+        return projections_for(every, self.teacher.config, self.student_config)
 
     def _teacher(self, batch, **kw):
         with torch.no_grad(), torch.autocast(batch["input_ids"].device.type, dtype=torch.bfloat16,
@@ -121,7 +160,8 @@ class Distiller:
     def layer_matches(self, layers: list[int]) -> list[Match]:
         """MobileBERT's layer-wise matches for these student layers, with this plan's weights."""
         w = self.s.weights
-        return mobilebert_matches(self.layer_map, layers, fmt=w.fmt, at=w.at, mean=w.mean, var=w.var)
+        return mobilebert_matches(self.layer_map, layers, fmt=w.fmt, at=w.at, mean=w.mean, var=w.var,
+                                  projection=self.projected)
 
     def layer_terms(self, student, batch, matches: list[Match], depth: int | None = None) -> dict[str, torch.Tensor]:
         """The matches' terms, each logged on its own (`objectives.evaluate`).
@@ -133,7 +173,7 @@ class Distiller:
         t_out = self._teacher(batch, num_layers=t_depth, output_feature_maps=True, output_attentions=True).encoder
         s_out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], num_layers=s_depth,
                         output_feature_maps=True, output_attentions=True).encoder
-        return evaluate(matches, Features(t_out), Features(s_out))
+        return evaluate(matches, Features(t_out), Features(s_out), getattr(_unwrap(student), "projections", None))
 
     def pd_terms(self, student, batch) -> dict[str, torch.Tensor]:
         """Pre-training distillation, eq. (4): alpha * MLM + (1 - alpha) * KD on the MLM head, plus NSP."""
@@ -150,6 +190,11 @@ class Distiller:
         layer = self.layer_terms(student, batch, matches)
         pd = self.pd_terms(student, batch)
         return {**layer, **pd, "loss": layer["loss"] + pd["loss"], "transfer": layer["loss"].detach()}
+
+
+def _unwrap(model):
+    """The model inside a distributed wrapper (its submodules, e.g. the projections, are reached there)."""
+    return getattr(model, "module", model)
 
 
 def _encoder_only(name: str) -> bool:
@@ -180,19 +225,26 @@ def plan(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
 
 
 def _pkt_stage(distiller: Distiller, l: int, s: PlanSettings, lr: float) -> Stage:
-    # Layer 0's stage also trains the embeddings (their normalization differs from the teacher's).
-    def current(name):
-        return layer_index(name) == l or (l == 0 and layer_index(name) == -1)
-
-    if s.freeze == "hard":
-        trainable, scale = current, lambda name: 1.0
-    else:  # the official TF1 layer-wise learning rates: 3x for the current layer, 0.3x for those below
-        def trainable(name):
-            idx = layer_index(name)
-            return idx is not None and idx <= l
-
-        def scale(name):
-            return 3.0 if current(name) else 0.3
     matches = distiller.layer_matches([l])
-    return Stage(name=f"pkt_L{l}", steps=s.layer_steps, loss=lambda m, b: distiller.layer_terms(m, b, matches),
-                 trainable=trainable, lr_scale=scale, lr=lr, warmup=s.warmup, info=_stage_info(matches))
+    common = dict(name=f"pkt_L{l}", steps=s.layer_steps, loss=lambda m, b: distiller.layer_terms(m, b, matches),
+                  lr=lr, info=_stage_info(matches))
+    if s.freeze == "hard":
+        # The paper's PKT: the layers below are frozen. Layer 0's stage also trains the embeddings.
+        def current(name):
+            return layer_index(name) == l or (l == 0 and layer_index(name) == -1)
+
+        return Stage(trainable=current, warmup=s.warmup, **common)
+
+    # The official TF1 code (mobilebert/distill_util.py, `layer_wise_learning_rate`): layer l at 3x the
+    # background rate, the layers below at 0.3x, those above, the embeddings and the heads at 0 (not trained);
+    # the background rate of each phase (`get_background_lr`) is min(linear warm-up over the first 10%,
+    # polynomial decay 1 -> 0.9 with power 0.5). Here the decay starts after the warm-up (transformers'
+    # polynomial schedule), not at step 0: at 10% of a phase TF1's factor is 0.995, ours 1.
+    def trainable(name):
+        idx = layer_index(name)
+        return idx is not None and 0 <= idx <= l
+
+    def scale(name):
+        return 3.0 if layer_index(name) == l else 0.3
+
+    return Stage(trainable=trainable, lr_scale=scale, warmup=0.1, decay_to=0.9, decay_power=0.5, **common)
