@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The main job on the shipped data, from text to a phone-ready model: set up; pre-train the demo IB-BERT teacher;
-# distill it into the demo MobileBERT student by progressive knowledge transfer; fine-tune on SST-2 (teacher,
-# student, student with task distillation, and a student from random initialisation as the baseline); export the
-# SST-2 student to .tflite (fp32 and int8, with metadata, checked against PyTorch on all of SST-2 dev); benchmark
-# it on this host and estimate Pixel latency; write OUT/report.md, report.json and report.png.
-#   scripts/demo.sh [--force] [--out DIR] [--micro]
-#     --force   redo finished stages (otherwise a finished stage is skipped and an interrupted one resumes)
-#     --out     output directory (default runs/demo)
-#     --micro   seconds per stage instead of minutes: proves the stages connect (the tests run this)
+# The main job on the shipped data, from text to a phone-ready model: set up; adapt the teacher (all-MiniLM-L6-v2,
+# a pre-trained BERT from an installed package: continued MLM + NSP fits the heads it lacks); distill it into a
+# MobileBERT-shaped student by progressive knowledge transfer; fine-tune on SST-2 (teacher, student, student with
+# task distillation, and a student from random initialisation as the baseline); export the SST-2 student to .tflite
+# (fp32 and int8, with metadata, checked against PyTorch on all of SST-2 dev); benchmark it on this host and
+# estimate Pixel latency; write OUT/report.md, report.json and report.png.
+#   scripts/demo.sh [--force] [--out DIR] [--micro] [--scratch-teacher]
+#     --force            redo finished stages (otherwise a finished stage is skipped and an interrupted one resumes)
+#     --out              output directory (default runs/demo)
+#     --micro            seconds per stage instead of minutes: proves the stages connect (the tests run this)
+#     --scratch-teacher  pre-train the demo IB-BERT teacher from scratch instead (the paper's teacher shape, but a
+#                        2-core CPU can only train one that knows little) and distill it into demo_student
 # Independent stages share the two cores: SST-2 from scratch runs beside teacher pre-training, the teacher's
 # SST-2 fine-tuning beside knowledge transfer; their logs go to OUT/logs/.
 set -euo pipefail
@@ -16,12 +19,14 @@ cd "$ROOT"
 OUT=runs/demo
 FORCE=0
 MICRO=0
+SCRATCH_TEACHER=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --force) FORCE=1 ;;
     --micro) MICRO=1 ;;
+    --scratch-teacher) SCRATCH_TEACHER=1 ;;
     --out) OUT="$2"; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -31,16 +36,28 @@ mkdir -p "$OUT/logs"
 export OMP_NUM_THREADS=1  # one thread per job: two jobs fill this 2-core machine, and 1 thread beat 2 here
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # no background stage outlives the script
 
+if [ "$SCRATCH_TEACHER" = 1 ]; then
+  TEACHER=(--preset demo_teacher)
+  TRANSFER=(--student demo_student --pd-steps 400)
+  STUDENT=demo_student
+  SST2=(--task sst2 --max-train-examples 20000 --epochs 1 --max-len 64 --eval-every 200)
+  TEACHER_SST2=(--lr 5e-4)
+  STUDENT_LR=5e-4
+else  # settings shared with benchmarks/teacher_value.py (its SETTINGS), which measures them over seeds and tasks
+  TEACHER=(--init-from all-minilm-l6-v2)
+  TRANSFER=(--student mobilebert_h384 --layer-steps 50 --pd-steps 200)
+  STUDENT=mobilebert_h384
+  SST2=(--task sst2 --max-train-examples 10000 --epochs 1 --max-len 64 --eval-every 100)
+  TEACHER_SST2=(--lr 5e-5)
+  STUDENT_LR=2e-4
+fi
 if [ "$MICRO" = 1 ]; then
-  TEACHER=(--steps 6 --batch-size 8 --seq-len 32 --eval-examples 32 --save-every 3)
-  TRANSFER=(--layer-steps 2 --pd-steps 4 --batch-size 8 --seq-len 32 --eval-examples 32 --save-every 3)
+  TEACHER+=(--steps 6 --batch-size 8 --seq-len 32 --eval-examples 32 --save-every 3)
+  TRANSFER+=(--layer-steps 2 --pd-steps 4 --batch-size 8 --seq-len 32 --eval-examples 32 --save-every 3)
   SST2=(--task sst2 --max-train-examples 64 --epochs 1 --max-len 32 --batch-size 16)
   EXPORT=(--seq-len 32 --parity-examples 32)
   LATENCY=(--threads 1 --runs 3)
 else
-  TEACHER=()
-  TRANSFER=(--pd-steps 400)
-  SST2=(--task sst2 --max-train-examples 20000 --epochs 1 --max-len 64 --eval-every 200)
   EXPORT=(--seq-len 128 --parity-examples 872)
   LATENCY=(--threads 1 2 --runs 20)
 fi
@@ -74,23 +91,23 @@ join_background() {  # waits for the background stage and prints its result from
 echo "== 1/6 model presets (parameters and FLOPs beside the paper's)"
 python -m mobilekd models | tee "$OUT/models.txt"
 
-echo "== 2/6 teacher pre-training (demo IB-BERT, MLM + NSP) -> $OUT/teacher"
-[ -f "$OUT/scratch_init/config.json" ] || python -m mobilekd init demo_student "$OUT/scratch_init"
-in_background sst2_scratch finetune scratch --model "$OUT/scratch_init" --lr 5e-4
+echo "== 2/6 teacher: ${TEACHER[*]:0:2} (MLM + NSP) -> $OUT/teacher"
+[ -f "$OUT/scratch_init/config.json" ] || python -m mobilekd init "$STUDENT" "$OUT/scratch_init"
+in_background sst2_scratch finetune scratch --model "$OUT/scratch_init" --lr "$STUDENT_LR"
 if stage_done "$OUT/teacher"; then echo "done already (summary.json exists); --force to redo"
 else python -m mobilekd train-teacher "${TEACHER[@]}" --out "$OUT/teacher" --resume; fi
 join_background
 
-echo "== 3/6 progressive knowledge transfer into the demo MobileBERT -> $OUT/student"
-in_background sst2_teacher finetune teacher --model "$OUT/teacher" --lr "${TEACHER_LR:-5e-4}"
+echo "== 3/6 progressive knowledge transfer into $STUDENT -> $OUT/student"
+in_background sst2_teacher finetune teacher --model "$OUT/teacher" "${TEACHER_SST2[@]}"
 if stage_done "$OUT/student"; then echo "done already (summary.json exists); --force to redo"
 else python -m mobilekd distill "${TRANSFER[@]}" --teacher "$OUT/teacher" --out "$OUT/student" --resume; fi
 join_background
 
 echo "== 4/6 SST-2 fine-tuning of the student, without and with task distillation from the SST-2 teacher"
 in_background sst2_student_task_kd finetune student_task_kd --model "$OUT/student" --teacher "$OUT/sst2/teacher" \
-  --lr 5e-4
-finetune student --model "$OUT/student" --lr 5e-4
+  --lr "$STUDENT_LR"
+finetune student --model "$OUT/student" --lr "$STUDENT_LR"
 sst2_result student
 join_background
 

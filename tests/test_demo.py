@@ -11,8 +11,8 @@ from conftest import ROOT
 from helpers import env
 
 
-def run_demo(out):
-    proc = subprocess.run(["bash", "scripts/demo.sh", "--micro", "--out", str(out)], cwd=ROOT, env=env(),
+def run_demo(out, *flags):
+    proc = subprocess.run(["bash", "scripts/demo.sh", "--micro", "--out", str(out), *flags], cwd=ROOT, env=env(),
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
@@ -27,7 +27,8 @@ def test_demo_chain_from_text_to_phone_ready_model(tmp_path):
     assert 0 <= report["sst2_baseline"]["metrics"]["accuracy"] <= 1  # every score beside its bag-of-words baseline
     assert "bag of words (tfidf+logreg" in (out / "report.md").read_text()
     stages = [s["stage"] for s in report["student_transfer"]["stages"]]
-    assert stages == ["pkt_L0", "pkt_L1", "pkt_L2", "pkt_L3", "pd"]
+    assert stages == [f"pkt_L{l}" for l in range(6)] + ["pd"]  # mobilebert_h384 under the packaged MiniLM teacher
+    assert report["teacher_pretraining"]["name"] == "all-minilm-l6-v2 (adapted)"
     fp32 = report["tflite"]["model_none.tflite"]
     assert fp32["max_abs_diff"] <= 1e-5 and fp32["agreement"] == 1.0 and fp32["metadata"]
     rows = report["latency"]["rows"]
@@ -54,3 +55,14 @@ def test_demo_chain_from_text_to_phone_ready_model(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (out / "report.md").read_text() == before
+
+
+def test_demo_with_the_from_scratch_ib_bert_teacher(tmp_path):
+    """--scratch-teacher keeps the paper's teacher shape: a demo IB-BERT pre-trained here, distilled into
+    demo_student (4 layers)."""
+    out = tmp_path / "scratch"
+    run_demo(out, "--scratch-teacher")
+    report = json.loads((out / "report.json").read_text())
+    assert report["teacher_pretraining"]["name"] == "demo_teacher (from scratch)"
+    assert [s["stage"] for s in report["student_transfer"]["stages"]] == [f"pkt_L{l}" for l in range(4)] + ["pd"]
+    assert json.loads((out / "student" / "config.json").read_text())["intra_bottleneck_size"] == 32

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 import transformers
 from sklearn.metrics import accuracy_score
 
@@ -122,3 +123,17 @@ def test_bad_input_is_one_line(student_dir, tmp_path):
                                    check=False))
     assert "labels ['score'] do not fit task sst2" in line
     assert not (tmp_path / "d" / "model.safetensors").exists()
+
+
+def test_fine_tuning_starts_from_a_fresh_pooler_and_the_official_classifier_dropout(demo_teacher_dir, tmp_path):
+    """The NSP-trained pooler is replaced unless --keep-pooler (google-research/bert issue #287); the classifier's
+    dropout is 0.1 as in the official run_classifier.py. At learning rate 0 the saved model is the starting one."""
+    from safetensors.torch import load_file
+
+    source = load_file(str(demo_teacher_dir / "model.safetensors"))["mobilebert.pooler.dense.weight"]
+    for name, flags in (("fresh", []), ("kept", ["--keep-pooler"])):
+        finetune("--model", demo_teacher_dir, "--task", "sst2", "--out", tmp_path / name, "--max-train-examples", 32,
+                 "--max-steps", 1, "--batch-size", 16, "--max-len", 32, "--lr", 0, *flags)
+        pooler = load_file(str(tmp_path / name / "model.safetensors"))["mobilebert.pooler.dense.weight"]
+        assert torch.equal(pooler, source) == (name == "kept")
+        assert json.loads((tmp_path / name / "config.json").read_text())["classifier_dropout"] == 0.1

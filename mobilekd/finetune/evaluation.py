@@ -15,8 +15,9 @@ from mobilekd.finetune.qa import decode_answers
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
 
 
-def build_model(model_dir, task: Task, role: str = "model"):
-    """Load `model_dir` with the task's head; its labels, if it has any, must be the task's."""
+def build_model(model_dir, task: Task, role: str = "model", classifier_dropout: float | None = None):
+    """Load `model_dir` with the task's head; its labels, if it has any, must be the task's. A classifier's
+    dropout is `classifier_dropout` when given, else the model's own."""
     config, _ = load_config(model_dir)
     if task.head == "qa":
         return load_pretrained(model_dir, "qa")
@@ -24,8 +25,9 @@ def build_model(model_dir, task: Task, role: str = "model"):
         raise located(Path(model_dir) / "config.json", f"{role}'s labels {list(config.id2label.values())} do not "
                                                        f"fit task {task.name} (labels {list(task.id2label.values())})")
     problem = "regression" if task.is_regression else "single_label_classification"
-    return load_pretrained(model_dir, "classification",
-                           config=config.replace(id2label=task.id2label, problem_type=problem))
+    dropout = config.classifier_dropout if classifier_dropout is None else classifier_dropout
+    return load_pretrained(model_dir, "classification", config=config.replace(
+        id2label=task.id2label, problem_type=problem, classifier_dropout=dropout))
 
 
 @torch.no_grad()

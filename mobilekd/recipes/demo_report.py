@@ -23,7 +23,8 @@ SST2_RUNS = ("teacher", "student", "student_task_kd", "scratch")
 def gather(run: Path) -> dict:
     teacher, student = read_json(run / "teacher" / "summary.json"), read_json(run / "student" / "summary.json")
     sst2 = {name: read_json(run / "sst2" / name / "results.json") for name in SST2_RUNS}
-    return {"teacher_pretraining": teacher["heldout"] | {"wall_seconds": teacher["wall_seconds"]},
+    name = f"{teacher['init_from']} (adapted)" if teacher.get("init_from") else f"{teacher['preset']} (from scratch)"
+    return {"teacher_pretraining": teacher["heldout"] | {"wall_seconds": teacher["wall_seconds"], "name": name},
             "student_transfer": student["heldout"] | {"wall_seconds": student["wall_seconds"],
                                                       "stages": student["stages"]},
             "sst2": {n: r["metrics"]["dev"] | {"wall_seconds": r["wall_seconds"]} for n, r in sst2.items()},
@@ -45,7 +46,7 @@ def markdown(report: dict, run: Path) -> str:
     lines = [f"# mobilekd demo: {run}", "", "## Pre-training and progressive knowledge transfer (held-out)", "",
              "| model | MLM accuracy | unigram baseline | NSP accuracy | NSP majority | wall time |",
              "|---|---|---|---|---|---|"]
-    for name, r in (("IB-BERT teacher", t), ("PKT student", s)):
+    for name, r in ((f"teacher: {t['name']}", t), ("PKT student", s)):
         lines.append(f"| {name} | {r['mlm_accuracy']:.3f} | {r['unigram_accuracy']:.3f} | {r['nsp_accuracy']:.3f} | "
                      f"{r['nsp_majority_accuracy']:.3f} | {r['wall_seconds']:.0f} s |")
     lines += ["", "| PKT stage | feature-map transfer loss, start -> end |", "|---|---|"]

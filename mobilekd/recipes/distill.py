@@ -1,7 +1,11 @@
-"""Distill an IB-BERT teacher into a MobileBERT student: layer-wise knowledge transfer (feature maps and
-attention) then pre-training distillation, by the AKT, JKT or PKT strategy (MobileBERT paper, Section 4).
+"""Distill a teacher (an IB-BERT, or a BERT adapted by train_teacher.sh --init-from) into a MobileBERT student:
+layer-wise knowledge transfer (feature maps and attention) then pre-training distillation, by the AKT, JKT or PKT
+strategy (MobileBERT paper, Section 4). A teacher of another width pairs through learned projections of the
+student's feature maps (TinyBERT's W_h; trained here, never saved with the student), one of more attention heads
+through grouped heads (`mobilekd.transfer.objectives.group_heads`), one of another depth through --layer-map.
 
-    scripts/pkt_distill.sh --teacher runs/teacher                       # demo: PKT into demo_student
+    scripts/pkt_distill.sh --teacher runs/teacher                       # demo: PKT into mobilebert_h384
+    scripts/pkt_distill.sh --teacher runs/ib_teacher --student demo_student      # the from-scratch demo pair
     scripts/pkt_distill.sh --teacher T --student mobilebert --layer-steps 24000 --pd-steps 500000 ...
     scripts/pkt_distill.sh --teacher runs/teacher --compare akt,jkt,pkt # the paper's ablation, equal steps
     accelerate launch -m mobilekd.recipes.distill --teacher T ...      # GPUs, DDP/FSDP/DeepSpeed
@@ -20,7 +24,7 @@ from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import atomic_path, write_json
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.hf import load_pretrained, save_pretrained
-from mobilekd.models.presets import get_preset
+from mobilekd.models.presets import PRESETS, get_preset
 from mobilekd.flags import add_flags, from_flags
 from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, run_owned, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
@@ -33,13 +37,15 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd distill", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", default="runs/teacher", help="teacher directory (default runs/teacher)")
-    p.add_argument("--student", default="demo_student",
-                   help="student preset: demo_student (default), mobilebert, mobilebert_tiny, mobilebert_no_opt")
+    p.add_argument("--student", default="mobilebert_h384", choices=sorted(PRESETS),
+                   help="student preset (default mobilebert_h384, the demo teacher's student; see `mobilekd models`)")
     p.add_argument("--strategy", choices=["akt", "jkt", "pkt"], default="pkt")
     add_flags(p, PlanSettings)
     add_flags(p, TransferWeights)
     p.add_argument("--layer-map", help="teacher layer (0-based) for each student layer, comma-separated, when "
-                                       "depths differ, e.g. 1,3,5,7 for a 4-layer student of an 8-layer teacher")
+                                       "depths differ, e.g. 1,3,5,7 for a 4-layer student of an 8-layer teacher, "
+                                       "or 'uniform' (TinyBERT's map: student layer l reads teacher layer "
+                                       "(l + 1) * teacher depth / student depth - 1)")
     p.add_argument("--compare", help="comma-separated strategies to run at equal total steps, e.g. akt,jkt,pkt; "
                                      "add 'scratch' for the student trained without a teacher")
     p.add_argument("--corpus", nargs="+", default=SHIPPED_CORPORA, help="pre-training text (default: shipped)")
@@ -68,16 +74,22 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
                         warmup=settings.warmup)]
         copied = []
     else:
-        teacher = load_pretrained(teacher_dir, "pretraining").to(accelerator.device)
-        layer_map = [int(x) for x in args.layer_map.split(",")] if args.layer_map else None
+        teacher = load_pretrained(teacher_dir, "pretraining", require_head=True).to(accelerator.device)
+        layer_map = parse_layer_map(args.layer_map, teacher.config.num_hidden_layers, n_layers)
         layer_map = check_pair(teacher.config, config, layer_map)
         copied = copy_shared_weights(teacher, student)
-        stages = plan(strategy, Distiller(teacher, layer_map, settings), n_layers)
+        distiller = Distiller(teacher, layer_map, settings, config)
+        projections = distiller.projections()
+        if len(projections):
+            student.add_module("projections", projections)  # trained and checkpointed with the student
+        stages = plan(strategy, distiller, n_layers)
     start = time.time()
     summaries = run_plan(stages, student, data.train, cfg, accelerator, resume=args.resume)
     result = {"strategy": strategy, "student": args.student, "teacher": str(teacher_dir),
               "total_steps": sum(s.steps for s in stages), "wall_seconds": round(time.time() - start, 1),
               "copied_from_teacher": len(copied), "stages": summaries}
+    if hasattr(student, "projections"):
+        del student.projections  # they served the transfer; the student is saved and exported without them
     if accelerator.is_main_process:
         result["heldout"] = evaluate_pretraining(student, data.heldout, data.meta["most_frequent_token"],
                                                  args.eval_examples)
@@ -86,6 +98,22 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
         with atomic_path(out / "summary.md") as tmp:
             tmp.write_text(summary_markdown(result))
     return result
+
+
+def parse_layer_map(text: str | None, teacher_depth: int, student_depth: int) -> list[int] | None:
+    """--layer-map: comma-separated teacher layers, or 'uniform' (TinyBERT, Section 3.1: g(m) = m * N / M, here
+    0-based: student layer l reads teacher layer (l + 1) * N / M - 1)."""
+    if not text:
+        return None
+    if text == "uniform":
+        if teacher_depth % student_depth:
+            raise UserError(f"--layer-map uniform needs the teacher's depth ({teacher_depth}) to be a multiple of "
+                            f"the student's ({student_depth})")
+        return [(l + 1) * teacher_depth // student_depth - 1 for l in range(student_depth)]
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise UserError(f"--layer-map must be comma-separated integers or 'uniform', got {text!r}") from None
 
 
 def summary_markdown(result: dict) -> str:

@@ -33,6 +33,7 @@ from mobilekd.flags import at_least, fill_unset
 from mobilekd.finetune.baseline import bag_of_words_baseline
 from mobilekd.finetune.evaluation import DevEvaluator, build_model
 from mobilekd.finetune.objective import task_loss
+from mobilekd.models.hf import load_config
 from mobilekd.train.common import add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 
@@ -70,6 +71,12 @@ def parse_args(argv=None):
     p.add_argument("--selection-fraction", type=float, default=0.1,
                    help="with --select-on train-slice: the share of training examples held out (default 0.1)")
     p.add_argument("--dropout", type=float, help="override the model's hidden dropout")
+    p.add_argument("--classifier-dropout", type=float, default=0.1,
+                   help="dropout before the classifier (default 0.1, the official run_classifier.py's)")
+    p.add_argument("--keep-pooler", action="store_true",
+                   help="start from the pre-trained pooler dense; by default a model that is not yet a classifier "
+                        "gets a fresh one (a pooler trained for next-sentence prediction maps every sentence to "
+                        "nearly the same vector; google-research/bert issue #287)")
     add_training_flags(p, out="runs/finetune", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
     at_least("--max-steps", args.max_steps, 1)
@@ -100,7 +107,9 @@ def run(args, accelerator):
         raise UserError(f"--data is required for task {args.task} (it is not shipped)")
     task = load_task(args.task, data, args.eval_only, args.regression)
     tokenizer = load_tokenizer(args.model)
-    model = build_model(args.model, task)
+    model = build_model(args.model, task, classifier_dropout=None if args.eval_only else args.classifier_dropout)
+    if not (args.eval_only or args.keep_pooler) and load_config(args.model)[1] != "classification":
+        model.mobilebert.pooler.reset()
     if args.dropout is not None:
         for m in model.modules():
             if isinstance(m, torch.nn.Dropout):

@@ -1,7 +1,11 @@
 """Pre-train the IB-BERT teacher with masked LM + next-sentence prediction (MobileBERT paper, Section 4 and
-Appendix A: LAMB, lr 1.5e-3 at batch 4096, weight decay 0.01, clipping 1.0, warm-up then linear decay).
+Appendix A: LAMB, lr 1.5e-3 at batch 4096, weight decay 0.01, clipping 1.0, warm-up then linear decay), or adapt
+a pre-trained BERT checkpoint into a teacher (--init-from): the same objective, continued from its weights, fits
+the MLM and NSP heads a transformers `BertModel` lacks (pre-training distillation needs the teacher's MLM logits).
 
-    scripts/train_teacher.sh                                   # demo_teacher on the shipped corpora (minutes)
+    scripts/train_teacher.sh --init-from all-minilm-l6-v2        # the demo's teacher: a packaged BERT, adapted
+    scripts/train_teacher.sh --init-from path/to/bert-large-uncased --corpus my_corpus.txt   # your BERT
+    scripts/train_teacher.sh --preset demo_teacher               # a demo IB-BERT from scratch (minutes)
     scripts/train_teacher.sh --preset ib_bert_large --corpus my_corpus.txt --batch-size 4096 ...
     accelerate launch -m mobilekd.recipes.train_teacher --preset ib_bert_large ...   # GPUs, DDP/FSDP/DeepSpeed
 """
@@ -19,23 +23,35 @@ from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import write_json
 from mobilekd.flags import at_least, fill_unset
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
-from mobilekd.models.hf import save_pretrained
+from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
 from mobilekd.models.presets import get_preset
+from mobilekd.models.pretrained import PACKAGED, model_dir
 from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, run_owned, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
 from mobilekd.train.loop import Stage, run_plan
-from teacher_ib_bert import TEACHER_PRESETS, pretraining_defaults
+from teacher_ib_bert import TEACHER_PRESETS, adaptation_defaults, pretraining_defaults
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd train-teacher", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=TEACHER_PRESETS, default="demo_teacher",
                    help="teacher model preset; its recipe defaults are teacher_ib_bert/configs/PRESET.json "
-                        "(default demo_teacher)")
+                        "(default demo_teacher; ignored with --init-from)")
+    p.add_argument("--init-from", help="adapt this pre-trained checkpoint instead of training a preset from scratch: "
+                                       "a model directory (ours, or a transformers BERT/MobileBERT one, with or "
+                                       f"without the bert. prefix) or a packaged name ({', '.join(PACKAGED)}); "
+                                       "defaults from teacher_ib_bert/adaptation.json; its own tokenizer is used")
+    p.add_argument("--freeze-encoder", action="store_true",
+                   help="with --init-from: train only the pre-training heads, keeping the encoder as it is")
+    p.add_argument("--head-lr-scale", type=float,
+                   help="with --init-from: the heads' learning rate as a multiple of --lr (default from "
+                        "adaptation.json: the new heads start from scratch, the encoder is already trained)")
     p.add_argument("--corpus", nargs="+", default=SHIPPED_CORPORA,
                    help="text files: one sentence or paragraph a line, blank lines between documents "
                         "(default: the shipped Brown and Austen corpora)")
-    p.add_argument("--vocab", default=str(DEFAULT_VOCAB), help="WordPiece vocab.txt (default: bert-base-uncased)")
+    p.add_argument("--vocab", default=str(DEFAULT_VOCAB),
+                   help="WordPiece vocab.txt (default: bert-base-uncased; with --init-from, the checkpoint's)")
     p.add_argument("--steps", type=int, help="optimizer steps (default: the preset's config)")
     p.add_argument("--lr", type=float, help="peak learning rate (default: the preset's config)")
     p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction of the steps (default 0.1)")
@@ -44,7 +60,9 @@ def parse_args(argv=None):
     p.add_argument("--eval-examples", type=int, default=1000, help="held-out examples to evaluate (default 1000)")
     add_training_flags(p, out="runs/teacher", seq_len=None)
     args = p.parse_args(argv)
-    fill_unset(args, pretraining_defaults(args.preset))
+    if (args.freeze_encoder or args.head_lr_scale is not None) and not args.init_from:
+        raise UserError("--freeze-encoder and --head-lr-scale need --init-from (they adapt a trained encoder)")
+    fill_unset(args, adaptation_defaults() if args.init_from else pretraining_defaults(args.preset))
     at_least("--steps", args.steps, 1)
     at_least("--seq-len", args.seq_len, 1)
     train_config(args)  # so are bad training flags
@@ -56,33 +74,45 @@ def main(argv=None):
     run_owned(parse_args(argv), run)
 
 
+def _is_head(name: str) -> bool:
+    return not name.startswith("mobilebert.")
+
+
 def run(args, accelerator):
-    config = get_preset(args.preset).config
+    source = model_dir(args.init_from) if args.init_from else None
+    config = load_config(source)[0] if source else get_preset(args.preset).config
     if args.dropout is not None:
         config = config.replace(hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
     if args.seq_len > config.max_position_embeddings:
         raise UserError(f"--seq-len {args.seq_len} exceeds the model's {config.max_position_embeddings} positions")
-    tokenizer = load_tokenizer(args.vocab)
+    vocab = source if source else args.vocab
+    tokenizer = load_tokenizer(vocab)
     if len(tokenizer) != config.vocab_size:
-        raise UserError(f"{args.vocab}: {len(tokenizer)} tokens, the {args.preset} preset expects {config.vocab_size}")
+        raise UserError(f"{vocab}: {len(tokenizer)} tokens, the model expects {config.vocab_size}")
     with accelerator.main_process_first():
         data = load_pretraining_data(args.corpus, tokenizer, args.seq_len, args.seed, args.cache_dir)
-    model = MobileBertForPreTraining(config)
+    model = load_pretrained(source, "pretraining", config) if source else MobileBertForPreTraining(config)
+    name = args.init_from or args.preset
     out = Path(args.out)
-    stage = Stage(name="pretrain", steps=args.steps, loss=pretraining_loss, lr=args.lr, warmup=args.warmup,
-                  weight_decay=args.weight_decay)
+    stage = Stage(name="adapt" if source else "pretrain", steps=args.steps, loss=pretraining_loss, lr=args.lr,
+                  warmup=args.warmup, weight_decay=args.weight_decay,
+                  **({"trainable": _is_head} if args.freeze_encoder else {}),
+                  **({"lr_scale": lambda name: args.head_lr_scale if _is_head(name) else 1.0} if source else {}))
     cfg = train_config(args, run={"model": config.to_dict(), "seq_len": args.seq_len, "lr": args.lr,
-                                  "data": data.path.name, "mixed_precision": args.mixed_precision})
+                                  "data": data.path.name, "mixed_precision": args.mixed_precision,
+                                  "init_from": str(source) if source else None, "freeze_encoder": args.freeze_encoder,
+                                  "head_lr_scale": args.head_lr_scale})
     start = time.time()
     if accelerator.is_main_process:
-        print(f"teacher {args.preset}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
+        print(f"teacher {name}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
               f"{len(data.train)} training examples of {args.seq_len} tokens ({data.meta['build_seconds']}s to "
               f"build, cached in {data.path})")
     [summary] = run_plan([stage], model, data.train, cfg, accelerator, resume=args.resume)
     if accelerator.is_main_process:
         metrics = evaluate_pretraining(model, data.heldout, data.meta["most_frequent_token"], args.eval_examples)
         save_pretrained(model, out, tokenizer)
-        result = {"preset": args.preset, "steps": args.steps, "wall_seconds": round(time.time() - start, 1),
+        result = {"preset": None if source else args.preset, "init_from": args.init_from,
+                   "freeze_encoder": args.freeze_encoder, "steps": args.steps, "wall_seconds": round(time.time() - start, 1),
                   "tokens_per_second": summary["tokens_per_second"], "train": summary, "heldout": metrics}
         write_json(out / "summary.json", result)
         print(f"held-out MLM accuracy {metrics['mlm_accuracy']:.3f} (unigram baseline "
