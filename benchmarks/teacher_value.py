@@ -1,0 +1,211 @@
+"""What a teacher that knows English is worth downstream (issue 13): over seeds and GLUE tasks, fine-tune the
+adapted teacher (all-MiniLM-L6-v2 + MLM/NSP heads), the PKT student, the PKT student with task distillation from
+the fine-tuned teacher, the same student architecture from random initialisation, and AKT and JKT students at PKT's
+total steps; write one row per run to docs/results/teacher_value.json and its Markdown table.
+
+    python -m benchmarks.teacher_value                      # everything (about 2 hours on 2 cores), resumable
+    python -m benchmarks.teacher_value --seeds 0 --tasks sst2 --workers 1
+    python -m benchmarks.teacher_value --table              # print the table from the results file only
+
+Every run is a subprocess of the toolkit's own recipes (`python -m mobilekd train-teacher | distill | init |
+finetune`), one thread each, `--workers` at a time; a finished run (its summary.json or complete results.json)
+is skipped, an interrupted one resumes from its checkpoint. The task-agnostic stages run once (seed 0: one
+adapted teacher, one student per strategy); every fine-tuning run is repeated per seed (its data order,
+classifier and dropout; the from-scratch student also gets its own initialisation per seed). Fine-tuning runs
+one epoch with one dev evaluation at the end: the reported model is the last one, not one picked on dev.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from safetensors import safe_open
+
+from mobilekd.fileio import REPO_ROOT, read_json, write_json
+
+TEACHER = "all-minilm-l6-v2"
+STUDENT = "mobilebert_h384"
+STRATEGIES = ("pkt", "akt", "jkt")
+# The demo (scripts/demo.sh, default path) runs these settings once, seed 0, SST-2 only.
+ADAPT = ["--init-from", TEACHER]
+TRANSFER = ["--student", STUDENT, "--layer-steps", "50", "--pd-steps", "200"]
+TASKS = {  # fine-tuning flags per task (one epoch; sequences of at most 64 tokens)
+    "sst2": ["--max-train-examples", "10000", "--epochs", "1", "--max-len", "64"],
+    "cola": ["--epochs", "1", "--max-len", "64"],
+    "stsb": ["--epochs", "1", "--max-len", "64"],
+    "mrpc": ["--epochs", "1", "--max-len", "128"],
+    "rte": ["--epochs", "1", "--max-len", "128"],
+}
+TEACHER_LR, STUDENT_LR = "5e-5", "2e-4"
+METHODS = ("teacher", "pkt", "pkt_task_kd", "scratch", "akt", "jkt")
+
+
+@dataclass
+class Job:
+    name: str
+    argv: list[str]
+    out: Path
+    needs: list[str] = field(default_factory=list)
+
+    def done(self) -> bool:
+        if (self.out / "results.json").is_file():
+            return bool(read_json(self.out / "results.json").get("complete"))
+        return (self.out / "summary.json").is_file() and (self.out / "model.safetensors").is_file() or \
+            (self.argv[0] == "init" and (self.out / "model.safetensors").is_file())
+
+
+def finetune_dir(out: Path, task: str, method: str, seed: int) -> Path:
+    return out / "finetune" / task / method / f"seed{seed}"
+
+
+def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
+    """Every run, in the order they should start (seed by seed, so that partial results are whole seeds)."""
+    teacher = out / "teacher"
+    students = {s: out / "students" / s for s in STRATEGIES}
+    one = ["--threads", "1", "--resume"]
+    plan = [Job("adapt", ["train-teacher", *ADAPT, "--out", str(teacher), *one], teacher)]
+    for seed in seeds:
+        scratch = out / "students" / f"scratch_seed{seed}"
+        plan.append(Job(f"init/{seed}", ["init", STUDENT, str(scratch), "--seed", str(seed)], scratch))
+    plan += [Job(f"distill/{s}", ["distill", *TRANSFER, "--strategy", s, "--teacher", str(teacher),
+                                  "--out", str(students[s]), *one], students[s], ["adapt"])
+             for s in STRATEGIES]
+    for seed in seeds:
+        for task in tasks:
+            def ft(method, model, lr, needs, *extra):
+                d = finetune_dir(out, task, method, seed)
+                return Job(f"{task}/{method}/{seed}", ["finetune", "--task", task, *TASKS[task], "--model", str(model),
+                                                       "--lr", lr, "--seed", str(seed), "--out", str(d), *one,
+                                                       *extra], d, needs)
+            t_dir = finetune_dir(out, task, "teacher", seed)
+            plan += [ft("teacher", teacher, TEACHER_LR, ["adapt"]),
+                     ft("scratch", out / "students" / f"scratch_seed{seed}", STUDENT_LR, [f"init/{seed}"])]
+            plan += [ft(s, students[s], STUDENT_LR, [f"distill/{s}"]) for s in STRATEGIES]
+            plan.append(ft("pkt_task_kd", students["pkt"], STUDENT_LR, ["distill/pkt", f"{task}/teacher/{seed}"],
+                           "--teacher", str(t_dir)))
+    return plan
+
+
+def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
+    """Run the jobs `workers` at a time, each when the jobs it needs are done; return the names that failed."""
+    logs.mkdir(parents=True, exist_ok=True)
+    done = {j.name for j in plan if j.done()}
+    failed, running = [], {}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
+
+    def launch(job: Job) -> int:
+        with open(logs / (job.name.replace("/", "_") + ".log"), "w") as log:
+            return subprocess.run([sys.executable, "-m", "mobilekd", *job.argv], stdout=log, stderr=subprocess.STDOUT,
+                                  env=env, cwd=REPO_ROOT).returncode
+
+    todo = [j for j in plan if j.name not in done]
+    print(f"{len(plan) - len(todo)} of {len(plan)} runs done already; {len(todo)} to run, {workers} at a time")
+    with ThreadPoolExecutor(workers) as pool:
+        while todo or running:
+            blocked = {j.name for j in todo if any(n in failed for n in j.needs)}
+            for name in blocked:
+                failed.append(name)
+                print(f"skipped {name}: a run it needs failed")
+            todo = [j for j in todo if j.name not in blocked]
+            for job in [j for j in todo if all(n in done for n in j.needs)]:
+                if len(running) == workers:
+                    break
+                print(f"{time.strftime('%H:%M:%S')} start {job.name}")
+                running[pool.submit(launch, job)] = (job, time.time())
+                todo.remove(job)
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                job, start = running.pop(future)
+                ok = future.result() == 0 and job.done()
+                (done.add(job.name) if ok else failed.append(job.name))
+                print(f"{time.strftime('%H:%M:%S')} {'done' if ok else 'FAILED'} {job.name} ({time.time() - start:.0f} s)"
+                      + ("" if ok else f"; log: {logs / (job.name.replace('/', '_') + '.log')}"))
+    return failed
+
+
+def parameters(model_dir: Path) -> int:
+    with safe_open(str(model_dir / "model.safetensors"), "pt") as f:
+        return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+
+
+def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
+    """One row per finished fine-tuning run (its dev score at the end of training)."""
+    found = []
+    for task in tasks:
+        for method in METHODS:
+            for seed in seeds:
+                d = finetune_dir(out, task, method, seed)
+                if not (d / "results.json").is_file() or not read_json(d / "results.json").get("complete"):
+                    continue
+                r = read_json(d / "results.json")
+                dev = next(iter(r["metrics"].values()))
+                found.append({"task": task, "method": method, "student": TEACHER if method == "teacher" else STUDENT,
+                              "seed": seed, "metric": r["best_metric"], "value": round(dev[r["best_metric"]], 4),
+                              "params": parameters(d), "train_seconds": r["wall_seconds"], "steps": r["steps"],
+                              "lr": r["lr"]})
+    return found
+
+
+def table(results: list[dict]) -> str:
+    """Mean +- std over seeds per task and method, with the share of the teacher's mean."""
+    tasks = list(dict.fromkeys(r["task"] for r in results))
+    lines = ["| method | params | " + " | ".join(f"{t} ({_metric(results, t)})" for t in tasks) + " |",
+             "|---|---|" + "---|" * len(tasks)]
+    for method in METHODS:
+        cells, params = [], "-"
+        for task in tasks:
+            vals = [r["value"] for r in results if r["task"] == task and r["method"] == method]
+            teacher = [r["value"] for r in results if r["task"] == task and r["method"] == "teacher"]
+            params = next((f"{r['params'] / 1e6:.1f}M" for r in results if r["method"] == method), params)
+            if not vals:
+                cells.append("-")
+                continue
+            std = statistics.stdev(vals) if len(vals) > 1 else 0.0
+            share = f" ({100 * statistics.mean(vals) / statistics.mean(teacher):.0f}%)" if teacher and method != "teacher" \
+                and statistics.mean(teacher) > 0 else ""
+            cells.append(f"{statistics.mean(vals):.4f} ± {std:.4f}{share} [n={len(vals)}]")
+        lines.append(f"| {method} | {params} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _metric(results, task):
+    return next(r["metric"] for r in results if r["task"] == task)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.teacher_value", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="runs/teacher_value", help="where every run goes (default runs/teacher_value)")
+    p.add_argument("--tasks", nargs="+", default=["sst2", "cola", "stsb"], choices=sorted(TASKS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--workers", type=int, default=2, help="runs at a time, one thread each (default 2)")
+    p.add_argument("--results", default="docs/results/teacher_value.json")
+    p.add_argument("--table", action="store_true", help="only print the table of the results file")
+    args = p.parse_args(argv)
+    results_path = REPO_ROOT / args.results
+    if not args.table:
+        out = (REPO_ROOT / args.out).resolve()
+        start = time.time()
+        failed = run_all(jobs(out, args.tasks, args.seeds), args.workers, out / "logs")
+        found = rows(out, args.tasks, args.seeds)
+        write_json(results_path, found)
+        print(f"{len(found)} runs in {results_path}; this invocation took {time.time() - start:.0f} s")
+        if failed:
+            print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    print(table(read_json(results_path)))
+    return 1 if not args.table and failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
