@@ -88,11 +88,13 @@ def test_adaptation_fits_the_missing_heads(tmp_path, small_corpus, tokenizer):
     before, after = load_pretrained(bert), load_pretrained(out, require_head=True)
     assert not torch.equal(before.mobilebert.encoder.layer[0].output.dense.weight,
                            after.mobilebert.encoder.layer[0].output.dense.weight)  # the encoder trained too
+    table = "mobilebert.embeddings.word_embeddings.weight"  # but not the word table (a small corpus would skew it)
+    assert torch.equal(before.state_dict()[table], after.state_dict()[table])
     # transformers cannot hold a BERT-layout model as MobileBERT, so it refuses the directory cleanly
     assert json.loads((out / "config.json").read_text())["model_type"] == "ib_bert"
 
     proc = run_module("mobilekd.recipes.train_teacher", "--freeze-encoder", "--out", tmp_path / "x", check=False)
-    assert "--freeze-encoder and --head-lr-scale need --init-from" in one_line_error(proc)
+    assert "--freeze-encoder, --train-word-embeddings and --head-lr-scale need --init-from" in one_line_error(proc)
     proc = run_module("mobilekd.recipes.train_teacher", "--init-from", tmp_path / "none", "--out", tmp_path / "y",
                       check=False)
     assert "no such model directory" in one_line_error(proc)

@@ -19,6 +19,10 @@ from mobilekd.models.config import ModelConfig
 from mobilekd.models.mobilebert import EncoderOutput, MobileBert, init_weights
 
 
+# The word-embedding table's parameter name in every head's model (the MLM decoder is tied to it)
+WORD_EMBEDDINGS = "mobilebert.embeddings.word_embeddings.weight"
+
+
 class PredictionHeadTransform(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()

@@ -82,7 +82,7 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
         projections = distiller.projections()
         if len(projections):
             student.add_module("projections", projections)  # trained and checkpointed with the student
-        stages = plan(strategy, distiller, n_layers)
+        stages = plan(strategy, distiller, n_layers, shared=copied)
     start = time.time()
     summaries = run_plan(stages, student, data.train, cfg, accelerator, resume=args.resume)
     result = {"strategy": strategy, "student": args.student, "teacher": str(teacher_dir),

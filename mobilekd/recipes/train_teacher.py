@@ -22,7 +22,7 @@ from mobilekd.data.tokenizer import DEFAULT_VOCAB, load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import write_json
 from mobilekd.flags import at_least, fill_unset
-from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
+from mobilekd.models.heads import WORD_EMBEDDINGS, MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
 from mobilekd.models.presets import get_preset
 from mobilekd.models.pretrained import PACKAGED, model_dir
@@ -44,6 +44,10 @@ def parse_args(argv=None):
                                        "defaults from teacher_ib_bert/adaptation.json; its own tokenizer is used")
     p.add_argument("--freeze-encoder", action="store_true",
                    help="with --init-from: train only the pre-training heads, keeping the encoder as it is")
+    p.add_argument("--train-word-embeddings", action="store_true",
+                   help="with --init-from: train the word-embedding table too; by default it stays as pre-trained, "
+                        "since on a small corpus Adam moves every row of the tied MLM decoder (words the corpus never "
+                        "shows included) the same way each step")
     p.add_argument("--head-lr-scale", type=float,
                    help="with --init-from: the heads' learning rate as a multiple of --lr (default from "
                         "adaptation.json: the new heads start from scratch, the encoder is already trained)")
@@ -60,8 +64,9 @@ def parse_args(argv=None):
     p.add_argument("--eval-examples", type=int, default=1000, help="held-out examples to evaluate (default 1000)")
     add_training_flags(p, out="runs/teacher", seq_len=None)
     args = p.parse_args(argv)
-    if (args.freeze_encoder or args.head_lr_scale is not None) and not args.init_from:
-        raise UserError("--freeze-encoder and --head-lr-scale need --init-from (they adapt a trained encoder)")
+    if (args.freeze_encoder or args.train_word_embeddings or args.head_lr_scale is not None) and not args.init_from:
+        raise UserError("--freeze-encoder, --train-word-embeddings and --head-lr-scale need --init-from (they adapt "
+                        "a trained encoder)")
     fill_unset(args, adaptation_defaults() if args.init_from else pretraining_defaults(args.preset))
     at_least("--steps", args.steps, 1)
     at_least("--seq-len", args.seq_len, 1)
@@ -76,6 +81,15 @@ def main(argv=None):
 
 def _is_head(name: str) -> bool:
     return not name.startswith("mobilebert.")
+
+
+def _adapted(args):
+    """What adaptation trains: the heads, the encoder unless --freeze-encoder, the word table if asked."""
+    def trainable(name):
+        if name == WORD_EMBEDDINGS:
+            return args.train_word_embeddings and not args.freeze_encoder
+        return _is_head(name) or not args.freeze_encoder
+    return trainable
 
 
 def run(args, accelerator):
@@ -96,11 +110,12 @@ def run(args, accelerator):
     out = Path(args.out)
     stage = Stage(name="adapt" if source else "pretrain", steps=args.steps, loss=pretraining_loss, lr=args.lr,
                   warmup=args.warmup, weight_decay=args.weight_decay,
-                  **({"trainable": _is_head} if args.freeze_encoder else {}),
+                  **({"trainable": _adapted(args)} if source else {}),
                   **({"lr_scale": lambda name: args.head_lr_scale if _is_head(name) else 1.0} if source else {}))
     cfg = train_config(args, run={"model": config.to_dict(), "seq_len": args.seq_len, "lr": args.lr,
                                   "data": data.path.name, "mixed_precision": args.mixed_precision,
                                   "init_from": str(source) if source else None, "freeze_encoder": args.freeze_encoder,
+                                  "train_word_embeddings": args.train_word_embeddings,
                                   "head_lr_scale": args.head_lr_scale})
     start = time.time()
     if accelerator.is_main_process:

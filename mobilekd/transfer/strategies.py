@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from mobilekd.errors import UserError
 from mobilekd.models.config import ModelConfig
-from mobilekd.models.heads import mlm_loss
+from mobilekd.models.heads import WORD_EMBEDDINGS, mlm_loss
 from mobilekd.train.loop import Stage
 from mobilekd.transfer.losses import logit_distillation
 from mobilekd.transfer.objectives import (Features, Match, check_matches, deepest, evaluate, mobilebert_matches,
@@ -59,6 +59,10 @@ class PlanSettings:
                 "then staying near its peak (1 -> 0.9)"})
     weights: TransferWeights = field(default_factory=TransferWeights)
     teacher_bf16: bool = field(default=False, metadata={"help": "run the teacher under bf16 autocast"})
+    train_word_embeddings: bool = field(default=False, metadata={
+        "help": "train the word-embedding table copied from the teacher; by default it stays the teacher's (the "
+                "paper shares it), since on a small corpus Adam moves every row of the tied MLM decoder, seen or "
+                "not, the same way each step"})
 
     def total_steps(self, n_layers: int) -> int:
         """Steps of every strategy's plan (equal by construction, so strategies compare at equal cost in steps)."""
@@ -206,7 +210,17 @@ def _stage_info(matches: list[Match]) -> dict:
     return {"matches": [{"name": m.name, **dataclasses.asdict(m)} for m in matches]}
 
 
-def plan(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
+def plan(strategy: str, distiller: Distiller, n_layers: int, shared: list[str] = ()) -> list[Stage]:
+    """The strategy's stages; `shared` (the names `copy_shared_weights` copied) keeps the copied word-embedding
+    table frozen in every stage unless the settings train it."""
+    stages = _plan(strategy, distiller, n_layers)
+    if WORD_EMBEDDINGS not in shared or distiller.s.train_word_embeddings:
+        return stages
+    return [dataclasses.replace(st, trainable=lambda name, base=st.trainable: base(name) and name != WORD_EMBEDDINGS)
+            for st in stages]
+
+
+def _plan(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
     s = distiller.s
     layer_lr = s.layer_lr or s.lr
     every = distiller.layer_matches(list(range(n_layers)))
