@@ -57,10 +57,10 @@ class Job:
     needs: list[str] = field(default_factory=list)
 
     def done(self) -> bool:
-        if (self.out / "results.json").is_file():
-            return bool(read_json(self.out / "results.json").get("complete"))
-        return (self.out / "summary.json").is_file() and (self.out / "model.safetensors").is_file() or \
-            (self.argv[0] == "init" and (self.out / "model.safetensors").is_file())
+        if self.argv[0] == "finetune":
+            return (self.out / "results.json").is_file() and bool(read_json(self.out / "results.json").get("complete"))
+        written = ["config.json", "model.safetensors"] + ([] if self.argv[0] == "init" else ["summary.json"])
+        return all((self.out / name).is_file() for name in written)
 
 
 def finetune_dir(out: Path, task: str, method: str, seed: int) -> Path:
@@ -111,11 +111,13 @@ def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
     print(f"{len(plan) - len(todo)} of {len(plan)} runs done already; {len(todo)} to run, {workers} at a time")
     with ThreadPoolExecutor(workers) as pool:
         while todo or running:
-            blocked = {j.name for j in todo if any(n in failed for n in j.needs)}
-            for name in blocked:
-                failed.append(name)
-                print(f"skipped {name}: a run it needs failed")
-            todo = [j for j in todo if j.name not in blocked]
+            blocked = True
+            while blocked:  # a job whose needs failed (or were skipped) is skipped, and so on down the chain
+                blocked = {j.name for j in todo if any(n in failed for n in j.needs)}
+                for name in sorted(blocked):
+                    failed.append(name)
+                    print(f"skipped {name}: a run it needs failed")
+                todo = [j for j in todo if j.name not in blocked]
             for job in [j for j in todo if all(n in done for n in j.needs)]:
                 if len(running) == workers:
                     break
@@ -199,10 +201,16 @@ def main(argv=None):
         start = time.time()
         failed = run_all(jobs(out, args.tasks, args.seeds), args.workers, out / "logs")
         found = rows(out, args.tasks, args.seeds)
-        write_json(results_path, found)
-        print(f"{len(found)} runs in {results_path}; this invocation took {time.time() - start:.0f} s")
+        key = ("task", "method", "seed")
+        kept = [r for r in (read_json(results_path) if results_path.is_file() else [])  # other tasks' and seeds'
+                if tuple(r[k] for k in key) not in {tuple(f[k] for k in key) for f in found}]
+        write_json(results_path, sorted(kept + found, key=lambda r: (r["task"], METHODS.index(r["method"]), r["seed"])))
+        print(f"{len(found)} runs of this invocation in {results_path}; it took {time.time() - start:.0f} s")
         if failed:
             print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    if not results_path.is_file():
+        print(f"error: {results_path}: no results yet (run without --table)", file=sys.stderr)
+        return 2
     print(table(read_json(results_path)))
     return 1 if not args.table and failed else 0
 

@@ -33,6 +33,15 @@ while [ $# -gt 0 ]; do
 done
 [ "$FORCE" = 1 ] && rm -rf "$OUT"
 mkdir -p "$OUT/logs"
+MODE=$([ "$SCRATCH_TEACHER" = 1 ] && echo scratch-teacher || echo packaged-teacher)
+if [ ! -f "$OUT/.demo-mode" ] && [ -f "$OUT/teacher/summary.json" ]; then  # a demo run before the mode was recorded
+  python -c "import json,sys; print('packaged-teacher' if json.load(open(sys.argv[1])).get('init_from') else
+             'scratch-teacher')" "$OUT/teacher/summary.json" > "$OUT/.demo-mode"
+fi
+if [ -f "$OUT/.demo-mode" ] && [ "$(cat "$OUT/.demo-mode")" != "$MODE" ]; then
+  echo "error: $OUT holds a $(cat "$OUT/.demo-mode") demo; use another --out or --force" >&2; exit 2
+fi
+echo "$MODE" > "$OUT/.demo-mode"
 export OMP_NUM_THREADS=1  # one thread per job: two jobs fill this 2-core machine, and 1 thread beat 2 here
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # no background stage outlives the script
 

@@ -178,7 +178,11 @@ def build_cache(corpora, tokenizer, seq_len: int, seed: int, cache_dir) -> Path:
                 "most_frequent_token": int(counts.argmax()), "build_seconds": round(time.time() - start, 1)}
         (work / "meta.json").write_text(json.dumps(meta, indent=2))
         os.chmod(work, 0o777 & ~current_umask())  # mkdtemp makes 0700
-        work.rename(final)
+        try:
+            work.rename(final)
+        except OSError:  # another process built the same cache meanwhile: use theirs
+            if not (final / "meta.json").is_file():
+                raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return final

@@ -113,6 +113,9 @@ class ModelConfig:
             raise located(source, "is not a JSON object")
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in names}
+        if "embedding_transformation" not in d:  # configs written before the field: the dense lift existed iff needed
+            kwargs["embedding_transformation"] = bool(kwargs.get("trigram_input", cls.trigram_input)) or \
+                kwargs.get("embedding_size", cls.embedding_size) != kwargs.get("hidden_size", cls.hidden_size)
         if "id2label" in kwargs and kwargs["id2label"]:
             kwargs["id2label"] = {int(k): v for k, v in kwargs["id2label"].items()}
         if "num_labels" in d and not kwargs.get("id2label"):

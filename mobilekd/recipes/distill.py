@@ -67,7 +67,7 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
     run = {"student": config.to_dict(), "teacher": str(teacher_dir), "seq_len": args.seq_len, "data": data.path.name,
            "strategy": strategy, "freeze": settings.freeze, "lr": settings.lr, "layer_lr": settings.layer_lr,
            "alpha": w.alpha, "temperature": w.temperature, "layer_map": args.layer_map,
-           "weights": [w.fmt, w.at, w.mean, w.var]}
+           "weights": [w.fmt, w.at, w.mean, w.var], "train_word_embeddings": settings.train_word_embeddings}
     cfg = train_config(args, out_dir=out, run=run)
     if strategy == "scratch":
         stages = [Stage(name="scratch", steps=settings.total_steps(n_layers), loss=pretraining_loss, lr=settings.lr,

@@ -108,7 +108,8 @@ def run(args, accelerator):
     task = load_task(args.task, data, args.eval_only, args.regression)
     tokenizer = load_tokenizer(args.model)
     model = build_model(args.model, task, classifier_dropout=None if args.eval_only else args.classifier_dropout)
-    if not (args.eval_only or args.keep_pooler) and load_config(args.model)[1] != "classification":
+    fresh_pooler = not (args.eval_only or args.keep_pooler) and task.head == "classification"
+    if fresh_pooler and load_config(args.model)[1] != "classification":  # a pre-trained model, not a classifier yet
         model.mobilebert.pooler.reset()
     if args.dropout is not None:
         for m in model.modules():
@@ -162,6 +163,7 @@ def run(args, accelerator):
     cfg = train_config(args, eval_every=args.eval_every or steps_per_epoch,
                        run={"model": str(args.model), "task": task.name, "teacher": args.teacher, "lr": args.lr,
                             "max_len": args.max_len, "alpha": args.alpha, "temperature": args.temperature,
+                            "classifier_dropout": args.classifier_dropout, "keep_pooler": args.keep_pooler,
                             "train_examples": len(train_split)})
     extra = {**identity, "teacher": args.teacher, "steps": steps, "train_examples": len(train_split),
              "selected_on": "selection" if args.select_on == "train-slice" else next(iter(task.dev)),

@@ -145,6 +145,8 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
         print(f"resume: no checkpoint in {out_dir}, starting from scratch")
     if ckpt is not None:
         trainer = read_trainer_state(ckpt, run)
+        if trainer["stage"] >= len(stages):  # finished: its weights, e.g. for a run killed while saving its outputs
+            load_checkpoint(ckpt, model)
     elif not resume and find_checkpoint(out_dir) is not None:
         raise UserError(f"{out_dir}: holds a checkpoint of an earlier run; pass --resume to continue it, "
                         f"or choose another --out")

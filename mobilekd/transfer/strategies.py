@@ -207,17 +207,29 @@ def _encoder_only(name: str) -> bool:
 
 def _stage_info(matches: list[Match]) -> dict:
     """What a stage summary records of its objective: every match as data, under its term name."""
-    return {"matches": [{"name": m.name, **dataclasses.asdict(m)} for m in matches]}
+    return {"matches": [{"name": m.name, "site": m.site, **dataclasses.asdict(m)} for m in matches]}
 
 
 def plan(strategy: str, distiller: Distiller, n_layers: int, shared: list[str] = ()) -> list[Stage]:
     """The strategy's stages; `shared` (the names `copy_shared_weights` copied) keeps the copied word-embedding
     table frozen in every stage unless the settings train it."""
-    stages = _plan(strategy, distiller, n_layers)
-    if WORD_EMBEDDINGS not in shared or distiller.s.train_word_embeddings:
-        return stages
-    return [dataclasses.replace(st, trainable=lambda name, base=st.trainable: base(name) and name != WORD_EMBEDDINGS)
-            for st in stages]
+    frozen = {WORD_EMBEDDINGS} if WORD_EMBEDDINGS in shared and not distiller.s.train_word_embeddings else set()
+    return [_only_used_projections(st, frozen) for st in _plan(strategy, distiller, n_layers)]
+
+
+def _only_used_projections(stage: Stage, frozen: set[str]) -> Stage:
+    """A stage trains a projection only if its matches read through it (a parameter left without a gradient
+    would stop a multi-process run: DDP expects every trained parameter to get one), and nothing in `frozen`."""
+    sites = {f"projections.{m['site']}." for m in stage.info.get("matches", []) if m["projection"]}
+
+    def trainable(name, base=stage.trainable):
+        if name in frozen:
+            return False
+        if name.startswith("projections."):
+            return base(name) and any(name.startswith(s) for s in sites)
+        return base(name)
+
+    return dataclasses.replace(stage, trainable=trainable)
 
 
 def _plan(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
