@@ -181,6 +181,38 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def goals(results: list[dict]) -> str:
+    """Issue 13's goals, measured: PKT beats scratch on SST-2 by 3 points and elsewhere by more than two standard
+    deviations; task distillation adds on average; the student keeps 90% of the teacher's SST-2 score; and the
+    downstream order of AKT, JKT and PKT."""
+    def values(task, method):
+        return [r["value"] for r in results if r["task"] == task and r["method"] == method]
+
+    def mean(task, method):
+        v = values(task, method)
+        return statistics.mean(v) if v else float("nan")
+
+    tasks = list(dict.fromkeys(r["task"] for r in results))
+    lines = ["| goal | measured | target | met |", "|---|---|---|---|"]
+    for task in tasks:
+        gap = mean(task, "pkt") - mean(task, "scratch")
+        if task == "sst2":
+            lines.append(f"| PKT - scratch, {task} | {gap:+.4f} | +0.03 | {'yes' if gap >= 0.03 else 'no'} |")
+        else:
+            spread = [statistics.stdev(values(task, m)) for m in ("pkt", "scratch") if len(values(task, m)) > 1]
+            bar = 2 * max(spread) if spread else float("nan")
+            lines.append(f"| PKT - scratch, {task} | {gap:+.4f} | > 2 std ({bar:.4f}) | {'yes' if gap > bar else 'no'} |")
+    kd = [mean(t, "pkt_task_kd") - mean(t, "pkt") for t in tasks]
+    kd_mean = statistics.mean(kd) if kd else float("nan")
+    lines.append(f"| task KD - PKT, mean over tasks | {kd_mean:+.4f} | > 0 | {'yes' if kd_mean > 0 else 'no'} |")
+    share = mean("sst2", "pkt") / mean("sst2", "teacher")
+    lines.append(f"| PKT student / teacher, sst2 | {share:.1%} | 90% | {'yes' if share >= 0.9 else 'no'} |")
+    for task in tasks:
+        order = sorted(("akt", "jkt", "pkt"), key=lambda m: -mean(task, m))
+        lines.append(f"| downstream order, {task} (paper: pkt > jkt > akt) | {' > '.join(order)} | - | - |")
+    return "\n".join(lines) + "\n"
+
+
 def _metric(results, task):
     return next(r["metric"] for r in results if r["task"] == task)
 
@@ -211,7 +243,9 @@ def main(argv=None):
     if not results_path.is_file():
         print(f"error: {results_path}: no results yet (run without --table)", file=sys.stderr)
         return 2
-    print(table(read_json(results_path)))
+    results = read_json(results_path)
+    print(table(results))
+    print(goals(results))
     return 1 if not args.table and failed else 0
 
 
