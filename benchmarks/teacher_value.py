@@ -68,7 +68,9 @@ def finetune_dir(out: Path, task: str, method: str, seed: int) -> Path:
 
 
 def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
-    """Every run, in the order they should start (seed by seed, so that partial results are whole seeds)."""
+    """Every run, in the order they should start: seed by seed, so that partial results are whole seeds, and the
+    AKT and JKT students last (an AKT step runs teacher and student twice, layer-wise and MLM, so AKT costs
+    several times PKT at equal steps)."""
     teacher = out / "teacher"
     students = {s: out / "students" / s for s in STRATEGIES}
     one = ["--threads", "1", "--resume"]
@@ -76,9 +78,11 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     for seed in seeds:
         scratch = out / "students" / f"scratch_seed{seed}"
         plan.append(Job(f"init/{seed}", ["init", STUDENT, str(scratch), "--seed", str(seed)], scratch))
-    plan += [Job(f"distill/{s}", ["distill", *TRANSFER, "--strategy", s, "--teacher", str(teacher),
-                                  "--out", str(students[s]), *one], students[s], ["adapt"])
-             for s in STRATEGIES]
+    distills = [Job(f"distill/{s}", ["distill", *TRANSFER, "--strategy", s, "--teacher", str(teacher),
+                                     "--out", str(students[s]), *one], students[s], ["adapt"])
+                for s in STRATEGIES]
+    plan.append(distills[0])
+    later = distills[1:]
     for seed in seeds:
         for task in tasks:
             def ft(method, model, lr, needs, *extra):
@@ -89,10 +93,11 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
             t_dir = finetune_dir(out, task, "teacher", seed)
             plan += [ft("teacher", teacher, TEACHER_LR, ["adapt"]),
                      ft("scratch", out / "students" / f"scratch_seed{seed}", STUDENT_LR, [f"init/{seed}"])]
-            plan += [ft(s, students[s], STUDENT_LR, [f"distill/{s}"]) for s in STRATEGIES]
-            plan.append(ft("pkt_task_kd", students["pkt"], STUDENT_LR, ["distill/pkt", f"{task}/teacher/{seed}"],
-                           "--teacher", str(t_dir)))
-    return plan
+            plan += [ft("pkt", students["pkt"], STUDENT_LR, ["distill/pkt"]),
+                     ft("pkt_task_kd", students["pkt"], STUDENT_LR, ["distill/pkt", f"{task}/teacher/{seed}"],
+                        "--teacher", str(t_dir))]
+            later += [ft(s, students[s], STUDENT_LR, [f"distill/{s}"]) for s in STRATEGIES[1:]]
+    return plan + later
 
 
 def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
