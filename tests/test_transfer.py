@@ -118,8 +118,9 @@ def test_pkt_freezes_exactly_the_layers_below(small_corpus, tokenizer, tmp_path,
 
 def test_distillation_beats_scratch_and_every_layer_learns(demo_teacher_dir, small_corpus, tmp_path):
     out = tmp_path / "cmp"
-    run_module("mobilekd.recipes.distill", "--teacher", demo_teacher_dir, "--corpus", small_corpus, "--out", out,
-               "--cache-dir", tmp_path / "c", "--seq-len", 48, "--batch-size", 8, "--layer-steps", 10,
+    run_module("mobilekd.recipes.distill", "--teacher", demo_teacher_dir, "--student", "demo_student", "--corpus",
+               small_corpus, "--out", out, "--cache-dir", tmp_path / "c", "--seq-len", 48, "--batch-size", 8,
+               "--layer-steps", 10,
                "--pd-steps", 40, "--eval-examples", 64, "--threads", 1, "--compare", "pkt,scratch")
     rows = {r["strategy"]: r for r in json.loads((out / "compare.json").read_text())}
     assert rows["pkt"]["steps"] == rows["scratch"]["steps"] == 4 * 10 + 40
@@ -136,7 +137,8 @@ def test_distillation_beats_scratch_and_every_layer_learns(demo_teacher_dir, sma
 
 def test_resume_mid_stage_after_sigkill(demo_teacher_dir, small_corpus, tmp_path):
     def args(out, *extra):
-        return ["--teacher", demo_teacher_dir, "--corpus", small_corpus, "--out", out, "--cache-dir", tmp_path / "c",
+        return ["--teacher", demo_teacher_dir, "--student", "demo_student", "--corpus", small_corpus, "--out", out,
+                "--cache-dir", tmp_path / "c",
                 "--seq-len", 48, "--batch-size", 8, "--layer-steps", 12, "--pd-steps", 30, "--save-every", 4,
                 "--eval-examples", 16, "--threads", 1, *extra]
 
