@@ -38,12 +38,14 @@ STRATEGIES = ("pkt", "akt", "jkt")
 # The demo (scripts/demo.sh, default path) runs these settings once, seed 0, SST-2 only.
 ADAPT = ["--init-from", TEACHER]
 TRANSFER = ["--student", STUDENT, "--layer-steps", "50", "--pd-steps", "200"]
-TASKS = {  # fine-tuning flags per task (one epoch; sequences of at most 64 tokens)
+TASKS = {  # fine-tuning flags per task: about 200-350 steps of 32 examples each
     "sst2": ["--max-train-examples", "10000", "--epochs", "1", "--max-len", "64"],
-    "cola": ["--epochs", "1", "--max-len", "64"],
     "stsb": ["--epochs", "1", "--max-len", "64"],
-    "mrpc": ["--epochs", "1", "--max-len", "128"],
-    "rte": ["--epochs", "1", "--max-len", "128"],
+    "mrpc": ["--epochs", "3", "--max-len", "128"],
+    # CoLA at one epoch left even the teacher at Matthews correlation 0 (every sentence "acceptable"; measured,
+    # seed 0): it needs several epochs, which this budget does not have
+    "cola": ["--epochs", "1", "--max-len", "64"],
+    "rte": ["--epochs", "3", "--max-len", "128"],
 }
 TEACHER_LR, STUDENT_LR = "5e-5", "2e-4"
 METHODS = ("teacher", "pkt", "pkt_task_kd", "scratch", "akt", "jkt")
@@ -226,7 +228,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.teacher_value", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="runs/teacher_value", help="where every run goes (default runs/teacher_value)")
-    p.add_argument("--tasks", nargs="+", default=["sst2", "cola", "stsb"], choices=sorted(TASKS))
+    p.add_argument("--tasks", nargs="+", default=["sst2", "stsb", "mrpc"], choices=sorted(TASKS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--workers", type=int, default=2, help="runs at a time, one thread each (default 2)")
     p.add_argument("--results", default="docs/results/teacher_value.json")
