@@ -71,8 +71,8 @@ def finetune_dir(out: Path, task: str, method: str, seed: int) -> Path:
 
 def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     """Every run, in the order they should start: seed by seed, so that partial results are whole seeds, and the
-    AKT and JKT students last (an AKT step runs teacher and student twice, layer-wise and MLM, so AKT costs
-    several times PKT at equal steps)."""
+    AKT and JKT students last (they run both models at full depth with attention maps in every layer-wise step,
+    so they cost several times PKT at equal steps)."""
     teacher = out / "teacher"
     students = {s: out / "students" / s for s in STRATEGIES}
     one = ["--threads", "1", "--resume"]

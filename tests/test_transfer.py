@@ -199,3 +199,18 @@ def test_soft_freeze_follows_the_official_layer_wise_learning_rates():
     assert factors[0] == 0.0 and factors[2] == pytest.approx(1.0)  # warm-up over the first 2 of 20 steps
     assert factors[-1] == pytest.approx(0.9 + 0.1 * (1 / 18) ** 0.5, rel=1e-6)  # near the peak, not at 0
     assert scheduler.lr_lambdas[0](20) == pytest.approx(0.9)
+
+
+def test_akt_terms_are_the_layer_wise_and_pd_terms_of_one_pass(small_corpus, tokenizer, tmp_path):
+    """AKT reads the layer-wise features and the MLM/NSP logits from one forward pass of each model: the same
+    terms as computing them apart (dropout off)."""
+    torch.manual_seed(0)
+    teacher = MobileBertForPreTraining(PRESETS["demo_teacher"].config)
+    student = MobileBertForPreTraining(PRESETS["demo_student"].config).eval()
+    distiller = Distiller(teacher, [0, 1, 2, 3], PlanSettings(), student.config)
+    batch = load_pretraining_data([small_corpus], tokenizer, 32, 0, tmp_path / "cache").train.batch(range(4))
+    matches = distiller.layer_matches([0, 1, 2, 3])
+    together = distiller.akt_terms(student, batch, matches)
+    apart = {**distiller.layer_terms(student, batch, matches), **distiller.pd_terms(student, batch)}
+    for name in ("fmt_L2", "at_L3", "mlm", "mlm_kd", "nsp"):
+        assert together[name].item() == pytest.approx(apart[name].item(), rel=1e-5), name

@@ -183,6 +183,9 @@ class Distiller:
         """Pre-training distillation, eq. (4): alpha * MLM + (1 - alpha) * KD on the MLM head, plus NSP."""
         t_logits = self._teacher(batch, masked_positions=batch["masked_positions"]).mlm_logits
         out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["masked_positions"])
+        return self._pd(t_logits, out, batch)
+
+    def _pd(self, t_logits, out, batch) -> dict[str, torch.Tensor]:
         mlm = mlm_loss(out.mlm_logits, batch)
         kd = logit_distillation(t_logits, out.mlm_logits, self.s.weights.temperature)
         nsp = F.cross_entropy(out.nsp_logits.float(), batch["nsp_labels"])
@@ -191,8 +194,15 @@ class Distiller:
                 "nsp": nsp.detach()}
 
     def akt_terms(self, student, batch, matches: list[Match]) -> dict[str, torch.Tensor]:
-        layer = self.layer_terms(student, batch, matches)
-        pd = self.pd_terms(student, batch)
+        """Layer-wise terms beside pre-training distillation, from one forward pass of each model (the layer-wise
+        features and the MLM/NSP logits of the same pass)."""
+        t = self._teacher(batch, masked_positions=batch["masked_positions"], output_feature_maps=True,
+                          output_attentions=True)
+        out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["masked_positions"],
+                      output_feature_maps=True, output_attentions=True)
+        layer = evaluate(matches, Features(t.encoder), Features(out.encoder),
+                         getattr(_unwrap(student), "projections", None))
+        pd = self._pd(t.mlm_logits, out, batch)
         return {**layer, **pd, "loss": layer["loss"] + pd["loss"], "transfer": layer["loss"].detach()}
 
 
