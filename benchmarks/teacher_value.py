@@ -5,6 +5,7 @@ total steps; write one row per run to docs/results/teacher_value.json and its Ma
 
     python -m benchmarks.teacher_value                      # everything (about 2 hours on 2 cores), resumable
     python -m benchmarks.teacher_value --seeds 0 --tasks sst2 --workers 1
+    python -m benchmarks.teacher_value --collect            # write the finished runs' rows now, run nothing
     python -m benchmarks.teacher_value --table              # print the table from the results file only
 
 Every run is a subprocess of the toolkit's own recipes (`python -m mobilekd train-teacher | distill | init |
@@ -215,6 +216,8 @@ def goals(results: list[dict]) -> str:
     share = mean("sst2", "pkt") / mean("sst2", "teacher")
     lines.append(f"| PKT student / teacher, sst2 | {share:.1%} | 90% | {'yes' if share >= 0.9 else 'no'} |")
     for task in tasks:
+        if not all(values(task, m) for m in ("akt", "jkt", "pkt")):
+            continue
         order = sorted(("akt", "jkt", "pkt"), key=lambda m: -mean(task, m))
         lines.append(f"| downstream order, {task} (paper: pkt > jkt > akt) | {' > '.join(order)} | - | - |")
     return "\n".join(lines) + "\n"
@@ -232,13 +235,17 @@ def main(argv=None):
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--workers", type=int, default=2, help="runs at a time, one thread each (default 2)")
     p.add_argument("--results", default="docs/results/teacher_value.json")
+    p.add_argument("--collect", action="store_true",
+                   help="only gather the runs finished so far into the results file (e.g. while a run goes on)")
     p.add_argument("--table", action="store_true", help="only print the table of the results file")
     args = p.parse_args(argv)
     results_path = REPO_ROOT / args.results
+    failed = []
     if not args.table:
         out = (REPO_ROOT / args.out).resolve()
         start = time.time()
-        failed = run_all(jobs(out, args.tasks, args.seeds), args.workers, out / "logs")
+        if not args.collect:
+            failed = run_all(jobs(out, args.tasks, args.seeds), args.workers, out / "logs")
         found = rows(out, args.tasks, args.seeds)
         key = ("task", "method", "seed")
         kept = [r for r in (read_json(results_path) if results_path.is_file() else [])  # other tasks' and seeds'
@@ -253,7 +260,7 @@ def main(argv=None):
     results = read_json(results_path)
     print(table(results))
     print(goals(results))
-    return 1 if not args.table and failed else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
