@@ -112,3 +112,28 @@ def test_init_writes_a_loadable_random_model(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "mobilekd", "init", "nope", str(tmp_path / "x")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown preset 'nope'")
+
+
+def test_the_official_masked_score_form(tmp_path, tokenizer):
+    """TF1 (modeling.py attention_layer, 2021): scores * mask + (1 - mask) * -6. Without padding it is the additive
+    form; with padding a padded key keeps exp(-6)-sized attention; transformers cannot load such a model."""
+    from mobilekd.models.hf import load_pretrained, save_pretrained
+
+    config = PRESETS["demo_student"].config
+    torch.manual_seed(0)
+    additive = MobileBertForPreTraining(config).eval()
+    official = MobileBertForPreTraining(config.replace(masked_score=-6.0)).eval()
+    official.load_state_dict(additive.state_dict())
+    ids = torch.randint(1000, 5000, (2, 10))
+    with torch.no_grad():
+        assert torch.allclose(additive.mobilebert(ids).last_hidden_state, official.mobilebert(ids).last_hidden_state,
+                              atol=1e-5)
+        mask = torch.ones_like(ids)
+        mask[:, 7:] = 0
+        a = additive.mobilebert(ids, mask, output_attentions=True).attentions[0]
+        o = official.mobilebert(ids, mask, output_attentions=True).attentions[0]
+    assert a[..., 7:].max() == 0.0 < o[..., 7:].min()  # -10000 underflows to 0; -6 keeps a share
+    assert torch.allclose(o.sum(-1), torch.ones(1))
+    save_pretrained(official, tmp_path, tokenizer)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "ib_bert"
+    assert load_pretrained(tmp_path).config.masked_score == -6.0

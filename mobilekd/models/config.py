@@ -45,6 +45,10 @@ class ModelConfig:
     normalization_type: str = "no_norm"
     classifier_activation: bool = True
     classifier_dropout: float | None = None  # transformers' field; None: hidden_dropout_prob
+    # None: padding is masked by adding -10000 to its attention scores (transformers, and the 2020 official code);
+    # a number m: the official TF1 form since 2021 (modeling.py `attention_layer`): scores * mask + (1 - mask) * m,
+    # m = -6 there, whose quantization-aware training then clips the scores to [-6, 60]
+    masked_score: float | None = None
     # Task heads (fine-tuning); empty for pre-training models.
     id2label: dict = field(default_factory=dict)
     problem_type: str | None = None
@@ -73,8 +77,9 @@ class ModelConfig:
     @property
     def hf_compatible(self) -> bool:
         """Whether transformers' MobileBERT classes can hold this architecture (they always lift the embeddings
-        with a dense layer, which BERT-layout models lack)."""
-        return self.attention_input_size == self.true_hidden_size and self.embedding_transformation
+        with a dense layer, which BERT-layout models lack, and mask padding additively)."""
+        return (self.attention_input_size == self.true_hidden_size and self.embedding_transformation
+                and self.masked_score is None)
 
     @property
     def num_labels(self) -> int:

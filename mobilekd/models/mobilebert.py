@@ -78,7 +78,10 @@ class MobileBert(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         hidden = self.embeddings(input_ids, token_type_ids)
-        mask = additive_mask(attention_mask, hidden.dtype)
+        if self.config.masked_score is None:
+            mask = additive_mask(attention_mask, hidden.dtype)
+        else:
+            mask = attention_mask[:, None, None, :].to(hidden.dtype)
         depth = self.config.num_hidden_layers if num_layers is None else num_layers
         out = EncoderOutput(hidden, embeddings=hidden if output_feature_maps else None)
         for block in self.encoder.layer[:depth]:

@@ -40,6 +40,10 @@ def parse_args(argv=None):
     p.add_argument("--student", default="mobilebert_h384", choices=sorted(PRESETS),
                    help="student preset (default mobilebert_h384, the demo teacher's student; see `mobilekd models`)")
     p.add_argument("--strategy", choices=["akt", "jkt", "pkt"], default="pkt")
+    p.add_argument("--masked-score", type=float,
+                   help="the student masks padding as the official TF1 code does: its attention scores there become "
+                        "this value (-6 officially; quantization friendly) instead of dropping by 10000; such a "
+                        "student is saved as model_type ib_bert, since transformers masks additively")
     add_flags(p, PlanSettings)
     add_flags(p, TransferWeights)
     p.add_argument("--layer-map", help="teacher layer (0-based) for each student layer, comma-separated, when "
@@ -59,7 +63,7 @@ def parse_args(argv=None):
 
 def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teacher_dir: Path) -> dict:
     """One strategy (or 'scratch') from the teacher directory into a fresh student; returns its summary."""
-    config = get_preset(args.student).config
+    config = get_preset(args.student).config.replace(masked_score=args.masked_score)
     student = MobileBertForPreTraining(config)
     n_layers = config.num_hidden_layers
     settings = args.settings
