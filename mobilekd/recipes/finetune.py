@@ -63,7 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--stride", type=int, default=128, help="SQuAD: tokens shared by consecutive windows")
     p.add_argument("--regression", action="store_true", help="custom task: numeric labels")
     p.add_argument("--max-train-examples", type=int, help="use a seeded random subset of the training set")
-    p.add_argument("--eval-every", type=int, help="evaluate on dev every N steps (default: once per epoch)")
+    p.add_argument("--eval-every", type=int, help="evaluate on dev every N steps (default: once per epoch; 0: only "
+                                                 "after the last step, so the model kept is the last one)")
     p.add_argument("--select-on", choices=["dev", "train-slice"], default="dev",
                    help="which split picks the best checkpoint: the dev set (default; its best score is optimistic) "
                         "or a held-out slice of the training set (--selection-fraction), whose selected model's "
@@ -80,6 +81,7 @@ def parse_args(argv=None):
     add_training_flags(p, out="runs/finetune", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
     at_least("--max-steps", args.max_steps, 1)
+    at_least("--eval-every", args.eval_every, 0)
     at_least("--max-len", args.max_len, 1)
     at_least("--epochs", args.epochs, 0, strictly=True)
     if not 0 < args.selection_fraction < 1:
@@ -160,7 +162,7 @@ def run(args, accelerator):
     teacher = build_model(args.teacher, task, "teacher").to(accelerator.device).eval() if args.teacher else None
     stage = Stage(name="finetune", steps=steps, loss=task_loss(task, teacher, args.alpha, args.temperature),
                   lr=args.lr, warmup=args.warmup)
-    cfg = train_config(args, eval_every=args.eval_every or steps_per_epoch,
+    cfg = train_config(args, eval_every=steps_per_epoch if args.eval_every is None else args.eval_every,
                        run={"model": str(args.model), "task": task.name, "teacher": args.teacher, "lr": args.lr,
                             "max_len": args.max_len, "alpha": args.alpha, "temperature": args.temperature,
                             "classifier_dropout": args.classifier_dropout, "keep_pooler": args.keep_pooler,
