@@ -152,3 +152,19 @@ def test_export_bad_input_is_one_line(classifier_dir, tmp_path, tokenizer):
     line = one_line_error(run_module("mobilekd.recipes.export", "--model", tmp_path, check=False))
     assert str(tmp_path) in line
     assert not list(tmp_path.glob("*.tflite")) and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_the_official_masked_score_form_exports_with_parity(tmp_path, tokenizer):
+    """A student masking padding as TF1 does (scores * mask + (1 - mask) * -6) exports to a .tflite that computes
+    what PyTorch computes on padded SST-2 dev sentences; transformers refuses the directory (it masks additively)."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = PRESETS["demo_student"].config.replace(id2label={0: "negative", 1: "positive"}, masked_score=-6.0)
+    save_pretrained(perturbed(MobileBertForSequenceClassification(config)), tmp_path / "model", tokenizer)
+    run_module("mobilekd.recipes.export", "--model", tmp_path / "model", "--out", tmp_path / "out", "--seq-len", 64,
+               "--quantize", "none", "--parity-task", "sst2", "--parity-examples", 48)
+    report = json.loads((tmp_path / "out" / "parity.json").read_text())["model_none.tflite"]
+    assert report["max_abs_diff"] <= 1e-5 and report["agreement"] == 1.0
+    with pytest.raises(ValueError, match="ib_bert"):
+        transformers.AutoModel.from_pretrained(tmp_path / "model")
