@@ -21,19 +21,13 @@ dev.
 from __future__ import annotations
 
 import argparse
-import math
-import os
 import statistics
-import subprocess
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from safetensors import safe_open
-
-from mobilekd.fileio import REPO_ROOT, read_json, write_json
+from benchmarks.runner import RESUMABLE, Job, finetune_row, merge_rows, run_all
+from mobilekd.fileio import REPO_ROOT, read_json
 
 TEACHER = "all-minilm-l6-v2"
 STUDENT = "mobilebert_h384"
@@ -54,20 +48,6 @@ TEACHER_LR, STUDENT_LR = "5e-5", "2e-4"
 METHODS = ("teacher", "pkt", "pkt_task_kd", "scratch", "akt", "jkt")
 
 
-@dataclass
-class Job:
-    name: str
-    argv: list[str]
-    out: Path
-    needs: list[str] = field(default_factory=list)
-
-    def done(self) -> bool:
-        if self.argv[0] == "finetune":
-            return (self.out / "results.json").is_file() and bool(read_json(self.out / "results.json").get("complete"))
-        written = ["config.json", "model.safetensors"] + ([] if self.argv[0] == "init" else ["summary.json"])
-        return all((self.out / name).is_file() for name in written)
-
-
 def finetune_dir(out: Path, task: str, method: str, seed: int) -> Path:
     return out / "finetune" / task / method / f"seed{seed}"
 
@@ -78,7 +58,7 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     so they cost several times PKT at equal steps)."""
     teacher = out / "teacher"
     students = {s: out / "students" / s for s in STRATEGIES}
-    one = ["--threads", "1", "--resume"]
+    one = RESUMABLE
     plan = [Job("adapt", ["train-teacher", *ADAPT, "--out", str(teacher), *one], teacher)]
     for seed in seeds:
         scratch = out / "students" / f"scratch_seed{seed}"
@@ -106,67 +86,15 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     return plan + later
 
 
-def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
-    """Run the jobs `workers` at a time, each when the jobs it needs are done; return the names that failed."""
-    logs.mkdir(parents=True, exist_ok=True)
-    done = {j.name for j in plan if j.done()}
-    failed, running = [], {}
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
-
-    def launch(job: Job) -> int:
-        with open(logs / (job.name.replace("/", "_") + ".log"), "w") as log:
-            return subprocess.run([sys.executable, "-m", "mobilekd", *job.argv], stdout=log, stderr=subprocess.STDOUT,
-                                  env=env, cwd=REPO_ROOT).returncode
-
-    todo = [j for j in plan if j.name not in done]
-    print(f"{len(plan) - len(todo)} of {len(plan)} runs done already; {len(todo)} to run, {workers} at a time")
-    with ThreadPoolExecutor(workers) as pool:
-        while todo or running:
-            blocked = True
-            while blocked:  # a job whose needs failed (or were skipped) is skipped, and so on down the chain
-                blocked = {j.name for j in todo if any(n in failed for n in j.needs)}
-                for name in sorted(blocked):
-                    failed.append(name)
-                    print(f"skipped {name}: a run it needs failed")
-                todo = [j for j in todo if j.name not in blocked]
-            for job in [j for j in todo if all(n in done for n in j.needs)]:
-                if len(running) == workers:
-                    break
-                print(f"{time.strftime('%H:%M:%S')} start {job.name}")
-                running[pool.submit(launch, job)] = (job, time.time())
-                todo.remove(job)
-            if not running:
-                break
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
-                job, start = running.pop(future)
-                ok = future.result() == 0 and job.done()
-                (done.add(job.name) if ok else failed.append(job.name))
-                print(f"{time.strftime('%H:%M:%S')} {'done' if ok else 'FAILED'} {job.name} ({time.time() - start:.0f} s)"
-                      + ("" if ok else f"; log: {logs / (job.name.replace('/', '_') + '.log')}"))
-    return failed
-
-
-def parameters(model_dir: Path) -> int:
-    with safe_open(str(model_dir / "model.safetensors"), "pt") as f:
-        return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
-
-
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     """One row per finished fine-tuning run (its dev score at the end of training)."""
     found = []
     for task in tasks:
         for method in METHODS:
             for seed in seeds:
-                d = finetune_dir(out, task, method, seed)
-                if not (d / "results.json").is_file() or not read_json(d / "results.json").get("complete"):
-                    continue
-                r = read_json(d / "results.json")
-                dev = next(iter(r["metrics"].values()))
-                found.append({"task": task, "method": method, "student": TEACHER if method == "teacher" else STUDENT,
-                              "seed": seed, "metric": r["best_metric"], "value": round(dev[r["best_metric"]], 4),
-                              "params": parameters(d), "train_seconds": r["wall_seconds"], "steps": r["steps"],
-                              "lr": r["lr"]})
+                row = finetune_row(finetune_dir(out, task, method, seed), task=task, method=method, seed=seed,
+                                   student=TEACHER if method == "teacher" else STUDENT)
+                found += [row] if row else []
     return found
 
 
@@ -264,10 +192,7 @@ def main(argv=None):
         if not args.collect:
             failed = run_all(jobs(out, args.tasks, args.seeds), args.workers, out / "logs")
         found = rows(out, args.tasks, args.seeds)
-        key = ("task", "method", "seed")
-        kept = [r for r in (read_json(results_path) if results_path.is_file() else [])  # other tasks' and seeds'
-                if tuple(r[k] for k in key) not in {tuple(f[k] for k in key) for f in found}]
-        write_json(results_path, sorted(kept + found, key=lambda r: (r["task"], METHODS.index(r["method"]), r["seed"])))
+        merge_rows(results_path, found, lambda r: (r["task"], METHODS.index(r["method"]), r["seed"]))
         print(f"{len(found)} runs of this invocation in {results_path}; it took {time.time() - start:.0f} s")
         if failed:
             print(f"failed: {', '.join(failed)}", file=sys.stderr)

@@ -1,0 +1,125 @@
+"""What the official MobileBERT code's choices do downstream (issue 14): PKT students distilled from the teacher of
+`benchmarks.teacher_value` with each choice changed alone, fine-tuned on SST-2 and STS-B over seeds beside the
+default PKT student; rows to docs/results/fidelity.json.
+
+    python -m benchmarks.fidelity              # resumable; reuses teacher_value's teacher, PKT student and its runs
+    python -m benchmarks.fidelity --table
+
+Variants (each against `pkt`, the defaults):
+    pkt_mean_var  mean and variance transfer at the official run's weights (5000 and 5; README command of
+                  google-research mobilebert, flags beta_distill_factor / gamma_distill_factor)
+    pkt_soft      --freeze soft: TF1's layer-wise learning rates and per-phase schedule (distill_util.py)
+    pkt_mask6     the student masks padding as TF1 since 2021: scores * mask + (1 - mask) * -6 (modeling.py)
+Everything else is the teacher_value benchmark's (its TRANSFER flags, TASKS, student learning rate, last model
+scored on the whole dev set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+from benchmarks import teacher_value as tv
+from benchmarks.runner import RESUMABLE, Job, finetune_row, merge_rows, run_all
+from mobilekd.fileio import REPO_ROOT, read_json
+
+VARIANTS = {
+    "pkt": [],
+    "pkt_mean_var": ["--mean-weight", "5000", "--var-weight", "5"],
+    "pkt_soft": ["--freeze", "soft"],
+    "pkt_mask6": ["--masked-score", "-6"],
+}
+
+
+def student_dir(base: Path, out: Path, variant: str) -> Path:
+    return base / "students" / "pkt" if variant == "pkt" else out / "students" / variant
+
+
+def run_dir(base: Path, out: Path, task: str, variant: str, seed: int) -> Path:
+    return tv.finetune_dir(base if variant == "pkt" else out, task, variant, seed)
+
+
+def jobs(base: Path, out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
+    """The teacher and default PKT student are teacher_value's (the same runs, skipped when done there)."""
+    teacher = base / "teacher"
+    plan = [Job("adapt", ["train-teacher", *tv.ADAPT, "--out", str(teacher), *RESUMABLE], teacher)]
+    for variant, flags in VARIANTS.items():
+        d = student_dir(base, out, variant)
+        plan.append(Job(f"distill/{variant}", ["distill", *tv.TRANSFER, *flags, "--teacher", str(teacher),
+                                               "--out", str(d), *RESUMABLE], d, ["adapt"]))
+    for seed in seeds:
+        for task in tasks:
+            for variant in VARIANTS:
+                d = run_dir(base, out, task, variant, seed)
+                plan.append(Job(f"{task}/{variant}/{seed}", [
+                    "finetune", "--task", task, *tv.TASKS[task], "--model", str(student_dir(base, out, variant)),
+                    "--lr", tv.STUDENT_LR, "--seed", str(seed), "--eval-every", "0", "--out", str(d), *RESUMABLE],
+                    d, [f"distill/{variant}"]))
+    return plan
+
+
+def rows(base: Path, out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
+    found = []
+    for task in tasks:
+        for variant in VARIANTS:
+            for seed in seeds:
+                row = finetune_row(run_dir(base, out, task, variant, seed), task=task, method=variant, seed=seed,
+                                   student=tv.STUDENT)
+                found += [row] if row else []
+    return found
+
+
+def table(results: list[dict]) -> str:
+    """Mean +- std over seeds per task and variant, and the difference of means to the default PKT student."""
+    tasks = list(dict.fromkeys(r["task"] for r in results))
+    lines = ["| variant | " + " | ".join(f"{t} ({next(r['metric'] for r in results if r['task'] == t)})"
+                                         for t in tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for variant in VARIANTS:
+        cells = []
+        for task in tasks:
+            vals = [r["value"] for r in results if r["task"] == task and r["method"] == variant]
+            base = [r["value"] for r in results if r["task"] == task and r["method"] == "pkt"]
+            if not vals:
+                cells.append("-")
+                continue
+            std = statistics.stdev(vals) if len(vals) > 1 else 0.0
+            delta = "" if variant == "pkt" or not base else \
+                f" ({statistics.mean(vals) - statistics.mean(base):+.4f})"
+            cells.append(f"{statistics.mean(vals):.4f} ± {std:.4f}{delta} [n={len(vals)}]")
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.fidelity", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base", default="runs/teacher_value", help="the teacher_value benchmark's directory")
+    p.add_argument("--out", default="runs/fidelity", help="where the variants' runs go (default runs/fidelity)")
+    p.add_argument("--tasks", nargs="+", default=["sst2", "stsb"], choices=sorted(tv.TASKS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--workers", type=int, default=2, help="runs at a time, one thread each (default 2)")
+    p.add_argument("--results", default="docs/results/fidelity.json")
+    p.add_argument("--collect", action="store_true", help="only gather the runs finished so far")
+    p.add_argument("--table", action="store_true", help="only print the table of the results file")
+    args = p.parse_args(argv)
+    results_path = REPO_ROOT / args.results
+    failed = []
+    if not args.table:
+        base, out = (REPO_ROOT / args.base).resolve(), (REPO_ROOT / args.out).resolve()
+        if not args.collect:
+            failed = run_all(jobs(base, out, args.tasks, args.seeds), args.workers, out / "logs")
+        merge_rows(results_path, rows(base, out, args.tasks, args.seeds),
+                   lambda r: (r["task"], list(VARIANTS).index(r["method"]), r["seed"]))
+    if not results_path.is_file():
+        print(f"error: {results_path}: no results yet (run without --table)", file=sys.stderr)
+        return 2
+    print(table([r for r in read_json(results_path) if r["task"] in args.tasks]))
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
