@@ -86,3 +86,35 @@ def test_paper_size_smoke_run(small_corpus, tmp_path, flag):
                *flag, "--steps", 2, "--batch-size", 1, "--seq-len", 32, "--eval-examples", 2, "--threads", 2)
     config = json.loads((out / "config.json").read_text())
     assert config["intra_bottleneck_size"] == 1024 and config["model_type"] == "ib_bert"
+
+
+def test_rows_of_words_the_corpus_never_shows_stay_as_initialised(small_corpus, tokenizer, tmp_path):
+    """With the decoder tied to the table, Adam would move every unseen row each step; frozen, they do not move,
+    while the rows of the corpus' words train (mobilekd/train/vocab.py)."""
+    import torch
+
+    from mobilekd.data.pretraining import load_pretraining_data
+    from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
+    from mobilekd.models.presets import PRESETS
+    from mobilekd.train.vocab import freeze_unseen_rows, seen_tokens
+
+    data = load_pretraining_data([small_corpus], tokenizer, 32, 0, tmp_path / "cache")
+    seen = seen_tokens(data.train)
+    unseen = torch.ones(len(tokenizer), dtype=torch.bool)
+    unseen[torch.as_tensor(seen)] = False
+    assert 0 < len(seen) < len(tokenizer) and unseen.sum() > 15000  # 40 Brown documents show a third of 30522 tokens
+    for frozen in (True, False):
+        torch.manual_seed(0)
+        model = MobileBertForPreTraining(PRESETS["demo_teacher"].config)
+        if frozen:
+            freeze_unseen_rows(model, seen)
+        table = model.mobilebert.embeddings.word_embeddings.weight
+        before = table.detach().clone()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)  # decay alone shrinks rows
+        for step in range(3):
+            pretraining_loss(model, data.train.batch(range(8 * step, 8 * step + 8)))["loss"].backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        moved = (table.detach() - before).abs().amax(1)
+        assert (moved[unseen].max() == 0) == frozen  # unfrozen, Adam moves even the rows no batch showed
+        assert moved[torch.as_tensor(seen)].max() > 0

@@ -29,6 +29,7 @@ from mobilekd.models.pretrained import PACKAGED, model_dir
 from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, run_owned, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
 from mobilekd.train.loop import Stage, run_plan
+from mobilekd.train.vocab import freeze_unseen_rows, seen_tokens
 from teacher_ib_bert import TEACHER_PRESETS, adaptation_defaults, pretraining_defaults
 
 
@@ -48,6 +49,10 @@ def parse_args(argv=None):
                    help="with --init-from: train the word-embedding table too; by default it stays as pre-trained, "
                         "since on a small corpus Adam moves every row of the tied MLM decoder (words the corpus never "
                         "shows included) the same way each step")
+    p.add_argument("--update-unseen-rows", action="store_true",
+                   help="from scratch: also update the word-embedding rows of tokens the corpus never shows (by "
+                        "default they get no gradient: with the decoder tied to them, Adam would move them all the "
+                        "same way; mobilekd/train/vocab.py)")
     p.add_argument("--head-lr-scale", type=float,
                    help="with --init-from: the heads' learning rate as a multiple of --lr (default from "
                         "adaptation.json: the new heads start from scratch, the encoder is already trained)")
@@ -64,6 +69,9 @@ def parse_args(argv=None):
     p.add_argument("--eval-examples", type=int, default=1000, help="held-out examples to evaluate (default 1000)")
     add_training_flags(p, out="runs/teacher", seq_len=None)
     args = p.parse_args(argv)
+    if args.update_unseen_rows and args.init_from:
+        raise UserError("--update-unseen-rows is for a teacher trained from scratch (with --init-from the word table "
+                        "stays as pre-trained unless --train-word-embeddings)")
     if (args.freeze_encoder or args.train_word_embeddings or args.head_lr_scale is not None) and not args.init_from:
         raise UserError("--freeze-encoder, --train-word-embeddings and --head-lr-scale need --init-from (they adapt "
                         "a trained encoder)")
@@ -106,6 +114,8 @@ def run(args, accelerator):
     with accelerator.main_process_first():
         data = load_pretraining_data(args.corpus, tokenizer, args.seq_len, args.seed, args.cache_dir)
     model = load_pretrained(source, "pretraining", config) if source else MobileBertForPreTraining(config)
+    if not source and not args.update_unseen_rows:
+        freeze_unseen_rows(model, seen_tokens(data.train))
     name = args.init_from or args.preset
     out = Path(args.out)
     stage = Stage(name="adapt" if source else "pretrain", steps=args.steps, loss=pretraining_loss, lr=args.lr,
@@ -116,6 +126,7 @@ def run(args, accelerator):
                                   "data": data.path.name, "mixed_precision": args.mixed_precision,
                                   "init_from": str(source) if source else None, "freeze_encoder": args.freeze_encoder,
                                   "train_word_embeddings": args.train_word_embeddings,
+                                  "update_unseen_rows": args.update_unseen_rows,
                                   "head_lr_scale": args.head_lr_scale})
     start = time.time()
     if accelerator.is_main_process:
