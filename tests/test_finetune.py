@@ -137,3 +137,12 @@ def test_fine_tuning_starts_from_a_fresh_pooler_and_the_official_classifier_drop
         pooler = load_file(str(tmp_path / name / "model.safetensors"))["mobilebert.pooler.dense.weight"]
         assert torch.equal(pooler, source) == (name == "kept")
         assert json.loads((tmp_path / name / "config.json").read_text())["classifier_dropout"] == 0.1
+
+
+def test_eval_every_0_scores_only_the_last_model(student_dir, tmp_path):
+    proc = finetune("--model", student_dir, "--task", "sst2", "--out", tmp_path / "last", "--max-train-examples", 64,
+                    "--max-steps", 3, "--batch-size", 16, "--max-len", 32, "--eval-every", 0)
+    assert [line.split(":")[0] for line in proc.stdout.splitlines() if line.startswith("step ")] == ["step 3"]
+    assert json.loads((tmp_path / "last" / "results.json").read_text())["best_step"] == 3
+    assert "--eval-every must be at least 0" in one_line_error(finetune(
+        "--model", student_dir, "--task", "sst2", "--out", tmp_path / "bad", "--eval-every", -1, check=False))
