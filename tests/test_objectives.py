@@ -117,7 +117,7 @@ LIBRARY = {
     "mobilekd": {"mobilekd"},  # the library below the recipes: itself only
     "android_bench": {"android_bench", "mobilekd"},
     "teacher_ib_bert": {"mobilekd"},
-    "benchmarks": {"mobilekd", "teacher_ib_bert"},
+    "benchmarks": {"mobilekd", "teacher_ib_bert", "benchmarks"},  # the comparisons share benchmarks.runner
 }
 PROGRAMS = ("mobilekd.recipes", "mobilekd.cli", "mobilekd.__main__")
 OURS = {"mobilekd", "android_bench", "teacher_ib_bert", "benchmarks"}
