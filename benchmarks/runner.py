@@ -71,7 +71,8 @@ def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
                 job, start = running.pop(future)
                 ok = future.result() == 0 and job.done()
                 (done.add(job.name) if ok else failed.append(job.name))
-                print(f"{time.strftime('%H:%M:%S')} {'done' if ok else 'FAILED'} {job.name} ({time.time() - start:.0f} s)"
+                print(f"{time.strftime('%H:%M:%S')} {'done' if ok else 'FAILED'} {job.name} "
+                      f"({time.time() - start:.0f} s)"
                       + ("" if ok else f"; log: {logs / (job.name.replace('/', '_') + '.log')}"))
     return failed
 

@@ -113,8 +113,8 @@ def table(results: list[dict]) -> str:
                 cells.append("-")
                 continue
             std = statistics.stdev(vals) if len(vals) > 1 else 0.0
-            share = f" ({100 * statistics.mean(vals) / statistics.mean(teacher):.0f}%)" if teacher and method != "teacher" \
-                and statistics.mean(teacher) > 0 else ""
+            shown = teacher and method != "teacher" and statistics.mean(teacher) > 0
+            share = f" ({100 * statistics.mean(vals) / statistics.mean(teacher):.0f}%)" if shown else ""
             cells.append(f"{statistics.mean(vals):.4f} ± {std:.4f}{share} [n={len(vals)}]")
         lines.append(f"| {method} | {params} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
