@@ -76,8 +76,8 @@ def parse_args(argv=None):
                    help="dropout before the classifier (default 0.1, the official run_classifier.py's)")
     p.add_argument("--keep-pooler", action="store_true",
                    help="start from the pre-trained pooler dense; by default a model that is not yet a classifier "
-                        "gets a fresh one (a pooler trained for next-sentence prediction maps every sentence to "
-                        "nearly the same vector; google-research/bert issue #287)")
+                        "gets a fresh one (a pooler trained for next-sentence prediction can map every sentence to "
+                        "nearly the same vector; google-research/google-research issue #287, as issue 14 cites it)")
     add_training_flags(p, out="runs/finetune", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
     at_least("--max-steps", args.max_steps, 1)
