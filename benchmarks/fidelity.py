@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import teacher_value as tv
-from benchmarks.runner import RESUMABLE, Job, finetune_row, merge_rows, run_all
+from benchmarks.runner import RESUMABLE, Job, finetune_row, mean_std_cell, merge_rows, run_all
 from mobilekd.fileio import REPO_ROOT, read_json
 
 VARIANTS = {
@@ -84,10 +84,9 @@ def table(results: list[dict]) -> str:
             if not vals:
                 cells.append("-")
                 continue
-            std = statistics.stdev(vals) if len(vals) > 1 else 0.0
             delta = "" if variant == "pkt" or not base else \
                 f" ({statistics.mean(vals) - statistics.mean(base):+.4f})"
-            cells.append(f"{statistics.mean(vals):.4f} ± {std:.4f}{delta} [n={len(vals)}]")
+            cells.append(mean_std_cell(vals, delta))
         lines.append(f"| {variant} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -30,7 +31,7 @@ class Job:
 
     def done(self) -> bool:
         if self.argv[0] == "finetune":
-            return (self.out / "results.json").is_file() and bool(read_json(self.out / "results.json").get("complete"))
+            return finished_results(self.out) is not None
         written = ["config.json", "model.safetensors"] + ([] if self.argv[0] == "init" else ["summary.json"])
         return all((self.out / name).is_file() for name in written)
 
@@ -82,15 +83,27 @@ def parameters(model_dir: Path) -> int:
         return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
 
 
+def finished_results(run_dir: Path) -> dict | None:
+    """A fine-tuning run's results.json once the run is complete (None before)."""
+    path = run_dir / "results.json"
+    r = read_json(path) if path.is_file() else {}
+    return r if r.get("complete") else None
+
+
 def finetune_row(run_dir: Path, **identity) -> dict | None:
     """A finished fine-tuning run's row: its dev score after the last step (None while unfinished)."""
-    path = run_dir / "results.json"
-    if not path.is_file() or not read_json(path).get("complete"):
+    r = finished_results(run_dir)
+    if r is None:
         return None
-    r = read_json(path)
     dev = next(iter(r["metrics"].values()))
     return {**identity, "metric": r["best_metric"], "value": round(dev[r["best_metric"]], 4),
             "params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"]}
+
+
+def mean_std_cell(values: list[float], note: str = "") -> str:
+    """A table cell: mean +- std over seeds (std 0 for one), a note, and the number of runs."""
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.4f} ± {std:.4f}{note} [n={len(values)}]"
 
 
 def merge_rows(path: Path, found: list[dict], order) -> list[dict]:

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.runner import RESUMABLE, Job, finetune_row, merge_rows, run_all
+from benchmarks.runner import RESUMABLE, Job, finetune_row, mean_std_cell, merge_rows, run_all
 from mobilekd.fileio import REPO_ROOT, read_json
 
 TEACHER = "all-minilm-l6-v2"
@@ -112,10 +112,9 @@ def table(results: list[dict]) -> str:
             if not vals:
                 cells.append("-")
                 continue
-            std = statistics.stdev(vals) if len(vals) > 1 else 0.0
             shown = teacher and method != "teacher" and statistics.mean(teacher) > 0
             share = f" ({100 * statistics.mean(vals) / statistics.mean(teacher):.0f}%)" if shown else ""
-            cells.append(f"{statistics.mean(vals):.4f} ± {std:.4f}{share} [n={len(vals)}]")
+            cells.append(mean_std_cell(vals, share))
         lines.append(f"| {method} | {params} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
