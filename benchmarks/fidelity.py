@@ -22,8 +22,9 @@ import sys
 from pathlib import Path
 
 from benchmarks import teacher_value as tv
-from benchmarks.runner import RESUMABLE, Job, finetune_row, mean_std_cell, merge_rows, run_all
-from mobilekd.fileio import REPO_ROOT, read_json
+from benchmarks.runner import (RESUMABLE, Job, columns, comparison, comparison_flags, finetune_rows, mean_std_cell,
+                               metric_rank, values)
+from mobilekd.fileio import REPO_ROOT
 
 VARIANTS = {
     "pkt": [],
@@ -61,32 +62,22 @@ def jobs(base: Path, out: Path, tasks: list[str], seeds: list[int]) -> list[Job]
 
 
 def rows(base: Path, out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
-    found = []
-    for task in tasks:
-        for variant in VARIANTS:
-            for seed in seeds:
-                row = finetune_row(run_dir(base, out, task, variant, seed), task=task, method=variant, seed=seed,
-                                   student=tv.STUDENT)
-                found += [row] if row else []
-    return found
+    return [row for task in tasks for variant in VARIANTS for seed in seeds
+            for row in finetune_rows(run_dir(base, out, task, variant, seed), task=task, method=variant, seed=seed,
+                                     student=tv.STUDENT)]
 
 
 def table(results: list[dict]) -> str:
-    """Mean +- std over seeds per task and variant, and the difference of means to the default PKT student."""
-    tasks = list(dict.fromkeys(r["task"] for r in results))
-    lines = ["| variant | " + " | ".join(f"{t} ({next(r['metric'] for r in results if r['task'] == t)})"
-                                         for t in tasks) + " |", "|---|" + "---|" * len(tasks)]
+    """Mean +- std over seeds per task, metric and variant, and the difference of means to the default PKT student."""
+    cols = columns(results)
+    lines = ["| variant | " + " | ".join(f"{t} ({m})" for t, m in cols) + " |", "|---|" + "---|" * len(cols)]
     for variant in VARIANTS:
         cells = []
-        for task in tasks:
-            vals = [r["value"] for r in results if r["task"] == task and r["method"] == variant]
-            base = [r["value"] for r in results if r["task"] == task and r["method"] == "pkt"]
-            if not vals:
-                cells.append("-")
-                continue
-            delta = "" if variant == "pkt" or not base else \
+        for task, metric in cols:
+            vals, base = values(results, task, metric, variant), values(results, task, metric, "pkt")
+            delta = "" if variant == "pkt" or not (vals and base) else \
                 f" ({statistics.mean(vals) - statistics.mean(base):+.4f})"
-            cells.append(mean_std_cell(vals, delta))
+            cells.append(mean_std_cell(vals, delta) if vals else "-")
         lines.append(f"| {variant} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -95,29 +86,13 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.fidelity", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base", default="runs/teacher_value", help="the teacher_value benchmark's directory")
-    p.add_argument("--out", default="runs/fidelity", help="where the variants' runs go (default runs/fidelity)")
-    p.add_argument("--tasks", nargs="+", default=["sst2", "stsb"], choices=sorted(tv.TASKS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--workers", type=int, default=2, help="runs at a time, one thread each (default 2)")
-    p.add_argument("--results", default="docs/results/fidelity.json")
-    p.add_argument("--collect", action="store_true", help="only gather the runs finished so far")
-    p.add_argument("--table", action="store_true", help="only print the table of the results file")
+    comparison_flags(p, "runs/fidelity", "docs/results/fidelity.json", ["sst2", "stsb"], tv.TASKS)
     args = p.parse_args(argv)
-    results_path = REPO_ROOT / args.results
-    failed = []
-    if not args.table:
-        base, out = (REPO_ROOT / args.base).resolve(), (REPO_ROOT / args.out).resolve()
-        if not args.collect:
-            failed = run_all(jobs(base, out, args.tasks, args.seeds), args.workers, out / "logs")
-        merge_rows(results_path, rows(base, out, args.tasks, args.seeds),
-                   lambda r: (r["task"], list(VARIANTS).index(r["method"]), r["seed"]))
-    if not results_path.is_file():
-        print(f"error: {results_path}: no results yet (run without --table)", file=sys.stderr)
-        return 2
-    print(table([r for r in read_json(results_path) if r["task"] in args.tasks]))
-    if failed:
-        print(f"failed: {', '.join(failed)}", file=sys.stderr)
-    return 1 if failed else 0
+    base, out = (REPO_ROOT / args.base).resolve(), (REPO_ROOT / args.out).resolve()
+    return comparison(args, lambda: jobs(base, out, args.tasks, args.seeds),
+                      lambda: rows(base, out, args.tasks, args.seeds),
+                      lambda r: (r["task"], metric_rank(r["task"], r["metric"]), list(VARIANTS).index(r["method"]),
+                                 r["seed"]), table)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The benchmarks' job runner: each run is a subprocess of the toolkit's own recipes (`python -m mobilekd VERB`),
 one thread each, `workers` at a time, started when the runs it needs are done; a finished run (its summary.json,
 or a complete results.json) is skipped and an interrupted one resumes from its checkpoint. And the rows a
-fine-tuning run contributes to a results file, merged into what the file already holds."""
+fine-tuning run contributes to a results file, merged into what the file already holds; and the command line
+the comparison benchmarks share (run, or only --collect the finished runs, or only print the --table)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
+from mobilekd.data.glue import TASKS
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 
 RESUMABLE = ["--threads", "1", "--resume"]
@@ -90,14 +92,30 @@ def finished_results(run_dir: Path) -> dict | None:
     return r if r.get("complete") else None
 
 
-def finetune_row(run_dir: Path, **identity) -> dict | None:
-    """A finished fine-tuning run's row: its dev score after the last step (None while unfinished)."""
+def finetune_rows(run_dir: Path, **identity) -> list[dict]:
+    """A finished fine-tuning run's rows, one per dev metric (the task's official one first, e.g. MRPC's F1 then its
+    accuracy): its dev scores after the last step (no rows while unfinished)."""
     r = finished_results(run_dir)
     if r is None:
-        return None
+        return []
     dev = next(iter(r["metrics"].values()))
-    return {**identity, "metric": r["best_metric"], "value": round(dev[r["best_metric"]], 4),
-            "params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"]}
+    shared = {"params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"]}
+    names = [r["best_metric"]] + [m for m in dev if m != r["best_metric"]]
+    return [{**identity, "metric": m, "value": round(dev[m], 4), **shared} for m in names]
+
+
+def metric_rank(task: str, metric: str) -> int:
+    """Where a metric stands among its GLUE task's official metrics (0: the one the task is ranked by)."""
+    return TASKS[task].metrics.index(metric)
+
+
+def columns(results: list[dict]) -> list[tuple[str, str]]:
+    """The (task, metric) pairs of a results file, in its order."""
+    return list(dict.fromkeys((r["task"], r["metric"]) for r in results))
+
+
+def values(results: list[dict], task: str, metric: str, method: str) -> list[float]:
+    return [r["value"] for r in results if (r["task"], r["metric"], r["method"]) == (task, metric, method)]
 
 
 def mean_std_cell(values: list[float], note: str = "") -> str:
@@ -107,10 +125,44 @@ def mean_std_cell(values: list[float], note: str = "") -> str:
 
 
 def merge_rows(path: Path, found: list[dict], order) -> list[dict]:
-    """Write `found` into the results file at `path`, keeping its rows of other (task, method, seed)."""
-    key = ("task", "method", "seed")
+    """Write `found` into the results file at `path`, keeping its rows of other (task, method, seed, metric)."""
+    key = ("task", "method", "seed", "metric")
     new = {tuple(f[k] for k in key) for f in found}
     kept = [r for r in (read_json(path) if path.is_file() else []) if tuple(r[k] for k in key) not in new]
     rows = sorted(kept + found, key=order)
     write_json(path, rows)
     return rows
+
+
+def comparison(args, plan, found, order, report) -> int:
+    """A comparison benchmark's command: run the plan (unless --collect or --table), merge the finished runs' rows
+    into the results file, print `report(rows of the tasks asked for)`; exit 1 if a run failed, 2 with no results.
+    `plan()` and `found()` build the jobs and the rows; `order(row)` sorts the file."""
+    results_path = REPO_ROOT / args.results
+    failed = []
+    if not args.table:
+        start = time.time()
+        if not args.collect:
+            failed = run_all(plan(), args.workers, (REPO_ROOT / args.out).resolve() / "logs")
+        rows = found()
+        merge_rows(results_path, rows, order)
+        print(f"{len(rows)} rows of this invocation in {results_path}; it took {time.time() - start:.0f} s")
+        if failed:
+            print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    if not results_path.is_file():
+        print(f"error: {results_path}: no results yet (run without --table)", file=sys.stderr)
+        return 2
+    print(report([r for r in read_json(results_path) if r["task"] in args.tasks]))
+    return 1 if failed else 0
+
+
+def comparison_flags(p, out: str, results: str, tasks: list[str], choices) -> None:
+    """The flags every comparison benchmark shares."""
+    p.add_argument("--out", default=out, help=f"where its runs go (default {out})")
+    p.add_argument("--tasks", nargs="+", default=tasks, choices=sorted(choices))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--workers", type=int, default=2, help="runs at a time, one thread each (default 2)")
+    p.add_argument("--results", default=results)
+    p.add_argument("--collect", action="store_true",
+                   help="only gather the runs finished so far into the results file (e.g. while a run goes on)")
+    p.add_argument("--table", action="store_true", help="only print the table of the results file")
