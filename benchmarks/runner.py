@@ -152,14 +152,16 @@ def comparison(args, plan, found, order, report) -> int:
     if not results_path.is_file():
         print(f"error: {results_path}: no results yet (run without --table)", file=sys.stderr)
         return 2
-    print(report([r for r in read_json(results_path) if r["task"] in args.tasks]))
+    tasks = getattr(args, "tasks", None)
+    print(report([r for r in read_json(results_path) if tasks is None or r["task"] in tasks]))
     return 1 if failed else 0
 
 
-def comparison_flags(p, out: str, results: str, tasks: list[str], choices) -> None:
-    """The flags every comparison benchmark shares."""
+def comparison_flags(p, out: str, results: str, tasks: list[str] | None = None, choices=()) -> None:
+    """The flags every comparison benchmark shares (--tasks where it offers a choice of tasks)."""
     p.add_argument("--out", default=out, help=f"where its runs go (default {out})")
-    p.add_argument("--tasks", nargs="+", default=tasks, choices=sorted(choices))
+    if tasks:
+        p.add_argument("--tasks", nargs="+", default=tasks, choices=sorted(choices))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--workers", type=int, default=2, help="runs at a time, one thread each (default 2)")
     p.add_argument("--results", default=results)
