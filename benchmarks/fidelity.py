@@ -86,7 +86,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.fidelity", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base", default="runs/teacher_value", help="the teacher_value benchmark's directory")
-    comparison_flags(p, "runs/fidelity", "docs/results/fidelity.json", ["sst2", "stsb"], tv.TASKS)
+    comparison_flags(p, "runs/fidelity", "docs/results/fidelity.json", ["sst2"], tv.TASKS)
     args = p.parse_args(argv)
     base, out = (REPO_ROOT / args.base).resolve(), (REPO_ROOT / args.out).resolve()
     return comparison(args, lambda: jobs(base, out, args.tasks, args.seeds),
