@@ -30,6 +30,7 @@ class Job:
     argv: list[str]
     out: Path
     needs: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # set for this run only
 
     def done(self) -> bool:
         if self.argv[0] == "finetune":
@@ -48,7 +49,7 @@ def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
     def launch(job: Job) -> int:
         with open(logs / (job.name.replace("/", "_") + ".log"), "w") as log:
             return subprocess.run([sys.executable, "-m", "mobilekd", *job.argv], stdout=log, stderr=subprocess.STDOUT,
-                                  env=env, cwd=REPO_ROOT).returncode
+                                  env={**env, **job.env}, cwd=REPO_ROOT).returncode
 
     todo = [j for j in plan if j.name not in done]
     print(f"{len(plan) - len(todo)} of {len(plan)} runs done already; {len(todo)} to run, {workers} at a time")
@@ -157,12 +158,13 @@ def comparison(args, plan, found, order, report) -> int:
     return 1 if failed else 0
 
 
-def comparison_flags(p, out: str, results: str, tasks: list[str] | None = None, choices=()) -> None:
-    """The flags every comparison benchmark shares (--tasks where it offers a choice of tasks)."""
+def comparison_flags(p, out: str, results: str, tasks: list[str] | None = None, choices=(), seeds=True) -> None:
+    """The flags every comparison benchmark shares (--tasks and --seeds where it offers a choice)."""
     p.add_argument("--out", default=out, help=f"where its runs go (default {out})")
     if tasks:
         p.add_argument("--tasks", nargs="+", default=tasks, choices=sorted(choices))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    if seeds:
+        p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--workers", type=int, default=2, help="runs at a time, one thread each (default 2)")
     p.add_argument("--results", default=results)
     p.add_argument("--collect", action="store_true",

@@ -52,16 +52,17 @@ def finetune_dir(out: Path, task: str, method: str, seed: int) -> Path:
     return out / "finetune" / task / method / f"seed{seed}"
 
 
-def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
+def jobs(out: Path, tasks: list[str], seeds: list[int], stages: Path | None = None) -> list[Job]:
     """Every run, in the order they should start: seed by seed, so that partial results are whole seeds, and the
     AKT and JKT students last (they run both models at full depth with attention maps in every layer-wise step,
-    so they cost several times PKT at equal steps)."""
-    teacher = out / "teacher"
-    students = {s: out / "students" / s for s in STRATEGIES}
+    so they cost several times PKT at equal steps). The teacher and students live in `stages` (default `out`)."""
+    stages = stages or out
+    teacher = stages / "teacher"
+    students = {s: stages / "students" / s for s in STRATEGIES}
     one = RESUMABLE
     plan = [Job("adapt", ["train-teacher", *ADAPT, "--out", str(teacher), *one], teacher)]
     for seed in seeds:
-        scratch = out / "students" / f"scratch_seed{seed}"
+        scratch = stages / "students" / f"scratch_seed{seed}"
         plan.append(Job(f"init/{seed}", ["init", STUDENT, str(scratch), "--seed", str(seed)], scratch))
     distills = [Job(f"distill/{s}", ["distill", *TRANSFER, "--strategy", s, "--teacher", str(teacher),
                                      "--out", str(students[s]), *one], students[s], ["adapt"])
@@ -78,7 +79,7 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
                                                        *extra], d, needs)
             t_dir = finetune_dir(out, task, "teacher", seed)
             plan += [ft("teacher", teacher, TEACHER_LR, ["adapt"]),
-                     ft("scratch", out / "students" / f"scratch_seed{seed}", STUDENT_LR, [f"init/{seed}"])]
+                     ft("scratch", stages / "students" / f"scratch_seed{seed}", STUDENT_LR, [f"init/{seed}"])]
             plan += [ft("pkt", students["pkt"], STUDENT_LR, ["distill/pkt"]),
                      ft("pkt_task_kd", students["pkt"], STUDENT_LR, ["distill/pkt", f"{task}/teacher/{seed}"],
                         "--teacher", str(t_dir))]

@@ -1,0 +1,73 @@
+"""What a second machine sees (issue 14): the seed-0 SST-2 fine-tuning runs of `benchmarks.teacher_value` again,
+on this host with torch, MKL and oneDNN limited to AVX2 (the instruction set of a CPU without AVX-512, whose
+kernels round differently, as another machine's do), from the same adapted teacher and distilled student. Each
+run's difference to the native run is set beside the spread over seeds that `benchmarks.teacher_value` measured
+natively. Rows (the AVX2 runs) to docs/results/second_machine.json.
+
+    python -m benchmarks.second_machine          # about 20 minutes on 2 cores, once teacher_value's stages exist
+    python -m benchmarks.second_machine --table
+
+What it does not cover: the teacher's adaptation and the distillation, which a second machine would also redo
+(they are reused here), and operating-system or library differences beyond the instruction set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+from benchmarks import teacher_value as tv
+from benchmarks.runner import comparison, comparison_flags, values
+from mobilekd.fileio import REPO_ROOT, read_json
+
+AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+METHODS = ("teacher", "pkt", "pkt_task_kd", "scratch")
+TASK, SEED = "sst2", 0
+
+
+def jobs(base: Path, out: Path):
+    """teacher_value's fine-tuning runs of these methods (task, seed 0) into `out`, from `base`'s stages."""
+    plan = [j for j in tv.jobs(out, [TASK], [SEED], stages=base)
+            if j.argv[0] == "finetune" and j.name.split("/")[1] in METHODS]
+    names = {j.name for j in plan}
+    for j in plan:
+        j.needs = [n for n in j.needs if n in names]  # the stages are base's, done there
+        j.env = AVX2
+    return plan
+
+
+def table(results: list[dict], native: list[dict]) -> str:
+    lines = [f"| {TASK} dev accuracy, seed {SEED} | native | AVX2 only | difference | native std over seeds | "
+             "difference / std |", "|---|---|---|---|---|---|"]
+    for method in METHODS:
+        avx2 = values(results, TASK, "accuracy", method)
+        seeds = {r["seed"]: r["value"] for r in native if (r["task"], r["metric"], r["method"]) == (TASK, "accuracy",
+                                                                                                    method)}
+        if not avx2 or SEED not in seeds:
+            lines.append(f"| {method} | {seeds.get(SEED, '-')} | {avx2[0] if avx2 else '-'} | - | - | - |")
+            continue
+        diff = avx2[0] - seeds[SEED]
+        std = statistics.stdev(seeds.values()) if len(seeds) > 1 else float("nan")
+        lines.append(f"| {method} | {seeds[SEED]:.4f} | {avx2[0]:.4f} | {diff:+.4f} | {std:.4f} (n={len(seeds)}) | "
+                     f"{abs(diff) / std:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.second_machine", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base", default="runs/teacher_value", help="the teacher_value benchmark's directory")
+    p.add_argument("--native", default="docs/results/teacher_value.json", help="teacher_value's results file")
+    comparison_flags(p, "runs/second_machine", "docs/results/second_machine.json", seeds=False)
+    args = p.parse_args(argv)
+    base, out = (REPO_ROOT / args.base).resolve(), (REPO_ROOT / args.out).resolve()
+    native = read_json(REPO_ROOT / args.native)
+    return comparison(args, lambda: jobs(base, out),
+                      lambda: [{**r, "machine": "this host, AVX2 only"} for r in tv.rows(out, [TASK], [SEED])],
+                      lambda r: (METHODS.index(r["method"]), r["metric"]), lambda results: table(results, native))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
