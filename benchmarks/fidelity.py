@@ -1,6 +1,6 @@
 """What the official MobileBERT code's choices do downstream (issue 14): PKT students distilled from the teacher of
-`benchmarks.teacher_value` with each choice changed alone, fine-tuned on SST-2 and STS-B over seeds beside the
-default PKT student; rows to docs/results/fidelity.json.
+`benchmarks.teacher_value` with each choice changed alone, fine-tuned on SST-2 (by default; `--tasks` adds others) over
+seeds beside the default PKT student; rows to docs/results/fidelity.json.
 
     python -m benchmarks.fidelity              # resumable; reuses teacher_value's teacher, PKT student and its runs
     python -m benchmarks.fidelity --table

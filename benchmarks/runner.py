@@ -18,7 +18,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from mobilekd.data.glue import TASKS
+from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 
 RESUMABLE = ["--threads", "1", "--resume"]
@@ -107,7 +107,7 @@ def finetune_rows(run_dir: Path, **identity) -> list[dict]:
 
 def metric_rank(task: str, metric: str) -> int:
     """Where a metric stands among its GLUE task's official metrics (0: the one the task is ranked by)."""
-    return TASKS[task].metrics.index(metric)
+    return GLUE_TASKS[task].metrics.index(metric)
 
 
 def columns(results: list[dict]) -> list[tuple[str, str]]:

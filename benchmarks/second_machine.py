@@ -2,7 +2,9 @@
 on this host with torch, MKL and oneDNN limited to AVX2 (the instruction set of a CPU without AVX-512, whose
 kernels round differently, as another machine's do), from the same adapted teacher and distilled student. Each
 run's difference to the native run is set beside the spread over seeds that `benchmarks.teacher_value` measured
-natively. Rows (the AVX2 runs) to docs/results/second_machine.json.
+natively. The task-distilled student learns from the teacher fine-tuned under AVX2, as it would on that machine.
+Rows (the AVX2 runs, each saying whether its weights equal the native run's bit for bit) to
+docs/results/second_machine.json.
 
     python -m benchmarks.second_machine          # about 20 minutes on 2 cores, once teacher_value's stages exist
     python -m benchmarks.second_machine --table
@@ -14,12 +16,13 @@ What it does not cover: the teacher's adaptation and the distillation, which a s
 from __future__ import annotations
 
 import argparse
+import filecmp
 import statistics
 import sys
 from pathlib import Path
 
 from benchmarks import teacher_value as tv
-from benchmarks.runner import comparison, comparison_flags, values
+from benchmarks.runner import comparison, comparison_flags
 from mobilekd.fileio import REPO_ROOT, read_json
 
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -38,20 +41,31 @@ def jobs(base: Path, out: Path):
     return plan
 
 
+def rows(base: Path, out: Path) -> list[dict]:
+    """The AVX2 runs' rows, each with whether its trained weights equal the native run's bit for bit."""
+    found = []
+    for r in tv.rows(out, [TASK], [SEED]):
+        a, b = (tv.finetune_dir(d, TASK, r["method"], SEED) / "model.safetensors" for d in (base, out))
+        found.append({**r, "machine": "this host, AVX2 only",
+                      "weights_identical_to_native": filecmp.cmp(a, b, shallow=False)})
+    return found
+
+
 def table(results: list[dict], native: list[dict]) -> str:
     lines = [f"| {TASK} dev accuracy, seed {SEED} | native | AVX2 only | difference | native std over seeds | "
-             "difference / std |", "|---|---|---|---|---|---|"]
+             "difference / std | weights bit-identical |", "|---|---|---|---|---|---|---|"]
     for method in METHODS:
-        avx2 = values(results, TASK, "accuracy", method)
-        seeds = {r["seed"]: r["value"] for r in native if (r["task"], r["metric"], r["method"]) == (TASK, "accuracy",
-                                                                                                    method)}
+        avx2 = [r for r in results if (r["task"], r["metric"], r["method"]) == (TASK, "accuracy", method)]
+        seeds = {r["seed"]: r["value"] for r in native
+                 if (r["task"], r["metric"], r["method"]) == (TASK, "accuracy", method)}
         if not avx2 or SEED not in seeds:
-            lines.append(f"| {method} | {seeds.get(SEED, '-')} | {avx2[0] if avx2 else '-'} | - | - | - |")
+            lines.append(f"| {method} | {seeds.get(SEED, '-')} | {avx2[0]['value'] if avx2 else '-'} | - | - | - | - |")
             continue
-        diff = avx2[0] - seeds[SEED]
-        std = statistics.stdev(seeds.values()) if len(seeds) > 1 else float("nan")
-        lines.append(f"| {method} | {seeds[SEED]:.4f} | {avx2[0]:.4f} | {diff:+.4f} | {std:.4f} (n={len(seeds)}) | "
-                     f"{abs(diff) / std:.1f} |")
+        diff = avx2[0]["value"] - seeds[SEED]
+        std = statistics.stdev(seeds.values()) if len(seeds) > 1 else 0.0
+        ratio = f"{abs(diff) / std:.1f}" if std > 0 else "-"
+        lines.append(f"| {method} | {seeds[SEED]:.4f} | {avx2[0]['value']:.4f} | {diff:+.4f} | {std:.4f} "
+                     f"(n={len(seeds)}) | {ratio} | {'yes' if avx2[0]['weights_identical_to_native'] else 'no'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -63,9 +77,12 @@ def main(argv=None):
     comparison_flags(p, "runs/second_machine", "docs/results/second_machine.json", seeds=False)
     args = p.parse_args(argv)
     base, out = (REPO_ROOT / args.base).resolve(), (REPO_ROOT / args.out).resolve()
-    native = read_json(REPO_ROOT / args.native)
-    return comparison(args, lambda: jobs(base, out),
-                      lambda: [{**r, "machine": "this host, AVX2 only"} for r in tv.rows(out, [TASK], [SEED])],
+    native_path = REPO_ROOT / args.native
+    if not native_path.is_file():
+        print(f"error: {native_path}: no such file (run python -m benchmarks.teacher_value first)", file=sys.stderr)
+        return 2
+    native = read_json(native_path)
+    return comparison(args, lambda: jobs(base, out), lambda: rows(base, out),
                       lambda r: (METHODS.index(r["method"]), r["metric"]), lambda results: table(results, native))
 
 

@@ -1,8 +1,8 @@
 """What a teacher that knows English is worth downstream (issue 13): over seeds and GLUE tasks, fine-tune the
 adapted teacher (all-MiniLM-L6-v2 + MLM/NSP heads), the PKT student, the PKT student with task distillation from
 the fine-tuned teacher, the same student architecture from random initialisation, and AKT and JKT students at PKT's
-total steps; write one row per run to docs/results/teacher_value.json and print its Markdown table and the
-issue's goals as measured.
+total steps; write one row per run and dev metric to docs/results/teacher_value.json and print its Markdown table
+and the issue's goals as measured.
 
     python -m benchmarks.teacher_value                      # everything (several hours on 2 cores), resumable
     python -m benchmarks.teacher_value --seeds 0 --tasks sst2 --workers 1

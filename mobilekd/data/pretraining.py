@@ -37,6 +37,7 @@ HELDOUT_EVERY = 20  # every 20th document is held out for evaluation
 MAX_DOC_LINES = 200  # longer documents (a novel) are cut into pieces of this many lines
 SHORT_SEQ_PROB = 0.1  # as BERT: 10% of examples get a shorter random target length
 MASK_PROB = 0.15
+DEFAULT_CACHE = ".cache/mobilekd/pretraining"  # relative to the working directory
 
 
 def read_documents(path):
@@ -250,7 +251,7 @@ class PretrainingData:
 
 
 def load_pretraining_data(corpora, tokenizer, seq_len: int = 128, seed: int = 0,
-                          cache_dir=".cache/mobilekd/pretraining") -> PretrainingData:
+                          cache_dir=DEFAULT_CACHE) -> PretrainingData:
     """Build (once) and open the cached examples for `corpora`."""
     if not corpora:
         raise UserError("no corpus given: pass at least one text file with --corpus")

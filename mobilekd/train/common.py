@@ -10,6 +10,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 
+from mobilekd.data.pretraining import DEFAULT_CACHE
 from mobilekd.flags import add_flags, from_flags
 from mobilekd.rundir import owned
 from mobilekd.train.loop import TrainConfig
@@ -35,8 +36,8 @@ def add_training_flags(parser: argparse.ArgumentParser, *, out: str, batch_size:
                    help="CPU threads per process (default: OMP_NUM_THREADS if set; else 1 on a machine of at most "
                         "2 cores, where one thread measured faster than two, and torch's choice elsewhere)")
     g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint exactly where it stopped")
-    g.add_argument("--cache-dir", default=".cache/mobilekd/pretraining",
-                   help="where tokenized pre-training examples are cached (default .cache/mobilekd/pretraining)")
+    g.add_argument("--cache-dir", default=DEFAULT_CACHE,
+                   help=f"where tokenized pre-training examples are cached (default {DEFAULT_CACHE})")
 
 
 def train_config(args, **values) -> TrainConfig:
