@@ -138,8 +138,8 @@ def run(args, accelerator):
         metrics = evaluate_pretraining(model, data.heldout, data.meta["most_frequent_token"], args.eval_examples)
         save_pretrained(model, out, tokenizer)
         result = {"preset": None if source else args.preset, "init_from": args.init_from,
-                   "freeze_encoder": args.freeze_encoder, "steps": args.steps,
-                   "wall_seconds": round(time.time() - start, 1),
+                  "freeze_encoder": args.freeze_encoder, "steps": args.steps,
+                  "wall_seconds": round(time.time() - start, 1),
                   "tokens_per_second": summary["tokens_per_second"], "train": summary, "heldout": metrics}
         write_json(out / "summary.json", result)
         print(f"held-out MLM accuracy {metrics['mlm_accuracy']:.3f} (unigram baseline "
