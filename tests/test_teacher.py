@@ -60,6 +60,23 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_pat
     assert 1 <= state["global_step"] < 20 and not (out / "model.safetensors").exists()
 
 
+def test_a_checkpoint_from_before_a_setting_existed_resumes(small_corpus, tmp_path):
+    """A setting added to mobilekd after a checkpoint was made (absent there, None now) does not block --resume;
+    a nested setting that differs is named by its dotted key."""
+    out = tmp_path / "run"
+    args = teacher_args(small_corpus, out, tmp_path / "c", "--steps", 3)
+    run_module("mobilekd.recipes.train_teacher", *args)
+    state = out / "checkpoint" / "trainer.json"
+    trainer = json.loads(state.read_text())
+    assert trainer["run"]["model"].pop("masked_score") is None
+    state.write_text(json.dumps(trainer))
+    run_module("mobilekd.recipes.train_teacher", *args, "--resume")
+    trainer["run"]["model"]["hidden_act"] = "tanh"
+    state.write_text(json.dumps(trainer))
+    line = one_line_error(run_module("mobilekd.recipes.train_teacher", *args, "--resume", check=False))
+    assert "trainer.json: checkpoint was made with model.hidden_act='tanh', this run has model.hidden_act=" in line
+
+
 def test_bad_resume_and_bad_input_are_one_line(small_corpus, tmp_path):
     out = tmp_path / "run"
     run_module("mobilekd.recipes.train_teacher", *teacher_args(small_corpus, out, tmp_path / "c", "--steps", 3))

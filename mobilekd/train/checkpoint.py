@@ -54,12 +54,32 @@ def read_trainer_state(path: Path, run: dict) -> dict:
         saved_run = trainer["run"]
     except (json.JSONDecodeError, KeyError, UnicodeDecodeError, TypeError) as err:
         raise located(path / "trainer.json", f"not a mobilekd checkpoint ({err}){start_over(path)}") from None
-    for key in sorted(set(run) | set(saved_run)):
-        if run.get(key) != saved_run.get(key):
-            raise located(path / "trainer.json", f"checkpoint was made with {key}={saved_run.get(key)!r}, "
-                                                 f"this run has {key}={run.get(key)!r}; use another --out or "
-                                                 f"the same settings")
+    differences = setting_differences(saved_run, run)
+    if differences:
+        key, saved, now = differences[0]
+        raise located(path / "trainer.json", f"checkpoint was made with {key}={saved!r}, this run has {key}={now!r}"
+                                             f"{f' (and {len(differences) - 1} more)' if len(differences) > 1 else ''}"
+                                             f"; use another --out or the same settings")
     return trainer
+
+
+_ABSENT = object()
+
+
+def setting_differences(saved: dict, now: dict, prefix: str = "") -> list[tuple[str, object, object]]:
+    """(dotted key, saved value, current value) for every setting that differs, descending into nested dicts (a
+    model config). A setting the checkpoint does not have, because it was added to mobilekd after the checkpoint
+    was made, is no difference while it is None now (off, the behaviour the older run had)."""
+    out = []
+    for key in sorted(set(saved) | set(now)):
+        a, b = saved.get(key, _ABSENT), now.get(key, _ABSENT)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += setting_differences(a, b, f"{prefix}{key}.")
+        elif (a is _ABSENT and b is None) or (b is _ABSENT and a is None):
+            continue
+        elif a != b:
+            out.append((f"{prefix}{key}", None if a is _ABSENT else a, None if b is _ABSENT else b))
+    return out
 
 
 def start_over(path: Path) -> str:
