@@ -62,6 +62,9 @@ def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
                     failed.append(name)
                     print(f"skipped {name}: a run it needs failed")
                 todo = [j for j in todo if j.name not in blocked]
+            for job in [j for j in todo if j.done()]:  # finished meanwhile, e.g. by another invocation
+                done.add(job.name)
+                todo.remove(job)
             for job in [j for j in todo if all(n in done for n in j.needs)]:
                 if len(running) == workers:
                     break
