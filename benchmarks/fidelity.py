@@ -17,13 +17,12 @@ scored on the whole dev set).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
 from benchmarks import teacher_value as tv
 from benchmarks.runner import (RESUMABLE, Job, columns, comparison, comparison_flags, finetune_rows, mean_std_cell,
-                               metric_rank, values)
+                               metric_rank, paired_differences, values)
 from mobilekd.fileio import REPO_ROOT
 
 VARIANTS = {
@@ -68,17 +67,20 @@ def rows(base: Path, out: Path, tasks: list[str], seeds: list[int]) -> list[dict
 
 
 def table(results: list[dict]) -> str:
-    """Mean +- std over seeds per task, metric and variant, and the difference of means to the default PKT student."""
+    """Mean +- std over seeds per task, metric and variant, and the difference to the default PKT student seed by
+    seed."""
     cols = columns(results)
-    lines = ["| variant | " + " | ".join(f"{t} ({m})" for t, m in cols) + " |", "|---|" + "---|" * len(cols)]
+    lines = ["| variant | " + " | ".join(f"{t} ({m})" for t, m in cols) + " | "
+             + " | ".join(f"{t} ({m}) - pkt, seed by seed" for t, m in cols) + " |",
+             "|---|" + "---|" * 2 * len(cols)]
     for variant in VARIANTS:
-        cells = []
+        cells, deltas = [], []
         for task, metric in cols:
-            vals, base = values(results, task, metric, variant), values(results, task, metric, "pkt")
-            delta = "" if variant == "pkt" or not (vals and base) else \
-                f" ({statistics.mean(vals) - statistics.mean(base):+.4f})"
-            cells.append(mean_std_cell(vals, delta) if vals else "-")
-        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+            vals = values(results, task, metric, variant)
+            cells.append(mean_std_cell(vals) if vals else "-")
+            paired = paired_differences(results, task, metric, variant, "pkt")
+            deltas.append(mean_std_cell(paired, signed=True) if paired and variant != "pkt" else "-")
+        lines.append(f"| {variant} | " + " | ".join(cells + deltas) + " |")
     return "\n".join(lines) + "\n"
 
 

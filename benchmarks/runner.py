@@ -122,10 +122,18 @@ def values(results: list[dict], task: str, metric: str, method: str) -> list[flo
     return [r["value"] for r in results if (r["task"], r["metric"], r["method"]) == (task, metric, method)]
 
 
-def mean_std_cell(values: list[float], note: str = "") -> str:
+def paired_differences(results: list[dict], task: str, metric: str, method: str, base: str) -> list[float]:
+    """`method` - `base`, seed by seed over the seeds both have (a seed gives both the same fine-tuning data order
+    and classifier start, so the pairs vary less than the two means)."""
+    by_seed = [{r["seed"]: r["value"] for r in results if (r["task"], r["metric"], r["method"]) == (task, metric, m)}
+               for m in (method, base)]
+    return [by_seed[0][s] - by_seed[1][s] for s in sorted(set(by_seed[0]) & set(by_seed[1]))]
+
+
+def mean_std_cell(values: list[float], note: str = "", signed: bool = False) -> str:
     """A table cell: mean +- std over seeds (std 0 for one), a note, and the number of runs."""
     std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.4f} ± {std:.4f}{note} [n={len(values)}]"
+    return f"{statistics.mean(values):{'+' if signed else ''}.4f} ± {std:.4f}{note} [n={len(values)}]"
 
 
 def merge_rows(path: Path, found: list[dict], order) -> list[dict]:

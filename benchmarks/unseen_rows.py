@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
-from benchmarks.runner import RESUMABLE, Job, comparison, comparison_flags, finetune_rows, mean_std_cell, values
+from benchmarks.runner import (RESUMABLE, Job, comparison, comparison_flags, finetune_rows, mean_std_cell,
+                               paired_differences, values)
 from mobilekd.data.glue import find_split, read_glue
 from mobilekd.data.pretraining import DEFAULT_CACHE, load_pretraining_data
 from mobilekd.data.tasks import default_data
@@ -94,7 +95,7 @@ def rows(out: Path, seeds: list[int]) -> list[dict]:
 
 def table(results: list[dict]) -> str:
     """Per arm: SST-2 dev accuracy (mean +- std over seeds) and the table's row statistics; then the difference
-    between the arms seed by seed (a seed gives both arms the same data order and classifier start)."""
+    between the arms seed by seed."""
     lines = ["| unseen rows | sst2 (accuracy) | " + " | ".join(s.replace("_", " ") for s in STATISTICS) + " |",
              "|---|---|" + "---|" * len(STATISTICS)]
     for arm in ARMS:
@@ -105,10 +106,9 @@ def table(results: list[dict]) -> str:
     share = next((r["value"] for r in results if r["metric"] == SHARE), None)
     if share is not None:
         lines.append(f"\nSST-2 dev tokens whose rows the corpus never shows: {share:.1%}")
-    by_seed = [{r["seed"]: r["value"] for r in results if (r["task"], r["method"]) == ("sst2", arm)} for arm in ARMS]
-    paired = [by_seed[0][seed] - by_seed[1][seed] for seed in sorted(set(by_seed[0]) & set(by_seed[1]))]
+    paired = paired_differences(results, "sst2", "accuracy", *ARMS)
     if paired:
-        lines.append(f"\nfrozen - updated, SST-2 dev accuracy, seed by seed: {mean_std_cell(paired)}")
+        lines.append(f"\nfrozen - updated, SST-2 dev accuracy, seed by seed: {mean_std_cell(paired, signed=True)}")
     return "\n".join(lines) + "\n"
 
 
