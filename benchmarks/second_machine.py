@@ -59,7 +59,8 @@ def table(results: list[dict], native: list[dict]) -> str:
         seeds = {r["seed"]: r["value"] for r in native
                  if (r["task"], r["metric"], r["method"]) == (TASK, "accuracy", method)}
         if not avx2 or SEED not in seeds:
-            lines.append(f"| {method} | {seeds.get(SEED, '-')} | {avx2[0]['value'] if avx2 else '-'} | - | - | - | - |")
+            cells = [f"{seeds[SEED]:.4f}" if SEED in seeds else "-", f"{avx2[0]['value']:.4f}" if avx2 else "-"]
+            lines.append(f"| {method} | {' | '.join(cells)} | - | - | - | - |")
             continue
         diff = avx2[0]["value"] - seeds[SEED]
         std = statistics.stdev(seeds.values()) if len(seeds) > 1 else 0.0
