@@ -60,34 +60,39 @@ def jobs(out: Path, seeds: list[int]) -> list[Job]:
     return plan
 
 
-def row_statistics(teacher: Path) -> dict[str, float]:
-    """The trained table's rows of tokens the pre-training corpus never shows against those it shows, and how
-    much of SST-2's dev text falls on the unseen ones."""
-    tokenizer = load_tokenizer(teacher)
-    seq_len = pretraining_defaults(PRESET)["seq_len"]
+def corpus_vocabulary(tokenizer) -> tuple[np.ndarray, float]:
+    """Which token ids the pre-training corpus shows (a mask over the vocabulary), and the share of SST-2's dev
+    tokens it never shows: the corpus's, the same for both teachers."""
+    data = load_pretraining_data([REPO_ROOT / c for c in SHIPPED_CORPORA], tokenizer,
+                                 pretraining_defaults(PRESET)["seq_len"], cache_dir=REPO_ROOT / DEFAULT_CACHE)
     seen = np.zeros(len(tokenizer), dtype=bool)
-    data = load_pretraining_data([REPO_ROOT / c for c in SHIPPED_CORPORA], tokenizer, seq_len,
-                                 cache_dir=REPO_ROOT / DEFAULT_CACHE)
     seen[seen_tokens(data.train)] = True
+    dev = read_glue("sst2", find_split(default_data("sst2"), "dev"))
+    ids = np.concatenate([tokenizer(e.text_a, add_special_tokens=False)["input_ids"] for e in dev])
+    return seen, float((~seen[ids]).mean())
+
+
+def row_statistics(teacher: Path, seen: np.ndarray) -> dict[str, float]:
+    """The trained table's rows of tokens the pre-training corpus never shows against those it shows."""
     with safe_open(str(teacher / "model.safetensors"), "pt") as f:
         table = f.get_tensor(WORD_EMBEDDINGS)
     unseen = table[torch.from_numpy(~seen)]
     unit = torch.nn.functional.normalize(unseen, dim=1)
     n = len(unit)
     cosine = ((unit.sum(0) @ unit.sum(0)) - n) / (n * (n - 1))  # the mean over pairs of distinct rows
-    dev = read_glue("sst2", find_split(default_data("sst2"), "dev"))
-    ids = np.concatenate([tokenizer(e.text_a, add_special_tokens=False)["input_ids"] for e in dev])
     return {"unseen_row_cosine": float(cosine), "unseen_row_norm": float(unseen.norm(dim=1).mean()),
-            "seen_row_norm": float(table[torch.from_numpy(seen)].norm(dim=1).mean()),
-            SHARE: float((~seen[ids]).mean())}
+            "seen_row_norm": float(table[torch.from_numpy(seen)].norm(dim=1).mean())}
 
 
 def rows(out: Path, seeds: list[int]) -> list[dict]:
+    pretrained = [arm for arm in ARMS if (teacher_dir(out, arm) / "summary.json").is_file()]
+    if pretrained:
+        seen, share = corpus_vocabulary(load_tokenizer(teacher_dir(out, pretrained[0])))
     found = []
     for arm in ARMS:
-        if (teacher_dir(out, arm) / "summary.json").is_file():
+        if arm in pretrained:
             found += [{"task": "embedding", "method": arm, "seed": 0, "metric": name, "value": round(value, 4)}
-                      for name, value in row_statistics(teacher_dir(out, arm)).items()]
+                      for name, value in {**row_statistics(teacher_dir(out, arm), seen), SHARE: share}.items()]
         found += [row for seed in seeds for row in finetune_rows(finetune_dir(out, arm, seed), task="sst2",
                                                                  method=arm, seed=seed, student=PRESET)]
     return found
