@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import gzip
 import json
 import os
@@ -20,6 +21,12 @@ def open_binary(path):
     if not path.is_file():
         raise located(path, "no such file")
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def file_digest(path) -> str:
+    """The SHA-256 of a file's bytes, in hex (cache keys of files that may change, e.g. a retrained model)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def read_lines(path):

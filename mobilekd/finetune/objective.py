@@ -1,17 +1,48 @@
-"""The fine-tuning objective: the task's hard-label loss, mixed with logit distillation from a fine-tuned teacher
-(Hinton et al. 2015; TinyBERT's prediction-layer loss, Jiao et al. 2020, eq. 10)."""
+"""The fine-tuning objectives: the task's hard-label loss, mixed with logit distillation from a fine-tuned teacher
+(Hinton et al. 2015; BERT-PKD's `distillation_loss`; TinyBERT's prediction-layer loss, Jiao et al. 2020, eq. 10),
+plus BERT-PKD's patience loss; and TinyBERT's intermediate-layer task distillation.
+
+A teacher's logits and [CLS] vectors come from the batch when the recipe cached them (`teacher_outputs`:
+`teacher_logits`, `teacher_cls`), else from running the teacher.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from mobilekd.data.tasks import Task
+from mobilekd.models.mobilebert import EncoderOutput
 from mobilekd.transfer.losses import logit_distillation
+from mobilekd.transfer.objectives import Features, Match, evaluate
+
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-def task_loss(task: Task, teacher, alpha: float, temperature: float):
-    """Hard-label loss (CE, MSE for regression, start/end CE for QA), mixed with logit KD when a teacher is given."""
+@dataclass
+class Distillation:
+    """How a student learns from a fine-tuned teacher: `alpha` is the hard-label loss's weight, the rest goes to
+    logit distillation at `temperature` with `reduction` (`logit_distillation`); `patience` matches (BERT-PKD's)
+    add their weighted terms."""
+
+    alpha: float = 0.5
+    temperature: float = 1.0
+    reduction: str = "batchmean"
+    patience: list[Match] = field(default_factory=list)
+
+
+def _cached_teacher(batch) -> Features:
+    """The cached [CLS] vectors (B, layers, N) as one-token feature maps of a teacher's encoder output."""
+    cls = batch["teacher_cls"]
+    maps = [cls[:, l, None, :] for l in range(cls.shape[1])]
+    return Features(EncoderOutput(maps[-1], feature_maps=maps))
+
+
+def task_loss(task: Task, teacher, kd: Distillation | None):
+    """Hard-label loss (CE, MSE for regression, start/end CE for QA), mixed with distillation when a teacher (or
+    its cached outputs) is given."""
 
     def hard(outputs, batch):
         if task.head == "qa":
@@ -24,19 +55,48 @@ def task_loss(task: Task, teacher, alpha: float, temperature: float):
 
     def soft(outputs, t_out):
         if task.head == "qa":
-            return sum(logit_distillation(t, s, temperature) for t, s in zip(t_out, outputs)) / 2
+            return sum(logit_distillation(t, s, kd.temperature, kd.reduction) for t, s in zip(t_out, outputs)) / 2
         if task.is_regression:
             return F.mse_loss(outputs.float(), t_out.float())
-        return logit_distillation(t_out, outputs, temperature)
+        return logit_distillation(t_out, outputs, kd.temperature, kd.reduction)
 
     def loss(model, batch):
-        outputs = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        inputs = [batch[k] for k in INPUTS]
+        if kd is not None and kd.patience:
+            outputs, enc = model.logits_and_encoder(*inputs, output_feature_maps=True)
+        else:
+            outputs = model(*inputs)
         h = hard(outputs, batch)
-        if teacher is None:
+        if kd is None:
             return {"loss": h, "hard": h.detach()}
-        with torch.no_grad():
-            t_out = teacher(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        if "teacher_logits" in batch:
+            t_out = batch["teacher_logits"]
+        else:
+            with torch.no_grad():
+                t_out = teacher(*inputs)
         s = soft(outputs, t_out)
-        return {"loss": alpha * h + (1 - alpha) * s, "hard": h.detach(), "kd": s.detach()}
+        terms = {"loss": kd.alpha * h + (1 - kd.alpha) * s, "hard": h.detach(), "kd": s.detach()}
+        if kd.patience:
+            pt = evaluate(kd.patience, _cached_teacher(batch), Features(enc))
+            terms.update({k: v for k, v in pt.items() if k != "loss"}, patience=pt["loss"].detach(),
+                         loss=terms["loss"] + pt["loss"])
+        return terms
+
+    return loss
+
+
+def intermediate_loss(teacher, matches: list[Match]):
+    """TinyBERT's intermediate-layer task distillation (task_distill.py, `main` without --pred_distill: `loss =
+    rep_loss + att_loss` against the fine-tuned teacher): the matches' terms, the student's feature maps through
+    its `projections`; no label and no logit is used."""
+
+    def loss(model, batch):
+        inputs = [batch[k] for k in INPUTS]
+        with torch.no_grad():
+            t = teacher.mobilebert(*inputs, output_feature_maps=True, output_attentions=True)
+        s = model.mobilebert(*inputs, output_feature_maps=True, output_attentions=True)
+        mask = batch["attention_mask"]
+        return evaluate(matches, Features(t, attention_mask=mask), Features(s, attention_mask=mask),
+                        getattr(getattr(model, "module", model), "projections", None))
 
     return loss

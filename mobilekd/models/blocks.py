@@ -117,7 +117,8 @@ class Bottleneck(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Multi-head scaled dot-product attention; optionally returns the per-head attention distributions."""
+    """Multi-head scaled dot-product attention; optionally returns the per-head attention distributions and the
+    scores they are the softmax of (masking applied: what TinyBERT's attention loss compares)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -145,11 +146,12 @@ class SelfAttention(nn.Module):
                 scores = scores * mask + (1.0 - mask) * self.masked_score
             probs = scores.softmax(dim=-1)  # returned before dropout: what attention transfer compares
             context = F.dropout(probs, dropout, self.training) @ v
+            maps = (probs, scores) if output_attentions else None
         else:
-            probs = None
+            maps = None
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         b, _, t, _ = context.shape
-        return context.transpose(1, 2).reshape(b, t, -1), probs
+        return context.transpose(1, 2).reshape(b, t, -1), maps
 
 
 class DenseResidualNorm(nn.Module):
@@ -174,8 +176,8 @@ class Attention(nn.Module):
         self.output = DenseResidualNorm(config, config.true_hidden_size, config.true_hidden_size, dropout)
 
     def forward(self, q_in, k_in, v_in, residual, mask, output_attentions):
-        context, probs = self.self(q_in, k_in, v_in, mask, output_attentions)
-        return self.output(context, residual), probs
+        context, maps = self.self(q_in, k_in, v_in, mask, output_attentions)
+        return self.output(context, residual), maps
 
 
 class Intermediate(nn.Module):
@@ -240,7 +242,7 @@ class Block(nn.Module):
             q_in, k_in, v_in, residual = self.bottleneck(x)
         else:
             q_in = k_in = v_in = residual = x
-        h, probs = self.attention(q_in, k_in, v_in, residual, mask, output_attentions)
+        h, maps = self.attention(q_in, k_in, v_in, residual, mask, output_attentions)
         for ffn in self.ffn:
             h = ffn(h)
-        return self.output(self.intermediate(h), h, x), probs
+        return self.output(self.intermediate(h), h, x), maps

@@ -107,8 +107,12 @@ class MobileBertForSequenceClassification(nn.Module):
         init_weights(self, config.initializer_range)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, **kw):
+        return self.logits_and_encoder(input_ids, attention_mask, token_type_ids, **kw)[0]
+
+    def logits_and_encoder(self, input_ids, attention_mask=None, token_type_ids=None, **kw):
+        """The logits and the encoder's output (its feature maps and attentions, when `kw` asks for them)."""
         enc = self.mobilebert(input_ids, attention_mask, token_type_ids, **kw)
-        return self.classifier(self.dropout(enc.pooled))
+        return self.classifier(self.dropout(enc.pooled)), enc
 
 
 class MobileBertForQuestionAnswering(nn.Module):

@@ -37,13 +37,16 @@ def config_json(config: ModelConfig, head: str) -> dict:
 
 
 def save_pretrained(model: torch.nn.Module, out_dir, tokenizer=None, head: str | None = None) -> Path:
-    """Write config.json and model.safetensors (each atomically), and the tokenizer files when given."""
+    """Write config.json and model.safetensors (each atomically), and the tokenizer files when given. A
+    distillation's `projections` submodule (the student's side of its matches, trained beside it) is left out: it
+    is never part of a saved model."""
     from mobilekd.data.tokenizer import save_tokenizer
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     head = head or head_of(model)
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
+             if not k.startswith("projections.")}
     with atomic_path(out_dir / "model.safetensors") as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
     if tokenizer is not None:

@@ -23,6 +23,7 @@ class EncoderOutput:
     feature_maps: list[torch.Tensor] = field(default_factory=list)  # per block, (B, T, hidden_size)
     embeddings: torch.Tensor | None = None  # the embedding layer's output (B, T, hidden_size), with feature maps
     attentions: list[torch.Tensor] = field(default_factory=list)  # per block, (B, heads, T, T)
+    attention_scores: list[torch.Tensor] = field(default_factory=list)  # their pre-softmax scores, masked
 
 
 class Encoder(nn.Module):
@@ -85,11 +86,12 @@ class MobileBert(nn.Module):
         depth = self.config.num_hidden_layers if num_layers is None else num_layers
         out = EncoderOutput(hidden, embeddings=hidden if output_feature_maps else None)
         for block in self.encoder.layer[:depth]:
-            hidden, probs = block(hidden, mask, output_attentions)
+            hidden, maps = block(hidden, mask, output_attentions)
             if output_feature_maps:
                 out.feature_maps.append(hidden)
             if output_attentions:
-                out.attentions.append(probs)
+                out.attentions.append(maps[0])
+                out.attention_scores.append(maps[1])
         out.last_hidden_state = hidden
         if self.pooler is not None and depth == self.config.num_hidden_layers:
             out.pooled = self.pooler(hidden)

@@ -21,6 +21,10 @@ no pooler dense) with the teacher's depth and inter-block width, so feature maps
 a projection as in the paper's pair, and the teacher's 384-wide embedding table is shared (no trigram; the
 embedding's dense lift starts at the identity). Attention transfer averages the teacher's 12 heads in groups of 3.
 The 30522 x 384 table is 11.7M of its 14.9M parameters; its encoder costs about 0.27x the teacher's per layer.
+
+`tinybert4_h156` is TinyBERT_4 (Jiao et al. 2020, Section 4.1: 4 layers, 312 wide, FFN 1200, 12 heads, for
+BERT_BASE's 768) at the same ratios to all-MiniLM-L6-v2's 384: a narrow BERT that pairs with the teacher through
+TinyBERT's learned projection, head by head.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ from mobilekd.errors import UserError
 from mobilekd.models.config import ModelConfig
 
 _MOBILEBERT = ModelConfig(classifier_activation=False)
+_BERT_BASE = ModelConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                         hidden_act="gelu", hidden_dropout_prob=0.1, embedding_size=768, trigram_input=False,
+                         embedding_transformation=False, use_bottleneck=False, intra_bottleneck_size=768,
+                         key_query_shared_bottleneck=False, num_feedforward_networks=1, normalization_type="layer_norm")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,12 +76,7 @@ PRESETS = {
                description="MobileBERT w/o OPT: LayerNorm + GELU instead of NoNorm + ReLU (Table 7)",
                paper_params=25.3e6, paper_flops_seq128=5.7e9),
         Preset(name="bert_base",
-               config=ModelConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                                  intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
-                                  embedding_size=768, trigram_input=False, embedding_transformation=False,
-                                  use_bottleneck=False,
-                                  intra_bottleneck_size=768, key_query_shared_bottleneck=False,
-                                  num_feedforward_networks=1, normalization_type="layer_norm"),
+               config=_BERT_BASE,
                description="BERT_BASE baseline: 12 layers, 768 wide, 12 heads",
                paper_params=109e6, paper_flops_seq128=22.5e9),
         Preset(name="demo_teacher",
@@ -91,6 +94,11 @@ PRESETS = {
                                           intermediate_size=384, embedding_size=384, trigram_input=False),
                description="the demo student of all-MiniLM-L6-v2: 6 layers, inter-block 384, intra-block 96, "
                            "4 FFNs of 384, the teacher's embedding"),
+        Preset(name="tinybert4_h156",
+               config=_BERT_BASE.replace(hidden_size=156, num_hidden_layers=4, intermediate_size=600,
+                                         embedding_size=156, intra_bottleneck_size=156),
+               description="TinyBERT_4's shape (312 wide, FFN 1200, 12 heads, 4 layers for a 768-wide teacher) "
+                           "scaled to a 384-wide teacher: 156 wide, FFN 600, 12 heads"),
     ]
 }
 

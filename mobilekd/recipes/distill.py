@@ -8,6 +8,9 @@ through grouped heads (`mobilekd.transfer.objectives.group_heads`), one of anoth
     scripts/pkt_distill.sh --teacher runs/ib_teacher --student demo_student      # the from-scratch demo pair
     scripts/pkt_distill.sh --teacher T --student mobilebert --layer-steps 24000 --pd-steps 500000 ...
     scripts/pkt_distill.sh --teacher runs/teacher --compare akt,jkt,pkt # the paper's ablation, equal steps
+    mobilekd init runs/teacher runs/bert3 --layers spread:3             # DistilBERT: a 3-layer student of the
+    scripts/pkt_distill.sh --teacher runs/teacher --student runs/bert3 --strategy distilbert  # teacher's layers
+    scripts/pkt_distill.sh --teacher runs/teacher --student tinybert4_h156 --strategy tinybert --layer-map uniform
     accelerate launch -m mobilekd.recipes.distill --teacher T ...      # GPUs, DDP/FSDP/DeepSpeed
 """
 
@@ -23,23 +26,27 @@ from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import atomic_path, write_json
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
-from mobilekd.models.hf import load_pretrained, save_pretrained
+from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
 from mobilekd.models.presets import PRESETS, get_preset
 from mobilekd.flags import add_flags, from_flags
 from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, run_owned, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
 from mobilekd.train.loop import Stage, run_plan
-from mobilekd.transfer.strategies import (Distiller, PlanSettings, TransferWeights, check_pair, copy_shared_weights,
-                                          plan)
+from mobilekd.transfer.layer_maps import RULES, parse_layer_map
+from mobilekd.transfer.strategies import (STRATEGIES, Distiller, PlanSettings, TransferWeights, check_pair,
+                                          copy_shared_weights, plan)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd distill", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", default="runs/teacher", help="teacher directory (default runs/teacher)")
-    p.add_argument("--student", default="mobilebert_h384", choices=sorted(PRESETS),
-                   help="student preset (default mobilebert_h384, the demo teacher's student; see `mobilekd models`)")
-    p.add_argument("--strategy", choices=["akt", "jkt", "pkt"], default="pkt")
+    p.add_argument("--student", default="mobilebert_h384",
+                   help="student preset (default mobilebert_h384, the demo teacher's student; see `mobilekd models`), "
+                        "or a model directory to start from (e.g. `mobilekd init TEACHER OUT --layers spread:3`)")
+    p.add_argument("--strategy", choices=STRATEGIES, default="pkt",
+                   help="pkt (default), akt, jkt: MobileBERT's; distilbert: DistilBERT's triple loss; tinybert: "
+                        "TinyBERT's general distillation (mobilekd.transfer.strategies)")
     p.add_argument("--masked-score", type=float,
                    help="the student masks padding as the official TF1 code does: its attention scores there become "
                         "this value (-6 officially; quantization friendly) instead of dropping by 10000; such a "
@@ -48,8 +55,9 @@ def parse_args(argv=None):
     add_flags(p, TransferWeights)
     p.add_argument("--layer-map", help="teacher layer (0-based) for each student layer, comma-separated, when "
                                        "depths differ, e.g. 1,3,5,7 for a 4-layer student of an 8-layer teacher, "
-                                       "or 'uniform' (TinyBERT's map: student layer l reads teacher layer "
-                                       "(l + 1) * teacher depth / student depth - 1)")
+                                       f"or a rule ({', '.join(RULES)}; uniform is TinyBERT's: student layer l reads "
+                                       "teacher layer (l + 1) * teacher depth / student depth - 1; see "
+                                       "mobilekd.transfer.layer_maps)")
     p.add_argument("--compare", help="comma-separated strategies to run at equal total steps, e.g. akt,jkt,pkt; "
                                      "add 'scratch' for the student trained without a teacher")
     p.add_argument("--corpus", nargs="+", default=SHIPPED_CORPORA, help="pre-training text (default: shipped)")
@@ -62,9 +70,10 @@ def parse_args(argv=None):
 
 
 def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teacher_dir: Path) -> dict:
-    """One strategy (or 'scratch') from the teacher directory into a fresh student; returns its summary."""
-    config = get_preset(args.student).config.replace(masked_score=args.masked_score)
-    student = MobileBertForPreTraining(config)
+    """One strategy (or 'scratch') from the teacher directory into a fresh student (or the --student directory's
+    model); returns its summary."""
+    student = student_model(args.student, args.masked_score)
+    config = student.config
     n_layers = config.num_hidden_layers
     settings = args.settings
     w = settings.weights
@@ -80,9 +89,9 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
     else:
         teacher = load_pretrained(teacher_dir, "pretraining", require_head=True).to(accelerator.device)
         layer_map = parse_layer_map(args.layer_map, teacher.config.num_hidden_layers, n_layers)
-        layer_map = check_pair(teacher.config, config, layer_map)
+        layer_map = check_pair(teacher.config, config, layer_map, strategy)
         copied = copy_shared_weights(teacher, student)
-        distiller = Distiller(teacher, layer_map, settings, config)
+        distiller = Distiller(teacher, layer_map, settings, config, strategy)
         projections = distiller.projections()
         if len(projections):
             student.add_module("projections", projections)  # trained and checkpointed with the student
@@ -104,20 +113,13 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
     return result
 
 
-def parse_layer_map(text: str | None, teacher_depth: int, student_depth: int) -> list[int] | None:
-    """--layer-map: comma-separated teacher layers, or 'uniform' (TinyBERT, Section 3.1: g(m) = m * N / M, here
-    0-based: student layer l reads teacher layer (l + 1) * N / M - 1)."""
-    if not text:
-        return None
-    if text == "uniform":
-        if teacher_depth % student_depth:
-            raise UserError(f"--layer-map uniform needs the teacher's depth ({teacher_depth}) to be a multiple of "
-                            f"the student's ({student_depth})")
-        return [(l + 1) * teacher_depth // student_depth - 1 for l in range(student_depth)]
-    try:
-        return [int(x) for x in text.split(",")]
-    except ValueError:
-        raise UserError(f"--layer-map must be comma-separated integers or 'uniform', got {text!r}") from None
+def student_model(name: str, masked_score: float | None) -> MobileBertForPreTraining:
+    """A fresh student of a preset, or the model of a directory (e.g. layers taken from the teacher)."""
+    if Path(name).is_dir():
+        return load_pretrained(name, "pretraining", config=load_config(name)[0].replace(masked_score=masked_score))
+    if name not in PRESETS:
+        raise UserError(f"--student {name}: neither a preset ({', '.join(sorted(PRESETS))}) nor a model directory")
+    return MobileBertForPreTraining(get_preset(name).config.replace(masked_score=masked_score))
 
 
 def summary_markdown(result: dict) -> str:
@@ -156,9 +158,9 @@ def run(args, accelerator):
                   f"{h['unigram_accuracy']:.4f}), MLM loss {h['mlm_loss']:.4f}; student saved to {out}")
         return
     strategies = [s.strip() for s in args.compare.split(",") if s.strip()]
-    unknown = [s for s in strategies if s not in ("akt", "jkt", "pkt", "scratch")]
+    unknown = [s for s in strategies if s not in (*STRATEGIES, "scratch")]
     if unknown:
-        raise UserError(f"--compare: unknown strategies {unknown} (choose from akt, jkt, pkt, scratch)")
+        raise UserError(f"--compare: unknown strategies {unknown} (choose from {', '.join(STRATEGIES)}, scratch)")
     rows = []
     for strategy in strategies:
         result = distill(args, strategy, out / strategy, accelerator, data, tokenizer, teacher_dir)

@@ -3,6 +3,9 @@ distillation from a fine-tuned teacher (Hinton's logit KD; TinyBERT's prediction
 
     scripts/finetune.sh --model runs/demo/student --task sst2                  # shipped SST-2
     scripts/finetune.sh --model M --task sst2 --teacher runs/sst2-teacher      # + task distillation
+    scripts/finetune.sh --model runs/bert3 --task mrpc --teacher T --method pkd-skip   # BERT-PKD
+    scripts/finetune.sh --model runs/tiny4 --task rte --teacher T --method tinybert --augment 30 \
+        --augment-model runs/teacher                                           # TinyBERT, augmented data
     scripts/finetune.sh --model M --task squad2 --data my_squad_dir            # train.json + dev.json
     scripts/finetune.sh --model M --task custom --data my_dir                  # train/dev .csv or .jsonl
     scripts/finetune.sh --model M --task cola --eval-only
@@ -32,8 +35,14 @@ from mobilekd.fileio import read_json, write_json
 from mobilekd.flags import at_least, fill_unset
 from mobilekd.finetune.baseline import bag_of_words_baseline
 from mobilekd.finetune.evaluation import DevEvaluator, build_model
-from mobilekd.finetune.objective import task_loss
-from mobilekd.models.hf import load_config
+from mobilekd.data.augment import N_PER_TASK, augmented
+from mobilekd.finetune.methods import METHODS, method_flags
+from mobilekd.finetune.objective import Distillation, intermediate_loss, task_loss
+from mobilekd.finetune.teacher_outputs import teacher_outputs
+from mobilekd.models.config import ModelConfig
+from mobilekd.models.hf import load_config, load_pretrained
+from mobilekd.transfer.layer_maps import layer_map, parse_layer_map
+from mobilekd.transfer.objectives import Match, check_matches, pkd_matches, projections_for, refuse, tinybert_matches
 from mobilekd.train.common import add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 
@@ -48,10 +57,33 @@ def parse_args(argv=None):
     p.add_argument("--task", required=True, choices=TASK_NAMES)
     p.add_argument("--data", help="task directory with train and dev files (default: the shipped copy for "
                                   "sst2, cola, mrpc, stsb, rte)")
-    p.add_argument("--teacher", help="a model directory fine-tuned on the same task: adds logit distillation")
-    p.add_argument("--alpha", type=float, default=0.5, help="with --teacher: weight of the hard-label loss "
-                                                           "(the rest goes to distillation; default 0.5)")
-    p.add_argument("--temperature", type=float, default=1.0, help="with --teacher: KD temperature (default 1)")
+    p.add_argument("--teacher", help="a model directory fine-tuned on the same task: adds logit distillation (its "
+                                     "outputs over the training set are computed once and cached beside it)")
+    p.add_argument("--method", choices=sorted(METHODS),
+                   help="a task-distillation method's settings for the flags left unset (mobilekd.finetune.methods): "
+                        "ft, kd, pkd-skip, pkd-last (BERT-PKD), tinybert (TinyBERT); default: logit KD with the "
+                        "flags below when --teacher is given")
+    p.add_argument("--alpha", type=float, help="with --teacher: weight of the hard-label loss (the rest goes to "
+                                               "distillation; default 0.5, or the method's)")
+    p.add_argument("--temperature", type=float, help="with --teacher: KD temperature (default 1, or the method's)")
+    p.add_argument("--kd-reduction", choices=["batchmean", "mean"],
+                   help="KL averaged over examples (batchmean, default) or over examples and classes (mean: BERT-PKD's "
+                        "and TinyBERT's)")
+    p.add_argument("--patience-weight", type=float,
+                   help="BERT-PKD's beta: weight of the patience loss on normalised [CLS] vectors (default 0: off)")
+    p.add_argument("--patience-layers",
+                   help="teacher layers for the student's layers but its last: pkd_skip (default), pkd_last, or "
+                        "comma-separated 0-based layers")
+    p.add_argument("--intermediate-epochs", type=float,
+                   help="--method tinybert: epochs of intermediate-layer distillation before the prediction step "
+                        "(default: --epochs)")
+    p.add_argument("--augment", type=int, default=0,
+                   help="TinyBERT's data augmentation: up to N new copies of each training example (official N: "
+                        + ", ".join(f"{k} {v}" for k, v in N_PER_TASK.items()) + "; default 0: none)")
+    p.add_argument("--augment-seed", type=int, default=0,
+                   help="the augmentation's seed (default 0: one augmented set for every --seed)")
+    p.add_argument("--augment-model", help="with --augment: the pre-trained model (with its MLM head) whose "
+                                           "predictions give the candidate words, e.g. the teacher before fine-tuning")
     p.add_argument("--eval-only", action="store_true", help="evaluate --model on dev, no training")
     p.add_argument("--epochs", type=float, help="training epochs (default per task)")
     p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
@@ -84,6 +116,11 @@ def parse_args(argv=None):
     at_least("--eval-every", args.eval_every, 0)
     at_least("--max-len", args.max_len, 1)
     at_least("--epochs", args.epochs, 0, strictly=True)
+    at_least("--augment", args.augment, 0)
+    if args.augment and not args.augment_model:
+        raise UserError("--augment needs --augment-model (a pre-trained model with its MLM head)")
+    if (args.method not in (None, "ft") or args.patience_weight) and not args.teacher:
+        raise UserError(f"--method {args.method or 'with --patience-weight'} needs --teacher")
     if not 0 < args.selection_fraction < 1:
         raise UserError(f"--selection-fraction must be between 0 and 1, got {args.selection_fraction}")
     train_config(args)  # bad training flags are refused before any work
@@ -143,6 +180,11 @@ def run(args, accelerator):
             :max(1, round(args.selection_fraction * len(train_examples)))].tolist())
         splits = {"selection": [e for i, e in enumerate(train_examples) if i in held], **splits}
         train_examples = [e for i, e in enumerate(train_examples) if i not in held]
+    if not args.eval_only and args.augment:
+        n = len(train_examples)
+        train_examples, cached = augmented(train_examples, Path(args.augment_model), args.augment, args.augment_seed,
+                                           Path(args.cache_dir), load=_mlm_model)
+        print(f"augmented: {n} -> {len(train_examples)} training examples" + (" (cached)" if cached else ""))
     dev = {name: (examples, *encode(examples)) for name, examples in splits.items()}
     evaluator = DevEvaluator(task, dev, out, tokenizer, save_model=not args.eval_only)
     if args.eval_only:
@@ -159,32 +201,81 @@ def run(args, accelerator):
         raise UserError(f"{data}: the training split has unlabelled rows")
     steps_per_epoch = math.ceil(len(train_split) / args.batch_size)
     steps = args.max_steps or max(1, round(args.epochs * steps_per_epoch))
+    fill_unset(args, method_flags(args.method, task.is_regression))
     teacher = build_model(args.teacher, task, "teacher").to(accelerator.device).eval() if args.teacher else None
-    stage = Stage(name="finetune", steps=steps, loss=task_loss(task, teacher, args.alpha, args.temperature),
-                  lr=args.lr, warmup=args.warmup)
+    if teacher is not None and task.head != "qa":
+        outputs, cached = teacher_outputs(args.teacher, teacher, train_split)
+        train_split.arrays.update(outputs)
+        print(f"teacher outputs over {len(train_split)} training examples: " +
+              ("from the cache" if cached else "computed and cached"))
+    kd = None
+    if teacher is not None:
+        kd = Distillation(args.alpha, args.temperature, args.kd_reduction,
+                          patience_matches(args, teacher.config, model.config) if args.patience_weight else [])
+    stages = [intermediate_stage(args, teacher, model, steps_per_epoch)] if args.intermediate else []
+    stages.append(Stage(name="finetune", steps=steps, loss=task_loss(task, teacher, kd), lr=args.lr,
+                        warmup=args.warmup, trainable=lambda name: not name.startswith("projections.")))
     cfg = train_config(args, eval_every=steps_per_epoch if args.eval_every is None else args.eval_every,
                        run={"model": str(args.model), "task": task.name, "teacher": args.teacher, "lr": args.lr,
                             "max_len": args.max_len, "alpha": args.alpha, "temperature": args.temperature,
                             "classifier_dropout": args.classifier_dropout, "keep_pooler": args.keep_pooler,
-                            "train_examples": len(train_split)})
-    extra = {**identity, "teacher": args.teacher, "steps": steps, "train_examples": len(train_split),
+                            "train_examples": len(train_split), "method": args.method,
+                            "kd_reduction": args.kd_reduction, "patience_weight": args.patience_weight,
+                            "patience_layers": args.patience_layers, "intermediate": args.intermediate,
+                            "intermediate_epochs": args.intermediate_epochs, "augment": args.augment,
+                            "augment_model": args.augment_model})
+    extra = {**identity, "method": args.method, "teacher": args.teacher, "steps": sum(st.steps for st in stages),
+             "train_examples": len(train_split),
              "selected_on": "selection" if args.select_on == "train-slice" else next(iter(task.dev)),
              "lr": args.lr, "baseline": baseline}
 
     def on_eval(m, step):
         evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)})
 
-    run_plan([stage], model, train_split, cfg, accelerator, resume=args.resume, on_eval=on_eval)
+    run_plan(stages, model, train_split, cfg, accelerator, resume=args.resume, on_eval=on_eval)
     if accelerator.is_main_process:
         result = read_json(out / "results.json")
         result.update(wall_seconds=round(time.time() - start, 1), complete=True)
         write_json(out / "results.json", result)
         dev_score = result["metrics"].get(next(iter(task.dev)), {}).get(result["best_metric"])  # None: unlabelled
         print(f"{task.name}: best {result['best_metric']} {result['best_score']:.4f} on {result['selected_on']} at "
-              f"step {result['best_step']} of {steps}; model in {out}" +
+              f"step {result['best_step']} of {extra['steps']}; model in {out}" +
               (f"; its dev {result['best_metric']} {dev_score:.4f}"
                if result["selected_on"] == "selection" and dev_score is not None else "") +
               (f"; bag-of-words baseline {baseline['metrics'][result['best_metric']]:.4f}" if baseline else ""))
+
+
+def _mlm_model(model_dir):
+    """The augmentation's candidate model: a pre-trained model with its MLM head, and its tokenizer."""
+    return load_pretrained(model_dir, "pretraining", require_head=True), load_tokenizer(model_dir)
+
+
+def patience_matches(args, teacher: ModelConfig, student: ModelConfig) -> list[Match]:
+    """BERT-PKD's patience matches for this pair (--patience-layers: a rule or the teacher layers)."""
+    n, m = teacher.num_hidden_layers, student.num_hidden_layers
+    layers = parse_layer_map(args.patience_layers, n, m)
+    if len(layers) != m - 1:
+        raise UserError(f"--patience-layers needs {m - 1} teacher layers (one per student layer but the last), "
+                        f"got {layers}")
+    matches = pkd_matches(layers, args.patience_weight)
+    refuse(check_matches(matches, teacher, student))
+    return matches
+
+
+def intermediate_stage(args, teacher, model, steps_per_epoch: int) -> Stage:
+    """TinyBERT's step 1 (task_distill.py without --pred_distill): embedding, attention-score and hidden-state
+    matches against the fine-tuned teacher, uniform layer map, through projections trained here and never saved;
+    constant learning rate without warm-up (the official schedule 'none'); the classifier does not train."""
+    n, m = teacher.config.num_hidden_layers, model.config.num_hidden_layers
+    matches = tinybert_matches(layer_map("uniform", n, m), list(range(m)))
+    refuse(check_matches(matches, teacher.config, model.config))
+    model.add_module("projections", projections_for(matches, teacher.config, model.config))
+    epochs = args.epochs if args.intermediate_epochs is None else args.intermediate_epochs
+    return Stage(name="intermediate", steps=max(1, round(epochs * steps_per_epoch)),
+                 loss=intermediate_loss(teacher, matches), lr=args.lr, warmup=0.0, decay_to=1.0,
+                 trainable=lambda name: name.startswith(("mobilebert.embeddings.", "mobilebert.encoder.",
+                                                         "projections.")),
+                 info={"matches": [m.name for m in matches]})
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """The model presets: print them beside the paper's figures (`mobilekd models`), or write a randomly initialised
-model directory of one (`mobilekd init PRESET OUT`: the from-scratch baseline, or a starting point)."""
+model directory of one (`mobilekd init PRESET OUT`: the from-scratch baseline, or a starting point), or one made of
+some of a model directory's layers (`mobilekd init MODEL OUT --layers spread:3`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from mobilekd.errors import cli_entry
+from mobilekd.errors import UserError, cli_entry
 
 
 def models_table(seq_len: int = 128) -> list[dict]:
@@ -49,18 +50,44 @@ def _print_models(args) -> None:
 
 
 def _init(args) -> None:
-    """A randomly initialised model directory of a preset: the from-scratch baseline, or a starting point."""
+    """A randomly initialised model directory of a preset (the from-scratch baseline, or a starting point), or a
+    model made of some of a model directory's layers (DistilBERT's and BERT-PKD's students)."""
+    from pathlib import Path
+
     import torch
 
     from mobilekd.data.tokenizer import load_tokenizer
     from mobilekd.models.heads import MobileBertForPreTraining
-    from mobilekd.models.hf import save_pretrained
+    from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
     from mobilekd.models.presets import get_preset
+    from mobilekd.models.subset import take_layers
 
     torch.manual_seed(args.seed)
+    if Path(args.preset).is_dir():
+        source = load_pretrained(args.preset, "pretraining")
+        depth = source.config.num_hidden_layers
+        layers = parse_layers(args.layers, depth) if args.layers else list(range(depth))
+        model = take_layers(source, layers)
+        save_pretrained(model, args.out, load_tokenizer(args.preset), head=load_config(args.preset)[1])
+        print(f"{args.preset}: layers {layers} of {depth} written to {args.out}")
+        return
+    if args.layers:
+        raise UserError("--layers takes layers of a model directory, not of a preset")
     model = MobileBertForPreTraining(get_preset(args.preset).config)
     save_pretrained(model, args.out, load_tokenizer(args.vocab) if args.vocab else load_tokenizer())
     print(f"{args.preset}: randomly initialised model written to {args.out}")
+
+
+def parse_layers(text: str, depth: int) -> list[int]:
+    """--layers: comma-separated layers, or RULE:K for K layers by a rule of mobilekd.transfer.layer_maps
+    (spread: DistilBERT's, first: BERT-PKD's)."""
+    from mobilekd.transfer.layer_maps import layer_map
+
+    rule, _, count = text.partition(":")
+    try:
+        return layer_map(rule, depth, int(count)) if count else [int(x) for x in text.split(",")]
+    except ValueError:
+        raise UserError(f"--layers must be comma-separated layers or RULE:K (e.g. spread:3), got {text!r}") from None
 
 
 @cli_entry
@@ -75,9 +102,13 @@ def models(argv=None):
 @cli_entry
 def init(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd init", description="write a randomly initialised model directory "
-                                                                  "of a preset")
-    p.add_argument("preset", help="a preset name (see `mobilekd models`)")
+                                                                  "of a preset, or one made of some of a model "
+                                                                  "directory's layers")
+    p.add_argument("preset", help="a preset name (see `mobilekd models`), or a model directory to take layers of")
     p.add_argument("out", help="output directory")
+    p.add_argument("--layers", help="with a model directory: its layers to keep (0-based), comma-separated, or "
+                                    "RULE:K, e.g. spread:3 (DistilBERT's initialisation: 0,2,4,7,9,11 of 12 for "
+                                    "6) or first:3 (BERT-PKD's); default all")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--vocab", help="vocab.txt (default: the shipped bert-base-uncased vocab)")
     _init(p.parse_args(argv))

@@ -25,7 +25,8 @@ import torch
 from accelerate import Accelerator
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
-from transformers import get_linear_schedule_with_warmup, get_polynomial_decay_schedule_with_warmup
+from transformers import (get_constant_schedule_with_warmup, get_linear_schedule_with_warmup,
+                          get_polynomial_decay_schedule_with_warmup)
 
 from mobilekd.errors import UserError
 from mobilekd.train.checkpoint import find_checkpoint, load_checkpoint, read_trainer_state, save_checkpoint
@@ -111,8 +112,10 @@ def _param_groups(model, stage: Stage):
 
 
 def _schedule(optimizer, stage: Stage):
-    """Linear warm-up, then linear decay to 0, or polynomial decay to `decay_to` x the peak."""
+    """Linear warm-up, then linear decay to 0, or polynomial decay to `decay_to` x the peak (1: a constant rate)."""
     warmup = int(stage.warmup * stage.steps)
+    if stage.decay_to == 1.0:
+        return get_constant_schedule_with_warmup(optimizer, warmup)
     if stage.decay_to == 0.0 and stage.decay_power == 1.0:
         return get_linear_schedule_with_warmup(optimizer, warmup, stage.steps)
     return get_polynomial_decay_schedule_with_warmup(optimizer, warmup, stage.steps, lr_end=stage.lr * stage.decay_to,

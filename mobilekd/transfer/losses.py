@@ -42,15 +42,29 @@ def variance_transfer(teacher: torch.Tensor, student: torch.Tensor) -> torch.Ten
 
 
 def logit_distillation(teacher_logits: torch.Tensor, student_logits: torch.Tensor,
-                       temperature: float = 1.0) -> torch.Tensor:
-    """KD (Hinton et al. 2015): KL between the teacher's and the student's softened distributions, averaged
-    over rows and scaled by T^2 so gradients keep their size across temperatures. Used for pre-training
-    distillation of the MLM head (eq. 4) and for task distillation (TinyBERT's prediction-layer loss)."""
+                       temperature: float = 1.0, reduction: str = "batchmean") -> torch.Tensor:
+    """KD (Hinton et al. 2015): KL between the teacher's and the student's softened distributions, scaled by T^2
+    so gradients keep their size across temperatures. Used for pre-training distillation of the MLM head (eq. 4),
+    DistilBERT's soft-target loss (distiller.py, `Distiller.step`: `KLDivLoss(reduction="batchmean")` times T^2)
+    and task distillation.
+
+    `reduction`: "batchmean" sums over classes and averages over rows; "mean" averages over rows and classes, as
+    BERT-PKD's `distillation_loss` (src/KD_loss.py, `reduction_kd='mean'`) and TinyBERT's `soft_cross_entropy`
+    (task_distill.py: `(- targets_prob * student_likelihood).mean()`, the same gradient as this KL at T = 1)
+    do: the batchmean value divided by the number of classes."""
     t = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
     s = F.log_softmax(student_logits.float() / temperature, dim=-1)
-    return F.kl_div(s, t, log_target=True, reduction="batchmean") * temperature**2
+    kl = F.kl_div(s, t, log_target=True, reduction="batchmean")
+    return kl * temperature**2 / (student_logits.shape[-1] if reduction == "mean" else 1)
 
 
 def cosine_hidden(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
     """DistilBERT's cosine embedding loss between hidden states: mean of 1 - cos over tokens."""
     return (1 - F.cosine_similarity(student.float(), teacher.float(), dim=-1)).mean()
+
+
+def patience_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
+    """BERT-PKD's patient-teacher loss for one layer pair (Sun et al. 2019, eq. 5; src/KD_loss.py,
+    `patience_loss` with `normalized_patience`): mean squared error between the L2-normalised [CLS] vectors (B, N),
+    averaged over batch and width (`F.mse_loss`)."""
+    return F.mse_loss(F.normalize(student.float(), p=2, dim=-1), F.normalize(teacher.float(), p=2, dim=-1))

@@ -15,13 +15,16 @@ through `group_heads` (the teacher's heads averaged in consecutive groups, one g
     MobileBERT (paper, Section 4.1): per student layer l, Match(feature="hidden", loss="fmt", weight=100,
         teacher_layer=map[l], student_layer=l) and Match(feature="attention", loss="at", ...)  (`mobilebert_matches`)
     TinyBERT (Jiao et al. 2020, Section 3.1): "embeddings"/"hidden" with loss "mse" and projection=True,
-        "attention" with loss "mse"
-    BERT-PKD (Sun et al. 2019, eq. 5): "cls" of chosen layers, loss "pkd"
-    DistilBERT (Sanh et al. 2019, Section 3): "hidden" of the last layer, loss "cosine"
+        "scores" with loss "mse"  (`tinybert_matches`)
+    BERT-PKD (Sun et al. 2019, eq. 5): "cls" of chosen layers, loss "pkd"  (`pkd_matches`)
+    DistilBERT (Sanh et al. 2019, Section 3): "hidden" of the last layer over the real tokens, loss "cosine"
+        (`distilbert_matches`)
 
 Features: `embeddings` (the embedding layer's output), `hidden` (a block's output feature map, B x T x N),
-`attention` (a block's attention probabilities, B x A x T x T), `cls` (a block's first-token vector, B x N) and
-`logits` (the head's output). Layers are 0-based block indices; `embeddings` and `logits` take none.
+`attention` (a block's attention probabilities, B x A x T x T), `scores` (the pre-softmax scores of those, with
+the padded keys' scores zeroed), `cls` (a block's first-token vector, B x N) and `logits` (the head's output).
+Layers are 0-based block indices; `embeddings` and `logits` take none. A match with `real_tokens` compares a
+feature map's non-padding tokens only (as rows, N_real x N).
 """
 
 from __future__ import annotations
@@ -36,10 +39,11 @@ from mobilekd.errors import UserError
 from mobilekd.models.config import ModelConfig
 from mobilekd.models.mobilebert import EncoderOutput
 from mobilekd.transfer.losses import (attention_transfer, cosine_hidden, feature_map_transfer, logit_distillation,
-                                      mean_transfer, variance_transfer)
+                                      mean_transfer, patience_loss, variance_transfer)
 
-FEATURES = ("embeddings", "hidden", "attention", "cls", "logits")
-LAYERED = ("hidden", "attention", "cls")  # features that belong to a block
+FEATURES = ("embeddings", "hidden", "attention", "scores", "cls", "logits")
+LAYERED = ("hidden", "attention", "scores", "cls")  # features that belong to a block
+MAPS = ("embeddings", "hidden", "cls")  # feature maps: projectable, and of the model's width
 
 
 def mse(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
@@ -56,6 +60,7 @@ LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "mse": mse,
     "cosine": cosine_hidden,
     "kd": logit_distillation,
+    "pkd": patience_loss,
 }
 
 
@@ -69,11 +74,16 @@ class Match:
     teacher_layer: int | None = None
     student_layer: int | None = None
     projection: bool = False  # a learned student-width -> teacher-width linear map on the student's side
+    real_tokens: bool = False  # compare a feature map's non-padding tokens only
 
     @property
     def name(self) -> str:
-        """The term's name in logs and summaries: `fmt_L3` for a layer's term, `mse_embeddings` otherwise."""
-        return f"{self.loss}_L{self.student_layer}" if self.feature in LAYERED else f"{self.loss}_{self.feature}"
+        """The term's name in logs and summaries: `fmt_L3` for a layer's feature map or attention, `mse_scores_L3`
+        for its other features, `mse_embeddings` for the embeddings' and logits'."""
+        if self.feature in ("hidden", "attention"):
+            return f"{self.loss}_L{self.student_layer}"
+        return f"{self.loss}_{self.feature}_L{self.student_layer}" if self.feature in LAYERED else \
+            f"{self.loss}_{self.feature}"
 
     @property
     def site(self) -> str:
@@ -87,16 +97,30 @@ class Features:
 
     encoder: EncoderOutput
     logits: torch.Tensor | None = None
+    attention_mask: torch.Tensor | None = None  # (B, T), 1 = token, 0 = padding; needed by `scores`, `real_tokens`
 
-    def select(self, feature: str, layer: int | None) -> torch.Tensor:
-        if feature == "embeddings":
-            return self.encoder.embeddings
+    def select(self, feature: str, layer: int | None, real_tokens: bool = False) -> torch.Tensor:
         if feature == "logits":
             return self.logits
         if feature == "attention":
             return self.encoder.attentions[layer]
-        hidden = self.encoder.feature_maps[layer]
-        return hidden[:, 0] if feature == "cls" else hidden
+        if feature == "scores":
+            # TinyBERT zeroes the scores of padded keys on both sides (general_distill.py, `main`:
+            # `torch.where(student_att <= -1e2, zeros, student_att)`, the -10000 mask having been added); here by
+            # the mask itself, which is the same unless a real score falls below -100, and works for either masking
+            return self.encoder.attention_scores[layer].masked_fill(self._mask()[:, None, None, :] == 0, 0.0)
+        if feature == "embeddings":
+            x = self.encoder.embeddings
+        else:
+            x = self.encoder.feature_maps[layer]
+            if feature == "cls":
+                return x[:, 0]
+        return x[self._mask().bool()] if real_tokens else x
+
+    def _mask(self) -> torch.Tensor:
+        if self.attention_mask is None:
+            raise ValueError("this match needs the batch's attention mask (Features.attention_mask)")
+        return self.attention_mask
 
 
 def deepest(matches: list[Match], side: str) -> int:
@@ -124,8 +148,8 @@ def evaluate(matches: list[Match], teacher: Features, student: Features,
     count = max(len(layers), 1)
     terms, total = {}, 0.0
     for m in matches:
-        s = student.select(m.feature, m.student_layer)
-        t = teacher.select(m.feature, m.teacher_layer)
+        s = student.select(m.feature, m.student_layer, m.real_tokens)
+        t = teacher.select(m.feature, m.teacher_layer, m.real_tokens)
         if m.projection:
             if not projections or m.site not in projections:
                 raise UserError(f"{m.name}: a projected match needs its projection (objectives.projections_for)")
@@ -140,7 +164,7 @@ def evaluate(matches: list[Match], teacher: Features, student: Features,
 
 
 def _width(config: ModelConfig, feature: str) -> int | None:
-    return config.hidden_size if feature in ("hidden", "cls", "embeddings") else None
+    return config.hidden_size if feature in MAPS else None
 
 
 def check_matches(matches: list[Match], teacher: ModelConfig, student: ModelConfig) -> list[str]:
@@ -159,10 +183,13 @@ def check_matches(matches: list[Match], teacher: ModelConfig, student: ModelConf
         elif m.feature == "attention" and teacher.num_attention_heads % student.num_attention_heads:
             problems.append(f"the teacher's {teacher.num_attention_heads} attention heads cannot be grouped into the "
                             f"student's {student.num_attention_heads} (the count must divide)")
+        elif m.feature == "scores" and teacher.num_attention_heads != student.num_attention_heads:
+            problems.append(f"attention scores pair head by head: the teacher has {teacher.num_attention_heads} "
+                            f"heads, the student {student.num_attention_heads}")
         elif _width(teacher, m.feature) != _width(student, m.feature) and not m.projection:
             problems.append(f"feature-map widths differ (teacher hidden_size {teacher.hidden_size}, student "
                             f"{student.hidden_size}) and the match has no projection")
-        elif m.projection and m.feature not in ("hidden", "cls", "embeddings"):
+        elif m.projection and m.feature not in MAPS:
             problems.append(f"{m.name}: only feature maps (hidden, cls, embeddings) can be projected")
     return list(dict.fromkeys(problems))
 
@@ -198,3 +225,35 @@ def mobilebert_matches(layer_map: list[int], layers: list[int], *, fmt: float = 
         matches += [Match(feature="hidden", loss="mean", weight=mean, **hidden)] if mean else []
         matches += [Match(feature="hidden", loss="var", weight=var, **hidden)] if var else []
     return matches
+
+
+def tinybert_matches(layer_map: list[int], layers: list[int]) -> list[Match]:
+    """TinyBERT's transformer-layer and embedding-layer distillation (Jiao et al. 2020, eq. 7-9; general_distill.py
+    and task_distill.py, `main`: `loss = rep_loss + att_loss`, each an unweighted `MSELoss()` per matched pair): the
+    embedding outputs and each student layer's output through the learned projection W_h (`fit_dense`), and the
+    attention scores of each student layer against its teacher layer (`layer_map`, `layer_maps.uniform` there).
+    `evaluate` divides the sum by the number of student layers, a constant factor the official code does not
+    have (Adam's steps do not depend on it, up to its epsilon)."""
+    matches = [Match(feature="embeddings", loss="mse", projection=True)]
+    for l in layers:
+        pair = dict(teacher_layer=layer_map[l], student_layer=l)
+        matches += [Match(feature="scores", loss="mse", **pair),
+                    Match(feature="hidden", loss="mse", projection=True, **pair)]
+    return matches
+
+
+def distilbert_matches(teacher_depth: int, student_depth: int, weight: float = 1.0) -> list[Match]:
+    """DistilBERT's cosine embedding loss (Sanh et al. 2019, Section 3; distiller.py, `Distiller.step`:
+    `CosineEmbeddingLoss(reduction="mean")` between `s_hidden_states[-1]` and `t_hidden_states[-1]` at the
+    non-padding tokens, target 1): the last layers' hidden states, real tokens only."""
+    return [Match(feature="hidden", loss="cosine", weight=weight, teacher_layer=teacher_depth - 1,
+                  student_layer=student_depth - 1, real_tokens=True)]
+
+
+def pkd_matches(teacher_layers: list[int], weight: float) -> list[Match]:
+    """BERT-PKD's patience loss (Sun et al. 2019, eq. 5; src/KD_loss.py, `patience_loss`): student layer l's [CLS]
+    against teacher layer `teacher_layers[l]` (`layer_maps.pkd_skip` or `pkd_last`, which leave out the student's
+    last layer). `evaluate` averages over these layers, as the official `F.mse_loss` over the stacked (B, L, H)
+    vectors does (the paper writes a sum; beta absorbs the difference)."""
+    return [Match(feature="cls", loss="pkd", weight=weight, teacher_layer=t, student_layer=l)
+            for l, t in enumerate(teacher_layers)]

@@ -6,6 +6,14 @@ that the one training loop runs.
   PKT  progressive knowledge transfer: stage l trains layer l on its own transfer losses with every layer
        below frozen, then pre-training distillation over the whole student.
 
+The source documents' task-agnostic distillations are one-stage plans on the same machinery, at the same total
+steps:
+
+  distilbert  DistilBERT's triple loss (Sanh et al. 2019, Section 3): soft-target KD on the MLM logits, the MLM
+              loss and the cosine loss between the last hidden states (`Distiller.distilbert_terms`)
+  tinybert    TinyBERT's general distillation (Jiao et al. 2020, Section 3.3): embedding, attention-score and
+              hidden-state MSE against the pre-trained teacher, uniform layer map (`objectives.tinybert_matches`)
+
 In stage l of PKT nothing above layer l runs, in teacher or student: both run `num_layers=l+1`. The teacher
 runs in eval mode under no_grad; a frozen student prefix has no parameter that needs a gradient, so autograd
 records nothing for it either.
@@ -24,8 +32,13 @@ from mobilekd.models.config import ModelConfig
 from mobilekd.models.heads import WORD_EMBEDDINGS, mlm_loss
 from mobilekd.train.loop import Stage
 from mobilekd.transfer.losses import logit_distillation
-from mobilekd.transfer.objectives import (Features, Match, check_matches, deepest, evaluate, mobilebert_matches,
-                                          projections_for, refuse)
+from mobilekd.transfer.objectives import (Features, Match, check_matches, deepest, distilbert_matches, evaluate,
+                                          mobilebert_matches, projections_for, refuse, tinybert_matches)
+
+STRATEGIES = ("akt", "jkt", "pkt", "distilbert", "tinybert")
+# DistilBERT's loss weights and temperature: the README's training command (examples/research_projects/
+# distillation/README.md: --alpha_ce 5.0 --alpha_mlm 2.0 --alpha_cos 1.0; train.py --temperature 2.0)
+DISTILBERT = {"ce": 5.0, "mlm": 2.0, "cos": 1.0, "temperature": 2.0}
 
 
 @dataclass(kw_only=True)
@@ -69,15 +82,24 @@ class PlanSettings:
         return n_layers * self.layer_steps + self.pd_steps
 
 
-def check_pair(teacher: ModelConfig, student: ModelConfig, layer_map: list[int] | None) -> list[int]:
-    """Refuse a teacher/student that cannot be paired for MobileBERT's layer-wise transfer (every problem in one
-    line); return the teacher layer for each student layer."""
+def check_pair(teacher: ModelConfig, student: ModelConfig, layer_map: list[int] | None,
+               strategy: str = "pkt") -> list[int]:
+    """Refuse a teacher/student that cannot be paired for the strategy's matches (every problem in one line);
+    return the teacher layer for each student layer."""
     # widths and head counts, by the matches' own check (layer 0 of each will do for that)
     n = student.num_hidden_layers
-    problems = check_matches(mobilebert_matches([0], [0], projection=teacher.hidden_size != student.hidden_size),
-                             teacher, student)
+    if strategy == "distilbert":
+        sample = distilbert_matches(teacher.num_hidden_layers, n)
+    elif strategy == "tinybert":
+        sample = tinybert_matches([0], [0])
+    else:
+        sample = mobilebert_matches([0], [0], projection=teacher.hidden_size != student.hidden_size)
+    problems = check_matches(sample, teacher, student)
     if teacher.vocab_size != student.vocab_size:
         problems.append(f"vocabularies differ (teacher {teacher.vocab_size}, student {student.vocab_size})")
+    if strategy == "distilbert":  # only the last layers meet
+        refuse(problems)
+        return layer_map or []
     if layer_map is None:
         if teacher.num_hidden_layers != n:
             problems.append(f"depths differ (teacher {teacher.num_hidden_layers}, student {n}) and no --layer-map "
@@ -142,8 +164,9 @@ def layer_index(name: str) -> int | None:
 class Distiller:
     """The loss functions of every stage kind, over one teacher/student pair."""
 
-    def __init__(self, teacher, layer_map: list[int], settings: PlanSettings, student_config: ModelConfig):
-        self.teacher, self.layer_map, self.s = teacher.eval(), layer_map, settings
+    def __init__(self, teacher, layer_map: list[int], settings: PlanSettings, student_config: ModelConfig,
+                 strategy: str = "pkt"):
+        self.teacher, self.layer_map, self.s, self.strategy = teacher.eval(), layer_map, settings, strategy
         # teachers of another width pair through learned projections of the student's feature maps
         self.projected = teacher.config.hidden_size != student_config.hidden_size
         self.student_config = student_config
@@ -162,7 +185,12 @@ class Distiller:
             return self.teacher(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], **kw)
 
     def layer_matches(self, layers: list[int]) -> list[Match]:
-        """MobileBERT's layer-wise matches for these student layers, with this plan's weights."""
+        """The strategy's layer-wise matches for these student layers: TinyBERT's, or MobileBERT's with this plan's
+        weights (none for DistilBERT, whose one match is in `distilbert_terms`)."""
+        if self.strategy == "tinybert":
+            return tinybert_matches(self.layer_map, layers)
+        if self.strategy == "distilbert":
+            return []
         w = self.s.weights
         return mobilebert_matches(self.layer_map, layers, fmt=w.fmt, at=w.at, mean=w.mean, var=w.var,
                                   projection=self.projected)
@@ -177,7 +205,29 @@ class Distiller:
         t_out = self._teacher(batch, num_layers=t_depth, output_feature_maps=True, output_attentions=True).encoder
         s_out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], num_layers=s_depth,
                         output_feature_maps=True, output_attentions=True).encoder
-        return evaluate(matches, Features(t_out), Features(s_out), getattr(_unwrap(student), "projections", None))
+        mask = batch["attention_mask"]
+        return evaluate(matches, Features(t_out, attention_mask=mask), Features(s_out, attention_mask=mask),
+                        getattr(_unwrap(student), "projections", None))
+
+    def distilbert_matches(self) -> list[Match]:
+        return distilbert_matches(self.teacher.config.num_hidden_layers, self.student_config.num_hidden_layers)
+
+    def distilbert_terms(self, student, batch) -> dict[str, torch.Tensor]:
+        """DistilBERT's triple loss (distiller.py, `Distiller.step`: `alpha_ce * loss_ce + alpha_mlm * loss_mlm +
+        alpha_cos * loss_cos`), weights and temperature `DISTILBERT`, NSP dropped as DistilBERT drops it.
+
+        One departure: the soft-target KL covers the masked positions only (the official `--restrict_ce_to_mask`),
+        not every non-padding token (its default), since our MLM head computes logits at masked positions only."""
+        t = self._teacher(batch, masked_positions=batch["masked_positions"], output_feature_maps=True)
+        out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["masked_positions"],
+                      output_feature_maps=True)
+        d, mask = DISTILBERT, batch["attention_mask"]
+        cos = evaluate(self.distilbert_matches(), Features(t.encoder, attention_mask=mask),
+                       Features(out.encoder, attention_mask=mask))
+        ce = logit_distillation(t.mlm_logits, out.mlm_logits, d["temperature"])
+        mlm = mlm_loss(out.mlm_logits, batch)
+        return {"loss": d["ce"] * ce + d["mlm"] * mlm + d["cos"] * cos["loss"], "kd_ce": ce.detach(),
+                "mlm": mlm.detach(), "cos": cos["loss"].detach()}
 
     def pd_terms(self, student, batch) -> dict[str, torch.Tensor]:
         """Pre-training distillation, eq. (4): alpha * MLM + (1 - alpha) * KD on the MLM head, plus NSP."""
@@ -200,7 +250,8 @@ class Distiller:
                           output_attentions=True)
         out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["masked_positions"],
                       output_feature_maps=True, output_attentions=True)
-        layer = evaluate(matches, Features(t.encoder), Features(out.encoder),
+        mask = batch["attention_mask"]
+        layer = evaluate(matches, Features(t.encoder, attention_mask=mask), Features(out.encoder, attention_mask=mask),
                          getattr(_unwrap(student), "projections", None))
         pd = self._pd(t.mlm_logits, out, batch)
         return {**layer, **pd, "loss": layer["loss"] + pd["loss"], "transfer": layer["loss"].detach()}
@@ -257,7 +308,13 @@ def _plan(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
         return [joint, pd]
     if strategy == "pkt":
         return [_pkt_stage(distiller, l, s, layer_lr) for l in range(n_layers)] + [pd]
-    raise UserError(f"unknown strategy {strategy!r}: choose akt, jkt or pkt")
+    if strategy == "distilbert":
+        return [Stage(name="distilbert", steps=s.total_steps(n_layers), loss=distiller.distilbert_terms, lr=s.lr,
+                      warmup=s.warmup, info=_stage_info(distiller.distilbert_matches()))]
+    if strategy == "tinybert":  # every layer at once, all parameters, no pre-training loss (general_distill.py)
+        return [Stage(name="tinybert", steps=s.total_steps(n_layers), lr=s.lr, warmup=s.warmup,
+                      loss=lambda m, b: distiller.layer_terms(m, b, every), info=_stage_info(every))]
+    raise UserError(f"unknown strategy {strategy!r}: choose from {', '.join(STRATEGIES)}")
 
 
 def _pkt_stage(distiller: Distiller, l: int, s: PlanSettings, lr: float) -> Stage:

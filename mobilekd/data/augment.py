@@ -1,0 +1,181 @@
+"""TinyBERT's data augmentation (Jiao et al. 2020, Section 3.3 and Algorithm 1; TinyBERT/data_augmentation.py,
+`DataAugmentor` and `AugmentProcessor`), on our components.
+
+Each sentence is split into words by BERT's basic tokenization (our tokenizer's normaliser and pre-tokenizer, as
+`basic_tokenizer.tokenize` there). A word made of letters only and not a stop word gets up to M candidates:
+
+- a word that is one WordPiece: the pre-trained teacher's masked-LM top M at its position, the input being
+  `[CLS] sentence with the word masked [SEP] sentence [SEP]` (`_masked_language_model`), candidates starting
+  with "##" dropped; the word itself is not excluded (neither is it there);
+- a word of several pieces: the official code takes its M nearest GloVe neighbours by cosine (`_word_distance`).
+  GloVe cannot be downloaded here, so the word's vector is the mean of its pieces' rows in the teacher's word
+  embedding table, and its neighbours are the M whole-word entries of that table (letters only, no "##")
+  nearest to it by cosine: a static embedding we can build from the teacher itself;
+- no candidate: the word stays.
+
+Then N tries: a copy of the words in which each candidate word is replaced, with probability p, by one of its
+candidates drawn uniformly (the draw made first, then the test `x < p`, as there); a try equal to the original or
+an earlier one is dropped; the original comes first. Defaults: M 15, p 0.4, N per task (SST-2 20; CoLA, MRPC,
+STS-B and RTE 30; `main` there). New sentences are the words joined by spaces.
+
+Pairs: the official `read_augment_write` augments each column of the row in turn; its rows for the second column
+keep the last augmented first sentence (the row is edited in place). Here the other column keeps its original
+text, so each new example changes one sentence. Labels are kept. Randomness comes from numpy generators seeded by
+(seed, example, column), so the same seed gives the same augmented set in any order of work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from mobilekd.data.examples import TextExample
+from mobilekd.fileio import atomic_path, file_digest
+
+N_PER_TASK = {"sst2": 20, "cola": 30, "mrpc": 30, "stsb": 30, "rte": 30, "mnli": 10, "qqp": 10, "qnli": 20}
+M, P = 15, 0.4
+
+# NLTK's English stop words with "'s" and "'re", the list data_augmentation.py carries (`StopWordsList`)
+STOP_WORDS = frozenset("""
+i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself yourselves he him his
+himself she she's her hers herself it it's its itself they them their theirs themselves this that that'll these
+those am is are was were be been being have has had having do does did doing a an the and but if or because as
+until while of at by for with about against between into through during before after above below to from up
+down in out on off over under again further then once here there all any both each few more most other some such
+no nor not only own same so than too very s t can will just don don't should should've now d ll m o re ve y ain
+aren aren't couldn couldn't didn didn't doesn doesn't hadn hadn't hasn hasn't haven haven't isn isn't ma mightn
+mightn't mustn mustn't needn needn't shan shan't shouldn shouldn't wasn wasn't weren weren't won won't wouldn
+wouldn't 's 're""".split())
+
+
+def words(tokenizer, text: str) -> list[str]:
+    """BERT's basic tokenization: normalised (lower-cased, accents stripped for an uncased vocab), split on
+    whitespace and punctuation."""
+    backend = tokenizer.backend_tokenizer
+    normal = backend.normalizer.normalize_str(text) if backend.normalizer else text
+    return [w for w, _ in backend.pre_tokenizer.pre_tokenize_str(normal)]
+
+
+def eligible(word: str) -> bool:
+    return re.fullmatch("[a-z]+", word.lower()) is not None and word.lower() not in STOP_WORDS
+
+
+class Augmentor:
+    """Candidates from a pre-trained model with an MLM head (`MobileBertForPreTraining`) and its tokenizer."""
+
+    def __init__(self, model, tokenizer, m: int = M, p: float = P, batch_size: int = 64):
+        self.model, self.tokenizer, self.m, self.p, self.batch_size = model.eval(), tokenizer, m, p, batch_size
+        vocab = tokenizer.get_vocab()
+        self.whole = np.array(sorted(i for t, i in vocab.items() if re.fullmatch("[a-z]+", t)))
+        self.id_to_token = {i: t for t, i in vocab.items()}
+        table = model.mobilebert.embeddings.word_embeddings.weight.detach().float()
+        self.table = torch.nn.functional.normalize(table, dim=-1)
+        self.whole_table = self.table[torch.from_numpy(self.whole)]
+
+    def _neighbours(self, pieces: list[int]) -> list[str]:
+        """Multi-piece words: the M whole words nearest to the mean of the pieces' embeddings."""
+        v = torch.nn.functional.normalize(self.table[pieces].mean(0), dim=0)
+        sims = self.whole_table @ v
+        top = torch.topk(sims, min(self.m, len(self.whole))).indices.numpy()
+        return [self.id_to_token[int(self.whole[i])] for i in top]
+
+    @torch.no_grad()
+    def _masked_lm(self, queries: list[tuple[list[int], int]]) -> list[list[str]]:
+        """Single-piece words: (sentence pieces, index of the word's piece) -> the MLM's top M, "##" dropped."""
+        tok = self.tokenizer
+        order = sorted(range(len(queries)), key=lambda q: len(queries[q][0]))  # batches of like lengths
+        out = [None] * len(queries)
+        for start in range(0, len(queries), self.batch_size):
+            chunk = [queries[q] for q in order[start:start + self.batch_size]]
+            rows = []
+            for pieces, at in chunk:
+                masked = pieces[:at] + [tok.mask_token_id] + pieces[at + 1:]
+                ids = [tok.cls_token_id, *masked, tok.sep_token_id, *pieces, tok.sep_token_id][:512]
+                types = [0] * (len(masked) + 2) + [1] * (len(pieces) + 1)
+                rows.append((ids, types[:len(ids)], at + 1))
+            width = max(len(r[0]) for r in rows)
+            ids = torch.tensor([r[0] + [tok.pad_token_id] * (width - len(r[0])) for r in rows])
+            types = torch.tensor([r[1] + [0] * (width - len(r[1])) for r in rows])
+            mask = torch.tensor([[1] * len(r[0]) + [0] * (width - len(r[0])) for r in rows])
+            positions = torch.tensor([[r[2]] for r in rows])
+            logits = self.model(ids, mask, types, positions).mlm_logits
+            for q, row in zip(order[start:], torch.topk(logits.float(), self.m, dim=-1).indices.tolist()):
+                out[q] = [t for t in (self.id_to_token[i] for i in row) if not t.startswith("##")]
+        return out
+
+    def candidates(self, sentences: list[str]) -> list[dict[int, list[str]]]:
+        """For each sentence, word index -> its candidates (the word itself when none), for eligible words."""
+        tok = self.tokenizer
+        found: list[dict[int, list[str]]] = []
+        queries, where = [], []
+        for s, sentence in enumerate(tqdm(sentences, desc="augmentation candidates", leave=False)):
+            ws = words(tok, sentence)
+            piece_lists = [tok.convert_tokens_to_ids(tok.tokenize(w)) for w in ws]
+            flat = [p for ps in piece_lists for p in ps]
+            found.append({})
+            offset = 0
+            for i, (w, ps) in enumerate(zip(ws, piece_lists)):
+                if eligible(w) and ps:
+                    if len(ps) == 1 and offset < 510:
+                        queries.append((flat, offset))
+                        where.append((s, i))
+                    elif len(ps) > 1:
+                        found[s][i] = self._neighbours(ps)
+                offset += len(ps)
+        for (s, i), cands in zip(where, self._masked_lm(queries)):
+            found[s][i] = cands
+        for s, sentence in enumerate(sentences):
+            ws = words(tok, sentence)
+            for i in found[s]:
+                found[s][i] = found[s][i] or [ws[i]]
+        return found
+
+    def variants(self, sentence: str, cands: dict[int, list[str]], n: int, rng: np.random.Generator) -> list[str]:
+        """The original and up to n distinct new sentences (Algorithm 1)."""
+        ws = words(self.tokenizer, sentence)
+        out = [sentence]
+        for _ in range(n):
+            new = list(ws)
+            for i, options in cands.items():
+                choice = options[int(rng.integers(len(options)))]
+                if rng.random() < self.p:
+                    new[i] = choice
+            text = " ".join(new)
+            if text not in out:
+                out.append(text)
+        return out
+
+    def augment(self, examples: list[TextExample], n: int, seed: int) -> list[TextExample]:
+        """Each example, then its new variants (first sentence, then second), labels kept."""
+        columns = ["text_a"] + (["text_b"] if examples and examples[0].text_b is not None else [])
+        cands = {c: self.candidates([getattr(e, c) for e in examples]) for c in columns}
+        out = []
+        for k, e in enumerate(examples):
+            out.append(e)
+            for j, c in enumerate(columns):
+                rng = np.random.default_rng((seed, k, j))
+                for text in self.variants(getattr(e, c), cands[c][k], n, rng)[1:]:
+                    out.append(TextExample(**{**e.__dict__, c: text, "source": f"{e.source} (augmented)"}))
+        return out
+
+
+def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, cache_dir: Path, load) -> \
+        tuple[list[TextExample], bool]:
+    """`examples` augmented by the model in `model_dir` (`load(model_dir)` -> (model, tokenizer)), cached in
+    `cache_dir` under a key of the model's weights, the examples, n, M, p and the seed; and whether it was cached."""
+    h = hashlib.sha256(file_digest(Path(model_dir) / "model.safetensors").encode())
+    h.update(json.dumps([[[e.text_a, e.text_b, e.label] for e in examples], n, M, P, seed]).encode())
+    path = Path(cache_dir) / "augmented" / f"{h.hexdigest()[:20]}.json"
+    if path.is_file():
+        return [TextExample(**r) for r in json.loads(path.read_text())], True
+    model, tokenizer = load(model_dir)
+    result = Augmentor(model, tokenizer).augment(examples, n, seed)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps([r.__dict__ for r in result]))
+    return result, False

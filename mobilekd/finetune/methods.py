@@ -1,0 +1,41 @@
+"""Task-specific distillation methods as flag presets of `mobilekd finetune --method` (configs as data): each
+fills the flags the user left unset.
+
+    ft        plain fine-tuning on the labels (no teacher)
+    kd        logit KD as BERT-PKD's baseline and its `distillation_loss` (src/KD_loss.py): alpha 0.7 on the
+              soft targets at T 10 with reduction "mean" (the `kd.cls` preset of src/argument_parser.py minus the
+              patience term, so that PKD - KD measures the patience loss alone; the separate `kd` preset uses T 20)
+    pkd-skip  BERT-PKD (Sun et al. 2019, Section 3): kd + beta 500 x the patience loss on normalised [CLS]
+              vectors, teacher layers by PKD-Skip (`kd.cls` preset: lr 1e-5 there, alpha 0.7, T 10, beta 500)
+    pkd-last  the same with PKD-Last's layers
+    tinybert  TinyBERT's task distillation (Jiao et al. 2020, Section 3.3; task_distill.py): intermediate-layer
+              distillation against the fine-tuned teacher for --intermediate-epochs (default: as many as the
+              prediction step), then prediction-layer distillation alone (T 1, soft cross-entropy averaged over
+              classes, i.e. reduction "mean"); for regression the prediction step fits the labels, as
+              task_distill.py does (`loss_mse(student_logits, label_ids)`)
+
+`--alpha` is the weight of the hard-label loss here (BERT-PKD's alpha weighs the soft targets: its 0.7 is our 0.3).
+"""
+
+from __future__ import annotations
+
+METHODS = {
+    "ft": {},
+    "kd": {"alpha": 0.3, "temperature": 10.0, "kd_reduction": "mean"},
+    "pkd-skip": {"alpha": 0.3, "temperature": 10.0, "kd_reduction": "mean", "patience_weight": 500.0,
+                 "patience_layers": "pkd_skip"},
+    "pkd-last": {"alpha": 0.3, "temperature": 10.0, "kd_reduction": "mean", "patience_weight": 500.0,
+                 "patience_layers": "pkd_last"},
+    "tinybert": {"alpha": 0.0, "temperature": 1.0, "kd_reduction": "mean", "intermediate": True},
+}
+# without --method: logit KD when a teacher is given, as before the methods existed
+DEFAULTS = {"alpha": 0.5, "temperature": 1.0, "kd_reduction": "batchmean", "patience_weight": 0.0,
+            "patience_layers": "pkd_skip", "intermediate": False}
+
+
+def method_flags(method: str | None, regression: bool) -> dict:
+    """The flag values `method` gives (then the defaults), for a regression task or not."""
+    flags = {**DEFAULTS, **METHODS.get(method or "", {})}
+    if method == "tinybert" and regression:
+        flags["alpha"] = 1.0  # the labels, as the official prediction step does for STS-B
+    return flags

@@ -1,0 +1,57 @@
+"""A fine-tuned teacher's outputs over a training split, computed once and cached: its logits and every layer's
+[CLS] vector (what logit distillation and BERT-PKD's patience loss read; BERT-PKD precomputes the same,
+run_glue_benchmark.py via `eval_model_dataloader` in src/utils.py). The teacher runs in eval mode, so the cached
+values are exactly what it would give during training.
+
+The cache file, `<teacher>/outputs/<key>.safetensors`, is keyed by the teacher's weights and the split's token
+arrays: every method and seed fine-tuning on the same examples reuses it, and a retrained teacher or other
+examples get a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
+from tqdm.auto import tqdm
+
+from mobilekd.fileio import atomic_path, file_digest
+
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def cache_key(teacher_dir: Path, split) -> str:
+    h = hashlib.sha256(file_digest(Path(teacher_dir) / "model.safetensors").encode())
+    for k in INPUTS:
+        h.update(np.ascontiguousarray(split.arrays[k]).tobytes())
+    return h.hexdigest()[:20]
+
+
+@torch.no_grad()
+def compute(teacher, split, batch_size: int = 64) -> dict[str, np.ndarray]:
+    """`teacher_logits` (N, C) and `teacher_cls` (N, layers, width) over the split, in its order."""
+    teacher.eval()
+    logits, cls = [], []
+    for start in tqdm(range(0, len(split), batch_size), desc="teacher outputs", leave=False):
+        b = split.batch(range(start, min(start + batch_size, len(split))))
+        out, enc = teacher.logits_and_encoder(*(b[k] for k in INPUTS), output_feature_maps=True)
+        logits.append(out.float().numpy())
+        cls.append(torch.stack([h[:, 0] for h in enc.feature_maps], 1).float().numpy())
+    return {"teacher_logits": np.concatenate(logits), "teacher_cls": np.concatenate(cls)}
+
+
+def teacher_outputs(teacher_dir, teacher, split) -> tuple[dict[str, np.ndarray], bool]:
+    """The teacher's outputs over `split` and whether they came from the cache."""
+    path = Path(teacher_dir) / "outputs" / f"{cache_key(teacher_dir, split)}.safetensors"
+    if path.is_file():
+        arrays = load_file(str(path))
+        if all(len(v) == len(split) for v in arrays.values()):
+            return arrays, True
+    arrays = compute(teacher, split)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        save_file(arrays, str(tmp))
+    return arrays, False
