@@ -35,6 +35,10 @@ class Job:
     def done(self) -> bool:
         if self.argv[0] == "finetune":
             return finished_results(self.out) is not None
+        if self.argv[0] == "export":
+            return (self.out / "parity.json").is_file()
+        if self.argv[0] == "latency":
+            return (self.out / "report.json").is_file()
         written = ["config.json", "model.safetensors"] + ([] if self.argv[0] == "init" else ["summary.json"])
         return all((self.out / name).is_file() for name in written)
 

@@ -53,12 +53,12 @@ def test_other_methods_matches_cls_embeddings_and_a_learned_projection():
     terms = evaluate(matches, teacher, student, projections)
     cls = cosine_hidden(teacher.encoder.feature_maps[3][:, 0],
                         projections["L3"](student.encoder.feature_maps[3][:, 0]))
-    assert torch.equal(terms["cosine_L3"], cls.detach())
+    assert torch.equal(terms["cosine_cls_L3"], cls.detach())
     mse_emb = torch.nn.functional.mse_loss(projections["embeddings"](student.encoder.embeddings),
                                            teacher.encoder.embeddings)
     assert terms["mse_embeddings"].item() == pytest.approx(mse_emb.item(), rel=1e-6)
     # two student layers touched (1 and 3): the weighted sum is averaged over them
-    total = (terms["mse_embeddings"] + terms["mse_L1"] + 2.0 * terms["cosine_L3"]) / 2
+    total = (terms["mse_embeddings"] + terms["mse_L1"] + 2.0 * terms["cosine_cls_L3"]) / 2
     assert terms["loss"].item() == pytest.approx(total.item(), rel=1e-6)
     loss = terms["loss"]
     loss.backward()  # the projections learn with the student

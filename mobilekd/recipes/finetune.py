@@ -95,6 +95,8 @@ def parse_args(argv=None):
     p.add_argument("--stride", type=int, default=128, help="SQuAD: tokens shared by consecutive windows")
     p.add_argument("--regression", action="store_true", help="custom task: numeric labels")
     p.add_argument("--max-train-examples", type=int, help="use a seeded random subset of the training set")
+    p.add_argument("--subset-seed", type=int, help="the seed that draws that subset (default: --seed; fix it to give "
+                                                   "every seed the same examples)")
     p.add_argument("--eval-every", type=int, help="evaluate on dev every N steps (default: once per epoch; 0: only "
                                                  "after the last step, so the model kept is the last one)")
     p.add_argument("--select-on", choices=["dev", "train-slice"], default="dev",
@@ -173,7 +175,8 @@ def run(args, accelerator):
     start = time.time()
     train_examples, splits = task.train, dict(task.dev)
     if not args.eval_only and args.max_train_examples and args.max_train_examples < len(train_examples):
-        keep = np.random.default_rng(args.seed).choice(len(train_examples), args.max_train_examples, replace=False)
+        subset_seed = args.seed if args.subset_seed is None else args.subset_seed
+        keep = np.random.default_rng(subset_seed).choice(len(train_examples), args.max_train_examples, replace=False)
         train_examples = [train_examples[i] for i in sorted(keep)]
     if not args.eval_only and args.select_on == "train-slice":  # the slice picks the checkpoint, never trains
         held = set(np.random.default_rng((args.seed, 1)).permutation(len(train_examples))[
@@ -223,7 +226,7 @@ def run(args, accelerator):
                             "kd_reduction": args.kd_reduction, "patience_weight": args.patience_weight,
                             "patience_layers": args.patience_layers, "intermediate": args.intermediate,
                             "intermediate_epochs": args.intermediate_epochs, "augment": args.augment,
-                            "augment_model": args.augment_model})
+                            "augment_model": args.augment_model, "subset_seed": args.subset_seed})
     extra = {**identity, "method": args.method, "teacher": args.teacher, "steps": sum(st.steps for st in stages),
              "train_examples": len(train_split),
              "selected_on": "selection" if args.select_on == "train-slice" else next(iter(task.dev)),
