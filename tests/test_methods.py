@@ -1,0 +1,224 @@
+"""The source documents' distillation family (issue 16): DistilBERT, BERT-PKD and TinyBERT's losses against hand
+computations, their layer maps, layer-subset students, TinyBERT's augmentation, the cached teacher outputs, and
+each recipe end to end at micro scale."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import one_line_error, run_module
+from mobilekd.data.augment import Augmentor, words
+from mobilekd.data.examples import TextExample
+from mobilekd.data.tasks import default_data, encode_classification, load_task
+from mobilekd.errors import UserError
+from mobilekd.finetune.teacher_outputs import teacher_outputs
+from mobilekd.models.config import ModelConfig
+from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
+from mobilekd.models.hf import save_pretrained
+from mobilekd.models.mobilebert import EncoderOutput
+from mobilekd.models.subset import take_layers
+from mobilekd.transfer.layer_maps import layer_map
+from mobilekd.transfer.losses import logit_distillation, patience_loss
+from mobilekd.transfer.objectives import Features, distilbert_matches, evaluate, pkd_matches, tinybert_matches
+
+# a small BERT-layout model (the teacher's kind): 4 layers, 96 wide, 12 heads as all-MiniLM-L6-v2 has
+BERT = ModelConfig(hidden_size=96, num_hidden_layers=4, num_attention_heads=12, intermediate_size=192,
+                   hidden_act="gelu", embedding_size=96, trigram_input=False, embedding_transformation=False,
+                   use_bottleneck=False, intra_bottleneck_size=96, key_query_shared_bottleneck=False,
+                   num_feedforward_networks=1, normalization_type="layer_norm")
+
+
+def test_layer_maps_pick_the_documented_teacher_layers():
+    assert layer_map("spread", 12, 6) == [0, 2, 4, 7, 9, 11]  # extract_distilbert.py
+    assert layer_map("uniform", 12, 4) == [2, 5, 8, 11]  # TinyBERT_4 of BERT_BASE
+    assert layer_map("uniform", 6, 4) == [1, 2, 4, 5]  # rounded half up where 4 does not divide 6
+    assert layer_map("pkd_skip", 12, 6) == [1, 3, 5, 7, 9]  # --fc_layer_idx 1,3,5,7,9 (PKD-Skip, 6 layers)
+    assert layer_map("pkd_last", 12, 6) == [6, 7, 8, 9, 10]  # the paper's PKD-Last: teacher layers 7-11 (1-based)
+    assert layer_map("pkd_last", 12, 3) == [9, 10]  # the official 3-layer student's '9,10'
+    assert layer_map("first", 6, 3) == [0, 1, 2]
+    with pytest.raises(UserError, match="pkd_skip needs the teacher's depth"):
+        layer_map("pkd_skip", 6, 4)
+
+
+def test_patience_loss_is_the_mse_of_normalised_cls_vectors():
+    t, s = torch.tensor([[3.0, 4.0], [1.0, 0.0]]), torch.tensor([[0.0, 2.0], [2.0, 0.0]])
+    # normalised: t -> (0.6, 0.8), (1, 0); s -> (0, 1), (1, 0); squared differences 0.36 + 0.04 + 0 + 0 over 4
+    assert patience_loss(t, s).item() == pytest.approx(0.1)
+    # as matches: two student layers, the weighted terms averaged over them (the official mean over layers)
+    cls = [torch.randn(3, 1, 8) for _ in range(4)]
+    teacher = Features(EncoderOutput(cls[-1], feature_maps=cls))
+    mine = [torch.randn(3, 1, 8) for _ in range(3)]
+    student = Features(EncoderOutput(mine[-1], feature_maps=mine))
+    terms = evaluate(pkd_matches([1, 3], 500.0), teacher, student)
+    expected = 500.0 * (patience_loss(cls[1][:, 0], mine[0][:, 0]) + patience_loss(cls[3][:, 0], mine[1][:, 0])) / 2
+    assert terms["loss"].item() == pytest.approx(expected.item(), rel=1e-6)
+    assert set(terms) == {"pkd_cls_L0", "pkd_cls_L1", "loss"}
+
+
+def test_kd_reductions_by_hand():
+    t, s = torch.tensor([[2.0, 0.0, -1.0]]), torch.tensor([[0.5, 0.5, 0.0]])
+    T = 10.0
+    p, q = torch.softmax(t / T, -1), torch.softmax(s / T, -1)
+    kl = (p * (p / q).log()).sum().item()
+    assert logit_distillation(t, s, T).item() == pytest.approx(kl * T * T, rel=1e-5)
+    # BERT-PKD's KLDivLoss(reduction='mean') and TinyBERT's soft cross-entropy average over the classes too
+    assert logit_distillation(t, s, T, "mean").item() == pytest.approx(kl * T * T / 3, rel=1e-5)
+
+
+def test_distilbert_cosine_covers_real_tokens_only():
+    torch.manual_seed(0)
+    t, s = torch.randn(2, 5, 8), torch.randn(2, 5, 8)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    terms = evaluate(distilbert_matches(4, 1), Features(EncoderOutput(t, feature_maps=[None] * 3 + [t]),
+                                                        attention_mask=mask),
+                     Features(EncoderOutput(s, feature_maps=[s]), attention_mask=mask))
+    cos = [torch.nn.functional.cosine_similarity(s[b, i], t[b, i], dim=0).item()
+           for b in range(2) for i in range(5) if mask[b, i]]
+    assert terms["loss"].item() == pytest.approx(float(np.mean([1 - c for c in cos])), rel=1e-5)
+    s2 = s.clone()
+    s2[0, 3:] = 100.0  # padding changes nothing
+    again = evaluate(distilbert_matches(4, 1), Features(EncoderOutput(t, feature_maps=[None] * 3 + [t]),
+                                                        attention_mask=mask),
+                     Features(EncoderOutput(s2, feature_maps=[s2]), attention_mask=mask))
+    assert torch.equal(terms["loss"], again["loss"])
+
+
+def test_tinybert_matches_compare_masked_scores_and_projected_states():
+    torch.manual_seed(0)
+    teacher = MobileBertForPreTraining(BERT).eval()
+    student = MobileBertForPreTraining(BERT.replace(hidden_size=48, embedding_size=48, intra_bottleneck_size=48,
+                                                    num_hidden_layers=2)).eval()
+    ids = torch.randint(1000, 5000, (2, 6))
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1] * 6])
+    t = teacher.mobilebert(ids, mask, output_feature_maps=True, output_attentions=True)
+    s = student.mobilebert(ids, mask, output_feature_maps=True, output_attentions=True)
+    matches = tinybert_matches(layer_map("uniform", 4, 2), [0, 1])
+    assert [(m.name, m.teacher_layer) for m in matches] == [
+        ("mse_embeddings", None), ("mse_scores_L0", 1), ("mse_L0", 1), ("mse_scores_L1", 3), ("mse_L1", 3)]
+    proj = torch.nn.ModuleDict({k: torch.nn.Linear(48, 96) for k in ("embeddings", "L0", "L1")})
+    terms = evaluate(matches, Features(t, attention_mask=mask), Features(s, attention_mask=mask), proj)
+    zero = mask[:, None, None, :] == 0
+    t_scores = t.attention_scores[1].masked_fill(zero, 0.0)
+    s_scores = s.attention_scores[0].masked_fill(zero, 0.0)
+    assert (t.attention_scores[1][0, :, :, 4:] < -1e3).all()  # the -10000 mask the official code zeroes
+    assert terms["mse_scores_L0"].item() == pytest.approx(((t_scores - s_scores) ** 2).mean().item(), rel=1e-5)
+    hidden = ((proj["L1"](s.feature_maps[1]) - t.feature_maps[3]) ** 2).mean()
+    assert terms["mse_L1"].item() == pytest.approx(hidden.item(), rel=1e-5)
+
+
+def test_a_student_of_the_first_layers_computes_the_teachers_first_layers():
+    torch.manual_seed(0)
+    teacher = MobileBertForPreTraining(BERT).eval()
+    ids = torch.randint(1000, 5000, (2, 7))
+    first = take_layers(teacher, [0, 1]).eval()
+    assert first.config.num_hidden_layers == 2
+    with torch.no_grad():
+        a = teacher.mobilebert(ids, num_layers=2).last_hidden_state
+        b = first.mobilebert(ids).last_hidden_state
+    assert torch.equal(a, b)
+    spread = take_layers(teacher, [0, 3])
+    assert torch.equal(spread.mobilebert.encoder.layer[1].output.dense.weight,
+                       teacher.mobilebert.encoder.layer[3].output.dense.weight)
+    with pytest.raises(UserError, match="layers must be in 0..3"):
+        take_layers(teacher, [0, 4])
+
+
+@pytest.fixture(scope="module")
+def augmentor(tokenizer):
+    torch.manual_seed(0)
+    return Augmentor(MobileBertForPreTraining(BERT).eval(), tokenizer)
+
+
+def test_augmentation_is_deterministic_keeps_labels_and_the_original(augmentor):
+    examples = [TextExample("the film is a wonderfully unpredictable masterpiece", None, "positive", "t:1"),
+                TextExample("a dull and tedious affair", None, "negative", "t:2")]
+    once, twice = augmentor.augment(examples, 5, seed=3), augmentor.augment(examples, 5, seed=3)
+    assert [e.text_a for e in once] == [e.text_a for e in twice]
+    assert once[0] == examples[0]  # the original first
+    assert {e.label for e in once if e.source.startswith("t:1")} == {"positive"}
+    assert {e.label for e in once if e.source.startswith("t:2")} == {"negative"}
+    assert len(once) > 2 and len({e.text_a for e in once}) == len(once)  # new and distinct
+    other = augmentor.augment(examples, 5, seed=4)
+    assert [e.text_a for e in other] != [e.text_a for e in once]
+    cands = augmentor.candidates(["the film is a wonderfully unpredictable masterpiece"])[0]
+    ws = words(augmentor.tokenizer, "the film is a wonderfully unpredictable masterpiece")
+    assert set(cands) == {1, 4, 5, 6}  # film, wonderfully, unpredictable, masterpiece: stop words keep
+    assert all(0 < len(c) <= 15 for c in cands.values()) and ws[1] == "film"
+    # pairs: each new example changes one sentence
+    pair = [TextExample("he said it was fine", "he stated it was good", "1", "p:1")]
+    out = augmentor.augment(pair, 4, seed=0)
+    assert all(e.text_a == pair[0].text_a or e.text_b == pair[0].text_b for e in out)
+
+
+def test_each_candidate_word_is_replaced_with_probability_p(augmentor):
+    sentence = " ".join(["alpha"] * 10)
+    cands = {i: [f"w{i}_{k}" for k in range(50)] for i in range(10)}
+    out = augmentor.variants(sentence, cands, 300, np.random.default_rng(0))
+    replaced = [w != "alpha" for s in out[1:] for w in s.split()]
+    assert len(out) > 250  # nearly every try is new
+    assert np.mean(replaced) == pytest.approx(0.4, abs=0.03)
+
+
+def test_teacher_outputs_are_cached_and_invalidated_when_the_teacher_changes(tmp_path, tokenizer):
+    task = load_task("sst2", default_data("sst2"))
+    split = encode_classification(task, task.train[:10], tokenizer, 32)
+    torch.manual_seed(0)
+    model = MobileBertForSequenceClassification(BERT.replace(id2label=task.id2label)).eval()
+    save_pretrained(model, tmp_path, tokenizer)
+    first, cached = teacher_outputs(tmp_path, model, split)
+    assert not cached and first["teacher_logits"].shape == (10, 2) and first["teacher_cls"].shape == (10, 4, 96)
+    with torch.no_grad():
+        logits = model(*(torch.from_numpy(split.arrays[k]) for k in ("input_ids", "attention_mask",
+                                                                      "token_type_ids")))
+    assert np.allclose(first["teacher_logits"], logits.numpy(), atol=1e-5)
+    again, cached = teacher_outputs(tmp_path, model, split)
+    assert cached and np.array_equal(again["teacher_cls"], first["teacher_cls"])
+    with torch.no_grad():
+        model.classifier.bias += 1.0
+    save_pretrained(model, tmp_path, tokenizer)
+    changed, cached = teacher_outputs(tmp_path, model, split)
+    assert not cached and np.allclose(changed["teacher_logits"], first["teacher_logits"] + 1.0, atol=1e-5)
+
+
+def test_each_recipe_end_to_end_at_micro_scale(tmp_path, small_corpus, tokenizer):
+    """DistilBERT and TinyBERT general distillation, then FT, KD, PKD-Skip and TinyBERT task distillation with
+    augmentation, on real data with real components (a small random BERT teacher)."""
+    torch.manual_seed(0)
+    teacher = tmp_path / "teacher"
+    save_pretrained(MobileBertForPreTraining(BERT), teacher, tokenizer)
+    steps = ["--layer-steps", 2, "--pd-steps", 2, "--batch-size", 4, "--seq-len", 32, "--eval-examples", 8,
+             "--corpus", small_corpus, "--cache-dir", tmp_path / "c"]
+    run_module("mobilekd", "init", teacher, tmp_path / "spread", "--layers", "spread:2")
+    run_module("mobilekd.recipes.distill", "--teacher", teacher, "--student", tmp_path / "spread", "--strategy",
+               "distilbert", "--out", tmp_path / "distilbert", *steps)
+    summary = json.loads((tmp_path / "distilbert" / "summary.json").read_text())
+    assert summary["total_steps"] == 6 and {"kd_ce", "mlm", "cos"} <= set(summary["stages"][0]["end"])
+    narrow = tmp_path / "narrow"
+    save_pretrained(MobileBertForPreTraining(BERT.replace(hidden_size=48, embedding_size=48,
+                                                          intra_bottleneck_size=48, num_hidden_layers=2)),
+                    narrow, tokenizer)
+    run_module("mobilekd.recipes.distill", "--teacher", teacher, "--student", narrow, "--strategy", "tinybert",
+               "--layer-map", "uniform", "--out", tmp_path / "tinybert", *steps)
+    ends = json.loads((tmp_path / "tinybert" / "summary.json").read_text())["stages"][0]["end"]
+    assert {"mse_embeddings", "mse_scores_L1", "mse_L1"} <= set(ends)
+
+    ft = ["--task", "sst2", "--max-train-examples", 24, "--subset-seed", 0, "--epochs", 1, "--batch-size", 8,
+          "--max-len", 32, "--eval-every", 0, "--threads", 1, "--cache-dir", tmp_path / "c"]
+    run_module("mobilekd.recipes.finetune", "--model", teacher, *ft, "--out", tmp_path / "t_sst2")
+    proc = run_module("mobilekd.recipes.finetune", "--model", tmp_path / "distilbert", "--teacher",
+                      tmp_path / "t_sst2", "--method", "pkd-skip", *ft, "--out", tmp_path / "pkd")
+    assert "computed and cached" in proc.stdout
+    result = json.loads((tmp_path / "pkd" / "results.json").read_text())
+    assert result["method"] == "pkd-skip" and result["complete"]
+    proc = run_module("mobilekd.recipes.finetune", "--model", tmp_path / "distilbert", "--teacher",
+                      tmp_path / "t_sst2", "--method", "kd", *ft, "--out", tmp_path / "kd")
+    assert "from the cache" in proc.stdout  # one teacher pass per training set, whatever the method
+    run_module("mobilekd.recipes.finetune", "--model", tmp_path / "tinybert", "--teacher", tmp_path / "t_sst2",
+               "--method", "tinybert", "--augment", 2, "--augment-model", teacher, *ft, "--out", tmp_path / "tiny")
+    result = json.loads((tmp_path / "tiny" / "results.json").read_text())
+    assert result["train_examples"] > 24 and result["steps"] == 2 * int(np.ceil(result["train_examples"] / 8))
+    proc = run_module("mobilekd.recipes.finetune", "--model", tmp_path / "distilbert", "--method", "pkd-last", *ft,
+                      "--out", tmp_path / "x", check=False)
+    assert "--method pkd-last needs --teacher" in one_line_error(proc)
