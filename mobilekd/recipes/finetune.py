@@ -205,6 +205,8 @@ def run(args, accelerator):
     steps_per_epoch = math.ceil(len(train_split) / args.batch_size)
     steps = args.max_steps or max(1, round(args.epochs * steps_per_epoch))
     fill_unset(args, method_flags(args.method, task.is_regression))
+    if args.patience_weight and task.head != "classification":
+        raise UserError(f"--patience-weight (BERT-PKD) needs a classification or regression task, not {task.name}")
     teacher = build_model(args.teacher, task, "teacher").to(accelerator.device).eval() if args.teacher else None
     if teacher is not None and task.head != "qa":
         outputs, cached = teacher_outputs(args.teacher, teacher, train_split)
@@ -272,7 +274,8 @@ def intermediate_stage(args, teacher, model, steps_per_epoch: int) -> Stage:
     n, m = teacher.config.num_hidden_layers, model.config.num_hidden_layers
     matches = tinybert_matches(layer_map("uniform", n, m), list(range(m)))
     refuse(check_matches(matches, teacher.config, model.config))
-    model.add_module("projections", projections_for(matches, teacher.config, model.config))
+    device = next(model.parameters()).device
+    model.add_module("projections", projections_for(matches, teacher.config, model.config).to(device))
     epochs = args.epochs if args.intermediate_epochs is None else args.intermediate_epochs
     return Stage(name="intermediate", steps=max(1, round(epochs * steps_per_epoch)),
                  loss=intermediate_loss(teacher, matches), lr=args.lr, warmup=0.0, decay_to=1.0,

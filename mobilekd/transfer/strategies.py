@@ -14,6 +14,10 @@ steps:
   tinybert    TinyBERT's general distillation (Jiao et al. 2020, Section 3.3): embedding, attention-score and
               hidden-state MSE against the pre-trained teacher, uniform layer map (`objectives.tinybert_matches`)
 
+As in every strategy, a word-embedding table copied from the teacher stays frozen unless
+--train-word-embeddings: DistilBERT trains its table, but on a small corpus Adam would move the rows of words it
+never sees (issue 14's unseen rows).
+
 In stage l of PKT nothing above layer l runs, in teacher or student: both run `num_layers=l+1`. The teacher
 runs in eval mode under no_grad; a frozen student prefix has no parameter that needs a gradient, so autograd
 records nothing for it either.
