@@ -58,7 +58,7 @@ def _init(args) -> None:
 
     from mobilekd.data.tokenizer import load_tokenizer
     from mobilekd.models.heads import MobileBertForPreTraining
-    from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
+    from mobilekd.models.hf import load_pretrained, save_pretrained
     from mobilekd.models.presets import get_preset
     from mobilekd.models.subset import take_layers
 
@@ -68,11 +68,11 @@ def _init(args) -> None:
         depth = source.config.num_hidden_layers
         layers = parse_layers(args.layers, depth) if args.layers else list(range(depth))
         model = take_layers(source, layers)
-        save_pretrained(model, args.out, load_tokenizer(args.preset), head=load_config(args.preset)[1])
+        save_pretrained(model, args.out, load_tokenizer(args.preset))
         print(f"{args.preset}: layers {layers} of {depth} written to {args.out}")
         return
     if args.layers:
-        raise UserError("--layers takes layers of a model directory, not of a preset")
+        raise UserError(f"{args.preset}: no such model directory (--layers takes layers of one, not of a preset)")
     model = MobileBertForPreTraining(get_preset(args.preset).config)
     save_pretrained(model, args.out, load_tokenizer(args.vocab) if args.vocab else load_tokenizer())
     print(f"{args.preset}: randomly initialised model written to {args.out}")
