@@ -32,14 +32,16 @@ def cache_key(teacher_dir: Path, split) -> str:
 
 @torch.no_grad()
 def compute(teacher, split, batch_size: int = 64) -> dict[str, np.ndarray]:
-    """`teacher_logits` (N, C) and `teacher_cls` (N, layers, width) over the split, in its order."""
+    """`teacher_logits` (N, C, float32) and `teacher_cls` (N, layers, width, float16) over the split, in order."""
     teacher.eval()
+    device = next(teacher.parameters()).device
     logits, cls = [], []
     for start in tqdm(range(0, len(split), batch_size), desc="teacher outputs", leave=False):
         b = split.batch(range(start, min(start + batch_size, len(split))))
-        out, enc = teacher.logits_and_encoder(*(b[k] for k in INPUTS), output_feature_maps=True)
-        logits.append(out.float().numpy())
-        cls.append(torch.stack([h[:, 0] for h in enc.feature_maps], 1).float().numpy())
+        out, enc = teacher.logits_and_encoder(*(b[k].to(device) for k in INPUTS), output_feature_maps=True)
+        logits.append(out.float().cpu().numpy())
+        cls.append(torch.stack([h[:, 0] for h in enc.feature_maps], 1).half().cpu().numpy())
+    # the [CLS] vectors in half precision: the patience loss compares their directions, and they are the bulk
     return {"teacher_logits": np.concatenate(logits), "teacher_cls": np.concatenate(cls)}
 
 

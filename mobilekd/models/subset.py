@@ -2,7 +2,7 @@
 
 DistilBERT (scripts/extract_distilbert.py) copies the embeddings, the chosen teacher layers in order (teacher
 layers [0, 2, 4, 7, 9, 11] become student layers 0..5) and the MLM head's decoder; BERT-PKD (`load_model(...,
-mode='student')` in src/bert_utils.py, loading the pre-trained checkpoint into a k-layer student) keeps the
+mode='student')` in src/utils.py, loading the pre-trained checkpoint into a k-layer student) keeps the
 embeddings, the first k layers and the pooler. Here every weight outside the encoder's blocks is kept (embeddings,
 pooler, heads) and block `layers[i]` becomes block i. One departure from DistilBERT: the token-type embeddings
 stay (DistilBERT has none; our architecture, and sentence-pair tasks, use them).

@@ -116,7 +116,10 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
 def student_model(name: str, masked_score: float | None) -> MobileBertForPreTraining:
     """A fresh student of a preset, or the model of a directory (e.g. layers taken from the teacher)."""
     if Path(name).is_dir():
-        return load_pretrained(name, "pretraining", config=load_config(name)[0].replace(masked_score=masked_score))
+        config = load_config(name)[0]
+        if masked_score is not None:
+            config = config.replace(masked_score=masked_score)
+        return load_pretrained(name, "pretraining", config=config)
     if name not in PRESETS:
         raise UserError(f"--student {name}: neither a preset ({', '.join(sorted(PRESETS))}) nor a model directory")
     return MobileBertForPreTraining(get_preset(name).config.replace(masked_score=masked_score))

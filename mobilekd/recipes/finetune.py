@@ -123,6 +123,9 @@ def parse_args(argv=None):
         raise UserError("--augment needs --augment-model (a pre-trained model with its MLM head)")
     if (args.method not in (None, "ft") or args.patience_weight) and not args.teacher:
         raise UserError(f"--method {args.method or 'with --patience-weight'} needs --teacher")
+    if args.method == "ft" and args.teacher:
+        raise UserError("--method ft fine-tunes on the labels alone: drop --teacher (or choose kd)")
+    at_least("--intermediate-epochs", args.intermediate_epochs, 0, strictly=True)
     if not 0 < args.selection_fraction < 1:
         raise UserError(f"--selection-fraction must be between 0 and 1, got {args.selection_fraction}")
     train_config(args)  # bad training flags are refused before any work
@@ -184,6 +187,10 @@ def run(args, accelerator):
         splits = {"selection": [e for i, e in enumerate(train_examples) if i in held], **splits}
         train_examples = [e for i, e in enumerate(train_examples) if i not in held]
     if not args.eval_only and args.augment:
+        if task.head == "qa":
+            raise UserError("--augment (TinyBERT's) works on sentence tasks, not on SQuAD")
+        if not (Path(args.augment_model) / "model.safetensors").is_file():
+            raise UserError(f"{args.augment_model}: no model here (model.safetensors) for --augment-model")
         n = len(train_examples)
         train_examples, cached = augmented(train_examples, Path(args.augment_model), args.augment, args.augment_seed,
                                            Path(args.cache_dir), load=_mlm_model)
@@ -234,7 +241,11 @@ def run(args, accelerator):
              "selected_on": "selection" if args.select_on == "train-slice" else next(iter(task.dev)),
              "lr": args.lr, "baseline": baseline}
 
+    warm = stages[0].steps if args.intermediate else 0
+
     def on_eval(m, step):
+        if step <= warm < steps + warm:  # TinyBERT's step 1 trains no classifier: models are picked in step 2
+            return
         evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)})
 
     run_plan(stages, model, train_split, cfg, accelerator, resume=args.resume, on_eval=on_eval)
@@ -258,6 +269,8 @@ def _mlm_model(model_dir):
 def patience_matches(args, teacher: ModelConfig, student: ModelConfig) -> list[Match]:
     """BERT-PKD's patience matches for this pair (--patience-layers: a rule or the teacher layers)."""
     n, m = teacher.num_hidden_layers, student.num_hidden_layers
+    if m < 2:
+        raise UserError("--patience-weight: a 1-layer student has no layer below its last to learn patiently")
     layers = parse_layer_map(args.patience_layers, n, m)
     if len(layers) != m - 1:
         raise UserError(f"--patience-layers needs {m - 1} teacher layers (one per student layer but the last), "

@@ -220,8 +220,10 @@ class Distiller:
         """DistilBERT's triple loss (distiller.py, `Distiller.step`: `alpha_ce * loss_ce + alpha_mlm * loss_mlm +
         alpha_cos * loss_cos`), weights and temperature `DISTILBERT`, NSP dropped as DistilBERT drops it.
 
-        One departure: the soft-target KL covers the masked positions only (the official `--restrict_ce_to_mask`),
-        not every non-padding token (its default), since our MLM head computes logits at masked positions only."""
+        Two departures: the soft-target KL covers the masked positions only (the official `--restrict_ce_to_mask`),
+        not every non-padding token (its default), since our MLM head computes logits at masked positions only;
+        and the masked positions are our pre-training data's (BERT's 15%, 80/10/10), not DistilBERT's sampling
+        smoothed by token frequency (`prepare_batch_mlm`, `mlm_smoothing` 0.7)."""
         t = self._teacher(batch, masked_positions=batch["masked_positions"], output_feature_maps=True)
         out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["masked_positions"],
                       output_feature_maps=True)
@@ -313,11 +315,14 @@ def _plan(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
     if strategy == "pkt":
         return [_pkt_stage(distiller, l, s, layer_lr) for l in range(n_layers)] + [pd]
     if strategy == "distilbert":
+        # what the loss reaches: embeddings, encoder and MLM head (no NSP, hence no pooler)
         return [Stage(name="distilbert", steps=s.total_steps(n_layers), loss=distiller.distilbert_terms, lr=s.lr,
-                      warmup=s.warmup, info=_stage_info(distiller.distilbert_matches()))]
-    if strategy == "tinybert":  # every layer at once, all parameters, no pre-training loss (general_distill.py)
+                      warmup=s.warmup, info=_stage_info(distiller.distilbert_matches()),
+                      trainable=lambda name: _encoder_only(name) or name.startswith("cls.predictions."))]
+    if strategy == "tinybert":  # every layer at once, no pre-training loss (general_distill.py): no head trains
         return [Stage(name="tinybert", steps=s.total_steps(n_layers), lr=s.lr, warmup=s.warmup,
-                      loss=lambda m, b: distiller.layer_terms(m, b, every), info=_stage_info(every))]
+                      loss=lambda m, b: distiller.layer_terms(m, b, every), info=_stage_info(every),
+                      trainable=_encoder_only)]
     raise UserError(f"unknown strategy {strategy!r}: choose from {', '.join(STRATEGIES)}")
 
 
