@@ -118,18 +118,24 @@ def jobs(out: Path, stages: Path, tasks: list[str], seeds: list[int]) -> list[Jo
                     "finetune", "--task", task, "--model", str(students[student]), *STUDENT_FT, "--max-len",
                     TASKS[task], "--lr", STUDENT_LR, "--seed", str(seed), *flags, *extra, "--out", str(d),
                     *RESUMABLE], d, needs[student] + ([f"{task}/teacher"] if taught else [])))
-    if "sst2" in tasks and 0 in seeds:
-        tflite = {}
-        for student, method in EXPORTED.items():
-            model = teacher_dir(out, stages, "sst2") if method == "teacher" else run_dir(out, "sst2", method, 0)
-            tflite[student] = out / "tflite" / student
-            plan.append(Job(f"export/{student}", ["export", "--model", str(model), "--quantize", "none",
-                                                  "--parity-examples", "872", "--out", str(tflite[student])],
-                            tflite[student], [f"sst2/{method}" if method == "teacher" else f"sst2/{method}/0"]))
-        plan.append(Job("latency", ["latency", "--models", "--quantize", "none", "--threads", "1", "2", "--devices",
-                                    "pixel4", "--out", str(out / "latency"), "--tflite",
-                                    *(f"{k}={v / 'model_none.tflite'}" for k, v in tflite.items())],
-                        out / "latency", [f"export/{k}" for k in tflite]))
+            if seed == 0 and task == "sst2":  # the exports and the latency report as soon as their models exist
+                plan += measurements(out, stages)
+    return plan
+
+
+def measurements(out: Path, stages: Path) -> list[Job]:
+    """Each student's SST-2 seed-0 model exported (fp32, parity on the whole dev set), then all timed in one run."""
+    tflite, plan = {}, []
+    for student, method in EXPORTED.items():
+        model = teacher_dir(out, stages, "sst2") if method == "teacher" else run_dir(out, "sst2", method, 0)
+        tflite[student] = out / "tflite" / student
+        plan.append(Job(f"export/{student}", ["export", "--model", str(model), "--quantize", "none",
+                                              "--parity-examples", "872", "--out", str(tflite[student])],
+                        tflite[student], [f"sst2/{method}" if method == "teacher" else f"sst2/{method}/0"]))
+    plan.append(Job("latency", ["latency", "--models", "--quantize", "none", "--threads", "1", "2", "--devices",
+                                "pixel4", "--out", str(out / "latency"), "--tflite",
+                                *(f"{k}={v / 'model_none.tflite'}" for k, v in tflite.items())],
+                    out / "latency", [f"export/{k}" for k in tflite]))
     return plan
 
 
