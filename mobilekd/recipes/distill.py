@@ -83,6 +83,8 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
            "weights": [w.fmt, w.at, w.mean, w.var], "train_word_embeddings": settings.train_word_embeddings}
     cfg = train_config(args, out_dir=out, run=run)
     if strategy == "scratch":
+        if Path(args.student).is_dir():  # from random weights, even when --student is a directory
+            student = MobileBertForPreTraining(config)
         stages = [Stage(name="scratch", steps=settings.total_steps(n_layers), loss=pretraining_loss, lr=settings.lr,
                         warmup=settings.warmup)]
         copied = []

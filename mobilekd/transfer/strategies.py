@@ -102,6 +102,9 @@ def check_pair(teacher: ModelConfig, student: ModelConfig, layer_map: list[int] 
     if teacher.vocab_size != student.vocab_size:
         problems.append(f"vocabularies differ (teacher {teacher.vocab_size}, student {student.vocab_size})")
     if strategy == "distilbert":  # only the last layers meet
+        if layer_map:
+            problems.append("--layer-map does not apply to distilbert (its one match pairs the last layers; the "
+                            "student's layers come from `mobilekd init TEACHER OUT --layers spread:K`)")
         refuse(problems)
         return layer_map or []
     if layer_map is None:
