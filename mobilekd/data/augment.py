@@ -114,8 +114,8 @@ class Augmentor:
         tok = self.tokenizer
         found: list[dict[int, list[str]]] = []
         queries, where = [], []
-        for s, sentence in enumerate(tqdm(sentences, desc="augmentation candidates", leave=False)):
-            ws = words(tok, sentence)
+        split = [words(tok, sentence) for sentence in sentences]
+        for s, ws in enumerate(tqdm(split, desc="augmentation candidates", leave=False)):
             piece_lists = [tok.convert_tokens_to_ids(tok.tokenize(w)) for w in ws]
             flat = [p for ps in piece_lists for p in ps]
             found.append({})
@@ -130,8 +130,7 @@ class Augmentor:
                 offset += len(ps)
         for (s, i), cands in zip(where, self._masked_lm(queries)):
             found[s][i] = cands
-        for s, sentence in enumerate(sentences):
-            ws = words(tok, sentence)
+        for s, ws in enumerate(split):
             for i in found[s]:
                 found[s][i] = found[s][i] or [ws[i]]
         return found

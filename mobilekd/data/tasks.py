@@ -116,6 +116,9 @@ def load_task(name: str, data: Path, eval_only: bool = False, regression: bool =
     raise UserError(f"unknown task {name!r}; choose one of: {', '.join(TASK_NAMES)}")
 
 
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what a model takes, in its argument order
+
+
 class EncodedSplit:
     """Tokenized examples; `batch(indices, epoch)` pads to the longest sequence in the batch."""
 
@@ -135,7 +138,7 @@ class EncodedSplit:
         for k, v in self.arrays.items():
             part = v[idx]
             out[k] = torch.from_numpy(part[:, :width] if part.ndim == 2 and part.shape[1] > width
-                                      and k in ("input_ids", "attention_mask", "token_type_ids") else part)
+                                      and k in INPUTS else part)
         return out
 
 
@@ -143,7 +146,7 @@ def encode_classification(task: Task, examples, tokenizer, max_len: int) -> Enco
     a = [e.text_a for e in examples]
     b = [e.text_b for e in examples] if examples[0].text_b is not None else None
     enc = tokenizer(a, b, truncation=True, max_length=max_len, padding="max_length")
-    arrays = {k: np.asarray(enc[k], dtype=np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
+    arrays = {k: np.asarray(enc[k], dtype=np.int64) for k in INPUTS}
     if all(e.label is not None for e in examples):
         arrays["labels"] = task.targets(examples)
     return EncodedSplit(arrays)
@@ -152,6 +155,6 @@ def encode_classification(task: Task, examples, tokenizer, max_len: int) -> Enco
 def encode_qa(examples, tokenizer, max_len: int, stride: int) -> tuple[EncodedSplit, dict]:
     """SQuAD windows for the model, plus what decoding answers needs (window -> example, offsets)."""
     feats = squad_features(examples, tokenizer, max_len, stride)
-    keep = ("input_ids", "attention_mask", "token_type_ids", "start_positions", "end_positions")
+    keep = (*INPUTS, "start_positions", "end_positions")
     return EncodedSplit({k: feats[k] for k in keep}), {"example_index": feats["example_index"],
                                                         "offsets": feats["offsets"]}

@@ -13,12 +13,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from mobilekd.data.tasks import Task
+from mobilekd.data.tasks import INPUTS, Task
 from mobilekd.models.mobilebert import EncoderOutput
 from mobilekd.transfer.losses import logit_distillation
 from mobilekd.transfer.objectives import Features, Match, evaluate
-
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 @dataclass

@@ -18,9 +18,8 @@ import torch
 from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
+from mobilekd.data.tasks import INPUTS
 from mobilekd.fileio import atomic_path, file_digest
-
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def cache_key(teacher_dir: Path, split) -> str:
