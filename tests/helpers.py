@@ -10,6 +10,7 @@ import time
 from safetensors.torch import load_file
 
 from conftest import ROOT
+from mobilekd.train.checkpoint import find_checkpoint
 
 
 def env(threads: int = 1) -> dict:
@@ -34,20 +35,27 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+def checkpoint_step(out) -> int:
+    """The step of the run's newest complete checkpoint, -1 while none is readable (the trainer swaps a new
+    checkpoint in by two renames, so the file may vanish for an instant between our look and our read)."""
+    path = find_checkpoint(out)
+    try:
+        return json.loads((path / "trainer.json").read_text())["global_step"] if path else -1
+    except FileNotFoundError:
+        return -1
+
+
 def kill_after_checkpoint(module: str, args, out, min_step: int) -> int:
     """Start a training run, SIGKILL it once its checkpoint has reached `min_step`; return the step it holds."""
     proc = subprocess.Popen([sys.executable, "-m", module, *map(str, args)], env=env(), cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state = out / "checkpoint" / "trainer.json"
     deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if state.is_file() and json.loads(state.read_text())["global_step"] >= min_step:
-            break
+    while time.time() < deadline and proc.poll() is None and checkpoint_step(out) < min_step:
         time.sleep(0.02)
     assert proc.poll() is None, "the run ended before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    return json.loads(state.read_text())["global_step"]
+    return checkpoint_step(out)
 
 
 def max_weight_difference(dir_a, dir_b) -> float:
