@@ -33,7 +33,7 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)  # set for this run only
 
     def done(self) -> bool:
-        if self.argv[0] == "finetune":
+        if self.argv[0] in ("finetune", "fastbert"):
             return finished_results(self.out) is not None
         if self.argv[0] == "export":
             return (self.out / "parity.json").is_file()
@@ -141,10 +141,11 @@ def mean_std_cell(values: list[float], note: str = "", signed: bool = False) -> 
 
 
 def merge_rows(path: Path, found: list[dict], order) -> list[dict]:
-    """Write `found` into the results file at `path`, keeping its rows of other (task, method, seed, metric)."""
-    key = ("task", "method", "seed", "metric")
-    new = {tuple(f[k] for k in key) for f in found}
-    kept = [r for r in (read_json(path) if path.is_file() else []) if tuple(r[k] for k in key) not in new]
+    """Write `found` into the results file at `path`, keeping its rows of other (task, method, seed, metric and,
+    where rows have one, threshold)."""
+    key = ("task", "method", "seed", "metric", "threshold")
+    new = {tuple(f.get(k) for k in key) for f in found}
+    kept = [r for r in (read_json(path) if path.is_file() else []) if tuple(r.get(k) for k in key) not in new]
     rows = sorted(kept + found, key=order)
     write_json(path, rows)
     return rows

@@ -64,6 +64,12 @@ class MobileBert(nn.Module):
         self.encoder = Encoder(config)
         self.pooler = Pooler(config) if add_pooling_layer else None
 
+    def block_mask(self, attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The (B, T) 1/0 mask as the blocks take it: additive, or 1/0 with the official `masked_score` form."""
+        if self.config.masked_score is None:
+            return additive_mask(attention_mask, dtype)
+        return attention_mask[:, None, None, :].to(dtype)
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -79,10 +85,7 @@ class MobileBert(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         hidden = self.embeddings(input_ids, token_type_ids)
-        if self.config.masked_score is None:
-            mask = additive_mask(attention_mask, hidden.dtype)
-        else:
-            mask = attention_mask[:, None, None, :].to(hidden.dtype)
+        mask = self.block_mask(attention_mask, hidden.dtype)
         depth = self.config.num_hidden_layers if num_layers is None else num_layers
         out = EncoderOutput(hidden, embeddings=hidden if output_feature_maps else None)
         for block in self.encoder.layer[:depth]:

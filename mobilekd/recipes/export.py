@@ -36,6 +36,7 @@ from mobilekd.export.litert import CALIBRATED, INPUT_NAMES, QUANTIZATIONS, conve
 from mobilekd.export.parity import parity_report, run_tflite
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.flags import at_least
+from mobilekd.models.early_exit import THRESHOLDS, is_early_exit, load_early_exit
 from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.rundir import owned
@@ -107,13 +108,20 @@ def file_report(path: Path, ops: list, ops_count: dict) -> dict:
 def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
     lines = ["| file | MB | convert s | ops | max abs diff | agreement | accuracy (PyTorch) | finite |",
              "|---|---|---|---|---|---|---|---|"]
-    for name, r in reports.items():
+    plain = {name: r for name, r in reports.items() if "thresholds" not in r}
+    for name, r in plain.items():
         acc = f"{r['accuracy_exported']:.4f} ({r['accuracy_torch']:.4f})" if "accuracy_torch" in r else "-"
         lines.append(f"| {name} | {r['size_bytes'] / 1e6:.1f} | {r['convert_seconds']} | {r['op_count']} | "
                      f"{r['max_abs_diff']:.2e} | {r['agreement']:.4f} | {acc} | "
                      f"{r['finite'] and not r['nonfinite_constants']} |")
     lines += ["", "Operators per file:", ""]
-    lines += [f"- {name}: " + ", ".join(f"{op} {n}" for op, n in histograms[name].items()) for name in reports]
+    lines += [f"- {name}: " + ", ".join(f"{op} {n}" for op, n in histograms[name].items()) for name in plain]
+    for name, r in reports.items():
+        if name not in plain:
+            lines += ["", f"{name} ({r['size_bytes'] / 1e6:.1f} MB), run layer by layer as an app runs it:", "",
+                      "| threshold | same exit layer | same prediction | average layers |", "|---|---|---|---|"]
+            lines += [f"| {t} | {x['same_exit']:.4f} | {x['same_prediction']:.4f} | {x['avg_layers']:.2f} |"
+                      for t, x in r["thresholds"].items()]
     with atomic_path(out / "report.md") as tmp:
         tmp.write_text("\n".join(lines) + "\n")
 
@@ -134,6 +142,7 @@ def run(args):
         raise UserError(f"{args.model}: has no labels (not fine-tuned for classification); use --head pretraining or "
                         f"fine-tune it first")
     model = load_pretrained(args.model, head)
+    early = load_early_exit(args.model) if is_early_exit(args.model) else None  # a bad branches file stops us here
     tokenizer = load_tokenizer(args.model)
     out = Path(args.out or Path(args.model) / "tflite")
     name, data, regression = parity_task(args)
@@ -185,7 +194,28 @@ def run(args):
               (f", accuracy {report['accuracy_exported']:.4f} (PyTorch {report['accuracy_torch']:.4f})"
                if labels is not None else ""))
         print("  ops: " + ", ".join(f"{k} {v}" for k, v in histograms[name].items()))
+    if early is not None:
+        reports["model_early_exit.tflite"] = export_early_exit(args, early, out, split.arrays)
+        write_json(out / "parity.json", reports)
     write_markdown(out, reports, histograms)
+
+
+def export_early_exit(args, model, out: Path, arrays: dict) -> dict:
+    """The early-exit file (one signature per layer) and its parity: at each threshold the model was scored at,
+    the same exit layer and prediction in the file, run as an app runs it, as in PyTorch."""
+    from mobilekd.export.early_exit import convert_early_exit, early_exit_parity
+
+    start = time.time()
+    path = convert_early_exit(model, args.seq_len, out / "model_early_exit.tflite")
+    seconds = round(time.time() - start, 1)
+    scored = Path(args.model) / "results.json"
+    thresholds = [r["threshold"] for r in read_json(scored)["thresholds"]] if scored.is_file() else THRESHOLDS
+    report = {"size_bytes": path.stat().st_size, "convert_seconds": seconds, "seq_len": args.seq_len,
+              "model": str(args.model), "thresholds": early_exit_parity(model, path, arrays, thresholds)}
+    worst = min(r["same_exit"] for r in report["thresholds"].values())
+    print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): {model.config.num_hidden_layers} layer "
+          f"signatures; same exit layer as PyTorch for at least {worst:.4f} of examples at every threshold")
+    return report
 
 
 if __name__ == "__main__":
