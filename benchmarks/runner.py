@@ -20,6 +20,7 @@ from safetensors import safe_open
 
 from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
+from mobilekd.models.early_exit import is_early_exit
 
 RESUMABLE = ["--threads", "1", "--resume"]
 
@@ -35,8 +36,10 @@ class Job:
     def done(self) -> bool:
         if self.argv[0] in ("finetune", "fastbert"):
             return finished_results(self.out) is not None
-        if self.argv[0] == "export":
-            return (self.out / "parity.json").is_file()
+        if self.argv[0] == "export":  # an early-exit model's is done once its layer-by-layer file is checked too
+            parity = read_json(self.out / "parity.json") if (self.out / "parity.json").is_file() else {}
+            early = is_early_exit(self.argv[self.argv.index("--model") + 1])
+            return bool(parity) and (not early or "model_early_exit.tflite" in parity)
         if self.argv[0] == "latency":
             return (self.out / "report.json").is_file()
         written = ["config.json", "model.safetensors"] + ([] if self.argv[0] == "init" else ["summary.json"])

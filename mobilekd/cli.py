@@ -1,6 +1,7 @@
 """`mobilekd <verb> [flags]`: the one command-line front over the recipes in mobilekd/recipes/.
 
-    mobilekd models | init | train-teacher | distill | finetune | fastbert | export | latency | host-bench | adb | report
+    mobilekd models | init | train-teacher | distill | finetune | fastbert | export | latency | host-bench | adb
+             | report
     mobilekd VERB --help
 
 scripts/*.sh are thin wrappers that set up the environment and call a verb. Under `accelerate launch`, name the

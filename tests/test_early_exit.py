@@ -10,7 +10,8 @@ import torch
 
 from helpers import one_line_error, run_module
 from mobilekd.data.tasks import default_data, encode_classification, load_task
-from mobilekd.export.early_exit import time_early_exit
+from mobilekd.errors import UserError
+from mobilekd.export.early_exit import EarlyExitRunner, convert_early_exit, early_exit_parity, time_early_exit
 from mobilekd.models.config import ModelConfig
 from mobilekd.models.early_exit import (EarlyExitClassifier, exit_layers, predictions_at, self_distillation_loss,
                                         uncertainty)
@@ -29,13 +30,13 @@ def sst2_dev(tokenizer):
     return encode_classification(task, next(iter(task.dev.values()))[:64], tokenizer, 32)
 
 
-def early_exit_model(seed: int = 0) -> EarlyExitClassifier:
+def early_exit_model(sharpen: float = 10.0) -> EarlyExitClassifier:
     """A random SST-2 classifier with branches sharpened so that some inputs are confident early."""
-    torch.manual_seed(seed)
+    torch.manual_seed(0)
     model = EarlyExitClassifier(MobileBertForSequenceClassification(BERT.replace(id2label={0: "neg", 1: "pos"})))
     with torch.no_grad():
         for branch in model.branches:
-            branch.classifier.weight.mul_(10)
+            branch.classifier.weight.mul_(sharpen)
     return model.eval()
 
 
@@ -75,7 +76,20 @@ def test_self_distillation_loss_is_the_sum_of_kl_final_to_branch(sst2_dev):
     assert terms["loss"].item() == pytest.approx(by_hand.item(), rel=1e-5)
     assert len(terms) == 1 + BERT.num_hidden_layers - 1
     terms["loss"].backward()  # the final classifier is the target: nothing flows into it
-    assert model.model.classifier.weight.grad is None and model.branches[0].dense_in.weight.grad is not None
+    final_grad = model.model.classifier.weight.grad
+    assert (final_grad is None or not final_grad.any()) and model.branches[0].dense_in.weight.grad.any()
+    model.train()  # the branches train (dropout on); the frozen model keeps its inference behaviour
+    assert model.branches[0].training and not model.model.training and not model.model.mobilebert.training
+
+
+def test_the_layer_by_layer_file_exits_where_pytorch_does(tmp_path, sst2_dev):
+    """Run as an app runs it, the file sends every sentence out at PyTorch's layer with PyTorch's prediction, at
+    thresholds where the sentences split between layers."""
+    model = early_exit_model(sharpen=20.0)
+    path = convert_early_exit(model, 32, tmp_path / "model_early_exit.tflite")
+    report = early_exit_parity(model, path, sst2_dev.arrays, [0.0, 0.2, 0.4])
+    assert all(r["same_exit"] == 1.0 and r["same_prediction"] == 1.0 for r in report.values())
+    assert report["0.0"]["avg_layers"] == 4 and report["0.4"]["avg_layers"] < 2 < report["0.2"]["avg_layers"] < 4
 
 
 def test_recipe_export_and_parity_at_micro_scale(tmp_path, tokenizer):
@@ -109,6 +123,14 @@ def test_recipe_export_and_parity_at_micro_scale(tmp_path, tokenizer):
                              dev.arrays, [0.0, 0.9], rounds=1)
     assert timing["examples"] == 8 and set(timing["ms"]) == {"0.0", "0.9"} and timing["full_ms"] > 0
 
+    with pytest.raises(UserError, match="not an early-exit file"):
+        EarlyExitRunner(tmp_path / "tflite" / "model_none.tflite")
+
+    settings = tmp_path / "fb" / "early_exit.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "heads": 0}))
+    proc = run_module("mobilekd", "export", "--model", tmp_path / "fb", "--out", tmp_path / "x", check=False)
+    assert "early_exit.json" in one_line_error(proc)
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "heads": 2}))
     (tmp_path / "fb" / "branches.safetensors").write_bytes(b"not safetensors")
     proc = run_module("mobilekd", "export", "--model", tmp_path / "fb", "--seq-len", 32, "--out", tmp_path / "x",
                       check=False)

@@ -24,6 +24,7 @@ from mobilekd.errors import UserError
 from mobilekd.export.litert import INPUT_NAMES, sample_inputs
 from mobilekd.fileio import atomic_path
 from mobilekd.models.early_exit import EarlyExitClassifier, uncertainty
+from mobilekd.models.flops import flops_of
 from mobilekd.models.mobilebert import additive_mask
 
 
@@ -67,8 +68,6 @@ def segment_inputs(model: EarlyExitClassifier, layer: int, seq_len: int) -> dict
 def segment_flops(model: EarlyExitClassifier, seq_len: int) -> list[int]:
     """FLOPs of each layer's signature at batch 1 and `seq_len` (2 x multiply-accumulates, torch's counter): the
     layer, its classifier, and for the first the embeddings' products."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     flops = []
     was_training = model.training
     model.eval()
@@ -76,9 +75,7 @@ def segment_flops(model: EarlyExitClassifier, seq_len: int) -> list[int]:
         segment = LayerSegment(model, layer)
         segment.explicit_attention = True
         inputs = {k: v.to(next(model.parameters()).device) for k, v in segment_inputs(model, layer, seq_len).items()}
-        with FlopCounterMode(display=False) as counter:
-            segment(**inputs)
-        flops.append(counter.get_total_flops())
+        flops.append(flops_of(segment, **inputs))
     model.train(was_training)
     return flops
 
@@ -88,8 +85,6 @@ def convert_early_exit(model: EarlyExitClassifier, seq_len: int, out_path) -> Pa
     import litert_torch
 
     model.eval()
-    if model.config.num_labels < 2:
-        raise UserError("early exits need a classifier (a regression model has no uncertainty to exit on)")
     converter = None
     for layer in range(model.config.num_hidden_layers):
         segment = LayerSegment(model, layer).eval()
@@ -115,9 +110,9 @@ class EarlyExitRunner:
 
         self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
         names = self.interpreter.get_signature_list()
-        self.layers = [self.interpreter.get_signature_runner(signature_name(k)) for k in range(len(names))]
-        if not self.layers or set(names) != {signature_name(k) for k in range(len(names))}:
+        if not names or set(names) != {signature_name(k) for k in range(len(names))}:
             raise UserError(f"{path}: not an early-exit file (signatures {sorted(names)})")
+        self.layers = [self.interpreter.get_signature_runner(signature_name(k)) for k in range(len(names))]
 
     def __call__(self, threshold: float, **inputs) -> tuple[np.ndarray, int]:
         out = self.layers[0](**inputs)

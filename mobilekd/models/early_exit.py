@@ -71,7 +71,7 @@ def uncertainty(probs: torch.Tensor) -> torch.Tensor:
 
 def exit_layers(uncertainties: torch.Tensor, threshold: float) -> torch.Tensor:
     """(B, L) uncertainties of each layer's classifier -> the 0-based layer each input leaves at: the first with
-    uncertainty < threshold, else the last."""
+    uncertainty < threshold, else the last (fastbert.py `_fast_infer`: `if uncertainty < speed: break`)."""
     below = uncertainties < threshold
     below[:, -1] = True
     return below.float().argmax(-1)
@@ -131,7 +131,12 @@ def load_early_exit(model_dir) -> EarlyExitClassifier:
         width, heads = int(settings["width"]), int(settings["heads"])
     except (KeyError, TypeError, ValueError) as err:
         raise located(model_dir / SETTINGS, f"not an early-exit settings file ({err})") from None
-    model = EarlyExitClassifier(load_pretrained(model_dir, "classification"), width, heads)
+    if width < 1 or heads < 1 or width % heads:
+        raise located(model_dir / SETTINGS, f"width {width} is not a positive multiple of heads {heads}")
+    classifier = load_pretrained(model_dir, "classification")
+    if classifier.config.num_labels < 2:
+        raise located(model_dir / "config.json", "not a classifier: early exits need a prediction's uncertainty")
+    model = EarlyExitClassifier(classifier, width, heads)
     state, own = load_state(model_dir / BRANCHES), model.branches.state_dict()
     if state.keys() != own.keys() or any(state[k].shape != own[k].shape for k in own):
         raise located(model_dir / BRANCHES, f"does not hold {len(model.branches)} branches of width {width} for this "
@@ -144,7 +149,7 @@ def self_distillation_loss(model: EarlyExitClassifier, batch: dict) -> dict[str,
     """FastBERT's self-distillation (Section 3.3; fastbert.py `_forward_for_loss` without labels): the sum over
     branches of KL(final || branch), `nn.KLDivLoss(reduction='batchmean')` of the branch's log-probabilities
     against the final classifier's probabilities. Labels are not used."""
-    logits = model.layer_logits(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).unbind(1)  # DDP-safe
     final = logits[-1].detach()
     terms = {f"kl_L{i + 1}": logit_distillation(final, branch) for i, branch in enumerate(logits[:-1])}
     return {"loss": sum(terms.values()), **terms}

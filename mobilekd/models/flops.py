@@ -19,13 +19,17 @@ def count_params(encoder: MobileBert) -> int:
 
 
 @torch.no_grad()
+def flops_of(module: torch.nn.Module, *args, **kwargs) -> int:
+    """FLOPs of one call `module(*args, **kwargs)`, as torch's FlopCounterMode counts them."""
+    with FlopCounterMode(display=False) as counter:
+        module(*args, **kwargs)
+    return counter.get_total_flops()
+
+
 def count_flops(encoder: MobileBert, seq_len: int = 128) -> int:
     """Counted on the explicit attention path, so QK^T and AV are matrix products the counter sees."""
     device = next(encoder.parameters()).device
-    ids = torch.ones(1, seq_len, dtype=torch.long, device=device)
-    with FlopCounterMode(display=False) as counter:
-        encoder(ids, output_attentions=True)
-    return counter.get_total_flops()
+    return flops_of(encoder, torch.ones(1, seq_len, dtype=torch.long, device=device), output_attentions=True)
 
 
 def model_stats(config: ModelConfig, seq_len: int = 128) -> dict:

@@ -142,7 +142,8 @@ def run(args):
         raise UserError(f"{args.model}: has no labels (not fine-tuned for classification); use --head pretraining or "
                         f"fine-tune it first")
     model = load_pretrained(args.model, head)
-    early = load_early_exit(args.model) if is_early_exit(args.model) else None  # a bad branches file stops us here
+    # an early-exit classifier (FastBERT) also gets its layer-by-layer file; a bad branches file stops us here
+    early = load_early_exit(args.model) if is_early_exit(args.model) and head == "classification" else None
     tokenizer = load_tokenizer(args.model)
     out = Path(args.out or Path(args.model) / "tflite")
     name, data, regression = parity_task(args)
@@ -209,7 +210,8 @@ def export_early_exit(args, model, out: Path, arrays: dict) -> dict:
     path = convert_early_exit(model, args.seq_len, out / "model_early_exit.tflite")
     seconds = round(time.time() - start, 1)
     scored = Path(args.model) / "results.json"
-    thresholds = [r["threshold"] for r in read_json(scored)["thresholds"]] if scored.is_file() else THRESHOLDS
+    scored_at = read_json(scored).get("thresholds") if scored.is_file() else None
+    thresholds = [r["threshold"] for r in scored_at] if scored_at else THRESHOLDS
     report = {"size_bytes": path.stat().st_size, "convert_seconds": seconds, "seq_len": args.seq_len,
               "model": str(args.model), "thresholds": early_exit_parity(model, path, arrays, thresholds)}
     worst = min(r["same_exit"] for r in report["thresholds"].values())

@@ -29,7 +29,7 @@ from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.export.early_exit import segment_flops
 from mobilekd.fileio import write_json
-from mobilekd.finetune.evaluation import build_model
+from mobilekd.finetune.evaluation import build_model, predict
 from mobilekd.finetune.metrics import classification_metrics
 from mobilekd.flags import at_least
 from mobilekd.models.early_exit import (THRESHOLDS, EarlyExitClassifier, predictions_at, save_early_exit,
@@ -37,6 +37,7 @@ from mobilekd.models.early_exit import (THRESHOLDS, EarlyExitClassifier, predict
 from mobilekd.models.hf import load_config
 from mobilekd.train.common import add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd fastbert", description=__doc__,
@@ -118,15 +119,11 @@ def run(args, accelerator):
     print(f"model in {out}")
 
 
-@torch.no_grad()
 def evaluate(model: EarlyExitClassifier, task, tokenizer, max_len: int, thresholds) -> dict:
     """Dev metrics per threshold (and of each layer's classifier alone), average layers and GFLOPs per input."""
     name, examples = next(iter(task.dev.items()))
     split = encode_classification(task, examples, tokenizer, max_len)
-    model.eval()
-    device = next(model.parameters()).device
-    logits = torch.cat([model(*(b[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids"))).cpu()
-                        for b in (split.batch(range(s, min(s + 64, len(split)))) for s in range(0, len(split), 64))])
+    logits = torch.from_numpy(predict(model, split))  # (N, layers, labels)
     labels = split.arrays["labels"]
     cumulative = np.cumsum(segment_flops(model, max_len)) / 1e9
     rows = []
@@ -135,8 +132,9 @@ def evaluate(model: EarlyExitClassifier, task, tokenizer, max_len: int, threshol
         rows.append({"threshold": threshold, "metrics": classification_metrics(task.metrics, labels, pred.numpy()),
                      "avg_layers": float(np.mean(layers + 1)), "gflops": float(np.mean(cumulative[layers])),
                      "exits": np.bincount(layers, minlength=logits.shape[1]).tolist()})
-    per_layer = [{"layer": k + 1, "metrics": classification_metrics(task.metrics, labels, logits[:, k].argmax(-1)),
-                  "gflops": float(cumulative[k])} for k in range(logits.shape[1])]
+    per_layer = [{"layer": k + 1, "gflops": float(cumulative[k]),
+                  "metrics": classification_metrics(task.metrics, labels, logits[:, k].argmax(-1).numpy())}
+                 for k in range(logits.shape[1])]
     return {"split": name, "dev_examples": len(split), "thresholds": rows, "layers": per_layer}
 
 
