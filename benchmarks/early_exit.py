@@ -170,8 +170,9 @@ def plot(results: list[dict], path: Path) -> None:
         ax.errorbar(xs, ys, yerr=es, fmt="o-", capsize=3)
         for t, x, y, _ in points:
             ax.annotate(f"{t:g}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        ax.axhline(ys[0] - 0.01, color="grey", lw=0.8, ls="--")
-        ax.axvline(2.0, color="grey", lw=0.8, ls=":")
+        ax.axhline(ys[0] - 0.01, color="grey", lw=0.8, ls="--", label="1 point below threshold 0")
+        ax.axvline(2.0, color="grey", lw=0.8, ls=":", label="2x faster")
+        ax.legend(fontsize=7, loc="lower left")
         ax.set_title(f"{task} dev ({metric}); labels: threshold")
         ax.set_xlabel("measured host speed-up over the full .tflite")
     axes[0][0].set_ylabel("dev score, mean ± std over seeds")
