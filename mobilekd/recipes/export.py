@@ -9,6 +9,8 @@ Writes into OUT, each file atomically:
                             (vocab, labels, input roles) that MediaPipe's TextClassifier / the Task Library read
   model.onnx                with --onnx (opset 20), checked with onnxruntime
   model_onnx2tf.tflite      with --onnx2tf: the ONNX -> onnx2tf route, checked the same way (no metadata)
+  model_early_exit.tflite   for a FastBERT directory (mobilekd fastbert): one signature per layer, run as an app
+                            runs it at every threshold the model was scored at, exits compared with PyTorch's
   parity.json               per file: max abs output difference, prediction agreement and, for a classifier of
                             the parity task's labels, both dev accuracies; size, conversion time, non-finite
                             constants, Flex/custom ops
