@@ -29,6 +29,7 @@ from benchmarks.runner import (RESUMABLE, Job, comparison, comparison_flags, fin
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.fileio import REPO_ROOT, read_json, save_png, write_json
+from mobilekd.models.early_exit import scored_thresholds
 from mobilekd.models.flops import model_stats
 from mobilekd.models.hf import load_config
 
@@ -55,24 +56,22 @@ def jobs(out: Path, stages: Path, tasks: list[str], seeds: list[int]) -> list[Jo
     return plan
 
 
-def time_runs(out: Path, tasks: list[str], seeds: list[int]) -> None:
+def time_runs(plan: list[Job]) -> None:
     """Each exported model's host latency (latency.json beside it), one at a time in this process."""
     from mobilekd.export.early_exit import time_early_exit
 
-    for seed in seeds:
-        for task in tasks:
-            d = run_dir(out, task, seed)
-            parity = d / "tflite" / "parity.json"
-            if (d / "latency.json").is_file() or "model_early_exit.tflite" not in (read_json(parity) if
-                                                                                  parity.is_file() else {}):
-                continue
-            t = load_task(task, default_data(task), eval_only=True)
-            split = encode_classification(t, next(iter(t.dev.values())), load_tokenizer(d), int(TASKS[task]))
-            thresholds = [r["threshold"] for r in read_json(d / "results.json")["thresholds"]]
-            print(f"timing {task} seed {seed} ({len(split)} dev sentences x {len(thresholds) + 1} configurations)")
-            write_json(d / "latency.json", time_early_exit(d / "tflite" / "model_early_exit.tflite",
-                                                           d / "tflite" / "model_none.tflite", split.arrays,
-                                                           thresholds, ROUNDS))
+    for job in plan:
+        d = job.out.parent  # the model directory; the job's own OUT holds its files
+        if job.argv[0] != "export" or not job.done() or (d / "latency.json").is_file():
+            continue
+        r = read_json(d / "results.json")
+        t = load_task(r["task"], default_data(r["task"]), eval_only=True)
+        split = encode_classification(t, next(iter(t.dev.values())), load_tokenizer(d), r["max_len"])
+        thresholds = scored_thresholds(d)
+        print(f"timing {d} ({len(split)} dev sentences x {len(thresholds) + 1} configurations)")
+        write_json(d / "latency.json", time_early_exit(job.out / "model_early_exit.tflite",
+                                                       job.out / "model_none.tflite", split.arrays, thresholds,
+                                                       ROUNDS))
 
 
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
@@ -194,8 +193,9 @@ def main(argv=None):
     out, stages = (REPO_ROOT / args.out).resolve(), (REPO_ROOT / args.stages).resolve()
     failed = []
     if not (args.table or args.collect):
-        failed = run_all(jobs(out, stages, args.tasks, args.seeds), args.workers, out / "logs")
-        time_runs(out, args.tasks, args.seeds)
+        plan = jobs(out, stages, args.tasks, args.seeds)
+        failed = run_all(plan, args.workers, out / "logs")
+        time_runs(plan)
         args.collect = True
     code = comparison(args, lambda: [], lambda: rows(out, args.tasks, args.seeds),
                       lambda r: (list(TASKS).index(r["task"]), metric_rank(r["task"], r["metric"]), r["threshold"],

@@ -23,7 +23,7 @@ from torch import nn
 from mobilekd.errors import UserError
 from mobilekd.export.litert import INPUT_NAMES, sample_inputs
 from mobilekd.fileio import atomic_path
-from mobilekd.models.early_exit import EarlyExitClassifier, uncertainty
+from mobilekd.models.early_exit import EarlyExitClassifier, predictions_at, uncertainty
 from mobilekd.models.flops import flops_of
 from mobilekd.models.mobilebert import additive_mask
 
@@ -138,8 +138,6 @@ def run_early_exit(path, arrays: dict[str, np.ndarray], threshold: float,
 @torch.no_grad()
 def torch_exits(model: EarlyExitClassifier, arrays: dict[str, np.ndarray], thresholds, batch_size: int = 64):
     """PyTorch's decisions over the same examples: per threshold, (predicted labels, exit layers)."""
-    from mobilekd.models.early_exit import predictions_at
-
     model.eval()
     logits = torch.cat([model(*(torch.from_numpy(arrays[k][s:s + batch_size]) for k in INPUT_NAMES))
                         for s in range(0, len(arrays["input_ids"]), batch_size)])

@@ -123,6 +123,13 @@ def is_early_exit(model_dir) -> bool:
     return (Path(model_dir) / SETTINGS).is_file()
 
 
+def scored_thresholds(model_dir) -> list[float]:
+    """The thresholds `mobilekd fastbert` scored the model at (its results.json), else the default ones."""
+    scored = Path(model_dir) / "results.json"
+    rows = read_json(scored).get("thresholds") if scored.is_file() else None
+    return [r["threshold"] for r in rows] if rows else THRESHOLDS
+
+
 def load_early_exit(model_dir) -> EarlyExitClassifier:
     """A saved early-exit model; a missing, malformed or mismatched branches file is one clear error."""
     model_dir = Path(model_dir)

@@ -38,7 +38,7 @@ from mobilekd.export.litert import CALIBRATED, INPUT_NAMES, QUANTIZATIONS, conve
 from mobilekd.export.parity import parity_report, run_tflite
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.flags import at_least
-from mobilekd.models.early_exit import THRESHOLDS, is_early_exit, load_early_exit
+from mobilekd.models.early_exit import is_early_exit, load_early_exit, scored_thresholds
 from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.rundir import owned
@@ -211,11 +211,9 @@ def export_early_exit(args, model, out: Path, arrays: dict) -> dict:
     start = time.time()
     path = convert_early_exit(model, args.seq_len, out / "model_early_exit.tflite")
     seconds = round(time.time() - start, 1)
-    scored = Path(args.model) / "results.json"
-    scored_at = read_json(scored).get("thresholds") if scored.is_file() else None
-    thresholds = [r["threshold"] for r in scored_at] if scored_at else THRESHOLDS
     report = {"size_bytes": path.stat().st_size, "convert_seconds": seconds, "seq_len": args.seq_len,
-              "model": str(args.model), "thresholds": early_exit_parity(model, path, arrays, thresholds)}
+              "model": str(args.model),
+              "thresholds": early_exit_parity(model, path, arrays, scored_thresholds(args.model))}
     worst = min(r["same_exit"] for r in report["thresholds"].values())
     print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): {model.config.num_hidden_layers} layer "
           f"signatures; same exit layer as PyTorch for at least {worst:.4f} of examples at every threshold")
