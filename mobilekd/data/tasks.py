@@ -70,6 +70,32 @@ def default_data(task: str) -> Path | None:
     return REPO_ROOT / "data" / "glue" / SHIPPED[task] if task in SHIPPED else None
 
 
+def task_data(task: str, data=None) -> Path:
+    """The task directory: `data` (--data) when given, else the shipped copy."""
+    if data:
+        return Path(data)
+    if default_data(task) is None:
+        raise UserError(f"--data is required for task {task} (it is not shipped)")
+    return default_data(task)
+
+
+def classification_task(name: str, data, why: str) -> tuple["Task", Path]:
+    """A classification task's splits and directory, read; a regression task is refused, saying `why`."""
+    data = task_data(name, data)
+    task = load_task(name, data)
+    if task.is_regression:
+        raise UserError(f"{task.name} is a regression task: {why}")
+    return task, data
+
+
+def training_subset(examples: list, n: int | None, seed: int) -> list:
+    """`n` of the examples drawn at random with `seed`, in their order (all of them when n is None or larger)."""
+    if not n or n >= len(examples):
+        return examples
+    keep = np.random.default_rng(seed).choice(len(examples), n, replace=False)
+    return [examples[i] for i in sorted(keep)]
+
+
 def _find(directory: Path, stem: str, suffixes) -> Path:
     for suffix in suffixes:
         for name in (f"{stem}{suffix}", f"{stem}{suffix}.gz"):

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from mobilekd.data.tasks import Task
-from mobilekd.errors import located
+from mobilekd.errors import UserError, located
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.finetune.metrics import classification_metrics, squad_metrics
 from mobilekd.finetune.qa import decode_answers
@@ -30,6 +30,13 @@ def build_model(model_dir, task: Task, role: str = "model", classifier_dropout: 
         id2label=task.id2label, problem_type=problem, classifier_dropout=dropout))
 
 
+def fine_tuned_classifier(model_dir, task: Task, role: str = "model"):
+    """`build_model` for a directory that must already be a classifier of the task (a teacher, FastBERT's base)."""
+    if not load_config(model_dir)[0].id2label:
+        raise UserError(f"{model_dir}: not a fine-tuned classifier (no labels); run mobilekd finetune first")
+    return build_model(model_dir, task, role)
+
+
 @torch.no_grad()
 def predict(model, split, batch_size: int = 64):
     model.eval()
@@ -46,10 +53,12 @@ def predict(model, split, batch_size: int = 64):
 
 class DevEvaluator:
     """Scores every dev split; keeps the best model (by the task's first metric) and its predictions in OUT.
-    With `save_model=False` (evaluation only) it writes results and predictions but no copy of the weights."""
+    With `save_model=False` (evaluation only) it writes results and predictions but no copy of the weights;
+    `save(model, out, tokenizer)` writes the model (default: `save_pretrained`)."""
 
-    def __init__(self, task: Task, dev: dict, out: Path, tokenizer, save_model: bool = True):
+    def __init__(self, task: Task, dev: dict, out: Path, tokenizer, save_model: bool = True, save=save_pretrained):
         self.task, self.dev, self.out, self.tokenizer, self.save_model = task, dev, out, tokenizer, save_model
+        self.save = save
         best = out / "results.json"
         self.best = read_json(best).get("best_score") if best.is_file() and save_model else None
 
@@ -82,7 +91,7 @@ class DevEvaluator:
             return metrics
         self.best = score
         if self.save_model:
-            save_pretrained(model, self.out, self.tokenizer)
+            self.save(model, self.out, self.tokenizer)
         for name, rows in predictions.items():
             if self.task.head == "qa":
                 write_json(self.out / f"{name}_predictions.json", rows)

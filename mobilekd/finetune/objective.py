@@ -15,20 +15,22 @@ import torch.nn.functional as F
 
 from mobilekd.data.tasks import INPUTS, Task
 from mobilekd.models.mobilebert import EncoderOutput
-from mobilekd.transfer.losses import logit_distillation
+from mobilekd.transfer.losses import logit_distillation, logit_mse
 from mobilekd.transfer.objectives import Features, Match, evaluate
 
 
 @dataclass
 class Distillation:
     """How a student learns from a fine-tuned teacher: `alpha` is the hard-label loss's weight, the rest goes to
-    logit distillation at `temperature` with `reduction` (`logit_distillation`); `patience` matches (BERT-PKD's)
-    add their weighted terms."""
+    logit distillation: KL at `temperature` with `reduction` (`logit_distillation`), or with `logits="mse"` the
+    squared distance of the logits (`logit_mse`, Tang et al.'s BiLSTM distillation); `patience` matches
+    (BERT-PKD's) add their weighted terms."""
 
     alpha: float = 0.5
     temperature: float = 1.0
     reduction: str = "batchmean"
     patience: list[Match] = field(default_factory=list)
+    logits: str = "kl"
 
 
 def _cached_teacher(batch) -> Features:
@@ -56,6 +58,8 @@ def task_loss(task: Task, teacher, kd: Distillation | None):
             return sum(logit_distillation(t, s, kd.temperature, kd.reduction) for t, s in zip(t_out, outputs)) / 2
         if task.is_regression:
             return F.mse_loss(outputs.float(), t_out.float())
+        if kd.logits == "mse":
+            return logit_mse(t_out, outputs)
         return logit_distillation(t_out, outputs, kd.temperature, kd.reduction)
 
     def loss(model, batch):

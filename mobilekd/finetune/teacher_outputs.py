@@ -22,36 +22,39 @@ from mobilekd.data.tasks import INPUTS
 from mobilekd.fileio import atomic_path, file_digest
 
 
-def cache_key(teacher_dir: Path, split) -> str:
-    h = hashlib.sha256(file_digest(Path(teacher_dir) / "model.safetensors").encode())
+def cache_key(teacher_dir: Path, split, with_cls: bool = True) -> str:
+    h = hashlib.sha256(file_digest(Path(teacher_dir) / "model.safetensors").encode() + (b"" if with_cls else b"logits"))
     for k in INPUTS:
         h.update(np.ascontiguousarray(split.arrays[k]).tobytes())
     return h.hexdigest()[:20]
 
 
 @torch.no_grad()
-def compute(teacher, split, batch_size: int = 64) -> dict[str, np.ndarray]:
-    """`teacher_logits` (N, C, float32) and `teacher_cls` (N, layers, width, float16) over the split, in order."""
+def compute(teacher, split, batch_size: int = 64, with_cls: bool = True) -> dict[str, np.ndarray]:
+    """`teacher_logits` (N, C, float32) and, with `with_cls`, `teacher_cls` (N, layers, width, float16) over the
+    split, in order."""
     teacher.eval()
     device = next(teacher.parameters()).device
     logits, cls = [], []
     for start in tqdm(range(0, len(split), batch_size), desc="teacher outputs", leave=False):
         b = split.batch(range(start, min(start + batch_size, len(split))))
-        out, enc = teacher.logits_and_encoder(*(b[k].to(device) for k in INPUTS), output_feature_maps=True)
+        out, enc = teacher.logits_and_encoder(*(b[k].to(device) for k in INPUTS), output_feature_maps=with_cls)
         logits.append(out.float().cpu().numpy())
-        cls.append(torch.stack([h[:, 0] for h in enc.feature_maps], 1).half().cpu().numpy())
+        if with_cls:
+            cls.append(torch.stack([h[:, 0] for h in enc.feature_maps], 1).half().cpu().numpy())
     # the [CLS] vectors in half precision: the patience loss compares their directions, and they are the bulk
-    return {"teacher_logits": np.concatenate(logits), "teacher_cls": np.concatenate(cls)}
+    return {"teacher_logits": np.concatenate(logits), **({"teacher_cls": np.concatenate(cls)} if with_cls else {})}
 
 
-def teacher_outputs(teacher_dir, teacher, split) -> tuple[dict[str, np.ndarray], bool]:
-    """The teacher's outputs over `split` and whether they came from the cache."""
-    path = Path(teacher_dir) / "outputs" / f"{cache_key(teacher_dir, split)}.safetensors"
+def teacher_outputs(teacher_dir, teacher, split, with_cls: bool = True) -> tuple[dict[str, np.ndarray], bool]:
+    """The teacher's outputs over `split` (its logits alone without `with_cls`) and whether they came from the
+    cache."""
+    path = Path(teacher_dir) / "outputs" / f"{cache_key(teacher_dir, split, with_cls)}.safetensors"
     if path.is_file():
         arrays = load_file(str(path))
         if all(len(v) == len(split) for v in arrays.values()):
             return arrays, True
-    arrays = compute(teacher, split)
+    arrays = compute(teacher, split, with_cls=with_cls)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         save_file(arrays, str(tmp))

@@ -36,22 +36,27 @@ def config_json(config: ModelConfig, head: str) -> dict:
     return d
 
 
-def save_pretrained(model: torch.nn.Module, out_dir, tokenizer=None, head: str | None = None) -> Path:
-    """Write config.json and model.safetensors (each atomically), and the tokenizer files when given. A
-    distillation's `projections` submodule (the student's side of its matches, trained beside it) is left out: it
-    is never part of a saved model."""
+def save_weights(model: torch.nn.Module, out_dir, tokenizer=None) -> Path:
+    """Write model.safetensors (atomically) and the tokenizer files when given, into `out_dir` (made if missing).
+    A distillation's `projections` submodule (the student's side of its matches, trained beside it) is left out:
+    it is never part of a saved model."""
     from mobilekd.data.tokenizer import save_tokenizer
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    head = head or head_of(model)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
              if not k.startswith("projections.")}
     with atomic_path(out_dir / "model.safetensors") as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
     if tokenizer is not None:
         save_tokenizer(tokenizer, out_dir)
-    write_json(out_dir / "config.json", config_json(model.config, head))
+    return out_dir
+
+
+def save_pretrained(model: torch.nn.Module, out_dir, tokenizer=None, head: str | None = None) -> Path:
+    """`save_weights`, then config.json (atomically)."""
+    out_dir = save_weights(model, out_dir, tokenizer)
+    write_json(out_dir / "config.json", config_json(model.config, head or head_of(model)))
     return out_dir
 
 

@@ -18,7 +18,8 @@ Writes into OUT, each file atomically:
   report.md                 the same as a table
 Quantizations: none, fp16, dynamic-int8, weight-int8, int8 (full integer) and int8-a16; the last two calibrate
 activation ranges on --calibration-examples training examples of the parity task drawn at random with seed 0
-(or on --calibration).
+(or on --calibration). A BiLSTM directory (mobilekd bilstm) exports the same way: its file takes the same three
+inputs and runs the LSTM unrolled over --seq-len.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from mobilekd.export.litert import CALIBRATED, INPUT_NAMES, QUANTIZATIONS, conve
 from mobilekd.export.parity import parity_report, run_tflite
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.flags import at_least
+from mobilekd.models.bilstm import is_bilstm, load_bilstm, load_bilstm_config
 from mobilekd.models.early_exit import is_early_exit, load_early_exit, scored_thresholds
 from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, load_pretrained
@@ -132,18 +134,24 @@ def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
 def main(argv=None):
     args = parse_args(argv)
     at_least("--seq-len", args.seq_len, 1)
-    load_config(args.model)  # a missing or malformed model is named before OUT is made
+    (load_bilstm_config if is_bilstm(args.model) else load_config)(args.model)  # a bad model is named before OUT
     with owned(args.out or Path(args.model) / "tflite"):  # this run's OUT, no other's; checked before any conversion
         run(args)
 
 
 def run(args):
-    config, saved_head = load_config(args.model)
-    head = args.head or saved_head
-    if head == "classification" and not config.id2label:
-        raise UserError(f"{args.model}: has no labels (not fine-tuned for classification); use --head pretraining or "
-                        f"fine-tune it first")
-    model = load_pretrained(args.model, head)
+    if is_bilstm(args.model):  # a BiLSTM (mobilekd bilstm) is a classifier
+        if args.head not in (None, "classification"):
+            raise UserError(f"{args.model}: a BiLSTM classifier has no {args.head} head")
+        model, head = load_bilstm(args.model), "classification"
+        config = model.config
+    else:
+        config, saved_head = load_config(args.model)
+        head = args.head or saved_head
+        if head == "classification" and not config.id2label:
+            raise UserError(f"{args.model}: has no labels (not fine-tuned for classification); use --head pretraining "
+                            f"or fine-tune it first")
+        model = load_pretrained(args.model, head)
     # an early-exit classifier (FastBERT) also gets its layer-by-layer file; a bad branches file stops us here
     early = load_early_exit(args.model) if is_early_exit(args.model) and head == "classification" else None
     tokenizer = load_tokenizer(args.model)

@@ -24,17 +24,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mobilekd.data.tasks import DEFAULTS, TASK_NAMES, default_data, encode_classification, load_task
+from mobilekd.data.tasks import DEFAULTS, TASK_NAMES, classification_task, encode_classification, training_subset
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.export.early_exit import segment_flops
 from mobilekd.fileio import write_json
-from mobilekd.finetune.evaluation import build_model, predict
+from mobilekd.finetune.evaluation import fine_tuned_classifier, predict
 from mobilekd.finetune.metrics import classification_metrics
 from mobilekd.flags import at_least
 from mobilekd.models.early_exit import (THRESHOLDS, EarlyExitClassifier, predictions_at, save_early_exit,
                                         self_distillation_loss)
-from mobilekd.models.hf import load_config
 from mobilekd.train.common import add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 
@@ -79,22 +78,12 @@ def main(argv=None):
 
 def run(args, accelerator):
     start = time.time()
-    data = Path(args.data) if args.data else default_data(args.task)
-    if data is None:
-        raise UserError(f"--data is required for task {args.task} (it is not shipped)")
-    task = load_task(args.task, data)
-    if task.is_regression:
-        raise UserError(f"{task.name} is a regression task: early exits need a classifier's uncertainty")
-    if not load_config(args.model)[0].id2label:
-        raise UserError(f"{args.model}: not a fine-tuned classifier (no labels); run mobilekd finetune first")
+    task, data = classification_task(args.task, args.data, "early exits need a classifier's uncertainty")
     tokenizer = load_tokenizer(args.model)
-    model = EarlyExitClassifier(build_model(args.model, task), args.width, args.heads).to(accelerator.device)
+    model = EarlyExitClassifier(fine_tuned_classifier(args.model, task), args.width, args.heads).to(accelerator.device)
     if model.config.num_hidden_layers < 2:
         raise UserError(f"{args.model}: a 1-layer model has no layer to exit early at")
-    examples = task.train
-    if args.max_train_examples and args.max_train_examples < len(examples):
-        keep = np.random.default_rng(args.subset_seed).choice(len(examples), args.max_train_examples, replace=False)
-        examples = [examples[i] for i in sorted(keep)]
+    examples = training_subset(task.train, args.max_train_examples, args.subset_seed)
     train = encode_classification(task, examples, tokenizer, args.max_len)
     steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
     stage = Stage(name="self-distillation", steps=steps, loss=self_distillation_loss, lr=args.lr, warmup=args.warmup,

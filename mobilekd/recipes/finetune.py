@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mobilekd.data.tasks import DEFAULTS, TASK_NAMES, default_data, encode_classification, encode_qa, load_task
+from mobilekd.data.tasks import (DEFAULTS, TASK_NAMES, encode_classification, encode_qa, load_task, task_data,
+                                 training_subset)
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, write_json
@@ -146,9 +147,7 @@ def main(argv=None):
 
 
 def run(args, accelerator):
-    data = Path(args.data) if args.data else default_data(args.task)
-    if data is None:
-        raise UserError(f"--data is required for task {args.task} (it is not shipped)")
+    data = task_data(args.task, args.data)
     task = load_task(args.task, data, args.eval_only, args.regression)
     tokenizer = load_tokenizer(args.model)
     model = build_model(args.model, task, classifier_dropout=None if args.eval_only else args.classifier_dropout)
@@ -177,10 +176,9 @@ def run(args, accelerator):
     identity = {"model": str(args.model), "task": task.name, "data": str(data), "regression": args.regression}
     start = time.time()
     train_examples, splits = task.train, dict(task.dev)
-    if not args.eval_only and args.max_train_examples and args.max_train_examples < len(train_examples):
-        subset_seed = args.seed if args.subset_seed is None else args.subset_seed
-        keep = np.random.default_rng(subset_seed).choice(len(train_examples), args.max_train_examples, replace=False)
-        train_examples = [train_examples[i] for i in sorted(keep)]
+    if not args.eval_only:
+        train_examples = training_subset(train_examples, args.max_train_examples,
+                                         args.seed if args.subset_seed is None else args.subset_seed)
     if not args.eval_only and args.select_on == "train-slice":  # the slice picks the checkpoint, never trains
         held = set(np.random.default_rng((args.seed, 1)).permutation(len(train_examples))[
             :max(1, round(args.selection_fraction * len(train_examples)))].tolist())

@@ -58,6 +58,13 @@ def logit_distillation(teacher_logits: torch.Tensor, student_logits: torch.Tenso
     return kl * temperature**2 / (student_logits.shape[-1] if reduction == "mean" else 1)
 
 
+def logit_mse(teacher_logits: torch.Tensor, student_logits: torch.Tensor) -> torch.Tensor:
+    """Tang et al. 2019's distillation loss (Section 3.2, eq. 3: ||z_t - z_s||^2 on the logits, which they found
+    slightly better than KL), averaged over rows and classes as castorini/d-bert's distill_birnn.py computes it
+    (`kd_criterion = nn.MSELoss()`): the squared distance divided by the number of classes."""
+    return F.mse_loss(student_logits.float(), teacher_logits.float())
+
+
 def cosine_hidden(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
     """DistilBERT's cosine embedding loss between hidden states: mean of 1 - cos over tokens."""
     return (1 - F.cosine_similarity(student.float(), teacher.float(), dim=-1)).mean()

@@ -1,0 +1,157 @@
+"""Distil a fine-tuned teacher into a single-layer BiLSTM (Tang et al. 2019, "Distilling Task-Specific Knowledge
+from BERT into Simple Neural Networks"): the student of `mobilekd.models.bilstm` (siamese for sentence pairs),
+trained on alpha x CE + (1 - alpha) x the squared distance of its logits to the teacher's, over a transfer set of
+the training examples and their masked / POS-replaced / n-gram-sampled copies (`mobilekd.data.transfer_set`).
+
+    mobilekd bilstm --teacher runs/sst2-teacher --task sst2 --out runs/sst2-bilstm              # + logit KD
+    mobilekd bilstm --teacher T --task sst2 --augment 20 --out runs/sst2-bilstm-aug             # + transfer set
+    mobilekd bilstm --teacher T --task mrpc --loss ce --out runs/mrpc-bilstm-ce                 # labels only
+    mobilekd export --model runs/sst2-bilstm --seq-len 64                                       # the .tflite
+
+The teacher (a classifier fine-tuned on --task, `mobilekd finetune`'s OUT) gives the vocabulary and tokenizer,
+the starting embedding table (word2vec cannot be downloaded here) and, with --loss kd, the logits over every
+transfer-set example (computed once and cached beside it). The distillation term is the squared distance of the
+logits divided by the number of classes, as distill_birnn.py's `nn.MSELoss()` averages it. The CE term reads the
+gold label of a training example and the teacher's argmax for a new sample, which carries no label of its own (a
+one-word n-gram of a positive review is not positive; the official join_logits.py labels every row by the
+teacher's argmax), so --augment needs --loss kd.
+
+The official code's settings, and where ours differ: one LSTM layer of 150 units per direction and a 200-unit
+ReLU classifier with dropout 0.1 (confs/birnn_sst2.json); batch 50; alpha: the official loss is CE + MSE with
+weights 1 and 1 (base.json), i.e. alpha 0.5 up to a factor 2. Adadelta (rho 0.95) is replaced by AdamW at
+1e-3 with a linear decay, the optimizer our loop has; the default is 10 epochs, not the configs' 30 (a transfer
+set is 10-20 times the training set); and the model kept is the last one, not the best epoch on dev (dev picks
+nothing here). OUT holds the model (bilstm.json, model.safetensors, the tokenizer) and
+results.json, as `mobilekd finetune` writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+from mobilekd.data.tasks import DEFAULTS, TASK_NAMES, classification_task, encode_classification, training_subset
+from mobilekd.data.tokenizer import load_tokenizer
+from mobilekd.data.transfer_set import N_ITER, P_MASK, P_NG, P_POS, cached_transfer_set
+from mobilekd.errors import UserError, cli_entry
+from mobilekd.fileio import read_json, write_json
+from mobilekd.finetune.evaluation import DevEvaluator, fine_tuned_classifier
+from mobilekd.finetune.objective import Distillation, task_loss
+from mobilekd.finetune.teacher_outputs import teacher_outputs
+from mobilekd.flags import at_least
+from mobilekd.models.bilstm import from_teacher, save_bilstm
+from mobilekd.train.common import add_training_flags, run_owned, train_config
+from mobilekd.train.loop import Stage, run_plan
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="mobilekd bilstm", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--teacher", required=True, help="a classifier fine-tuned on --task (mobilekd finetune's OUT)")
+    p.add_argument("--task", required=True, choices=[t for t in TASK_NAMES if not t.startswith("squad")])
+    p.add_argument("--data", help="task directory (default: the shipped copy)")
+    p.add_argument("--loss", choices=["kd", "ce"], default="kd",
+                   help="kd: alpha x CE + (1 - alpha) x the mean squared difference of the logits to the teacher's "
+                        "(default); ce: the labels alone")
+    p.add_argument("--alpha", type=float, default=0.5, help="with --loss kd: the CE term's weight (default 0.5)")
+    p.add_argument("--augment", type=int, default=0,
+                   help=f"transfer set: up to N new samples per training example (the paper's N: {N_ITER}; "
+                        f"default 0: the training examples alone)")
+    p.add_argument("--augment-seed", type=int, default=0, help="the transfer set's seed (default 0)")
+    p.add_argument("--p-mask", type=float, default=P_MASK, help=f"masking probability per word (default {P_MASK})")
+    p.add_argument("--p-pos", type=float, default=P_POS,
+                   help=f"POS-guided replacement probability per word (default {P_POS})")
+    p.add_argument("--p-ng", type=float, default=P_NG, help=f"n-gram sampling probability per sample (default {P_NG})")
+    p.add_argument("--hidden-size", type=int, default=150, help="LSTM units per direction (default 150)")
+    p.add_argument("--classifier-size", type=int, default=200, help="ReLU classifier layer (default 200)")
+    p.add_argument("--embedding-size", type=int,
+                   help="embedding width: the teacher's table projected onto this many principal components "
+                        "(default: the teacher's width, its table as it is)")
+    p.add_argument("--pooling", choices=["final", "max"], default="final",
+                   help="sentence vector: the final states of both directions (default, bi_rnn.py's) or max over time")
+    p.add_argument("--dropout", type=float, default=0.1, help="dropout before the output layer (default 0.1)")
+    p.add_argument("--epochs", type=float, default=10, help="epochs over the transfer set (default 10)")
+    p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
+    p.add_argument("--warmup", type=float, default=0.0, help="warm-up fraction (default 0)")
+    p.add_argument("--max-len", type=int, help="sequence length (default per task, 128 for GLUE)")
+    p.add_argument("--max-train-examples", type=int, help="a seeded random subset of the training set")
+    p.add_argument("--subset-seed", type=int, default=0, help="the seed that draws that subset (default 0)")
+    add_training_flags(p, out="runs/bilstm", batch_size=50, optimizer="adamw", with_seq_len=False)
+    args = p.parse_args(argv)
+    at_least("--epochs", args.epochs, 0, strictly=True)
+    for flag in ("--max-steps", "--max-len", "--hidden-size", "--classifier-size", "--embedding-size"):
+        at_least(flag, getattr(args, flag[2:].replace("-", "_")), 1)
+    at_least("--augment", args.augment, 0)
+    at_least("--augment-seed", args.augment_seed, 0)
+    at_least("--subset-seed", args.subset_seed, 0)
+    if args.augment and args.loss == "ce":
+        raise UserError("--augment needs --loss kd: the transfer set's new samples are labelled by the teacher")
+    for flag in ("--alpha", "--p-mask", "--p-pos", "--p-ng", "--dropout"):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if not 0 <= value <= 1:
+            raise UserError(f"{flag} must lie in [0, 1], got {value}")
+    if args.p_mask + args.p_pos > 1:
+        raise UserError(f"--p-mask + --p-pos must be at most 1, got {args.p_mask + args.p_pos}")
+    args.max_len = args.max_len or DEFAULTS[args.task]["max_len"]
+    train_config(args)  # bad training flags are refused before any work
+    return args
+
+
+@cli_entry
+def main(argv=None):
+    run_owned(parse_args(argv), run)
+
+
+def run(args, accelerator):
+    start = time.time()
+    task, data = classification_task(args.task, args.data, "the BiLSTM recipe trains classifiers")
+    teacher = fine_tuned_classifier(args.teacher, task, "teacher").to(accelerator.device).eval()
+    tokenizer = load_tokenizer(args.teacher)
+    examples = training_subset(task.train, args.max_train_examples, args.subset_seed)
+    originals = len(examples)
+    if args.augment:
+        examples, cached = cached_transfer_set(examples, args.augment, args.augment_seed, Path(args.cache_dir),
+                                               p_mask=args.p_mask, p_pos=args.p_pos, p_ng=args.p_ng)
+        print(f"transfer set: {originals} -> {len(examples)} examples" + (" (cached)" if cached else ""))
+    train = encode_classification(task, examples, tokenizer, args.max_len)
+    kd = None
+    if args.loss == "kd":
+        outputs, cached = teacher_outputs(args.teacher, teacher, train, with_cls=False)
+        train.arrays["teacher_logits"] = outputs["teacher_logits"]
+        train.arrays["labels"][originals:] = outputs["teacher_logits"][originals:].argmax(-1)  # new samples
+        print(f"teacher logits over {len(train)} examples: " + ("from the cache" if cached else "computed and cached"))
+        kd = Distillation(alpha=args.alpha, logits="mse")
+    pair = examples[0].text_b is not None
+    model = from_teacher(teacher.cpu(), tokenizer, pair, task.id2label, args.embedding_size,
+                         hidden_size=args.hidden_size,
+                         classifier_size=args.classifier_size, pooling=args.pooling, dropout=args.dropout)
+    del teacher
+    model.to(accelerator.device)
+    steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
+    stage = Stage(name="bilstm", steps=steps, loss=task_loss(task, None, kd), lr=args.lr, warmup=args.warmup)
+    cfg = train_config(args, eval_every=0, run={
+        "teacher": str(args.teacher), "task": task.name, "loss": args.loss, "alpha": args.alpha, "lr": args.lr,
+        "max_len": args.max_len, "train_examples": len(train), "subset_seed": args.subset_seed,
+        "augment": args.augment, "augment_seed": args.augment_seed, "config": model.config.to_dict()})
+    dev = {name: (ex, encode_classification(task, ex, tokenizer, args.max_len), None) for name, ex in task.dev.items()}
+    out = Path(args.out)
+    evaluator = DevEvaluator(task, dev, out, tokenizer, save=save_bilstm)
+    extra = {"model": "bilstm", "task": task.name, "data": str(data), "method": f"bilstm-{args.loss}",
+             "teacher": str(args.teacher), "steps": steps, "train_examples": len(train),
+             "original_examples": originals, "augment": args.augment, "lr": args.lr,
+             "selected_on": next(iter(task.dev))}
+    run_plan([stage], model, train, cfg, accelerator, resume=args.resume,
+             on_eval=lambda m, step: evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)}))
+    if accelerator.is_main_process:
+        result = read_json(out / "results.json")
+        result.update(wall_seconds=round(time.time() - start, 1), complete=True)
+        write_json(out / "results.json", result)
+        metric = result["best_metric"]
+        print(f"{task.name}: dev {metric} {result['best_score']:.4f} after {steps} steps; BiLSTM in {out}")
+
+
+if __name__ == "__main__":
+    main()
