@@ -168,3 +168,55 @@ def test_the_official_masked_score_form_exports_with_parity(tmp_path, tokenizer)
     assert report["max_abs_diff"] <= 1e-5 and report["agreement"] == 1.0
     with pytest.raises(ValueError, match="ib_bert"):
         transformers.AutoModel.from_pretrained(tmp_path / "model")
+
+
+@pytest.mark.parametrize("preset,trained,shared", [("mobilebert_tiny", False, 3), ("mobilebert_tiny", True, 0),
+                                                   ("mobilebert", False, 0)])
+def test_tiny_bottleneck_is_computed_once(preset, trained, shared, tmp_path):
+    """TINY feeds Q/K/V and the residual from one bottleneck. With the NoNorm at its initial identity (the latency
+    benchmark's random-weight files) the converter computes it twice per layer, our export once (one RESHAPE
+    instead), with bit-equal outputs; a trained NoNorm is folded into a single product and nothing is shared.
+    MobileBERT's two bottlenecks (different weights) stay two."""
+    import litert_torch
+
+    from mobilekd.export.graph import shared_products
+    from mobilekd.export.litert import ExportWrapper, convert, sample_inputs
+
+    layers = shared or 3
+    config = PRESETS[preset].config.replace(num_hidden_layers=layers, hidden_size=64, intra_bottleneck_size=32,
+                                            intermediate_size=64, embedding_size=32, num_attention_heads=2)
+    torch.manual_seed(0)
+    model = MobileBertForQuestionAnswering(config).eval()
+    model = perturbed(model) if trained else model
+    raw = tmp_path / "raw.tflite"
+    litert_torch.convert(ExportWrapper(model, "qa").eval(), sample_kwargs=sample_inputs(32)).export(str(raw))
+    ours = convert(model, "qa", 32, tmp_path / "ours.tflite")
+
+    def products(path):
+        return [op for op in read_graph(path) if op.name in ("FULLY_CONNECTED", "BATCH_MATMUL")]
+
+    assert shared_products(raw.read_bytes())[1] == shared
+    assert len(products(raw)) - len(products(ours)) == shared
+    rng = np.random.default_rng(0)
+    arrays = {"input_ids": rng.integers(0, config.vocab_size, (1, 32)).astype(np.int32),
+              "attention_mask": np.ones((1, 32), np.int32), "token_type_ids": np.zeros((1, 32), np.int32)}
+    arrays["attention_mask"][0, 20:] = 0
+    for a, b in zip(run_tflite(raw, arrays), run_tflite(ours, arrays)):
+        assert np.abs(a).max() > 1e-3
+        np.testing.assert_array_equal(a, b)
+
+
+def test_float_islands_are_reported(exported):
+    """The full-int8 file keeps each layer's softmax (and the classifier's) in float, by our recipe: one island per
+    softmax, entered by a DEQUANTIZE; the float files report none."""
+    from mobilekd.export.graph import float_islands
+
+    reports = json.loads((exported / "parity.json").read_text())
+    assert reports["model_none.tflite"]["float_islands"] is None
+    assert reports["model_dynamic_int8.tflite"]["float_islands"] is None  # int8 weights, float activations
+    islands = reports["model_int8.tflite"]["float_islands"]
+    layers = PRESETS["demo_student"].config.num_hidden_layers
+    assert islands == float_islands(read_graph(exported / "model_int8.tflite"))
+    assert islands["ops_in_float"].get("SOFTMAX") == layers + 1
+    assert islands["islands"] >= layers + 1 and islands["dequantize"] >= layers + 1
+    assert "| model_int8.tflite |" in (exported / "report.md").read_text()

@@ -24,6 +24,7 @@ class Tensor:
     shape: tuple[int, ...]
     dtype: str  # the schema's name: FLOAT32, INT8, ...
     constant: np.ndarray | None  # the stored value of a weight or constant, else None
+    index: int = -1  # its place in the subgraph's tensor list: what links one op's output to another's input
 
     @property
     def size(self) -> int:
@@ -71,7 +72,7 @@ def _read_graph(data: bytes) -> list[Op]:
                else buffer.DataAsNumpy().tobytes() if buffer.DataLength() else None)
         constant = np.frombuffer(raw, dtype=_NUMPY[dtype]) if raw and dtype in _NUMPY else None
         return Tensor(t.Name().decode(), tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else (),
-                      dtype, constant)
+                      dtype, constant, int(i))
 
     ops = []
     for j in range(graph.OperatorsLength()):
@@ -99,6 +100,40 @@ def nonfinite_constants(ops: list[Op]) -> list[str]:
 def foreign_ops(ops: list[Op]) -> list[str]:
     """Flex (TensorFlow) and custom ops: interpreters without the TF runtime refuse them."""
     return sorted({op.name for op in ops if op.name.startswith(("Flex", "CUSTOM"))})
+
+
+def float_islands(ops: list[Op]) -> dict | None:
+    """Where a file with integer activations computes in float: the ops whose output is float32 (DEQUANTIZE, which
+    only enters float, aside), grouped into islands (ops joined by float tensors), and the QUANTIZE / DEQUANTIZE
+    ops at their shores. None for a float model (no op with an integer activation output)."""
+    def computes_in_float(op: Op) -> bool:
+        return op.name != "DEQUANTIZE" and any(t.dtype.startswith("FLOAT") for t in op.outputs)
+
+    if not any(t.dtype in ("INT8", "UINT8", "INT16") for op in ops for t in op.outputs):
+        return None
+    floating = [op for op in ops if computes_in_float(op)]
+    producer = {t.index: k for k, op in enumerate(floating) for t in op.outputs}
+    island = list(range(len(floating)))  # union-find over ops joined by a float tensor
+
+    def root(k: int) -> int:
+        while island[k] != k:
+            island[k] = island[island[k]]
+            k = island[k]
+        return k
+
+    for k, op in enumerate(floating):
+        for t in op.inputs:
+            if t.index in producer:
+                island[root(k)] = root(producer[t.index])
+    groups: dict[int, Counter] = {}
+    for k, op in enumerate(floating):
+        groups.setdefault(root(k), Counter())[op.name] += 1
+    ops_in_float = Counter(op.name for op in floating)
+    return {"islands": len(groups), "ops_in_float": dict(ops_in_float.most_common()),
+            "island_shapes": dict(Counter(" + ".join(f"{n} {c}" for n, c in sorted(g.items()))
+                                          for g in groups.values()).most_common()),
+            "quantize": sum(op.name == "QUANTIZE" for op in ops),
+            "dequantize": sum(op.name == "DEQUANTIZE" for op in ops)}
 
 
 def edit(model: bytes, change) -> bytes:
@@ -136,3 +171,121 @@ def float_outputs(model: bytes) -> bytes:
                         tensor.tensorIndex = source if tensor.tensorIndex == target else tensor.tensorIndex
                 graph.operators.remove(op)
     return edit(model, change)
+
+
+def shared_products(model: bytes) -> tuple[bytes, int]:
+    """Compute each FULLY_CONNECTED product once: a later FULLY_CONNECTED with the same input tensor, the same
+    constant weights and bias (byte for byte) and the same options but for `keep_num_dims` becomes a RESHAPE of the
+    earlier one's output. Returns the model and the number of products removed (the model unchanged when none).
+
+    Why: MobileBERT_TINY feeds Q, K, V and the attention's residual from one bottleneck projection. With its
+    NoNorm at the initial identity (a freshly initialised model, as the latency benchmark exports), the converter
+    drops the NoNorm and lowers the projection twice, flattened to 2-D for Q/K/V and 3-D for the residual: the
+    same 512-to-128 product twice per layer (24 products, about 11% of TINY's FLOPs). Both copies read the same
+    weights, so the RESHAPE is exact. A trained NoNorm is folded into a single product and nothing is shared.
+    Quantized tensors are left alone (this runs before quantization)."""
+    removed = 0
+
+    def change(tree, schema):
+        nonlocal removed
+        fully_connected, reshape = schema.BuiltinOperator.FULLY_CONNECTED, schema.BuiltinOperator.RESHAPE
+        for g, graph in enumerate(tree.subgraphs):
+            first = {}
+            for k, op in enumerate(graph.operators):
+                code = tree.operatorCodes[op.opcodeIndex]
+                if max(code.builtinCode, code.deprecatedBuiltinCode) != fully_connected:
+                    continue
+                key = _product_key(tree, graph, op)
+                if key is None or first.setdefault(key, op) is op:
+                    continue
+                shape = np.asarray(graph.tensors[op.outputs[0]].shape, np.int32)
+                graph.operators[k] = _reshape(tree, graph, schema, _opcode(tree, schema, reshape),
+                                              int(first[key].outputs[0]), int(op.outputs[0]), shape)
+                removed += 1
+            _drop_unused_tensors(tree, g)
+
+    edited = edit(model, change)
+    return (edited, removed) if removed else (model, 0)
+
+
+def _product_key(tree, graph, op):
+    """What makes two FULLY_CONNECTEDs the same product: inputs (constants by value), options, output type and
+    size; None for a quantized one."""
+    inputs = []
+    for i in op.inputs:
+        if i < 0:
+            inputs.append(None)
+            continue
+        t = graph.tensors[i]
+        if t.quantization is not None and t.quantization.scale is not None and len(t.quantization.scale):
+            return None
+        data = tree.buffers[t.buffer].data if t.buffer else None
+        inputs.append(("constant", t.type, tuple(t.shape), np.asarray(data, np.uint8).tobytes())
+                      if data is not None and len(data) else ("tensor", int(i)))
+    o = op.builtinOptions
+    options = (o.fusedActivationFunction, o.weightsFormat, o.asymmetricQuantizeInputs,
+               o.quantizedBiasType) if o is not None else None
+    out = graph.tensors[op.outputs[0]]
+    return tuple(inputs), options, out.type, int(np.prod(out.shape))
+
+
+def _opcode(tree, schema, builtin: int) -> int:
+    """The index of `builtin`'s operator code, added when the model has none."""
+    for i, code in enumerate(tree.operatorCodes):
+        if max(code.builtinCode, code.deprecatedBuiltinCode) == builtin:
+            return i
+    code = schema.OperatorCodeT()
+    code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), 1
+    tree.operatorCodes.append(code)
+    return len(tree.operatorCodes) - 1
+
+
+def _reshape(tree, graph, schema, opcode: int, source: int, target: int, shape: np.ndarray):
+    """A RESHAPE op from tensor `source` to tensor `target` of `shape` (its shape input a new int32 constant)."""
+    buffer = schema.BufferT()
+    buffer.data = shape.view(np.uint8)
+    tree.buffers.append(buffer)
+    t = schema.TensorT()
+    t.shape, t.type, t.buffer = [len(shape)], schema.TensorType.INT32, len(tree.buffers) - 1
+    t.name = bytes(graph.tensors[target].name or b"") + b"/shape"
+    graph.tensors.append(t)
+    options = schema.ReshapeOptionsT()
+    options.newShape = [int(d) for d in shape]
+    op = schema.OperatorT()
+    op.opcodeIndex, op.inputs, op.outputs = opcode, [source, len(graph.tensors) - 1], [target]
+    op.builtinOptionsType, op.builtinOptions = schema.BuiltinOptions.ReshapeOptions, options
+    return op
+
+
+def _drop_unused_tensors(tree, g: int) -> None:
+    """Remove subgraph `g`'s tensors no op, graph input/output or signature names, and empty the buffers only they
+    held (the weights of a removed product), renumbering every reference."""
+    graph = tree.subgraphs[g]
+    signatures = [s for s in tree.signatureDefs or [] if s.subgraphIndex == g]
+    used = {int(i) for i in [*graph.inputs, *graph.outputs] if i >= 0}
+    for op in graph.operators:
+        used |= {int(i) for i in [*op.inputs, *op.outputs, *(op.intermediates if op.intermediates is not None else [])]
+                 if i >= 0}
+    used |= {t.tensorIndex for s in signatures for t in [*s.inputs, *s.outputs]}
+    dropped = [t for i, t in enumerate(graph.tensors) if i not in used]
+    if not dropped:
+        return
+    keep = sorted(used)
+    new = {old: n for n, old in enumerate(keep)}
+    graph.tensors = [graph.tensors[i] for i in keep]
+    held = {t.buffer for sub in tree.subgraphs for t in sub.tensors}
+    for t in dropped:
+        if t.buffer and t.buffer not in held:
+            tree.buffers[t.buffer].data = None
+
+    def renumber(indices):
+        return [new[int(i)] if i >= 0 else int(i) for i in indices]
+
+    graph.inputs, graph.outputs = renumber(graph.inputs), renumber(graph.outputs)
+    for op in graph.operators:
+        op.inputs, op.outputs = renumber(op.inputs), renumber(op.outputs)
+        if op.intermediates is not None:
+            op.intermediates = renumber(op.intermediates)
+    for s in signatures:
+        for t in [*s.inputs, *s.outputs]:
+            t.tensorIndex = new[t.tensorIndex]

@@ -34,7 +34,7 @@ from mobilekd.data.custom import read_custom
 from mobilekd.data.tasks import TASK_NAMES, default_data, encode_classification, load_task
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
-from mobilekd.export.graph import foreign_ops, nonfinite_constants, op_histogram, read_graph
+from mobilekd.export.graph import float_islands, foreign_ops, nonfinite_constants, op_histogram, read_graph
 from mobilekd.export.litert import CALIBRATED, INPUT_NAMES, QUANTIZATIONS, convert
 from mobilekd.export.parity import parity_report, run_tflite
 from mobilekd.fileio import atomic_path, read_json, write_json
@@ -106,18 +106,26 @@ def parity_task(args) -> tuple[str, Path, bool]:
 def file_report(path: Path, ops: list, ops_count: dict) -> dict:
     """Size and graph checks of one exported file (`ops`: its `.tflite` graph; empty for ONNX)."""
     return {"size_bytes": path.stat().st_size, "nonfinite_constants": nonfinite_constants(ops),
-            "flex_or_custom_ops": foreign_ops(ops), "op_count": sum(ops_count.values())}
+            "flex_or_custom_ops": foreign_ops(ops), "op_count": sum(ops_count.values()),
+            "float_islands": float_islands(ops)}
+
+
+def islands_cell(islands: dict | None) -> str:
+    """A file's float islands in a few words: '-' for a float model."""
+    if not islands:
+        return "-"
+    return f"{islands['islands']} ({', '.join(f'{op} {n}' for op, n in islands['ops_in_float'].items())})"
 
 
 def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
-    lines = ["| file | MB | convert s | ops | max abs diff | agreement | accuracy (PyTorch) | finite |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| file | MB | convert s | ops | float islands (ops in float) | max abs diff | agreement | "
+             "accuracy (PyTorch) | finite |", "|---|---|---|---|---|---|---|---|---|"]
     plain = {name: r for name, r in reports.items() if "thresholds" not in r}
     for name, r in plain.items():
         acc = f"{r['accuracy_exported']:.4f} ({r['accuracy_torch']:.4f})" if "accuracy_torch" in r else "-"
         lines.append(f"| {name} | {r['size_bytes'] / 1e6:.1f} | {r['convert_seconds']} | {r['op_count']} | "
-                     f"{r['max_abs_diff']:.2e} | {r['agreement']:.4f} | {acc} | "
-                     f"{r['finite'] and not r['nonfinite_constants']} |")
+                     f"{islands_cell(r.get('float_islands'))} | {r['max_abs_diff']:.2e} | {r['agreement']:.4f} | "
+                     f"{acc} | {r['finite'] and not r['nonfinite_constants']} |")
     lines += ["", "Operators per file:", ""]
     lines += [f"- {name}: " + ", ".join(f"{op} {n}" for op, n in histograms[name].items()) for name in plain]
     for name, r in reports.items():
@@ -205,6 +213,8 @@ def run(args):
               (f", accuracy {report['accuracy_exported']:.4f} (PyTorch {report['accuracy_torch']:.4f})"
                if labels is not None else ""))
         print("  ops: " + ", ".join(f"{k} {v}" for k, v in histograms[name].items()))
+        if report["float_islands"]:
+            print(f"  float islands: {islands_cell(report['float_islands'])}")
     if early is not None:
         reports["model_early_exit.tflite"] = export_early_exit(args, early, out, split.arrays)
         write_json(out / "parity.json", reports)

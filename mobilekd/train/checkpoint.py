@@ -23,13 +23,17 @@ NAME = "checkpoint"
 
 
 def save_checkpoint(out_dir, model, optimizer, scheduler, trainer: dict) -> Path:
+    """Weights, RNG and trainer.json, and the optimizer and schedule when given (mid-stage: at a stage boundary
+    the next stage starts a fresh optimizer, so its state would be dead weight, twice the model's size for Adam)."""
     out_dir = Path(out_dir)
     final, new, old = out_dir / NAME, out_dir / f".{NAME}-new", out_dir / f".{NAME}-old"
     shutil.rmtree(new, ignore_errors=True)
     new.mkdir(parents=True)
     save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, str(new / "model.safetensors"))
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "torch_rng": torch.get_rng_state()}, new / "training_state.pt")
+    state = {"torch_rng": torch.get_rng_state()}
+    if optimizer is not None:
+        state.update(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict())
+    torch.save(state, new / "training_state.pt")
     (new / "trainer.json").write_text(json.dumps(trainer, indent=2))
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)

@@ -178,7 +178,7 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
         if on_eval is not None and index == len(stages) - 1 and not (cfg.eval_every and
                                                                      trainer["global_step"] % cfg.eval_every == 0):
             _evaluate(accelerator, on_eval, unwrapped, trainer["global_step"])
-        _save(accelerator, cfg, unwrapped, optimizer, scheduler, trainer)
+        _save(accelerator, cfg, unwrapped, None, None, trainer)  # a stage boundary: no optimizer state to keep
         accelerator.free_memory()
     if writer is not None:
         writer.close()
