@@ -2,17 +2,21 @@
 quantization off the prepared graph is the float model; trained with it on, its full-integer .tflite computes what
 its PyTorch fake-quantized twin computes."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
 from android_bench.models import trained_like
+from helpers import one_line_error, run_module
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.export.graph import float_islands, read_graph
 from mobilekd.export.litert import ExportWrapper
 from mobilekd.export.parity import run_tflite
 from mobilekd.export.qat import convert_qat, freeze_ranges, prepare_qat, quantization
-from mobilekd.models.heads import MobileBertForSequenceClassification
+from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
+from mobilekd.models.hf import save_pretrained
 from mobilekd.models.presets import PRESETS
 
 SEQ = 32
@@ -81,3 +85,35 @@ def test_qat_trained_int8_file_matches_its_fake_quantized_twin(sst2, tmp_path):
     products = [op for op in ops if op.name == "FULLY_CONNECTED"]
     assert products and all(op.inputs[0].dtype == "INT8" and op.inputs[1].dtype == "INT8" for op in products)
     assert float_islands(ops) is not None  # integer activations, with what is left in float reported
+
+
+def test_recipe_at_micro_scale(tmp_path, tokenizer):
+    """`mobilekd qat` on a fine-tuned micro classifier: a full-integer file with metadata, scored on the whole SST-2
+    dev set beside its float start and fake-quantized twin; bad input gives one-line errors."""
+    torch.manual_seed(0)
+    config = PRESETS["demo_student"].config.replace(num_hidden_layers=2)
+    base = tmp_path / "base"
+    save_pretrained(MobileBertForPreTraining(config), base, tokenizer)
+    common = ["--task", "sst2", "--max-train-examples", 64, "--max-len", SEQ, "--threads", 1]
+    run_module("mobilekd", "finetune", "--model", base, *common, "--epochs", 1, "--eval-every", 0,
+               "--out", tmp_path / "ft")
+    run_module("mobilekd", "qat", "--model", tmp_path / "ft", *common, "--max-steps", 4, "--out", tmp_path / "qat")
+    result = json.loads((tmp_path / "qat" / "results.json").read_text())
+    assert result["complete"] and result["dev_examples"] == 872 and result["steps"] == 4
+    for kind in ("float", "fake_quant", "int8"):
+        assert 0.3 < result[f"metrics_{kind}"]["accuracy"] < 0.8
+    assert result["agreement_int8_fake_quant"] >= 0.9 and result["float_islands"]["islands"] > 0
+    path = tmp_path / "qat" / "model_qat_int8.tflite"
+    assert path.stat().st_size == result["tflite_bytes"]
+    from mediapipe.tasks.python import text
+
+    with text.TextClassifier.create_from_model_path(str(path)) as app:
+        categories = app.classify("a gorgeous , witty , seductive movie .").classifications[0].categories
+    assert {c.category_name for c in categories} == {"negative", "positive"}
+
+    proc = run_module("mobilekd", "qat", "--model", base, *common, "--out", tmp_path / "x", check=False)
+    assert "not a fine-tuned classifier" in one_line_error(proc)
+    proc = run_module("mobilekd", "qat", "--model", tmp_path / "ft", "--task", "stsb", "--out", tmp_path / "x",
+                      check=False)
+    assert "regression" in one_line_error(proc)
+    assert not list((tmp_path / "x").glob("*.tflite"))

@@ -47,13 +47,14 @@ def quantizer():
 def prepare_qat(model: torch.nn.Module, head: str, seq_len: int) -> torch.fx.GraphModule:
     """The app-facing graph of `model` (int32 inputs, `head`'s outputs, as `convert` exports it) with fake
     quantization inserted; any batch size, `seq_len` tokens. Exported in eval mode: no dropout while it trains."""
+    from torchao.quantization.pt2e import allow_exported_model_train_eval
     from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e
 
     batch = torch.export.Dim("batch", min=1, max=4096)
     sample = {k: v.repeat(2, 1) for k, v in sample_inputs(seq_len).items()}  # 2 rows: a batch size that can vary
     program = torch.export.export(ExportWrapper(model.eval(), head).eval(), (), sample,
                                   dynamic_shapes={k: {0: batch} for k in INPUT_NAMES})
-    return prepare_qat_pt2e(program.module(), quantizer())
+    return allow_exported_model_train_eval(prepare_qat_pt2e(program.module(), quantizer()))  # .train() / .eval() work
 
 
 def quantization(prepared: torch.fx.GraphModule, on: bool) -> torch.fx.GraphModule:

@@ -32,7 +32,7 @@ import math
 import time
 from pathlib import Path
 
-from mobilekd.data.tasks import DEFAULTS, TASK_NAMES, classification_task, encode_classification, training_subset
+from mobilekd.data.tasks import classification_task, encode_classification, training_subset
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.data.transfer_set import N_ITER, P_MASK, P_NG, P_POS, cached_transfer_set
 from mobilekd.errors import UserError, cli_entry
@@ -42,7 +42,7 @@ from mobilekd.finetune.objective import Distillation, task_loss
 from mobilekd.finetune.teacher_outputs import teacher_outputs
 from mobilekd.flags import at_least
 from mobilekd.models.bilstm import from_teacher, save_bilstm
-from mobilekd.train.common import add_training_flags, run_owned, train_config
+from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 
 
@@ -50,8 +50,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd bilstm", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", required=True, help="a classifier fine-tuned on --task (mobilekd finetune's OUT)")
-    p.add_argument("--task", required=True, choices=[t for t in TASK_NAMES if not t.startswith("squad")])
-    p.add_argument("--data", help="task directory (default: the shipped copy)")
+    add_task_flags(p, epochs=10, lr=1e-3, warmup=0.0, what="transfer-set")
     p.add_argument("--loss", choices=["kd", "ce"], default="kd",
                    help="kd: alpha x CE + (1 - alpha) x the mean squared difference of the logits to the teacher's "
                         "(default); ce: the labels alone")
@@ -72,21 +71,13 @@ def parse_args(argv=None):
     p.add_argument("--pooling", choices=["final", "max"], default="final",
                    help="sentence vector: the final states of both directions (default, bi_rnn.py's) or max over time")
     p.add_argument("--dropout", type=float, default=0.1, help="dropout before the output layer (default 0.1)")
-    p.add_argument("--epochs", type=float, default=10, help="epochs over the transfer set (default 10)")
-    p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
-    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
-    p.add_argument("--warmup", type=float, default=0.0, help="warm-up fraction (default 0)")
-    p.add_argument("--max-len", type=int, help="sequence length (default per task, 128 for GLUE)")
-    p.add_argument("--max-train-examples", type=int, help="a seeded random subset of the training set")
-    p.add_argument("--subset-seed", type=int, default=0, help="the seed that draws that subset (default 0)")
     add_training_flags(p, out="runs/bilstm", batch_size=50, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
-    at_least("--epochs", args.epochs, 0, strictly=True)
-    for flag in ("--max-steps", "--max-len", "--hidden-size", "--classifier-size", "--embedding-size"):
+    check_task_flags(args)
+    for flag in ("--hidden-size", "--classifier-size", "--embedding-size"):
         at_least(flag, getattr(args, flag[2:].replace("-", "_")), 1)
     at_least("--augment", args.augment, 0)
     at_least("--augment-seed", args.augment_seed, 0)
-    at_least("--subset-seed", args.subset_seed, 0)
     if args.augment and args.loss == "ce":
         raise UserError("--augment needs --loss kd: the transfer set's new samples are labelled by the teacher")
     for flag in ("--alpha", "--p-mask", "--p-pos", "--p-ng", "--dropout"):
@@ -95,7 +86,6 @@ def parse_args(argv=None):
             raise UserError(f"{flag} must lie in [0, 1], got {value}")
     if args.p_mask + args.p_pos > 1:
         raise UserError(f"--p-mask + --p-pos must be at most 1, got {args.p_mask + args.p_pos}")
-    args.max_len = args.max_len or DEFAULTS[args.task]["max_len"]
     train_config(args)  # bad training flags are refused before any work
     return args
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mobilekd.data.tasks import DEFAULTS, TASK_NAMES, classification_task, encode_classification, training_subset
+from mobilekd.data.tasks import classification_task, encode_classification, training_subset
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.export.early_exit import segment_flops
@@ -34,7 +34,7 @@ from mobilekd.finetune.metrics import classification_metrics
 from mobilekd.flags import at_least
 from mobilekd.models.early_exit import (THRESHOLDS, EarlyExitClassifier, predictions_at, save_early_exit,
                                         self_distillation_loss)
-from mobilekd.train.common import add_training_flags, run_owned, train_config
+from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 
 
@@ -42,31 +42,20 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd fastbert", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="a classifier fine-tuned on --task (mobilekd finetune's OUT)")
-    p.add_argument("--task", required=True, choices=[t for t in TASK_NAMES if not t.startswith("squad")])
-    p.add_argument("--data", help="task directory (default: the shipped copy)")
-    p.add_argument("--epochs", type=float, default=10, help="self-distillation epochs (default 10, fastbert.py's)")
-    p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
-    p.add_argument("--lr", type=float, default=2e-4, help="peak learning rate (default 2e-4, fastbert.py's)")
-    p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction (default 0.1)")
-    p.add_argument("--max-len", type=int, help="sequence length (default per task, 128 for GLUE)")
-    p.add_argument("--max-train-examples", type=int, help="a seeded random subset of the training text")
-    p.add_argument("--subset-seed", type=int, default=0, help="the seed that draws that subset (default 0)")
+    add_task_flags(p, epochs=10, lr=2e-4, warmup=0.1, what="self-distillation", source=", fastbert.py's")
     p.add_argument("--width", type=int, default=128, help="branch classifier width (default 128, FastBERT's)")
     p.add_argument("--heads", type=int, default=2, help="branch self-attention heads (default 2, FastBERT's)")
     p.add_argument("--thresholds", type=float, nargs="+", default=THRESHOLDS,
                    help="speed thresholds scored on dev, in [0, 1] (default 0 0.1 ... 0.9; 0 = the full model)")
     add_training_flags(p, out="runs/fastbert", batch_size=16, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
-    at_least("--epochs", args.epochs, 0, strictly=True)
-    at_least("--max-steps", args.max_steps, 1)
-    at_least("--max-len", args.max_len, 1)
+    check_task_flags(args)
     at_least("--width", args.width, 1)
     at_least("--heads", args.heads, 1)
     if args.width % args.heads:
         raise UserError(f"--width {args.width} is not divisible by --heads {args.heads}")
     if not all(0 <= t <= 1 for t in args.thresholds):
         raise UserError(f"--thresholds must lie in [0, 1], got {args.thresholds}")
-    args.max_len = args.max_len or DEFAULTS[args.task]["max_len"]
     train_config(args)  # bad training flags are refused before any work
     return args
 

@@ -29,7 +29,7 @@ def save_checkpoint(out_dir, model, optimizer, scheduler, trainer: dict) -> Path
     final, new, old = out_dir / NAME, out_dir / f".{NAME}-new", out_dir / f".{NAME}-old"
     shutil.rmtree(new, ignore_errors=True)
     new.mkdir(parents=True)
-    save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, str(new / "model.safetensors"))
+    save_file(_unshared(model.state_dict()), str(new / "model.safetensors"))
     state = {"torch_rng": torch.get_rng_state()}
     if optimizer is not None:
         state.update(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict())
@@ -41,6 +41,18 @@ def save_checkpoint(out_dir, model, optimizer, scheduler, trainer: dict) -> Path
     os.rename(new, final)
     shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _unshared(state: dict) -> dict:
+    """The state's tensors, each with storage of its own: safetensors refuses tensors that share memory, as a
+    module used twice has them (a QAT graph's shared observers); loading copies the one value into both."""
+    out, seen = {}, set()
+    for key, value in state.items():
+        value = value.detach().contiguous().cpu()
+        storage = value.untyped_storage().data_ptr()
+        out[key] = value.clone() if storage in seen and value.numel() else value
+        seen.add(storage)
+    return out
 
 
 def find_checkpoint(out_dir) -> Path | None:

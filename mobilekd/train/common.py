@@ -11,7 +11,8 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 
 from mobilekd.data.pretraining import DEFAULT_CACHE
-from mobilekd.flags import add_flags, from_flags
+from mobilekd.data.tasks import DEFAULTS, TASK_NAMES
+from mobilekd.flags import add_flags, at_least, from_flags
 from mobilekd.rundir import owned
 from mobilekd.train.loop import TrainConfig
 
@@ -38,6 +39,32 @@ def add_training_flags(parser: argparse.ArgumentParser, *, out: str, batch_size:
     g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint exactly where it stopped")
     g.add_argument("--cache-dir", default=DEFAULT_CACHE,
                    help=f"where tokenized pre-training examples are cached (default {DEFAULT_CACHE})")
+
+
+def add_task_flags(parser: argparse.ArgumentParser, *, epochs: float, lr: float, warmup: float,
+                   what: str = "training", source: str = "") -> None:
+    """The flags of a recipe that trains on a classification task's (subset of its) training set: the task, its
+    data, how long (`what` names the epochs), the learning rate, the sequence length and the subset; `source`
+    credits the defaults (e.g. ", fastbert.py's"). `check_task_flags` checks them once parsed."""
+    parser.add_argument("--task", required=True, choices=[t for t in TASK_NAMES if not t.startswith("squad")])
+    parser.add_argument("--data", help="task directory (default: the shipped copy)")
+    parser.add_argument("--epochs", type=float, default=epochs, help=f"{what} epochs (default {epochs:g}{source})")
+    parser.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
+    parser.add_argument("--lr", type=float, default=lr, help=f"peak learning rate (default {lr:g}{source})")
+    parser.add_argument("--warmup", type=float, default=warmup, help=f"warm-up fraction (default {warmup:g})")
+    parser.add_argument("--max-len", type=int, help="sequence length (default per task, 128 for GLUE)")
+    parser.add_argument("--max-train-examples", type=int, help="a seeded random subset of the training set")
+    parser.add_argument("--subset-seed", type=int, default=0, help="the seed that draws that subset (default 0)")
+
+
+def check_task_flags(args) -> None:
+    """Refuse bad values of `add_task_flags`'s flags; the task's sequence length where none was given."""
+    at_least("--epochs", args.epochs, 0, strictly=True)
+    at_least("--max-steps", args.max_steps, 1)
+    at_least("--max-len", args.max_len, 1)
+    at_least("--max-train-examples", args.max_train_examples, 1)
+    at_least("--subset-seed", args.subset_seed, 0)
+    args.max_len = args.max_len or DEFAULTS[args.task]["max_len"]
 
 
 def train_config(args, **values) -> TrainConfig:

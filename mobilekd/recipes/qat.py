@@ -1,0 +1,128 @@
+"""Quantization-aware fine-tuning of a fine-tuned classifier, ending in a full-integer `.tflite` whose ranges come
+from training.
+
+    mobilekd qat --model runs/sst2-student --task sst2 --out runs/sst2-qat
+    mobilekd qat --model M --task mrpc --epochs 1 --lr 1e-5 --max-len 128
+
+The classifier's app-facing graph (the one `mobilekd export` writes) gets fake quantization
+(`mobilekd.export.qat.prepare_qat`) and is fine-tuned on the task's labels with cross-entropy, as the official
+code fine-tunes a trained model with `--use_quantized_training=true` (google-research mobilebert/README.md,
+run_squad.py); ranges are tracked while it trains and frozen for evaluation. OUT holds `model_qat_int8.tflite` (with the metadata `mobilekd export` attaches) and results.json:
+dev metrics of the float model it started from, of its fake-quantized twin and of the int8 file run by the LiteRT
+interpreter, the file's agreement with the twin and its float islands. Resumable (--resume) on the shared loop.
+Classification tasks only: the exported regression head is not built yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mobilekd.data.tasks import classification_task, encode_classification, training_subset
+from mobilekd.data.tokenizer import load_tokenizer
+from mobilekd.errors import cli_entry, located
+from mobilekd.export.graph import float_islands, read_graph
+from mobilekd.export.litert import INPUT_NAMES
+from mobilekd.export.parity import run_tflite
+from mobilekd.export.qat import convert_qat, freeze_ranges, prepare_qat, quantization
+from mobilekd.fileio import write_json
+from mobilekd.finetune.evaluation import fine_tuned_classifier, predict
+from mobilekd.finetune.metrics import classification_metrics
+from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
+from mobilekd.train.loop import Stage, run_plan
+
+FILE = "model_qat_int8.tflite"
+
+
+class QatClassifier(torch.nn.Module):
+    """The prepared graph behind the loop's interface: batches (int64, padded to their longest row) in, padded to
+    the file's `seq_len` and cast to its int32, as the app feeds it; probabilities out."""
+
+    def __init__(self, prepared: torch.fx.GraphModule, seq_len: int):
+        super().__init__()
+        self.prepared, self.seq_len = prepared, seq_len
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        return self.prepared(**{name: F.pad(x, (0, self.seq_len - x.shape[1])).int() for name, x in
+                                zip(INPUT_NAMES, (input_ids, attention_mask, token_type_ids))})
+
+
+def qat_loss(model: QatClassifier, batch: dict) -> dict[str, torch.Tensor]:
+    """Cross-entropy on the labels through the fake quantization (the graph ends in its softmax)."""
+    probs = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    return {"loss": F.nll_loss(probs.float().clamp_min(1e-12).log(), batch["labels"])}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="mobilekd qat", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="a classifier fine-tuned on --task (mobilekd finetune's OUT)")
+    add_task_flags(p, epochs=1, lr=1e-5, warmup=0.1, what="QAT")  # lr: the model is trained already
+    add_training_flags(p, out="runs/qat", batch_size=32, optimizer="adamw", with_seq_len=False)
+    args = p.parse_args(argv)
+    check_task_flags(args)
+    train_config(args)  # bad training flags are refused before any work
+    return args
+
+
+@cli_entry
+def main(argv=None):
+    run_owned(parse_args(argv), run)
+
+
+def run(args, accelerator):
+    start = time.time()
+    task, data = classification_task(args.task, args.data, "the int8 classifier file ends in a softmax")
+    tokenizer = load_tokenizer(args.model)
+    float_model = fine_tuned_classifier(args.model, task)
+    vocab = Path(args.model) / "vocab.txt"
+    if not vocab.is_file():
+        raise located(vocab, "missing: the file's metadata packs the model's vocabulary")
+    examples = training_subset(task.train, args.max_train_examples, args.subset_seed)
+    train = encode_classification(task, examples, tokenizer, args.max_len)
+    dev_name, dev_examples = next(iter(task.dev.items()))
+    dev = encode_classification(task, dev_examples, tokenizer, args.max_len)
+    model = QatClassifier(quantization(prepare_qat(float_model, "classification", args.max_len), True), args.max_len)
+    steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
+    stage = Stage(name="qat", steps=steps, loss=qat_loss, lr=args.lr, warmup=args.warmup)
+    cfg = train_config(args, eval_every=0, run={"model": str(args.model), "task": task.name, "lr": args.lr,
+                                                "max_len": args.max_len, "train_examples": len(train),
+                                                "subset_seed": args.subset_seed})
+    run_plan([stage], model, train, cfg, accelerator, resume=args.resume)
+    if not accelerator.is_main_process:
+        return
+    out = Path(args.out)
+    labels, names = dev.arrays["labels"], task.metrics
+    freeze_ranges(model.prepared)
+    twin = predict(model, dev)
+    float_probs = predict(QatClassifier(quantization(prepare_qat(float_model, "classification", args.max_len), False),
+                                        args.max_len), dev)
+    id2label = float_model.config.id2label
+    path = convert_qat(model.prepared, args.max_len, out / FILE, (vocab, [id2label[i] for i in range(len(id2label))]))
+    exported = run_tflite(path, dev.arrays)[0]
+    result = {"task": task.name, "model": str(args.model), "data": str(data), "method": "qat-int8",
+              "split": dev_name, "dev_examples": len(dev), "train_examples": len(train), "steps": steps,
+              "max_len": args.max_len, "lr": args.lr,
+              "metrics_float": classification_metrics(names, labels, float_probs.argmax(-1)),
+              "metrics_fake_quant": classification_metrics(names, labels, twin.argmax(-1)),
+              "metrics_int8": classification_metrics(names, labels, exported.argmax(-1)),
+              "agreement_int8_fake_quant": float((exported.argmax(-1) == twin.argmax(-1)).mean()),
+              "agreement_int8_float": float((exported.argmax(-1) == float_probs.argmax(-1)).mean()),
+              "max_abs_diff_int8_fake_quant": float(np.abs(exported - twin).max()),
+              "tflite_bytes": path.stat().st_size, "float_islands": float_islands(read_graph(path)),
+              "wall_seconds": round(time.time() - start, 1), "complete": True}
+    write_json(out / "results.json", result)
+    for kind in ("float", "fake_quant", "int8"):
+        print(f"{kind}: " + ", ".join(f"{k} {v:.4f}" for k, v in result[f"metrics_{kind}"].items()))
+    print(f"{path} ({result['tflite_bytes'] / 1e6:.1f} MB): agreement with the fake-quantized model "
+          f"{result['agreement_int8_fake_quant']:.4f}, float islands {result['float_islands']['islands']}")
+
+
+if __name__ == "__main__":
+    main()
