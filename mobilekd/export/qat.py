@@ -16,9 +16,12 @@ what litert-torch lowers to TFLite's int8 kernels, with the ranges learned in tr
 activations asymmetric int8 with moving-average ranges (`FusedMovingAvgObsFakeQuantize`, averaging constant 0.01,
 i.e. an EMA decay of 0.99, not 0.999); weights symmetric narrow range [-127, 127] per output channel (per tensor in
 the official code), their range a moving average too. Which tensors get fake quantization is the quantizer's
-annotation (inputs and outputs of linear, add, mul, cat and fixed-range ops such as softmax), not the official
-list: the attention products are not annotated, so they stay float islands (`mobilekd.export.graph.float_islands`
-reports them). relu6, NoNorm and the clipped -6 mask are the model's own options, not enforced here.
+annotation (linear) and ours (`annotate_activations`: add, mul, the attention products, softmax): every
+activation, as in the official code. The attention products are explicit only in the official masked form
+(`ModelConfig.masked_score`, -6 there: `mobilekd qat` sets it); with the additive -10000 mask our models run
+PyTorch's fused attention, which stays a float island (`mobilekd.export.graph.float_islands` reports them), and
+a -10000 would spoil the scores' int8 range anyway. Not done: the official clip of the scores to [-6, 60]; relu6
+and NoNorm are the model's own options, not enforced here.
 """
 
 from __future__ import annotations
@@ -32,16 +35,60 @@ from mobilekd.fileio import atomic_path
 
 
 def quantizer():
-    """litert-torch's PT2E quantizer, per-channel symmetric weights, QAT: the one `prepare_qat` annotates with and
-    `convert_qat` lowers with."""
+    """litert-torch's PT2E quantizer, per-channel symmetric weights, QAT, with every activation product annotated:
+    the one `prepare_qat` annotates with and `convert_qat` lowers with."""
     from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
 
-    class NoConvolution(PT2EQuantizer):
+    class Quantizer(PT2EQuantizer):
         # its QAT-only patterns fold convolutions into batch norms: our models have neither, and building those
         # patterns fails under torch 2.13 (torchao exports a plain function as the pattern)
         STATIC_QAT_ONLY_OPS: list = []
 
-    return NoConvolution().set_global(get_symmetric_quantization_config(is_per_channel=True, is_qat=True))
+        def annotate(self, model):
+            return annotate_activations(super().annotate(model), self.global_config)
+
+    return Quantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_qat=True))
+
+
+def annotate_activations(model: torch.fx.GraphModule, config) -> torch.fx.GraphModule:
+    """Fake quantization where litert-torch's annotators leave float: its add / mul / softmax annotators find their
+    ops by the source records a strict export keeps, which `torch.export`'s default (non-strict) export does not, so
+    every residual add and NoNorm was left float; and it has none for the attention products. Here, in graph order:
+    add, mul and matmul get int8 inputs and output (an input whose producer already has an output range keeps that
+    one: no requantize in between), a softmax of quantized scores the fixed output range TFLite's int8 softmax
+    requires (scale 1/256, zero point -128), except the classifier's: apps (MediaPipe) read float probabilities. The official code quantizes the same tensors (modeling.py
+    `attention_layer`: the scores after QK^T and masking, the context layer; `dense_layer_*` inputs)."""
+    from litert_torch.quantize.pt2e_quantizer_utils import (get_fixed_qparams_qspec, get_input_act_qspec,
+                                                            get_output_act_qspec)
+    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation
+
+    aten = torch.ops.aten
+    products = {aten.add.Tensor, aten.mul.Tensor, aten.matmul.default}
+    softmax = {aten.softmax.int, aten._softmax.default}
+    # ops that pass their input's range on unchanged: a consumer looks through them to the producer
+    through = {aten.dropout.default, aten.view.default, aten.reshape.default, aten.transpose.int, aten.permute.default,
+               aten.clone.default}
+
+    def has_range(node) -> bool:
+        while node.op == "call_function" and node.target in through:
+            node = node.args[0]
+        annotation = node.meta.get("quantization_annotation")
+        return annotation is not None and annotation.output_qspec is not None
+
+    for node in model.graph.nodes:
+        if node.op != "call_function" or "quantization_annotation" in node.meta:
+            continue
+        if node.target in softmax and has_range(node.args[0]) and all(u.op != "output" for u in node.users):
+            node.meta["quantization_annotation"] = QuantizationAnnotation(
+                output_qspec=get_fixed_qparams_qspec(config), _annotated=True)
+        elif node.target in products:
+            floats = [a for a in node.args[:2] if isinstance(a, torch.fx.Node) and a.meta.get("val") is not None
+                      and a.meta["val"].is_floating_point()]
+            if floats:
+                node.meta["quantization_annotation"] = QuantizationAnnotation(
+                    input_qspec_map={a: get_input_act_qspec(config) for a in floats if not has_range(a)},
+                    output_qspec=get_output_act_qspec(config), _annotated=True)
+    return model
 
 
 def prepare_qat(model: torch.nn.Module, head: str, seq_len: int) -> torch.fx.GraphModule:

@@ -15,9 +15,9 @@ from mobilekd.finetune.qa import decode_answers
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
 
 
-def build_model(model_dir, task: Task, role: str = "model", classifier_dropout: float | None = None):
+def build_model(model_dir, task: Task, role: str = "model", classifier_dropout: float | None = None, **changes):
     """Load `model_dir` with the task's head; its labels, if it has any, must be the task's. A classifier's
-    dropout is `classifier_dropout` when given, else the model's own."""
+    dropout is `classifier_dropout` when given, else the model's own; `changes` override other config fields."""
     config, _ = load_config(model_dir)
     if task.head == "qa":
         return load_pretrained(model_dir, "qa")
@@ -27,14 +27,14 @@ def build_model(model_dir, task: Task, role: str = "model", classifier_dropout: 
     problem = "regression" if task.is_regression else "single_label_classification"
     dropout = config.classifier_dropout if classifier_dropout is None else classifier_dropout
     return load_pretrained(model_dir, "classification", config=config.replace(
-        id2label=task.id2label, problem_type=problem, classifier_dropout=dropout))
+        id2label=task.id2label, problem_type=problem, classifier_dropout=dropout, **changes))
 
 
-def fine_tuned_classifier(model_dir, task: Task, role: str = "model"):
+def fine_tuned_classifier(model_dir, task: Task, role: str = "model", **changes):
     """`build_model` for a directory that must already be a classifier of the task (a teacher, FastBERT's base)."""
     if not load_config(model_dir)[0].id2label:
         raise UserError(f"{model_dir}: not a fine-tuned classifier (no labels); run mobilekd finetune first")
-    return build_model(model_dir, task, role)
+    return build_model(model_dir, task, role, **changes)
 
 
 @torch.no_grad()

@@ -4,13 +4,14 @@ from training.
     mobilekd qat --model runs/sst2-student --task sst2 --out runs/sst2-qat
     mobilekd qat --model M --task mrpc --epochs 1 --lr 1e-5 --max-len 128
 
-The classifier's app-facing graph (the one `mobilekd export` writes) gets fake quantization
-(`mobilekd.export.qat.prepare_qat`) and is fine-tuned on the task's labels with cross-entropy, as the official
-code fine-tunes a trained model with `--use_quantized_training=true` (google-research mobilebert/README.md,
-run_squad.py); ranges are tracked while it trains and frozen for evaluation. OUT holds `model_qat_int8.tflite` (with the metadata `mobilekd export` attaches) and results.json:
-dev metrics of the float model it started from, of its fake-quantized twin and of the int8 file run by the LiteRT
-interpreter, the file's agreement with the twin and its float islands. Resumable (--resume) on the shared loop.
-Classification tasks only: the exported regression head is not built yet.
+The classifier's app-facing graph (the one `mobilekd export` writes), its attention to padding in the official
+masked form (--masked-score), gets fake quantization on every activation (`mobilekd.export.qat.prepare_qat`) and
+is fine-tuned on the task's labels with cross-entropy, as the official code fine-tunes a trained model with
+`--use_quantized_training=true` (google-research mobilebert/README.md, run_squad.py); ranges are tracked while it
+trains and frozen for evaluation. OUT holds `model_qat_int8.tflite` (with the metadata `mobilekd export`
+attaches) and results.json: dev metrics of the float model it started from, of its fake-quantized twin and of the
+int8 file run by the LiteRT interpreter, the file's agreement with the twin and its float islands. Resumable
+(--resume) on the shared loop. Classification tasks only: the exported regression head is not built yet.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="a classifier fine-tuned on --task (mobilekd finetune's OUT)")
     add_task_flags(p, epochs=1, lr=1e-5, warmup=0.1, what="QAT")  # lr: the model is trained already
+    p.add_argument("--masked-score", type=float,
+                   help="attention to padding in the official form, score x mask + (1 - mask) x M, whose int8 range "
+                        "the official QAT keeps (default: the model's own M, else -6, the official code's)")
     add_training_flags(p, out="runs/qat", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
     check_task_flags(args)
@@ -81,6 +85,7 @@ def run(args, accelerator):
     task, data = classification_task(args.task, args.data, "the int8 classifier file ends in a softmax")
     tokenizer = load_tokenizer(args.model)
     float_model = fine_tuned_classifier(args.model, task)
+    masked_score = next(m for m in (args.masked_score, float_model.config.masked_score, -6.0) if m is not None)
     vocab = Path(args.model) / "vocab.txt"
     if not vocab.is_file():
         raise located(vocab, "missing: the file's metadata packs the model's vocabulary")
@@ -88,11 +93,13 @@ def run(args, accelerator):
     train = encode_classification(task, examples, tokenizer, args.max_len)
     dev_name, dev_examples = next(iter(task.dev.items()))
     dev = encode_classification(task, dev_examples, tokenizer, args.max_len)
-    model = QatClassifier(quantization(prepare_qat(float_model, "classification", args.max_len), True), args.max_len)
+    qat_model = fine_tuned_classifier(args.model, task, masked_score=masked_score)
+    model = QatClassifier(quantization(prepare_qat(qat_model, "classification", args.max_len), True), args.max_len)
     steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
     stage = Stage(name="qat", steps=steps, loss=qat_loss, lr=args.lr, warmup=args.warmup)
     cfg = train_config(args, eval_every=0, run={"model": str(args.model), "task": task.name, "lr": args.lr,
-                                                "max_len": args.max_len, "train_examples": len(train),
+                                                "max_len": args.max_len, "masked_score": masked_score,
+                                                "train_examples": len(train),
                                                 "subset_seed": args.subset_seed})
     run_plan([stage], model, train, cfg, accelerator, resume=args.resume)
     if not accelerator.is_main_process:
@@ -108,7 +115,7 @@ def run(args, accelerator):
     exported = run_tflite(path, dev.arrays)[0]
     result = {"task": task.name, "model": str(args.model), "data": str(data), "method": "qat-int8",
               "split": dev_name, "dev_examples": len(dev), "train_examples": len(train), "steps": steps,
-              "max_len": args.max_len, "lr": args.lr,
+              "max_len": args.max_len, "lr": args.lr, "masked_score": masked_score,
               "metrics_float": classification_metrics(names, labels, float_probs.argmax(-1)),
               "metrics_fake_quant": classification_metrics(names, labels, twin.argmax(-1)),
               "metrics_int8": classification_metrics(names, labels, exported.argmax(-1)),
