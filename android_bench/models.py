@@ -1,6 +1,7 @@
 """The models the latency report compares: our presets at sequence 128 with random weights, as sentence classifiers
-ending in a softmax, exported fp32 and dynamic-range int8 and kept in a cache; plus transformers' own MobileBERT
-through the same converter, the reference our export must match.
+ending in a softmax, exported fp32, dynamic-range int8 and full-integer int8 (post-training or through a
+quantization-aware graph) and kept in a cache; plus transformers' own MobileBERT through the same converter, the
+reference our export must match.
 
 Latency does not depend on the weights' values, but the graph does: the converter drops a normalization whose
 scale is 1 and shift 0 and a bias of zeros, as a freshly initialised model has them and a trained one never does.
@@ -12,9 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from mobilekd.export.litert import convert, quantize_file, sample_inputs
+from mobilekd.data.tasks import default_data, encode_classification, load_task
+from mobilekd.data.tokenizer import load_tokenizer
+from mobilekd.export.litert import INPUT_NAMES, convert, quantize_file, sample_inputs
+from mobilekd.export.qat import convert_qat, freeze_ranges, prepare_qat, quantization
 from mobilekd.fileio import atomic_path
 from mobilekd.models.heads import MobileBertForSequenceClassification
 from mobilekd.models.presets import get_preset
@@ -41,11 +46,27 @@ def trained_like(model: torch.nn.Module) -> torch.nn.Module:
                 p.copy_(start + 0.1 * torch.randn(p.shape, generator=generator))
     return model
 
+QUANTIZE = ("none", "dynamic-int8", "int8", "qat-int8")
+CALIBRATION_SENTENCES = 32  # shipped SST-2 training sentences: the full-integer files' ranges
+
+
 def export_preset(name: str, quantize: str, seq_len: int, cache: Path) -> Path:
-    """`cache/<name>_<quantize>_<seq_len>.tflite`, converted (and quantized) on first use."""
+    """`cache/<name>_<quantize>_<seq_len>.tflite`, converted (and quantized) on first use: "int8" is the
+    full-integer file of post-training quantization, "qat-int8" the one of `mobilekd.export.qat` (its ranges
+    observed through fake quantization over the same sentences: random weights are not trained)."""
     path = cache / f"{name}_{quantize.replace('-', '_')}_{seq_len}_{GRAPHS}.tflite"
     if path.is_file():
         return path
+    if quantize == "int8":
+        return convert(preset_classifier(name), "classification", seq_len, path, "int8",
+                       [{k: v[i:i + 1] for k, v in calibration_arrays(seq_len).items()}
+                        for i in range(CALIBRATION_SENTENCES)])
+    if quantize == "qat-int8":
+        model = preset_classifier(name, masked_score=-6.0)  # the official masked attention, as `mobilekd qat` has it
+        prepared = quantization(prepare_qat(model, "classification", seq_len), True)
+        with torch.no_grad():
+            prepared(**{k: torch.from_numpy(v) for k, v in calibration_arrays(seq_len).items()})
+        return convert_qat(freeze_ranges(prepared), seq_len, path)
     fp32 = cache / f"{name}_none_{seq_len}_{GRAPHS}.tflite"
     if not fp32.is_file():
         convert(preset_classifier(name), "classification", seq_len, fp32)
@@ -54,6 +75,13 @@ def export_preset(name: str, quantize: str, seq_len: int, cache: Path) -> Path:
             tmp.write_bytes(fp32.read_bytes())
             quantize_file(tmp, quantize)
     return path
+
+def calibration_arrays(seq_len: int) -> dict[str, np.ndarray]:
+    """The first shipped SST-2 training sentences, tokenized by the shipped vocabulary, as int32 model inputs."""
+    task = load_task("sst2", default_data("sst2"))
+    arrays = encode_classification(task, task.train[:CALIBRATION_SENTENCES], load_tokenizer(), seq_len).arrays
+    return {k: arrays[k].astype(np.int32) for k in INPUT_NAMES}
+
 
 class _TransformersClassifier(torch.nn.Module):
     def __init__(self, model):

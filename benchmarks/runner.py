@@ -34,7 +34,7 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)  # set for this run only
 
     def done(self) -> bool:
-        if self.argv[0] in ("finetune", "fastbert", "bilstm"):
+        if self.argv[0] in ("finetune", "fastbert", "bilstm", "qat"):
             return finished_results(self.out) is not None
         if self.argv[0] == "export":  # an early-exit model's is done once its layer-by-layer file is checked too
             parity = read_json(self.out / "parity.json") if (self.out / "parity.json").is_file() else {}
@@ -145,8 +145,8 @@ def mean_std_cell(values: list[float], note: str = "", signed: bool = False) -> 
 
 def merge_rows(path: Path, found: list[dict], order) -> list[dict]:
     """Write `found` into the results file at `path`, keeping its rows of other (task, method, seed, metric and,
-    where rows have one, threshold)."""
-    key = ("task", "method", "seed", "metric", "threshold")
+    where rows have them, threshold, model and thread count)."""
+    key = ("task", "method", "seed", "metric", "threshold", "model", "threads")
     new = {tuple(f.get(k) for k in key) for f in found}
     kept = [r for r in (read_json(path) if path.is_file() else []) if tuple(r.get(k) for k in key) not in new]
     rows = sorted(kept + found, key=order)
@@ -173,7 +173,7 @@ def comparison(args, plan, found, order, report) -> int:
         print(f"error: {results_path}: no results yet (run without --table)", file=sys.stderr)
         return 2
     tasks = getattr(args, "tasks", None)
-    print(report([r for r in read_json(results_path) if tasks is None or r["task"] in tasks]))
+    print(report([r for r in read_json(results_path) if tasks is None or r["task"] in (*tasks, None)]))
     return 1 if failed else 0
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from android_bench.models import PAPER_MODELS
+from android_bench.models import PAPER_MODELS, QUANTIZE
 from android_bench.report import DEVICES, collect, markdown, plot
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
@@ -25,7 +25,9 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="*", default=list(PAPER_MODELS), help="presets to export and compare "
                    f"(default: {' '.join(PAPER_MODELS)}; none with a bare --models)")
-    p.add_argument("--quantize", nargs="+", default=["none", "dynamic-int8"], choices=["none", "dynamic-int8"])
+    p.add_argument("--quantize", nargs="+", default=["none", "dynamic-int8"], choices=QUANTIZE,
+                   help="how the presets are exported (default none dynamic-int8; int8: post-training full integer, "
+                        "qat-int8: full integer through mobilekd.export.qat, ranges observed on shipped sentences)")
     p.add_argument("--tflite", nargs="*", default=[], metavar="NAME=PATH",
                    help="existing .tflite files to add (a file name containing int8 is set against the int8 peak)")
     p.add_argument("--accuracy", nargs="*", default=[], metavar="NAME=VALUE",

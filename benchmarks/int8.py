@@ -1,0 +1,218 @@
+"""Integer models (issue 20): per task, the distilled MobileBERT student fine-tuned once (fp32) and its files in
+dynamic-range int8, post-training full int8 (ptq-int8) and quantization-aware full int8 (qat-int8, `mobilekd qat`,
+3 seeds); and full-size MobileBERT and MobileBERT_TINY (random weights, for speed) in the same four forms. One row
+per file and measurement to docs/results/int8.json, a README table and the issue's goals as measured.
+
+    python -m benchmarks.int8                   # SST-2 and MRPC, QAT seeds 0-2 (about 50 minutes, two workers)
+    python -m benchmarks.int8 --collect         # rows of the finished runs, run nothing
+    python -m benchmarks.int8 --table
+
+The student is the demo's PKT-distilled mobilebert_h384 (`--student`, default runs/demo/student: scripts/demo.sh
+makes it), fine-tuned with issue 13's settings (benchmarks.teacher_value.TASKS, lr 2e-4, seed 0). Each file's dev
+accuracy is the LiteRT interpreter's on the full dev set; its agreement is with the fp32 PyTorch model's
+predictions. QAT fine-tunes the fp32 model for about 200 steps of 32 at lr 1e-5 (SST-2: 6,400 training sentences
+once; MRPC: its 3,668 pairs twice), each seed from the same fp32 model. Every file is timed at 1 and 2 threads in
+one interleaved run (`mobilekd latency`) beside the host's own fp32 and int8 matrix-product peaks, and estimated on
+a Pixel 4. STS-B is not here: our classifier files end in a softmax, a regression file is not built yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+from benchmarks.runner import RESUMABLE, Job, comparison, comparison_flags, finished_results
+from benchmarks.teacher_value import STUDENT_LR
+from benchmarks.teacher_value import TASKS as FINETUNE
+from mobilekd.fileio import REPO_ROOT, read_json
+from mobilekd.models.flops import model_stats
+from mobilekd.models.presets import get_preset
+
+TASKS = {"sst2": "64", "mrpc": "128"}  # --max-len, as fine-tuned
+QAT = {"sst2": ["--max-train-examples", "6400", "--epochs", "1"], "mrpc": ["--epochs", "2"]}
+FILES = {"fp32": "model_none.tflite", "dynamic-int8": "model_dynamic_int8.tflite", "ptq-int8": "model_int8.tflite"}
+METHODS = [*FILES, "qat-int8"]
+PRESETS = {"mobilebert": "MobileBERT", "mobilebert_tiny": "MobileBERT_TINY"}  # random weights, timed only
+QUANTIZE = {"fp32": "none", "dynamic-int8": "dynamic-int8", "ptq-int8": "int8", "qat-int8": "qat-int8"}
+THREADS = ["1", "2"]
+STUDENT = "student"  # the rows' model name for the fine-tuned students
+
+
+def qat_dir(out: Path, task: str, seed: int) -> Path:
+    return out / task / "qat" / f"seed{seed}"
+
+
+def label(task: str, method: str) -> str:
+    """A file's name in the latency report."""
+    return f"{task} {method}"
+
+
+def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
+    plan, timed = [], {}
+    for task in tasks:
+        fp32, tflite = out / task / "fp32", out / task / "tflite"
+        plan.append(Job(f"{task}/fp32", ["finetune", "--task", task, *FINETUNE[task], "--model", str(student),
+                                         "--lr", STUDENT_LR, "--seed", "0", "--eval-every", "0", "--out", str(fp32),
+                                         *RESUMABLE], fp32))
+        plan.append(Job(f"{task}/export", ["export", "--model", str(fp32), "--seq-len", TASKS[task], "--quantize",
+                                           "none", "dynamic-int8", "int8", "--parity-examples", "2000", "--out",
+                                           str(tflite)], tflite, [f"{task}/fp32"]))
+        for seed in seeds:
+            d = qat_dir(out, task, seed)
+            plan.append(Job(f"{task}/qat/{seed}", ["qat", "--model", str(fp32), "--task", task, "--max-len",
+                                                   TASKS[task], *QAT[task], "--seed", str(seed), "--out", str(d),
+                                                   *RESUMABLE], d, [f"{task}/fp32"]))
+        timed.update({label(task, m): tflite / name for m, name in FILES.items()})
+        timed[label(task, "qat-int8")] = qat_dir(out, task, seeds[0]) / "model_qat_int8.tflite"
+    # alone, after every other run: timings share the machine with nothing of ours
+    plan.append(Job("latency", ["latency", "--models", *PRESETS, "--quantize", *QUANTIZE.values(), "--threads",
+                                *THREADS, "--devices", "pixel4", "--out", str(out / "latency"), "--tflite",
+                                *(f"{k}={v}" for k, v in timed.items())],
+                    out / "latency", [j.name for j in plan]))
+    return plan
+
+
+def timing_rows(report: dict, key: str, **identity) -> list[dict]:
+    """A timed file's rows: host latency per thread count, the Pixel 4 estimate, its GFLOPs in the graph."""
+    r = report["rows"].get(key)
+    if r is None:
+        return []
+    found = [{**identity, "metric": "host_ms", "value": r["host"][t]["p50_ms"], "threads": int(t),
+              "fraction_of_peak": r["host"][t]["fraction_of_peak"]} for t in THREADS if t in r["host"]]
+    found.append({**identity, "metric": "pixel4_ms", "value": r["estimate_ms"]["pixel4"]})
+    found.append({**identity, "metric": "gflops", "value": r["gflops"]})
+    return [{**f, "tflite_bytes": round(r["size_mb"] * 1e6)} for f in found]
+
+
+def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
+    report_path = out / "latency" / "report.json"
+    report = read_json(report_path) if report_path.is_file() else {"rows": {}, "host": {}}
+    found = []
+    for task in tasks:
+        parity_path = out / task / "tflite" / "parity.json"
+        parity = read_json(parity_path) if parity_path.is_file() else {}
+        base = {"model": STUDENT, "task": task}
+        for method, name in FILES.items():
+            if name not in parity:
+                continue
+            p = parity[name]
+            identity = {**base, "method": method, "seed": 0}
+            shared = {"tflite_bytes": p["size_bytes"], "float_islands": (p.get("float_islands") or {}).get("islands")}
+            found += [{**identity, "metric": "accuracy", "value": round(p["accuracy_exported"], 4), **shared},
+                      {**identity, "metric": "agreement_fp32", "value": round(p["agreement"], 4), **shared}]
+            found += timing_rows(report, label(task, method), **identity)
+        for seed in seeds:
+            r = finished_results(qat_dir(out, task, seed))
+            if r is None:
+                continue
+            identity = {**base, "method": "qat-int8", "seed": seed}
+            shared = {"tflite_bytes": r["tflite_bytes"], "float_islands": (r["float_islands"] or {}).get("islands"),
+                      "train_seconds": r["wall_seconds"], "steps": r["steps"]}
+            found += [{**identity, "metric": "accuracy", "value": round(r["metrics_int8"]["accuracy"], 4), **shared},
+                      {**identity, "metric": "accuracy_fake_quant",
+                       "value": round(r["metrics_fake_quant"]["accuracy"], 4), **shared},
+                      {**identity, "metric": "agreement_fp32", "value": round(r["agreement_int8_float"], 4), **shared}]
+            if seed == seeds[0]:
+                found += timing_rows(report, label(task, "qat-int8"), **identity)
+    for preset in PRESETS:
+        for method, quantize in QUANTIZE.items():
+            key = preset + ("" if quantize == "none" else f" {quantize}")
+            found += timing_rows(report, key, model=preset, task=None, method=method, seed=0)
+    for kind, by_threads in report["host"].get("peak_gflops", {}).items():
+        found += [{"model": "host", "task": None, "method": f"{kind}-peak", "seed": 0, "metric": "gop_s",
+                   "value": v, "threads": int(t)} for t, v in by_threads.items()]
+    return found
+
+
+def _pick(results, **match) -> list[dict]:
+    return [r for r in results if all(r.get(k) == v for k, v in match.items())]
+
+
+def _cell(results, digits=1, scale=1.0, **match) -> str:
+    values = [r["value"] / scale for r in _pick(results, **match)]
+    return f"{statistics.mean(values):.{digits}f}" if values else "-"
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| model | method | dev accuracy | vs fp32 | agreement with fp32 | .tflite MB | float islands | "
+             "host ms, 1 thr | host ms, 2 thr | Pixel 4 ms (est.) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    models = [(STUDENT, t) for t in dict.fromkeys(r["task"] for r in results if r["model"] == STUDENT)]
+    models += [(p, None) for p in PRESETS if _pick(results, model=p)]
+    for model, task in models:
+        fp32 = [r["value"] for r in _pick(results, model=model, task=task, method="fp32", metric="accuracy")]
+        for method in METHODS:
+            mine = _pick(results, model=model, task=task, method=method)
+            if not mine:
+                continue
+            accuracy = [r["value"] for r in mine if r["metric"] == "accuracy"]
+            acc, delta = "-", "-"
+            if accuracy:
+                std = statistics.stdev(accuracy) if len(accuracy) > 1 else 0.0
+                acc = f"{statistics.mean(accuracy):.4f} ± {std:.4f} [n={len(accuracy)}]"
+                delta = f"{100 * (statistics.mean(accuracy) - fp32[0]):+.2f}" if fp32 else "-"
+            islands = next((r.get("float_islands") for r in mine if r.get("float_islands") is not None), None)
+            size = next((r["tflite_bytes"] for r in mine if r.get("tflite_bytes")), None)
+            name = f"{model} ({task})" if task else PRESETS[model] + " (random weights)"
+            lines.append(f"| {name} | {method} | {acc} | {delta} | {_cell(mine, 4, metric='agreement_fp32')} | "
+                         f"{f'{size / 1e6:.1f}' if size else '-'} | {'-' if islands is None else islands} | "
+                         f"{_cell(mine, 2, metric='host_ms', threads=1)} | "
+                         f"{_cell(mine, 2, metric='host_ms', threads=2)} | {_cell(mine, 1, metric='pixel4_ms')} |")
+    peaks = " · ".join(f"{kind} {_cell(results, 0, model='host', method=f'{kind}-peak', threads=t)} GOP/s at {t} thr"
+                       for kind in ("fp32", "int8") for t in (1, 2))
+    return "\n".join(lines) + f"\n\nThis host's matrix-product peaks: {peaks}.\n"
+
+
+def goals(results: list[dict]) -> str:
+    """The issue's goals, each reached or missed, with the figures."""
+    out = []
+    for task in dict.fromkeys(r["task"] for r in results if r["model"] == STUDENT):
+        fp32 = _pick(results, model=STUDENT, task=task, method="fp32", metric="accuracy")
+        qat = [r["value"] for r in _pick(results, model=STUDENT, task=task, method="qat-int8", metric="accuracy")]
+        if fp32 and qat:
+            gap = 100 * (fp32[0]["value"] - statistics.mean(qat))
+            out.append(f"- QAT full int8 within 1 point of fp32 on {task}: {'reached' if gap <= 1 else 'MISSED'} "
+                       f"({gap:+.2f} points below fp32, mean of {len(qat)} seeds)")
+    for t in (1, 2):
+        ms = {m: _pick(results, model="mobilebert", method=m, metric="host_ms", threads=t) for m in METHODS}
+        peak = {k: _pick(results, model="host", method=f"{k}-peak", threads=t) for k in ("fp32", "int8")}
+        if all(ms.values()) and all(peak.values()):
+            best = min(("ptq-int8", "qat-int8"), key=lambda m: ms[m][0]["value"])
+            dyn = ms["dynamic-int8"][0]["value"]
+            faster = ms[best][0]["value"] < dyn
+            out.append(f"- full int8 faster than dynamic-range int8 on MobileBERT, {t} thread{'s' * (t > 1)} "
+                       f"(int8 peak {peak['int8'][0]['value']:.0f} vs fp32 {peak['fp32'][0]['value']:.0f} GOP/s): "
+                       f"{'reached' if faster else 'MISSED'} ({best} {ms[best][0]['value']:.1f} ms vs dynamic "
+                       f"{dyn:.1f} ms, {dyn / ms[best][0]['value']:.2f}x)")
+    tiny = _pick(results, model="mobilebert_tiny", method="fp32", metric="gflops")
+    if tiny:
+        ours = model_stats(get_preset("mobilebert_tiny").config)["flops_seq128"] / 1e9
+        graph = tiny[0]["value"]
+        out.append(f"- MobileBERT_TINY's GFLOPs in the graph equal our count ({ours:.2f}; the graph adds the "
+                   f"classifier): {'reached' if abs(graph - ours) / ours < 0.02 else 'MISSED'} ({graph:.2f})")
+    return "\n".join(out) + "\n"
+
+
+def report(results: list[dict]) -> str:
+    return table(results) + "\n" + goals(results)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.int8", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    comparison_flags(p, "runs/int8", "docs/results/int8.json", list(TASKS), TASKS)
+    p.add_argument("--student", default="runs/demo/student",
+                   help="the distilled (not fine-tuned) student (default runs/demo/student: scripts/demo.sh's)")
+    args = p.parse_args(argv)
+    out, student = (REPO_ROOT / args.out).resolve(), (REPO_ROOT / args.student).resolve()
+    order = [None, *TASKS]
+    return comparison(args, lambda: jobs(out, student, args.tasks, args.seeds),
+                      lambda: rows(out, args.tasks, args.seeds),
+                      lambda r: (r["model"] != STUDENT, order.index(r["task"]), METHODS.index(r["method"])
+                                 if r["method"] in METHODS else 9, r["seed"], r["metric"], r.get("threads") or 0),
+                      report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
