@@ -53,11 +53,12 @@ def quantizer():
 def annotate_activations(model: torch.fx.GraphModule, config) -> torch.fx.GraphModule:
     """Fake quantization where litert-torch's annotators leave float: its add / mul / softmax annotators find their
     ops by the source records a strict export keeps, which `torch.export`'s default (non-strict) export does not, so
-    every residual add and NoNorm was left float; and it has none for the attention products. Here, in graph order:
-    add, mul and matmul get int8 inputs and output (an input whose producer already has an output range keeps that
-    one: no requantize in between), a softmax of quantized scores the fixed output range TFLite's int8 softmax
-    requires (scale 1/256, zero point -128), except the classifier's: apps (MediaPipe) read float probabilities. The official code quantizes the same tensors (modeling.py
-    `attention_layer`: the scores after QK^T and masking, the context layer; `dense_layer_*` inputs)."""
+    every residual add (and NoNorm's shift) was left float; and it has none for the attention products. Here, in
+    graph order: add, mul and matmul get int8 inputs and output (an input whose producer already has an output range
+    keeps that one: no requantize in between), a softmax of quantized scores the fixed output range TFLite's int8
+    softmax requires (scale 1/256, zero point -128), except the classifier's: apps (MediaPipe) read float
+    probabilities. The official code quantizes the same tensors (modeling.py `attention_layer`: the scores after
+    QK^T and masking, the context layer; `dense_layer_*` inputs)."""
     from litert_torch.quantize.pt2e_quantizer_utils import (get_fixed_qparams_qspec, get_input_act_qspec,
                                                             get_output_act_qspec)
     from torchao.quantization.pt2e.quantizer import QuantizationAnnotation
