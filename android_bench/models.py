@@ -58,9 +58,9 @@ def export_preset(name: str, quantize: str, seq_len: int, cache: Path) -> Path:
     if path.is_file():
         return path
     if quantize == "int8":
+        arrays = calibration_arrays(seq_len)
         return convert(preset_classifier(name), "classification", seq_len, path, "int8",
-                       [{k: v[i:i + 1] for k, v in calibration_arrays(seq_len).items()}
-                        for i in range(CALIBRATION_SENTENCES)])
+                       [{k: v[i:i + 1] for k, v in arrays.items()} for i in range(CALIBRATION_SENTENCES)])
     if quantize == "qat-int8":
         model = preset_classifier(name, masked_score=-6.0)  # the official masked attention, as `mobilekd qat` has it
         prepared = quantization(prepare_qat(model, "classification", seq_len), True)

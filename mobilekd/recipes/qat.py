@@ -108,19 +108,18 @@ def run(args, accelerator):
     labels, names = dev.arrays["labels"], task.metrics
     freeze_ranges(model.prepared)
     twin = predict(model, dev)
-    float_probs = predict(QatClassifier(quantization(prepare_qat(float_model, "classification", args.max_len), False),
-                                        args.max_len), dev)
+    float_predictions = predict(float_model, dev).argmax(-1)  # its logits: the file's softmax keeps their order
     id2label = float_model.config.id2label
     path = convert_qat(model.prepared, args.max_len, out / FILE, (vocab, [id2label[i] for i in range(len(id2label))]))
     exported = run_tflite(path, dev.arrays)[0]
     result = {"task": task.name, "model": str(args.model), "data": str(data), "method": "qat-int8",
               "split": dev_name, "dev_examples": len(dev), "train_examples": len(train), "steps": steps,
               "max_len": args.max_len, "lr": args.lr, "masked_score": masked_score,
-              "metrics_float": classification_metrics(names, labels, float_probs.argmax(-1)),
+              "metrics_float": classification_metrics(names, labels, float_predictions),
               "metrics_fake_quant": classification_metrics(names, labels, twin.argmax(-1)),
               "metrics_int8": classification_metrics(names, labels, exported.argmax(-1)),
               "agreement_int8_fake_quant": float((exported.argmax(-1) == twin.argmax(-1)).mean()),
-              "agreement_int8_float": float((exported.argmax(-1) == float_probs.argmax(-1)).mean()),
+              "agreement_int8_float": float((exported.argmax(-1) == float_predictions).mean()),
               "max_abs_diff_int8_fake_quant": float(np.abs(exported - twin).max()),
               "tflite_bytes": path.stat().st_size, "float_islands": float_islands(read_graph(path)),
               "wall_seconds": round(time.time() - start, 1), "complete": True}
