@@ -69,10 +69,22 @@ EXPORTED = {"teacher": "teacher", "bert3": "ft", "distilbert": "distilbert", "ti
             "mobilebert": "mobilebert"}  # student -> the method whose SST-2 seed-0 model is exported and timed
 
 
-def teacher_dir(out: Path, stages: Path, task: str) -> Path:
+def teacher_dir(out: Path, stages: Path, task: str, seed: int = 0) -> Path:
     if task in NEW_TEACHERS:
-        return out / "teachers" / task
-    return teacher_value.finetune_dir(stages, task, "teacher", 0)
+        return out / "teachers" / (task if seed == 0 else f"{task}_seed{seed}")
+    return teacher_value.finetune_dir(stages, task, "teacher", seed)
+
+
+def teacher_job(out: Path, stages: Path, task: str, seed: int = 0) -> Job:
+    """The teacher of `task` fine-tuned from the adapted teacher with `seed`: issue 13's run (and flags) for the
+    tasks it has, NEW_TEACHERS' flags for the others. Seed 0's serves every student here; benchmarks.multitask
+    makes ensembles of seeds 0-2."""
+    t = teacher_dir(out, stages, task, seed)
+    flags = NEW_TEACHERS[task] if task in NEW_TEACHERS else teacher_value.TASKS[task]
+    return Job(f"{task}/teacher" + (f"/{seed}" if seed else ""),
+               ["finetune", "--task", task, *flags, "--model", str(stages / "teacher"), "--lr",
+                teacher_value.TEACHER_LR, "--seed", str(seed), "--eval-every", "0", "--out", str(t), *RESUMABLE], t,
+               ["adapt"])
 
 
 def run_dir(out: Path, task: str, method: str, seed: int) -> Path:
@@ -102,12 +114,7 @@ def jobs(out: Path, stages: Path, tasks: list[str], seeds: list[int]) -> list[Jo
     for seed in seeds:
         for task in tasks:
             if seed == seeds[0]:  # each task's teacher just before its first runs, so that others start meanwhile
-                t = teacher_dir(out, stages, task)
-                argv = (["finetune", "--task", task, *NEW_TEACHERS[task]] if task in NEW_TEACHERS else
-                        ["finetune", "--task", task, *teacher_value.TASKS[task]])
-                plan.append(Job(f"{task}/teacher", [*argv, "--model", str(base), "--lr", teacher_value.TEACHER_LR,
-                                                    "--seed", "0", "--eval-every", "0", "--out", str(t), *RESUMABLE],
-                                t, ["adapt"]))
+                plan.append(teacher_job(out, stages, task))
             for method, (student, flags, taught) in METHODS.items():
                 if method == "teacher":
                     continue

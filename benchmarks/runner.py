@@ -21,6 +21,7 @@ from safetensors import safe_open
 from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd.models.early_exit import is_early_exit
+from mobilekd.models.multitask import is_multitask
 
 RESUMABLE = ["--threads", "1", "--resume"]
 
@@ -34,12 +35,15 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)  # set for this run only
 
     def done(self) -> bool:
-        if self.argv[0] in ("finetune", "fastbert", "bilstm", "qat"):
+        if self.argv[0] in ("finetune", "fastbert", "bilstm", "qat", "multitask"):
             return finished_results(self.out) is not None
-        if self.argv[0] == "export":  # an early-exit model's is done once its layer-by-layer file is checked too
+        if self.argv[0] == "export":  # an early-exit model's is done once its layer-by-layer file is checked too,
             parity = read_json(self.out / "parity.json") if (self.out / "parity.json").is_file() else {}
-            early = is_early_exit(self.argv[self.argv.index("--model") + 1])
-            return bool(parity) and (not early or "model_early_exit.tflite" in parity)
+            model = self.argv[self.argv.index("--model") + 1]  # a multi-task model's once each of its files is
+            if is_multitask(model):
+                tasks = read_json(Path(model) / "multitask.json")["tasks"] if "--single-task-files" in self.argv else []
+                return {"model_multitask_none.tflite", *(f"model_{t}.tflite" for t in tasks)} <= set(parity)
+            return bool(parity) and (not is_early_exit(model) or "model_early_exit.tflite" in parity)
         if self.argv[0] == "latency":
             return (self.out / "report.json").is_file()
         written = ["config.json", "model.safetensors"] + ([] if self.argv[0] == "init" else ["summary.json"])

@@ -1,7 +1,7 @@
 """`mobilekd <verb> [flags]`: the one command-line front over the recipes in mobilekd/recipes/.
 
-    mobilekd models | init | train-teacher | distill | finetune | fastbert | bilstm | qat | export | latency
-             | host-bench | adb | report
+    mobilekd models | init | train-teacher | distill | finetune | fastbert | bilstm | multitask | qat | export
+             | latency | host-bench | adb | report
     mobilekd VERB --help
 
 scripts/*.sh are thin wrappers that set up the environment and call a verb. Under `accelerate launch`, name the
@@ -22,6 +22,7 @@ VERBS = {
     "finetune": ("finetune", "main", "fine-tune and evaluate on GLUE, SQuAD or your own data"),
     "fastbert": ("fastbert", "main", "self-distil early-exit branches into a fine-tuned classifier (FastBERT)"),
     "bilstm": ("bilstm", "main", "distil a fine-tuned teacher into a BiLSTM over a transfer set (Tang et al.)"),
+    "multitask": ("multitask", "main", "multi-task fine-tuning (MT-DNN), with knowledge distillation from ensembles"),
     "qat": ("qat", "main", "quantization-aware fine-tuning of a classifier, to a full-integer .tflite"),
     "export": ("export", "main", "export to .tflite (and ONNX) with metadata, checked against PyTorch"),
     "latency": ("latency", "main", "latency report: host-measured, Pixel-class estimate, the paper's claims"),

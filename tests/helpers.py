@@ -1,4 +1,4 @@
-"""Running our command-line programs the way users do, in a subprocess."""
+"""Shared test helpers: a small BERT-layout config; our command-line programs run as users run them (a subprocess)."""
 
 import json
 import os
@@ -10,7 +10,14 @@ import time
 from safetensors.torch import load_file
 
 from conftest import ROOT
+from mobilekd.models.config import ModelConfig
 from mobilekd.train.checkpoint import find_checkpoint
+
+# a small BERT-layout model (the teacher's kind): 4 layers, 96 wide, 12 heads as all-MiniLM-L6-v2 has
+BERT = ModelConfig(hidden_size=96, num_hidden_layers=4, num_attention_heads=12, intermediate_size=192,
+                   hidden_act="gelu", embedding_size=96, trigram_input=False, embedding_transformation=False,
+                   use_bottleneck=False, intra_bottleneck_size=96, key_query_shared_bottleneck=False,
+                   num_feedforward_networks=1, normalization_type="layer_norm")
 
 
 def env(threads: int = 1) -> dict:

@@ -8,20 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import one_line_error, run_module
+from helpers import BERT, one_line_error, run_module
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.errors import UserError
 from mobilekd.export.early_exit import EarlyExitRunner, convert_early_exit, early_exit_parity, time_early_exit
-from mobilekd.models.config import ModelConfig
 from mobilekd.models.early_exit import (EarlyExitClassifier, exit_layers, predictions_at, self_distillation_loss,
                                         uncertainty)
 from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
 from mobilekd.models.hf import save_pretrained
 
-BERT = ModelConfig(hidden_size=96, num_hidden_layers=4, num_attention_heads=12, intermediate_size=192,
-                   hidden_act="gelu", embedding_size=96, trigram_input=False, embedding_transformation=False,
-                   use_bottleneck=False, intra_bottleneck_size=96, key_query_shared_bottleneck=False,
-                   num_feedforward_networks=1, normalization_type="layer_norm")
 
 
 @pytest.fixture(scope="module")

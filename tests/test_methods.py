@@ -8,13 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import one_line_error, run_module
+from helpers import BERT, one_line_error, run_module
 from mobilekd.data.augment import Augmentor, words
 from mobilekd.data.examples import TextExample
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.errors import UserError
 from mobilekd.finetune.teacher_outputs import teacher_outputs
-from mobilekd.models.config import ModelConfig
 from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.mobilebert import EncoderOutput
@@ -23,11 +22,6 @@ from mobilekd.transfer.layer_maps import layer_map
 from mobilekd.transfer.losses import logit_distillation, patience_loss
 from mobilekd.transfer.objectives import Features, distilbert_matches, evaluate, pkd_matches, tinybert_matches
 
-# a small BERT-layout model (the teacher's kind): 4 layers, 96 wide, 12 heads as all-MiniLM-L6-v2 has
-BERT = ModelConfig(hidden_size=96, num_hidden_layers=4, num_attention_heads=12, intermediate_size=192,
-                   hidden_act="gelu", embedding_size=96, trigram_input=False, embedding_transformation=False,
-                   use_bottleneck=False, intra_bottleneck_size=96, key_query_shared_bottleneck=False,
-                   num_feedforward_networks=1, normalization_type="layer_norm")
 
 
 def test_layer_maps_pick_the_documented_teacher_layers():

@@ -11,6 +11,9 @@ Writes into OUT, each file atomically:
   model_onnx2tf.tflite      with --onnx2tf: the ONNX -> onnx2tf route, checked the same way (no metadata)
   model_early_exit.tflite   for a FastBERT directory (mobilekd fastbert): one signature per layer, run as an app
                             runs it at every threshold the model was scored at, exits compared with PyTorch's
+  model_multitask_<q>.tflite  for a multi-task directory (mobilekd multitask): one output per task, each checked on
+                            its own task's dev examples; with --single-task-files also model_<task>.tflite, each
+                            task alone (with metadata), for the size comparison
   parity.json               per file: max abs output difference, prediction agreement and, for a classifier of
                             the parity task's labels, both dev accuracies; size, conversion time, non-finite
                             constants, Flex/custom ops
@@ -43,6 +46,7 @@ from mobilekd.models.bilstm import is_bilstm, load_bilstm, load_bilstm_config
 from mobilekd.models.early_exit import is_early_exit, load_early_exit, scored_thresholds
 from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, load_pretrained
+from mobilekd.models.multitask import is_multitask, load_multitask, single_task
 from mobilekd.rundir import owned
 
 SENTENCE_TASKS = [t for t in TASK_NAMES if not t.startswith("squad")]  # what the parity check can encode
@@ -72,6 +76,8 @@ def parse_args(argv=None):
     p.add_argument("--calibration", help="int8 calibration text: CSV/TSV/JSONL with a 'text' (and optional "
                                          "'text_pair') column; default: training examples of the parity task")
     p.add_argument("--calibration-examples", type=int, default=200, help="int8 calibration examples (default 200)")
+    p.add_argument("--single-task-files", action="store_true",
+                   help="a multi-task model: also one file per task (fp32), to compare with the one shared file")
     p.add_argument("--out", help="output directory (default: MODEL/tflite)")
     return p.parse_args(argv)
 
@@ -148,6 +154,8 @@ def main(argv=None):
 
 
 def run(args):
+    if is_multitask(args.model):
+        return export_multitask(args, Path(args.out or Path(args.model) / "tflite"))
     if is_bilstm(args.model):  # a BiLSTM (mobilekd bilstm) is a classifier
         if args.head not in (None, "classification"):
             raise UserError(f"{args.model}: a BiLSTM classifier has no {args.head} head")
@@ -236,6 +244,49 @@ def export_early_exit(args, model, out: Path, arrays: dict) -> dict:
     print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): {model.config.num_hidden_layers} layer "
           f"signatures; same exit layer as PyTorch for at least {worst:.4f} of examples at every threshold")
     return report
+
+
+def export_multitask(args, out: Path) -> None:
+    """The multi-task file per --quantize, each task's output checked on --parity-examples of its own dev set
+    (the task data its training used, from MODEL/results.json, else the shipped copy); with --single-task-files,
+    each task's own classifier file beside it."""
+    from mobilekd.export.multitask import convert_multitask, multitask_parity
+
+    model, tokenizer = load_multitask(args.model), load_tokenizer(args.model)
+    trained = read_json(Path(args.model) / "results.json").get("tasks", {}) \
+        if (Path(args.model) / "results.json").is_file() else {}
+    examples = {}
+    for name, head in model.tasks.items():
+        data = trained.get(name, {}).get("data") or default_data(name)
+        if data is None:
+            raise UserError(f"{args.model}: task {name}'s data is neither recorded in results.json nor shipped")
+        task = load_task(name, Path(data), eval_only=True, regression=head.labels is None)
+        examples[name] = encode_classification(task, next(iter(task.dev.values()))[:args.parity_examples], tokenizer,
+                                               args.seq_len).arrays
+    reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
+    files = [(q, f"model_multitask_{q.replace('-', '_')}.tflite") for q in args.quantize]
+    files += [(name, f"model_{name}.tflite") for name in model.tasks] if args.single_task_files else []
+    vocab = Path(args.model) / "vocab.txt"
+    for what, name in files:
+        start = time.time()
+        if what in model.tasks:
+            one = single_task(model, what)
+            path = convert(one, "classification", args.seq_len, out / name,
+                           metadata=None if args.no_metadata or not vocab.is_file() else
+                           (vocab, list(one.config.id2label.values())))
+            report = {"task": what, "size_bytes": path.stat().st_size}
+        else:
+            path = convert_multitask(model, args.seq_len, out / name, what)
+            report = {"quantize": what, "size_bytes": path.stat().st_size,
+                      "tasks": multitask_parity(model, path, examples)}
+        reports[name] = {**report, "convert_seconds": round(time.time() - start, 1), "seq_len": args.seq_len,
+                         "model": str(args.model)}
+        write_json(out / "parity.json", reports)
+        print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {reports[name]['convert_seconds']:.0f} s)" +
+              "".join(f"\n  {t}: max abs diff {r['max_abs_diff']:.2e}" +
+                      "".join(f", {k} {v:.4f}" for k, v in r.items() if k not in ("examples", "max_abs_diff",
+                                                                                    "finite"))
+                      for t, r in report.get("tasks", {}).items()))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,49 @@
+"""An ensemble of fine-tuned teachers of one task, and its soft targets (MT-DNN knowledge distillation, Liu et al.
+2019, Section 3: "the ensemble's soft targets are the average of the class probabilities of its members"; for a
+regression task, the average of their scores).
+
+Each teacher's logits over a split come from `teacher_outputs`' cache (`<teacher>/outputs/<key>.safetensors`,
+keyed by the teacher's weights and the split's tokens): computed once per teacher and split, reused by every run
+on the same examples, and recomputed when a teacher is retrained or the examples change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mobilekd.data.tasks import Task
+from mobilekd.data.tokenizer import load_tokenizer
+from mobilekd.errors import UserError
+from mobilekd.finetune.evaluation import fine_tuned_classifier
+from mobilekd.finetune.teacher_outputs import teacher_outputs
+
+
+def check_vocabulary(teacher_dir, tokenizer, student_dir) -> None:
+    """A teacher reads the student's token ids only if both have the same vocabulary."""
+    if load_tokenizer(teacher_dir).get_vocab() != tokenizer.get_vocab():
+        raise UserError(f"{teacher_dir}: its vocabulary differs from {student_dir}'s; a teacher must read the "
+                        f"student's token ids")
+
+
+def member_outputs(teacher_dirs: list[Path], task: Task, splits: list, device="cpu") -> tuple[list[np.ndarray], int]:
+    """Per split, the (teachers, N, C) logits (C = 1 for regression) of each teacher over it, from the cache where
+    it holds them; and how many (teacher, split) pairs were read from the cache."""
+    logits, cached = [[] for _ in splits], 0
+    for d in teacher_dirs:
+        teacher = fine_tuned_classifier(d, task, "teacher").to(device).eval()
+        for out, split in zip(logits, splits):
+            arrays, hit = teacher_outputs(d, teacher, split, with_cls=False)
+            out.append(arrays["teacher_logits"])
+            cached += hit
+    return [np.stack(x) for x in logits], cached
+
+
+def soft_targets(logits: np.ndarray, regression: bool) -> np.ndarray:
+    """The ensemble's targets from its members' (teachers, N, C) logits: the mean of their class probabilities,
+    or of their scores (N, 1) for regression."""
+    if regression:
+        return logits.mean(0).astype(np.float32)
+    return torch.softmax(torch.from_numpy(logits).double(), dim=-1).mean(0).float().numpy()
