@@ -19,7 +19,6 @@ from mobilekd.errors import UserError
 from mobilekd.export.litert import INPUT_NAMES, quantize_file, sample_inputs
 from mobilekd.export.parity import TFLiteRunner
 from mobilekd.fileio import atomic_path
-from mobilekd.finetune.metrics import classification_metrics
 from mobilekd.models.multitask import MultiTaskModel
 
 UNCALIBRATED = ("none", "fp16", "dynamic-int8", "weight-int8")  # the quantizations that need no task's examples
@@ -70,22 +69,24 @@ def run_multitask(path, arrays: dict[str, np.ndarray], task: str, runner: TFLite
 @torch.no_grad()
 def multitask_parity(model: MultiTaskModel, path, examples: dict[str, dict[str, np.ndarray]]) -> dict:
     """Per task, over that task's examples (encoded arrays, labels included where known): the file's output for
-    the task against PyTorch's: max abs difference, prediction agreement (classification) and the task's first
-    metric both ways."""
+    the task against PyTorch's: max abs difference, and for a classifier the prediction agreement and (with labels)
+    both accuracies; for a regression task (with labels) both Pearson correlations."""
     model.eval()
     runner, report = TFLiteRunner(path), {}
     for task, arrays in examples.items():
         ours = model.all_outputs(*(torch.from_numpy(arrays[k]) for k in INPUT_NAMES))[task].numpy()
         theirs = run_multitask(path, arrays, task, runner)
-        head = model.tasks[task]
         row = {"examples": len(ours), "max_abs_diff": float(np.abs(ours - theirs).max()),
                "finite": bool(np.isfinite(theirs).all())}
-        pred_ours, pred_theirs = (ours, theirs) if head.labels is None else (ours.argmax(-1), theirs.argmax(-1))
-        if head.labels is not None:
-            row["agreement"] = float(np.mean(pred_ours == pred_theirs))
-        if "labels" in arrays:
-            metric = head.metrics[0]
-            row[f"{metric}_torch"] = classification_metrics([metric], arrays["labels"], pred_ours)[metric]
-            row[f"{metric}_exported"] = classification_metrics([metric], arrays["labels"], pred_theirs)[metric]
+        labels = arrays.get("labels")
+        if model.tasks[task].labels is None:
+            if labels is not None:
+                row.update(pearson_torch=float(np.corrcoef(ours, labels)[0, 1]),
+                           pearson_exported=float(np.corrcoef(theirs, labels)[0, 1]))
+        else:
+            row["agreement"] = float(np.mean(ours.argmax(-1) == theirs.argmax(-1)))
+            if labels is not None:
+                row.update(accuracy_torch=float(np.mean(ours.argmax(-1) == labels)),
+                           accuracy_exported=float(np.mean(theirs.argmax(-1) == labels)))
         report[task] = row
     return report
