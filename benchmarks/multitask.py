@@ -11,7 +11,8 @@ As in Liu et al. (2019) the student has the teachers' architecture: the adapted 
 (`--stages`, runs/teacher_value), whose encoder every run starts from.
 
     single-task             the teacher fine-tuned on one task, seeds 0-2: issue 13's runs for SST-2, STS-B and MRPC
-                            (benchmarks.teacher_value's flags), issue 16's flags for RTE and CoLA (benchmarks.methods)
+                            (benchmarks.teacher_value's flags), issue 16's flags for RTE and CoLA (benchmarks.methods);
+                            scored by the distilled multi-task run at sequence 128, as every row here is
     ensemble                per task, those three models' averaged probabilities (regression: their mean score); one
                             ensemble, so one row (seed 0)
     multi-task              one encoder and five task layers (`mobilekd multitask`), seeds 0-2
@@ -34,8 +35,8 @@ import sys
 from pathlib import Path
 
 from benchmarks import methods, teacher_value
-from benchmarks.runner import (RESUMABLE, Job, columns, comparison, comparison_flags, finetune_rows, finished_results,
-                               mean_std_cell, metric_rank, parameters, values)
+from benchmarks.runner import (RESUMABLE, Job, columns, comparison, comparison_flags, finished_results, mean_std_cell,
+                               metric_rank, parameters, values)
 from mobilekd.fileio import REPO_ROOT, read_json
 
 TASKS = ["sst2", "mrpc", "stsb", "rte", "cola"]
@@ -67,6 +68,8 @@ def jobs(out: Path, stages: Path, methods_out: Path, seeds: list[int]) -> list[J
                                                  *MULTITASK, *flags, *(ensembles if taught else []), "--seed",
                                                  str(seed), "--out", str(d), *RESUMABLE],
                             d, ["adapt"] + ([j.name for ts in teachers.values() for j in ts] if taught else [])))
+    if 0 not in seeds:  # the file and its timing are the seed-0 distilled model's
+        return plan
     model, tflite = run_dir(out, "multi-task-ensemble-kd", 0), out / "tflite"
     plan.append(Job("export", ["export", "--model", str(model), "--seq-len", "128", "--single-task-files",
                                "--parity-examples", "1000", "--out", str(tflite)], tflite,
@@ -78,14 +81,11 @@ def jobs(out: Path, stages: Path, methods_out: Path, seeds: list[int]) -> list[J
     return plan
 
 
-def rows(out: Path, stages: Path, methods_out: Path, seeds: list[int]) -> list[dict]:
-    """The finished runs' rows: the single-task models' dev scores after their last step, the ensemble's and the
-    multi-task models' from the multi-task runs' results.json (every run scores every task's full dev set)."""
-    found = []
-    for task in TASKS:
-        for seed in ENSEMBLE_SEEDS:
-            found += finetune_rows(methods.teacher_dir(methods_out, stages, task, seed), task=task,
-                                   method="single-task", seed=seed)
+def rows(out: Path, seeds: list[int]) -> list[dict]:
+    """The finished runs' rows, every one scored on the full dev sets at sequence 128 by a multi-task run: the
+    multi-task models'; the single-task models' (the ensemble members, as the first finished distilled run scored
+    them, so on the same encodings as the ensemble and the multi-task models) and the ensemble's."""
+    found, members = [], None
     for method, (_, taught, only) in RUNS.items():
         for seed in (only or seeds):
             d = run_dir(out, method, seed)
@@ -95,9 +95,14 @@ def rows(out: Path, stages: Path, methods_out: Path, seeds: list[int]) -> list[d
             shared = {"params": parameters(d), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"]}
             for task, scores in r["tasks"].items():
                 found += _metric_rows(task, method, seed, next(iter(scores["metrics"].values())), shared)
-                if taught and seed == 0 and method == "multi-task-ensemble-kd":
-                    found += _metric_rows(task, "ensemble", 0, scores["ensemble"],
-                                          {"members": len(scores["teachers"])})
+            if taught and members is None:
+                members = r["tasks"]
+    for task, scores in (members or {}).items():
+        for seed, teacher in zip(ENSEMBLE_SEEDS, scores["teachers"]):
+            own = finished_results(Path(teacher["model"])) or {}
+            found += _metric_rows(task, "single-task", seed, teacher["metrics"],
+                                  {"train_seconds": own.get("wall_seconds"), "steps": own.get("steps")})
+        found += _metric_rows(task, "ensemble", 0, scores["ensemble"], {"members": len(scores["teachers"])})
     sizes = _sizes(out)
     return [{**r, **sizes.get((r["method"], r["seed"]), {})} for r in found]
 
@@ -174,7 +179,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     out, stages, methods_out = ((REPO_ROOT / d).resolve() for d in (args.out, args.stages, args.methods_out))
     return comparison(args, lambda: jobs(out, stages, methods_out, args.seeds),
-                      lambda: rows(out, stages, methods_out, args.seeds),
+                      lambda: rows(out, args.seeds),
                       lambda r: (TASKS.index(r["task"]), metric_rank(r["task"], r["metric"]),
                                  METHODS.index(r["method"]), r["seed"]),
                       lambda results: table(results) + "\n" + claim(results))

@@ -42,12 +42,21 @@ class Job:
             model = self.argv[self.argv.index("--model") + 1]  # a multi-task model's once each of its files is
             if is_multitask(model):
                 tasks = read_json(Path(model) / "multitask.json")["tasks"] if "--single-task-files" in self.argv else []
-                return {"model_multitask_none.tflite", *(f"model_{t}.tflite" for t in tasks)} <= set(parity)
+                return {*(f"model_multitask_{q.replace('-', '_')}.tflite" for q in _values(self.argv, "--quantize")),
+                        *(f"model_{t}.tflite" for t in tasks)} <= set(parity)
             return bool(parity) and (not is_early_exit(model) or "model_early_exit.tflite" in parity)
         if self.argv[0] == "latency":
             return (self.out / "report.json").is_file()
         written = ["config.json", "model.safetensors"] + ([] if self.argv[0] == "init" else ["summary.json"])
         return all((self.out / name).is_file() for name in written)
+
+
+def _values(argv: list[str], flag: str, default=("none",)) -> list[str]:
+    """The values a flag of `nargs="+"` has in an argument list (`default` where it is absent)."""
+    if flag not in argv:
+        return list(default)
+    rest = argv[argv.index(flag) + 1:]
+    return rest[:next((i for i, a in enumerate(rest) if a.startswith("--")), len(rest))]
 
 
 def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:

@@ -61,6 +61,19 @@ def at_least(flag: str, value, minimum, *, strictly: bool = False) -> None:
         raise UserError(f"{flag} must be {'greater than' if strictly else 'at least'} {minimum}, got {value}")
 
 
+def pairs(items: list[str] | None, flag: str) -> dict[str, str]:
+    """NAME=VALUE arguments as a dict; a malformed one, or a name given twice, is refused with one line."""
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise UserError(f"{flag} {item!r}: expected NAME=VALUE")
+        if name in out:
+            raise UserError(f"{flag}: {name} given twice")
+        out[name] = value
+    return out
+
+
 def fill_unset(args: argparse.Namespace, defaults: dict) -> argparse.Namespace:
     """Give every flag the user left unset (None) its value from `defaults` (a preset's or a task's)."""
     for key, value in defaults.items():

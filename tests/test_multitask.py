@@ -14,7 +14,7 @@ from mobilekd.data.multitask import MultiTaskSplit
 from mobilekd.data.tasks import EncodedSplit, default_data, encode_classification, load_task
 from mobilekd.errors import UserError
 from mobilekd.export.multitask import convert_multitask, multitask_parity
-from mobilekd.finetune.ensemble import check_vocabulary, member_outputs, soft_targets
+from mobilekd.finetune.ensemble import check_teacher, member_outputs, soft_targets
 from mobilekd.finetune.multitask import multitask_loss
 from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
 from mobilekd.models.hf import save_pretrained
@@ -29,7 +29,7 @@ def _split(n: int, tag: int) -> EncodedSplit:
     ids = np.full((n, 6), tag, dtype=np.int64)
     ids[:, 1] = np.arange(n)  # each example tells its own index
     return EncodedSplit({"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids),
-                         "labels": np.zeros(n, dtype=np.int64)})
+                         "labels": np.zeros(n, dtype=np.int64), "soft_targets": np.arange(n, dtype=np.float32)[:, None]})
 
 
 def test_sampler_draws_each_task_by_its_share_of_mini_batches_and_every_example_once_per_epoch():
@@ -47,6 +47,7 @@ def test_sampler_draws_each_task_by_its_share_of_mini_batches_and_every_example_
             seen = np.concatenate([b["input_ids"][:, 1].numpy() for b in drawn if int(b["task"]) == i])
             assert sorted(seen) == list(range(n))  # each example exactly once per epoch
             assert all(int(b["input_ids"][0, 0]) == i for b in drawn if int(b["task"]) == i)  # one task per batch
+        assert all(torch.equal(b["soft_targets"][:, 0].long(), b["input_ids"][:, 1]) for b in drawn)  # aligned
         epochs.append(tasks)
     assert epochs[0] != epochs[1]  # reshuffled each epoch, and a pure function of (seed, step):
     again = Batches(MultiTaskSplit({t: _split(n, i) for i, (t, n) in enumerate(sizes.items())}, 8, 3), 1,
@@ -114,7 +115,10 @@ def test_soft_targets_are_the_averaged_probabilities_cached_per_teacher_and_reco
     other = load_tokenizer()
     other.add_tokens(["zzzunseen"])
     with pytest.raises(UserError, match="vocabulary differs"):
-        check_vocabulary(dirs[0], other, "student")
+        check_teacher(dirs[0], task, other, "student")
+    check_teacher(dirs[0], task, tokenizer, "student")
+    with pytest.raises(UserError, match="do not fit task stsb"):
+        check_teacher(dirs[0], load_task("stsb", default_data("stsb"), eval_only=True), tokenizer, "student")
 
 
 def test_one_file_serves_every_task_as_pytorch_does(tmp_path, tokenizer):
@@ -170,12 +174,20 @@ def test_recipe_at_micro_scale(tmp_path, tokenizer):
     assert shared["tasks"]["sst2"]["accuracy_exported"] == shared["tasks"]["sst2"]["accuracy_torch"]
     singles = [parity[f"model_{t}.tflite"]["size_bytes"] for t in ("sst2", "stsb", "rte")]
     assert shared["size_bytes"] < 1.05 * max(singles) and shared["size_bytes"] < sum(singles) / 2.5
+    score = parity["model_stsb.tflite"]["tasks"]["stsb"]  # a regression file returns the score, not a softmax of it
+    assert score["max_abs_diff"] < 1e-4 and score["pearson_exported"] == pytest.approx(score["pearson_torch"], abs=1e-4)
+    assert score["pearson_torch"] == pytest.approx(shared["tasks"]["stsb"]["pearson_torch"], abs=1e-6)
 
     proc = run_module("mobilekd", "multitask", *common, "--teachers", f"sst2={stsb}", "--out", tmp_path / "x",
                       check=False)
     assert "config.json" in one_line_error(proc)  # an STS-B teacher offered for SST-2
     proc = run_module("mobilekd", "multitask", *common, "--teachers", "cola=x", "--out", tmp_path / "x", check=False)
     assert "not among --tasks" in one_line_error(proc)
-    (out / "multitask.json").write_text('{"tasks": {"sst2": {"labels": 3}}}')
-    proc = run_module("mobilekd", "export", "--model", out, "--out", tmp_path / "y", check=False)
-    assert "multitask.json" in one_line_error(proc)
+    proc = run_module("mobilekd", "multitask", *common, "--teachers", f"sst2={sst2[0]},{tmp_path / 'nowhere'}",
+                      "--out", tmp_path / "x", check=False)
+    assert "nowhere: no such model directory" in one_line_error(proc)
+    for bad in ('{"tasks": {"sst2": {"labels": 3}}}', '{"tasks": {"sst2": {"labels": null, "metrics": ["pearson"]}}, '
+                '"dropout": 1.5}', '[]'):
+        (out / "multitask.json").write_text(bad)
+        proc = run_module("mobilekd", "export", "--model", out, "--out", tmp_path / "y", check=False)
+        assert "multitask.json" in one_line_error(proc)

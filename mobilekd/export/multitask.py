@@ -17,9 +17,9 @@ import torch
 
 from mobilekd.errors import UserError
 from mobilekd.export.litert import INPUT_NAMES, quantize_file, sample_inputs
-from mobilekd.export.parity import TFLiteRunner
+from mobilekd.export.parity import TFLiteRunner, parity_report
 from mobilekd.fileio import atomic_path
-from mobilekd.models.multitask import MultiTaskModel
+from mobilekd.models.multitask import MultiTaskModel, single_task
 
 UNCALIBRATED = ("none", "fp16", "dynamic-int8", "weight-int8")  # the quantizations that need no task's examples
 
@@ -66,27 +66,10 @@ def run_multitask(path, arrays: dict[str, np.ndarray], task: str, runner: TFLite
                      for i in range(len(arrays["input_ids"]))])
 
 
-@torch.no_grad()
 def multitask_parity(model: MultiTaskModel, path, examples: dict[str, dict[str, np.ndarray]]) -> dict:
-    """Per task, over that task's examples (encoded arrays, labels included where known): the file's output for
-    the task against PyTorch's: max abs difference, and for a classifier the prediction agreement and (with labels)
-    both accuracies; for a regression task (with labels) both Pearson correlations."""
-    model.eval()
-    runner, report = TFLiteRunner(path), {}
-    for task, arrays in examples.items():
-        ours = model.all_outputs(*(torch.from_numpy(arrays[k]) for k in INPUT_NAMES))[task].numpy()
-        theirs = run_multitask(path, arrays, task, runner)
-        row = {"examples": len(ours), "max_abs_diff": float(np.abs(ours - theirs).max()),
-               "finite": bool(np.isfinite(theirs).all())}
-        labels = arrays.get("labels")
-        if model.tasks[task].labels is None:
-            if labels is not None:
-                row.update(pearson_torch=float(np.corrcoef(ours, labels)[0, 1]),
-                           pearson_exported=float(np.corrcoef(theirs, labels)[0, 1]))
-        else:
-            row["agreement"] = float(np.mean(ours.argmax(-1) == theirs.argmax(-1)))
-            if labels is not None:
-                row.update(accuracy_torch=float(np.mean(ours.argmax(-1) == labels)),
-                           accuracy_exported=float(np.mean(theirs.argmax(-1) == labels)))
-        report[task] = row
-    return report
+    """Per task, `parity_report` of the task's own classifier (`single_task`) against the file's output for that
+    task, over the task's examples (encoded arrays, with labels where known)."""
+    runner = TFLiteRunner(path)
+    return {task: parity_report(single_task(model, task), "classification",
+                                lambda arrays, task=task: [run_multitask(path, arrays, task, runner)], arrays,
+                                arrays.get("labels")) for task, arrays in examples.items()}

@@ -67,7 +67,8 @@ def run_torch(model, head: str, arrays: dict[str, np.ndarray]) -> list[np.ndarra
 
 def parity_report(model, head: str, run_exported, arrays: dict[str, np.ndarray],
                   labels: np.ndarray | None = None) -> dict:
-    """Max abs output difference, prediction agreement, and (with labels) both accuracies.
+    """Max abs output difference, prediction agreement, and (with labels) both accuracies; for a regression model
+    (one score per example) both Pearson correlations with the labels instead.
 
     `run_exported(arrays)` runs the exported file (`run_tflite`, `mobilekd.export.onnx.run_onnx`).
     """
@@ -75,6 +76,11 @@ def parity_report(model, head: str, run_exported, arrays: dict[str, np.ndarray],
     report = {"examples": len(arrays["input_ids"]),
               "max_abs_diff": float(max(np.abs(a - b).max() for a, b in zip(ours, theirs))),
               "finite": bool(all(np.isfinite(b).all() for b in theirs))}
+    if head == "classification" and ours[0].ndim == 1:  # a score
+        if labels is not None:
+            report.update(pearson_torch=float(np.corrcoef(ours[0], labels)[0, 1]),
+                          pearson_exported=float(np.corrcoef(theirs[0], labels)[0, 1]))
+        return report
     pred_torch = [a.argmax(-1) for a in ours]
     pred_lite = [b.argmax(-1) for b in theirs]
     report["agreement"] = float(np.mean([np.mean(a == b) for a, b in zip(pred_torch, pred_lite)]))

@@ -16,13 +16,21 @@ import torch
 
 from mobilekd.data.tasks import Task
 from mobilekd.data.tokenizer import load_tokenizer
-from mobilekd.errors import UserError
+from mobilekd.errors import UserError, located
 from mobilekd.finetune.evaluation import fine_tuned_classifier
 from mobilekd.finetune.teacher_outputs import teacher_outputs
+from mobilekd.models.hf import load_config
 
 
-def check_vocabulary(teacher_dir, tokenizer, student_dir) -> None:
-    """A teacher reads the student's token ids only if both have the same vocabulary."""
+def check_teacher(teacher_dir, task: Task, tokenizer, student_dir) -> None:
+    """Refuse, before any work, a teacher that is not a classifier fine-tuned on `task` (a missing directory, no
+    labels or other ones) or whose vocabulary differs from the student's (it must read the student's token ids)."""
+    config, _ = load_config(teacher_dir)
+    if not config.id2label:
+        raise UserError(f"{teacher_dir}: not a fine-tuned classifier (no labels); run mobilekd finetune first")
+    if not task.fits(config.id2label):
+        raise located(Path(teacher_dir) / "config.json", f"teacher's labels {list(config.id2label.values())} do not "
+                                                         f"fit task {task.name}")
     if load_tokenizer(teacher_dir).get_vocab() != tokenizer.get_vocab():
         raise UserError(f"{teacher_dir}: its vocabulary differs from {student_dir}'s; a teacher must read the "
                         f"student's token ids")

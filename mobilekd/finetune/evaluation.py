@@ -51,6 +51,17 @@ def predict(model, split, batch_size: int = 64):
     return torch.cat(outs).float().cpu().numpy()
 
 
+def write_predictions(out: Path, predictions: dict, qa: bool = False, prefix: str = "") -> None:
+    """Each split's predictions as OUT/<prefix><split>_predictions.tsv (source, label, prediction), or .json for
+    QA answers."""
+    for name, rows in predictions.items():
+        if qa:
+            write_json(out / f"{prefix}{name}_predictions.json", rows)
+            continue
+        with atomic_path(out / f"{prefix}{name}_predictions.tsv") as tmp:
+            tmp.write_text("source\tlabel\tprediction\n" + "".join(f"{s}\t{l}\t{p}\n" for s, l, p in rows))
+
+
 class DevEvaluator:
     """Scores every dev split; keeps the best model (by the task's first metric) and its predictions in OUT.
     With `save_model=False` (evaluation only) it writes results and predictions but no copy of the weights;
@@ -92,12 +103,7 @@ class DevEvaluator:
         self.best = score
         if self.save_model:
             self.save(model, self.out, self.tokenizer)
-        for name, rows in predictions.items():
-            if self.task.head == "qa":
-                write_json(self.out / f"{name}_predictions.json", rows)
-            else:
-                with atomic_path(self.out / f"{name}_predictions.tsv") as tmp:
-                    tmp.write_text("source\tlabel\tprediction\n" + "".join(f"{s}\t{l}\t{p}\n" for s, l, p in rows))
+        write_predictions(self.out, predictions, qa=self.task.head == "qa")
         write_json(self.out / "results.json", {"task": self.task.name, "metrics": metrics, "best_step": step,
                                                "best_metric": self.task.metrics[0], "best_score": score,
                                                **(extra or {})})

@@ -131,6 +131,12 @@ class MobileBertForQuestionAnswering(nn.Module):
         return start, end
 
 
+def _probabilities(model, *inputs):
+    """A classifier's probabilities; a regression model's (one output, e.g. STS-B) score, (B,)."""
+    logits = model(*inputs)
+    return (logits[:, 0] if logits.shape[-1] == 1 else torch.softmax(logits, dim=-1),)
+
+
 def _mlm_everywhere(model, *inputs):
     positions = torch.arange(inputs[0].shape[1])[None].expand(inputs[0].shape[0], -1)
     return (model(*inputs, masked_positions=positions).mlm_logits.view(*inputs[0].shape, -1),)
@@ -158,7 +164,7 @@ class Head:
 HEADS = {h.name: h for h in [
     Head("pretraining", MobileBertForPreTraining, "MobileBertForPreTraining", ("logits",), _mlm_everywhere, None),
     Head("classification", MobileBertForSequenceClassification, "MobileBertForSequenceClassification",
-         ("probabilities",), lambda model, *inputs: (torch.softmax(model(*inputs), dim=-1),), "text_classifier"),
+         ("probabilities",), _probabilities, "text_classifier"),
     Head("qa", MobileBertForQuestionAnswering, "MobileBertForQuestionAnswering", ("start_logits", "end_logits"),
          lambda model, *inputs: tuple(model(*inputs)), "bert_question_answerer"),
 ]}

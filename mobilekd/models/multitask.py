@@ -5,7 +5,8 @@ task's layer gives one logit per label, a regression task's (STS-B) one score.
 A saved multi-task model is a directory: config.json (the encoder's), model.safetensors (the encoder as
 `mobilebert.*`, the task layers as `heads.<task>.*`), the tokenizer files and `multitask.json`, which lists the
 tasks in order with their labels (none for regression) and metrics. `single_task(model, task)` is the ordinary
-classifier of one task (the shared encoder and that task's layer), which every other tool reads.
+classifier of one task (the shared encoder and that task's layer): what dev scoring runs and what
+`mobilekd export --single-task-files` writes.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class MultiTaskModel(nn.Module):
 
     def __init__(self, config: ModelConfig, tasks: dict[str, TaskHead], dropout: float | None = None):
         super().__init__()
-        self.config, self.tasks = config, dict(tasks)
+        self.config, self.tasks = config.replace(id2label={}, problem_type=None), dict(tasks)  # no single task's
         self.mobilebert = MobileBert(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
         self.heads = nn.ModuleDict({name: nn.Linear(config.hidden_size, t.outputs) for name, t in tasks.items()})
@@ -72,7 +73,7 @@ def single_task(model: MultiTaskModel, task: str) -> MobileBertForSequenceClassi
     classifier = MobileBertForSequenceClassification(config)
     classifier.mobilebert.load_state_dict(model.mobilebert.state_dict())
     classifier.classifier.load_state_dict(model.heads[task].state_dict())
-    return classifier.eval()
+    return classifier.to(next(model.parameters()).device).eval()
 
 
 def is_multitask(model_dir) -> bool:
@@ -92,15 +93,23 @@ def load_multitask(model_dir) -> MultiTaskModel:
     model_dir = Path(model_dir)
     config, _ = load_config(model_dir)
     settings = read_json(model_dir / SETTINGS)
+    def strings(value) -> bool:
+        return isinstance(value, list) and len(value) > 0 and all(isinstance(v, str) for v in value)
+
     try:
-        tasks = {str(name): TaskHead(None if t["labels"] is None else tuple(map(str, t["labels"])),
-                                     tuple(map(str, t["metrics"]))) for name, t in settings["tasks"].items()}
-        dropout = float(settings["dropout"])
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise located(model_dir / SETTINGS, f"not a multi-task settings file ({type(err).__name__}: {err})") from None
-    if not tasks or any(t.outputs < 1 or not t.metrics for t in tasks.values()):
-        raise located(model_dir / SETTINGS, "needs at least one task, each with labels (or null) and metrics")
-    model = MultiTaskModel(config, tasks, dropout)
+        given, dropout = settings["tasks"], settings["dropout"]
+        ok = (isinstance(given, dict) and given and isinstance(dropout, (int, float)) and 0 <= dropout < 1 and
+              all(isinstance(t, dict) and (t["labels"] is None or strings(t["labels"])) and strings(t["metrics"])
+                  for t in given.values()))
+    except (KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise located(model_dir / SETTINGS, "not a multi-task settings file: it needs 'tasks' (name -> labels, a "
+                                            "list of names or null for regression, and metrics, a list) and "
+                                            "'dropout' in [0, 1)")
+    tasks = {name: TaskHead(None if t["labels"] is None else tuple(t["labels"]), tuple(t["metrics"]))
+             for name, t in given.items()}
+    model = MultiTaskModel(config, tasks, float(dropout))
     path = model_dir / "model.safetensors"
     state, own = load_state(path), model.state_dict()
     wrong = sorted(k for k in own if k not in state or state[k].shape != own[k].shape)

@@ -123,15 +123,27 @@ def islands_cell(islands: dict | None) -> str:
     return f"{islands['islands']} ({', '.join(f'{op} {n}' for op, n in islands['ops_in_float'].items())})"
 
 
+def agreement_cell(r: dict) -> str:
+    """A parity report's prediction agreement ('-' for a regression model, which predicts no class)."""
+    return f"{r['agreement']:.4f}" if "agreement" in r else "-"
+
+
+def score_cell(r: dict) -> str:
+    """A parity report's dev score in the file and in PyTorch: accuracy, or Pearson for a regression model."""
+    for metric in ("accuracy", "pearson"):
+        if f"{metric}_torch" in r:
+            return f"{metric} {r[f'{metric}_exported']:.4f} (PyTorch {r[f'{metric}_torch']:.4f})"
+    return "-"
+
+
 def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
     lines = ["| file | MB | convert s | ops | float islands (ops in float) | max abs diff | agreement | "
-             "accuracy (PyTorch) | finite |", "|---|---|---|---|---|---|---|---|---|"]
+             "dev score (PyTorch) | finite |", "|---|---|---|---|---|---|---|---|---|"]
     plain = {name: r for name, r in reports.items() if "thresholds" not in r}
     for name, r in plain.items():
-        acc = f"{r['accuracy_exported']:.4f} ({r['accuracy_torch']:.4f})" if "accuracy_torch" in r else "-"
         lines.append(f"| {name} | {r['size_bytes'] / 1e6:.1f} | {r['convert_seconds']} | {r['op_count']} | "
-                     f"{islands_cell(r.get('float_islands'))} | {r['max_abs_diff']:.2e} | {r['agreement']:.4f} | "
-                     f"{acc} | {r['finite'] and not r['nonfinite_constants']} |")
+                     f"{islands_cell(r.get('float_islands'))} | {r['max_abs_diff']:.2e} | {agreement_cell(r)} | "
+                     f"{score_cell(r)} | {r['finite'] and not r['nonfinite_constants']} |")
     lines += ["", "Operators per file:", ""]
     lines += [f"- {name}: " + ", ".join(f"{op} {n}" for op, n in histograms[name].items()) for name in plain]
     for name, r in reports.items():
@@ -179,7 +191,10 @@ def run(args):
     same_labels = head == "classification" and task.fits(config.id2label)
     labels = split.arrays.get("labels") if same_labels else None
     metadata = None
-    if not args.no_metadata and HEADS[head].metadata:
+    regression = head == "classification" and config.num_labels == 1
+    if regression and not args.no_metadata:
+        print("no TextClassifier metadata: a regression model's file returns a score, not class probabilities")
+    if not args.no_metadata and HEADS[head].metadata and not regression:
         vocab = Path(args.model) / "vocab.txt"
         if not vocab.is_file():
             raise located(vocab, "missing: the metadata packs the model's vocabulary")
@@ -217,9 +232,7 @@ def run(args):
         write_json(out / "parity.json", reports)
         write_json(out / "ops.json", histograms)
         print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): max abs diff "
-              f"{report['max_abs_diff']:.2e}, agreement {report['agreement']:.4f}" +
-              (f", accuracy {report['accuracy_exported']:.4f} (PyTorch {report['accuracy_torch']:.4f})"
-               if labels is not None else ""))
+              f"{report['max_abs_diff']:.2e}, agreement {agreement_cell(report)}, {score_cell(report)}")
         print("  ops: " + ", ".join(f"{k} {v}" for k, v in histograms[name].items()))
         if report["float_islands"]:
             print(f"  float islands: {islands_cell(report['float_islands'])}")
@@ -249,21 +262,33 @@ def export_early_exit(args, model, out: Path, arrays: dict) -> dict:
 def export_multitask(args, out: Path) -> None:
     """The multi-task file per --quantize, each task's output checked on --parity-examples of its own dev set
     (the task data its training used, from MODEL/results.json, else the shipped copy); with --single-task-files,
-    each task's own classifier file beside it."""
-    from mobilekd.export.multitask import convert_multitask, multitask_parity
+    each task's own classifier file beside it, checked the same way."""
+    from mobilekd.export.multitask import UNCALIBRATED, convert_multitask, multitask_parity
 
+    unsupported = [flag for flag, given in (("--head", args.head), ("--onnx", args.onnx), ("--onnx2tf", args.onnx2tf),
+                                            ("--parity-task", args.parity_task), ("--parity-data", args.parity_data),
+                                            ("--calibration", args.calibration)) if given]
+    refused = [q for q in args.quantize if q not in UNCALIBRATED]
+    if unsupported or refused:
+        raise UserError(f"{args.model}: a multi-task model takes neither {', '.join(unsupported + refused)} (each task "
+                        f"is checked on its own data; --quantize {' '.join(UNCALIBRATED)})")
     model, tokenizer = load_multitask(args.model), load_tokenizer(args.model)
-    trained = read_json(Path(args.model) / "results.json").get("tasks", {}) \
-        if (Path(args.model) / "results.json").is_file() else {}
+    results = Path(args.model) / "results.json"
+    trained = read_json(results).get("tasks") if results.is_file() else None
+    trained = trained if isinstance(trained, dict) else {}
     examples = {}
     for name, head in model.tasks.items():
-        data = trained.get(name, {}).get("data") or default_data(name)
+        data = (trained.get(name) or {}).get("data") or default_data(name)
         if data is None:
             raise UserError(f"{args.model}: task {name}'s data is neither recorded in results.json nor shipped")
         task = load_task(name, Path(data), eval_only=True, regression=head.labels is None)
+        if task.id2label != (single := single_task(model, name)).config.id2label:
+            raise located(data, f"task {name}'s labels {list(task.id2label.values())} are not the model's "
+                                f"{list(single.config.id2label.values())}")
         examples[name] = encode_classification(task, next(iter(task.dev.values()))[:args.parity_examples], tokenizer,
                                                args.seq_len).arrays
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
+    histograms = read_json(out / "ops.json") if (out / "ops.json").is_file() else {}
     files = [(q, f"model_multitask_{q.replace('-', '_')}.tflite") for q in args.quantize]
     files += [(name, f"model_{name}.tflite") for name in model.tasks] if args.single_task_files else []
     vocab = Path(args.model) / "vocab.txt"
@@ -271,22 +296,25 @@ def export_multitask(args, out: Path) -> None:
         start = time.time()
         if what in model.tasks:
             one = single_task(model, what)
+            regression = model.tasks[what].labels is None
             path = convert(one, "classification", args.seq_len, out / name,
-                           metadata=None if args.no_metadata or not vocab.is_file() else
+                           metadata=None if args.no_metadata or regression or not vocab.is_file() else
                            (vocab, list(one.config.id2label.values())))
-            report = {"task": what, "size_bytes": path.stat().st_size}
+            checks = {what: parity_report(one, "classification", lambda arrays: run_tflite(path, arrays),
+                                          examples[what], examples[what].get("labels"))}
         else:
             path = convert_multitask(model, args.seq_len, out / name, what)
-            report = {"quantize": what, "size_bytes": path.stat().st_size,
-                      "tasks": multitask_parity(model, path, examples)}
-        reports[name] = {**report, "convert_seconds": round(time.time() - start, 1), "seq_len": args.seq_len,
-                         "model": str(args.model)}
+            checks = multitask_parity(model, path, examples)
+        ops = read_graph(path)
+        histograms[name] = op_histogram(ops)
+        reports[name] = {**file_report(path, ops, histograms[name]), "tasks": checks, "quantize": "none" if
+                         what in model.tasks else what, "convert_seconds": round(time.time() - start, 1),
+                         "seq_len": args.seq_len, "model": str(args.model)}
         write_json(out / "parity.json", reports)
-        print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {reports[name]['convert_seconds']:.0f} s)" +
-              "".join(f"\n  {t}: max abs diff {r['max_abs_diff']:.2e}" +
-                      "".join(f", {k} {v:.4f}" for k, v in r.items() if k not in ("examples", "max_abs_diff",
-                                                                                    "finite"))
-                      for t, r in report.get("tasks", {}).items()))
+        write_json(out / "ops.json", histograms)
+        print(f"{path} ({reports[name]['size_bytes'] / 1e6:.1f} MB, {reports[name]['convert_seconds']:.0f} s)" +
+              "".join(f"\n  {t}: max abs diff {r['max_abs_diff']:.2e}, agreement {agreement_cell(r)}, {score_cell(r)}"
+                      for t, r in checks.items()))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from android_bench.models import PAPER_MODELS, QUANTIZE
 from android_bench.report import DEVICES, collect, markdown, plot
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
+from mobilekd.flags import pairs
 from mobilekd.rundir import owned
 
 
@@ -41,16 +42,6 @@ def parse_args(argv=None):
     p.add_argument("--cache", default=str(REPO_ROOT / ".cache" / "android_bench"), help="exported presets")
     p.add_argument("--out", default="runs/latency")
     return p.parse_args(argv)
-
-
-def pairs(items: list[str], flag: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name or not value:
-            raise UserError(f"{flag} {item!r}: expected NAME=VALUE")
-        out[name] = value
-    return out
 
 
 @cli_entry

@@ -12,10 +12,10 @@ Each epoch every task's (subset of its) training set is shuffled and cut into mi
 all tasks' mini-batches are shuffled together (MT-DNN's sampler: a task is drawn in proportion to its mini-batches).
 Loss per batch (`mobilekd.finetune.multitask`): the task's hard-label loss, plus, for a task with teachers, KL to the
 ensemble's averaged probabilities (regression: MSE to its mean score), added as the official code does
-(--kd-combine sum, the default) or averaged as the paper writes (--kd-combine mean). Under AdamW a factor of 2 on
-the whole loss changes almost nothing (the update is scale-free but for its epsilon and the gradient clipping), so
-the two differ only in how the hard and soft terms weigh against each other: equally in both. We default to the code
-that produced the published models. Departures from the official settings (train.py: Adamax, lr 5e-5, batch 32 in
+(--kd-combine sum, the default) or averaged as the paper writes (--kd-combine mean). Both weigh a task's hard
+and soft terms equally. When every task has teachers they differ by a factor of 2 on the whole loss, which AdamW's
+update barely sees (only its epsilon and the gradient clipping do); when only some have, "mean" also halves the
+taught tasks against the others. We default to the code that produced the published models. Departures from the official settings (train.py: Adamax, lr 5e-5, batch 32 in
 its scripts, 5 epochs): AdamW, our loop's optimizer; the epochs are a flag.
 
 OUT holds the model (`mobilekd.models.multitask`: config.json, model.safetensors, multitask.json, tokenizer),
@@ -31,43 +31,31 @@ from pathlib import Path
 
 
 from mobilekd.data.multitask import MultiTaskSplit
-from mobilekd.data.tasks import TASK_NAMES, encode_classification, load_task, task_data, training_subset
+from mobilekd.data.glue import TASKS as GLUE_TASKS
+from mobilekd.data.tasks import encode_classification, load_task, task_data, training_subset
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
-from mobilekd.fileio import atomic_path, write_json
-from mobilekd.finetune.ensemble import check_vocabulary, member_outputs, soft_targets
-from mobilekd.finetune.evaluation import DevEvaluator
+from mobilekd.fileio import write_json
+from mobilekd.finetune.ensemble import check_teacher, member_outputs, soft_targets
+from mobilekd.finetune.evaluation import DevEvaluator, write_predictions
 from mobilekd.finetune.metrics import classification_metrics
 from mobilekd.finetune.multitask import COMBINE, multitask_loss
-from mobilekd.flags import at_least
+from mobilekd.flags import at_least, pairs
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.models.multitask import MultiTaskModel, TaskHead, save_multitask, single_task
 from mobilekd.train.common import add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 
-GLUE = ["sst2", "mrpc", "stsb", "rte", "cola"]  # the shipped tasks
-SENTENCE_TASKS = [t for t in TASK_NAMES if not t.startswith("squad") and t != "custom"]
-
-
-def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
-    """TASK=VALUE arguments as a dict; a malformed one or a task named twice is refused."""
-    out = {}
-    for value in values or []:
-        task, sep, rest = value.partition("=")
-        if not sep or not rest:
-            raise UserError(f"{flag}: {value!r} is not TASK=VALUE")
-        if task in out:
-            raise UserError(f"{flag}: task {task} given twice")
-        out[task] = rest
-    return out
+SHIPPED = ["sst2", "mrpc", "stsb", "rte", "cola"]  # the GLUE tasks whose data the repository ships
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd multitask", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="the pre-trained (or fine-tuned) model whose encoder is shared")
-    p.add_argument("--tasks", nargs="+", default=GLUE, choices=SENTENCE_TASKS,
-                   help=f"the tasks, one output layer each (default: the shipped {' '.join(GLUE)})")
+    p.add_argument("--tasks", nargs="+", default=SHIPPED, choices=list(GLUE_TASKS),
+                   help=f"GLUE tasks, one output layer each (default: the shipped {' '.join(SHIPPED)}; the others "
+                        f"need --data; MNLI is scored on its first dev split, matched)")
     p.add_argument("--data", nargs="+", metavar="TASK=DIR", help="a task's directory (default: the shipped copy)")
     p.add_argument("--teachers", nargs="+", metavar="TASK=DIR[,DIR...]",
                    help="a task's ensemble: classifiers fine-tuned on it (mobilekd finetune's OUT); tasks without "
@@ -91,7 +79,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if len(set(args.tasks)) != len(args.tasks):
         raise UserError(f"--tasks names a task twice: {' '.join(args.tasks)}")
-    args.data, args.teachers = _pairs(args.data, "--data"), _pairs(args.teachers, "--teachers")
+    args.data, args.teachers = pairs(args.data, "--data"), pairs(args.teachers, "--teachers")
     for flag, given in (("--data", args.data), ("--teachers", args.teachers)):
         unknown = sorted(set(given) - set(args.tasks))
         if unknown:
@@ -124,6 +112,9 @@ def run(args, accelerator):
         raise UserError(f"--max-len {args.max_len} exceeds the model's {config.max_position_embeddings} positions "
                         f"({args.model})")
     tasks = {name: load_task(name, task_data(name, args.data.get(name))) for name in args.tasks}
+    for name, dirs in args.teachers.items():  # every teacher checked before any work
+        for d in dirs:
+            check_teacher(d, tasks[name], tokenizer, args.model)
     heads = {name: TaskHead(None if t.is_regression else tuple(t.labels), tuple(t.metrics))
              for name, t in tasks.items()}
     model = MultiTaskModel(config, heads, args.dropout)
@@ -142,7 +133,7 @@ def run(args, accelerator):
         dev[name] = {dev_name: (dev_examples, encode_classification(task, dev_examples, tokenizer, args.max_len),
                                 None)}
         if name in args.teachers:
-            teachers[name] = ensemble(args, task, splits[name], dev[name][dev_name][1], tokenizer, accelerator.device)
+            teachers[name] = ensemble(args, task, splits[name], dev[name][dev_name][1], accelerator.device)
             splits[name].arrays["soft_targets"] = teachers[name].pop("train_targets")
     train = MultiTaskSplit(splits, args.batch_size, args.seed)
     steps = args.max_steps or max(1, round(args.epochs * len(train)))
@@ -169,9 +160,7 @@ def run(args, accelerator):
                 single_task(m, name))
             scores[name] = {"metrics": metrics, "data": str(task_data(name, args.data.get(name))),
                             "train_examples": len(splits[name]), "share": shares[name], **teachers.get(name, {})}
-            for split, rows in predictions.items():
-                with atomic_path(out / f"{name}_{split}_predictions.tsv") as tmp:
-                    tmp.write_text("source\tlabel\tprediction\n" + "".join(f"{s}\t{l}\t{p}\n" for s, l, p in rows))
+            write_predictions(out, predictions, prefix=f"{name}_")
             print(f"{name}: " + ", ".join(f"{s} {k} {v:.4f}" for s, ms in metrics.items() for k, v in ms.items()))
         write_json(out / "results.json", {
             "method": method, "model": str(args.model), "tasks": scores, "steps": step, "batch_size": args.batch_size,
@@ -183,12 +172,10 @@ def run(args, accelerator):
     print(f"model in {out}")
 
 
-def ensemble(args, task, train, dev, tokenizer, device) -> dict:
+def ensemble(args, task, train, dev, device) -> dict:
     """A task's ensemble: its soft targets over the training split (`train_targets`), each member's and the
     ensemble's dev metrics; every teacher's outputs from its cache where it has them."""
     dirs = args.teachers[task.name]
-    for d in dirs:
-        check_vocabulary(d, tokenizer, args.model)
     (train_logits, dev_logits), cached = member_outputs(dirs, task, [train, dev], device)
     print(f"{task.name}: {len(dirs)} teachers' outputs over {len(train)} training and {len(dev)} dev examples "
           f"({cached} of {2 * len(dirs)} from their caches)")
