@@ -11,7 +11,8 @@ is fine-tuned on the task's labels with cross-entropy, as the official code fine
 trains and frozen for evaluation. OUT holds `model_qat_int8.tflite` (with the metadata `mobilekd export`
 attaches) and results.json: dev metrics of the float model it started from, of its fake-quantized twin and of the
 int8 file run by the LiteRT interpreter, the file's agreement with the twin and its float islands. Resumable
-(--resume) on the shared loop. Classification tasks only: the exported regression head is not built yet.
+(--resume) on the shared loop. A regression model (STS-B) trains on the squared error of its score, which its file
+returns (no TextClassifier metadata then: the app reads the number).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mobilekd.data.tasks import classification_task, encode_classification, training_subset
+from mobilekd.data.tasks import encode_classification, load_task, task_data, training_subset
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import cli_entry, located
 from mobilekd.export.graph import float_islands, read_graph
@@ -43,7 +44,7 @@ FILE = "model_qat_int8.tflite"
 
 class QatClassifier(torch.nn.Module):
     """The prepared graph behind the loop's interface: batches (int64, padded to their longest row) in, padded to
-    the file's `seq_len` and cast to its int32, as the app feeds it; probabilities out."""
+    the file's `seq_len` and cast to its int32, as the app feeds it; probabilities (or a regression score) out."""
 
     def __init__(self, prepared: torch.fx.GraphModule, seq_len: int):
         super().__init__()
@@ -54,10 +55,17 @@ class QatClassifier(torch.nn.Module):
                                 zip(INPUT_NAMES, (input_ids, attention_mask, token_type_ids))})
 
 
-def qat_loss(model: QatClassifier, batch: dict) -> dict[str, torch.Tensor]:
-    """Cross-entropy on the labels through the fake quantization (the graph ends in its softmax)."""
-    probs = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    return {"loss": F.nll_loss(probs.float().clamp_min(1e-12).log(), batch["labels"])}
+def qat_loss(regression: bool):
+    """Cross-entropy on the labels through the fake quantization (the graph ends in its softmax); for regression
+    the squared error of the score."""
+
+    def loss(model: QatClassifier, batch: dict) -> dict[str, torch.Tensor]:
+        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).float()
+        if regression:
+            return {"loss": F.mse_loss(out, batch["labels"])}
+        return {"loss": F.nll_loss(out.clamp_min(1e-12).log(), batch["labels"])}
+
+    return loss
 
 
 def parse_args(argv=None):
@@ -82,7 +90,9 @@ def main(argv=None):
 
 def run(args, accelerator):
     start = time.time()
-    task, data = classification_task(args.task, args.data, "the int8 classifier file ends in a softmax")
+    data = task_data(args.task, args.data)
+    task = load_task(args.task, data)
+    regression = task.is_regression
     tokenizer = load_tokenizer(args.model)
     float_model = fine_tuned_classifier(args.model, task)
     masked_score = next(m for m in (args.masked_score, float_model.config.masked_score, -6.0) if m is not None)
@@ -96,7 +106,7 @@ def run(args, accelerator):
     qat_model = fine_tuned_classifier(args.model, task, masked_score=masked_score)
     model = QatClassifier(quantization(prepare_qat(qat_model, "classification", args.max_len), True), args.max_len)
     steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
-    stage = Stage(name="qat", steps=steps, loss=qat_loss, lr=args.lr, warmup=args.warmup)
+    stage = Stage(name="qat", steps=steps, loss=qat_loss(regression), lr=args.lr, warmup=args.warmup)
     cfg = train_config(args, eval_every=0, run={"model": str(args.model), "task": task.name, "lr": args.lr,
                                                 "max_len": args.max_len, "masked_score": masked_score,
                                                 "train_examples": len(train),
@@ -108,26 +118,34 @@ def run(args, accelerator):
     labels, names = dev.arrays["labels"], task.metrics
     freeze_ranges(model.prepared)
     twin = predict(model, dev)
-    float_predictions = predict(float_model, dev).argmax(-1)  # its logits: the file's softmax keeps their order
     id2label = float_model.config.id2label
-    path = convert_qat(model.prepared, args.max_len, out / FILE, (vocab, [id2label[i] for i in range(len(id2label))]))
+    path = convert_qat(model.prepared, args.max_len, out / FILE,
+                       None if regression else (vocab, [id2label[i] for i in range(len(id2label))]))
     exported = run_tflite(path, dev.arrays)[0]
+
+    def predicted(out):  # scores (N,), or the class of a classifier's logits or probabilities (same order)
+        return out.reshape(len(out)) if regression else out.argmax(-1)
+
+    float_predictions, twin_predictions, int8_predictions = map(predicted, (predict(float_model, dev), twin, exported))
+    agreement = {} if regression else {
+        "agreement_int8_fake_quant": float((int8_predictions == twin_predictions).mean()),
+        "agreement_int8_float": float((int8_predictions == float_predictions).mean())}
     result = {"task": task.name, "model": str(args.model), "data": str(data), "method": "qat-int8",
               "split": dev_name, "dev_examples": len(dev), "train_examples": len(train), "steps": steps,
               "max_len": args.max_len, "lr": args.lr, "masked_score": masked_score,
               "metrics_float": classification_metrics(names, labels, float_predictions),
-              "metrics_fake_quant": classification_metrics(names, labels, twin.argmax(-1)),
-              "metrics_int8": classification_metrics(names, labels, exported.argmax(-1)),
-              "agreement_int8_fake_quant": float((exported.argmax(-1) == twin.argmax(-1)).mean()),
-              "agreement_int8_float": float((exported.argmax(-1) == float_predictions).mean()),
+              "metrics_fake_quant": classification_metrics(names, labels, twin_predictions),
+              "metrics_int8": classification_metrics(names, labels, int8_predictions), **agreement,
               "max_abs_diff_int8_fake_quant": float(np.abs(exported - twin).max()),
               "tflite_bytes": path.stat().st_size, "float_islands": float_islands(read_graph(path)),
               "wall_seconds": round(time.time() - start, 1), "complete": True}
     write_json(out / "results.json", result)
     for kind in ("float", "fake_quant", "int8"):
         print(f"{kind}: " + ", ".join(f"{k} {v:.4f}" for k, v in result[f"metrics_{kind}"].items()))
-    print(f"{path} ({result['tflite_bytes'] / 1e6:.1f} MB): agreement with the fake-quantized model "
-          f"{result['agreement_int8_fake_quant']:.4f}, float islands {result['float_islands']['islands']}")
+    print(f"{path} ({result['tflite_bytes'] / 1e6:.1f} MB): " +
+          ("" if regression else f"agreement with the fake-quantized model {result['agreement_int8_fake_quant']:.4f}, ")
+          + f"max abs difference from it {result['max_abs_diff_int8_fake_quant']:.2e}, "
+          f"float islands {result['float_islands']['islands']}")
 
 
 if __name__ == "__main__":
