@@ -3,17 +3,19 @@ dynamic-range int8, post-training full int8 (ptq-int8) and quantization-aware fu
 3 seeds); and full-size MobileBERT and MobileBERT_TINY (random weights, for speed) in the same four forms. One row
 per file and measurement to docs/results/int8.json, a README table and the issue's goals as measured.
 
-    python -m benchmarks.int8                   # SST-2 and MRPC, QAT seeds 0-2 (about 70 minutes, two workers)
+    python -m benchmarks.int8                   # SST-2, MRPC and STS-B, QAT seeds 0-2 (about 100 minutes, two workers)
     python -m benchmarks.int8 --collect         # rows of the finished runs, run nothing
     python -m benchmarks.int8 --table
 
 The student is the demo's PKT-distilled mobilebert_h384 (`--student`, default runs/demo/student: scripts/demo.sh
 makes it), fine-tuned with issue 13's settings (benchmarks.teacher_value.TASKS, lr 2e-4, seed 0). Each file's dev
-accuracy is the LiteRT interpreter's on the full dev set; its agreement is with the fp32 PyTorch model's
-predictions. QAT fine-tunes the fp32 model for about 200 steps of 32 at lr 1e-5 (SST-2: 6,400 training sentences
-once; MRPC: its 3,668 pairs twice), each seed from the same fp32 model. Every file is timed at 1 and 2 threads in
-one interleaved run (`mobilekd latency`) beside the host's own fp32 and int8 matrix-product peaks, and estimated on
-a Pixel 4. STS-B is not here: our classifier files end in a softmax, a regression file is not built yet.
+score (accuracy; STS-B: Pearson of the score the file returns) is the LiteRT interpreter's on the full dev set; its
+agreement is with the fp32 PyTorch model's predictions. QAT fine-tunes the fp32 model for about 200 steps of 32
+at lr 1e-5 (SST-2: 6,400 training sentences once; MRPC: its 3,668 pairs twice; STS-B: its 5,749 pairs once), each
+seed from the same fp32 model. Every file is timed at 1 and 2 threads in one interleaved run (`mobilekd latency`)
+beside the host's own fp32 and int8 matrix-product peaks, and estimated on a Pixel 4; the latency run is made once,
+with the tasks of its invocation (a later `--tasks stsb` adds STS-B's scores, not its timings: its graph is SST-2's
+but for the output layer).
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.models.flops import model_stats
 from mobilekd.models.presets import get_preset
 
-TASKS = {"sst2": "64", "mrpc": "128"}  # --max-len, as fine-tuned
-QAT = {"sst2": ["--max-train-examples", "6400", "--epochs", "1"], "mrpc": ["--epochs", "2"]}
+TASKS = {"sst2": "64", "mrpc": "128", "stsb": "64"}  # --max-len, as fine-tuned
+QAT = {"sst2": ["--max-train-examples", "6400", "--epochs", "1"], "mrpc": ["--epochs", "2"], "stsb": ["--epochs", "1"]}
+SCORE = {"sst2": "accuracy", "mrpc": "accuracy", "stsb": "pearson"}  # the dev score each task's rows report
 FILES = {"fp32": "model_none.tflite", "dynamic-int8": "model_dynamic_int8.tflite", "ptq-int8": "model_int8.tflite"}
 METHODS = [*FILES, "qat-int8"]
 PRESETS = {"mobilebert": "MobileBERT", "mobilebert_tiny": "MobileBERT_TINY"}  # random weights, timed only
@@ -100,8 +103,9 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             p = parity[name]
             identity = {**base, "method": method, "seed": 0}
             shared = {"tflite_bytes": p["size_bytes"], "float_islands": (p.get("float_islands") or {}).get("islands")}
-            found += [{**identity, "metric": "accuracy", "value": round(p["accuracy_exported"], 4), **shared},
-                      {**identity, "metric": "agreement_fp32", "value": round(p["agreement"], 4), **shared}]
+            found.append({**identity, "metric": SCORE[task], "value": round(p[f"{SCORE[task]}_exported"], 4), **shared})
+            if "agreement" in p:
+                found.append({**identity, "metric": "agreement_fp32", "value": round(p["agreement"], 4), **shared})
             found += timing_rows(report, label(task, method), **identity)
         for seed in seeds:
             r = finished_results(qat_dir(out, task, seed))
@@ -110,10 +114,13 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             identity = {**base, "method": "qat-int8", "seed": seed}
             shared = {"tflite_bytes": r["tflite_bytes"], "float_islands": (r["float_islands"] or {}).get("islands"),
                       "train_seconds": r["wall_seconds"], "steps": r["steps"]}
-            found += [{**identity, "metric": "accuracy", "value": round(r["metrics_int8"]["accuracy"], 4), **shared},
-                      {**identity, "metric": "accuracy_fake_quant",
-                       "value": round(r["metrics_fake_quant"]["accuracy"], 4), **shared},
-                      {**identity, "metric": "agreement_fp32", "value": round(r["agreement_int8_float"], 4), **shared}]
+            score = SCORE[task]
+            found += [{**identity, "metric": score, "value": round(r["metrics_int8"][score], 4), **shared},
+                      {**identity, "metric": f"{score}_fake_quant", "value": round(r["metrics_fake_quant"][score], 4),
+                       **shared}]
+            if "agreement_int8_float" in r:
+                found.append({**identity, "metric": "agreement_fp32", "value": round(r["agreement_int8_float"], 4),
+                              **shared})
             if seed == seeds[0]:
                 found += timing_rows(report, label(task, "qat-int8"), **identity)
     for preset in PRESETS:
@@ -136,17 +143,18 @@ def _cell(results, digits=1, scale=1.0, **match) -> str:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| model | method | dev accuracy | vs fp32 | agreement with fp32 | .tflite MB | float islands | "
+    lines = ["| model | method | dev score | vs fp32 (points) | agreement with fp32 | .tflite MB | float islands | "
              "host ms, 1 thr | host ms, 2 thr | Pixel 4 ms (est.) |", "|---|---|---|---|---|---|---|---|---|---|"]
     models = [(STUDENT, t) for t in dict.fromkeys(r["task"] for r in results if r["model"] == STUDENT)]
     models += [(p, None) for p in PRESETS if _pick(results, model=p)]
     for model, task in models:
-        fp32 = [r["value"] for r in _pick(results, model=model, task=task, method="fp32", metric="accuracy")]
+        score = SCORE.get(task, "accuracy")
+        fp32 = [r["value"] for r in _pick(results, model=model, task=task, method="fp32", metric=score)]
         for method in METHODS:
             mine = _pick(results, model=model, task=task, method=method)
             if not mine:
                 continue
-            accuracy = [r["value"] for r in mine if r["metric"] == "accuracy"]
+            accuracy = [r["value"] for r in mine if r["metric"] == score]
             acc, delta = "-", "-"
             if accuracy:
                 std = statistics.stdev(accuracy) if len(accuracy) > 1 else 0.0
@@ -154,7 +162,7 @@ def table(results: list[dict]) -> str:
                 delta = f"{100 * (statistics.mean(accuracy) - fp32[0]):+.2f}" if fp32 else "-"
             islands = next((r.get("float_islands") for r in mine if r.get("float_islands") is not None), None)
             size = next((r["tflite_bytes"] for r in mine if r.get("tflite_bytes")), None)
-            name = f"{model} ({task})" if task else PRESETS[model] + " (random weights)"
+            name = f"{model} ({task}, {score})" if task else PRESETS[model] + " (random weights)"
             lines.append(f"| {name} | {method} | {acc} | {delta} | {_cell(mine, 4, metric='agreement_fp32')} | "
                          f"{f'{size / 1e6:.1f}' if size else '-'} | {'-' if islands is None else islands} | "
                          f"{_cell(mine, 2, metric='host_ms', threads=1)} | "
@@ -168,8 +176,8 @@ def goals(results: list[dict]) -> str:
     """The issue's goals, each reached or missed, with the figures."""
     out = []
     for task in dict.fromkeys(r["task"] for r in results if r["model"] == STUDENT):
-        fp32 = _pick(results, model=STUDENT, task=task, method="fp32", metric="accuracy")
-        qat = [r["value"] for r in _pick(results, model=STUDENT, task=task, method="qat-int8", metric="accuracy")]
+        fp32 = _pick(results, model=STUDENT, task=task, method="fp32", metric=SCORE[task])
+        qat = [r["value"] for r in _pick(results, model=STUDENT, task=task, method="qat-int8", metric=SCORE[task])]
         if fp32 and qat:
             gap = 100 * (statistics.mean(qat) - fp32[0]["value"])
             out.append(f"- QAT full int8 within 1 point of fp32 on {task}: {'reached' if gap >= -1 else 'MISSED'} "
