@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 
+from mobilekd.errors import UserError
 from mobilekd.models.blocks import NoNorm
 from mobilekd.models.flops import model_stats
 from mobilekd.models.heads import MobileBertForPreTraining
@@ -137,3 +138,19 @@ def test_the_official_masked_score_form(tmp_path, tokenizer):
     save_pretrained(official, tmp_path, tokenizer)
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "ib_bert"
     assert load_pretrained(tmp_path).config.masked_score == -6.0
+
+    # the official QAT also clips the masked scores to [-6, 60]: large scores stop at 60, probabilities renormalise
+    clipped = MobileBertForPreTraining(config.replace(masked_score=-6.0, score_clip=[-6.0, 2.0])).eval()
+    clipped.load_state_dict(additive.state_dict())
+    with torch.no_grad():
+        for model in (official, clipped):  # queries and keys scaled up so that some scores pass 2
+            model.mobilebert.encoder.layer[0].attention.self.query.weight.mul_(1e4)
+            model.mobilebert.encoder.layer[0].attention.self.key.weight.mul_(1e4)
+        free = official.mobilebert(ids, mask, output_attentions=True).attention_scores[0]
+        bounded = clipped.mobilebert(ids, mask, output_attentions=True).attention_scores[0]
+    assert free.max() > 2.0 and bounded.max() == 2.0 and bounded.min() >= -6.0
+    assert torch.equal(bounded, free.clamp(-6.0, 2.0))  # the first layer's scores: same input, only the clip differs
+    save_pretrained(clipped, tmp_path / "clipped", tokenizer)
+    assert load_pretrained(tmp_path / "clipped").config.score_clip == [-6.0, 2.0]
+    with pytest.raises(UserError, match="score_clip"):
+        config.replace(score_clip=[60.0, -6.0]).validate()

@@ -11,7 +11,7 @@ import torch
 from android_bench.models import trained_like
 from helpers import one_line_error, run_module
 from mobilekd.data.tasks import default_data, encode_classification, load_task
-from mobilekd.export.graph import float_islands, read_graph
+from mobilekd.export.graph import float_islands, op_histogram, read_graph
 from mobilekd.export.litert import INPUT_NAMES, ExportWrapper
 from mobilekd.export.parity import run_tflite
 from mobilekd.export.qat import convert_qat, freeze_ranges, prepare_qat, quantization
@@ -125,19 +125,25 @@ def test_recipe_at_micro_scale(tmp_path, tokenizer):
 
 def test_regression_recipe_returns_a_score_in_its_integer_file(tmp_path, tokenizer):
     """STS-B: QAT trains the score's squared error; the full-integer file returns the score (no softmax over one
-    output), close to its fake-quantized twin, scored by Pearson on the whole dev set; no classifier metadata."""
+    output), close to its fake-quantized twin, scored by Pearson on the whole dev set; no classifier metadata. With
+    the official clip of the attention scores, which the file computes in int8 (MAXIMUM / MINIMUM)."""
     torch.manual_seed(0)
     config = PRESETS["demo_student"].config.replace(num_hidden_layers=2)
     save_pretrained(MobileBertForPreTraining(config), tmp_path / "base", tokenizer)
     common = ["--task", "stsb", "--max-train-examples", 64, "--max-len", SEQ, "--threads", 1]
     run_module("mobilekd", "finetune", "--model", tmp_path / "base", *common, "--epochs", 1, "--eval-every", 0,
                "--out", tmp_path / "ft")
-    run_module("mobilekd", "qat", "--model", tmp_path / "ft", *common, "--max-steps", 4, "--out", tmp_path / "qat")
+    run_module("mobilekd", "qat", "--model", tmp_path / "ft", *common, "--max-steps", 4, "--score-clip", -6, 60,
+               "--out", tmp_path / "qat")
     result = json.loads((tmp_path / "qat" / "results.json").read_text())
-    assert result["complete"] and result["dev_examples"] == 1500 and "agreement_int8_float" not in result
+    assert result["complete"] and result["dev_examples"] == 1500 and result["score_clip"] == [-6, 60] and "agreement_int8_float" not in result
     assert all(-1 <= result[f"metrics_{k}"]["pearson"] <= 1 for k in ("float", "fake_quant", "int8"))
     scores = run_tflite(tmp_path / "qat" / "model_qat_int8.tflite",
                         {k: np.zeros((2, SEQ), np.int64) + (k == "attention_mask") for k in INPUT_NAMES})[0]
     assert scores.shape == (2,) and np.isfinite(scores).all()
     assert result["max_abs_diff_int8_fake_quant"] < 0.5
     assert b"TFLITE_METADATA" not in (tmp_path / "qat" / "model_qat_int8.tflite").read_bytes()
+    ops = read_graph(tmp_path / "qat" / "model_qat_int8.tflite")
+    histogram, islands = op_histogram(ops), float_islands(ops)
+    assert histogram["MINIMUM"] == histogram["MAXIMUM"] == 2  # one clip per layer
+    assert "MINIMUM" not in islands["ops_in_float"] and islands["islands"] <= 4

@@ -20,8 +20,9 @@ annotation (linear) and ours (`annotate_activations`: add, mul, the attention pr
 activation, as in the official code. The attention products are explicit only in the official masked form
 (`ModelConfig.masked_score`, -6 there: `mobilekd qat` sets it); with the additive -10000 mask our models run
 PyTorch's fused attention, which stays a float island (`mobilekd.export.graph.float_islands` reports them), and
-a -10000 would spoil the scores' int8 range anyway. Not done: the official clip of the scores to [-6, 60]; relu6
-and NoNorm are the model's own options, not enforced here.
+a -10000 would spoil the scores' int8 range anyway. The official clip of the scores to [-6, 60] is
+`ModelConfig.score_clip` (`mobilekd qat --score-clip -6 60`; off by default until measured); relu6 and NoNorm are
+the model's own options, not enforced here.
 """
 
 from __future__ import annotations
@@ -66,9 +67,10 @@ def annotate_activations(model: torch.fx.GraphModule, config) -> torch.fx.GraphM
     aten = torch.ops.aten
     products = {aten.add.Tensor, aten.mul.Tensor, aten.matmul.default}
     softmax = {aten.softmax.int, aten._softmax.default}
-    # ops that pass their input's range on unchanged: a consumer looks through them to the producer
+    # ops that pass their input's range on unchanged (a clamp's output lies within it): a consumer looks through
+    # them to the producer
     through = {aten.dropout.default, aten.view.default, aten.reshape.default, aten.transpose.int, aten.permute.default,
-               aten.clone.default}
+               aten.clone.default, aten.clamp.default}
 
     def has_range(node) -> bool:
         while node.op == "call_function" and node.target in through:

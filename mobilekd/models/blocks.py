@@ -128,7 +128,7 @@ class SelfAttention(nn.Module):
         self.key = nn.Linear(config.attention_input_size, config.true_hidden_size)
         self.value = nn.Linear(config.value_input_size, config.true_hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
-        self.masked_score = config.masked_score
+        self.masked_score, self.score_clip = config.masked_score, config.score_clip
 
     def _heads(self, x):
         b, t, _ = x.shape
@@ -138,12 +138,14 @@ class SelfAttention(nn.Module):
         """`mask`: (B, 1, 1, T), additive (-10000 at padding) or, with `masked_score`, 1 = token, 0 = padding."""
         q, k, v = self._heads(self.query(q_in)), self._heads(self.key(k_in)), self._heads(self.value(v_in))
         dropout = self.dropout_p if self.training else 0.0
-        if output_attentions or self.masked_score is not None:
+        if output_attentions or self.masked_score is not None or self.score_clip is not None:
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_size)
             if self.masked_score is None:
                 scores = scores + mask
             else:  # the official TF1 form: a masked score is replaced, not pushed down
                 scores = scores * mask + (1.0 - mask) * self.masked_score
+            if self.score_clip is not None:  # the official QAT's bounded range (config.score_clip)
+                scores = scores.clamp(*self.score_clip)
             probs = scores.softmax(dim=-1)  # returned before dropout: what attention transfer compares
             context = F.dropout(probs, dropout, self.training) @ v
             maps = (probs, scores) if output_attentions else None

@@ -49,6 +49,9 @@ class ModelConfig:
     # a number m: the official TF1 form since 2021 (modeling.py `attention_layer`): scores * mask + (1 - mask) * m,
     # m = -6 there, whose quantization-aware training then clips the scores to [-6, 60]
     masked_score: float | None = None
+    # None: scores unbounded; [lo, hi]: after masking, scores clipped to the range, as the official quantization-aware
+    # training does (modeling.py `attention_layer`, under use_quantized_training: tf.clip_by_value(scores, -6, 60))
+    score_clip: list[float] | None = None
     # Task heads (fine-tuning); empty for pre-training models.
     id2label: dict = field(default_factory=dict)
     problem_type: str | None = None
@@ -79,7 +82,7 @@ class ModelConfig:
         """Whether transformers' MobileBERT classes can hold this architecture (they always lift the embeddings
         with a dense layer, which BERT-layout models lack, and mask padding additively)."""
         return (self.attention_input_size == self.true_hidden_size and self.embedding_transformation
-                and self.masked_score is None)
+                and self.masked_score is None and self.score_clip is None)
 
     @property
     def num_labels(self) -> int:
@@ -103,6 +106,9 @@ class ModelConfig:
                       f"num_attention_heads {self.num_attention_heads}")
         if self.embedding_size > self.hidden_size:
             raise bad(f"embedding_size {self.embedding_size} exceeds hidden_size {self.hidden_size}")
+        if self.score_clip is not None and not (isinstance(self.score_clip, (list, tuple)) and len(self.score_clip) == 2
+                                                and self.score_clip[0] < self.score_clip[1]):
+            raise bad(f"score_clip must be [low, high] with low < high, got {self.score_clip!r}")
         if not self.embedding_transformation and (self.trigram_input or self.embedding_size != self.hidden_size):
             raise bad("embedding_transformation: false needs embedding_size == hidden_size and no trigram_input")
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from mobilekd.data.tasks import encode_classification, load_task, task_data, training_subset
 from mobilekd.data.tokenizer import load_tokenizer
-from mobilekd.errors import cli_entry, located
+from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import float_islands, read_graph
 from mobilekd.export.litert import INPUT_NAMES
 from mobilekd.export.parity import run_tflite
@@ -76,9 +76,14 @@ def parse_args(argv=None):
     p.add_argument("--masked-score", type=float,
                    help="attention to padding in the official form, score x mask + (1 - mask) x M, whose int8 range "
                         "the official QAT keeps (default: the model's own M, else -6, the official code's)")
+    p.add_argument("--score-clip", type=float, nargs=2, metavar=("LOW", "HIGH"),
+                   help="clip the masked attention scores to [LOW, HIGH] while training and in the file, as the "
+                        "official QAT does with -6 60 (default: no clip)")
     add_training_flags(p, out="runs/qat", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
     check_task_flags(args)
+    if args.score_clip and not args.score_clip[0] < args.score_clip[1]:
+        raise UserError(f"--score-clip LOW HIGH needs LOW < HIGH, got {args.score_clip}")
     train_config(args)  # bad training flags are refused before any work
     return args
 
@@ -103,12 +108,13 @@ def run(args, accelerator):
     train = encode_classification(task, examples, tokenizer, args.max_len)
     dev_name, dev_examples = next(iter(task.dev.items()))
     dev = encode_classification(task, dev_examples, tokenizer, args.max_len)
-    qat_model = fine_tuned_classifier(args.model, task, masked_score=masked_score)
+    qat_model = fine_tuned_classifier(args.model, task, masked_score=masked_score, score_clip=args.score_clip)
     model = QatClassifier(quantization(prepare_qat(qat_model, "classification", args.max_len), True), args.max_len)
     steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
     stage = Stage(name="qat", steps=steps, loss=qat_loss(regression), lr=args.lr, warmup=args.warmup)
     cfg = train_config(args, eval_every=0, run={"model": str(args.model), "task": task.name, "lr": args.lr,
                                                 "max_len": args.max_len, "masked_score": masked_score,
+                                                "score_clip": args.score_clip,
                                                 "train_examples": len(train),
                                                 "subset_seed": args.subset_seed})
     run_plan([stage], model, train, cfg, accelerator, resume=args.resume)
@@ -132,7 +138,7 @@ def run(args, accelerator):
         "agreement_int8_float": float((int8_predictions == float_predictions).mean())}
     result = {"task": task.name, "model": str(args.model), "data": str(data), "method": "qat-int8",
               "split": dev_name, "dev_examples": len(dev), "train_examples": len(train), "steps": steps,
-              "max_len": args.max_len, "lr": args.lr, "masked_score": masked_score,
+              "max_len": args.max_len, "lr": args.lr, "masked_score": masked_score, "score_clip": args.score_clip,
               "metrics_float": classification_metrics(names, labels, float_predictions),
               "metrics_fake_quant": classification_metrics(names, labels, twin_predictions),
               "metrics_int8": classification_metrics(names, labels, int8_predictions), **agreement,
