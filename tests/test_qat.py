@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from android_bench.models import trained_like
 from helpers import one_line_error, run_module
@@ -14,7 +15,7 @@ from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.export.graph import float_islands, op_histogram, read_graph
 from mobilekd.export.litert import INPUT_NAMES, ExportWrapper
 from mobilekd.export.parity import run_tflite
-from mobilekd.export.qat import convert_qat, freeze_ranges, prepare_qat, quantization
+from mobilekd.export.qat import convert_qat, freeze_ranges, int8_rows, prepare_qat, quantization
 from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.presets import PRESETS
@@ -101,7 +102,8 @@ def test_recipe_at_micro_scale(tmp_path, tokenizer):
     common = ["--task", "sst2", "--max-train-examples", 64, "--max-len", SEQ, "--threads", 1]
     run_module("mobilekd", "finetune", "--model", base, *common, "--epochs", 1, "--eval-every", 0,
                "--out", tmp_path / "ft")
-    run_module("mobilekd", "qat", "--model", tmp_path / "ft", *common, "--max-steps", 4, "--out", tmp_path / "qat")
+    run_module("mobilekd", "qat", "--model", tmp_path / "ft", *common, "--max-steps", 4, "--int8-embeddings",
+               "--out", tmp_path / "qat")
     result = json.loads((tmp_path / "qat" / "results.json").read_text())
     assert result["complete"] and result["dev_examples"] == 872 and result["steps"] == 4
     for kind in ("float", "fake_quant", "int8"):
@@ -109,6 +111,11 @@ def test_recipe_at_micro_scale(tmp_path, tokenizer):
     assert result["agreement_int8_fake_quant"] >= 0.9 and result["float_islands"]["islands"] > 0
     path = tmp_path / "qat" / "model_qat_int8.tflite"
     assert path.stat().st_size == result["tflite_bytes"]
+    tables = [op.inputs[1] for op in read_graph(path) if op.name == "EMBEDDING_LOOKUP"]
+    assert [t.dtype for t in tables] == ["INT8", "INT8"] and tables[0].shape == (30522, config.embedding_size)
+    trained = load_file(str(tmp_path / "qat" / "checkpoint" / "model.safetensors"))
+    table = next(v for k, v in trained.items() if k.endswith("word_embeddings.weight"))
+    torch.testing.assert_close(table, int8_rows(table), atol=1e-7, rtol=0)  # trained against the file's int8 rows
     from mediapipe.tasks.python import text
 
     with text.TextClassifier.create_from_model_path(str(path)) as app:

@@ -83,6 +83,18 @@ def convert(model, head: str, seq_len: int, out_path, quantize: str = "none", ca
     return out_path
 
 
+def quantize_embeddings(path: Path) -> None:
+    """Rewrite the `.tflite` at `path` with its EMBEDDING_LOOKUP tables in int8, one symmetric scale per row
+    (ai-edge-quantizer's dynamic-range config for that op alone: the lookup reads the int8 rows and returns float),
+    the rest of the graph as it is. Rows already on that grid (`mobilekd.export.qat.int8_rows`) come through
+    unchanged."""
+    from ai_edge_quantizer import qtyping, quantizer
+
+    q = quantizer.Quantizer(str(path))
+    q.add_dynamic_config(regex=".*", operation_name=qtyping.TFLOperationName.EMBEDDING_LOOKUP, num_bits=8)
+    path.write_bytes(bytes(q.quantize(None, enable_progress_report=False).quantized_model))
+
+
 def quantize_file(path: Path, quantize: str, calibration=None) -> None:
     """Rewrite the `.tflite` at `path` quantized by the ai-edge-quantizer recipe for `quantize`."""
     from ai_edge_quantizer import qtyping, quantizer, recipe

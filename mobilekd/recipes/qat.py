@@ -32,7 +32,7 @@ from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import float_islands, read_graph
 from mobilekd.export.litert import INPUT_NAMES
 from mobilekd.export.parity import run_tflite
-from mobilekd.export.qat import convert_qat, freeze_ranges, prepare_qat, quantization
+from mobilekd.export.qat import convert_qat, freeze_ranges, int8_lookup_tables, prepare_qat, quantization
 from mobilekd.fileio import write_json
 from mobilekd.finetune.evaluation import fine_tuned_classifier, predict
 from mobilekd.finetune.metrics import classification_metrics
@@ -79,6 +79,9 @@ def parse_args(argv=None):
     p.add_argument("--score-clip", type=float, nargs=2, metavar=("LOW", "HIGH"),
                    help="clip the masked attention scores to [LOW, HIGH] while training and in the file, as the "
                         "official QAT does with -6 60 (default: no clip)")
+    p.add_argument("--int8-embeddings", action="store_true",
+                   help="also store the embedding tables in int8 (per row; a third of the file's size): they are put "
+                        "on that grid before training and frozen, so the network learns against them")
     add_training_flags(p, out="runs/qat", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
     check_task_flags(args)
@@ -109,12 +112,14 @@ def run(args, accelerator):
     dev_name, dev_examples = next(iter(task.dev.items()))
     dev = encode_classification(task, dev_examples, tokenizer, args.max_len)
     qat_model = fine_tuned_classifier(args.model, task, masked_score=masked_score, score_clip=args.score_clip)
+    frozen = int8_lookup_tables(qat_model) if args.int8_embeddings else []
     model = QatClassifier(quantization(prepare_qat(qat_model, "classification", args.max_len), True), args.max_len)
     steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
-    stage = Stage(name="qat", steps=steps, loss=qat_loss(regression), lr=args.lr, warmup=args.warmup)
+    stage = Stage(name="qat", steps=steps, loss=qat_loss(regression), lr=args.lr, warmup=args.warmup,
+                  trainable=lambda name: not name.endswith(tuple(frozen)))
     cfg = train_config(args, eval_every=0, run={"model": str(args.model), "task": task.name, "lr": args.lr,
                                                 "max_len": args.max_len, "masked_score": masked_score,
-                                                "score_clip": args.score_clip,
+                                                "score_clip": args.score_clip, "int8_embeddings": args.int8_embeddings,
                                                 "train_examples": len(train),
                                                 "subset_seed": args.subset_seed})
     run_plan([stage], model, train, cfg, accelerator, resume=args.resume)
@@ -126,7 +131,8 @@ def run(args, accelerator):
     twin = predict(model, dev)
     id2label = float_model.config.id2label
     path = convert_qat(model.prepared, args.max_len, out / FILE,
-                       None if regression else (vocab, [id2label[i] for i in range(len(id2label))]))
+                       None if regression else (vocab, [id2label[i] for i in range(len(id2label))]),
+                       int8_embeddings=args.int8_embeddings)
     exported = run_tflite(path, dev.arrays)[0]
 
     def predicted(out):  # scores (N,), or the class of a classifier's logits or probabilities (same order)
@@ -139,6 +145,7 @@ def run(args, accelerator):
     result = {"task": task.name, "model": str(args.model), "data": str(data), "method": "qat-int8",
               "split": dev_name, "dev_examples": len(dev), "train_examples": len(train), "steps": steps,
               "max_len": args.max_len, "lr": args.lr, "masked_score": masked_score, "score_clip": args.score_clip,
+              "int8_embeddings": args.int8_embeddings,
               "metrics_float": classification_metrics(names, labels, float_predictions),
               "metrics_fake_quant": classification_metrics(names, labels, twin_predictions),
               "metrics_int8": classification_metrics(names, labels, int8_predictions), **agreement,
