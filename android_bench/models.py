@@ -46,14 +46,15 @@ def trained_like(model: torch.nn.Module) -> torch.nn.Module:
                 p.copy_(start + 0.1 * torch.randn(p.shape, generator=generator))
     return model
 
-QUANTIZE = ("none", "dynamic-int8", "int8", "qat-int8")
+QUANTIZE = ("none", "dynamic-int8", "int8", "qat-int8", "qat-int8-float-attention")
 CALIBRATION_SENTENCES = 32  # shipped SST-2 training sentences: the full-integer files' ranges
 
 
 def export_preset(name: str, quantize: str, seq_len: int, cache: Path) -> Path:
     """`cache/<name>_<quantize>_<seq_len>.tflite`, converted (and quantized) on first use: "int8" is the
     full-integer file of post-training quantization, "qat-int8" the one of `mobilekd.export.qat` (its ranges
-    observed through fake quantization over the same sentences: random weights are not trained)."""
+    observed through fake quantization over the same sentences: random weights are not trained),
+    "qat-int8-float-attention" the same with each attention's core in float (`prepare_qat(int8_attention=False)`)."""
     path = cache / f"{name}_{quantize.replace('-', '_')}_{seq_len}_{GRAPHS}.tflite"
     if path.is_file():
         return path
@@ -61,9 +62,10 @@ def export_preset(name: str, quantize: str, seq_len: int, cache: Path) -> Path:
         arrays = calibration_arrays(seq_len)
         return convert(preset_classifier(name), "classification", seq_len, path, "int8",
                        [{k: v[i:i + 1] for k, v in arrays.items()} for i in range(CALIBRATION_SENTENCES)])
-    if quantize == "qat-int8":
+    if quantize.startswith("qat-int8"):
         model = preset_classifier(name, masked_score=-6.0)  # the official masked attention, as `mobilekd qat` has it
-        prepared = quantization(prepare_qat(model, "classification", seq_len), True)
+        prepared = quantization(prepare_qat(model, "classification", seq_len,
+                                            int8_attention=quantize == "qat-int8"), True)
         with torch.no_grad():
             prepared(**{k: torch.from_numpy(v) for k, v in calibration_arrays(seq_len).items()})
         return convert_qat(freeze_ranges(prepared), seq_len, path)

@@ -14,7 +14,7 @@ from helpers import one_line_error, run_module
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.export.graph import float_islands, op_histogram, read_graph
 from mobilekd.export.litert import INPUT_NAMES, ExportWrapper
-from mobilekd.export.parity import run_tflite
+from mobilekd.export.parity import run_tflite, xnnpack_undelegated
 from mobilekd.export.qat import convert_qat, freeze_ranges, int8_rows, prepare_qat, quantization
 from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
 from mobilekd.models.hf import save_pretrained
@@ -90,6 +90,24 @@ def test_qat_trained_int8_file_matches_its_fake_quantized_twin(sst2, tmp_path):
     # the classifier's softmax (apps read float probabilities) stay float
     assert not {"FULLY_CONNECTED", "BATCH_MATMUL", "ADD", "MUL"} & set(islands["ops_in_float"])
     assert islands["ops_in_float"].get("SOFTMAX", 0) <= 1 and islands["islands"] <= 4
+    # XNNPACK takes neither int8 product of two activations nor int8 softmax: they run outside it
+    assert xnnpack_undelegated(path).get("BATCH_MATMUL", 0) >= 2
+
+
+def test_float_attention_keeps_every_product_and_softmax_in_xnnpack(sst2, tmp_path):
+    """With the attention cores left float (QK^T, scaling, mask, softmax, PV), XNNPACK takes every matrix product
+    and softmax; the dense layers stay int8; the file computes its fake-quantized twin."""
+    _, dev = sst2
+    prepared = quantization(prepare_qat(classifier(), "classification", SEQ, int8_attention=False), True)
+    with torch.no_grad():
+        prepared(**inputs(dev))  # ranges observed once, then frozen: the twin the file computes
+        twin = freeze_ranges(prepared)(**inputs(dev)).numpy()
+    path = convert_qat(prepared, SEQ, tmp_path / "float_attention.tflite")
+    assert np.abs(run_tflite(path, dev)[0] - twin).max() < 0.025
+    ops = read_graph(path)
+    assert all(op.inputs[0].dtype == "INT8" for op in ops if op.name == "FULLY_CONNECTED")
+    assert {op.inputs[0].dtype for op in ops if op.name == "BATCH_MATMUL"} == {"FLOAT32"}
+    assert not {"BATCH_MATMUL", "SOFTMAX", "FULLY_CONNECTED"} & set(xnnpack_undelegated(path))
 
 
 def test_recipe_at_micro_scale(tmp_path, tokenizer):

@@ -39,6 +39,22 @@ class TFLiteRunner:
         return [self.interpreter.get_tensor(d["index"]).copy() for d in self.outputs]
 
 
+def xnnpack_undelegated(path) -> dict[str, int]:
+    """The ops of a `.tflite` that XNNPACK, LiteRT's default CPU delegate, does not take, by name: they run on the
+    builtin kernels, each a boundary between the delegate's partitions. Read from the interpreter with delegate
+    node fusion off, so that every delegated op is a delegate node of its own, with the op's outputs."""
+    from collections import Counter
+
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path), num_threads=1, experimental_disable_delegate_node_fusion=True)
+    interpreter.allocate_tensors()
+    ops = interpreter._get_ops_details()  # the only listing of nodes LiteRT's Python API has
+    delegated = {tuple(op["outputs"]) for op in ops if op["op_name"] == "DELEGATE"}
+    return dict(Counter(op["op_name"] for op in ops if op["op_name"] != "DELEGATE"
+                        and tuple(op["outputs"]) not in delegated).most_common())
+
+
 def _role(tensor_name: str) -> str:
     return next((role for role in INPUT_NAMES if role in tensor_name), tensor_name)
 

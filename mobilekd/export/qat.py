@@ -35,9 +35,10 @@ from mobilekd.export.litert import INPUT_NAMES, ExportWrapper, sample_inputs
 from mobilekd.fileio import atomic_path
 
 
-def quantizer():
-    """litert-torch's PT2E quantizer, per-channel symmetric weights, QAT, with every activation product annotated:
-    the one `prepare_qat` annotates with and `convert_qat` lowers with."""
+def quantizer(int8_attention: bool = True):
+    """litert-torch's PT2E quantizer, per-channel symmetric weights, QAT, with every activation product annotated
+    (the attention core too unless `int8_attention` is False): the one `prepare_qat` annotates with and
+    `convert_qat` lowers with."""
     from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
 
     class Quantizer(PT2EQuantizer):
@@ -46,12 +47,30 @@ def quantizer():
         STATIC_QAT_ONLY_OPS: list = []
 
         def annotate(self, model):
-            return annotate_activations(super().annotate(model), self.global_config)
+            return annotate_activations(super().annotate(model), self.global_config, int8_attention)
 
     return Quantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_qat=True))
 
 
-def annotate_activations(model: torch.fx.GraphModule, config) -> torch.fx.GraphModule:
+def attention_cores(model: torch.fx.GraphModule) -> set:
+    """The nodes from each attention's first product (Q K^T) through its scaling, masking, clip and softmax to its
+    second product (P V): in graph order, a matmul none of whose inputs is in a core opens one, a node reading a
+    core node (not a core's closing matmul) joins it, a matmul reading one closes it."""
+    core, closed = set(), set()
+    for node in model.graph.nodes:
+        if node.op != "call_function":
+            continue
+        reads = [a for a in node.args if isinstance(a, torch.fx.Node) and a in core and a not in closed]
+        if node.target == torch.ops.aten.matmul.default:
+            core.add(node)
+            if reads:
+                closed.add(node)
+        elif reads:
+            core.add(node)
+    return core
+
+
+def annotate_activations(model: torch.fx.GraphModule, config, int8_attention: bool = True) -> torch.fx.GraphModule:
     """Fake quantization where litert-torch's annotators leave float: its add / mul / softmax annotators find their
     ops by the source records a strict export keeps, which `torch.export`'s default (non-strict) export does not, so
     every residual add (and NoNorm's shift) was left float; and it has none for the attention products. Here, in
@@ -78,8 +97,9 @@ def annotate_activations(model: torch.fx.GraphModule, config) -> torch.fx.GraphM
         annotation = node.meta.get("quantization_annotation")
         return annotation is not None and annotation.output_qspec is not None
 
+    float_core = set() if int8_attention else attention_cores(model)
     for node in model.graph.nodes:
-        if node.op != "call_function" or "quantization_annotation" in node.meta:
+        if node.op != "call_function" or "quantization_annotation" in node.meta or node in float_core:
             continue
         if node.target in softmax and has_range(node.args[0]) and all(u.op != "output" for u in node.users):
             node.meta["quantization_annotation"] = QuantizationAnnotation(
@@ -94,9 +114,12 @@ def annotate_activations(model: torch.fx.GraphModule, config) -> torch.fx.GraphM
     return model
 
 
-def prepare_qat(model: torch.nn.Module, head: str, seq_len: int) -> torch.fx.GraphModule:
+def prepare_qat(model: torch.nn.Module, head: str, seq_len: int, int8_attention: bool = True) -> torch.fx.GraphModule:
     """The app-facing graph of `model` (int32 inputs, `head`'s outputs, as `convert` exports it) with fake
-    quantization inserted; any batch size, `seq_len` tokens. Exported in eval mode: no dropout while it trains."""
+    quantization inserted; any batch size, `seq_len` tokens. Exported in eval mode: no dropout while it trains.
+    Without `int8_attention` the attention cores (`attention_cores`) stay float: XNNPACK, LiteRT's CPU delegate,
+    takes neither int8 BATCH_MATMUL of two activations nor int8 SOFTMAX, so in a full-integer file they run on the
+    builtin kernels between the delegate's partitions."""
     from torchao.quantization.pt2e import allow_exported_model_train_eval
     from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e
 
@@ -104,7 +127,9 @@ def prepare_qat(model: torch.nn.Module, head: str, seq_len: int) -> torch.fx.Gra
     sample = {k: v.repeat(2, 1) for k, v in sample_inputs(seq_len).items()}  # 2 rows: a batch size that can vary
     program = torch.export.export(ExportWrapper(model.eval(), head).eval(), (), sample,
                                   dynamic_shapes={k: {0: batch} for k in INPUT_NAMES})
-    return allow_exported_model_train_eval(prepare_qat_pt2e(program.module(), quantizer()))  # .train() / .eval() work
+    prepared = prepare_qat_pt2e(program.module(), quantizer(int8_attention))
+    prepared.meta["int8_attention"] = int8_attention  # convert_qat lowers with the same annotation
+    return allow_exported_model_train_eval(prepared)  # .train() / .eval() work
 
 
 def quantization(prepared: torch.fx.GraphModule, on: bool) -> torch.fx.GraphModule:
@@ -160,8 +185,8 @@ def convert_qat(prepared: torch.fx.GraphModule, seq_len: int, out_path, metadata
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
     converted = convert_pt2e(prepared, fold_quantize=False)
-    edge = litert_torch.convert(converted, sample_kwargs=sample_inputs(seq_len),
-                                quant_config=QuantConfig(pt2e_quantizer=quantizer()))
+    edge = litert_torch.convert(converted, sample_kwargs=sample_inputs(seq_len), quant_config=QuantConfig(
+        pt2e_quantizer=quantizer(prepared.meta.get("int8_attention", True))))
     out_path = Path(out_path)
     with atomic_path(out_path) as tmp:
         edge.export(str(tmp))

@@ -39,7 +39,7 @@ from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import float_islands, foreign_ops, nonfinite_constants, op_histogram, read_graph
 from mobilekd.export.litert import CALIBRATED, INPUT_NAMES, QUANTIZATIONS, convert
-from mobilekd.export.parity import parity_report, run_tflite
+from mobilekd.export.parity import parity_report, run_tflite, xnnpack_undelegated
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.flags import at_least
 from mobilekd.models.bilstm import is_bilstm, load_bilstm, load_bilstm_config
@@ -113,7 +113,8 @@ def file_report(path: Path, ops: list, ops_count: dict) -> dict:
     """Size and graph checks of one exported file (`ops`: its `.tflite` graph; empty for ONNX)."""
     return {"size_bytes": path.stat().st_size, "nonfinite_constants": nonfinite_constants(ops),
             "flex_or_custom_ops": foreign_ops(ops), "op_count": sum(ops_count.values()),
-            "float_islands": float_islands(ops)}
+            "float_islands": float_islands(ops),
+            "xnnpack_undelegated": xnnpack_undelegated(path) if path.suffix == ".tflite" else None}
 
 
 def islands_cell(islands: dict | None) -> str:

@@ -11,7 +11,10 @@ is fine-tuned on the task's labels with cross-entropy, as the official code fine
 trains and frozen for evaluation. OUT holds `model_qat_int8.tflite` (with the metadata `mobilekd export`
 attaches) and results.json: dev metrics of the float model it started from, of its fake-quantized twin and of the
 int8 file run by the LiteRT interpreter, the file's agreement with the twin and its float islands. Resumable
-(--resume) on the shared loop. A regression model (STS-B) trains on the squared error of its score, which its file
+(--resume) on the shared loop. --float-attention keeps each attention's core float (XNNPACK, LiteRT's CPU
+delegate, takes neither int8 products of two activations nor int8 softmax: results.json lists what it leaves to the
+builtin kernels, `xnnpack_undelegated`); --int8-embeddings stores the lookup tables in int8 too; --score-clip is the
+official clip of the attention scores. A regression model (STS-B) trains on the squared error of its score, which its file
 returns (no TextClassifier metadata then: the app reads the number).
 """
 
@@ -31,7 +34,7 @@ from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import float_islands, read_graph
 from mobilekd.export.litert import INPUT_NAMES
-from mobilekd.export.parity import run_tflite
+from mobilekd.export.parity import run_tflite, xnnpack_undelegated
 from mobilekd.export.qat import convert_qat, freeze_ranges, int8_lookup_tables, prepare_qat, quantization
 from mobilekd.fileio import write_json
 from mobilekd.finetune.evaluation import fine_tuned_classifier, predict
@@ -79,6 +82,9 @@ def parse_args(argv=None):
     p.add_argument("--score-clip", type=float, nargs=2, metavar=("LOW", "HIGH"),
                    help="clip the masked attention scores to [LOW, HIGH] while training and in the file, as the "
                         "official QAT does with -6 60 (default: no clip)")
+    p.add_argument("--float-attention", action="store_true",
+                   help="keep each attention's core (Q K^T, masking, softmax, P V) in float: XNNPACK runs it, where "
+                        "it takes neither int8 activation-by-activation products nor int8 softmax")
     p.add_argument("--int8-embeddings", action="store_true",
                    help="also store the embedding tables in int8 (per row; a third of the file's size): they are put "
                         "on that grid before training and frozen, so the network learns against them")
@@ -113,13 +119,15 @@ def run(args, accelerator):
     dev = encode_classification(task, dev_examples, tokenizer, args.max_len)
     qat_model = fine_tuned_classifier(args.model, task, masked_score=masked_score, score_clip=args.score_clip)
     frozen = int8_lookup_tables(qat_model) if args.int8_embeddings else []
-    model = QatClassifier(quantization(prepare_qat(qat_model, "classification", args.max_len), True), args.max_len)
+    model = QatClassifier(quantization(prepare_qat(qat_model, "classification", args.max_len,
+                                                   int8_attention=not args.float_attention), True), args.max_len)
     steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
     stage = Stage(name="qat", steps=steps, loss=qat_loss(regression), lr=args.lr, warmup=args.warmup,
                   trainable=lambda name: not name.endswith(tuple(frozen)))
     cfg = train_config(args, eval_every=0, run={"model": str(args.model), "task": task.name, "lr": args.lr,
                                                 "max_len": args.max_len, "masked_score": masked_score,
                                                 "score_clip": args.score_clip, "int8_embeddings": args.int8_embeddings,
+                                                "float_attention": args.float_attention,
                                                 "train_examples": len(train),
                                                 "subset_seed": args.subset_seed})
     run_plan([stage], model, train, cfg, accelerator, resume=args.resume)
@@ -145,12 +153,13 @@ def run(args, accelerator):
     result = {"task": task.name, "model": str(args.model), "data": str(data), "method": "qat-int8",
               "split": dev_name, "dev_examples": len(dev), "train_examples": len(train), "steps": steps,
               "max_len": args.max_len, "lr": args.lr, "masked_score": masked_score, "score_clip": args.score_clip,
-              "int8_embeddings": args.int8_embeddings,
+              "int8_embeddings": args.int8_embeddings, "float_attention": args.float_attention,
               "metrics_float": classification_metrics(names, labels, float_predictions),
               "metrics_fake_quant": classification_metrics(names, labels, twin_predictions),
               "metrics_int8": classification_metrics(names, labels, int8_predictions), **agreement,
               "max_abs_diff_int8_fake_quant": float(np.abs(exported - twin).max()),
               "tflite_bytes": path.stat().st_size, "float_islands": float_islands(read_graph(path)),
+              "xnnpack_undelegated": xnnpack_undelegated(path),
               "wall_seconds": round(time.time() - start, 1), "complete": True}
     write_json(out / "results.json", result)
     for kind in ("float", "fake_quant", "int8"):
