@@ -1,7 +1,8 @@
 """Integer models (issue 20): per task, the distilled MobileBERT student fine-tuned once (fp32) and its files in
 dynamic-range int8, post-training full int8 (ptq-int8) and quantization-aware full int8 (qat-int8, `mobilekd qat`,
 3 seeds; on SST-2 also with the official clip of the attention scores to [-6, 60], qat-int8-clip, and with the
-embedding tables in int8 too, qat-int8-emb); and full-size MobileBERT and MobileBERT_TINY (random weights, for speed) in the same four forms. One row
+embedding tables in int8 too, qat-int8-emb, and with the attention cores in float, which XNNPACK runs, qat-int8-fa);
+and full-size MobileBERT and MobileBERT_TINY (random weights, for speed) in the same four forms. One row
 per file and measurement to docs/results/int8.json, a README table and the issue's goals as measured.
 
     python -m benchmarks.int8                   # SST-2, MRPC, STS-B; QAT seeds 0-2; with the clip on SST-2 (~2 h)
@@ -40,10 +41,12 @@ FILES = {"fp32": "model_none.tflite", "dynamic-int8": "model_dynamic_int8.tflite
 # QAT as issue 20 first measured it; with the official clip of the attention scores; with int8 embedding tables
 # (the two variants on SST-2 only: the budget). method -> (its runs' folder, its flags, its tasks: None for all)
 QAT_VARIANTS = {"qat-int8": ("qat", [], None), "qat-int8-clip": ("qat_clip", ["--score-clip", "-6", "60"], ["sst2"]),
-                "qat-int8-emb": ("qat_emb", ["--int8-embeddings"], ["sst2"])}
+                "qat-int8-emb": ("qat_emb", ["--int8-embeddings"], ["sst2"]),
+                "qat-int8-fa": ("qat_fa", ["--float-attention"], ["sst2"])}
 METHODS = [*FILES, *QAT_VARIANTS]
 PRESETS = {"mobilebert": "MobileBERT", "mobilebert_tiny": "MobileBERT_TINY"}  # random weights, timed only
-QUANTIZE = {"fp32": "none", "dynamic-int8": "dynamic-int8", "ptq-int8": "int8", "qat-int8": "qat-int8"}
+QUANTIZE = {"fp32": "none", "dynamic-int8": "dynamic-int8", "ptq-int8": "int8", "qat-int8": "qat-int8",
+            "qat-int8-fa": "qat-int8-float-attention"}
 THREADS = ["1", "2"]
 STUDENT = "student"  # the rows' model name for the fine-tuned students
 
@@ -74,7 +77,8 @@ def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int]) -> list[J
                                                             TASKS[task], *QAT[task], *flags, "--seed", str(seed),
                                                             "--out", str(d), *RESUMABLE], d, [f"{task}/fp32"]))
         timed.update({label(task, m): tflite / name for m, name in FILES.items()})
-        timed[label(task, "qat-int8")] = qat_dir(out, task, seeds[0]) / "model_qat_int8.tflite"
+        timed.update({label(task, m): qat_dir(out, task, seeds[0], m) / "model_qat_int8.tflite"
+                      for m, (_, _, only) in QAT_VARIANTS.items() if only is None or task in only})
     # alone, after every other run: timings share the machine with nothing of ours
     plan.append(Job("latency", ["latency", "--models", *PRESETS, "--quantize", *QUANTIZE.values(), "--threads",
                                 *THREADS, "--devices", "pixel4", "--out", str(out / "latency"), "--tflite",
@@ -127,8 +131,8 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             if "agreement_int8_float" in r:
                 found.append({**identity, "metric": "agreement_fp32", "value": round(r["agreement_int8_float"], 4),
                               **shared})
-            if seed == seeds[0] and method == "qat-int8":
-                found += timing_rows(report, label(task, "qat-int8"), **identity)
+            if seed == seeds[0]:
+                found += timing_rows(report, label(task, method), **identity)
     for preset in PRESETS:
         for method, quantize in QUANTIZE.items():
             key = preset + ("" if quantize == "none" else f" {quantize}")
@@ -191,8 +195,9 @@ def goals(results: list[dict]) -> str:
     for t in (1, 2):
         ms = {m: _pick(results, model="mobilebert", method=m, metric="host_ms", threads=t) for m in QUANTIZE}
         peak = {k: _pick(results, model="host", method=f"{k}-peak", threads=t) for k in ("fp32", "int8")}
-        if all(ms.values()) and all(peak.values()):
-            best = min(("ptq-int8", "qat-int8"), key=lambda m: ms[m][0]["value"])
+        full = [m for m in ("ptq-int8", "qat-int8", "qat-int8-fa") if ms[m]]
+        if full and ms["dynamic-int8"] and all(peak.values()):
+            best = min(full, key=lambda m: ms[m][0]["value"])
             dyn = ms["dynamic-int8"][0]["value"]
             faster = ms[best][0]["value"] < dyn
             out.append(f"- full int8 faster than dynamic-range int8 on MobileBERT, {t} thread{'s' * (t > 1)} "
