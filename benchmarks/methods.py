@@ -4,7 +4,7 @@ KD of the same student and the MobileBERT (PKT) student, over seeds and GLUE tas
 to docs/results/methods.json, with each student's .tflite size, host latency and Pixel 4 estimate; a Markdown
 table, the source documents' orderings as measured, and a plot of dev score against estimated Pixel 4 latency.
 
-    python -m benchmarks.methods                           # everything (about 3 hours on 2 cores), resumable
+    python -m benchmarks.methods                           # everything (over 7 hours on 2 cores, README), resumable
     python -m benchmarks.methods --seeds 0 --tasks sst2 mrpc
     python -m benchmarks.methods --collect                 # write the finished runs' rows now, run nothing
     python -m benchmarks.methods --table                   # print the table (and redraw the plot) from the file
