@@ -107,6 +107,11 @@ def test_float_attention_keeps_every_product_and_softmax_in_xnnpack(sst2, tmp_pa
     ops = read_graph(path)
     assert all(op.inputs[0].dtype == "INT8" for op in ops if op.name == "FULLY_CONNECTED")
     assert {op.inputs[0].dtype for op in ops if op.name == "BATCH_MATMUL"} == {"FLOAT32"}
+    layers = 2
+    # the masking products stay with the float scores (none requantized inside a core): Q, K and V are dequantized
+    # once each per layer, the context quantized once
+    assert sum(op.name == "MUL" and op.inputs[0].dtype == "FLOAT32" for op in ops) >= 2 * layers
+    assert op_histogram(ops)["DEQUANTIZE"] <= 3 * layers + 3
     assert not {"BATCH_MATMUL", "SOFTMAX", "FULLY_CONNECTED"} & set(xnnpack_undelegated(path))
 
 

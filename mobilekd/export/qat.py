@@ -54,8 +54,10 @@ def quantizer(int8_attention: bool = True):
 
 def attention_cores(model: torch.fx.GraphModule) -> set:
     """The nodes from each attention's first product (Q K^T) through its scaling, masking, clip and softmax to its
-    second product (P V): in graph order, a matmul none of whose inputs is in a core opens one, a node reading a
-    core node (not a core's closing matmul) joins it, a matmul reading one closes it."""
+    second product (P V), and the mask's own branch: in graph order, a matmul none of whose inputs is in a core
+    opens one, a node reading a core node (not a core's closing matmul) joins it, a matmul reading one closes it;
+    then, backwards from the core's other ops (not the matmuls: their Q, K, V stay int8), every node all of whose
+    users are core nodes (the mask, 1 - mask, its -6 term) joins too."""
     core, closed = set(), set()
     for node in model.graph.nodes:
         if node.op != "call_function":
@@ -67,6 +69,13 @@ def attention_cores(model: torch.fx.GraphModule) -> set:
                 closed.add(node)
         elif reads:
             core.add(node)
+    todo = [a for n in core if n.target != torch.ops.aten.matmul.default
+            for a in n.args if isinstance(a, torch.fx.Node)]
+    while todo:
+        node = todo.pop()
+        if node.op == "call_function" and node not in core and all(u in core for u in node.users):
+            core.add(node)
+            todo += [a for a in node.args if isinstance(a, torch.fx.Node)]
     return core
 
 
@@ -98,6 +107,8 @@ def annotate_activations(model: torch.fx.GraphModule, config, int8_attention: bo
         return annotation is not None and annotation.output_qspec is not None
 
     float_core = set() if int8_attention else attention_cores(model)
+    for node in float_core:  # litert-torch's own annotators may have reached some (the mask's mul): undone
+        node.meta.pop("quantization_annotation", None)
     for node in model.graph.nodes:
         if node.op != "call_function" or "quantization_annotation" in node.meta or node in float_core:
             continue
@@ -127,9 +138,8 @@ def prepare_qat(model: torch.nn.Module, head: str, seq_len: int, int8_attention:
     sample = {k: v.repeat(2, 1) for k, v in sample_inputs(seq_len).items()}  # 2 rows: a batch size that can vary
     program = torch.export.export(ExportWrapper(model.eval(), head).eval(), (), sample,
                                   dynamic_shapes={k: {0: batch} for k in INPUT_NAMES})
-    prepared = prepare_qat_pt2e(program.module(), quantizer(int8_attention))
-    prepared.meta["int8_attention"] = int8_attention  # convert_qat lowers with the same annotation
-    return allow_exported_model_train_eval(prepared)  # .train() / .eval() work
+    # .train() / .eval() work on the result
+    return allow_exported_model_train_eval(prepare_qat_pt2e(program.module(), quantizer(int8_attention)))
 
 
 def quantization(prepared: torch.fx.GraphModule, on: bool) -> torch.fx.GraphModule:
@@ -185,8 +195,9 @@ def convert_qat(prepared: torch.fx.GraphModule, seq_len: int, out_path, metadata
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
     converted = convert_pt2e(prepared, fold_quantize=False)
-    edge = litert_torch.convert(converted, sample_kwargs=sample_inputs(seq_len), quant_config=QuantConfig(
-        pt2e_quantizer=quantizer(prepared.meta.get("int8_attention", True))))
+    # litert-torch reads only whether the quantizer is dynamic: the fake quantization in the graph decides the rest
+    edge = litert_torch.convert(converted, sample_kwargs=sample_inputs(seq_len),
+                                quant_config=QuantConfig(pt2e_quantizer=quantizer()))
     out_path = Path(out_path)
     with atomic_path(out_path) as tmp:
         edge.export(str(tmp))

@@ -192,10 +192,10 @@ def run(args):
     same_labels = head == "classification" and task.fits(config.id2label)
     labels = split.arrays.get("labels") if same_labels else None
     metadata = None
-    regression = head == "classification" and config.num_labels == 1
-    if regression and not args.no_metadata:
+    scores = head == "classification" and config.num_labels == 1  # a regression model
+    if scores and not args.no_metadata:
         print("no TextClassifier metadata: a regression model's file returns a score, not class probabilities")
-    if not args.no_metadata and HEADS[head].metadata and not regression:
+    if not args.no_metadata and HEADS[head].metadata and not scores:
         vocab = Path(args.model) / "vocab.txt"
         if not vocab.is_file():
             raise located(vocab, "missing: the metadata packs the model's vocabulary")

@@ -81,7 +81,7 @@ def parse_args(argv=None):
                         "the official QAT keeps (default: the model's own M, else -6, the official code's)")
     p.add_argument("--score-clip", type=float, nargs=2, metavar=("LOW", "HIGH"),
                    help="clip the masked attention scores to [LOW, HIGH] while training and in the file, as the "
-                        "official QAT does with -6 60 (default: no clip)")
+                        "official QAT does with -6 60 (default: the model's own clip, if any)")
     p.add_argument("--float-attention", action="store_true",
                    help="keep each attention's core (Q K^T, masking, softmax, P V) in float: XNNPACK runs it, where "
                         "it takes neither int8 activation-by-activation products nor int8 softmax")
@@ -117,7 +117,8 @@ def run(args, accelerator):
     train = encode_classification(task, examples, tokenizer, args.max_len)
     dev_name, dev_examples = next(iter(task.dev.items()))
     dev = encode_classification(task, dev_examples, tokenizer, args.max_len)
-    qat_model = fine_tuned_classifier(args.model, task, masked_score=masked_score, score_clip=args.score_clip)
+    score_clip = args.score_clip or float_model.config.score_clip  # the model's own clip unless one is given
+    qat_model = fine_tuned_classifier(args.model, task, masked_score=masked_score, score_clip=score_clip)
     frozen = int8_lookup_tables(qat_model) if args.int8_embeddings else []
     model = QatClassifier(quantization(prepare_qat(qat_model, "classification", args.max_len,
                                                    int8_attention=not args.float_attention), True), args.max_len)
@@ -126,7 +127,7 @@ def run(args, accelerator):
                   trainable=lambda name: not name.endswith(tuple(frozen)))
     cfg = train_config(args, eval_every=0, run={"model": str(args.model), "task": task.name, "lr": args.lr,
                                                 "max_len": args.max_len, "masked_score": masked_score,
-                                                "score_clip": args.score_clip, "int8_embeddings": args.int8_embeddings,
+                                                "score_clip": score_clip, "int8_embeddings": args.int8_embeddings,
                                                 "float_attention": args.float_attention,
                                                 "train_examples": len(train),
                                                 "subset_seed": args.subset_seed})
@@ -152,7 +153,7 @@ def run(args, accelerator):
         "agreement_int8_float": float((int8_predictions == float_predictions).mean())}
     result = {"task": task.name, "model": str(args.model), "data": str(data), "method": "qat-int8",
               "split": dev_name, "dev_examples": len(dev), "train_examples": len(train), "steps": steps,
-              "max_len": args.max_len, "lr": args.lr, "masked_score": masked_score, "score_clip": args.score_clip,
+              "max_len": args.max_len, "lr": args.lr, "masked_score": masked_score, "score_clip": score_clip,
               "int8_embeddings": args.int8_embeddings, "float_attention": args.float_attention,
               "metrics_float": classification_metrics(names, labels, float_predictions),
               "metrics_fake_quant": classification_metrics(names, labels, twin_predictions),
