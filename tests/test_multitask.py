@@ -29,7 +29,8 @@ def _split(n: int, tag: int) -> EncodedSplit:
     ids = np.full((n, 6), tag, dtype=np.int64)
     ids[:, 1] = np.arange(n)  # each example tells its own index
     return EncodedSplit({"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids),
-                         "labels": np.zeros(n, dtype=np.int64), "soft_targets": np.arange(n, dtype=np.float32)[:, None]})
+                         "labels": np.zeros(n, dtype=np.int64),
+                         "soft_targets": np.arange(n, dtype=np.float32)[:, None]})
 
 
 def test_sampler_draws_each_task_by_its_share_of_mini_batches_and_every_example_once_per_epoch():

@@ -166,7 +166,8 @@ def test_regression_recipe_returns_a_score_in_its_integer_file(tmp_path, tokeniz
     run_module("mobilekd", "qat", "--model", tmp_path / "ft", *common, "--max-steps", 4, "--score-clip", -6, 60,
                "--out", tmp_path / "qat")
     result = json.loads((tmp_path / "qat" / "results.json").read_text())
-    assert result["complete"] and result["dev_examples"] == 1500 and result["score_clip"] == [-6, 60] and "agreement_int8_float" not in result
+    assert result["complete"] and result["dev_examples"] == 1500 and result["score_clip"] == [-6, 60]
+    assert "agreement_int8_float" not in result
     assert all(-1 <= result[f"metrics_{k}"]["pearson"] <= 1 for k in ("float", "fake_quant", "int8"))
     scores = run_tflite(tmp_path / "qat" / "model_qat_int8.tflite",
                         {k: np.zeros((2, SEQ), np.int64) + (k == "attention_mask") for k in INPUT_NAMES})[0]

@@ -15,8 +15,9 @@ ensemble's averaged probabilities (regression: MSE to its mean score), added as 
 (--kd-combine sum, the default) or averaged as the paper writes (--kd-combine mean). Both weigh a task's hard
 and soft terms equally. When every task has teachers they differ by a factor of 2 on the whole loss, which AdamW's
 update barely sees (only its epsilon and the gradient clipping do); when only some have, "mean" also halves the
-taught tasks against the others. We default to the code that produced the published models. Departures from the official settings (train.py: Adamax, lr 5e-5, batch 32 in
-its scripts, 5 epochs): AdamW, our loop's optimizer; the epochs are a flag.
+taught tasks against the others. We default to the code that produced the published models. Departures from the
+official settings (train.py: Adamax, lr 5e-5, batch 32 in its scripts, 5 epochs): AdamW, our loop's optimizer;
+the epochs are a flag.
 
 OUT holds the model (`mobilekd.models.multitask`: config.json, model.safetensors, multitask.json, tokenizer),
 each task's dev predictions, and results.json: per task the dev metrics, training examples and sampling share;

@@ -12,10 +12,10 @@ trains and frozen for evaluation. OUT holds `model_qat_int8.tflite` (with the me
 attaches) and results.json: dev metrics of the float model it started from, of its fake-quantized twin and of the
 int8 file run by the LiteRT interpreter, the file's agreement with the twin and its float islands. Resumable
 (--resume) on the shared loop. --float-attention keeps each attention's core float (XNNPACK, LiteRT's CPU
-delegate, takes neither int8 products of two activations nor int8 softmax: results.json lists what it leaves to the
-builtin kernels, `xnnpack_undelegated`); --int8-embeddings stores the lookup tables in int8 too; --score-clip is the
-official clip of the attention scores. A regression model (STS-B) trains on the squared error of its score, which its file
-returns (no TextClassifier metadata then: the app reads the number).
+delegate, takes neither int8 products of two activations nor int8 softmax: results.json lists what it leaves to
+the builtin kernels, `xnnpack_undelegated`); --int8-embeddings stores the lookup tables in int8 too; --score-clip
+is the official clip of the attention scores. A regression model (STS-B) trains on the squared error of its
+score, which its file returns (no TextClassifier metadata then: the app reads the number).
 """
 
 from __future__ import annotations
@@ -127,8 +127,10 @@ def run(args, accelerator):
                   trainable=lambda name: not name.endswith(tuple(frozen)))
     cfg = train_config(args, eval_every=0, run={"model": str(args.model), "task": task.name, "lr": args.lr,
                                                 "max_len": args.max_len, "masked_score": masked_score,
-                                                "score_clip": score_clip, "int8_embeddings": args.int8_embeddings,
-                                                "float_attention": args.float_attention,
+                                                # None when off: a checkpoint from before these options resumes
+                                                "score_clip": score_clip,
+                                                "int8_embeddings": args.int8_embeddings or None,
+                                                "float_attention": args.float_attention or None,
                                                 "train_examples": len(train),
                                                 "subset_seed": args.subset_seed})
     run_plan([stage], model, train, cfg, accelerator, resume=args.resume)
