@@ -57,19 +57,26 @@ def convert(model, head: str, seq_len: int, out_path, quantize: str = "none", ca
     Quantizes afterwards if asked (`calibration`: input dicts for the calibrated ones); `metadata` = (vocab file, labels or
     None) attaches the TFLite metadata of `mobilekd.export.metadata` last, so quantization cannot drop it.
     """
+    return convert_module(ExportWrapper(model.eval(), head).eval(), model.config, seq_len, out_path, quantize,
+                          calibration, metadata, head)
+
+
+def convert_module(module: torch.nn.Module, config, seq_len: int, out_path, quantize: str = "none", calibration=None,
+                   metadata: tuple | None = None, head: str | None = None, what: str = "the model") -> Path:
+    """`convert` for any module taking the three int32 inputs (`ExportWrapper`'s, or the multi-task model's, whose
+    outputs are named), `config` its model's: the same checks, graph rewrite, quantization and metadata."""
     import litert_torch
 
     if quantize not in QUANTIZATIONS:
         raise UserError(f"--quantize {quantize!r}: choose one of {', '.join(QUANTIZATIONS)}")
     if quantize in CALIBRATED and not calibration:
         raise UserError(f"--quantize {quantize} needs calibration examples")
-    if seq_len > model.config.max_position_embeddings:
-        raise UserError(f"--seq-len {seq_len} exceeds the model's {model.config.max_position_embeddings} positions")
-    wrapper = ExportWrapper(model.eval(), head).eval()
+    if seq_len > config.max_position_embeddings:
+        raise UserError(f"--seq-len {seq_len} exceeds the model's {config.max_position_embeddings} positions")
     try:
-        edge = litert_torch.convert(wrapper, sample_kwargs=sample_inputs(seq_len))
+        edge = litert_torch.convert(module, sample_kwargs=sample_inputs(seq_len))
     except Exception as err:  # the converter's own message names the op it rejects
-        raise UserError(f"litert-torch could not convert the model: {type(err).__name__}: {err}"[:500]) from None
+        raise UserError(f"litert-torch could not convert {what}: {type(err).__name__}: {err}"[:500]) from None
     out_path = Path(out_path)
     with atomic_path(out_path) as tmp:
         edge.export(str(tmp))

@@ -16,9 +16,8 @@ import numpy as np
 import torch
 
 from mobilekd.errors import UserError
-from mobilekd.export.litert import INPUT_NAMES, quantize_file, sample_inputs
+from mobilekd.export.litert import INPUT_NAMES, convert_module
 from mobilekd.export.parity import TFLiteRunner, parity_report
-from mobilekd.fileio import atomic_path
 from mobilekd.models.multitask import MultiTaskModel, single_task
 
 UNCALIBRATED = ("none", "fp16", "dynamic-int8", "weight-int8")  # the quantizations that need no task's examples
@@ -36,25 +35,12 @@ class MultiTaskExport(torch.nn.Module):
 
 
 def convert_multitask(model: MultiTaskModel, seq_len: int, out_path, quantize: str = "none") -> Path:
-    """Convert (eval mode) and write `out_path` atomically, quantized afterwards if asked."""
-    import litert_torch
-
+    """Convert (eval mode) and write `out_path` atomically, quantized afterwards if asked (`convert_module`)."""
     if quantize not in UNCALIBRATED:
         raise UserError(f"--quantize {quantize}: a multi-task file takes {', '.join(UNCALIBRATED)} (a calibrated "
                         f"int8 would need every task's examples)")
-    if seq_len > model.config.max_position_embeddings:
-        raise UserError(f"--seq-len {seq_len} exceeds the model's {model.config.max_position_embeddings} positions")
-    try:
-        edge = litert_torch.convert(MultiTaskExport(model.eval()).eval(), sample_kwargs=sample_inputs(seq_len))
-    except Exception as err:  # the converter's own message names the op it rejects
-        raise UserError(f"litert-torch could not convert the multi-task model: {type(err).__name__}: {err}"[:500]) \
-            from None
-    out_path = Path(out_path)
-    with atomic_path(out_path) as tmp:
-        edge.export(str(tmp))
-        if quantize != "none":
-            quantize_file(tmp, quantize)
-    return out_path
+    return convert_module(MultiTaskExport(model.eval()).eval(), model.config, seq_len, out_path, quantize,
+                          what="the multi-task model")
 
 
 def run_multitask(path, arrays: dict[str, np.ndarray], task: str, runner: TFLiteRunner | None = None) -> np.ndarray:

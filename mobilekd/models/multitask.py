@@ -39,6 +39,11 @@ class TaskHead:
     def outputs(self) -> int:
         return 1 if self.labels is None else len(self.labels)
 
+    @property
+    def id2label(self) -> dict[int, str]:
+        """What the task's own classifier has as `id2label` (`Task.id2label`'s form)."""
+        return {0: "score"} if self.labels is None else dict(enumerate(self.labels))
+
 
 class MultiTaskModel(nn.Module):
     """`model(input_ids, attention_mask, token_type_ids, task=name)` -> that task's logits (B, labels) or scores
@@ -67,7 +72,7 @@ class MultiTaskModel(nn.Module):
 def single_task(model: MultiTaskModel, task: str) -> MobileBertForSequenceClassification:
     """The ordinary classifier of `task`: the shared encoder (a copy) and that task's output layer."""
     t = model.tasks[task]
-    config = model.config.replace(id2label={0: "score"} if t.labels is None else dict(enumerate(t.labels)),
+    config = model.config.replace(id2label=t.id2label,
                                   problem_type="regression" if t.labels is None else "single_label_classification",
                                   classifier_dropout=model.dropout.p)
     classifier = MobileBertForSequenceClassification(config)
@@ -93,6 +98,7 @@ def load_multitask(model_dir) -> MultiTaskModel:
     model_dir = Path(model_dir)
     config, _ = load_config(model_dir)
     settings = read_json(model_dir / SETTINGS)
+
     def strings(value) -> bool:
         return isinstance(value, list) and len(value) > 0 and all(isinstance(v, str) for v in value)
 

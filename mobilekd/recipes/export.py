@@ -283,9 +283,9 @@ def export_multitask(args, out: Path) -> None:
         if data is None:
             raise UserError(f"{args.model}: task {name}'s data is neither recorded in results.json nor shipped")
         task = load_task(name, Path(data), eval_only=True, regression=head.labels is None)
-        if task.id2label != (single := single_task(model, name)).config.id2label:
+        if task.id2label != head.id2label:
             raise located(data, f"task {name}'s labels {list(task.id2label.values())} are not the model's "
-                                f"{list(single.config.id2label.values())}")
+                                f"{list(head.id2label.values())}")
         examples[name] = encode_classification(task, next(iter(task.dev.values()))[:args.parity_examples], tokenizer,
                                                args.seq_len).arrays
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}

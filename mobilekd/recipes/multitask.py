@@ -112,7 +112,8 @@ def run(args, accelerator):
     if args.max_len > config.max_position_embeddings:
         raise UserError(f"--max-len {args.max_len} exceeds the model's {config.max_position_embeddings} positions "
                         f"({args.model})")
-    tasks = {name: load_task(name, task_data(name, args.data.get(name))) for name in args.tasks}
+    data = {name: task_data(name, args.data.get(name)) for name in args.tasks}
+    tasks = {name: load_task(name, data[name]) for name in args.tasks}
     for name, dirs in args.teachers.items():  # every teacher checked before any work
         for d in dirs:
             check_teacher(d, tasks[name], tokenizer, args.model)
@@ -129,7 +130,7 @@ def run(args, accelerator):
         examples = training_subset(task.train, args.max_train_examples, args.subset_seed)
         splits[name] = encode_classification(task, examples, tokenizer, args.max_len)
         if "labels" not in splits[name].arrays:
-            raise UserError(f"{task_data(name, args.data.get(name))}: the training split has unlabelled rows")
+            raise UserError(f"{data[name]}: the training split has unlabelled rows")
         dev_name, dev_examples = next(iter(task.dev.items()))
         dev[name] = {dev_name: (dev_examples, encode_classification(task, dev_examples, tokenizer, args.max_len),
                                 None)}
@@ -159,7 +160,7 @@ def run(args, accelerator):
         for name, task in tasks.items():
             metrics, predictions = DevEvaluator(task, dev[name], out, tokenizer, save_model=False).score(
                 single_task(m, name))
-            scores[name] = {"metrics": metrics, "data": str(task_data(name, args.data.get(name))),
+            scores[name] = {"metrics": metrics, "data": str(data[name]),
                             "train_examples": len(splits[name]), "share": shares[name], **teachers.get(name, {})}
             write_predictions(out, predictions, prefix=f"{name}_")
             print(f"{name}: " + ", ".join(f"{s} {k} {v:.4f}" for s, ms in metrics.items() for k, v in ms.items()))
