@@ -4,8 +4,9 @@
 Several models are timed interleaved (one invocation of each in turn, `runs` rounds), so a slow spell of this
 shared machine hits them all alike and their ratios hold; reported per model and thread count: min, p50, p90,
 mean and standard deviation after `warmup` untimed rounds. Peak memory is measured per model in a process of
-its own (`peak_memory`). The Python interpreter API gives no per-op profile; `android_bench.adb` collects one
-from `benchmark_model` on a phone, and `android_bench.estimate` gives the cost model's per-op-type breakdown.
+its own (`peak_memory`). The Python interpreter API gives no per-op profile: `android_bench.kernels` samples the
+host's kernels with perf, `android_bench.adb` collects a per-op profile from `benchmark_model` on a phone, and
+`android_bench.estimate` gives the cost model's per-op-type breakdown.
 """
 
 from __future__ import annotations

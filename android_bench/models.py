@@ -20,11 +20,12 @@ from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.export.litert import INPUT_NAMES, convert, quantize_file, sample_inputs
 from mobilekd.export.qat import convert_qat, freeze_ranges, prepare_qat, quantization
-from mobilekd.fileio import atomic_path
+from mobilekd.fileio import REPO_ROOT, atomic_path
 from mobilekd.models.heads import MobileBertForSequenceClassification
 from mobilekd.models.presets import get_preset
 
 PAPER_MODELS = ("bert_base", "mobilebert_no_opt", "mobilebert", "mobilebert_tiny")
+CACHE = REPO_ROOT / ".cache" / "android_bench"  # where the presets' files are kept (`mobilekd latency --cache`)
 GRAPHS = "g2"  # in the cached files' names; bumped whenever the graphs change (g2: trained-like, shared products)
 
 def preset_classifier(name: str, **changes) -> MobileBertForSequenceClassification:
@@ -50,12 +51,17 @@ QUANTIZE = ("none", "dynamic-int8", "int8", "qat-int8", "qat-int8-float-attentio
 CALIBRATION_SENTENCES = 32  # shipped SST-2 training sentences: the full-integer files' ranges
 
 
+def preset_path(name: str, quantize: str, seq_len: int, cache: Path) -> Path:
+    """Where `export_preset` keeps preset `name`'s file."""
+    return Path(cache) / f"{name}_{quantize.replace('-', '_')}_{seq_len}_{GRAPHS}.tflite"
+
+
 def export_preset(name: str, quantize: str, seq_len: int, cache: Path) -> Path:
     """`cache/<name>_<quantize>_<seq_len>.tflite`, converted (and quantized) on first use: "int8" is the
     full-integer file of post-training quantization, "qat-int8" the one of `mobilekd.export.qat` (its ranges
     observed through fake quantization over the same sentences: random weights are not trained),
     "qat-int8-float-attention" the same with each attention's core in float (`prepare_qat(int8_attention=False)`)."""
-    path = cache / f"{name}_{quantize.replace('-', '_')}_{seq_len}_{GRAPHS}.tflite"
+    path = preset_path(name, quantize, seq_len, cache)
     if path.is_file():
         return path
     if quantize == "int8":
@@ -69,7 +75,7 @@ def export_preset(name: str, quantize: str, seq_len: int, cache: Path) -> Path:
         with torch.no_grad():
             prepared(**{k: torch.from_numpy(v) for k, v in calibration_arrays(seq_len).items()})
         return convert_qat(freeze_ranges(prepared), seq_len, path)
-    fp32 = cache / f"{name}_none_{seq_len}_{GRAPHS}.tflite"
+    fp32 = preset_path(name, "none", seq_len, cache)
     if not fp32.is_file():
         convert(preset_classifier(name), "classification", seq_len, fp32)
     if quantize != "none":

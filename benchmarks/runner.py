@@ -47,6 +47,8 @@ class Job:
             return bool(parity) and (not is_early_exit(model) or "model_early_exit.tflite" in parity)
         if self.argv[0] == "latency":
             return (self.out / "report.json").is_file()
+        if self.argv[0] == "kernels":
+            return (self.out / "kernels.json").is_file()
         written = ["config.json", "model.safetensors"] + ([] if self.argv[0] == "init" else ["summary.json"])
         return all((self.out / name).is_file() for name in written)
 

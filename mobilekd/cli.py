@@ -1,7 +1,7 @@
 """`mobilekd <verb> [flags]`: the one command-line front over the recipes in mobilekd/recipes/.
 
     mobilekd models | init | train-teacher | distill | finetune | fastbert | bilstm | multitask | qat | export
-             | latency | host-bench | adb | report
+             | latency | host-bench | kernels | adb | report
     mobilekd VERB --help
 
 scripts/*.sh are thin wrappers that set up the environment and call a verb. Under `accelerate launch`, name the
@@ -27,6 +27,7 @@ VERBS = {
     "export": ("export", "main", "export to .tflite (and ONNX) with metadata, checked against PyTorch"),
     "latency": ("latency", "main", "latency report: host-measured, Pixel-class estimate, the paper's claims"),
     "host-bench": ("host_bench", "main", "time .tflite files on this host, interleaved"),
+    "kernels": ("kernels", "main", "where .tflite files' time goes on this host, kernel by kernel (perf samples)"),
     "adb": ("adb", "main", "time a .tflite on a phone over adb with benchmark_model"),
     "report": ("demo_report", "main", "the end-to-end report of a demo run (reads its JSON)"),
 }

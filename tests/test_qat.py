@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from android_bench import kernels
 from android_bench.models import trained_like
 from helpers import one_line_error, run_module
 from mobilekd.data.tasks import default_data, encode_classification, load_task
@@ -113,6 +114,28 @@ def test_float_attention_keeps_every_product_and_softmax_in_xnnpack(sst2, tmp_pa
     assert sum(op.name == "MUL" and op.inputs[0].dtype == "FLOAT32" for op in ops) >= 2 * layers
     assert op_histogram(ops)["DEQUANTIZE"] <= 3 * layers + 3
     assert not {"BATCH_MATMUL", "SOFTMAX", "FULLY_CONNECTED"} & set(xnnpack_undelegated(path))
+
+
+def test_kernel_profile_finds_the_int8_attention_outside_xnnpack(sst2, tmp_path):
+    """perf's samples of the full-integer file, by kernel: XNNPACK's int8 GEMMs run the dense layers, TFLite's
+    reference int8 BATCH_MATMUL the attention products; the CPU time they add up to is the invocations' wall time
+    (one thread)."""
+    why = kernels.unavailable()
+    if why:
+        pytest.skip(why)
+    _, dev = sst2
+    prepared = quantization(prepare_qat(classifier(), "classification", SEQ), True)
+    with torch.no_grad():
+        prepared(**inputs(dev))
+    path = convert_qat(freeze_ranges(prepared), SEQ, tmp_path / "model_qat_int8.tflite")
+    result = kernels.profile(path, threads=1, seconds=2.0)
+    families = {f["name"]: f for f in result["families"]}
+    assert families["TFLite reference BATCH_MATMUL"]["share"] > 0.02
+    assert families["XNNPACK int8 GEMM"]["share"] > 0.02
+    assert "XNNPACK float GEMM" not in families  # every product is int8
+    assert sum(f["share"] for f in result["families"]) == pytest.approx(1.0, abs=0.01)
+    assert 0.5 < result["cpu_ms_per_invocation"] / result["wall_ms_per_invocation"] < 1.2
+    assert result["kernels"][0]["cpu_ms"] >= result["kernels"][-1]["cpu_ms"]
 
 
 def test_recipe_at_micro_scale(tmp_path, tokenizer):

@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from android_bench.models import PAPER_MODELS, QUANTIZE
+from android_bench.models import CACHE, PAPER_MODELS, QUANTIZE
 from android_bench.report import DEVICES, collect, markdown, plot
 from mobilekd.errors import UserError, cli_entry
-from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
+from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.flags import pairs
 from mobilekd.rundir import owned
 
@@ -40,7 +40,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, nargs="+", default=[1, 4])
     p.add_argument("--runs", type=int, default=20, help="timed runs per model and thread count (default 20)")
     p.add_argument("--devices", nargs="+", default=list(DEVICES))
-    p.add_argument("--cache", default=str(REPO_ROOT / ".cache" / "android_bench"), help="exported presets")
+    p.add_argument("--cache", default=str(CACHE), help="exported presets")
     p.add_argument("--out", default="runs/latency")
     return p.parse_args(argv)
 
