@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mobilekd.errors import UserError, cli_entry, located
+from mobilekd.errors import UserError, cli_entry, last_line, located
 from mobilekd.export.parity import TFLiteRunner
 from mobilekd.fileio import read_json, write_json
 
@@ -65,6 +65,17 @@ def random_inputs(details, seed: int = 0) -> dict[str, np.ndarray]:
     return inputs
 
 
+def load_runner(path, threads: int) -> TFLiteRunner:
+    """`path` ready to run at `threads` threads; a file that is missing or not a model LiteRT loads is one line."""
+    path = Path(path)
+    if not path.is_file():
+        raise located(path, "no such model file")
+    try:
+        return TFLiteRunner(path, threads)
+    except (ValueError, RuntimeError) as e:
+        raise located(path, f"LiteRT cannot load it ({last_line(str(e), type(e).__name__)})") from None
+
+
 def _stats(times_ms: list[float], threads: int) -> dict:
     times = np.asarray(times_ms)
     return {"threads": threads, "runs": len(times), "min_ms": float(times.min()),
@@ -80,7 +91,7 @@ def measure(paths: list, threads: list[int], runs: int, warmup: int) -> dict:
             raise located(path, "no such model file")
     results = {str(p): {"size_mb": p.stat().st_size / 1e6, "by_threads": []} for p in paths}
     for t in threads:
-        runners = [TFLiteRunner(p, t) for p in paths]
+        runners = [load_runner(p, t) for p in paths]  # all loaded (a bad file named) before any is timed
         inputs = [random_inputs(r.inputs) for r in runners]
         times = [[] for _ in paths]
         for round_ in range(warmup + runs):
@@ -107,8 +118,7 @@ def measure_in_child(paths: list, threads: list[int], runs: int = 30, warmup: in
         proc = subprocess.run([sys.executable, "-m", "android_bench.host", str(request)], capture_output=True,
                               text=True, env=env)
         if proc.returncode != 0 or not result.is_file():
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise UserError(f"host benchmark of {', '.join(map(str, paths))} failed: {last}")
+            raise UserError(f"host benchmark of {', '.join(map(str, paths))} failed: {last_line(proc.stderr)}")
         return read_json(result)
 
 

@@ -15,11 +15,11 @@ score (accuracy; STS-B: Pearson of the score the file returns) is the LiteRT int
 agreement is with the fp32 PyTorch model's predictions. QAT fine-tunes the fp32 model for about 200 steps of 32
 at lr 1e-5 (SST-2: 6,400 training sentences once; MRPC: its 3,668 pairs twice; STS-B: its 5,749 pairs once), each
 seed from the same fp32 model. Every file is timed at 1 and 2 threads in one interleaved run (`mobilekd latency`)
-beside the host's own fp32 and int8 matrix-product peaks, and estimated on a Pixel 4; then full-size MobileBERT's
-files are profiled kernel by kernel at 1 thread (`mobilekd kernels`: perf samples, where each file's CPU time goes,
-into runs/int8/latency/kernels.json). The latency run is made once,
+beside the host's own fp32 and int8 matrix-product peaks, and estimated on a Pixel 4. The latency run is made once,
 with the tasks of its invocation (a later `--tasks stsb` adds STS-B's scores, not its timings: its graph is SST-2's
-but for the output layer).
+but for the output layer). Then the files of full-size MobileBERT that run exported are profiled kernel by kernel
+at 1 thread (`mobilekd kernels`: perf samples of where each file's CPU time goes, runs/int8/latency/kernels.json;
+left out, with a note, on a machine where perf cannot sample).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ import statistics
 import sys
 from pathlib import Path
 
+from android_bench.kernels import FAMILIES, OTHER, unavailable
+from android_bench.models import CACHE, preset_path
 from benchmarks.runner import RESUMABLE, Job, comparison, comparison_flags, finished_results
 from benchmarks.teacher_value import STUDENT_LR
 from benchmarks.teacher_value import TASKS as FINETUNE
-from android_bench.kernels import FAMILIES, OTHER
-from android_bench.models import CACHE, preset_path
 from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.models.flops import model_stats
 from mobilekd.models.presets import get_preset
@@ -55,7 +55,7 @@ THREADS = ["1", "2"]
 SEQ_LEN = 128  # the presets' files, as `mobilekd latency` exports them by default
 PROFILED = "mobilebert"  # the preset whose files are profiled kernel by kernel
 PROFILE_SECONDS = "10"
-PROFILE = ("cpu_ms", "profiled_wall_ms")  # the kernel profile's metrics, in their own table
+PROFILE_METRICS = ("cpu_ms", "profiled_wall_ms")  # the kernel profile's, in their own table
 STUDENT = "student"  # the rows' model name for the fine-tuned students
 
 
@@ -92,13 +92,18 @@ def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int]) -> list[J
                                 *THREADS, "--devices", "pixel4", "--out", str(out / "latency"), "--tflite",
                                 *(f"{k}={v}" for k, v in timed.items())],
                     out / "latency", [j.name for j in plan]))
-    plan.append(Job("kernels", ["kernels", *(str(p) for p in profiled_files().values()), "--seconds", PROFILE_SECONDS,
-                                "--out", str(out / "latency" / "kernels.json")], out / "latency", ["latency"]))
+    why = unavailable()
+    if why:
+        print(f"no kernel profile: {why}")
+        return plan
+    plan.append(Job("kernels", ["kernels", *(f"{m}={p}" for m, p in profiled_files().items()), "--seconds",
+                                PROFILE_SECONDS, "--out", str(out / "latency" / "kernels.json")], out / "latency",
+                    ["latency"]))
     return plan
 
 
 def profiled_files() -> dict[str, Path]:
-    """method -> the file of PROFILED that `mobilekd latency` exported (and cached)."""
+    """method -> the file of PROFILED that the latency run exported (`mobilekd latency` keeps it in its cache)."""
     return {m: preset_path(PROFILED, q, SEQ_LEN, CACHE) for m, q in QUANTIZE.items()}
 
 
@@ -107,14 +112,13 @@ def kernel_rows(out: Path) -> list[dict]:
     path = out / "latency" / "kernels.json"
     if not path.is_file():
         return []
-    method = {str(p): m for m, p in profiled_files().items()}
     found = []
     for profile in read_json(path):
-        identity = {"model": PROFILED, "task": None, "method": method.get(profile["file"], profile["file"]), "seed": 0,
+        identity = {"model": PROFILED, "task": None, "method": profile["name"], "seed": 0,
                     "threads": profile["threads"]}
-        found += [{**identity, "metric": PROFILE[0], "kernel_family": f["name"], "value": f["cpu_ms"]}
+        found += [{**identity, "metric": PROFILE_METRICS[0], "kernel_family": f["name"], "value": f["cpu_ms"]}
                   for f in profile["families"]]
-        found.append({**identity, "metric": PROFILE[1], "value": profile["wall_ms_per_invocation"]})
+        found.append({**identity, "metric": PROFILE_METRICS[1], "value": profile["wall_ms_per_invocation"]})
     return found
 
 
@@ -192,7 +196,7 @@ def table(results: list[dict]) -> str:
         score = SCORE.get(task, "accuracy")
         fp32 = [r["value"] for r in _pick(results, model=model, task=task, method="fp32", metric=score)]
         for method in METHODS:
-            mine = [r for r in _pick(results, model=model, task=task, method=method) if r["metric"] not in PROFILE]
+            mine = [r for r in _pick(results, model=model, task=task, method=method) if r["metric"] not in PROFILE_METRICS]
             if not mine:
                 continue
             accuracy = [r["value"] for r in mine if r["metric"] == score]
@@ -250,19 +254,20 @@ def goals(results: list[dict]) -> str:
 
 def kernels_table(results: list[dict]) -> str:
     """Where PROFILED's time goes: CPU ms per invocation by kernel family, one column per file."""
-    methods = [m for m in METHODS if _pick(results, model=PROFILED, method=m, metric="cpu_ms")]
+    profiled = {"model": PROFILED, "threads": 1}
+    methods = [m for m in METHODS if _pick(results, **profiled, method=m, metric="cpu_ms")]
     if not methods:
         return ""
     lines = [f"| kernel family (CPU ms per invocation, 1 thread) | {' | '.join(methods)} |",
              "|---|" + "---|" * len(methods)]
     for name in dict.fromkeys([n for _, n in FAMILIES] + [OTHER]):
-        cells = [_cell(results, 2, model=PROFILED, method=m, metric="cpu_ms", kernel_family=name) for m in methods]
+        cells = [_cell(results, 2, **profiled, method=m, metric="cpu_ms", kernel_family=name) for m in methods]
         if any(c != "-" for c in cells):
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    totals = [sum(r["value"] for r in _pick(results, model=PROFILED, method=m, metric="cpu_ms")) for m in methods]
+    totals = [sum(r["value"] for r in _pick(results, **profiled, method=m, metric="cpu_ms")) for m in methods]
     lines.append("| **all (CPU)** | " + " | ".join(f"{t:.2f}" for t in totals) + " |")
     lines.append("| wall time while profiled | " + " | ".join(
-        _cell(results, 2, model=PROFILED, method=m, metric="profiled_wall_ms") for m in methods) + " |")
+        _cell(results, 2, **profiled, method=m, metric="profiled_wall_ms") for m in methods) + " |")
     return "\n".join(lines) + "\n"
 
 

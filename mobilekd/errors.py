@@ -18,6 +18,11 @@ def located(path, problem: str, line: int | None = None) -> UserError:
     return UserError(f"{where}: {problem}")
 
 
+def last_line(*outputs: str) -> str:
+    """The last line of the first non-empty output of a child process: its error, for one line of ours."""
+    return next((o.strip().splitlines()[-1] for o in outputs if o and o.strip()), "no output")
+
+
 def cli_entry(main):
     """Wrap a `main(argv)` so that a UserError ends the program with one line on stderr and exit code 2."""
 

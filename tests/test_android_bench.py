@@ -8,6 +8,7 @@ import pytest
 from android_bench.adb import parse_benchmark_output
 from android_bench.estimate import calibrate, estimate, load_profile, op_costs
 from android_bench.host import measure_in_child, peak_memory
+from android_bench.kernels import OTHER, family, parse_report
 from android_bench.models import preset_classifier
 from helpers import one_line_error, run_module
 from mobilekd.export.graph import read_graph
@@ -16,6 +17,7 @@ from mobilekd.models.flops import model_stats
 from mobilekd.models.presets import get_preset
 
 FIXTURES = Path(__file__).parent / "data" / "benchmark_model"
+PERF = Path(__file__).parent / "data" / "perf"  # `perf report -F sample,sym` of full-size MobileBERT's files
 SEQ = 64
 
 
@@ -34,6 +36,30 @@ def test_parser_reads_op_profile_of_older_release():
     assert result["init_ms"] == pytest.approx(38.467)
     assert list(result["by_node_type"]) == ["CONV_2D", "DEPTHWISE_CONV_2D", "SOFTMAX", "RESHAPE", "AVERAGE_POOL_2D"]
     assert result["by_node_type"]["CONV_2D"] == {"count": 15, "avg_ms": 1.406, "percent": 89.27}
+
+
+def test_perf_reports_are_read_whole_and_their_kernels_land_in_their_families():
+    """Two real reports (this host, full-size MobileBERT at 1 thread, python loading included): every sample is
+    read (perf record said 6489 and 3444), and every XNNPACK or TFLite function has a family of its own."""
+    qat = parse_report((PERF / "mobilebert_qat_int8.txt").read_text())
+    dynamic = parse_report((PERF / "mobilebert_dynamic_int8.txt").read_text())
+    assert sum(qat.values()) == 6489 and sum(dynamic.values()) == 3444
+    assert qat["tflite::reference_ops::BatchMatMul<signed char, int, signed char, signed char>"] == 1862
+    assert [s for s in {**qat, **dynamic} if family(s) == OTHER and ("xnn" in s or "tflite" in s)] == []
+    expected = {"tflite::reference_ops::BatchMatMul<signed char, int, signed char, signed char>":
+                "TFLite builtin BATCH_MATMUL",
+                "tflite::MultiplyByQuantizedMultiplier": "TFLite integer requantization",
+                "tflite::optimized_ops::Softmax<signed char, signed char>": "TFLite builtin SOFTMAX",
+                "xnn_qs8_qc8w_gemm_minmax_fp32_ukernel_7x16c8__avx512vnni_prfm": "XNNPACK int8 GEMM",
+                "xnn_qs8_to_qu8_packw_gemm_goi_ukernel_x16c8__avx256vnni": "XNNPACK weight packing",
+                "xnn_qd8_f32_qc8w_gemm_minmax_ukernel_5x64c4__asm_amd64_avx512vnni":
+                "XNNPACK dynamic-range int8 GEMM (qd8)",
+                "xnn_f32_gemm_minmax_ukernel_7x32__avx512f_broadcast": "XNNPACK float GEMM",
+                "(anonymous namespace)::xnn_pack_lh_f32_qduint8": "XNNPACK conversions (quantize, dequantize, ranges)",
+                "xnn_qs8_vadd_minmax_ukernel__avx512skx_mul32_ld128_u16": "XNNPACK int8 elementwise",
+                "_PyEval_EvalFrameDefault": OTHER}
+    assert {s: family(s) for s in expected} == expected
+    assert all(s in qat or s in dynamic for s in expected)  # names as this runtime has them
 
 
 def test_adb_refusals_are_one_line(tmp_path):

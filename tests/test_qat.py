@@ -118,8 +118,8 @@ def test_float_attention_keeps_every_product_and_softmax_in_xnnpack(sst2, tmp_pa
 
 def test_kernel_profile_finds_the_int8_attention_outside_xnnpack(sst2, tmp_path):
     """perf's samples of the full-integer file, by kernel: XNNPACK's int8 GEMMs run the dense layers, TFLite's
-    reference int8 BATCH_MATMUL the attention products; the CPU time they add up to is the invocations' wall time
-    (one thread)."""
+    builtin int8 BATCH_MATMUL the attention products, nothing runs a float product; the samples account for the CPU
+    time the process counted over the invocations (`profile` refuses a profile where they do not)."""
     why = kernels.unavailable()
     if why:
         pytest.skip(why)
@@ -129,13 +129,10 @@ def test_kernel_profile_finds_the_int8_attention_outside_xnnpack(sst2, tmp_path)
         prepared(**inputs(dev))
     path = convert_qat(freeze_ranges(prepared), SEQ, tmp_path / "model_qat_int8.tflite")
     result = kernels.profile(path, threads=1, seconds=2.0)
-    families = {f["name"]: f for f in result["families"]}
-    assert families["TFLite reference BATCH_MATMUL"]["share"] > 0.02
-    assert families["XNNPACK int8 GEMM"]["share"] > 0.02
-    assert "XNNPACK float GEMM" not in families  # every product is int8
-    assert sum(f["share"] for f in result["families"]) == pytest.approx(1.0, abs=0.01)
-    assert 0.5 < result["cpu_ms_per_invocation"] / result["wall_ms_per_invocation"] < 1.2
-    assert result["kernels"][0]["cpu_ms"] >= result["kernels"][-1]["cpu_ms"]
+    shares = {f["name"]: f["share"] for f in result["families"]}
+    assert shares.get("TFLite builtin BATCH_MATMUL", 0) > 0.02 and shares.get("XNNPACK int8 GEMM", 0) > 0.02, shares
+    assert "XNNPACK float GEMM" not in shares, shares
+    assert result["cpu_ms_per_invocation"] <= 1.3 * result["wall_ms_per_invocation"]  # one thread: CPU within wall
 
 
 def test_recipe_at_micro_scale(tmp_path, tokenizer):

@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from mobilekd.errors import UserError
+from mobilekd.errors import UserError, last_line
 from mobilekd.fileio import atomic_path
 
 
@@ -24,7 +24,7 @@ def convert_onnx2tf(onnx_path: Path, out_path: Path, executable: str) -> Path:
         proc = subprocess.run([found, "-i", str(onnx_path), "-o", work, "-n", "-osd"], capture_output=True, text=True)
         produced = Path(work) / f"{Path(onnx_path).stem}_float32.tflite"
         if proc.returncode != 0 or not produced.is_file():
-            last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
+            last = last_line(proc.stderr, proc.stdout)
             raise UserError(f"onnx2tf could not convert {onnx_path}: {last[:300]}")
         with atomic_path(out_path) as tmp:
             shutil.copyfile(produced, tmp)
