@@ -56,29 +56,31 @@ def run_dir(out: Path, method: str, seed: int) -> Path:
 
 def jobs(out: Path, stages: Path, methods_out: Path, seeds: list[int]) -> list[Job]:
     """The adapted teacher, the single-task models (the ensembles' members), the multi-task runs seed by seed, the
-    variants, then the export and timing of the seed-0 distilled model."""
+    export and timing of the seed-0 distilled model, then the variants."""
     plan = [j for j in teacher_value.jobs(stages, [], [], stages) if j.name == "adapt"]
     teachers = {t: [methods.teacher_job(methods_out, stages, t, s) for s in ENSEMBLE_SEEDS] for t in TASKS}
     plan += [teachers[t][i] for i in range(len(ENSEMBLE_SEEDS)) for t in TASKS]
     ensembles = ["--teachers", *(f"{t}={','.join(str(j.out) for j in teachers[t])}" for t in TASKS)]
+    runs = []
     for method, (flags, taught, only) in RUNS.items():
         for seed in (only or seeds):
             d = run_dir(out, method, seed)
-            plan.append(Job(f"{method}/{seed}", ["multitask", "--model", str(stages / "teacher"), "--tasks", *TASKS,
+            runs.append(Job(f"{method}/{seed}", ["multitask", "--model", str(stages / "teacher"), "--tasks", *TASKS,
                                                  *MULTITASK, *flags, *(ensembles if taught else []), "--seed",
                                                  str(seed), "--out", str(d), *RESUMABLE],
                             d, ["adapt"] + ([j.name for ts in teachers.values() for j in ts] if taught else [])))
-    if 0 not in seeds:  # the file and its timing are the seed-0 distilled model's
-        return plan
-    model, tflite = run_dir(out, "multi-task-ensemble-kd", 0), out / "tflite"
-    plan.append(Job("export", ["export", "--model", str(model), "--seq-len", "128", "--single-task-files",
-                               "--parity-examples", "1000", "--out", str(tflite)], tflite,
-                    ["multi-task-ensemble-kd/0"]))
-    plan.append(Job("latency", ["latency", "--models", "--quantize", "none", "--threads", "1", "--devices", "pixel4",
-                                "--out", str(out / "latency"), "--tflite",
-                                f"multi-task={tflite}/model_multitask_none.tflite",
-                                *(f"{t}={tflite}/model_{t}.tflite" for t in TASKS)], out / "latency", ["export"]))
-    return plan
+    variants = [j for j in runs if j.name.split("/")[0] not in ("multi-task", "multi-task-ensemble-kd")]
+    plan += [j for j in runs if j not in variants]
+    if 0 in seeds:  # the file and its timing are the seed-0 distilled model's, made before the variants run
+        model, tflite = run_dir(out, "multi-task-ensemble-kd", 0), out / "tflite"
+        plan.append(Job("export", ["export", "--model", str(model), "--seq-len", "128", "--single-task-files",
+                                   "--parity-examples", "1000", "--out", str(tflite)], tflite,
+                        ["multi-task-ensemble-kd/0"]))
+        plan.append(Job("latency", ["latency", "--models", "--quantize", "none", "--threads", "1", "--devices",
+                                    "pixel4", "--out", str(out / "latency"), "--tflite",
+                                    f"multi-task={tflite}/model_multitask_none.tflite",
+                                    *(f"{t}={tflite}/model_{t}.tflite" for t in TASKS)], out / "latency", ["export"]))
+    return plan + variants
 
 
 def rows(out: Path, seeds: list[int]) -> list[dict]:
