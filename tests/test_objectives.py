@@ -117,7 +117,8 @@ LIBRARY = {
     "mobilekd": {"mobilekd"},  # the library below the recipes: itself only
     "android_bench": {"android_bench", "mobilekd"},
     "teacher_ib_bert": {"mobilekd"},
-    "benchmarks": {"mobilekd", "teacher_ib_bert", "benchmarks"},  # the comparisons share benchmarks.runner
+    # the comparisons share benchmarks.runner; benchmarks.int8 names the latency run's files and kernel families
+    "benchmarks": {"mobilekd", "teacher_ib_bert", "android_bench", "benchmarks"},
 }
 PROGRAMS = ("mobilekd.recipes", "mobilekd.cli", "mobilekd.__main__")
 OURS = {"mobilekd", "android_bench", "teacher_ib_bert", "benchmarks"}
