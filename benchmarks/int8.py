@@ -196,7 +196,8 @@ def table(results: list[dict]) -> str:
         score = SCORE.get(task, "accuracy")
         fp32 = [r["value"] for r in _pick(results, model=model, task=task, method="fp32", metric=score)]
         for method in METHODS:
-            mine = [r for r in _pick(results, model=model, task=task, method=method) if r["metric"] not in PROFILE_METRICS]
+            mine = [r for r in _pick(results, model=model, task=task, method=method)
+                    if r["metric"] not in PROFILE_METRICS]
             if not mine:
                 continue
             accuracy = [r["value"] for r in mine if r["metric"] == score]

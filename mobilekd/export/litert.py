@@ -54,8 +54,8 @@ def convert(model, head: str, seq_len: int, out_path, quantize: str = "none", ca
             metadata: tuple | None = None) -> Path:
     """Convert `model` (eval mode) and write `out_path` atomically.
 
-    Quantizes afterwards if asked (`calibration`: input dicts for the calibrated ones); `metadata` = (vocab file, labels or
-    None) attaches the TFLite metadata of `mobilekd.export.metadata` last, so quantization cannot drop it.
+    Quantizes afterwards if asked (`calibration`: input dicts for the calibrated ones); `metadata` = (vocab file,
+    labels or None) attaches the TFLite metadata of `mobilekd.export.metadata` last, so quantization cannot drop it.
     """
     return convert_module(ExportWrapper(model.eval(), head).eval(), model.config, seq_len, out_path, quantize,
                           calibration, metadata, head)
