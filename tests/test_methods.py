@@ -3,17 +3,20 @@ computations, their layer maps, layer-subset students, TinyBERT's augmentation, 
 each recipe end to end at micro scale."""
 
 import json
+import threading
 
 import numpy as np
 import pytest
 import torch
+from filelock import FileLock
+from safetensors.numpy import save_file
 
 from helpers import BERT, one_line_error, run_module
 from mobilekd.data.augment import Augmentor, words
 from mobilekd.data.examples import TextExample
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.errors import UserError
-from mobilekd.finetune.teacher_outputs import teacher_outputs
+from mobilekd.finetune.teacher_outputs import cache_key, teacher_outputs
 from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.mobilebert import EncoderOutput
@@ -174,6 +177,30 @@ def test_teacher_outputs_are_cached_and_invalidated_when_the_teacher_changes(tmp
     save_pretrained(model, tmp_path, tokenizer)
     changed, cached = teacher_outputs(tmp_path, model, split)
     assert not cached and np.allclose(changed["teacher_logits"], first["teacher_logits"] + 1.0, atol=1e-5)
+
+
+def test_a_run_waits_for_the_teacher_outputs_another_run_is_computing(tmp_path, tokenizer):
+    """Two runs started together: the second waits on the first's lock and reads its file, computing nothing."""
+    task = load_task("sst2", default_data("sst2"))
+    split = encode_classification(task, task.train[:10], tokenizer, 32)
+    torch.manual_seed(0)
+    model = MobileBertForSequenceClassification(BERT.replace(id2label=task.id2label)).eval()
+    save_pretrained(model, tmp_path, tokenizer)
+    path = tmp_path / "outputs" / f"{cache_key(tmp_path, split)}.safetensors"
+    path.parent.mkdir()
+    first = FileLock(f"{path}.lock")
+    first.acquire()  # the first run, computing
+    second = {}
+    thread = threading.Thread(target=lambda: second.update(zip(("arrays", "cached"),
+                                                                teacher_outputs(tmp_path, model, split))))
+    thread.start()
+    thread.join(2.0)
+    assert thread.is_alive() and not path.exists()  # waiting, not computing
+    written = {"teacher_logits": np.full((10, 2), 7.0, np.float32), "teacher_cls": np.zeros((10, 4, 96), np.float16)}
+    save_file(written, str(path))
+    first.release()
+    thread.join(60)
+    assert second["cached"] and np.array_equal(second["arrays"]["teacher_logits"], written["teacher_logits"])
 
 
 def test_each_recipe_end_to_end_at_micro_scale(tmp_path, small_corpus, tokenizer):

@@ -5,7 +5,9 @@ values are exactly what it would give during training.
 
 The cache file, `<teacher>/outputs/<key>.safetensors`, is keyed by the teacher's weights and the split's token
 arrays: every method and seed fine-tuning on the same examples reuses it, and a retrained teacher or other
-examples get a new one.
+examples get a new one. A lock beside the file (`<key>.safetensors.lock`, the `filelock` library) lets one run
+compute it: runs started together (benchmarks run two at a time) wait for it and read it, instead of computing the
+same outputs again.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from filelock import FileLock
 from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
@@ -50,12 +53,22 @@ def teacher_outputs(teacher_dir, teacher, split, with_cls: bool = True) -> tuple
     """The teacher's outputs over `split` (its logits alone without `with_cls`) and whether they came from the
     cache."""
     path = Path(teacher_dir) / "outputs" / f"{cache_key(teacher_dir, split, with_cls)}.safetensors"
-    if path.is_file():
-        arrays = load_file(str(path))
-        if all(len(v) == len(split) for v in arrays.values()):
-            return arrays, True
-    arrays = compute(teacher, split, with_cls=with_cls)
+    found = _cached(path, split)
+    if found is not None:
+        return found, True
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        save_file(arrays, str(tmp))
+    with FileLock(f"{path}.lock"):
+        found = _cached(path, split)  # written by a run that held the lock before this one
+        if found is not None:
+            return found, True
+        arrays = compute(teacher, split, with_cls=with_cls)
+        with atomic_path(path) as tmp:
+            save_file(arrays, str(tmp))
     return arrays, False
+
+
+def _cached(path: Path, split) -> dict[str, np.ndarray] | None:
+    if not path.is_file():
+        return None
+    arrays = load_file(str(path))
+    return arrays if all(len(v) == len(split) for v in arrays.values()) else None
