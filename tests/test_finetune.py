@@ -124,6 +124,11 @@ def test_bad_input_is_one_line(student_dir, tmp_path):
                                    check=False))
     assert "labels ['score'] do not fit task sst2" in line
     assert not (tmp_path / "d" / "model.safetensors").exists()
+    # a teacher that was never fine-tuned (a pre-training checkpoint) would be distilled through an untrained head
+    line = one_line_error(finetune("--model", student_dir, "--task", "sst2", "--teacher", student_dir, "--out",
+                                   tmp_path / "e", check=False))
+    assert f"{student_dir / 'config.json'}: teacher is not a fine-tuned classifier" in line
+    assert not (tmp_path / "e" / "model.safetensors").exists()
 
 
 def test_fine_tuning_starts_from_a_fresh_pooler_and_the_official_classifier_dropout(demo_teacher_dir, tmp_path):

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from mobilekd.data.tasks import Task
-from mobilekd.errors import UserError, located
+from mobilekd.errors import located
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.finetune.metrics import classification_metrics, squad_metrics
 from mobilekd.finetune.qa import decode_answers
@@ -33,7 +33,8 @@ def build_model(model_dir, task: Task, role: str = "model", classifier_dropout: 
 def fine_tuned_classifier(model_dir, task: Task, role: str = "model", **changes):
     """`build_model` for a directory that must already be a classifier of the task (a teacher, FastBERT's base)."""
     if not load_config(model_dir)[0].id2label:
-        raise UserError(f"{model_dir}: not a fine-tuned classifier (no labels); run mobilekd finetune first")
+        raise located(Path(model_dir) / "config.json", f"{role} is not a fine-tuned classifier (no labels); run "
+                                                       "mobilekd finetune first")
     return build_model(model_dir, task, role, **changes)
 
 
