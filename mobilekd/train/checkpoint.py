@@ -1,8 +1,8 @@
 """Atomic, exactly-resumable training checkpoints.
 
-OUT/checkpoint/ holds model.safetensors (weights), training_state.pt (optimizer, scheduler and RNG state:
-tensors and numbers only, read back with `torch.load(weights_only=True)`, which unpickles no code) and
-trainer.json (stage, step, the run's settings). A new checkpoint is written to a sibling directory and swapped
+OUT/checkpoint/ holds model.safetensors (weights), the optimizer, scheduler and RNG state as
+training_state.safetensors (its tensors) and training_state.json (everything else, with a reference where each
+tensor was), and trainer.json (stage, step, the run's settings). Nothing is pickled, so nothing is unpickled. A new checkpoint is written to a sibling directory and swapped
 in by rename, so a kill at any moment leaves the last complete checkpoint readable.
 """
 
@@ -14,12 +14,13 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from mobilekd.errors import UserError, located
 from mobilekd.models.hf import load_state
 
 NAME = "checkpoint"
+STATE_TENSORS, STATE_JSON = "training_state.safetensors", "training_state.json"
 
 
 def save_checkpoint(out_dir, model, optimizer, scheduler, trainer: dict) -> Path:
@@ -33,7 +34,9 @@ def save_checkpoint(out_dir, model, optimizer, scheduler, trainer: dict) -> Path
     state = {"torch_rng": torch.get_rng_state()}
     if optimizer is not None:
         state.update(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict())
-    torch.save(state, new / "training_state.pt")
+    tensors = {}
+    (new / STATE_JSON).write_text(json.dumps(_encode(state, tensors)))
+    save_file(tensors, str(new / STATE_TENSORS))
     (new / "trainer.json").write_text(json.dumps(trainer, indent=2))
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
@@ -41,6 +44,40 @@ def save_checkpoint(out_dir, model, optimizer, scheduler, trainer: dict) -> Path
     os.rename(new, final)
     shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _encode(value, tensors: dict):
+    """`value` (an optimizer's or scheduler's state dict) as JSON: each tensor moved into `tensors` under a new key
+    and replaced by {"tensor": key}; dicts whose keys are not all strings (an optimizer's state is keyed by
+    parameter index) and tuples (Adam's betas) tagged, so `_decode` gives back exactly what `load_state_dict`
+    expects."""
+    if isinstance(value, torch.Tensor):
+        key = str(len(tensors))
+        tensors[key] = value.detach().contiguous().cpu().clone()
+        return {"tensor": key}
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {"dict": {k: _encode(v, tensors) for k, v in value.items()}}
+        return {"items": [[k, _encode(v, tensors)] for k, v in value.items()]}
+    if isinstance(value, (list, tuple)):
+        return {"tuple" if isinstance(value, tuple) else "list": [_encode(v, tensors) for v in value]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"cannot store a {type(value).__name__} in a checkpoint's training state")
+
+
+def _decode(value, tensors: dict):
+    if not isinstance(value, dict):
+        return value
+    (tag, inner), = value.items()
+    if tag == "tensor":
+        return tensors[inner]
+    if tag == "dict":
+        return {k: _decode(v, tensors) for k, v in inner.items()}
+    if tag == "items":
+        return {k: _decode(v, tensors) for k, v in inner}
+    items = [_decode(v, tensors) for v in inner]
+    return tuple(items) if tag == "tuple" else items
 
 
 def _unshared(state: dict) -> dict:
@@ -114,12 +151,15 @@ def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> None:
         raise located(path / "model.safetensors", "weights do not fit this model (another architecture)"
                       + start_over(path))
     model.load_state_dict(state)
+    if not (path / STATE_JSON).is_file():
+        raise located(path / STATE_JSON, "missing (an older mobilekd kept this state in a pickled "
+                                         "training_state.pt, which is not read)" + start_over(path))
     try:
-        extra = torch.load(path / "training_state.pt", weights_only=True)
+        extra = _decode(json.loads((path / STATE_JSON).read_text()), load_file(str(path / STATE_TENSORS)))
         if optimizer is not None:
             optimizer.load_state_dict(extra["optimizer"])
             scheduler.load_state_dict(extra["scheduler"])
         torch.set_rng_state(extra["torch_rng"])
-    except Exception as err:  # any failure here means the file is not what we wrote
-        raise located(path / "training_state.pt", f"unreadable training state ({type(err).__name__}: {err})"
+    except Exception as err:  # any failure here means the files are not what we wrote
+        raise located(path / STATE_JSON, f"unreadable training state ({type(err).__name__}: {err})"
                       + start_over(path)) from None
