@@ -126,7 +126,7 @@ def test_bad_input_is_one_line(student_dir, tmp_path):
     assert not (tmp_path / "d" / "model.safetensors").exists()
     # a teacher that was never fine-tuned (a pre-training checkpoint) would be distilled through an untrained head
     line = one_line_error(finetune("--model", student_dir, "--task", "sst2", "--teacher", student_dir, "--out",
-                                   tmp_path / "e", check=False))
+                                   tmp_path / "e", "--max-steps", 1, "--max-train-examples", 16, check=False))
     assert f"{student_dir / 'config.json'}: teacher is not a fine-tuned classifier" in line
     assert not (tmp_path / "e" / "model.safetensors").exists()
 

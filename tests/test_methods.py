@@ -200,7 +200,8 @@ def test_a_run_waits_for_the_teacher_outputs_another_run_is_computing(tmp_path, 
     save_file(written, str(path))
     first.release()
     thread.join(60)
-    assert second["cached"] and np.array_equal(second["arrays"]["teacher_logits"], written["teacher_logits"])
+    assert not thread.is_alive() and second["cached"]
+    assert np.array_equal(second["arrays"]["teacher_logits"], written["teacher_logits"])
 
 
 def test_each_recipe_end_to_end_at_micro_scale(tmp_path, small_corpus, tokenizer):

@@ -32,7 +32,8 @@ def test_sigkill_and_resume_gives_the_same_weights(small_corpus, tmp_path):
     assert "held-out MLM accuracy" in full.stdout
 
     out = tmp_path / "killed"
-    killed_at = kill_after_checkpoint("mobilekd.recipes.train_teacher", teacher_args(small_corpus, out, cache, *steps), out, 10)
+    killed_at = kill_after_checkpoint("mobilekd.recipes.train_teacher", teacher_args(small_corpus, out, cache, *steps),
+                                      out, 10)
     assert 10 <= killed_at < 60 and not (out / "model.safetensors").exists()
     run_module("mobilekd.recipes.train_teacher", *teacher_args(small_corpus, out, cache, *steps, "--resume"))
     assert max_weight_difference(tmp_path / "full", out) <= 1e-6
@@ -99,6 +100,11 @@ def test_bad_resume_and_bad_input_are_one_line(small_corpus, tmp_path):
     line = one_line_error(run_module("mobilekd.recipes.train_teacher", *teacher_args(
         small_corpus, out, tmp_path / "c", "--steps", 3, "--resume"), check=False))
     assert "training_state.json: missing" in line
+    state.write_text("{}")  # back, so that the tensors file is read next
+    (out / "checkpoint" / "training_state.safetensors").write_bytes(b"not tensors")
+    line = one_line_error(run_module("mobilekd.recipes.train_teacher", *teacher_args(
+        small_corpus, out, tmp_path / "c", "--steps", 3, "--resume"), check=False))
+    assert "training_state.safetensors: not a readable safetensors file" in line and "to start over" in line
     (out / "checkpoint" / "trainer.json").write_text("{garbage")
     line = one_line_error(run_module("mobilekd.recipes.train_teacher", *teacher_args(
         small_corpus, out, tmp_path / "c", "--steps", 3, "--resume"), check=False))

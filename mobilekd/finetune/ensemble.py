@@ -17,17 +17,14 @@ import torch
 from mobilekd.data.tasks import Task
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, located
-from mobilekd.finetune.evaluation import fine_tuned_classifier
+from mobilekd.finetune.evaluation import fine_tuned_classifier, require_labels
 from mobilekd.finetune.teacher_outputs import teacher_outputs
-from mobilekd.models.hf import load_config
 
 
 def check_teacher(teacher_dir, task: Task, tokenizer, student_dir) -> None:
     """Refuse, before any work, a teacher that is not a classifier fine-tuned on `task` (a missing directory, no
     labels or other ones) or whose vocabulary differs from the student's (it must read the student's token ids)."""
-    config, _ = load_config(teacher_dir)
-    if not config.id2label:
-        raise UserError(f"{teacher_dir}: not a fine-tuned classifier (no labels); run mobilekd finetune first")
+    config = require_labels(teacher_dir, "teacher")
     if not task.fits(config.id2label):
         raise located(Path(teacher_dir) / "config.json", f"teacher's labels {list(config.id2label.values())} do not "
                                                          f"fit task {task.name}")

@@ -30,11 +30,19 @@ def build_model(model_dir, task: Task, role: str = "model", classifier_dropout: 
         id2label=task.id2label, problem_type=problem, classifier_dropout=dropout, **changes))
 
 
-def fine_tuned_classifier(model_dir, task: Task, role: str = "model", **changes):
-    """`build_model` for a directory that must already be a classifier of the task (a teacher, FastBERT's base)."""
-    if not load_config(model_dir)[0].id2label:
+def require_labels(model_dir, role: str = "model"):
+    """The directory's config, refused in one line when it has no labels: not a fine-tuned classifier, so its
+    head is untrained (a teacher, FastBERT's base, QAT's start must be one)."""
+    config, _ = load_config(model_dir)
+    if not config.id2label:
         raise located(Path(model_dir) / "config.json", f"{role} is not a fine-tuned classifier (no labels); run "
                                                        "mobilekd finetune first")
+    return config
+
+
+def fine_tuned_classifier(model_dir, task: Task, role: str = "model", **changes):
+    """`build_model` for a directory that must already be a classifier of the task."""
+    require_labels(model_dir, role)
     return build_model(model_dir, task, role, **changes)
 
 

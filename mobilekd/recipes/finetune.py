@@ -35,7 +35,7 @@ from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, write_json
 from mobilekd.flags import at_least, fill_unset
 from mobilekd.finetune.baseline import bag_of_words_baseline
-from mobilekd.finetune.evaluation import DevEvaluator, build_model, fine_tuned_classifier
+from mobilekd.finetune.evaluation import DevEvaluator, build_model, require_labels
 from mobilekd.data.augment import N_PER_TASK, augmented
 from mobilekd.finetune.methods import METHODS, method_flags
 from mobilekd.finetune.objective import Distillation, intermediate_loss, task_loss
@@ -149,6 +149,8 @@ def main(argv=None):
 def run(args, accelerator):
     data = task_data(args.task, args.data)
     task = load_task(args.task, data, args.eval_only, args.regression)
+    if args.teacher and task.head != "qa":  # before any work: an untrained head would be distilled silently
+        require_labels(args.teacher, "teacher")
     tokenizer = load_tokenizer(args.model)
     model = build_model(args.model, task, classifier_dropout=None if args.eval_only else args.classifier_dropout)
     fresh_pooler = not (args.eval_only or args.keep_pooler) and task.head == "classification"
@@ -212,10 +214,7 @@ def run(args, accelerator):
     fill_unset(args, method_flags(args.method, task.is_regression))
     if args.patience_weight and task.head != "classification":
         raise UserError(f"--patience-weight (BERT-PKD) needs a classification or regression task, not {task.name}")
-    teacher = None
-    if args.teacher:  # a classifier's teacher must be one already: an untrained head would be distilled silently
-        load = build_model if task.head == "qa" else fine_tuned_classifier
-        teacher = load(args.teacher, task, "teacher").to(accelerator.device).eval()
+    teacher = build_model(args.teacher, task, "teacher").to(accelerator.device).eval() if args.teacher else None
     if teacher is not None and task.head != "qa":
         outputs, cached = teacher_outputs(args.teacher, teacher, train_split)
         train_split.arrays.update(outputs)

@@ -1,9 +1,10 @@
 """Atomic, exactly-resumable training checkpoints.
 
-OUT/checkpoint/ holds model.safetensors (weights), the optimizer, scheduler and RNG state as
+OUT/checkpoint/ holds model.safetensors (weights); the optimizer, scheduler and RNG state as
 training_state.safetensors (its tensors) and training_state.json (everything else, with a reference where each
-tensor was), and trainer.json (stage, step, the run's settings). Nothing is pickled, so nothing is unpickled. A new checkpoint is written to a sibling directory and swapped
-in by rename, so a kill at any moment leaves the last complete checkpoint readable.
+tensor was); and trainer.json (stage, step, the run's settings). Nothing is pickled, so nothing is unpickled. A
+new checkpoint is written to a sibling directory and swapped in by rename, so a kill at any moment leaves the last
+complete checkpoint readable.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from mobilekd.errors import UserError, located
 from mobilekd.models.hf import load_state
@@ -36,7 +37,7 @@ def save_checkpoint(out_dir, model, optimizer, scheduler, trainer: dict) -> Path
         state.update(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict())
     tensors = {}
     (new / STATE_JSON).write_text(json.dumps(_encode(state, tensors)))
-    save_file(tensors, str(new / STATE_TENSORS))
+    save_file(_unshared(tensors), str(new / STATE_TENSORS))
     (new / "trainer.json").write_text(json.dumps(trainer, indent=2))
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
@@ -47,17 +48,20 @@ def save_checkpoint(out_dir, model, optimizer, scheduler, trainer: dict) -> Path
 
 
 def _encode(value, tensors: dict):
-    """`value` (an optimizer's or scheduler's state dict) as JSON: each tensor moved into `tensors` under a new key
-    and replaced by {"tensor": key}; dicts whose keys are not all strings (an optimizer's state is keyed by
-    parameter index) and tuples (Adam's betas) tagged, so `_decode` gives back exactly what `load_state_dict`
-    expects."""
+    """`value` (an optimizer's or scheduler's state dict) as JSON: each tensor put in `tensors` under a new key
+    (not copied: `_unshared` copies only tensors that share storage) and replaced by {"tensor": key}; dicts whose
+    keys are not all strings (an optimizer's state is keyed by parameter index) and tuples (Adam's betas) tagged,
+    so `_decode` gives back exactly what `load_state_dict` expects."""
     if isinstance(value, torch.Tensor):
         key = str(len(tensors))
-        tensors[key] = value.detach().contiguous().cpu().clone()
+        tensors[key] = value
         return {"tensor": key}
     if isinstance(value, dict):
         if all(isinstance(k, str) for k in value):
             return {"dict": {k: _encode(v, tensors) for k, v in value.items()}}
+        if not all(isinstance(k, (str, int, float, bool)) for k in value):  # JSON could not give them back
+            raise TypeError(f"cannot store a dict keyed by {sorted({type(k).__name__ for k in value})} in a "
+                            "checkpoint's training state")
         return {"items": [[k, _encode(v, tensors)] for k, v in value.items()]}
     if isinstance(value, (list, tuple)):
         return {"tuple" if isinstance(value, tuple) else "list": [_encode(v, tensors) for v in value]}
@@ -67,6 +71,7 @@ def _encode(value, tensors: dict):
 
 
 def _decode(value, tensors: dict):
+    """`_encode`'s inverse, with `tensors` the safetensors file it wrote."""
     if not isinstance(value, dict):
         return value
     (tag, inner), = value.items()
@@ -152,10 +157,16 @@ def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> None:
                       + start_over(path))
     model.load_state_dict(state)
     if not (path / STATE_JSON).is_file():
-        raise located(path / STATE_JSON, "missing (an older mobilekd kept this state in a pickled "
-                                         "training_state.pt, which is not read)" + start_over(path))
+        older = (path / "training_state.pt").is_file()
+        raise located(path / STATE_JSON, "missing" + (" (an older mobilekd kept this state in a pickled "
+                                                      "training_state.pt, which is not read)" if older else "")
+                      + start_over(path))
     try:
-        extra = _decode(json.loads((path / STATE_JSON).read_text()), load_file(str(path / STATE_TENSORS)))
+        tensors = load_state(path / STATE_TENSORS)
+    except UserError as err:
+        raise UserError(f"{err}{start_over(path)}") from None
+    try:
+        extra = _decode(json.loads((path / STATE_JSON).read_text()), tensors)
         if optimizer is not None:
             optimizer.load_state_dict(extra["optimizer"])
             scheduler.load_state_dict(extra["scheduler"])
