@@ -145,12 +145,18 @@ def start_over(path: Path) -> str:
     return f"; to start over, remove {path} (or run without --resume into another --out)"
 
 
-def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> None:
-    """Weights and RNG always; optimizer and scheduler state when given (mid-stage)."""
+def _read_tensors(path: Path, name: str) -> dict:
+    """One safetensors file of the checkpoint at `path`; an unreadable one is a UserError saying how to start
+    over."""
     try:
-        state = load_state(path / "model.safetensors")
+        return load_state(path / name)
     except UserError as err:
         raise UserError(f"{err}{start_over(path)}") from None
+
+
+def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> None:
+    """Weights and RNG always; optimizer and scheduler state when given (mid-stage)."""
+    state = _read_tensors(path, "model.safetensors")
     own = model.state_dict()
     if set(state) != set(own) or any(state[k].shape != own[k].shape for k in own):
         raise located(path / "model.safetensors", "weights do not fit this model (another architecture)"
@@ -161,10 +167,7 @@ def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> None:
         raise located(path / STATE_JSON, "missing" + (" (an older mobilekd kept this state in a pickled "
                                                       "training_state.pt, which is not read)" if older else "")
                       + start_over(path))
-    try:
-        tensors = load_state(path / STATE_TENSORS)
-    except UserError as err:
-        raise UserError(f"{err}{start_over(path)}") from None
+    tensors = _read_tensors(path, STATE_TENSORS)
     try:
         extra = _decode(json.loads((path / STATE_JSON).read_text()), tensors)
         if optimizer is not None:
