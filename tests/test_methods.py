@@ -158,12 +158,17 @@ def test_each_candidate_word_is_replaced_with_probability_p(augmentor):
     assert np.mean(replaced) == pytest.approx(0.4, abs=0.03)
 
 
-def test_teacher_outputs_are_cached_and_invalidated_when_the_teacher_changes(tmp_path, tokenizer):
+def saved_teacher(out, tokenizer):
+    """A small random SST-2 classifier saved in `out`, and ten SST-2 training sentences encoded for it."""
     task = load_task("sst2", default_data("sst2"))
-    split = encode_classification(task, task.train[:10], tokenizer, 32)
     torch.manual_seed(0)
     model = MobileBertForSequenceClassification(BERT.replace(id2label=task.id2label)).eval()
-    save_pretrained(model, tmp_path, tokenizer)
+    save_pretrained(model, out, tokenizer)
+    return model, encode_classification(task, task.train[:10], tokenizer, 32)
+
+
+def test_teacher_outputs_are_cached_and_invalidated_when_the_teacher_changes(tmp_path, tokenizer):
+    model, split = saved_teacher(tmp_path, tokenizer)
     first, cached = teacher_outputs(tmp_path, model, split)
     assert not cached and first["teacher_logits"].shape == (10, 2) and first["teacher_cls"].shape == (10, 4, 96)
     with torch.no_grad():
@@ -181,11 +186,7 @@ def test_teacher_outputs_are_cached_and_invalidated_when_the_teacher_changes(tmp
 
 def test_a_run_waits_for_the_teacher_outputs_another_run_is_computing(tmp_path, tokenizer):
     """Two runs started together: the second waits on the first's lock and reads its file, computing nothing."""
-    task = load_task("sst2", default_data("sst2"))
-    split = encode_classification(task, task.train[:10], tokenizer, 32)
-    torch.manual_seed(0)
-    model = MobileBertForSequenceClassification(BERT.replace(id2label=task.id2label)).eval()
-    save_pretrained(model, tmp_path, tokenizer)
+    model, split = saved_teacher(tmp_path, tokenizer)
     path = tmp_path / "outputs" / f"{cache_key(tmp_path, split)}.safetensors"
     path.parent.mkdir()
     first = FileLock(f"{path}.lock")
