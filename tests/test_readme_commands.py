@@ -2,6 +2,7 @@
 executable in git's index (a clone keeps only that bit), and each `python -m mobilekd VERB` and
 `python -m benchmarks.NAME` they name exists and answers `--help` with exit 0."""
 
+import json
 import re
 import subprocess
 import sys
@@ -15,16 +16,17 @@ SCRIPT = re.compile(r"(?:^|[\s;&|(])((?:scripts|\.ci)/[\w./-]+)")
 MODULE = re.compile(r"python -m (mobilekd(?: [a-z][\w-]*)?|benchmarks\.\w+)")
 
 
+def shell_lines(block: str) -> list[str]:
+    """A shell block's command lines: comments dropped, a line ending in a backslash joined to the next."""
+    lines = [line.split("#", 1)[0].rstrip() for line in block.splitlines()]
+    return [line.strip() for line in re.sub(r"\\\n\s*", " ", "\n".join(lines)).splitlines() if line.strip()]
+
+
 def commands() -> list[tuple[str, str]]:
-    """(page, command line) for every line of every shell block in the pages, comments dropped."""
-    found = []
-    for page in PAGES:
-        for language, block in BLOCK.findall(page.read_text(encoding="utf-8")):
-            for line in block.splitlines() if language in ("bash", "sh", "") else ():
-                line = line.split("#", 1)[0].strip()
-                if line:
-                    found.append((page.name, line))
-    return found
+    """(page, command line) for every line of every shell block in the pages."""
+    return [(page.name, line) for page in PAGES
+            for language, block in BLOCK.findall(page.read_text(encoding="utf-8")) if language in ("bash", "sh", "")
+            for line in shell_lines(block)]
 
 
 def test_the_pages_print_the_two_commands_and_more():
@@ -72,3 +74,61 @@ print("\\n".join(failed))
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "", proc.stdout
+
+
+# what each script of the README's own-data block gets appended, so the chain runs in seconds
+MICRO = {
+    "scripts/train_teacher.sh": "--steps 4 --batch-size 8 --seq-len 32 --eval-examples 16 --threads 1",
+    "scripts/pkt_distill.sh": "--layer-steps 1 --pd-steps 2 --batch-size 8 --seq-len 32 --eval-examples 16 --threads 1",
+    "scripts/finetune.sh": "--epochs 1 --max-len 32 --batch-size 16 --threads 1",
+    "scripts/export_tflite.sh": "--seq-len 32 --parity-examples 16",
+}
+
+
+def test_the_own_data_commands_run_as_printed(tmp_path, small_corpus, tokenizer):
+    """The README's "your own data" block, line by line as printed (run by the shell, so each script's executable
+    bit counts), with its placeholders pointed at a small transformers BERT (12 layers as bert-base has, 64 wide:
+    paired with the 6-layer, 384-wide student through the layer map and projections) and a CSV of 64 real SST-2
+    reviews whose labels are words, and the micro budgets above appended."""
+    import csv
+
+    import torch
+    import transformers
+
+    from mobilekd.data.glue import find_split, read_glue
+    from mobilekd.data.tokenizer import save_tokenizer
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Your own data"):]
+    block = next(text for language, text in BLOCK.findall(section) if language == "bash")
+    lines = shell_lines(block)
+    assert [line.split()[0] for line in lines] == ["scripts/train_teacher.sh", "scripts/pkt_distill.sh",
+                                                   "scripts/finetune.sh", "scripts/finetune.sh",
+                                                   "scripts/export_tflite.sh"]  # the five steps, in order
+
+    torch.manual_seed(0)
+    bert = tmp_path / "your-bert"
+    transformers.BertModel(transformers.BertConfig(hidden_size=64, num_hidden_layers=12, num_attention_heads=4,
+                                                   intermediate_size=128)).save_pretrained(bert)
+    save_tokenizer(tokenizer, bert)
+    data = tmp_path / "my_data"
+    data.mkdir()
+    for split, n in (("train", 64), ("dev", 32)):
+        examples = read_glue("sst2", find_split(ROOT / "data/glue/SST-2", split))[:n]
+        with open(data / f"{split}.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["text", "label"])
+            writer.writerows([e.text_a, {"0": "bad", "1": "good"}[e.label]] for e in examples)
+
+    for line in lines:
+        typed = (line.replace("path/to/your-bert", str(bert)).replace("runs/my/", f"{tmp_path}/runs/")
+                 .replace("--data my_data", f"--data {data}"))
+        corpus = f" --corpus {small_corpus}" if line.split()[0] in ("scripts/train_teacher.sh", "scripts/pkt_distill.sh") else ""
+        typed += f" {MICRO[line.split()[0]]}{corpus}"
+        proc = subprocess.run(typed, shell=True, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, (typed, proc.stderr[-3000:])
+
+    parity = json.loads((tmp_path / "runs/student_task/tflite/parity.json").read_text())
+    assert set(parity) >= {"model_none.tflite", "model_dynamic_int8.tflite"}
+    config = json.loads((tmp_path / "runs/student_task/config.json").read_text())
+    assert config["id2label"] == {"0": "bad", "1": "good"}  # the user's label names, in sorted order
