@@ -12,8 +12,8 @@ from helpers import BERT, one_line_error, run_module
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.errors import UserError
 from mobilekd.export.early_exit import EarlyExitRunner, convert_early_exit, early_exit_parity, time_early_exit
-from mobilekd.models.early_exit import (EarlyExitClassifier, exit_layers, predictions_at, self_distillation_loss,
-                                        uncertainty)
+from mobilekd.finetune.self_distillation import self_distillation_loss
+from mobilekd.models.early_exit import EarlyExitClassifier, exit_layers, predictions_at, uncertainty
 from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
 from mobilekd.models.hf import save_pretrained
 

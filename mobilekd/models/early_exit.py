@@ -1,6 +1,7 @@
 """FastBERT's early exits (Liu et al. 2020): a small "student" classifier after every layer but the last of a
 fine-tuned classifier, trained by self-distillation from the model's own final classifier; at inference an input
-leaves at the first layer whose prediction is certain enough.
+leaves at the first layer whose prediction is certain enough. The training objective, `self_distillation_loss`, is
+in mobilekd/finetune/self_distillation.py.
 
 Follows autoliuweijie/FastBERT, pypi/fastbert/fastbert.py:
   - `BranchClassifier` is `MiniClassifier`: dense to 128 + tanh, a 2-head self-attention over the sequence (UER's
@@ -30,7 +31,6 @@ from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.models.heads import MobileBertForSequenceClassification
 from mobilekd.models.hf import load_pretrained, load_state, save_pretrained
 from mobilekd.models.mobilebert import additive_mask
-from mobilekd.transfer.losses import logit_distillation
 
 BRANCHES, SETTINGS = "branches.safetensors", "early_exit.json"
 THRESHOLDS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]  # the speeds scored by default; 0: the full model
@@ -150,16 +150,6 @@ def load_early_exit(model_dir) -> EarlyExitClassifier:
                                             f"{model.config.num_hidden_layers}-layer model")
     model.branches.load_state_dict(state)
     return model.eval()
-
-
-def self_distillation_loss(model: EarlyExitClassifier, batch: dict) -> dict[str, torch.Tensor]:
-    """FastBERT's self-distillation (Section 3.3; fastbert.py `_forward_for_loss` without labels): the sum over
-    branches of KL(final || branch), `nn.KLDivLoss(reduction='batchmean')` of the branch's log-probabilities
-    against the final classifier's probabilities. Labels are not used."""
-    logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).unbind(1)  # DDP-safe
-    final = logits[-1].detach()
-    terms = {f"kl_L{i + 1}": logit_distillation(final, branch) for i, branch in enumerate(logits[:-1])}
-    return {"loss": sum(terms.values()), **terms}
 
 
 def predictions_at(logits: torch.Tensor, thresholds) -> dict[float, tuple[torch.Tensor, torch.Tensor]]:

@@ -31,9 +31,9 @@ from mobilekd.export.early_exit import segment_flops
 from mobilekd.fileio import write_json
 from mobilekd.finetune.evaluation import fine_tuned_classifier, predict
 from mobilekd.finetune.metrics import classification_metrics
+from mobilekd.finetune.self_distillation import self_distillation_loss
 from mobilekd.flags import at_least
-from mobilekd.models.early_exit import (THRESHOLDS, EarlyExitClassifier, predictions_at, save_early_exit,
-                                        self_distillation_loss)
+from mobilekd.models.early_exit import THRESHOLDS, EarlyExitClassifier, predictions_at, save_early_exit
 from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 
