@@ -19,6 +19,10 @@ fills the flags the user left unset.
 
 from __future__ import annotations
 
+from dataclasses import fields
+
+from mobilekd.finetune.objective import Distillation
+
 METHODS = {
     "ft": {},
     "kd": {"alpha": 0.3, "temperature": 10.0, "kd_reduction": "mean"},
@@ -28,9 +32,12 @@ METHODS = {
                  "patience_layers": "pkd_last"},
     "tinybert": {"alpha": 0.0, "temperature": 1.0, "kd_reduction": "mean", "intermediate": True},
 }
-# without --method: logit KD when a teacher is given, as before the methods existed
-DEFAULTS = {"alpha": 0.5, "temperature": 1.0, "kd_reduction": "batchmean", "patience_weight": 0.0,
-            "patience_layers": "pkd_skip", "intermediate": False}
+_KD = {f.name: f.default for f in fields(Distillation)}
+# without --method: logit KD when a teacher is given, as before the methods existed. The KD weight, temperature
+# and reduction are `Distillation`'s field defaults (mobilekd/finetune/objective.py, their one home); finetune's
+# --help prints these values
+DEFAULTS = {"alpha": _KD["alpha"], "temperature": _KD["temperature"], "kd_reduction": _KD["reduction"],
+            "patience_weight": 0.0, "patience_layers": "pkd_skip", "intermediate": False}
 
 
 def method_flags(method: str | None, regression: bool) -> dict:

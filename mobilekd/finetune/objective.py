@@ -24,7 +24,8 @@ class Distillation:
     """How a student learns from a fine-tuned teacher: `alpha` is the hard-label loss's weight, the rest goes to
     logit distillation: KL at `temperature` with `reduction` (`logit_distillation`), or with `logits="mse"` the
     squared distance of the logits (`logit_mse`, Tang et al.'s BiLSTM distillation); `patience` matches
-    (BERT-PKD's) add their weighted terms."""
+    (BERT-PKD's) add their weighted terms. The field defaults are the one home of `mobilekd finetune`'s KD
+    defaults (--alpha, --temperature, --kd-reduction without --method; mobilekd.finetune.methods reads them)."""
 
     alpha: float = 0.5
     temperature: float = 1.0

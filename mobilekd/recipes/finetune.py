@@ -37,6 +37,7 @@ from mobilekd.flags import at_least, fill_unset
 from mobilekd.finetune.baseline import bag_of_words_baseline
 from mobilekd.finetune.evaluation import DevEvaluator, build_model, require_labels
 from mobilekd.data.augment import N_PER_TASK, augmented
+from mobilekd.finetune.methods import DEFAULTS as KD_DEFAULTS
 from mobilekd.finetune.methods import METHODS, method_flags
 from mobilekd.finetune.objective import Distillation, intermediate_loss, task_loss
 from mobilekd.finetune.teacher_outputs import teacher_outputs
@@ -65,16 +66,18 @@ def parse_args(argv=None):
                         "ft, kd, pkd-skip, pkd-last (BERT-PKD), tinybert (TinyBERT); default: logit KD with the "
                         "flags below when --teacher is given")
     p.add_argument("--alpha", type=float, help="with --teacher: weight of the hard-label loss (the rest goes to "
-                                               "distillation; default 0.5, or the method's)")
-    p.add_argument("--temperature", type=float, help="with --teacher: KD temperature (default 1, or the method's)")
+                                               f"distillation; default {KD_DEFAULTS['alpha']:g}, or the method's)")
+    p.add_argument("--temperature", type=float,
+                   help=f"with --teacher: KD temperature (default {KD_DEFAULTS['temperature']:g}, or the method's)")
     p.add_argument("--kd-reduction", choices=["batchmean", "mean"],
-                   help="KL averaged over examples (batchmean, default) or over examples and classes (mean: BERT-PKD's "
-                        "and TinyBERT's)")
+                   help="KL averaged over examples (batchmean) or over examples and classes (mean: BERT-PKD's and "
+                        f"TinyBERT's); default {KD_DEFAULTS['kd_reduction']}, or the method's")
     p.add_argument("--patience-weight", type=float,
-                   help="BERT-PKD's beta: weight of the patience loss on normalised [CLS] vectors (default 0: off)")
+                   help="BERT-PKD's beta: weight of the patience loss on normalised [CLS] vectors (default "
+                        f"{KD_DEFAULTS['patience_weight']:g}: off, or the method's)")
     p.add_argument("--patience-layers",
-                   help="teacher layers for the student's layers but its last: pkd_skip (default), pkd_last, or "
-                        "comma-separated 0-based layers")
+                   help="teacher layers for the student's layers but its last: pkd_skip, pkd_last, or "
+                        f"comma-separated 0-based layers (default {KD_DEFAULTS['patience_layers']}, or the method's)")
     p.add_argument("--intermediate-epochs", type=float,
                    help="--method tinybert: epochs of intermediate-layer distillation before the prediction step "
                         "(default: --epochs)")
