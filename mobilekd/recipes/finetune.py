@@ -4,16 +4,15 @@ distillation from a fine-tuned teacher (Hinton's logit KD; TinyBERT's prediction
     scripts/finetune.sh --model runs/demo/student --task sst2                  # shipped SST-2
     scripts/finetune.sh --model M --task sst2 --teacher runs/sst2-teacher      # + task distillation
     scripts/finetune.sh --model runs/bert3 --task mrpc --teacher T --method pkd-skip   # BERT-PKD
-    scripts/finetune.sh --model runs/tiny4 --task rte --teacher T --method tinybert --augment 30 \
+    scripts/finetune.sh --model runs/tiny4 --task rte --teacher T --method tinybert --augment 30 \\
         --augment-model runs/teacher                                           # TinyBERT, augmented data
     scripts/finetune.sh --model M --task squad2 --data my_squad_dir            # train.json + dev.json
     scripts/finetune.sh --model M --task custom --data my_dir                  # train/dev .csv or .jsonl
     scripts/finetune.sh --model M --task cola --eval-only
     accelerate launch -m mobilekd.recipes.finetune --model M --task mnli --data glue/MNLI ...
 
-Defaults per task: SQuAD lr 4e-5, batch 32, sequence 384, stride 128, 5 epochs (the paper's); GLUE lr 5e-5,
-batch 32, sequence 128, 3 epochs (5 for CoLA, MRPC, STS-B, RTE, WNLI); models under 10M parameters (the demo's)
-default to lr 5e-4. The best checkpoint by the task's first metric on dev (or, with --select-on train-slice, on a
+Defaults per task (mobilekd.data.tasks.DEFAULTS: the paper's for SQuAD, BERT's usual choice for GLUE) are listed
+below. The best checkpoint by the task's first metric on dev (or, with --select-on train-slice, on a
 held-out slice of the training set) is kept in OUT; results.json has every split's metrics and, for
 classification and regression, a TF-IDF bag-of-words baseline trained on the same examples.
 """
@@ -22,14 +21,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from mobilekd.data.tasks import (DEFAULTS, TASK_NAMES, encode_classification, encode_qa, load_task, task_data,
-                                 training_subset)
+from mobilekd.data.tasks import (DEFAULTS, TASK_NAMES, default_lr, defaults_text, encode_classification, encode_qa,
+                                 load_task, task_data, training_subset)
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, write_json
@@ -48,12 +48,10 @@ from mobilekd.transfer.objectives import Match, check_matches, pkd_matches, proj
 from mobilekd.train.common import add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 
-SMALL_MODEL_PARAMS = 10_000_000  # below this, fine-tuning defaults to SMALL_MODEL_LR
-SMALL_MODEL_LR = 5e-4
-
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="mobilekd finetune", description=__doc__,
+    description = __doc__ + "\n" + textwrap.fill(f"Defaults: {defaults_text()}.", 115)
+    p = argparse.ArgumentParser(prog="mobilekd finetune", description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="model directory (ours, or a transformers MobileBERT/BERT one)")
     p.add_argument("--task", required=True, choices=TASK_NAMES)
@@ -91,12 +89,12 @@ def parse_args(argv=None):
     p.add_argument("--eval-only", action="store_true", help="evaluate --model on dev, no training")
     p.add_argument("--epochs", type=float, help="training epochs (default per task)")
     p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
-    p.add_argument("--lr", type=float, help=f"peak learning rate (default: per task for models of "
-                                            f"{SMALL_MODEL_PARAMS / 1e6:g}M parameters and more, {SMALL_MODEL_LR:g} "
-                                            f"for smaller ones)")
+    p.add_argument("--lr", type=float, help="peak learning rate (default: by task and model size, see Defaults "
+                                            "above)")
     p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction (default 0.1)")
-    p.add_argument("--max-len", type=int, help="sequence length (default per task: 128 GLUE, 384 SQuAD)")
-    p.add_argument("--stride", type=int, default=128, help="SQuAD: tokens shared by consecutive windows")
+    p.add_argument("--max-len", type=int, help="sequence length (default per task, see Defaults above)")
+    p.add_argument("--stride", type=int, default=128,
+                   help="SQuAD: tokens shared by consecutive windows (default %(default)s, the paper's)")
     p.add_argument("--regression", action="store_true", help="custom task: numeric labels")
     p.add_argument("--max-train-examples", type=int, help="use a seeded random subset of the training set")
     p.add_argument("--subset-seed", type=int, help="the seed that draws that subset (default: --seed; fix it to give "
@@ -135,13 +133,6 @@ def parse_args(argv=None):
     train_config(args)  # bad training flags are refused before any work
     # the learning rate's default depends on the model's size, known once it is loaded (default_lr)
     return fill_unset(args, {k: v for k, v in DEFAULTS[args.task].items() if k != "lr"})
-
-
-def default_lr(task: str, params: int) -> float:
-    """The task's paper-size learning rate for models of SMALL_MODEL_PARAMS parameters and more; SMALL_MODEL_LR
-    below (at 5e-5 a 2.3M-parameter demo student stayed near chance on a 6-class task; the demo fine-tunes such
-    models at 5e-4)."""
-    return DEFAULTS[task]["lr"] if params >= SMALL_MODEL_PARAMS else SMALL_MODEL_LR
 
 
 @cli_entry

@@ -45,7 +45,8 @@ def add_task_flags(parser: argparse.ArgumentParser, *, epochs: float, lr: float,
                    what: str = "training", source: str = "") -> None:
     """The flags of a recipe that trains on a classification task's (subset of its) training set: the task, its
     data, how long (`what` names the epochs), the learning rate, the sequence length and the subset; `source`
-    credits the defaults (e.g. ", fastbert.py's"). `check_task_flags` checks them once parsed."""
+    credits the defaults (e.g. ", fastbert.py's"); the recipe's call is the one home of its `epochs`, `lr` and
+    `warmup` defaults. `check_task_flags` checks them once parsed."""
     parser.add_argument("--task", required=True, choices=[t for t in TASK_NAMES if not t.startswith("squad")])
     parser.add_argument("--data", help="task directory (default: the shipped copy)")
     parser.add_argument("--epochs", type=float, default=epochs, help=f"{what} epochs (default {epochs:g}{source})")

@@ -43,11 +43,17 @@ def _one(name: str) -> float:
 
 @dataclass(kw_only=True)
 class Stage:
+    """One stage of a plan. Its peak learning rate `lr` has no default here: each kind of training keeps its
+    default in one place, which its recipe reads. Teacher pre-training: teacher_ib_bert/configs/<preset>.json, and
+    teacher_ib_bert/adaptation.json for --init-from; distillation: `PlanSettings.lr` (transfer/strategies.py);
+    fine-tuning: `DEFAULTS` and `default_lr` (data/tasks.py); FastBERT, the BiLSTM and QAT: their recipe's
+    `add_task_flags(lr=...)`; multi-task: its recipe's --lr."""
+
     name: str
     steps: int
     loss: Callable[[torch.nn.Module, dict], dict[str, torch.Tensor]]
     trainable: Callable[[str], bool] = _everything
-    lr: float = 1e-4
+    lr: float
     lr_scale: Callable[[str], float] = _one
     warmup: float = 0.1  # fraction of the stage's steps
     # after the warm-up the rate decays to decay_to x its peak, polynomially with decay_power (1: linearly)
