@@ -1,61 +1,127 @@
-"""Student directories load into transformers' MobileBERT classes and give the same logits."""
+"""Model directories load into transformers' Auto classes and give our logits, preset by preset and head by head,
+or are labelled so that transformers refuses them."""
+
+import json
 
 import pytest
 import torch
 import transformers
 
 from mobilekd.errors import UserError
-from mobilekd.models.heads import (MobileBertForPreTraining, MobileBertForQuestionAnswering,
-                                   MobileBertForSequenceClassification)
-from mobilekd.models.hf import load_pretrained, save_pretrained
+from mobilekd.models.heads import HEADS, MobileBertForPreTraining, MobileBertForSequenceClassification
+from mobilekd.models.hf import TRANSFORMERS_NOTE, config_json, load_pretrained, save_pretrained
 from mobilekd.models.presets import PRESETS
 
+# The transformers Auto class a user loads each head of ours with (a new head fails the test below until added)
+AUTO = {"pretraining": transformers.AutoModelForPreTraining,
+        "classification": transformers.AutoModelForSequenceClassification,
+        "qa": transformers.AutoModelForQuestionAnswering}
+# What each head is saved with: a classifier with labels, and a regressor (STS-B: one output)
+HEAD_CASES = {"pretraining": {}, "qa": {},
+              "classification": {"id2label": {0: "negative", 1: "positive"},
+                                 "problem_type": "single_label_classification"},
+              "regression": {"id2label": {0: "score"}, "problem_type": "regression"}}
+HEAD_OF_CASE = {"regression": "classification"}
+# Every preset `mobilekd models` lists (it lists PRESETS), and shapes beyond them that transformers can also compute: the trigram at equal widths (its MLM head then
+# has an empty extra matrix) and a LayerNorm MobileBERT with transformers' hard-coded epsilon
+SHAPES = {name: p.config for name, p in PRESETS.items()} | {
+    "trigram_at_equal_widths": PRESETS["demo_student"].config.replace(embedding_size=128),
+    "layer_norm_eps_1e-5": PRESETS["demo_student"].config.replace(normalization_type="layer_norm",
+                                                                  hidden_act="gelu", layer_norm_eps=1e-5),
+}
 
-def _randomize(model):
-    """Move norms and biases off their initial values so NoNorm and biases are really exercised."""
-    torch.manual_seed(1)
+
+def _randomize(model, seed: int = 0):
+    """Every parameter drawn afresh from a seeded generator, trained-like: matrices and embeddings N(0, 0.02),
+    norm scales 1 + N(0, 0.2), biases N(0, 0.1), so that NoNorm, LayerNorm and every bias are really exercised."""
+    g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "LayerNorm" in name or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.1)
+            noise = torch.randn(p.shape, generator=g)
+            if "LayerNorm" in name and name.endswith("weight"):
+                p.copy_(1 + 0.2 * noise)
+            elif name.endswith("bias"):
+                p.copy_(0.1 * noise)
+            else:
+                p.copy_(0.02 * noise)
     return model.eval()
 
 
-@pytest.mark.parametrize("name", ["mobilebert", "mobilebert_tiny"])
-def test_transformers_loads_our_students(name, tmp_path, tokenizer):
+def _outputs(model, head: str, ids, mask, types) -> list[torch.Tensor]:
+    """Our model's logits as transformers' class returns them."""
+    if head == "pretraining":
+        out = model(ids, mask, types, masked_positions=torch.arange(ids.shape[1]).expand(ids.shape[0], -1))
+        return [out.mlm_logits.view(*ids.shape, -1), out.nsp_logits]
+    if head == "qa":
+        return list(model(ids, mask, types))
+    return [model(ids, mask, types)]
+
+
+def _their_outputs(out, head: str) -> list[torch.Tensor]:
+    if head == "pretraining":
+        return [out.prediction_logits, out.seq_relationship_logits]
+    if head == "qa":
+        return [out.start_logits, out.end_logits]
+    return [out.logits]
+
+
+def test_every_head_has_a_case():
+    assert set(AUTO) == set(HEADS) == {HEAD_OF_CASE.get(c, c) for c in HEAD_CASES}
+    assert PRESETS["mobilebert"].config.hf_compatible  # the released config, at least, must round-trip
+
+
+@pytest.mark.parametrize("case", list(HEAD_CASES))
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_transformers_computes_our_logits_or_refuses_the_checkpoint(shape, case, tmp_path, tokenizer):
+    """Every preset `mobilekd models` lists (and the extra shapes), every head: transformers' Auto class loads
+    the directory with no missing or unexpected key and gives our logits within 1e-5 on a padded batch of two
+    sentence pairs; or the directory is not labelled as a transformers model and transformers refuses it."""
+    head = HEAD_OF_CASE.get(case, case)
+    config = SHAPES[shape].replace(**HEAD_CASES[case])
+    if not config.hf_compatible:  # the label alone decides what transformers does: no weights needed
+        saved = config_json(config, head)
+        (tmp_path / "config.json").write_text(json.dumps(saved))
+        assert saved["model_type"] not in transformers.CONFIG_MAPPING
+        assert not any(a.startswith("MobileBert") or a.startswith("Bert") for a in saved["architectures"])
+        assert config.hf_incompatibility in saved[TRANSFORMERS_NOTE]
+        with pytest.raises(ValueError, match="ib_bert"):
+            AUTO[head].from_pretrained(tmp_path)
+        return
+    ours = _randomize(HEADS[head].model_class(config))
+    save_pretrained(ours, tmp_path, tokenizer)
+    theirs, info = AUTO[head].from_pretrained(tmp_path, output_loading_info=True)
+    assert type(theirs).__name__ == HEADS[head].hf_architecture
+    assert not any(info.values()), info  # no missing, unexpected or mismatched key
+    if config.id2label:
+        assert theirs.config.id2label == config.id2label and theirs.config.problem_type == config.problem_type
     torch.manual_seed(0)
-    config = PRESETS[name].config
-    ids = torch.tensor([tokenizer("the film is a charming and often affecting journey", "a second segment")
-                        ["input_ids"]])
-    types = torch.tensor([tokenizer("the film is a charming and often affecting journey", "a second segment")
-                          ["token_type_ids"]])
-    pre = _randomize(MobileBertForPreTraining(config))
-    save_pretrained(pre, tmp_path / "mlm", tokenizer)
-    hf = transformers.MobileBertForMaskedLM.from_pretrained(tmp_path / "mlm").eval()
-    positions = torch.arange(ids.shape[1])[None]
+    ids = torch.randint(999, config.vocab_size, (2, 16))
+    types = (torch.arange(16) >= 9).long().expand(2, -1)
+    mask = torch.ones_like(ids)
+    mask[1, 11:] = 0
     with torch.no_grad():
-        ours = pre(ids, token_type_ids=types, masked_positions=positions).mlm_logits
-        theirs = hf(input_ids=ids, token_type_ids=types).logits[0]
-    assert (ours - theirs).abs().max() <= 1e-5
+        expected = _outputs(ours, head, ids, mask, types)
+        got = _their_outputs(theirs.eval()(input_ids=ids, attention_mask=mask, token_type_ids=types), head)
+    for a, b in zip(expected, got, strict=True):
+        assert a.shape == b.shape and (a - b).abs().max() <= 1e-5, (a - b).abs().max()
 
-    cls = MobileBertForSequenceClassification(config.replace(id2label={0: "negative", 1: "positive"}))
-    cls.mobilebert.load_state_dict(pre.mobilebert.state_dict())
-    _randomize(cls)
-    save_pretrained(cls, tmp_path / "cls", tokenizer)
-    hf = transformers.MobileBertForSequenceClassification.from_pretrained(tmp_path / "cls").eval()
-    assert hf.config.id2label == {0: "negative", 1: "positive"}
-    with torch.no_grad():
-        assert (cls(ids, token_type_ids=types) - hf(input_ids=ids, token_type_ids=types).logits).abs().max() <= 1e-5
 
-    qa = _randomize(MobileBertForQuestionAnswering(config))
-    save_pretrained(qa, tmp_path / "qa", tokenizer)
-    hf = transformers.MobileBertForQuestionAnswering.from_pretrained(tmp_path / "qa").eval()
+def test_tokenizer_and_refused_models_still_load_with_ours(tmp_path, tokenizer):
+    """The tokenizer saved beside the weights is the real one; a model transformers refuses still round-trips
+    through our loader, and so does one saved before the refusal (labelled `mobilebert`, as h384 students were)."""
+    config = PRESETS["demo_student"].config.replace(embedding_size=128, trigram_input=False)  # h384's lift
+    model = _randomize(MobileBertForPreTraining(config))
+    save_pretrained(model, tmp_path, tokenizer)
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path).tokenize("hello") == ["hello"]
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["model_type"] == "ib_bert" and "skips it" in saved[TRANSFORMERS_NOTE]
+    ids = torch.randint(1000, 2000, (1, 9))
     with torch.no_grad():
-        start, end = qa(ids, token_type_ids=types)
-        out = hf(input_ids=ids, token_type_ids=types)
-    assert (start - out.start_logits).abs().max() <= 1e-5 and (end - out.end_logits).abs().max() <= 1e-5
-    # And back: the tokenizer saved beside the weights is the real one.
-    assert transformers.AutoTokenizer.from_pretrained(tmp_path / "qa").tokenize("hello") == ["hello"]
+        assert torch.equal(model(ids).nsp_logits, load_pretrained(tmp_path).eval()(ids).nsp_logits)
+        old = {k: v for k, v in saved.items() if k != TRANSFORMERS_NOTE}
+        old.update(model_type="mobilebert", architectures=["MobileBertForPreTraining"])
+        (tmp_path / "config.json").write_text(json.dumps(old))
+        assert torch.equal(model(ids).nsp_logits, load_pretrained(tmp_path).eval()(ids).nsp_logits)
 
 
 def test_teacher_round_trips_and_transformers_refuses_it(tmp_path, tokenizer):

@@ -38,7 +38,9 @@ def norm(config: ModelConfig, size: int) -> nn.Module:
     `layer_norm`: 1e-12). transformers' MobileBERT builds two of its LayerNorms (embeddings, last FFN output)
     with PyTorch's default 1e-5 instead; that matters only for LayerNorm variants (mobilebert_no_opt), never for
     the NoNorm students, and a transformers BERT checkpoint (1e-12 in its config) needs the config's value to
-    give transformers' own outputs (all-MiniLM-L6-v2, one sentence: 5.1e-4 apart with 1e-5, 1.3e-6 with 1e-12)."""
+    give transformers' own outputs (all-MiniLM-L6-v2, one sentence: 5.1e-4 apart with 1e-5, 1.3e-6 with 1e-12).
+    A LayerNorm MobileBERT is therefore saved as a transformers model only with `layer_norm_eps` 1e-5
+    (`ModelConfig.hf_incompatibility`)."""
     if config.normalization_type == "no_norm":
         return NoNorm(size)
     return nn.LayerNorm(size, eps=config.layer_norm_eps)
@@ -54,6 +56,9 @@ class Embeddings(nn.Module):
 
     With `trigram_input`, the `embedding_size`-wide embeddings of tokens t+1, t and t-1 are concatenated and
     projected to the inter-block width: a kernel-3 1-D convolution written as one matrix product (Section 3.1).
+    The dense lift (`embedding_transformation`) is applied whenever the config has one, also at equal widths
+    without the trigram (mobilebert_h384), where the official code and transformers
+    (`MobileBertEmbeddings.forward`) have none: such a model is not saved as a transformers one.
     """
 
     def __init__(self, config: ModelConfig):

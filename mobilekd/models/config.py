@@ -34,8 +34,10 @@ class ModelConfig:
     pad_token_id: int = 0
     embedding_size: int = 128
     trigram_input: bool = True
-    # MobileBERT always lifts the embeddings with a dense layer (transformers builds one even at equal widths);
-    # BERT has none. Needed whenever the trigram or a narrower embedding changes the width.
+    # A dense lift of the token embeddings to hidden_size (BERT has none). Needed whenever the trigram or a
+    # narrower embedding changes the width; the official code (TF1 modeling.py, `BertModel.__init__`) and
+    # transformers (modeling_mobilebert.py, `MobileBertEmbeddings.forward`) apply it only then, so a lift at equal
+    # widths without the trigram (mobilebert_h384's, started at the identity) is ours alone: see `hf_incompatibility`
     embedding_transformation: bool = True
     use_bottleneck: bool = True
     intra_bottleneck_size: int = 128
@@ -78,11 +80,37 @@ class ModelConfig:
         return self.intra_bottleneck_size if self.use_bottleneck and self.use_bottleneck_attention else self.hidden_size
 
     @property
+    def hf_incompatibility(self) -> str | None:
+        """Why transformers' MobileBERT classes would not compute this model, in one line; None when they compute
+        it exactly (the round trip tests/test_hf_roundtrip.py checks, preset by preset and head by head).
+
+        Mirrors transformers' models/mobilebert/modeling_mobilebert.py: `MobileBertSelfAttention` projects Q and K
+        from `true_hidden_size`; `MobileBertEmbeddings` always builds the dense `embedding_transformation` but
+        applies it (in `forward`) only with `trigram_input` or `embedding_size != hidden_size`, as the official TF1
+        code does; `MobileBertEmbeddings.LayerNorm` and `MobileBertOutput.LayerNorm` are built with PyTorch's default
+        epsilon (1e-5), not `config.layer_norm_eps` as its other LayerNorms (and all of ours) are; the attention
+        mask is additive and the scores unclipped."""
+        if self.attention_input_size != self.true_hidden_size:
+            return ("Q/K read the inter-block feature map and project it to the intra-block width (IB-BERT); "
+                    "transformers' MobileBertSelfAttention projects them from the intra-block width")
+        if not self.embedding_transformation:
+            return ("no dense lift of the embeddings (BERT's layout); transformers' MobileBertEmbeddings always "
+                    "builds one and would find no weights for it")
+        if not self.trigram_input and self.embedding_size == self.hidden_size:
+            return ("a dense lift of the embeddings at embedding_size == hidden_size without trigram_input; "
+                    "transformers' MobileBertEmbeddings.forward skips it there")
+        if self.normalization_type == "layer_norm" and self.layer_norm_eps != 1e-5:
+            return (f"LayerNorm epsilon {self.layer_norm_eps:g} everywhere; transformers' MobileBertEmbeddings and "
+                    f"MobileBertOutput use 1e-5 whatever layer_norm_eps says")
+        if self.masked_score is not None or self.score_clip is not None:
+            return ("the official TF1 attention mask (masked_score) or score clip (score_clip); transformers masks "
+                    "additively and never clips")
+        return None
+
+    @property
     def hf_compatible(self) -> bool:
-        """Whether transformers' MobileBERT classes can hold this architecture (they always lift the embeddings
-        with a dense layer, which BERT-layout models lack, and mask padding additively)."""
-        return (self.attention_input_size == self.true_hidden_size and self.embedding_transformation
-                and self.masked_score is None and self.score_clip is None)
+        """Whether transformers' MobileBERT classes compute exactly this model (`hf_incompatibility` is None)."""
+        return self.hf_incompatibility is None
 
     @property
     def num_labels(self) -> int:

@@ -1,10 +1,13 @@
 """Model directories in transformers' `save_pretrained` layout: config.json, model.safetensors, tokenizer files.
 
-A student directory loads into transformers' `MobileBertForMaskedLM` / `...ForSequenceClassification` /
-`...ForQuestionAnswering` as is: our parameter names are theirs, and the MLM decoder is saved tied (its weight
-is the word embedding, its bias `cls.predictions.bias`). The IB-BERT teacher, which transformers cannot
-express, is saved the same way under `model_type: "ib_bert"` so that transformers refuses it cleanly instead
-of mis-loading it.
+A model that transformers' MobileBERT computes exactly (`ModelConfig.hf_compatible`: `mobilebert`,
+`mobilebert_tiny`, `demo_student` among the presets) is labelled `model_type: "mobilebert"` with its head's
+architecture and loads into `AutoModelForPreTraining` / `...ForSequenceClassification` / `...ForQuestionAnswering`
+as is, with our logits (tests/test_hf_roundtrip.py): our parameter names are theirs, the MLM decoder is saved tied
+(its weight is the word embedding, its bias `cls.predictions.bias`). Any other model (the IB-BERT teachers, BERT
+layouts, `mobilebert_no_opt`'s 1e-12 LayerNorms, `mobilebert_h384`'s lift at equal widths) is saved the same way
+under `model_type: "ib_bert"`, which transformers refuses by name instead of loading it into a model that
+computes something else; `mobilekd_transformers_note` in its config.json says why in one line.
 """
 
 from __future__ import annotations
@@ -21,10 +24,18 @@ from mobilekd.models.config import ModelConfig
 from mobilekd.models.heads import HEADS, head_of, head_of_architectures
 
 
+# The config.json key saying, in a model transformers cannot compute, why (ModelConfig.hf_incompatibility)
+TRANSFORMERS_NOTE = "mobilekd_transformers_note"
+
+
 def config_json(config: ModelConfig, head: str) -> dict:
     d = config.to_dict()
-    d["model_type"] = "mobilebert" if config.hf_compatible else "ib_bert"
-    d["architectures"] = [HEADS[head].hf_architecture if config.hf_compatible else "IBBert"]
+    reason = config.hf_incompatibility
+    d["model_type"] = "mobilebert" if reason is None else "ib_bert"
+    d["architectures"] = [HEADS[head].hf_architecture if reason is None else "IBBert"]
+    if reason is not None:
+        d[TRANSFORMERS_NOTE] = (f"not a transformers MobileBERT: {reason}; load it with "
+                                f"mobilekd.models.hf.load_pretrained")
     d["mobilekd_head"] = head
     d["tie_word_embeddings"] = True
     if config.id2label:
@@ -36,16 +47,17 @@ def config_json(config: ModelConfig, head: str) -> dict:
     return d
 
 
-def save_weights(model: torch.nn.Module, out_dir, tokenizer=None) -> Path:
+def save_weights(model: torch.nn.Module, out_dir, tokenizer=None, extra: dict | None = None) -> Path:
     """Write model.safetensors (atomically) and the tokenizer files when given, into `out_dir` (made if missing).
     A distillation's `projections` submodule (the student's side of its matches, trained beside it) is left out:
-    it is never part of a saved model."""
+    it is never part of a saved model. `extra`: tensors saved beside the state dict."""
     from mobilekd.data.tokenizer import save_tokenizer
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
              if not k.startswith("projections.")}
+    state.update(extra or {})
     with atomic_path(out_dir / "model.safetensors") as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
     if tokenizer is not None:
@@ -53,9 +65,21 @@ def save_weights(model: torch.nn.Module, out_dir, tokenizer=None) -> Path:
     return out_dir
 
 
+def transformers_extras(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Tensors transformers' MobileBERT expects that our model has none of: at embedding_size == hidden_size its
+    `MobileBertLMPredictionHead.dense` is an empty (0, vocab) matrix (ours: no module), which it would report
+    missing from the file. Our loader ignores it."""
+    config = model.config
+    state = model.state_dict()
+    if (config.hf_compatible and "cls.predictions.bias" in state and "cls.predictions.dense.weight" not in state
+            and config.hidden_size == config.embedding_size):
+        return {"cls.predictions.dense.weight": torch.zeros(0, config.vocab_size)}
+    return {}
+
+
 def save_pretrained(model: torch.nn.Module, out_dir, tokenizer=None, head: str | None = None) -> Path:
     """`save_weights`, then config.json (atomically)."""
-    out_dir = save_weights(model, out_dir, tokenizer)
+    out_dir = save_weights(model, out_dir, tokenizer, transformers_extras(model))
     write_json(out_dir / "config.json", config_json(model.config, head or head_of(model)))
     return out_dir
 

@@ -21,6 +21,10 @@ no pooler dense) with the teacher's depth and inter-block width, so feature maps
 a projection as in the paper's pair, and the teacher's 384-wide embedding table is shared (no trigram; the
 embedding's dense lift starts at the identity). Attention transfer averages the teacher's 12 heads in groups of 3.
 The 30522 x 384 table is 11.7M of its 14.9M parameters; its encoder costs about 0.27x the teacher's per layer.
+Its lift at equal widths is not the official code's (nor transformers', which skips it there), so it saves as a
+model transformers refuses (`ModelConfig.hf_incompatibility`), as do `mobilebert_no_opt` (LayerNorm epsilon 1e-12,
+the official value; transformers' MobileBERT hard-codes 1e-5 in two of its LayerNorms) and the BERT and IB-BERT
+presets; `mobilebert`, `mobilebert_tiny` and `demo_student` load into transformers with our logits.
 
 `tinybert4_h156` is TinyBERT_4 (Jiao et al. 2020, Section 4.1: 4 layers, 312 wide, FFN 1200, 12 heads, for
 BERT_BASE's 768) at the same ratios to all-MiniLM-L6-v2's 384: a narrow BERT that pairs with the teacher through
