@@ -25,7 +25,7 @@ def shell_lines(block: str) -> list[str]:
 def commands() -> list[tuple[str, str]]:
     """(page, command line) for every line of every shell block in the pages."""
     return [(page.name, line) for page in PAGES
-            for language, block in BLOCK.findall(page.read_text(encoding="utf-8")) if language in ("bash", "sh", "")
+            for language, block in BLOCK.findall(page.read_text(encoding="utf-8")) if language in ("bash", "sh", "")  # not text, kotlin, ...
             for line in shell_lines(block)]
 
 
