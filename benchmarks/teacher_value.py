@@ -28,23 +28,18 @@ from pathlib import Path
 from benchmarks.runner import (RESUMABLE, Job, columns, comparison, comparison_flags, finetune_rows, mean_std_cell,
                                metric_rank, values)
 from mobilekd.fileio import REPO_ROOT
+from mobilekd.run_config import DEMO, flag_text, flags, run_settings
 
-TEACHER = "all-minilm-l6-v2"
-STUDENT = "mobilebert_h384"
+# The settings are the demo's run configuration (configs/demo.json, its packaged-teacher mode: the one home of its
+# steps and learning rates); scripts/demo.sh runs them once (seed 0, SST-2 only), this benchmark over seeds and tasks.
+SETTINGS = run_settings(DEMO, "packaged-teacher")
+TEACHER = SETTINGS["train-teacher"]["--init-from"]
+STUDENT = SETTINGS["student"]
 STRATEGIES = ("pkt", "akt", "jkt")
-# The demo (scripts/demo.sh, default path) runs these settings once: seed 0, SST-2 only.
-ADAPT = ["--init-from", TEACHER]
-TRANSFER = ["--student", STUDENT, "--layer-steps", "50", "--pd-steps", "200"]
-TASKS = {  # fine-tuning flags per task: about 200-350 steps of 32 examples each
-    "sst2": ["--max-train-examples", "10000", "--epochs", "1", "--max-len", "64"],
-    "stsb": ["--epochs", "1", "--max-len", "64"],
-    "mrpc": ["--epochs", "3", "--max-len", "128"],
-    # CoLA at one epoch left even the teacher at Matthews correlation 0 (every sentence "acceptable"; measured,
-    # seed 0): it needs several epochs, which this budget does not have
-    "cola": ["--epochs", "1", "--max-len", "64"],
-    "rte": ["--epochs", "3", "--max-len", "128"],
-}
-TEACHER_LR, STUDENT_LR = "5e-5", "2e-4"
+ADAPT = flags(SETTINGS["train-teacher"])
+TRANSFER = ["--student", STUDENT, *flags(SETTINGS["distill"])]
+TASKS = {task: flags(task_flags) for task, task_flags in SETTINGS["tasks"].items()}  # fine-tuning flags per task
+TEACHER_LR, STUDENT_LR = flag_text(SETTINGS["teacher_lr"]), flag_text(SETTINGS["student_lr"])
 METHODS = ("teacher", "pkt", "pkt_task_kd", "scratch", "akt", "jkt")
 
 

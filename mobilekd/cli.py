@@ -1,7 +1,7 @@
 """`mobilekd <verb> [flags]`: the one command-line front over the recipes in mobilekd/recipes/.
 
     mobilekd models | init | train-teacher | distill | finetune | fastbert | bilstm | multitask | qat | export
-             | latency | host-bench | kernels | adb | report
+             | latency | host-bench | kernels | adb | report | run-config
     mobilekd VERB --help
 
 scripts/*.sh are thin wrappers that set up the environment and call a verb. Under `accelerate launch`, name the
@@ -30,6 +30,7 @@ VERBS = {
     "kernels": ("kernels", "main", "where .tflite files' time goes on this host, kernel by kernel (perf samples)"),
     "adb": ("adb", "main", "time a .tflite on a phone over adb with benchmark_model"),
     "report": ("demo_report", "main", "the end-to-end report of a demo run (reads its JSON)"),
+    "run-config": ("run_config", "main", "a run configuration's settings as shell arrays (configs/demo.json)"),
 }
 
 

@@ -5,18 +5,21 @@
 # task distillation, and a student from random initialisation as the baseline); export the SST-2 student to .tflite
 # (fp32 and int8, with metadata, checked against PyTorch on all of SST-2 dev); benchmark it on this host and
 # estimate Pixel latency; write OUT/report.md, report.json and report.png.
-#   scripts/demo.sh [--force] [--out DIR] [--micro] [--scratch-teacher]
+#   scripts/demo.sh [--force] [--out DIR] [--micro] [--scratch-teacher] [--config FILE]
 #     --force            redo finished stages (otherwise a finished stage is skipped and an interrupted one resumes)
 #     --out              output directory (default runs/demo)
 #     --micro            seconds per stage instead of minutes: proves the stages connect (the tests run this)
 #     --scratch-teacher  pre-train the demo IB-BERT teacher from scratch instead (the paper's teacher shape, but a
 #                        2-core CPU can only train one that knows little) and distill it into demo_student
+#     --config           the run configuration: every stage's steps, sizes and learning rates (default
+#                        configs/demo.json; copy and edit it; `python -m mobilekd run-config FILE` shows it)
 # Independent stages share the two cores: SST-2 from scratch runs beside teacher pre-training, the teacher's
 # SST-2 fine-tuning beside knowledge transfer; their logs go to OUT/logs/.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$ROOT"
 OUT=runs/demo
+CONFIG=configs/demo.json
 FORCE=0
 MICRO=0
 SCRATCH_TEACHER=0
@@ -26,7 +29,8 @@ while [ $# -gt 0 ]; do
     --micro) MICRO=1 ;;
     --scratch-teacher) SCRATCH_TEACHER=1 ;;
     --out) OUT="$2"; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --config) CONFIG="$2"; shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -45,31 +49,15 @@ echo "$MODE" > "$OUT/.demo-mode"
 export OMP_NUM_THREADS=1  # one thread per job: two jobs fill this 2-core machine, and 1 thread beat 2 here
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # no background stage outlives the script
 
-if [ "$SCRATCH_TEACHER" = 1 ]; then
-  TEACHER=(--preset demo_teacher)
-  TRANSFER=(--student demo_student --pd-steps 400)
-  STUDENT=demo_student
-  SST2=(--task sst2 --max-train-examples 20000 --epochs 1 --max-len 64 --eval-every 200)
-  TEACHER_SST2=(--lr 5e-4)
-  STUDENT_LR=5e-4
-else  # benchmarks/teacher_value.py runs these settings (ADAPT, TRANSFER, TASKS) over seeds and tasks
-  TEACHER=(--init-from all-minilm-l6-v2)
-  TRANSFER=(--student mobilebert_h384 --layer-steps 50 --pd-steps 200)
-  STUDENT=mobilebert_h384
-  SST2=(--task sst2 --max-train-examples 10000 --epochs 1 --max-len 64 --eval-every 0)
-  TEACHER_SST2=(--lr 5e-5)
-  STUDENT_LR=2e-4
-fi
-if [ "$MICRO" = 1 ]; then
-  TEACHER+=(--steps 6 --batch-size 8 --seq-len 32 --eval-examples 32 --save-every 3)
-  TRANSFER+=(--layer-steps 2 --pd-steps 4 --batch-size 8 --seq-len 32 --eval-examples 32 --save-every 3)
-  SST2=(--task sst2 --max-train-examples 64 --epochs 1 --max-len 32 --batch-size 16)
-  EXPORT=(--seq-len 32 --parity-examples 32)
-  LATENCY=(--threads 1 --runs 3)
-else
-  EXPORT=(--seq-len 128 --parity-examples 872)
-  LATENCY=(--threads 1 2 --runs 20)
-fi
+# The settings of this mode (and of --micro) from the run configuration, as bash arrays of flags, one per recipe:
+# TRAIN_TEACHER, DISTILL, FINETUNE (every SST-2 run's), TASK_SST2, EXPORT, LATENCY; and STUDENT (the student
+# preset), TEACHER_LR, STUDENT_LR (SST-2 fine-tuning of the teacher and of the students).
+OVERLAYS=()
+[ "$MICRO" = 1 ] && OVERLAYS=(--overlay micro)
+SETTINGS=$(python -m mobilekd run-config "$CONFIG" --mode "$MODE" "${OVERLAYS[@]}")
+eval "$SETTINGS"
+TRANSFER=(--student "$STUDENT" "${DISTILL[@]}")
+SST2=(--task sst2 "${TASK_SST2[@]}" "${FINETUNE[@]}")
 
 stage_done() { [ -f "$1/summary.json" ] && [ -f "$1/model.safetensors" ] && [ -f "$1/config.json" ]; }
 json_field() {  # FILE, then a Python expression over `r` (the file's JSON): prints its value; fails if unreadable
@@ -100,15 +88,15 @@ join_background() {  # waits for the background stage and prints its result from
 echo "== 1/6 model presets (parameters and FLOPs beside the paper's)"
 python -m mobilekd models | tee "$OUT/models.txt"
 
-echo "== 2/6 teacher: ${TEACHER[*]:0:2} (MLM + NSP) -> $OUT/teacher"
+echo "== 2/6 teacher: ${TRAIN_TEACHER[*]:0:2} (MLM + NSP) -> $OUT/teacher"
 [ -f "$OUT/scratch_init/config.json" ] || python -m mobilekd init "$STUDENT" "$OUT/scratch_init"
 in_background sst2_scratch finetune scratch --model "$OUT/scratch_init" --lr "$STUDENT_LR"
 if stage_done "$OUT/teacher"; then echo "done already (summary.json exists); --force to redo"
-else python -m mobilekd train-teacher "${TEACHER[@]}" --out "$OUT/teacher" --resume; fi
+else python -m mobilekd train-teacher "${TRAIN_TEACHER[@]}" --out "$OUT/teacher" --resume; fi
 join_background
 
 echo "== 3/6 progressive knowledge transfer into $STUDENT -> $OUT/student"
-in_background sst2_teacher finetune teacher --model "$OUT/teacher" "${TEACHER_SST2[@]}"
+in_background sst2_teacher finetune teacher --model "$OUT/teacher" --lr "$TEACHER_LR"
 if stage_done "$OUT/student"; then echo "done already (summary.json exists); --force to redo"
 else python -m mobilekd distill "${TRANSFER[@]}" --teacher "$OUT/teacher" --out "$OUT/student" --resume; fi
 join_background

@@ -47,7 +47,8 @@ class Stage:
     default in one place, which its recipe reads. Teacher pre-training: teacher_ib_bert/configs/<preset>.json, and
     teacher_ib_bert/adaptation.json for --init-from; distillation: `PlanSettings.lr` (transfer/strategies.py);
     fine-tuning: `DEFAULTS` and `default_lr` (data/tasks.py); FastBERT, the BiLSTM and QAT: their recipe's
-    `add_task_flags(lr=...)`; multi-task: its recipe's --lr."""
+    `add_task_flags(lr=...)`; multi-task: its recipe's --lr; the demo's runs (scripts/demo.sh and
+    benchmarks.teacher_value): configs/demo.json."""
 
     name: str
     steps: int

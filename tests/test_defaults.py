@@ -1,0 +1,117 @@
+"""One home per default (issue 32): the demo's steps and learning rates live in configs/demo.json, which
+scripts/demo.sh (through `mobilekd run-config`) and benchmarks.teacher_value both read; the KD defaults are
+`Distillation`'s fields; fine-tuning's learning rate is data/tasks.py's; models/ imports no training code."""
+
+import ast
+import dataclasses
+import json
+import re
+import subprocess
+
+import pytest
+
+from benchmarks import teacher_value as tv
+from conftest import ROOT
+from helpers import one_line_error, run_module
+from mobilekd.data.tasks import DEFAULTS, SMALL_MODEL_LR, default_lr
+from mobilekd.errors import UserError
+from mobilekd.finetune.methods import DEFAULTS as KD_DEFAULTS
+from mobilekd.finetune.objective import Distillation
+from mobilekd.recipes import finetune
+from mobilekd.recipes.run_config import main as run_config
+from mobilekd.run_config import DEMO, flags, run_settings
+from mobilekd.train.loop import Stage
+
+DEMO_SH = ROOT / "scripts" / "demo.sh"
+
+
+def shell_settings(capsys, *args) -> dict[str, list[str]]:
+    """What scripts/demo.sh gets: `mobilekd run-config ARGS` evaluated by bash, each variable as a list."""
+    run_config([*map(str, args)])
+    printed = capsys.readouterr().out
+    names = re.findall(r"^(\w+)=", printed, re.M)
+    dump = "".join(f'printf "%s\\0" {n} "${{#{n}[@]}}" "${{{n}[@]}}"; ' for n in names)
+    out = subprocess.run(["bash", "-c", f'set -e; eval "$1"; {dump}', "-", printed], capture_output=True,
+                         text=True, check=True).stdout.split("\0")[:-1]
+    found = {}
+    while out:
+        name, n = out[0], int(out[1])
+        found[name], out = out[2:2 + n], out[2 + n:]
+    return found
+
+
+def test_teacher_value_and_the_demo_take_their_settings_from_configs_demo_json(capsys):
+    s = run_settings(DEMO, "packaged-teacher")
+    assert tv.ADAPT == flags(s["train-teacher"]) == ["--init-from", tv.TEACHER]
+    assert tv.TRANSFER == ["--student", s["student"], *flags(s["distill"])]
+    assert tv.TASKS == {task: flags(f) for task, f in s["tasks"].items()}
+    assert (float(tv.TEACHER_LR), float(tv.STUDENT_LR)) == (s["teacher_lr"], s["student_lr"])
+    # the demo's packaged-teacher settings are the benchmark's, as bash sees them
+    demo = shell_settings(capsys)
+    assert demo["TRAIN_TEACHER"] == tv.ADAPT and ["--student", *demo["STUDENT"], *demo["DISTILL"]] == tv.TRANSFER
+    assert demo["TASK_SST2"] == tv.TASKS["sst2"] and demo["FINETUNE"] == ["--eval-every", "0"]
+    assert (demo["TEACHER_LR"], demo["STUDENT_LR"]) == ([tv.TEACHER_LR], [tv.STUDENT_LR])
+    # demo.sh reads the file and keeps no setting of its own: no flag with a number, no learning rate
+    script = DEMO_SH.read_text()
+    assert "CONFIG=configs/demo.json" in script and 'run-config "$CONFIG"' in script
+    assert (ROOT / "configs" / "demo.json") == DEMO
+    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    assert re.findall(r"--[a-z][a-z-]*[ =]+['\"]?[0-9.]", code) == []
+    assert re.findall(r"\b[0-9.]+e-[0-9]+\b|\b0\.0[0-9]+\b", code) == []  # no learning rate (1e-4, 0.0001)
+
+
+def test_the_micro_overlay_and_the_scratch_teacher_mode(capsys):
+    micro = shell_settings(capsys, "--mode", "scratch-teacher", "--overlay", "micro")
+    assert micro["DISTILL"] == ["--pd-steps", "4", "--layer-steps", "2", "--batch-size", "8", "--seq-len", "32",
+                                "--eval-examples", "32", "--save-every", "3"]
+    assert micro["TASK_SST2"] + micro["FINETUNE"] == ["--max-train-examples", "64", "--epochs", "1", "--max-len",
+                                                      "32", "--batch-size", "16"]  # null: --eval-every left out
+    assert micro["LATENCY"] == ["--threads", "1", "--runs", "3"] and micro["STUDENT"] == ["demo_student"]
+    assert shell_settings(capsys)["LATENCY"] == ["--threads", "1", "2", "--runs", "20"]
+
+
+def test_a_copied_and_edited_run_configuration_changes_what_the_demo_runs(tmp_path, capsys):
+    config = json.loads(DEMO.read_text())
+    config["modes"]["packaged-teacher"]["student_lr"] = 1e-4
+    config["modes"]["packaged-teacher"]["distill"]["--teacher-bf16"] = True
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps(config))
+    edited = shell_settings(capsys, mine)
+    assert edited["STUDENT_LR"] == ["1e-4"] and edited["DISTILL"][-1] == "--teacher-bf16"
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda c: c.pop("modes"), '"modes"'),
+    (lambda c: c["modes"]["packaged-teacher"]["distill"].update({"--pd-steps": {"x": 1}}), "--pd-steps"),
+    (lambda c: c["modes"]["packaged-teacher"]["distill"].update({"pd-steps": 1}), "not a flag"),
+])
+def test_a_bad_run_configuration_is_one_line(tmp_path, edit, problem):
+    config = json.loads(DEMO.read_text())
+    edit(config)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(config))
+    assert problem in one_line_error(run_module("mobilekd", "run-config", bad, check=False))
+    with pytest.raises(UserError, match="no mode 'other'"):
+        run_settings(DEMO, "other")
+
+
+def test_kd_and_fine_tuning_learning_rate_defaults_have_one_home(capsys):
+    kd = {f.name: f.default for f in dataclasses.fields(Distillation)}
+    assert (KD_DEFAULTS["alpha"], KD_DEFAULTS["temperature"], KD_DEFAULTS["kd_reduction"]) == \
+        (kd["alpha"], kd["temperature"], kd["reduction"])
+    with pytest.raises(SystemExit):
+        finetune.parse_args(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert f"distillation; default {kd['alpha']:g}, or the method's" in shown
+    assert f"KD temperature (default {kd['temperature']:g}, or the method's)" in shown
+    assert "models under 10M parameters (the demo's): lr 5e-4" in shown and SMALL_MODEL_LR == 5e-4
+    assert default_lr("sst2", 10**6) == SMALL_MODEL_LR and default_lr("squad1", 10**8) == DEFAULTS["squad1"]["lr"]
+    assert "lr" not in {f.name for f in dataclasses.fields(Stage) if f.default is not dataclasses.MISSING}
+
+
+def test_models_import_no_training_code():
+    above = ("mobilekd.transfer", "mobilekd.finetune", "mobilekd.train", "mobilekd.export")
+    bad = [f"{path.name} imports {node.module}" for path in sorted((ROOT / "mobilekd" / "models").glob("*.py"))
+           for node in ast.walk(ast.parse(path.read_text()))
+           if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(above)]
+    assert bad == []
