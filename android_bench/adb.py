@@ -3,10 +3,10 @@
     mobilekd adb --model model.tflite --benchmark-binary ~/android/benchmark_model   (mobilekd/recipes/adb.py)
 
 Pushes the model and the binary (an android_aarch64 `benchmark_model` build you supply) to /data/local/tmp, pins
-the run to the fastest cores with `taskset` (their mask read from cpufreq), runs it at 4 threads with XNNPACK
-and op profiling, and parses average, median and standard deviation plus the time per op type. Records the
-phone's model and SoC. Every command is an argument list; nothing from the user is put into a shell string
-(remote file names are fixed).
+the run to the fastest online cores with `taskset` (their mask read from the kernel's online list and each core's
+cpufreq), runs it at 4 threads with XNNPACK and op profiling, and parses average, median and standard deviation
+plus the time per op type. Records the phone's model and SoC. Every command is an argument list; nothing from the
+user is put into a shell string (remote file names are fixed).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from pathlib import Path
 from mobilekd.errors import UserError
 
 REMOTE_DIR = "/data/local/tmp/mobilekd"
+CPU_DIR = "/sys/devices/system/cpu"
+TIMEOUT_S = 900
 _RUN = re.compile(r"count=(\d+) first=\S+ curr=\S+ min=(\S+) max=(\S+) avg=(\S+) std=(\S+)"
                   r"(?: p5=(\S+) median=(\S+) p95=(\S+))?")
 _INIT_NEW = re.compile(r"Inference timings in us: Init: (\S+), First inference: (\S+), Warmup \(avg\): (\S+), "
@@ -65,6 +67,17 @@ def _node_type_summary(text: str) -> dict:
     return rows
 
 
+def parse_cpu_list(text: str) -> list[int]:
+    """CPU numbers from the kernel's list format, as /sys/devices/system/cpu/online has it ("0-4,6-7")."""
+    cpus = []
+    for part in text.strip().split(","):
+        first, _, last = part.partition("-")
+        if not (first.isdigit() and (last.isdigit() or not last)):
+            raise UserError(f"{CPU_DIR}/online: not a CPU list: {text.strip()!r}")
+        cpus.extend(range(int(first), int(last or first) + 1))
+    return cpus
+
+
 class Phone:
     """One attached device, reached through `adb` (argument lists only)."""
 
@@ -81,9 +94,13 @@ class Phone:
             raise UserError(f"{len(devices)} devices attached ({', '.join(devices)}); pass --serial")
 
     def _run(self, args: list[str], check: bool = True) -> str:
-        proc = subprocess.run(self.adb + args, capture_output=True, text=True, timeout=900)
+        try:
+            proc = subprocess.run(self.adb + args, capture_output=True, text=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise UserError(f"adb {' '.join(args[:2])}: no answer in {TIMEOUT_S} s") from None
         if check and proc.returncode != 0:
-            raise UserError(f"adb {' '.join(args[:2])} failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
+            said = " | ".join(line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip())
+            raise UserError(f"adb {' '.join(args[:2])} failed: {said[-300:] or f'exit code {proc.returncode}'}")
         return proc.stdout
 
     def shell(self, *args: str) -> str:
@@ -98,13 +115,19 @@ class Phone:
                 "android": prop("ro.build.version.release")}
 
     def fastest_cores_mask(self, threads: int) -> str:
-        """Hex affinity mask of the `threads` cores with the highest maximum frequency."""
+        """Hex affinity mask (bit n: CPU n) of the `threads` online cores with the highest maximum frequency, ties
+        to the lower CPU number. Offline cores are left out (their cpufreq may be gone, and taskset cannot use
+        them), as is a core whose maximum frequency cannot be read."""
+        online = parse_cpu_list(self.shell("cat", f"{CPU_DIR}/online"))
         freqs = {}
-        for line in self.shell("cat", *[f"/sys/devices/system/cpu/cpu{i}/cpufreq/cpuinfo_max_freq"
-                                        for i in range(16)]).splitlines():
-            if line.strip().isdigit():
-                freqs[len(freqs)] = int(line)
-        chosen = sorted(freqs, key=lambda cpu: -freqs[cpu])[:threads]
+        for cpu in online:
+            khz = self._run(["shell", "cat", f"{CPU_DIR}/cpu{cpu}/cpufreq/cpuinfo_max_freq"], check=False).strip()
+            if khz.isdigit():
+                freqs[cpu] = int(khz)
+        if not freqs:
+            raise UserError(f"the phone reports no online core's maximum frequency "
+                            f"({CPU_DIR}/cpuN/cpufreq/cpuinfo_max_freq), so the fastest cores are unknown")
+        chosen = sorted(freqs, key=lambda cpu: (-freqs[cpu], cpu))[:threads]
         return format(sum(1 << cpu for cpu in chosen), "x")
 
     def push(self, local: Path, remote: str) -> None:

@@ -1,11 +1,14 @@
-"""android_bench: the benchmark_model parser on real output, the adb harness's refusals, the host benchmark, and
-the cost model's account of LayerNorm + GELU against NoNorm + ReLU on real exported graphs."""
+"""android_bench: the benchmark_model parser on real output, `mobilekd adb` end to end against a stand-in phone
+(tests/standin_adb.py) and its refusals, the host benchmark, and the cost model's account of LayerNorm + GELU
+against NoNorm + ReLU on real exported graphs."""
 
+import json
+import os
 from pathlib import Path
 
 import pytest
 
-from android_bench.adb import parse_benchmark_output
+from android_bench.adb import REMOTE_DIR, parse_benchmark_output
 from android_bench.estimate import calibrate, estimate, load_profile, op_costs
 from android_bench.host import measure_in_child, peak_memory
 from android_bench.kernels import OTHER, family, parse_report
@@ -15,6 +18,7 @@ from mobilekd.export.graph import read_graph
 from mobilekd.export.litert import convert
 from mobilekd.models.flops import model_stats
 from mobilekd.models.presets import get_preset
+from standin_adb import PIXEL_4, calls, install
 
 FIXTURES = Path(__file__).parent / "data" / "benchmark_model"
 PERF = Path(__file__).parent / "data" / "perf"  # `perf report -F sample,sym` of full-size MobileBERT's files
@@ -62,7 +66,49 @@ def test_perf_reports_are_read_whole_and_their_kernels_land_in_their_families():
     assert all(s in qat or s in dynamic for s in expected)  # names as this runtime has them
 
 
-def test_adb_refusals_are_one_line(tmp_path):
+def standin_phone(tmp_path, monkeypatch, **changes) -> Path:
+    """The stand-in adb answering as PIXEL_4 with `changes`, first on PATH; returns the folder of its state."""
+    directory = tmp_path / "phone"
+    monkeypatch.setenv("PATH", f"{install(directory, {**PIXEL_4, **changes})}{os.pathsep}{os.environ['PATH']}")
+    return directory
+
+
+def test_adb_end_to_end_on_a_phone_with_an_offline_core(opt_and_no_opt, tmp_path, monkeypatch):
+    """`mobilekd adb` as a user runs it, adb answering as an 8-core Pixel 4 whose cpu5 is offline: the run is pinned
+    to the fastest online cores by CPU number (7 at 2.84 GHz; 4 and 6 at 2.42; then 0, the lowest-numbered of the
+    1.79 GHz cores), the model and binary pushed are the user's, and the JSON holds the phone and the timings."""
+    phone = standin_phone(tmp_path, monkeypatch)
+    model, binary = opt_and_no_opt["opt"], tmp_path / "benchmark_model"
+    binary.write_bytes(b"\x7fELF benchmark_model stand-in")
+    out = tmp_path / "phone.json"
+    printed = run_module("mobilekd", "adb", "--model", model, "--benchmark-binary", binary, "--out", out).stdout
+    result = json.loads(out.read_text())
+    assert json.loads(printed) == result
+    assert result["device"] == {"model": "Pixel 4", "soc": "SM8150", "manufacturer": "QTI", "abi": "arm64-v8a",
+                                "android": "13"}
+    assert result["affinity_mask"] == "d1" and result["threads"] == 4  # 0b11010001: cpus 7, 6, 4, 0
+    assert result["count"] == 50 and result["avg_ms"] == pytest.approx(1240.27)
+    assert result["p50_ms"] == pytest.approx(1239.807) and result["std_ms"] == pytest.approx(2.565)
+    remote_model, remote_binary = f"{REMOTE_DIR}/model.tflite", f"{REMOTE_DIR}/benchmark_model"
+    sent = calls(phone)
+    assert ["push", str(model), remote_model] in sent and ["push", str(binary), remote_binary] in sent
+    assert (phone / "device" / remote_model.lstrip("/")).read_bytes() == model.read_bytes()
+    assert not any("cpu5/" in arg for call in sent for arg in call)  # the offline core is not asked about
+    assert sent[-1][:1] == ["shell"] and "getprop" in sent[-1]  # the run happened before the phone's details
+    [run] = [call for call in sent if call[1:2] == ["taskset"]]
+    assert run == ["shell", "taskset", "d1", remote_binary, f"--graph={remote_model}", "--num_threads=4",
+                   "--use_xnnpack=true", "--num_runs=50", "--warmup_runs=5", "--enable_op_profiling=true"]
+
+    (phone / "calls.jsonl").unlink()
+    run_module("mobilekd", "adb", "--model", model, "--benchmark-binary", binary, "--serial", PIXEL_4["serial"],
+               "--threads", 2, "--runs", 7)
+    sent = calls(phone)
+    assert all(call[:2] == ["-s", PIXEL_4["serial"]] for call in sent)
+    [run] = [call[2:] for call in sent if call[3:4] == ["taskset"]]
+    assert run[2] == "90" and "--num_threads=2" in run and "--num_runs=7" in run  # cpus 7 and 4
+
+
+def test_adb_refusals_are_one_line(tmp_path, monkeypatch):
     model = tmp_path / "m.tflite"
     model.write_bytes(b"not used")
     line = one_line_error(run_module("mobilekd", "adb", "--model", model, "--benchmark-binary", model,
@@ -73,6 +119,19 @@ def test_adb_refusals_are_one_line(tmp_path):
     assert "missing.tflite: no such file" in line
     with pytest.raises(Exception, match="timing line"):
         parse_benchmark_output("INFO: STARTING!\nERROR: could not load model\n")
+
+    def adb(*args) -> str:
+        return one_line_error(run_module("mobilekd", "adb", "--model", model, "--benchmark-binary", model, *args,
+                                         check=False))
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no adb on PATH
+    assert "adb: not found (install Android platform-tools" in adb()
+    monkeypatch.undo()
+    standin_phone(tmp_path / "unauthorized", monkeypatch, state="unauthorized")
+    assert "no Android device attached" in adb()
+    standin_phone(tmp_path / "dropped", monkeypatch, benchmark_error="error: device offline")
+    assert adb().endswith("adb shell taskset failed: error: device offline")
+    assert "--threads must be at least 1, got 0" in adb("--threads", 0)
 
 
 @pytest.fixture(scope="module")

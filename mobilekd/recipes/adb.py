@@ -13,6 +13,7 @@ from pathlib import Path
 from android_bench.adb import Phone, run_on_phone
 from mobilekd.errors import cli_entry, located
 from mobilekd.fileio import write_json
+from mobilekd.flags import at_least
 
 
 @cli_entry
@@ -27,6 +28,8 @@ def main(argv=None):
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--out", help="write the result as JSON here")
     args = p.parse_args(argv)
+    at_least("--threads", args.threads, 1)
+    at_least("--runs", args.runs, 1)
     for path in (args.model, args.benchmark_binary):
         if not Path(path).is_file():
             raise located(path, "no such file")
