@@ -1,4 +1,5 @@
-"""Teacher pre-training: exact resume after SIGKILL, multi-process equivalence, faults refused cleanly."""
+"""Teacher pre-training: exact resume after SIGKILL, multi-process equivalence (DDP), sharded set-ups and faults
+refused cleanly."""
 
 import json
 import subprocess
@@ -6,12 +7,15 @@ import sys
 
 import pytest
 import torch
+from accelerate.utils import DistributedType
 from transformers import get_polynomial_decay_schedule_with_warmup
 
 from conftest import ROOT
 from helpers import env, kill_after_checkpoint, max_weight_difference, one_line_error, run_module
+from mobilekd.errors import UserError
 from mobilekd.train.checkpoint import load_checkpoint, save_checkpoint
 from mobilekd.train.lamb import Lamb
+from mobilekd.train.loop import SHARDED, refuse_sharded
 
 FAST = ["--seq-len", 48, "--batch-size", 8, "--eval-examples", 32, "--threads", 1]
 
@@ -52,6 +56,18 @@ def test_two_processes_match_one(small_corpus, tmp_path):
                           capture_output=True, text=True, env=env(), cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert max_weight_difference(tmp_path / "one", tmp_path / "two") <= 1e-5
+
+
+def test_sharded_setups_are_refused():
+    """FSDP, DeepSpeed and Megatron-LM shard the model, and the loop's checkpoint is the main process's whole model:
+    one line, not a wrong checkpoint. Called with the type itself, since no CPU run can reach it: Accelerate 1.15
+    turns FSDP on only with an accelerator (on CPU, ACCELERATE_USE_FSDP under torchrun gives plain DDP) and
+    DeepSpeed is not installed; one process and DDP (the test above) pass."""
+    for sharded in SHARDED:
+        with pytest.raises(UserError, match=f"set up for {sharded.value}; mobilekd trains on one process or with DDP"):
+            refuse_sharded(sharded)
+    for supported in (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
+        refuse_sharded(supported)
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_path):

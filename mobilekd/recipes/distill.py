@@ -11,7 +11,7 @@ through grouped heads (`mobilekd.transfer.objectives.group_heads`), one of anoth
     mobilekd init runs/teacher runs/bert3 --layers spread:3             # DistilBERT: a 3-layer student of the
     scripts/pkt_distill.sh --teacher runs/teacher --student runs/bert3 --strategy distilbert  # teacher's layers
     scripts/pkt_distill.sh --teacher runs/teacher --student tinybert4_h156 --strategy tinybert --layer-map uniform
-    accelerate launch -m mobilekd.recipes.distill --teacher T ...      # GPUs, DDP/FSDP/DeepSpeed
+    accelerate launch -m mobilekd.recipes.distill --teacher T ...      # GPUs, DDP
 """
 
 from __future__ import annotations

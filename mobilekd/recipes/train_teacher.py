@@ -7,7 +7,7 @@ the MLM and NSP heads a transformers `BertModel` lacks (pre-training distillatio
     scripts/train_teacher.sh --init-from path/to/bert-large-uncased --corpus my_corpus.txt   # your BERT
     scripts/train_teacher.sh --preset demo_teacher               # a demo IB-BERT from scratch (minutes)
     scripts/train_teacher.sh --preset ib_bert_large --corpus my_corpus.txt --batch-size 4096 ...
-    accelerate launch -m mobilekd.recipes.train_teacher --preset ib_bert_large ...   # GPUs, DDP/FSDP/DeepSpeed
+    accelerate launch -m mobilekd.recipes.train_teacher --preset ib_bert_large ...   # GPUs, DDP
 """
 
 from __future__ import annotations

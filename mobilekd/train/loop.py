@@ -5,10 +5,11 @@ several stages. A stage names what trains (a predicate over parameter names; eve
 gradient, no optimizer state), its loss (a function of the model and a batch returning named terms, `loss`
 being the one to minimise), its steps, learning rate, warm-up and per-parameter learning-rate multipliers.
 
-The same code runs on one CPU, one GPU, or `accelerate launch` / `torchrun` across processes and machines
-(DDP; FSDP or DeepSpeed through an Accelerate config). Each process takes its slice of every global batch, and
-batches are a pure function of (seed, step), so a resumed run and an N-process run see exactly the data of an
-uninterrupted one-process run.
+The same code runs on one CPU, one GPU, or `accelerate launch` / `torchrun` across processes and machines with
+DDP (tests/test_teacher.py: two CPU processes under torchrun give the weights of one). Each process takes its
+slice of every global batch, and batches are a pure function of (seed, step), so a resumed run and an N-process
+run see exactly the data of an uninterrupted one-process run. Set-ups that shard the model or optimizer state
+(FSDP, DeepSpeed, Megatron-LM) are refused (`refuse_sharded`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Callable
 import numpy as np
 import torch
 from accelerate import Accelerator
+from accelerate.utils import DistributedType
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 from transformers import (get_constant_schedule_with_warmup, get_linear_schedule_with_warmup,
@@ -140,12 +142,27 @@ def freeze_for_stage(model, stage: Stage) -> int:
     return n
 
 
+SHARDED = (DistributedType.FSDP, DistributedType.DEEPSPEED, DistributedType.MEGATRON_LM)
+
+
+def refuse_sharded(distributed_type: DistributedType) -> None:
+    """One line instead of a wrong checkpoint. The loop saves the main process's unwrapped model (`_save`): the
+    whole model only where every process holds all of it (one process, DDP); under FSDP, DeepSpeed (ZeRO) or
+    Megatron-LM a process holds a shard, and gathering the whole is a collective every process must join. The loop
+    also prepares the model and a new optimizer again for every stage (`run_plan`), untried with those wrappers."""
+    if distributed_type in SHARDED:
+        raise UserError(f"Accelerate is set up for {distributed_type.value}; mobilekd trains on one process or with "
+                        f"DDP only (its checkpoints are the main process's whole model, which {distributed_type.value} "
+                        f"shards): launch without that config")
+
+
 def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfig, accelerator: Accelerator,
              resume: bool = False, on_eval: Callable[[torch.nn.Module, int], None] | None = None) -> list[dict]:
     """Run every stage in order; return one summary dict per stage. Checkpoints go to cfg.out_dir/checkpoint.
 
     `on_eval(model, global_step)` runs on the main process every `cfg.eval_every` steps and after the last
     step (fine-tuning keeps its best checkpoint by dev metric this way)."""
+    refuse_sharded(accelerator.distributed_type)
     out_dir = Path(cfg.out_dir)
     run = {**cfg.run, "stages": [[s.name, s.steps] for s in stages], "global_batch_size": cfg.global_batch_size,
            "seed": cfg.seed, "optimizer": cfg.optimizer, "grad_accum": cfg.grad_accum}
