@@ -1,13 +1,17 @@
 """The benchmarks' job runner: each run is a subprocess of the toolkit's own recipes (`python -m mobilekd VERB`),
 one thread each, `workers` at a time, started when the runs it needs are done; a finished run (its summary.json,
 or a complete results.json) is skipped and an interrupted one resumes from its checkpoint. And the rows a
-fine-tuning run contributes to a results file, merged into what the file already holds; and the command line
-the comparison benchmarks share (run, or only --collect the finished runs, or only print the --table)."""
+fine-tuning run contributes to a results file, merged into what the file already holds; the command line the
+comparison benchmarks share (run, or only --collect the finished runs, or only print the --table; --write puts the
+table into its pages, --plot draws the benchmark's figure); the one verdict every goal table gives a difference
+(`verdict`, `within`: judged against the seeds' noise); and the one writer of the pages' generated blocks
+(`write_block`)."""
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -19,7 +23,8 @@ from pathlib import Path
 from safetensors import safe_open
 
 from mobilekd.data.glue import TASKS as GLUE_TASKS
-from mobilekd.fileio import REPO_ROOT, read_json, write_json
+from mobilekd.errors import UserError
+from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
 from mobilekd.models.early_exit import is_early_exit
 from mobilekd.models.multitask import is_multitask
 
@@ -144,18 +149,66 @@ def values(results: list[dict], task: str, metric: str, method: str) -> list[flo
     return [r["value"] for r in results if (r["task"], r["metric"], r["method"]) == (task, metric, method)]
 
 
+def by_seed(results: list[dict], task: str, metric: str, method: str) -> dict[int, float]:
+    """A method's values in a (task, metric) column, by seed."""
+    return {r["seed"]: r["value"] for r in results if (r["task"], r["metric"], r["method"]) == (task, metric, method)}
+
+
+def paired_by_seed(results: list[dict], task: str, metric: str, method: str, base: str) -> dict[int, float]:
+    """`method` - `base`, seed by seed over the seeds both have, in seed order (a seed gives both the same
+    fine-tuning data order and classifier start, so the pairs vary less than the two means)."""
+    mine, theirs = by_seed(results, task, metric, method), by_seed(results, task, metric, base)
+    return {s: mine[s] - theirs[s] for s in sorted(set(mine) & set(theirs))}
+
+
 def paired_differences(results: list[dict], task: str, metric: str, method: str, base: str) -> list[float]:
-    """`method` - `base`, seed by seed over the seeds both have (a seed gives both the same fine-tuning data order
-    and classifier start, so the pairs vary less than the two means)."""
-    by_seed = [{r["seed"]: r["value"] for r in results if (r["task"], r["metric"], r["method"]) == (task, metric, m)}
-               for m in (method, base)]
-    return [by_seed[0][s] - by_seed[1][s] for s in sorted(set(by_seed[0]) & set(by_seed[1]))]
+    """`paired_by_seed`'s differences."""
+    return list(paired_by_seed(results, task, metric, method, base).values())
 
 
-def mean_std_cell(values: list[float], note: str = "", signed: bool = False) -> str:
+def mean_std_cell(values: list[float], note: str = "", signed: bool = False, digits: int = 4) -> str:
     """A table cell: mean +- std over seeds (std 0 for one), a note, and the number of runs."""
     std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):{'+' if signed else ''}.4f} ± {std:.4f}{note} [n={len(values)}]"
+    return f"{statistics.mean(values):{'+' if signed else ''}.{digits}f} ± {std:.{digits}f}{note} [n={len(values)}]"
+
+
+NOT_JUDGED = "not judged (n=1)"
+VERDICTS = ("Verdicts judge the seed-by-seed differences against their noise: *holds* when their mean is above the "
+            "target by more than two standard errors (std / √n), *fails* when below it by as much, *tie* in between.")
+WITHIN = ("*Within* ±bound: the whole of mean ± 2 standard errors inside the bound; *undecided* when it straddles "
+          "one, *fails* when it lies beyond one.")
+
+
+def verdict(differences: list[float], above: float = 0.0) -> str:
+    """Whether seed-by-seed differences (or per-seed values) stand above `above` beyond their own noise: "holds"
+    when their mean exceeds `above` by more than two standard errors (SE = sample std / sqrt(n)), "fails" when it
+    falls below `above` by more than two, "tie" otherwise; a single difference has no spread to judge by (NOT_JUDGED).
+
+    Two standard errors of three seeds is a loose bar (a t-distribution with 2 degrees of freedom puts about 82% of
+    its mass within it, not 95%): a "tie" says the seeds cannot tell, and a "holds" is the least a claim needs."""
+    if not differences:
+        raise ValueError("no differences to judge")
+    if len(differences) < 2:
+        return NOT_JUDGED
+    gap = round(statistics.mean(differences) - above, 10)  # the values carry 4 digits: no float dust decides
+    bar = round(2 * statistics.stdev(differences) / math.sqrt(len(differences)), 10)
+    return "holds" if gap > bar else "fails" if gap < -bar else "tie"
+
+
+def within(differences: list[float], bound: float) -> str:
+    """Two-sided: whether the mean difference lies within ±`bound` beyond its noise. "holds" when the whole interval
+    mean ± 2 standard errors is inside [-bound, +bound] (both `verdict(bound - d)` and `verdict(d + bound)` hold),
+    "fails" when the interval lies wholly beyond one bound, "undecided" when it straddles one; NOT_JUDGED for n=1.
+    (Not merely the mean inside the bound: +1.26 ± 0.46 points is not shown to be within 1 point.)"""
+    sides = [verdict([bound - d for d in differences]), verdict([d + bound for d in differences])]
+    if NOT_JUDGED in sides:
+        return NOT_JUDGED
+    return "holds" if sides == ["holds", "holds"] else "fails" if "fails" in sides else "undecided"
+
+
+def judged_cell(differences: list[float], above: float = 0.0) -> str:
+    """A table cell for paired differences: mean +- std [n] and their verdict against `above`."""
+    return f"{mean_std_cell(differences, signed=True)} {verdict(differences, above)}"
 
 
 def merge_rows(path: Path, found: list[dict], order) -> list[dict]:
@@ -169,10 +222,12 @@ def merge_rows(path: Path, found: list[dict], order) -> list[dict]:
     return rows
 
 
-def comparison(args, plan, found, order, report) -> int:
+def comparison(args, plan, found, order, report, draw=None) -> int:
     """A comparison benchmark's command: run the plan (unless --collect or --table), merge the finished runs' rows
-    into the results file, print `report(rows of the tasks asked for)`; exit 1 if a run failed, 2 with no results.
-    `plan()` and `found()` build the jobs and the rows; `order(row)` sorts the file."""
+    into the results file, print `report(rows of the tasks asked for)`, and with --write put it into its pages'
+    blocks (`write_block`), with --plot `draw(rows, path)` its figure; exit 1 if a run failed, 2 with no results
+    or no page to write. `plan()` and `found()` build the jobs and the rows; `order(row)` sorts the file. Nothing
+    but the results file (not with --table), the pages (--write) and the figure (--plot) is written."""
     results_path = REPO_ROOT / args.results
     failed = []
     if not args.table:
@@ -188,12 +243,31 @@ def comparison(args, plan, found, order, report) -> int:
         print(f"error: {results_path}: no results yet (run without --table)", file=sys.stderr)
         return 2
     tasks = getattr(args, "tasks", None)
-    print(report([r for r in read_json(results_path) if tasks is None or r["task"] in (*tasks, None)]))
+    rows = [r for r in read_json(results_path) if tasks is None or r["task"] in (*tasks, None)]
+    text = report(rows)
+    print(text)
+    if args.write:
+        try:
+            pages = write_block(args.benchmark, text)
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"wrote the table into {', '.join(map(_shown, pages))}", file=sys.stderr)
+    if args.plot:
+        draw(rows, REPO_ROOT / args.plot)
+        print(f"drew {args.plot}", file=sys.stderr)
     return 1 if failed else 0
 
 
-def comparison_flags(p, out: str, results: str, tasks: list[str] | None = None, choices=(), seeds=True) -> None:
-    """The flags every comparison benchmark shares (--tasks and --seeds where it offers a choice)."""
+def comparison_flags(p, out: str, results: str, tasks: list[str] | None = None, choices=(), seeds=True,
+                     plot: str | None = None) -> None:
+    """The flags every comparison benchmark shares (--tasks and --seeds where it offers a choice; --plot where it
+    draws a figure, `plot` its path). The benchmark's name, for its pages' blocks, is its parser's prog
+    ("python -m benchmarks.NAME")."""
+    prefix = "python -m benchmarks."
+    if not p.prog.startswith(prefix):
+        raise ValueError(f"a comparison benchmark's parser is named {prefix}NAME, not {p.prog!r}")
+    p.set_defaults(benchmark=p.prog[len(prefix):], plot=None)
     p.add_argument("--out", default=out, help=f"where its runs go (default {out})")
     if tasks:
         p.add_argument("--tasks", nargs="+", default=tasks, choices=sorted(choices))
@@ -203,4 +277,93 @@ def comparison_flags(p, out: str, results: str, tasks: list[str] | None = None, 
     p.add_argument("--results", default=results)
     p.add_argument("--collect", action="store_true",
                    help="only gather the runs finished so far into the results file (e.g. while a run goes on)")
-    p.add_argument("--table", action="store_true", help="only print the table of the results file")
+    p.add_argument("--table", action="store_true",
+                   help="only print the table of the results file (no file is written, but with --write or --plot)")
+    p.add_argument("--write", action="store_true",
+                   help="also put the table into its block in the pages (README.md, docs/*.md) that hold its markers: "
+                        + " ... ".join(block_markers(p.prog[len(prefix):])))
+    if plot:
+        p.add_argument("--plot", action="store_const", const=plot, help=f"also draw {plot} from the results file")
+
+
+# The pages' generated blocks: a BEGIN and an END line naming the command whose output stands between them.
+MARKER = re.compile(r"<!-- (BEGIN|END) generated by `python -m benchmarks\.(\w+) --table` -->")
+FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path)
+
+
+def pages() -> list[Path]:
+    """The Markdown pages that may hold generated blocks: README.md and docs/*.md."""
+    return [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+
+
+def block_markers(name: str) -> tuple[str, str]:
+    """The BEGIN and END lines of the block that `python -m benchmarks.NAME --table` prints."""
+    command = f"python -m benchmarks.{name} --table"
+    return f"<!-- BEGIN generated by `{command}` -->", f"<!-- END generated by `{command}` -->"
+
+
+def block_text(table: str) -> str:
+    """What stands between a block's markers: one blank line, the table as printed, one blank line."""
+    return "\n" + table.strip("\n") + "\n\n"
+
+
+def find_blocks(text: str, where="page") -> list[tuple[str, int, int]]:
+    """The generated blocks of a page: (name, the index of the first character after its BEGIN line, the index of
+    its END line's first character), in order; markers in fenced code are examples, not blocks. A UserError names
+    the line of a marker that does not pair (BEGIN without END of the same name, nesting, END alone)."""
+    found, open_, fenced, offset = [], None, False, 0
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        start, offset = offset, offset + len(line)
+        if FENCE.match(line):
+            fenced = not fenced
+        m = None if fenced else MARKER.fullmatch(line.strip())  # a marker is a line of its own
+        if m is None:
+            continue
+        kind, name = m.groups()
+        if kind == "BEGIN":
+            if open_:
+                raise UserError(f"{where}:{number}: BEGIN of {name} inside the block of {open_[0]} "
+                                f"(opened on line {open_[2]})")
+            open_ = (name, offset, number)
+        elif open_ is None or open_[0] != name:
+            raise UserError(f"{where}:{number}: END of {name} without its BEGIN"
+                            + (f" (the block of {open_[0]} is open)" if open_ else ""))
+        else:
+            found.append((name, open_[1], start))
+            open_ = None
+    if open_:
+        raise UserError(f"{where}:{open_[2]}: BEGIN of {open_[0]} without its END")
+    return found
+
+
+def replace_blocks(text: str, name: str, table: str, where="page") -> tuple[str, int]:
+    """`text` with every block of `name` holding `block_text(table)`, and how many there were."""
+    mine = [(s, e) for n, s, e in find_blocks(text, where) if n == name]
+    for start, end in reversed(mine):
+        text = text[:start] + block_text(table) + text[end:]
+    return text, len(mine)
+
+
+def write_block(name: str, table: str, among: list[Path] | None = None) -> list[Path]:
+    """Put `table` (what `python -m benchmarks.NAME --table` prints) between its markers in every page that holds
+    them (`among`, default `pages()`); return the pages changed or already equal. A UserError (one line) when no
+    page holds the markers or a page's markers do not pair; then no page is written."""
+    changed, holding = {}, []
+    for page in among if among is not None else pages():
+        text = page.read_text(encoding="utf-8")
+        new, count = replace_blocks(text, name, table, _shown(page))
+        if count:
+            holding.append(page)
+            if new != text:
+                changed[page] = new
+    if not holding:
+        raise UserError(f"no page holds {block_markers(name)[0]} (looked in README.md and docs/*.md): put the BEGIN "
+                        f"and END lines where the table belongs")
+    for page, new in changed.items():
+        with atomic_path(page) as tmp:
+            Path(tmp).write_text(new, encoding="utf-8")
+    return holding
