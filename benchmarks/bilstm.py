@@ -1,11 +1,12 @@
 """Distillation into a BiLSTM (issue 18; Tang et al. 2019): per task and seed, the BiLSTM trained on the labels
 alone (bilstm-ce), with logit KD from the fine-tuned teacher (bilstm-kd), and with logit KD over the transfer set
 (bilstm-kd-aug), beside the teacher; one row per run and dev metric to docs/results/bilstm.json, with each model's
-parameters, .tflite size, host latency and Pixel 4 estimate, a README table and the claims as measured.
+parameters, .tflite size, host latency and Pixel 4 estimate, a Markdown table and the claims as measured.
 
     python -m benchmarks.bilstm                 # SST-2 and MRPC, seeds 0-2 (about 50 minutes, one worker)
     python -m benchmarks.bilstm --collect       # rows of the finished runs, run nothing
     python -m benchmarks.bilstm --table
+    python -m benchmarks.bilstm --table --write  # and put it between its markers in its page
 
 Teachers: issue 13's fine-tuned teachers (all-MiniLM-L6-v2 adapted: 6 layers of 384), seed 0, from `--stages`
 (python -m benchmarks.teacher_value makes them), as in benchmarks.methods. Every BiLSTM trains on the same 1,000
@@ -28,8 +29,8 @@ import sys
 from pathlib import Path
 
 from benchmarks import methods
-from benchmarks.runner import (RESUMABLE, Job, columns, comparison, comparison_flags, finetune_rows, mean_std_cell,
-                               metric_rank, paired_differences)
+from benchmarks.runner import (RESUMABLE, VERDICTS, Job, columns, comparison, comparison_flags, finetune_rows,
+                               judged_cell, mean_std_cell, metric_rank, paired_differences)
 from mobilekd.fileio import REPO_ROOT, read_json
 
 TASKS = {"sst2": ("64", "20"), "mrpc": ("128", "10")}  # --max-len, --augment
@@ -127,7 +128,8 @@ def table(results: list[dict]) -> str:
 
 
 def claims(results: list[dict]) -> str:
-    """The source documents' claims, per task: paired differences seed by seed, and the ratios to the teacher."""
+    """The source documents' claims, per task on its official metric: paired differences seed by seed with their
+    verdict (`runner.verdict`), and the ratios to the teacher."""
     cols = [c for c in columns(results) if metric_rank(*c) == 0]
     lines = ["| claim | " + " | ".join(t for t, _ in cols) + " |", "|---|" + "---|" * len(cols)]
     for a, b, name in (("bilstm-kd", "bilstm-ce", "KD helps the BiLSTM"),
@@ -135,8 +137,7 @@ def claims(results: list[dict]) -> str:
         cells = []
         for c in cols:
             d = paired_differences(results, *c, a, b)
-            cells.append(mean_std_cell(d, signed=True) + (" holds" if statistics.mean(d) > 0 else " fails")
-                         if d else "-")
+            cells.append(judged_cell(d) if d else "-")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     for key, name, digits in (("params", "parameters, teacher / BiLSTM", 0), ("tflite_bytes", ".tflite size", 1),
                               ("host_ms", "host latency (1 thread)", 1), ("pixel4_ms", "Pixel 4 estimate", 1)):
@@ -146,7 +147,7 @@ def claims(results: list[dict]) -> str:
                              and r.get(key) is not None), None) for m in ("teacher", EXPORTED)}
             cells.append(f"{pick['teacher'][key] / pick[EXPORTED][key]:.{digits}f}x" if all(pick.values()) else "-")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + f"\n\n{VERDICTS}\n"
 
 
 def report(results: list[dict]) -> str:

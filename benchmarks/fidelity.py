@@ -4,6 +4,7 @@ seeds beside the default PKT student; rows to docs/results/fidelity.json.
 
     python -m benchmarks.fidelity              # resumable; reuses teacher_value's teacher, PKT student and its runs
     python -m benchmarks.fidelity --table
+    python -m benchmarks.fidelity --table --write  # and put it between its markers in its page
 
 Variants (each against `pkt`, the defaults):
     pkt_mean_var  mean and variance transfer at the official run's weights (5000 and 5; README command of
@@ -21,8 +22,8 @@ import sys
 from pathlib import Path
 
 from benchmarks import teacher_value as tv
-from benchmarks.runner import (RESUMABLE, Job, columns, comparison, comparison_flags, finetune_rows, mean_std_cell,
-                               metric_rank, paired_differences, values)
+from benchmarks.runner import (RESUMABLE, VERDICTS, Job, columns, comparison, comparison_flags, finetune_rows,
+                               judged_cell, mean_std_cell, metric_rank, paired_differences, values)
 from mobilekd.fileio import REPO_ROOT
 
 VARIANTS = {
@@ -68,10 +69,10 @@ def rows(base: Path, out: Path, tasks: list[str], seeds: list[int]) -> list[dict
 
 def table(results: list[dict]) -> str:
     """Mean +- std over seeds per task, metric and variant, and the difference to the default PKT student seed by
-    seed."""
+    seed with its verdict (`runner.verdict`: does the variant score above the default beyond the seeds' noise)."""
     cols = columns(results)
     lines = ["| variant | " + " | ".join(f"{t} ({m})" for t, m in cols) + " | "
-             + " | ".join(f"{t} ({m}) - pkt, seed by seed" for t, m in cols) + " |",
+             + " | ".join(f"{t} ({m}) - pkt, seed by seed: above 0?" for t, m in cols) + " |",
              "|---|" + "---|" * 2 * len(cols)]
     for variant in VARIANTS:
         cells, deltas = [], []
@@ -79,9 +80,9 @@ def table(results: list[dict]) -> str:
             vals = values(results, task, metric, variant)
             cells.append(mean_std_cell(vals) if vals else "-")
             paired = paired_differences(results, task, metric, variant, "pkt")
-            deltas.append(mean_std_cell(paired, signed=True) if paired and variant != "pkt" else "-")
+            deltas.append(judged_cell(paired) if paired and variant != "pkt" else "-")
         lines.append(f"| {variant} | " + " | ".join(cells + deltas) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + f"\n\n{VERDICTS}\n"
 
 
 def main(argv=None):

@@ -2,12 +2,14 @@
 BERT-PKD (Skip and Last) and TinyBERT (with and without data augmentation) beside plain fine-tuning (FT) and logit
 KD of the same student and the MobileBERT (PKT) student, over seeds and GLUE tasks; one row per run and dev metric
 to docs/results/methods.json, with each student's .tflite size, host latency and Pixel 4 estimate; a Markdown
-table, the source documents' orderings as measured, and a plot of dev score against estimated Pixel 4 latency.
+table, the source documents' orderings as measured (each judged against the seeds' noise), and (--plot) a plot of
+dev score against estimated Pixel 4 latency, docs/methods.png.
 
     python -m benchmarks.methods                           # everything (over 7 hours on 2 cores, README), resumable
     python -m benchmarks.methods --seeds 0 --tasks sst2 mrpc
     python -m benchmarks.methods --collect                 # write the finished runs' rows now, run nothing
-    python -m benchmarks.methods --table                   # print the table (and redraw the plot) from the file
+    python -m benchmarks.methods --table                   # print the table from the file
+    python -m benchmarks.methods --table --write --plot    # and put it into its page, draw docs/methods.png
 
 The teacher is issue 13's: all-MiniLM-L6-v2 adapted by `train-teacher --init-from` (its run, its PKT student and
 its fine-tuned SST-2, STS-B and MRPC teachers are reused from `--stages`, runs/teacher_value, and made there if
@@ -37,8 +39,8 @@ import sys
 from pathlib import Path
 
 from benchmarks import teacher_value
-from benchmarks.runner import (RESUMABLE, Job, columns, comparison, comparison_flags, finetune_rows, mean_std_cell,
-                               metric_rank, paired_differences, values)
+from benchmarks.runner import (RESUMABLE, VERDICTS, Job, columns, comparison, comparison_flags, finetune_rows,
+                               judged_cell, mean_std_cell, metric_rank, paired_differences, values)
 from mobilekd.fileio import REPO_ROOT, read_json, save_png
 
 TASKS = {"sst2": "64", "mrpc": "128", "rte": "128", "stsb": "64", "cola": "64"}  # --max-len per task
@@ -201,17 +203,17 @@ ORDERINGS = [("kd", "ft", "KD >= FT"), ("pkd-skip", "kd", "PKD-Skip >= KD"), ("p
 
 
 def orderings(results: list[dict]) -> str:
-    """The source documents' orderings, per task on its official metric: the paired difference (seed by seed)."""
+    """The source documents' orderings, per task on its official metric: the paired difference (seed by seed) and
+    its verdict (`runner.verdict`: above zero by more than two standard errors)."""
     cols = [c for c in columns(results) if metric_rank(*c) == 0]
     lines = ["| ordering | " + " | ".join(t for t, _ in cols) + " |", "|---|" + "---|" * len(cols)]
     for a, b, name in ORDERINGS:
         cells = []
         for c in cols:
             d = paired_differences(results, *c, a, b)
-            cells.append(mean_std_cell(d, signed=True) + (" holds" if statistics.mean(d) >= 0 else " fails")
-                         if d else "-")
+            cells.append(judged_cell(d) if d else "-")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + f"\n\n{VERDICTS}\n"
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -243,14 +245,13 @@ def plot(results: list[dict], path: Path) -> None:
 
 
 def report(results: list[dict]) -> str:
-    plot(results, REPO_ROOT / "docs" / "methods.png")
     return table(results) + "\n" + orderings(results)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.methods", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    comparison_flags(p, "runs/methods", "docs/results/methods.json", list(TASKS), TASKS)
+    comparison_flags(p, "runs/methods", "docs/results/methods.json", list(TASKS), TASKS, plot="docs/methods.png")
     p.add_argument("--stages", default="runs/teacher_value", help="where the adapted teacher, the PKT student and "
                                                                   "issue 13's fine-tuned teachers are (or go)")
     args = p.parse_args(argv)
@@ -259,7 +260,7 @@ def main(argv=None):
     return comparison(args, lambda: jobs(out, stages, args.tasks, args.seeds),
                       lambda: rows(out, stages, args.tasks, args.seeds),
                       lambda r: (list(TASKS).index(r["task"]), metric_rank(r["task"], r["metric"]),
-                                 order.index(r["method"]), r["seed"]), report)
+                                 order.index(r["method"]), r["seed"]), report, plot)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ docs/results/second_machine.json.
 
     python -m benchmarks.second_machine          # about 20 minutes on 2 cores, once teacher_value's stages exist
     python -m benchmarks.second_machine --table
+    python -m benchmarks.second_machine --table --write  # and put it between its markers in its page
 
 What it does not cover: the teacher's adaptation and the distillation, which a second machine would also redo
 (they are reused here), and operating-system or library differences beyond the instruction set.
@@ -22,7 +23,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import teacher_value as tv
-from benchmarks.runner import comparison, comparison_flags
+from benchmarks.runner import by_seed, comparison, comparison_flags
 from mobilekd.fileio import REPO_ROOT, read_json
 
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -56,8 +57,7 @@ def table(results: list[dict], native: list[dict]) -> str:
              "difference / std | weights bit-identical |", "|---|---|---|---|---|---|---|"]
     for method in METHODS:
         avx2 = [r for r in results if (r["task"], r["metric"], r["method"]) == (TASK, "accuracy", method)]
-        seeds = {r["seed"]: r["value"] for r in native
-                 if (r["task"], r["metric"], r["method"]) == (TASK, "accuracy", method)}
+        seeds = by_seed(native, TASK, "accuracy", method)
         if not avx2 or SEED not in seeds:
             cells = [f"{seeds[SEED]:.4f}" if SEED in seeds else "-", f"{avx2[0]['value']:.4f}" if avx2 else "-"]
             lines.append(f"| {method} | {' | '.join(cells)} | - | - | - | - |")

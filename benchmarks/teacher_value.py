@@ -8,6 +8,7 @@ and the issue's goals as measured.
     python -m benchmarks.teacher_value --seeds 0 --tasks sst2 --workers 1
     python -m benchmarks.teacher_value --collect            # write the finished runs' rows now, run nothing
     python -m benchmarks.teacher_value --table              # print the table from the results file only
+    python -m benchmarks.teacher_value --table --write      # and put it between its markers in its page
 
 Every run is a subprocess of the toolkit's own recipes (`python -m mobilekd train-teacher | distill | init |
 finetune`), one thread each, `--workers` at a time; a finished run (its summary.json or complete results.json)
@@ -25,8 +26,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from benchmarks.runner import (RESUMABLE, Job, columns, comparison, comparison_flags, finetune_rows, mean_std_cell,
-                               metric_rank, values)
+from benchmarks.runner import (RESUMABLE, VERDICTS, Job, by_seed, columns, comparison, comparison_flags,
+                               finetune_rows, judged_cell, mean_std_cell, metric_rank, paired_by_seed,
+                               paired_differences, values, verdict)
 from mobilekd.fileio import REPO_ROOT
 from mobilekd.run_config import DEMO, flag_text, flags, run_settings
 
@@ -107,52 +109,44 @@ def table(results: list[dict]) -> str:
 
 
 def goals(results: list[dict]) -> str:
-    """Issue 13's goals, measured on every (task, metric) column: PKT beats scratch on SST-2 by 3 points and
-    elsewhere by more than two standard deviations; task distillation adds on average (over the tasks' official
-    metrics); the student keeps 90% of the teacher's SST-2 score; and the downstream order of AKT, JKT and PKT."""
-    def mean(col, method):
-        v = values(results, *col, method)
-        return statistics.mean(v) if v else float("nan")
-
-    cols = [c for c in columns(results) if values(results, *c, "pkt") and values(results, *c, "scratch")]
-    official = [c for c in cols if metric_rank(*c) == 0]
-    lines = ["| goal | measured | target | met |", "|---|---|---|---|"]
-    for col in cols:
-        name, gap = f"{col[0]} {col[1]}", round(mean(col, "pkt") - mean(col, "scratch"), 4)
-        if col[0] == "sst2":
-            lines.append(f"| PKT - scratch, {name} | {gap:+.4f} | +0.03 | {'yes' if gap >= 0.03 else 'no'} |")
-            continue
-        spread = [statistics.stdev(values(results, *col, m)) for m in ("pkt", "scratch")
-                  if len(values(results, *col, m)) > 1]
-        if len(spread) < 2:
-            lines.append(f"| PKT - scratch, {name} | {gap:+.4f} | > 2 std | n/a (fewer than 2 seeds) |")
-            continue
-        bar = 2 * max(spread)  # the larger std of the two, over fine-tuning seeds (each student is distilled once)
-        lines.append(f"| PKT - scratch, {name} | {gap:+.4f} | > 2 std ({bar:.4f}) | {'yes' if gap > bar else 'no'} |")
-    kd = [mean(c, "pkt_task_kd") - mean(c, "pkt") for c in official if values(results, *c, "pkt_task_kd")]
-    if kd:
-        kd_mean = statistics.mean(kd)
-        lines.append(f"| task KD - PKT, mean over {len(kd)} tasks | {kd_mean:+.4f} | > 0 | "
-                     f"{'yes' if kd_mean > 0 else 'no'} |")
-    sst2 = ("sst2", "accuracy")
-    if values(results, *sst2, "teacher") and values(results, *sst2, "pkt"):
-        share = mean(sst2, "pkt") / mean(sst2, "teacher")
-        lines.append(f"| PKT student / teacher, sst2 | {share:.1%} | 90% | {'yes' if share >= 0.9 else 'no'} |")
+    """Issue 13's goals, measured on every task's official metric, each judged seed by seed against the seeds' noise
+    (`runner.verdict`: the mean of the paired differences beyond two standard errors of its target): PKT beats
+    scratch on SST-2 by 3 points and elsewhere at all; task distillation adds (per task, and on the mean over the
+    tasks); the student keeps 90% of the teacher's SST-2 score; and the downstream order of AKT, JKT and PKT."""
+    official = [c for c in columns(results) if metric_rank(*c) == 0]
+    lines = ["| goal | measured, seed by seed | target | verdict (beyond 2 standard errors) |", "|---|---|---|---|"]
     for col in official:
-        seeds = [{r["seed"] for r in results if (r["task"], r["metric"], r["method"]) == (*col, m)}
-                 for m in ("akt", "jkt", "pkt")]
-        shared = set.intersection(*seeds)
+        d = paired_differences(results, *col, "pkt", "scratch")
+        if d:
+            target = 0.03 if col[0] == "sst2" else 0.0
+            lines.append(f"| PKT - scratch, {col[0]} {col[1]} | {mean_std_cell(d, signed=True)} | > {target:g} | "
+                         f"{verdict(d, target)} |")
+    kd = {c: paired_by_seed(results, *c, "pkt_task_kd", "pkt") for c in official}
+    kd = {c: d for c, d in kd.items() if d}
+    for col, d in kd.items():
+        lines.append(f"| task KD - PKT, {col[0]} {col[1]} | {mean_std_cell(list(d.values()), signed=True)} | > 0 | "
+                     f"{verdict(list(d.values()))} |")
+    seeds = sorted(set.intersection(*(set(d) for d in kd.values()))) if kd else []
+    if len(kd) > 1 and seeds:  # per seed, the mean over the tasks of its differences
+        mean_kd = [statistics.mean(d[s] for d in kd.values()) for s in seeds]
+        lines.append(f"| task KD - PKT, mean over {len(kd)} tasks | {mean_std_cell(mean_kd, signed=True)} | > 0 | "
+                     f"{verdict(mean_kd)} |")
+    pkt, teacher = (by_seed(results, "sst2", "accuracy", m) for m in ("pkt", "teacher"))
+    share = [pkt[s] / teacher[s] for s in sorted(set(pkt) & set(teacher))]
+    if share:
+        lines.append(f"| PKT student / teacher, sst2 | {mean_std_cell(share)} | > 0.9 | {verdict(share, 0.9)} |")
+    for col in official:
+        runs = {m: by_seed(results, *col, m) for m in ("akt", "jkt", "pkt")}
+        shared = set.intersection(*map(set, runs.values()))
         if not shared:
             continue
-
-        def on_shared(m, col=col, shared=shared):
-            return statistics.mean(r["value"] for r in results
-                                   if (r["task"], r["metric"], r["method"]) == (*col, m) and r["seed"] in shared)
-
-        order = sorted(("akt", "jkt", "pkt"), key=lambda m: -on_shared(m))
-        lines.append(f"| downstream order, {col[0]} {col[1]}, {len(shared)} seeds (paper: pkt > jkt > akt) | "
-                     f"{' > '.join(f'{m} {on_shared(m):.4f}' for m in order)} | - | - |")
-    return "\n".join(lines) + "\n"
+        mean = {m: statistics.mean(v for s, v in runs[m].items() if s in shared) for m in runs}
+        order = sorted(runs, key=lambda m: -mean[m])
+        steps = "; ".join(f"{a} - {b} {judged_cell(paired_differences(results, *col, a, b))}"
+                          for a, b in (("pkt", "jkt"), ("jkt", "akt")))
+        lines.append(f"| downstream order, {col[0]} {col[1]}, {len(shared)} seeds | "
+                     f"{' > '.join(f'{m} {mean[m]:.4f}' for m in order)} | the paper's pkt > jkt > akt | {steps} |")
+    return "\n".join(lines) + f"\n\n{VERDICTS}\n"
 
 
 def main(argv=None):

@@ -7,6 +7,7 @@ rows', and the share of SST-2 dev tokens whose rows the corpus never showed.
 
     python -m benchmarks.unseen_rows             # resumable; about 30 minutes on 2 cores
     python -m benchmarks.unseen_rows --table
+    python -m benchmarks.unseen_rows --table --write  # and put it between its markers in its page
 
 Settings are the scratch demo's (`scripts/demo.sh --scratch-teacher`: preset demo_teacher with its recipe
 defaults, teacher fine-tuning rate 5e-4) on the 10,000 SST-2 examples the other benchmarks use.
@@ -22,8 +23,8 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
-from benchmarks.runner import (RESUMABLE, Job, comparison, comparison_flags, finetune_rows, mean_std_cell,
-                               paired_differences, values)
+from benchmarks.runner import (RESUMABLE, VERDICTS, Job, comparison, comparison_flags, finetune_rows, judged_cell,
+                               mean_std_cell, paired_differences, values)
 from mobilekd.data.glue import find_split, read_glue
 from mobilekd.data.pretraining import DEFAULT_CACHE, load_pretraining_data
 from mobilekd.data.tasks import default_data
@@ -100,7 +101,7 @@ def rows(out: Path, seeds: list[int]) -> list[dict]:
 
 def table(results: list[dict]) -> str:
     """Per arm: SST-2 dev accuracy (mean +- std over seeds) and the table's row statistics; then the difference
-    between the arms seed by seed."""
+    between the arms seed by seed, with its verdict (`runner.verdict`)."""
     lines = ["| unseen rows | sst2 (accuracy) | " + " | ".join(s.replace("_", " ") for s in STATISTICS) + " |",
              "|---|---|" + "---|" * len(STATISTICS)]
     for arm in ARMS:
@@ -113,7 +114,7 @@ def table(results: list[dict]) -> str:
         lines.append(f"\nSST-2 dev tokens whose rows the corpus never shows: {share:.1%}")
     paired = paired_differences(results, "sst2", "accuracy", *ARMS)
     if paired:
-        lines.append(f"\nfrozen - updated, SST-2 dev accuracy, seed by seed: {mean_std_cell(paired, signed=True)}")
+        lines.append(f"\nfrozen - updated, SST-2 dev accuracy, seed by seed: {judged_cell(paired)}\n\n{VERDICTS}")
     return "\n".join(lines) + "\n"
 
 
