@@ -25,14 +25,13 @@ import time
 import numpy as np
 
 from benchmarks import methods, teacher_value
-from benchmarks.runner import mean_std_cell, merge_rows, metric_rank, values
+from benchmarks.runner import BASELINES, mean_std_cell, merge_rows, row_order, values
 from mobilekd.data.tasks import load_task, task_data, training_subset
 from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.finetune.baseline import bag_of_words_baseline
 from mobilekd.finetune.metrics import classification_metrics
 from mobilekd.recipes import finetune
 
-BASELINES = ("tfidf", "majority")
 # benchmark -> (its results file, its fine-tuning flags per task (the students' where teacher and students differ),
 # its order of tasks (None: by name) and of methods, as the benchmark sorts its file)
 BENCHMARKS = {
@@ -74,13 +73,6 @@ def baseline_rows(task_name: str, flags: list[str], seed: int) -> list[dict]:
     return found
 
 
-def order(tasks: list[str] | None, method_order: list[str]):
-    """The benchmark's own sort of its file (task, metric rank, method, seed), with the baselines after its methods."""
-    known = method_order + list(BASELINES)
-    return lambda r: (r["task"] if tasks is None else tasks.index(r["task"]), metric_rank(r["task"], r["metric"]),
-                      known.index(r["method"]), r["seed"])
-
-
 def report(name: str, rows: list[dict]) -> str:
     cols = list(dict.fromkeys((r["task"], r["metric"]) for r in rows if r["method"] in BASELINES))
     lines = [f"{name}: mean ± std over seeds [n runs], dev set", "| baseline | train examples | " +
@@ -114,7 +106,7 @@ def main(argv=None) -> int:
             for task in tasks:
                 for seed in args.seeds:
                     found += baseline_rows(task, flags(task), seed)
-            rows = merge_rows(path, found, order(task_order, method_order))
+            rows = merge_rows(path, found, row_order(method_order, task_order))
             print(f"{len(found)} rows in {path} ({', '.join(tasks)}; seeds {', '.join(map(str, args.seeds))}); "
                   f"it took {time.time() - start:.0f} s")
         print(report(name, rows))

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from benchmarks import teacher_value
 from benchmarks.runner import (RESUMABLE, VERDICTS, Job, columns, comparison, comparison_flags, finetune_rows,
-                               judged_cell, mean_std_cell, metric_rank, paired_differences, values)
+                               judged_cell, mean_std_cell, metric_rank, paired_differences, values, row_order)
 from mobilekd.fileio import REPO_ROOT, read_json, save_png
 
 TASKS = {"sst2": "64", "mrpc": "128", "rte": "128", "stsb": "64", "cola": "64"}  # --max-len per task
@@ -256,11 +256,9 @@ def main(argv=None):
                                                                   "issue 13's fine-tuned teachers are (or go)")
     args = p.parse_args(argv)
     out, stages = (REPO_ROOT / args.out).resolve(), (REPO_ROOT / args.stages).resolve()
-    order = list(METHODS)
     return comparison(args, lambda: jobs(out, stages, args.tasks, args.seeds),
-                      lambda: rows(out, stages, args.tasks, args.seeds),
-                      lambda r: (list(TASKS).index(r["task"]), metric_rank(r["task"], r["metric"]),
-                                 order.index(r["method"]), r["seed"]), report, plot)
+                      lambda: rows(out, stages, args.tasks, args.seeds), row_order(list(METHODS), list(TASKS)),
+                      report, plot)
 
 
 if __name__ == "__main__":

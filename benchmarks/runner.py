@@ -211,6 +211,17 @@ def judged_cell(differences: list[float], above: float = 0.0) -> str:
     return f"{mean_std_cell(differences, signed=True)} {verdict(differences, above)}"
 
 
+BASELINES = ("tfidf", "majority")  # the rows benchmarks.baselines adds beside a fine-tuning benchmark's methods
+
+
+def row_order(methods: list[str], tasks: list[str] | None = None):
+    """A fine-tuning benchmark's sort of its file: task (in `tasks`' order, else by name), the metric's rank, the
+    method (in `methods`' order, the baselines after them), seed."""
+    known = list(methods) + [b for b in BASELINES if b not in methods]
+    return lambda r: (r["task"] if tasks is None else tasks.index(r["task"]), metric_rank(r["task"], r["metric"]),
+                      known.index(r["method"]), r["seed"])
+
+
 def merge_rows(path: Path, found: list[dict], order) -> list[dict]:
     """Write `found` into the results file at `path`, keeping its rows of other (task, method, seed, metric and,
     where rows have them, threshold, model and thread count)."""

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from benchmarks.runner import (RESUMABLE, VERDICTS, Job, by_seed, columns, comparison, comparison_flags,
                                finetune_rows, judged_cell, mean_std_cell, metric_rank, paired_by_seed,
-                               paired_differences, values, verdict)
+                               paired_differences, values, verdict, row_order)
 from mobilekd.fileio import REPO_ROOT
 from mobilekd.run_config import DEMO, flag_text, flags, run_settings
 
@@ -156,7 +156,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     out = (REPO_ROOT / args.out).resolve()
     return comparison(args, lambda: jobs(out, args.tasks, args.seeds), lambda: rows(out, args.tasks, args.seeds),
-                      lambda r: (r["task"], metric_rank(r["task"], r["metric"]), METHODS.index(r["method"]), r["seed"]),
+                      row_order(METHODS),
                       lambda results: table(results) + "\n" + goals(results))
 
 

@@ -120,6 +120,9 @@ LIBRARY = {
     # the comparisons share benchmarks.runner; benchmarks.int8 names the latency run's files and kernel families
     "benchmarks": {"mobilekd", "teacher_ib_bert", "android_bench", "benchmarks"},
 }
+# the benchmarks sit on top of the programs they run: benchmarks.baselines reads finetune's own parser to draw the
+# examples a run trains on
+MAY_IMPORT_PROGRAMS = ("benchmarks",)
 PROGRAMS = ("mobilekd.recipes", "mobilekd.cli", "mobilekd.__main__")
 OURS = {"mobilekd", "android_bench", "teacher_ib_bert", "benchmarks"}
 
@@ -140,7 +143,8 @@ def test_no_library_module_imports_a_program_and_layers_hold():
             if module.startswith(PROGRAMS):
                 continue
             for name in _imports(path):
-                if name.startswith(PROGRAMS) or (name.split(".")[0] in OURS - allowed):
+                program = name.startswith(PROGRAMS) and top not in MAY_IMPORT_PROGRAMS
+                if program or name.split(".")[0] in OURS - allowed:
                     bad.append(f"{module} imports {name}")
                 if module.startswith("mobilekd.export") and name.startswith("mobilekd.finetune"):
                     bad.append(f"{module} imports {name}")  # export reads tasks from mobilekd.data

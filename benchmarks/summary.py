@@ -1,0 +1,155 @@
+"""The README's headline table: one line per comparison page, every figure read from that page's rows in
+docs/results/ (no benchmark is run).
+
+    python -m benchmarks.summary --table            # print it
+    python -m benchmarks.summary --table --write    # and replace its block in README.md
+
+Each line names its rows' file and its page; a file that is missing leaves its line out rather than inventing it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+from benchmarks.early_exit import fastest_within
+from benchmarks.runner import mean_std_cell, metric_rank, values, write_block
+from mobilekd.errors import cli_entry
+from mobilekd.fileio import REPO_ROOT, read_json
+
+RESULTS = REPO_ROOT / "docs" / "results"
+
+
+def _rows(name: str) -> list[dict]:
+    path = RESULTS / f"{name}.json"
+    return read_json(path) if path.is_file() else []
+
+
+def _official(rows: list[dict], task: str) -> str:
+    """The task's official metric among those its rows have (MRPC F1, STS-B Pearson, CoLA Matthews, ...)."""
+    return min({r["metric"] for r in rows if r["task"] == task}, key=lambda m: metric_rank(task, m))
+
+
+def _cell(rows, task, metric, method) -> str:
+    """Mean ± std [n] over seeds; a single run as its value and n=1 (no spread to show)."""
+    found = values(rows, task, metric, method)
+    return "-" if not found else f"{found[0]:.4f} [n=1]" if len(found) == 1 else mean_std_cell(found)
+
+
+def teacher_value() -> list[str]:
+    rows = _rows("teacher_value")
+    if not rows:
+        return []
+    against = [f"teacher {_cell(rows, 'sst2', 'accuracy', 'teacher')}",
+               f"same student from random init {_cell(rows, 'sst2', 'accuracy', 'scratch')}"]
+    if values(rows, "sst2", "accuracy", "tfidf"):
+        against.append(f"TF-IDF + LR on the same examples {_cell(rows, 'sst2', 'accuracy', 'tfidf')}")
+    return [f"| PKT student (`mobilebert_h384`, 14.9M) at the demo's budget, SST-2 accuracy | "
+            f"{_cell(rows, 'sst2', 'accuracy', 'pkt')} | {'; '.join(against)} | [teachers](docs/teachers.md) |"]
+
+
+def methods() -> list[str]:
+    """Per task, the student method with the best mean on the task's official metric."""
+    rows = _rows("methods")
+    students = sorted({r["method"] for r in rows} - {"teacher", "tfidf", "majority"})
+    cells, teacher = [], []
+    for task in dict.fromkeys(r["task"] for r in rows):
+        metric = _official(rows, task)
+        best = max(students, key=lambda m: statistics.mean(values(rows, task, metric, m) or [float("-inf")]))
+        cells.append(f"{task} {metric}: {best} {_cell(rows, task, metric, best)}")
+        teacher.append(f"{task} {_cell(rows, task, metric, 'teacher')}")
+    if not cells:
+        return []
+    return [f"| best of 8 distillation methods per task (1,000 training examples a task) | {'; '.join(cells)} | "
+            f"teacher: {'; '.join(teacher)} | [methods](docs/methods.md) |"]
+
+
+def early_exit() -> list[str]:
+    """Per task, the fastest threshold within ±1 point of the full model, as the page's goal picks it."""
+    rows = _rows("early_exit")
+    cells = []
+    for task in dict.fromkeys(r["task"] for r in rows):
+        best = fastest_within(rows, task, _official(rows, task))
+        if best:
+            threshold, speed, change = best
+            cells.append(f"{task}: {mean_std_cell(speed, digits=2)} faster at threshold {threshold:g} "
+                         f"({mean_std_cell([100 * c for c in change], signed=True, digits=2)} points)")
+    return [f"| FastBERT early exits: measured speed-up of the fastest threshold within ±1 point of the full model "
+            f"(2 standard errors) | {'; '.join(cells)} | the same model without exits, same run | "
+            f"[fastbert](docs/fastbert.md) |"] if cells else []
+
+
+def bilstm() -> list[str]:
+    rows = _rows("bilstm")
+    if not values(rows, "sst2", "accuracy", "bilstm-kd-aug"):
+        return []
+    timing = {r["method"]: r for r in rows if r["task"] == "sst2" and r.get("pixel4_ms")}
+    student, teacher = timing.get("bilstm-kd-aug", {}), timing.get("teacher", {})
+    return [f"| BiLSTM (Tang et al., {student.get('params', 0) / 1e6:.1f}M) with KD and the transfer set, SST-2 "
+            f"accuracy | {_cell(rows, 'sst2', 'accuracy', 'bilstm-kd-aug')}, Pixel 4 est. "
+            f"{student.get('pixel4_ms', '-')} ms | teacher {_cell(rows, 'sst2', 'accuracy', 'teacher')}, "
+            f"{teacher.get('pixel4_ms', '-')} ms | [bilstm](docs/bilstm.md) |"]
+
+
+def multitask() -> list[str]:
+    rows = _rows("multitask")
+    tasks = list(dict.fromkeys(r["task"] for r in rows if r["method"] == "multi-task-ensemble-kd"))
+    if not tasks:
+        return []
+
+    def average(method):  # the mean over tasks of each task's mean over seeds, official metrics
+        return statistics.mean(statistics.mean(values(rows, t, _official(rows, t), method)) for t in tasks)
+
+    one = next(r for r in rows if r["method"] == "multi-task-ensemble-kd" and r.get("tflite_bytes"))
+    return [f"| one multi-task student for {len(tasks)} tasks (MT-DNN with ensemble KD), mean official metric | "
+            f"{average('multi-task-ensemble-kd'):.4f}, one {one['tflite_bytes'] / 1e6:.0f} MB file | "
+            f"{len(tasks)} single-task models {average('single-task'):.4f}, "
+            f"{one['single_task_tflite_bytes'] / 1e6:.0f} MB | [multitask](docs/multitask.md) |"]
+
+
+def int8() -> list[str]:
+    rows = [r for r in _rows("int8") if r.get("model") == "student"]
+    if not values(rows, "sst2", "accuracy", "qat-int8"):
+        return []
+    size = {r["method"]: r["tflite_bytes"] for r in rows if r["metric"] == "accuracy" and r.get("tflite_bytes")}
+    return [f"| demo student as a full-integer file (QAT), SST-2 accuracy | "
+            f"{_cell(rows, 'sst2', 'accuracy', 'qat-int8')}, {size['qat-int8'] / 1e6:.1f} MB | "
+            f"fp32 {_cell(rows, 'sst2', 'accuracy', 'fp32')}, {size['fp32'] / 1e6:.1f} MB | [int8](docs/int8.md) |"]
+
+
+def latency() -> list[str]:
+    """MobileBERT against BERT_BASE, from the latency benchmark's rows (one run: ratios, not milliseconds)."""
+    rows = _rows("latency")
+    p50 = {r["method"]: r["value"] for r in rows if r["metric"] == "p50_ms" and r.get("threads") == 1}
+    pixel4 = {r["method"]: r["value"] for r in rows if r["metric"] == "pixel4_ms"}
+    if not {"MobileBERT", "BERT_BASE"} <= set(p50) or not {"MobileBERT", "BERT_BASE"} <= set(pixel4):
+        return []
+    return [f"| MobileBERT against BERT_BASE, fp32 .tflite at sequence 128 (one run) | "
+            f"{p50['BERT_BASE'] / p50['MobileBERT']:.2f}x faster on this host (1 thread); "
+            f"Pixel 4 estimate {pixel4['MobileBERT']:.0f} ms against {pixel4['BERT_BASE']:.0f} ms | "
+            f"the paper's 5.5x on a Pixel 4 | [latency](docs/latency.md) |"]
+
+
+def table() -> str:
+    lines = ["| result | measured | against | page |", "|---|---|---|---|"]
+    for part in (teacher_value, methods, early_exit, bilstm, multitask, int8, latency):
+        lines += part()
+    return "\n".join(lines)
+
+
+@cli_entry
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--table", action="store_true", help="print the table (the default; nothing is run)")
+    p.add_argument("--write", action="store_true", help="also replace the table's block in README.md")
+    args = p.parse_args(argv)
+    text = table()
+    print(text)
+    if args.write:
+        write_block("summary", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
