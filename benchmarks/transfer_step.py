@@ -2,22 +2,150 @@
 against the truncated path (both only up to the stage's layer), on the paper's 24-layer configs, measured in
 one run; and the cost of a pre-training-distillation step against a plain student MLM step.
 
-    python -m benchmarks.transfer_step [--teacher ib_bert_large] [--student mobilebert] [--batch 2]
+    python -m benchmarks.transfer_step --threads 1 --every 6     # rows to docs/results/step_time.json
+    python -m benchmarks.transfer_step --table [--write]         # its step-time table (--write: into its pages)
 
-The losses of the two paths must agree (they compute the same layer); the ratio of their wall times is printed.
+The losses of the two paths must agree (they compute the same layer). The two paths of a stage, and the PD and
+MLM steps, are timed interleaved (one step of each in turn, after one warm-up round), so their ratio holds on a
+shared machine. The rows (seconds per step, and the ratios) are merged into docs/results/step_time.json: a re-run
+of one configuration (benchmark, models, batch, sequence length, thread counts) replaces its rows. Each row
+names the CPU, threads and OMP_WAIT_POLICY (PASSIVE unless set otherwise).
 """
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its thread pool
+
 import argparse
+import statistics
+import sys
 import time
 
 import torch
 
+from benchmarks.runner import block_markers, write_block
+from mobilekd.errors import UserError
+from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.presets import get_preset
 from mobilekd.train.loop import freeze_for_stage
 from mobilekd.transfer.strategies import Distiller, PlanSettings, copy_shared_weights, plan
+
+RESULTS = "docs/results/step_time.json"
+CONFIG = ("benchmark", "model", "batch", "seq_len", "thread_counts")  # a re-run of these replaces their rows
+BENCHMARKS = ("transfer_step", "teacher_step")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo, as lscpu's "Model name")."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def host() -> dict:
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
+
+
+def interleaved(steps: dict, rounds: int, threads: dict | None = None) -> dict:
+    """Median seconds and last loss of each of `steps` (name -> callable returning a loss tensor after its
+    backward pass): one step of each in turn for `rounds` rounds after one warm-up round, the order rotated every
+    round; `threads` (name -> count) sets torch's threads before each of its steps."""
+    names = list(steps)
+    times, losses = {n: [] for n in names}, {}
+    for r in range(rounds + 1):
+        for i in range(len(names)):
+            name = names[(i + r) % len(names)]
+            if threads:
+                torch.set_num_threads(threads[name])
+            start = time.perf_counter()
+            losses[name] = float(steps[name]())
+            if r:
+                times[name].append(time.perf_counter() - start)
+    return {n: (statistics.median(times[n]), losses[n]) for n in names}
+
+
+def merge(path, found: list[dict]) -> list[dict]:
+    """Write `found` into the rows at `path`, dropping the rows of the same configuration (CONFIG) first."""
+    configs = {tuple(_key(f)) for f in found}
+    kept = [r for r in (read_json(path) if path.is_file() else []) if tuple(_key(r)) not in configs]
+    rows = sorted(kept + found, key=lambda r: (BENCHMARKS.index(r["benchmark"]), r["model"], r["batch"], r["seq_len"],
+                                               r["thread_counts"], r["metric"] != "ratio"))
+    write_json(path, rows)
+    return rows
+
+
+def _key(row: dict):
+    return [tuple(v) if isinstance(v, list) else v for v in (row.get(k) for k in CONFIG)]
+
+
+def ratio_row(identity: dict, times: dict, path: str, numerator: str, denominator: str, reading: str,
+              threads: int, **more) -> dict:
+    """time(numerator) / time(denominator) as a row; `reading` says what the number means ({:.2f} gets it)."""
+    value = round(times[numerator] / times[denominator], 3)
+    return {**identity, "path": path, "variant": f"{numerator} / {denominator}", "threads": threads,
+            "metric": "ratio", "value": value, "numerator_s": round(times[numerator], 4),
+            "denominator_s": round(times[denominator], 4), "reading": reading.format(value), **more}
+
+
+def table(rows: list[dict]) -> str:
+    """The step-time table: one line per ratio row, with the two times behind it."""
+    if not rows:
+        return "no step-time rows yet (run python -m benchmarks.transfer_step / benchmarks.teacher_step)\n"
+    cpus = sorted({r["cpu"] for r in rows})
+    lines = ["| benchmark | model | batch x seq | threads | step | A / B | A (ms) | B (ms) | ratio | reading |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["metric"] != "ratio":
+            continue
+        lines.append(f"| {r['benchmark']} | {r['model']} | {r['batch']} x {r['seq_len']} | {r['threads']} | "
+                     f"{r['path']} | {r['variant']} | {1000 * r['numerator_s']:,.0f} | "
+                     f"{1000 * r['denominator_s']:,.0f} | {r['value']:.2f}x | {r['reading']} |")
+    policies = sorted({str(r.get("omp_wait_policy")) for r in rows})
+    return "\n".join(lines) + (f"\n\nCPU: {'; '.join(cpus)} ({rows[0]['cpu_count']} cores); OMP_WAIT_POLICY="
+                               f"{', '.join(policies)}. A and B: median seconds per step of the two, timed "
+                               f"interleaved in one run.\n")
+
+
+def finish(args, found: list[dict]) -> int:
+    """Merge this run's rows (unless --table), print the table of this benchmark's rows in the file, and with
+    --write put it into its pages' blocks (benchmarks.runner.write_block)."""
+    path = REPO_ROOT / args.results
+    if not args.table:
+        merge(path, found)
+        print(f"{len(found)} rows of this run in {path}")
+    if not path.is_file():
+        print(f"error: {path}: no rows yet (run without --table)", file=sys.stderr)
+        return 2
+    text = table([r for r in read_json(path) if r["benchmark"] == args.benchmark])
+    print(text, end="")
+    if args.write:
+        try:
+            written = write_block(args.benchmark, text.rstrip("\n"))
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"wrote the table into {', '.join(str(p.relative_to(REPO_ROOT)) for p in written)}", file=sys.stderr)
+    return 0
+
+
+def shared_flags(p) -> None:
+    """--results, --table and --write; the benchmark's name (its rows, its pages' blocks) is its parser's prog."""
+    name = p.prog.removeprefix("python -m benchmarks.")
+    p.set_defaults(benchmark=name)
+    p.add_argument("--results", default=RESULTS, help=f"the rows (default {RESULTS})")
+    p.add_argument("--table", action="store_true", help="only print this benchmark's step-time table from the rows")
+    p.add_argument("--write", action="store_true",
+                   help="also put the table into its block in the pages (README.md, docs/*.md) that hold its markers: "
+                        + " ... ".join(block_markers(name)))
 
 
 def _batch(config, batch: int, seq_len: int):
@@ -30,29 +158,31 @@ def _batch(config, batch: int, seq_len: int):
             "nsp_labels": torch.zeros(batch, dtype=torch.long)}
 
 
-def timed_step(model, loss_fn, batch, repeats: int) -> tuple[float, float]:
-    """Median seconds of forward + backward over `repeats` steps (after one warm-up), and the loss."""
-    times, loss = [], None
-    for i in range(repeats + 1):
-        start = time.perf_counter()
+def _step(model, loss_fn, batch):
+    """One forward + backward of `loss_fn`: a callable for `interleaved`."""
+    def step():
         loss = loss_fn(model, batch)["loss"]
         loss.backward()
         model.zero_grad(set_to_none=True)
-        if i:
-            times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2], loss.item()
+        return loss.detach()
+    return step
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.transfer_step", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", default="ib_bert_large")
     p.add_argument("--student", default="mobilebert")
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--every", type=int, default=4, help="time every N-th stage, and the last (default 4)")
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=1, help="timed rounds (after one warm-up round; default 1)")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    shared_flags(p)
     args = p.parse_args(argv)
+    if args.table:
+        return finish(args, [])
+    start = time.time()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     t_cfg, s_cfg = get_preset(args.teacher).config, get_preset(args.student).config
@@ -60,28 +190,54 @@ def main(argv=None):
     student = MobileBertForPreTraining(s_cfg).train()
     copy_shared_weights(teacher, student)
     n = s_cfg.num_hidden_layers
-    distiller = Distiller(teacher, list(range(n)), PlanSettings())
+    distiller = Distiller(teacher, list(range(n)), PlanSettings(), s_cfg)
+    projections = distiller.projections()  # none for the paper's pair (both 512 wide)
+    if len(projections):
+        student.add_module("projections", projections)
     stages = plan("pkt", distiller, n)
     batch = _batch(s_cfg, args.batch, args.seq_len)
-    print(f"{args.teacher} -> {args.student}, batch {args.batch} x {args.seq_len}, threads {args.threads}")
-    total_naive = total_trunc = 0.0
-    for l in sorted(set(range(0, n, args.every)) | {n - 1}):
+    identity = {"benchmark": "transfer_step", "model": f"{args.teacher} -> {args.student}", "batch": args.batch,
+                "seq_len": args.seq_len, "thread_counts": [args.threads], "repeats": args.repeats, **host()}
+    print(f"{identity['model']}, batch {args.batch} x {args.seq_len}, threads {args.threads}, {identity['cpu']}")
+    found, total = [], {"naive": 0.0, "truncated": 0.0}
+    timed_stages = sorted(set(range(0, n, args.every)) | {n - 1})
+    for l in timed_stages:
         freeze_for_stage(student, stages[l])
         matches = distiller.layer_matches([l])
-        trunc, loss_t = timed_step(student, lambda m, b: distiller.layer_terms(m, b, matches), batch, args.repeats)
-        naive, loss_n = timed_step(student, lambda m, b: distiller.layer_terms(m, b, matches, depth=n), batch,
-                                   args.repeats)
+        m = interleaved({"truncated": _step(student, lambda m, b: distiller.layer_terms(m, b, matches), batch),
+                         "naive": _step(student, lambda m, b: distiller.layer_terms(m, b, matches, depth=n), batch)},
+                        args.repeats)
+        (trunc, loss_t), (naive, loss_n) = m["truncated"], m["naive"]
         assert abs(loss_t - loss_n) <= 1e-4 * max(1.0, abs(loss_n)), (l, loss_t, loss_n)
-        total_naive, total_trunc = total_naive + naive, total_trunc + trunc
+        total["naive"], total["truncated"] = total["naive"] + naive, total["truncated"] + trunc
+        times = {"naive": naive, "truncated": trunc}
+        found += [{**identity, "path": f"pkt_L{l}", "variant": v, "threads": args.threads,
+                   "metric": "seconds_per_step", "value": round(t, 4)} for v, t in times.items()]
+        found.append(ratio_row(identity, times, f"pkt_L{l}", "naive", "truncated",
+                               "truncated path {:.2f}x as fast as naive", args.threads))
         print(f"stage pkt_L{l:<2}  naive {naive * 1000:8.0f} ms  truncated {trunc * 1000:8.0f} ms  "
               f"{naive / trunc:5.2f}x  (loss {loss_t:.5f} = {loss_n:.5f})")
-    print(f"PKT layer-wise stages: truncated path {total_naive / total_trunc:.2f}x faster than naive")
+    stages_timed = ", ".join(map(str, timed_stages))
+    found.append(ratio_row(identity, total, f"pkt layer-wise stages {stages_timed} (sum)", "naive", "truncated",
+                           "truncated path {:.2f}x as fast as naive over the layer-wise stages", args.threads,
+                           stages=timed_stages))
+    print(f"PKT layer-wise stages: truncated path {total['naive'] / total['truncated']:.2f}x faster than naive")
     freeze_for_stage(student, stages[-1])
-    pd, _ = timed_step(student, distiller.pd_terms, batch, args.repeats)
-    mlm, _ = timed_step(student, pretraining_loss, batch, args.repeats)
-    print(f"pre-training distillation step {pd * 1000:.0f} ms vs plain student MLM step {mlm * 1000:.0f} ms: "
-          f"{pd / mlm:.2f}x (the teacher's forward pass is the difference)")
+    m = interleaved({"pd": _step(student, distiller.pd_terms, batch),
+                     "student mlm": _step(student, pretraining_loss, batch)}, args.repeats)
+    times = {k: v[0] for k, v in m.items()}
+    found += [{**identity, "path": "pre-training distillation step", "variant": v, "threads": args.threads,
+               "metric": "seconds_per_step", "value": round(t, 4)} for v, t in times.items()]
+    found.append(ratio_row(identity, times, "pre-training distillation step", "pd", "student mlm",
+                           "a PD step costs {:.2f}x a plain student MLM step (the teacher's forward pass)",
+                           args.threads))
+    print(f"pre-training distillation step {times['pd'] * 1000:.0f} ms vs plain student MLM step "
+          f"{times['student mlm'] * 1000:.0f} ms: {times['pd'] / times['student mlm']:.2f}x (the teacher's forward "
+          f"pass is the difference)")
+    wall = round(time.time() - start)
+    print(f"took {wall} s")
+    return finish(args, [{**r, "run_seconds": wall} for r in found])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
