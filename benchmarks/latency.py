@@ -29,9 +29,8 @@ import time
 from pathlib import Path
 
 from android_bench.models import PAPER_MODELS
-from android_bench.report import DEVICES, claims, goals
-from benchmarks.runner import block_markers, write_block
-from mobilekd.errors import UserError
+from android_bench.report import DEVICES, GOAL_RULE, claims, goals
+from benchmarks.runner import block_markers, write_pages
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 
 RESULTS = "docs/results/latency.json"
@@ -174,11 +173,12 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {c['claim']} | {c['paper_pixel4']:.2f}x | " +
                      " | ".join(cell(f"host_{t}_threads") for t in shown) + f" | {cell('estimate_pixel4')} |")
     lines += ["", "\"Reproduced\": within 20% of the paper's ratio.", "", "| performance goal (host, this run) | "
-              "measured | goal | met |", "|---|---|---|---|"]
-    for g in goals(by, shown):
-        direction = "at most" if "transformers" in g["goal"] else "at least"
-        lines.append(f"| {g['goal']} | {g['value']:.3f} | {direction} {g['target']} | "
-                     f"{'yes' if g['met'] else 'NO'} |")
+              "measured ± 1 SE | goal | verdict |", "|---|---|---|---|"]
+    for g in goals(by, shown, first["runs"]):
+        direction = "at least" if g["higher_is_better"] else "at most"
+        lines.append(f"| {g['goal']} | {g['value']:.3f} ± {g['se']:.3f} | {direction} {g['target']} | "
+                     f"{g['verdict']} |")
+    lines += ["", GOAL_RULE]
     return "\n".join(lines) + "\n"
 
 
@@ -209,14 +209,7 @@ def main(argv=None):
         return 2
     text = table(read_json(results))
     print(text, end="")
-    if args.write:
-        try:
-            written = write_block("latency", text)
-        except UserError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        print(f"wrote the tables into {', '.join(str(p.relative_to(REPO_ROOT)) for p in written)}", file=sys.stderr)
-    return 0
+    return write_pages("latency", text) if args.write else 0
 
 
 if __name__ == "__main__":

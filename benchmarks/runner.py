@@ -257,13 +257,8 @@ def comparison(args, plan, found, order, report, draw=None) -> int:
     rows = [r for r in read_json(results_path) if tasks is None or r["task"] in (*tasks, None)]
     text = report(rows)
     print(text)
-    if args.write:
-        try:
-            pages = write_block(args.benchmark, text)
-        except UserError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        print(f"wrote the table into {', '.join(map(_shown, pages))}", file=sys.stderr)
+    if args.write and write_pages(args.benchmark, text):
+        return 2
     if args.plot:
         draw(rows, REPO_ROOT / args.plot)
         print(f"drew {args.plot}", file=sys.stderr)
@@ -357,6 +352,17 @@ def replace_blocks(text: str, name: str, table: str, where="page") -> tuple[str,
     for start, end in reversed(mine):
         text = text[:start] + block_text(table) + text[end:]
     return text, len(mine)
+
+
+def write_pages(name: str, table: str) -> int:
+    """A benchmark's --write: `write_block` into the pages, saying where; 0, or 2 after one error line."""
+    try:
+        written = write_block(name, table)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote the table into {', '.join(map(_shown, written))}", file=sys.stderr)
+    return 0
 
 
 def write_block(name: str, table: str, among: list[Path] | None = None) -> list[Path]:

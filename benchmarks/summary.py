@@ -14,7 +14,7 @@ import statistics
 import sys
 
 from benchmarks.early_exit import fastest_within
-from benchmarks.runner import mean_std_cell, metric_rank, values, write_block
+from benchmarks.runner import mean_std_cell, metric_rank, values, write_pages
 from mobilekd.errors import cli_entry
 from mobilekd.fileio import REPO_ROOT, read_json
 
@@ -122,11 +122,12 @@ def latency() -> list[str]:
     """MobileBERT against BERT_BASE, from the latency benchmark's rows (one run: ratios, not milliseconds)."""
     rows = _rows("latency")
     p50 = {r["method"]: r["value"] for r in rows if r["metric"] == "p50_ms" and r.get("threads") == 1}
+    cpu = next((r["cpu"] for r in rows if r.get("cpu")), "this host")
     pixel4 = {r["method"]: r["value"] for r in rows if r["metric"] == "pixel4_ms"}
     if not {"MobileBERT", "BERT_BASE"} <= set(p50) or not {"MobileBERT", "BERT_BASE"} <= set(pixel4):
         return []
     return [f"| MobileBERT against BERT_BASE, fp32 .tflite at sequence 128 (one run) | "
-            f"{p50['BERT_BASE'] / p50['MobileBERT']:.2f}x faster on this host (1 thread); "
+            f"{p50['BERT_BASE'] / p50['MobileBERT']:.2f}x faster on {cpu} (1 thread); "
             f"Pixel 4 estimate {pixel4['MobileBERT']:.0f} ms against {pixel4['BERT_BASE']:.0f} ms | "
             f"the paper's 5.5x on a Pixel 4 | [latency](docs/latency.md) |"]
 
@@ -146,9 +147,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     text = table()
     print(text)
-    if args.write:
-        write_block("summary", text)
-    return 0
+    return write_pages("summary", text) if args.write else 0
 
 
 if __name__ == "__main__":

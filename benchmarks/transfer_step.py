@@ -25,8 +25,7 @@ import time
 
 import torch
 
-from benchmarks.runner import block_markers, write_block
-from mobilekd.errors import UserError
+from benchmarks.runner import block_markers, write_pages
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.presets import get_preset
@@ -127,14 +126,7 @@ def finish(args, found: list[dict]) -> int:
         return 2
     text = table([r for r in read_json(path) if r["benchmark"] == args.benchmark])
     print(text, end="")
-    if args.write:
-        try:
-            written = write_block(args.benchmark, text.rstrip("\n"))
-        except UserError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        print(f"wrote the table into {', '.join(str(p.relative_to(REPO_ROOT)) for p in written)}", file=sys.stderr)
-    return 0
+    return write_pages(args.benchmark, text.rstrip("\n")) if args.write else 0
 
 
 def shared_flags(p) -> None:

@@ -46,7 +46,7 @@ if [ -f "$OUT/.demo-mode" ] && [ "$(cat "$OUT/.demo-mode")" != "$MODE" ]; then
   echo "error: $OUT holds a $(cat "$OUT/.demo-mode") demo; use another --out or --force" >&2; exit 2
 fi
 echo "$MODE" > "$OUT/.demo-mode"
-export OMP_NUM_THREADS=1  # one thread per job: two jobs fill this 2-core machine, and 1 thread beat 2 here
+export OMP_NUM_THREADS=1  # one thread per job: two jobs fill this 2-core machine
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # no background stage outlives the script
 
 # The settings of this mode (and of --micro) from the run configuration, as bash arrays of flags, one per recipe:

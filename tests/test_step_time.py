@@ -56,7 +56,23 @@ def test_latency_rows_carry_the_host_and_the_tables_judge_from_them(tmp_path):
     assert "| MobileBERT | 24.4M | 5.38 | 1,098 | 99 MB | 20.0 ms | 1x |" in table
     assert "5.50x (reproduced)" in table and "1.10x (not)" in table and "1.55x (reproduced)" in table
     assert "host p50, 4 threads" not in table  # 4 threads oversubscribe 2 cores: rows only
-    assert "| MobileBERT fp32 fraction of host fp32 matmul peak (1 thr) | 0.897 | at least 0.8 | yes |" in table
+    assert "| MobileBERT fp32 fraction of host fp32 matmul peak (1 thr) | 0.897 ± 0.001 | at least 0.8 | met |" in table
+
+
+def test_latency_goals_judge_against_the_timing_noise(tmp_path):
+    """A goal is met or missed only beyond two standard errors of the files' spread over the timed runs."""
+    from android_bench.report import goals
+
+    rows = fake_report(tmp_path)["rows"]
+    ours = "our MobileBERT / transformers' MobileBERT latency (1 thr)"
+    quiet = {g["goal"]: g for g in goals(rows, [1], runs=20)}
+    assert quiet[ours]["value"] == 0.995 and quiet[ours]["verdict"] == "met"  # 20.0 against 20.1 ms, std 0.1 ms
+    for name in ("mobilebert", "transformers mobilebert"):
+        rows[name]["host"]["1"]["std_ms"] = 1.0  # the same medians, ten times the spread: 0.5% is within it
+    noisy = {g["goal"]: g for g in goals(rows, [1], runs=20)}
+    assert noisy[ours]["value"] == 0.995 and noisy[ours]["verdict"] == "tie"
+    rows["mobilebert"]["host"]["1"]["p50_ms"] = 22.0  # 9% slower than transformers': beyond the noise
+    assert {g["goal"]: g for g in goals(rows, [1], runs=20)}[ours]["verdict"] == "missed"
 
 
 def test_step_rows_merge_by_configuration(tmp_path):

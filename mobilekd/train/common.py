@@ -32,10 +32,11 @@ def add_training_flags(parser: argparse.ArgumentParser, *, out: str, batch_size:
         g.add_argument("--seq-len", type=int, default=seq_len,
                        help=f"sequence length (default {seq_len if seq_len else 'per preset'})")
     g.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], default="no",
-                   help="autocast precision (bf16 is 1.5-3x faster for teacher-sized models on recent CPUs)")
+                   help="autocast precision (bf16 measured 1.46-1.52x as fast as fp32 on a CPU with AMX-BF16 and "
+                        "slower on one without: docs/results/step_time.json)")
     g.add_argument("--threads", type=int, default=None,
                    help="CPU threads per process (default: OMP_NUM_THREADS if set; else 1 on a machine of at most "
-                        "2 cores, where one thread measured faster than two, and torch's choice elsewhere)")
+                        "2 cores, so that two runs share the cores, and torch's choice elsewhere)")
     g.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint exactly where it stopped")
     g.add_argument("--cache-dir", default=DEFAULT_CACHE,
                    help=f"where tokenized pre-training examples are cached (default {DEFAULT_CACHE})")
