@@ -25,6 +25,7 @@ import time
 
 import torch
 
+from android_bench.host import cpu_model
 from benchmarks.runner import block_markers, write_pages
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
@@ -35,19 +36,6 @@ from mobilekd.transfer.strategies import Distiller, PlanSettings, copy_shared_we
 RESULTS = "docs/results/step_time.json"
 CONFIG = ("benchmark", "model", "batch", "seq_len", "thread_counts")  # a re-run of these replaces their rows
 BENCHMARKS = ("transfer_step", "teacher_step")
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo, as lscpu's "Model name")."""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def host() -> dict:

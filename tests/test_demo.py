@@ -45,6 +45,18 @@ def test_demo_chain_from_text_to_phone_ready_model(tmp_path):
     assert {cat.category_name for cat in categories} == {"negative", "positive"}
     assert np.isclose(sum(cat.score for cat in categories), 1.0, atol=1e-5)
 
+    # the demo as a measurement: its report as rows, and the demo page's tables printed from them
+    results = out / "demo_rows.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.demo", "--from-report", str(out), "--results",
+                           str(results)], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(results.read_text())
+    assert {r["task"] for r in rows} == {"pretraining", "pkt", "sst2", "tflite", "latency"}  # no wall time: not run
+    assert all(r["seed"] == 0 and r["cpu"] and "value" in r for r in rows)
+    accuracy = {r["method"]: r["value"] for r in rows if (r["task"], r["metric"]) == ("sst2", "accuracy")}
+    assert accuracy["teacher"] == round(report["sst2"]["teacher"]["accuracy"], 4)
+    assert f"| teacher | {accuracy['teacher']:.4f} | 100.0% |" in proc.stdout
+
     again = run_demo(out)  # finished stages are skipped, the report is rebuilt
     assert again.count("done already") >= 4 and "resume: no checkpoint" not in again
 
