@@ -81,7 +81,7 @@ def table(rows: list[dict]) -> str:
     first = rows[0]
     wall = _get(rows, "demo", "scripts/demo.sh", "wall_seconds")
     lines = [f"One run of `scripts/demo.sh` on a fresh output directory, seed 0, at commit {first['commit']} on "
-             f"{first['cpu']}" + (f": {wall / 60:.0f} min {wall % 60:.0f} s in all." if wall else "."), "",
+             f"{first['cpu']}" + (f": {wall // 60:.0f} min {wall % 60:.0f} s in all." if wall else "."), "",
              "| model | held-out MLM accuracy | unigram baseline | NSP accuracy | NSP majority | wall time |",
              "|---|---|---|---|---|---|"]
     for method in dict.fromkeys(r["method"] for r in rows if r["task"] == "pretraining"):
@@ -98,10 +98,11 @@ def table(rows: list[dict]) -> str:
               "|---|---|---|---|"]
     for method in dict.fromkeys(r["method"] for r in rows if r["task"] == "sst2"):
         accuracy = _get(rows, "sst2", method, "accuracy")
+        seconds = _get(rows, "sst2", method, "wall_seconds")
         lines.append(f"| {method} | {accuracy:.4f} | {100 * accuracy / teacher:.1f}% | "
-                     f"{_get(rows, 'sst2', method, 'wall_seconds'):.0f} s |")
-    lines += ["", "| .tflite of the PKT student (with metadata) | size | max abs diff to PyTorch | prediction agreement "
-                  "| dev accuracy (PyTorch) |", "|---|---|---|---|---|"]
+                     f"{seconds:.{1 if seconds < 10 else 0}f} s |")
+    lines += ["", "| .tflite of the PKT student (with metadata) | size | max abs diff to PyTorch | prediction "
+                  "agreement | dev accuracy (PyTorch) |", "|---|---|---|---|---|"]
     for name in dict.fromkeys(r["method"] for r in rows if r["task"] == "tflite"):
         v = {m: _get(rows, "tflite", name, m) for m in ("size_bytes", "max_abs_diff", "agreement",
                                                        "accuracy_exported", "accuracy_torch")}
