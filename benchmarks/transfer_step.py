@@ -98,7 +98,7 @@ def table(rows: list[dict]) -> str:
                      f"{1000 * r['denominator_s']:,.0f} | {r['value']:.2f}x | {r['reading']} |")
     policies = sorted({str(r.get("omp_wait_policy")) for r in rows})
     return "\n".join(lines) + (f"\n\nCPU: {'; '.join(cpus)} ({rows[0]['cpu_count']} cores); OMP_WAIT_POLICY="
-                               f"{', '.join(policies)}. A and B: median seconds per step of the two, timed "
+                               f"{', '.join(policies)}. A and B: median milliseconds per step of the two, timed "
                                f"interleaved in one run.\n")
 
 

@@ -41,13 +41,18 @@ def run_settings(path=DEMO, mode: str | None = None, overlays=()) -> dict:
     if not isinstance(config, dict) or not isinstance(config.get("modes"), dict) or not config["modes"]:
         raise located(path, 'expected a JSON object with "modes": {"NAME": {...}, ...}')
     modes, known = config["modes"], config.get("overlays") or {}
+    if not isinstance(known, dict):
+        raise located(path, 'expected "overlays": {"NAME": {...}, ...}')
     mode = mode or next(iter(modes))
     if mode not in modes:
         raise located(path, f"no mode {mode!r}; modes: {', '.join(modes)}")
+    for kind, name, part in [("mode", mode, modes[mode]), *(("overlay", n, known.get(n)) for n in overlays)]:
+        if part is None and kind == "overlay":
+            raise located(path, f"no overlay {name!r}; overlays: {', '.join(known) or 'none'}")
+        if not isinstance(part, dict):
+            raise located(path, f"{kind} {name!r}: expected a JSON object of settings, got {part!r}")
     settings = _merged({k: v for k, v in config.items() if k not in RESERVED}, modes[mode])
     for name in overlays:
-        if name not in known:
-            raise located(path, f"no overlay {name!r}; overlays: {', '.join(known) or 'none'}")
         settings = _merged(settings, known[name])
     return settings
 

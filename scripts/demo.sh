@@ -54,8 +54,10 @@ trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # no background stage outlives 
 # preset), TEACHER_LR, STUDENT_LR (SST-2 fine-tuning of the teacher and of the students).
 OVERLAYS=()
 [ "$MICRO" = 1 ] && OVERLAYS=(--overlay micro)
-SETTINGS=$(python -m mobilekd run-config "$CONFIG" --mode "$MODE" "${OVERLAYS[@]}")
+SETTINGS=$(python -m mobilekd run-config "$CONFIG" --mode "$MODE" "${OVERLAYS[@]}" --keys student teacher_lr \
+           student_lr train-teacher distill finetune tasks export latency)
 eval "$SETTINGS"
+declare -p TASK_SST2 > /dev/null 2>&1 || { echo "error: $CONFIG: mode $MODE has no tasks.sst2 (the demo's task)" >&2; exit 2; }
 TRANSFER=(--student "$STUDENT" "${DISTILL[@]}")
 SST2=(--task sst2 "${TASK_SST2[@]}" "${FINETUNE[@]}")
 

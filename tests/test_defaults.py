@@ -84,13 +84,23 @@ def test_a_copied_and_edited_run_configuration_changes_what_the_demo_runs(tmp_pa
     (lambda c: c.pop("modes"), '"modes"'),
     (lambda c: c["modes"]["packaged-teacher"]["distill"].update({"--pd-steps": {"x": 1}}), "--pd-steps"),
     (lambda c: c["modes"]["packaged-teacher"]["distill"].update({"pd-steps": 1}), "not a flag"),
+    (lambda c: c["modes"].update({"packaged-teacher": "oops"}), "mode 'packaged-teacher': expected a JSON object"),
+    (lambda c: c["modes"]["packaged-teacher"].update({"tasks": 3}), "tasks: expected"),
+    (lambda c: c["overlays"].update({"micro": 3}), "overlay 'micro': expected a JSON object"),
+    (lambda c: c["modes"]["packaged-teacher"].update({"out": "elsewhere"}), "settings not read here"),
+    (lambda c: c["modes"]["packaged-teacher"].update({"distill": None}), "settings missing in its first mode: distill"),
 ])
 def test_a_bad_run_configuration_is_one_line(tmp_path, edit, problem):
+    """What the demo would evaluate is checked first: no setting may name a variable the demo does not read (a key
+    "out" would overwrite its OUT), and every one it reads is there."""
     config = json.loads(DEMO.read_text())
     edit(config)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(config))
-    assert problem in one_line_error(run_module("mobilekd", "run-config", bad, check=False))
+    keys = ["student", "teacher_lr", "student_lr", "train-teacher", "distill", "finetune", "tasks", "export", "latency"]
+    overlay = ["--overlay", "micro"] if "overlay" in problem else []
+    proc = run_module("mobilekd", "run-config", bad, *overlay, "--keys", *keys, check=False)
+    assert problem in one_line_error(proc)
     with pytest.raises(UserError, match="no mode 'other'"):
         run_settings(DEMO, "other")
 

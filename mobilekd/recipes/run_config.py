@@ -13,7 +13,7 @@ import argparse
 import re
 import shlex
 
-from mobilekd.errors import UserError, cli_entry, located
+from mobilekd.errors import cli_entry, located
 from mobilekd.fileio import REPO_ROOT
 from mobilekd.run_config import DEMO, flag_text, flags, run_settings
 
@@ -28,6 +28,8 @@ def shell_lines(settings: dict, where: str) -> list[str]:
             raise located(where, f"{key!r}: a setting's name is letters, digits, - and _")
         name = key.upper().replace("-", "_")
         if key == "tasks":
+            if not isinstance(value, dict):
+                raise located(where, f'tasks: expected {{"TASK": {{"--flag": value}}, ...}}, got {value!r}')
             lines += [line for task, section in value.items()
                       for line in shell_lines({f"task_{task}": section}, f"{where}: tasks")]
         elif isinstance(value, dict):
@@ -47,10 +49,18 @@ def main(argv=None):
     p.add_argument("config", nargs="?", default=str(DEMO), help=f"the run configuration (default {default})")
     p.add_argument("--mode", help="which of its modes (default: its first)")
     p.add_argument("--overlay", action="append", default=[], help="an overlay to apply (repeatable), e.g. micro")
+    p.add_argument("--keys", nargs="+", metavar="KEY",
+                   help="the settings the caller reads, all required and no others allowed (scripts/demo.sh names "
+                        "its own, so that no setting can overwrite another of its variables)")
     args = p.parse_args(argv)
     settings = run_settings(args.config, args.mode, args.overlay)
-    if not isinstance(settings, dict):
-        raise UserError(f"{args.config}: expected a JSON object")
+    if args.keys:
+        have = set(settings) - {"description"}
+        for problem, names in (("missing", set(args.keys) - have), ("not read here", have - set(args.keys))):
+            if names:
+                mode = f"mode {args.mode}" if args.mode else "its first mode"
+                raise located(args.config, f"settings {problem} in {mode}: {', '.join(sorted(names))} (the settings "
+                                           f"are: {', '.join(args.keys)})")
     print("\n".join(shell_lines(settings, args.config)))
 
 

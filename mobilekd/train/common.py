@@ -32,8 +32,8 @@ def add_training_flags(parser: argparse.ArgumentParser, *, out: str, batch_size:
         g.add_argument("--seq-len", type=int, default=seq_len,
                        help=f"sequence length (default {seq_len if seq_len else 'per preset'})")
     g.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], default="no",
-                   help="autocast precision (bf16 measured 1.46-1.52x as fast as fp32 on a CPU with AMX-BF16 and "
-                        "slower on one without: docs/results/step_time.json)")
+                   help="autocast precision (bf16 measured 1.46-1.52x as fast as fp32 on an Intel Xeon with AMX-BF16, "
+                        "docs/results/step_time.json; measure it on your host)")
     g.add_argument("--threads", type=int, default=None,
                    help="CPU threads per process (default: OMP_NUM_THREADS if set; else 1 on a machine of at most "
                         "2 cores, so that two runs share the cores, and torch's choice elsewhere)")
