@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-from android_bench.host import cpu_model
 from benchmarks.runner import write_pages
 from mobilekd.errors import cli_entry
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
@@ -32,10 +31,12 @@ NAMES = {"teacher": "teacher", "student": "PKT student", "student_task_kd": "PKT
 
 
 def rows_of(report: dict, wall: float | None) -> list[dict]:
-    """The report's figures as rows (seed 0: the demo is one run)."""
+    """The report's figures as rows (seed 0: the demo is one run). The CPU is the one the report's latency stage
+    ran on; the commit is this tree's only when this command ran the demo (`wall` given), else unknown (None)."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                            text=True).stdout.strip() or None
-    shared = {"seed": 0, "cpu": cpu_model(), "commit": commit}
+                            text=True).stdout.strip() if wall is not None else None
+    host = report["latency"]["host"]
+    shared = {"seed": 0, "cpu": host["cpu"], "cpu_count": host["cpu_count"], "commit": commit or None}
     rows = []
 
     def row(task, method, metric, value, **more):
@@ -80,8 +81,10 @@ def table(rows: list[dict]) -> str:
     """The demo page's tables, from the rows."""
     first = rows[0]
     wall = _get(rows, "demo", "scripts/demo.sh", "wall_seconds")
-    lines = [f"One run of `scripts/demo.sh` on a fresh output directory, seed 0, at commit {first['commit']} on "
-             f"{first['cpu']}" + (f": {wall // 60:.0f} min {wall % 60:.0f} s in all." if wall else "."), "",
+    lines = ["One run of `scripts/demo.sh` on a fresh output directory, seed 0, "
+             + (f"at commit {first['commit']} " if first["commit"] else "")
+             + f"on {first['cpu']} ({first['cpu_count']} cores)"
+             + (f": {wall // 60:.0f} min {wall % 60:.0f} s in all." if wall else "."), "",
              "| model | held-out MLM accuracy | unigram baseline | NSP accuracy | NSP majority | wall time |",
              "|---|---|---|---|---|---|"]
     for method in dict.fromkeys(r["method"] for r in rows if r["task"] == "pretraining"):

@@ -32,6 +32,7 @@ from android_bench.models import PAPER_MODELS
 from android_bench.report import DEVICES, GOAL_RULE, claims, goals
 from benchmarks.runner import block_markers, write_pages
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
+from mobilekd.errors import cli_entry
 
 RESULTS = "docs/results/latency.json"
 OUT = "runs/latency"
@@ -182,6 +183,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@cli_entry
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.latency", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -45,7 +45,8 @@ def demo() -> list[str]:
                                                                                      "accuracy")]
     if not wall or not student:
         return []
-    return [f"| `scripts/demo.sh` end to end on {wall[0]['cpu']} (2 cores, one run) | {wall[0]['value'] / 60:.1f} min; "
+    return [f"| `scripts/demo.sh` end to end on {wall[0]['cpu']} ({wall[0]['cpu_count']} cores, one run) | "
+            f"{wall[0]['value'] / 60:.1f} min; "
             f"its PKT student {student[0]:.4f} SST-2 accuracy [n=1] | - | [demo](docs/demo.md) |"]
 
 

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from benchmarks.transfer_step import finish, host, interleaved, ratio_row, shared_flags
 from mobilekd.models.heads import MobileBertForPreTraining
 from mobilekd.models.presets import get_preset
+from mobilekd.errors import cli_entry
 from teacher_ib_bert import TEACHER_PRESETS
 
 
@@ -68,6 +69,7 @@ def name(threads: int, bf16: bool, full: bool) -> str:
     return f"{'bf16' if bf16 else 'fp32'} {'all-token' if full else 'masked'} logits, {threads} thr"
 
 
+@cli_entry
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.teacher_step", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -41,6 +41,7 @@ STRATEGIES = ("pkt", "akt", "jkt")
 ADAPT = flags(SETTINGS["train-teacher"])
 TRANSFER = ["--student", STUDENT, *flags(SETTINGS["distill"])]
 TASKS = {task: flags(task_flags) for task, task_flags in SETTINGS["tasks"].items()}  # fine-tuning flags per task
+FINETUNE = flags(SETTINGS["finetune"])  # every fine-tuning run's (--eval-every 0: the last model is scored)
 TEACHER_LR, STUDENT_LR = flag_text(SETTINGS["teacher_lr"]), flag_text(SETTINGS["student_lr"])
 METHODS = ("teacher", "pkt", "pkt_task_kd", "scratch", "akt", "jkt")
 
@@ -71,7 +72,7 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], stages: Path | None = No
             def ft(method, model, lr, needs, *extra):
                 d = finetune_dir(out, task, method, seed)
                 return Job(f"{task}/{method}/{seed}", ["finetune", "--task", task, *TASKS[task], "--model", str(model),
-                                                       "--lr", lr, "--seed", str(seed), "--eval-every", "0",
+                                                       "--lr", lr, "--seed", str(seed), *FINETUNE,
                                                        "--out", str(d), *one,
                                                        *extra], d, needs)
             t_dir = finetune_dir(out, task, "teacher", seed)

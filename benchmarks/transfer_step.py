@@ -32,6 +32,7 @@ from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.presets import get_preset
 from mobilekd.train.loop import freeze_for_stage
 from mobilekd.transfer.strategies import Distiller, PlanSettings, copy_shared_weights, plan
+from mobilekd.errors import cli_entry
 
 RESULTS = "docs/results/step_time.json"
 CONFIG = ("benchmark", "model", "batch", "seq_len", "thread_counts")  # a re-run of these replaces their rows
@@ -148,6 +149,7 @@ def _step(model, loss_fn, batch):
     return step
 
 
+@cli_entry
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.transfer_step", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -22,8 +22,9 @@ HEAD_CASES = {"pretraining": {}, "qa": {},
                                  "problem_type": "single_label_classification"},
               "regression": {"id2label": {0: "score"}, "problem_type": "regression"}}
 HEAD_OF_CASE = {"regression": "classification"}
-# Every preset `mobilekd models` lists (it lists PRESETS), and shapes beyond them that transformers can also compute: the trigram at equal widths (its MLM head then
-# has an empty extra matrix) and a LayerNorm MobileBERT with transformers' hard-coded epsilon
+# Every preset `mobilekd models` lists (it lists PRESETS), and shapes beyond them that transformers can also compute:
+# the trigram at equal widths (its MLM head then has an empty extra matrix) and a LayerNorm MobileBERT with
+# transformers' hard-coded epsilon
 SHAPES = {name: p.config for name, p in PRESETS.items()} | {
     "trigram_at_equal_widths": PRESETS["demo_student"].config.replace(embedding_size=128),
     "layer_norm_eps_1e-5": PRESETS["demo_student"].config.replace(normalization_type="layer_norm",

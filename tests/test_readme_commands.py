@@ -25,7 +25,8 @@ def shell_lines(block: str) -> list[str]:
 def commands() -> list[tuple[str, str]]:
     """(page, command line) for every line of every shell block in the pages."""
     return [(page.name, line) for page in PAGES
-            for language, block in BLOCK.findall(page.read_text(encoding="utf-8")) if language in ("bash", "sh", "")  # not text, kotlin, ...
+            for language, block in BLOCK.findall(page.read_text(encoding="utf-8"))
+            if language in ("bash", "sh", "")  # not text, kotlin, ...
             for line in shell_lines(block)]
 
 
@@ -123,7 +124,8 @@ def test_the_own_data_commands_run_as_printed(tmp_path, small_corpus, tokenizer)
     for line in lines:
         typed = (line.replace("path/to/your-bert", str(bert)).replace("runs/my/", f"{tmp_path}/runs/")
                  .replace("--data my_data", f"--data {data}"))
-        corpus = f" --corpus {small_corpus}" if line.split()[0] in ("scripts/train_teacher.sh", "scripts/pkt_distill.sh") else ""
+        reads_corpus = line.split()[0] in ("scripts/train_teacher.sh", "scripts/pkt_distill.sh")
+        corpus = f" --corpus {small_corpus}" if reads_corpus else ""
         typed += f" {MICRO[line.split()[0]]}{corpus}"
         proc = subprocess.run(typed, shell=True, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, (typed, proc.stderr[-3000:])

@@ -15,7 +15,7 @@ from helpers import env, kill_after_checkpoint, max_weight_difference, one_line_
 from mobilekd.errors import UserError
 from mobilekd.train.checkpoint import load_checkpoint, save_checkpoint
 from mobilekd.train.lamb import Lamb
-from mobilekd.train.loop import SHARDED, refuse_sharded
+from mobilekd.train.loop import refuse_sharded
 
 FAST = ["--seq-len", 48, "--batch-size", 8, "--eval-examples", 32, "--threads", 1]
 
@@ -63,7 +63,7 @@ def test_sharded_setups_are_refused():
     one line, not a wrong checkpoint. Called with the type itself, since no CPU run can reach it: Accelerate 1.15
     turns FSDP on only with an accelerator (on CPU, ACCELERATE_USE_FSDP under torchrun gives plain DDP) and
     DeepSpeed is not installed; one process and DDP (the test above) pass."""
-    for sharded in SHARDED:
+    for sharded in (DistributedType.FSDP, DistributedType.DEEPSPEED, DistributedType.MEGATRON_LM):
         with pytest.raises(UserError, match=f"set up for {sharded.value}; mobilekd trains on one process or with DDP"):
             refuse_sharded(sharded)
     for supported in (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):

@@ -14,7 +14,7 @@ from mobilekd.data.pretraining import DEFAULT_CACHE
 from mobilekd.data.tasks import DEFAULTS, TASK_NAMES
 from mobilekd.flags import add_flags, at_least, from_flags
 from mobilekd.rundir import owned
-from mobilekd.train.loop import TrainConfig
+from mobilekd.train.loop import TrainConfig, refuse_sharded
 
 SHIPPED_CORPORA = ["data/corpus/brown.txt.gz", "data/corpus/austen.txt.gz"]
 
@@ -89,5 +89,6 @@ def make_accelerator(args) -> Accelerator:
         torch.set_num_threads(args.threads)
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     accelerator = Accelerator(mixed_precision=args.mixed_precision, cpu=not torch.cuda.is_available())
+    refuse_sharded(accelerator.distributed_type)  # before any data or teacher work, not at the loop's first save
     set_seed(args.seed)
     return accelerator

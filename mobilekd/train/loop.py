@@ -9,7 +9,7 @@ The same code runs on one CPU, one GPU, or `accelerate launch` / `torchrun` acro
 DDP (tests/test_teacher.py: two CPU processes under torchrun give the weights of one). Each process takes its
 slice of every global batch, and batches are a pure function of (seed, step), so a resumed run and an N-process
 run see exactly the data of an uninterrupted one-process run. Set-ups that shard the model or optimizer state
-(FSDP, DeepSpeed, Megatron-LM) are refused (`refuse_sharded`).
+(FSDP, DeepSpeed, Megatron-LM) are refused (`refuse_sharded`, called where the recipes make their Accelerator).
 """
 
 from __future__ import annotations
@@ -162,7 +162,6 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
 
     `on_eval(model, global_step)` runs on the main process every `cfg.eval_every` steps and after the last
     step (fine-tuning keeps its best checkpoint by dev metric this way)."""
-    refuse_sharded(accelerator.distributed_type)
     out_dir = Path(cfg.out_dir)
     run = {**cfg.run, "stages": [[s.name, s.steps] for s in stages], "global_batch_size": cfg.global_batch_size,
            "seed": cfg.seed, "optimizer": cfg.optimizer, "grad_accum": cfg.grad_accum}
