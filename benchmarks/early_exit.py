@@ -155,7 +155,7 @@ def goal(results: list[dict], task: str, metric: str) -> str:
     name = ("Goal (within ±1 point of the full model and at least 2x faster, measured; each beyond 2 standard errors "
             "over the seeds)")
     if best is None:
-        return f"{name}: fails; no threshold keeps the score within ±1 point."
+        return f"{name}: missed; no threshold is shown within ±1 point (beyond two standard errors)."
     threshold, speed, change = best
     return (f"{name}: {verdict(speed, 2.0)}; the fastest threshold within ±1 point is {threshold:g}, "
             f"{mean_std_cell([100 * c for c in change], signed=True, digits=2)} points, speed-up "

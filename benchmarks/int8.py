@@ -206,8 +206,7 @@ def table(results: list[dict]) -> str:
             accuracy = [r["value"] for r in mine if r["metric"] == score]
             acc, delta = "-", "-"
             if accuracy:
-                std = statistics.stdev(accuracy) if len(accuracy) > 1 else 0.0
-                acc = f"{statistics.mean(accuracy):.4f} ± {std:.4f} [n={len(accuracy)}]"
+                acc = mean_std_cell(accuracy)
                 delta = f"{100 * (statistics.mean(accuracy) - fp32[0]):+.2f}" if fp32 else "-"
             islands = next((r.get("float_islands") for r in mine if r.get("float_islands") is not None), None)
             size = next((r["tflite_bytes"] for r in mine if r.get("tflite_bytes")), None)

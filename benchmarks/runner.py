@@ -167,9 +167,10 @@ def paired_differences(results: list[dict], task: str, metric: str, method: str,
 
 
 def mean_std_cell(values: list[float], note: str = "", signed: bool = False, digits: int = 4) -> str:
-    """A table cell: mean +- std over seeds (std 0 for one), a note, and the number of runs."""
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):{'+' if signed else ''}.{digits}f} ± {std:.{digits}f}{note} [n={len(values)}]"
+    """A table cell: mean +- std over seeds, a note, and the number of runs (a single run: its value, no spread)."""
+    mean = f"{statistics.mean(values):{'+' if signed else ''}.{digits}f}"
+    spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
+    return f"{mean}{spread}{note} [n={len(values)}]"
 
 
 NOT_JUDGED = "not judged (n=1)"

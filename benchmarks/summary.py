@@ -32,9 +32,8 @@ def _official(rows: list[dict], task: str) -> str:
 
 
 def _cell(rows, task, metric, method) -> str:
-    """Mean ± std [n] over seeds; a single run as its value and n=1 (no spread to show)."""
     found = values(rows, task, metric, method)
-    return "-" if not found else f"{found[0]:.4f} [n=1]" if len(found) == 1 else mean_std_cell(found)
+    return mean_std_cell(found) if found else "-"
 
 
 def demo() -> list[str]:

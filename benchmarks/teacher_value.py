@@ -30,7 +30,8 @@ from benchmarks.runner import (RESUMABLE, VERDICTS, Job, by_seed, columns, compa
                                finetune_rows, judged_cell, mean_std_cell, metric_rank, paired_by_seed,
                                paired_differences, values, verdict, row_order)
 from mobilekd.fileio import REPO_ROOT
-from mobilekd.run_config import DEMO, flag_text, flags, run_settings
+from mobilekd.flags import flag_text
+from mobilekd.run_config import DEMO, flags, run_settings
 
 # The settings are the demo's run configuration (configs/demo.json, its packaged-teacher mode: the one home of its
 # steps and learning rates); scripts/demo.sh runs them once (seed 0, SST-2 only), this benchmark over seeds and tasks.

@@ -80,3 +80,11 @@ def fill_unset(args: argparse.Namespace, defaults: dict) -> argparse.Namespace:
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     return args
+
+
+def flag_text(value) -> str:
+    """A setting as command-line text: 2e-4, not 0.0002 (floats under 1e-3 in short scientific notation)."""
+    if isinstance(value, float) and 0 < abs(value) < 1e-3:
+        mantissa, exponent = f"{value:e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return str(value)

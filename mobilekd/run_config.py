@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mobilekd.errors import located
+from mobilekd.flags import flag_text
 from mobilekd.fileio import REPO_ROOT, read_json
 
 CONFIGS = REPO_ROOT / "configs"
@@ -55,14 +56,6 @@ def run_settings(path=DEMO, mode: str | None = None, overlays=()) -> dict:
     for name in overlays:
         settings = _merged(settings, known[name])
     return settings
-
-
-def flag_text(value) -> str:
-    """A setting as command-line text: 2e-4, not 0.0002 (floats under 1e-3 in short scientific notation)."""
-    if isinstance(value, float) and 0 < abs(value) < 1e-3:
-        mantissa, exponent = f"{value:e}".split("e")
-        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-    return str(value)
 
 
 def flags(section: dict, where: str = "flags") -> list[str]:

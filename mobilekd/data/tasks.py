@@ -16,6 +16,7 @@ from mobilekd.data.glue import find_split, read_glue
 from mobilekd.data.squad import read_squad, squad_features
 from mobilekd.errors import UserError, located
 from mobilekd.fileio import REPO_ROOT
+from mobilekd.flags import flag_text
 
 SHIPPED = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE"}
 TASK_NAMES = list(GLUE_TASKS) + ["squad1", "squad2", "custom"]
@@ -45,16 +46,12 @@ def default_lr(task: str, params: int) -> float:
 
 def defaults_text() -> str:
     """DEFAULTS and the small-model rule in words, tasks with equal defaults together (finetune's --help)."""
-    def number(x):  # 5e-4, not 0.0005
-        mantissa, exponent = f"{x:e}".split("e")
-        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-
     groups = {}
     for task, d in DEFAULTS.items():
         groups.setdefault(tuple(d.items()), []).append(task)
-    return "; ".join(f"{', '.join(tasks)}: lr {number(d['lr'])}, batch {d['batch_size']}, sequence {d['max_len']}, "
+    return "; ".join(f"{', '.join(tasks)}: lr {flag_text(d['lr'])}, batch {d['batch_size']}, sequence {d['max_len']}, "
                      f"{d['epochs']:g} epochs" for d, tasks in ((dict(k), v) for k, v in groups.items())) + \
-        f"; models under {SMALL_MODEL_PARAMS / 1e6:g}M parameters (the demo's): lr {number(SMALL_MODEL_LR)}"
+        f"; models under {SMALL_MODEL_PARAMS / 1e6:g}M parameters (the demo's): lr {flag_text(SMALL_MODEL_LR)}"
 
 
 @dataclass

@@ -15,7 +15,8 @@ import shlex
 
 from mobilekd.errors import cli_entry, located
 from mobilekd.fileio import REPO_ROOT
-from mobilekd.run_config import DEMO, flag_text, flags, run_settings
+from mobilekd.flags import flag_text
+from mobilekd.run_config import DEMO, flags, run_settings
 
 
 def shell_lines(settings: dict, where: str) -> list[str]:
