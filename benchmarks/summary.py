@@ -57,7 +57,8 @@ def teacher_value() -> list[str]:
                f"same student from random init {_cell(rows, 'sst2', 'accuracy', 'scratch')}"]
     if values(rows, "sst2", "accuracy", "tfidf"):
         against.append(f"TF-IDF + LR on the same examples {_cell(rows, 'sst2', 'accuracy', 'tfidf')}")
-    return [f"| PKT student (`mobilebert_h384`, 14.9M) at the demo's budget, SST-2 accuracy | "
+    pkt = next(r for r in rows if r["method"] == "pkt")
+    return [f"| PKT student (`{pkt['student']}`, {pkt['params'] / 1e6:.1f}M) at the demo's budget, SST-2 accuracy | "
             f"{_cell(rows, 'sst2', 'accuracy', 'pkt')} | {'; '.join(against)} | [teachers](docs/teachers.md) |"]
 
 
@@ -73,7 +74,9 @@ def methods() -> list[str]:
         teacher.append(f"{task} {_cell(rows, task, metric, 'teacher')}")
     if not cells:
         return []
-    return [f"| best of 8 distillation methods per task (1,000 training examples a task) | {'; '.join(cells)} | "
+    examples = {r["train_examples"] for r in rows if r["method"] == "tfidf"}
+    budget = f" ({', '.join(f'{n:,}' for n in sorted(examples))} training examples a task)" if examples else ""
+    return [f"| best of {len(students)} distillation methods per task{budget} | {'; '.join(cells)} | "
             f"teacher: {'; '.join(teacher)} | [methods](docs/methods.md) |"]
 
 
