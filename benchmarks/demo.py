@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.runner import write_pages
+from benchmarks.runner import show_table, table_flags
 from mobilekd.errors import cli_entry
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd.recipes.demo_report import feature_map_terms
@@ -130,9 +130,7 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=OUT, help=f"the demo's output directory, redone from scratch (default {OUT})")
     p.add_argument("--from-report", metavar="RUN", help="take the rows of this finished demo run; run nothing")
-    p.add_argument("--results", default=RESULTS)
-    p.add_argument("--table", action="store_true", help="only print the tables from the rows (run nothing)")
-    p.add_argument("--write", action="store_true", help="also put the tables into their block in docs/demo.md")
+    table_flags(p, RESULTS)
     args = p.parse_args(argv)
     results = REPO_ROOT / args.results
     if not args.table:
@@ -147,12 +145,7 @@ def main(argv=None) -> int:
             wall = time.time() - start
         write_json(results, rows_of(read_json(run / "report.json"), wall))
         print(f"rows in {results}" + (f"; the demo took {wall:.0f} s" if wall else ""))
-    if not results.is_file():
-        print(f"error: {results}: no rows yet (run without --table)", file=sys.stderr)
-        return 2
-    text = table(read_json(results))
-    print(text)
-    return write_pages("demo", text) if args.write else 0
+    return show_table(args, results, table)
 
 
 if __name__ == "__main__":

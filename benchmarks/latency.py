@@ -30,7 +30,7 @@ from pathlib import Path
 
 from android_bench.models import PAPER_MODELS
 from android_bench.report import DEVICES, GOAL_RULE, claims, goals
-from benchmarks.runner import block_markers, write_pages
+from benchmarks.runner import show_table, table_flags
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd.errors import cli_entry
 
@@ -189,11 +189,7 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=OUT, help=f"the recipe's output folder (default {OUT})")
     p.add_argument("--from-report", metavar="PATH", help="build the rows from this finished report.json; time nothing")
-    p.add_argument("--results", default=RESULTS, help=f"the rows (default {RESULTS})")
-    p.add_argument("--table", action="store_true", help="only print the tables from the rows")
-    p.add_argument("--write", action="store_true",
-                   help="also put the tables into their block in the pages (README.md, docs/*.md) that hold its "
-                        "markers: " + " ... ".join(block_markers("latency")))
+    table_flags(p, RESULTS)
     args = p.parse_args(argv)
     results = REPO_ROOT / args.results
     if not args.table:
@@ -206,12 +202,7 @@ def main(argv=None):
         rows = rows_of(report, wall)
         write_json(results, rows)
         print(f"{len(rows)} rows in {results}" + (f"; the run took {wall:.0f} s" if wall else ""))
-    if not results.is_file():
-        print(f"error: {results}: no rows yet (run without --table)", file=sys.stderr)
-        return 2
-    text = table(read_json(results))
-    print(text, end="")
-    return write_pages("latency", text) if args.write else 0
+    return show_table(args, results, table)
 
 
 if __name__ == "__main__":

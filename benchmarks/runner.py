@@ -251,19 +251,44 @@ def comparison(args, plan, found, order, report, draw=None) -> int:
         print(f"{len(rows)} rows of this invocation in {results_path}; it took {time.time() - start:.0f} s")
         if failed:
             print(f"failed: {', '.join(failed)}", file=sys.stderr)
-    if not results_path.is_file():
-        print(f"error: {results_path}: no results yet (run without --table)", file=sys.stderr)
-        return 2
     tasks = getattr(args, "tasks", None)
-    rows = [r for r in read_json(results_path) if tasks is None or r["task"] in (*tasks, None)]
-    text = report(rows)
-    print(text)
-    if args.write and write_pages(args.benchmark, text):
+
+    def asked(rows):
+        return [r for r in rows if tasks is None or r["task"] in (*tasks, None)]
+
+    if show_table(args, results_path, lambda rows: report(asked(rows))):
         return 2
     if args.plot:
-        draw(rows, REPO_ROOT / args.plot)
+        draw(asked(read_json(results_path)), REPO_ROOT / args.plot)
         print(f"drew {args.plot}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def show_table(args, path: Path, table) -> int:
+    """The end of every benchmark's command: print `table(rows of the results file)` and, with --write, put it into
+    its pages' blocks; 0, or 2 after one error line (no results file yet, or no page holding the markers)."""
+    if not path.is_file():
+        print(f"error: {path}: no results yet (run without --table)", file=sys.stderr)
+        return 2
+    text = table(read_json(path)).rstrip("\n")
+    print(text)
+    return write_pages(args.benchmark, text) if args.write else 0
+
+
+def table_flags(p, results: str) -> None:
+    """--results, --table and --write, which every benchmark shares; its name (for its pages' blocks) is its
+    parser's prog, "python -m benchmarks.NAME"."""
+    prefix = "python -m benchmarks."
+    if not p.prog.startswith(prefix):
+        raise ValueError(f"a benchmark's parser is named {prefix}NAME, not {p.prog!r}")
+    name = p.prog[len(prefix):]
+    p.set_defaults(benchmark=name)
+    p.add_argument("--results", default=results, help=f"its rows (default {results})")
+    p.add_argument("--table", action="store_true",
+                   help="only print the table of the results file (no file is written, but with --write or --plot)")
+    p.add_argument("--write", action="store_true",
+                   help="also put the table into its block in the pages (README.md, docs/*.md) that hold its markers: "
+                        + " ... ".join(block_markers(name)))
 
 
 def comparison_flags(p, out: str, results: str, tasks: list[str] | None = None, choices=(), seeds=True,
@@ -271,24 +296,16 @@ def comparison_flags(p, out: str, results: str, tasks: list[str] | None = None, 
     """The flags every comparison benchmark shares (--tasks and --seeds where it offers a choice; --plot where it
     draws a figure, `plot` its path). The benchmark's name, for its pages' blocks, is its parser's prog
     ("python -m benchmarks.NAME")."""
-    prefix = "python -m benchmarks."
-    if not p.prog.startswith(prefix):
-        raise ValueError(f"a comparison benchmark's parser is named {prefix}NAME, not {p.prog!r}")
-    p.set_defaults(benchmark=p.prog[len(prefix):], plot=None)
+    table_flags(p, results)
+    p.set_defaults(plot=None)
     p.add_argument("--out", default=out, help=f"where its runs go (default {out})")
     if tasks:
         p.add_argument("--tasks", nargs="+", default=tasks, choices=sorted(choices))
     if seeds:
         p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--workers", type=int, default=2, help="runs at a time, one thread each (default 2)")
-    p.add_argument("--results", default=results)
     p.add_argument("--collect", action="store_true",
                    help="only gather the runs finished so far into the results file (e.g. while a run goes on)")
-    p.add_argument("--table", action="store_true",
-                   help="only print the table of the results file (no file is written, but with --write or --plot)")
-    p.add_argument("--write", action="store_true",
-                   help="also put the table into its block in the pages (README.md, docs/*.md) that hold its markers: "
-                        + " ... ".join(block_markers(p.prog[len(prefix):])))
     if plot:
         p.add_argument("--plot", action="store_const", const=plot, help=f"also draw {plot} from the results file")
 

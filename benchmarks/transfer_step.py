@@ -26,7 +26,7 @@ import time
 import torch
 
 from android_bench.host import cpu_model
-from benchmarks.runner import block_markers, write_pages
+from benchmarks.runner import show_table, table_flags
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.presets import get_preset
@@ -110,23 +110,12 @@ def finish(args, found: list[dict]) -> int:
     if not args.table:
         merge(path, found)
         print(f"{len(found)} rows of this run in {path}")
-    if not path.is_file():
-        print(f"error: {path}: no rows yet (run without --table)", file=sys.stderr)
-        return 2
-    text = table([r for r in read_json(path) if r["benchmark"] == args.benchmark])
-    print(text, end="")
-    return write_pages(args.benchmark, text.rstrip("\n")) if args.write else 0
+    return show_table(args, path, lambda rows: table([r for r in rows if r["benchmark"] == args.benchmark]))
 
 
 def shared_flags(p) -> None:
-    """--results, --table and --write; the benchmark's name (its rows, its pages' blocks) is its parser's prog."""
-    name = p.prog.removeprefix("python -m benchmarks.")
-    p.set_defaults(benchmark=name)
-    p.add_argument("--results", default=RESULTS, help=f"the rows (default {RESULTS})")
-    p.add_argument("--table", action="store_true", help="only print this benchmark's step-time table from the rows")
-    p.add_argument("--write", action="store_true",
-                   help="also put the table into its block in the pages (README.md, docs/*.md) that hold its markers: "
-                        + " ... ".join(block_markers(name)))
+    """--results, --table and --write (`runner.table_flags`) into the step-time rows."""
+    table_flags(p, RESULTS)
 
 
 def _batch(config, batch: int, seq_len: int):
