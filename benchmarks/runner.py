@@ -223,12 +223,18 @@ def row_order(methods: list[str], tasks: list[str] | None = None):
                       known.index(r["method"]), r["seed"])
 
 
-def merge_rows(path: Path, found: list[dict], order) -> list[dict]:
-    """Write `found` into the results file at `path`, keeping its rows of other (task, method, seed, metric and,
-    where rows have them, threshold, model and thread count)."""
-    key = ("task", "method", "seed", "metric", "threshold", "model", "threads")
-    new = {tuple(f.get(k) for k in key) for f in found}
-    kept = [r for r in (read_json(path) if path.is_file() else []) if tuple(r.get(k) for k in key) not in new]
+ROW_KEY = ("task", "method", "seed", "metric", "threshold", "model", "threads")
+
+
+def merge_rows(path: Path, found: list[dict], order, key=ROW_KEY) -> list[dict]:
+    """Write `found` into the results file at `path`, keeping its rows of other `key` (by default task, method,
+    seed, metric and, where rows have them, threshold, model and thread count): a row whose key is among the new
+    rows' is replaced."""
+    def ident(row):
+        return tuple(tuple(v) if isinstance(v, list) else v for v in (row.get(k) for k in key))
+
+    new = {ident(f) for f in found}
+    kept = [r for r in (read_json(path) if path.is_file() else []) if ident(r) not in new]
     rows = sorted(kept + found, key=order)
     write_json(path, rows)
     return rows

@@ -26,8 +26,8 @@ import time
 import torch
 
 from android_bench.host import cpu_model
-from benchmarks.runner import show_table, table_flags
-from mobilekd.fileio import REPO_ROOT, read_json, write_json
+from benchmarks.runner import merge_rows, show_table, table_flags
+from mobilekd.fileio import REPO_ROOT
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.presets import get_preset
 from mobilekd.train.loop import freeze_for_stage
@@ -62,17 +62,10 @@ def interleaved(steps: dict, rounds: int, threads: dict | None = None) -> dict:
 
 
 def merge(path, found: list[dict]) -> list[dict]:
-    """Write `found` into the rows at `path`, dropping the rows of the same configuration (CONFIG) first."""
-    configs = {tuple(_key(f)) for f in found}
-    kept = [r for r in (read_json(path) if path.is_file() else []) if tuple(_key(r)) not in configs]
-    rows = sorted(kept + found, key=lambda r: (BENCHMARKS.index(r["benchmark"]), r["model"], r["batch"], r["seq_len"],
-                                               r["thread_counts"], r["metric"] != "ratio"))
-    write_json(path, rows)
-    return rows
-
-
-def _key(row: dict):
-    return [tuple(v) if isinstance(v, list) else v for v in (row.get(k) for k in CONFIG)]
+    """Write `found` into the rows at `path`, replacing the rows of the same configuration (CONFIG)."""
+    return merge_rows(path, found, key=CONFIG, order=lambda r: (BENCHMARKS.index(r["benchmark"]), r["model"],
+                                                                r["batch"], r["seq_len"], r["thread_counts"],
+                                                                r["metric"] != "ratio"))
 
 
 def ratio_row(identity: dict, times: dict, path: str, numerator: str, denominator: str, reading: str,
