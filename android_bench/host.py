@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -25,16 +24,7 @@ import numpy as np
 from mobilekd.errors import UserError, cli_entry, last_line, located
 from mobilekd.export.parity import TFLiteRunner
 from mobilekd.fileio import read_json, write_json
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from mobilekd.train.precision import cpu_model  # noqa: F401 (the benchmarks read it here)
 
 
 def _status_mb(field: str) -> float:

@@ -17,7 +17,8 @@ from mobilekd.train.checkpoint import load_checkpoint, save_checkpoint
 from mobilekd.train.lamb import Lamb
 from mobilekd.train.loop import refuse_sharded
 
-FAST = ["--seq-len", 48, "--batch-size", 8, "--eval-examples", 32, "--threads", 1]
+# runs compared weight for weight train in one precision (--mixed-precision auto may choose either per run)
+FAST = ["--seq-len", 48, "--batch-size", 8, "--eval-examples", 32, "--threads", 1, "--mixed-precision", "no"]
 
 
 def teacher_args(corpus, out, cache, *extra):

@@ -189,6 +189,9 @@ def build_cache(corpora, tokenizer, seq_len: int, seed: int, cache_dir) -> Path:
     return final
 
 
+WIDE = ("input_ids", "token_type_ids", "attention_mask")  # an example's arrays of sequence length
+
+
 @dataclass
 class PretrainingSplit:
     """A split's examples, turned into fixed-length masked batches on demand."""
@@ -205,6 +208,12 @@ class PretrainingSplit:
 
     def __len__(self):
         return len(self.rows)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Each example's tokens, [CLS] and [SEP]s included (the loop groups batches by them)."""
+        r = self.rows.astype(np.int64)
+        return r[:, 1] - r[:, 0] + r[:, 3] - r[:, 2] + 3
 
     def example(self, index: int, epoch: int) -> dict:
         a0, a1, b0, b1, is_random = (int(x) for x in self.rows[index])
@@ -239,7 +248,9 @@ class PretrainingSplit:
         """Examples `indices`, masked for `epoch` (one int, or one per example)."""
         epochs = [epoch] * len(indices) if isinstance(epoch, int) else epoch
         examples = [self.example(int(i), int(e)) for i, e in zip(indices, epochs)]
-        return {k: torch.from_numpy(np.stack([e[k] for e in examples])) for k in examples[0]}
+        width = max(int(e["attention_mask"].sum()) for e in examples)  # cut to the longest: padding does no work
+        return {k: torch.from_numpy(np.stack([e[k][:width] if k in WIDE else e[k] for e in examples]))
+                for k in examples[0]}
 
 
 @dataclass

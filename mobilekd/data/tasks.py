@@ -178,6 +178,11 @@ class EncodedSplit:
     def __len__(self):
         return len(self.arrays["input_ids"])
 
+    @property
+    def lengths(self) -> np.ndarray:
+        """Each example's tokens (the loop groups batches by them)."""
+        return self.arrays["attention_mask"].sum(1)
+
     def batch(self, indices, epoch=0) -> dict[str, torch.Tensor]:
         """Examples `indices` (the epoch does not change them)."""
         idx = np.asarray(list(indices))

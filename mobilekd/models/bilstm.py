@@ -102,6 +102,10 @@ class BiLSTMClassifier(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.fc2 = nn.Linear(config.classifier_size, config.num_labels)
 
+    def sparse_embeddings(self) -> list[nn.Embedding]:
+        """The word table: read by nothing else, so its gradient may be sparse (`mobilekd.train.lazy_adamw`)."""
+        return [self.embeddings]
+
     def encode(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(B, T) token ids and 0/1 mask -> (B, 2H): each row's masked tokens read in order; zeros for none."""
         x = self.embeddings(input_ids)

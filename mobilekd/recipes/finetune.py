@@ -242,10 +242,10 @@ def run(args, accelerator):
             return
         evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)})
 
-    run_plan(stages, model, train_split, cfg, accelerator, resume=args.resume, on_eval=on_eval)
+    summaries = run_plan(stages, model, train_split, cfg, accelerator, resume=args.resume, on_eval=on_eval)
     if accelerator.is_main_process:
         result = read_json(out / "results.json")
-        result.update(wall_seconds=round(time.time() - start, 1), complete=True)
+        result.update(wall_seconds=round(time.time() - start, 1), complete=True, training=summaries)
         write_json(out / "results.json", result)
         dev_score = result["metrics"].get(next(iter(task.dev)), {}).get(result["best_metric"])  # None: unlabelled
         print(f"{task.name}: best {result['best_metric']} {result['best_score']:.4f} on {result['selected_on']} at "

@@ -88,7 +88,9 @@ def parse_args(argv=None):
     p.add_argument("--int8-embeddings", action="store_true",
                    help="also store the embedding tables in int8 (per row; a third of the file's size): they are put "
                         "on that grid before training and frozen, so the network learns against them")
-    add_training_flags(p, out="runs/qat", batch_size=32, optimizer="adamw", with_seq_len=False)
+    # fp32 by default: the fake quantization learns the scales the int8 file will use, under bf16 it would learn
+    # them on rounded values (and its graph is padded to --max-len, so grouping saves nothing here)
+    add_training_flags(p, out="runs/qat", batch_size=32, optimizer="adamw", with_seq_len=False, mixed_precision="no")
     args = p.parse_args(argv)
     check_task_flags(args)
     if args.score_clip and not args.score_clip[0] < args.score_clip[1]:

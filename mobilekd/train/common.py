@@ -20,20 +20,20 @@ SHIPPED_CORPORA = ["data/corpus/brown.txt.gz", "data/corpus/austen.txt.gz"]
 
 
 def add_training_flags(parser: argparse.ArgumentParser, *, out: str, batch_size: int | None = None,
-                       seq_len: int | None = 128, optimizer: str | None = None, with_seq_len: bool = True) -> None:
+                       seq_len: int | None = 128, optimizer: str | None = None, with_seq_len: bool = True,
+                       mixed_precision: str | None = None) -> None:
     """The loop's flags (from `TrainConfig`'s fields, with this recipe's defaults for `out`, batch size and
-    optimizer) and the run's: sequence length, precision, threads, resume, pre-training cache."""
+    optimizer) and the run's: sequence length, threads, resume, pre-training cache."""
     g = parser.add_argument_group("training")
     own = {"out_dir": out, "optimizer": optimizer}  # optimizer None: the recipe chooses (a preset's config)
     if batch_size is not None:
         own["global_batch_size"] = batch_size
+    if mixed_precision is not None:
+        own["mixed_precision"] = mixed_precision
     add_flags(g, TrainConfig, shown={} if optimizer else {"optimizer": "per preset"}, **own)
     if with_seq_len:
         g.add_argument("--seq-len", type=int, default=seq_len,
                        help=f"sequence length (default {seq_len if seq_len else 'per preset'})")
-    g.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], default="no",
-                   help="autocast precision (bf16 measured 1.46-1.52x as fast as fp32 on an Intel Xeon with AMX-BF16, "
-                        "docs/results/step_time.json; measure it on your host)")
     g.add_argument("--threads", type=int, default=None,
                    help="CPU threads per process (default: OMP_NUM_THREADS if set; else 1 on a machine of at most "
                         "2 cores, so that two runs share the cores, and torch's choice elsewhere)")
@@ -70,8 +70,10 @@ def check_task_flags(args) -> None:
 
 
 def train_config(args, **values) -> TrainConfig:
-    """The loop's settings from the parsed flags; `values` sets the others (the run's identity, eval_every)."""
-    return from_flags(TrainConfig, args, **{"out_dir": Path(args.out), **values})
+    """The loop's settings from the parsed flags; `values` sets the others (the run's identity, eval_every).
+    --mixed-precision auto keeps its choices in --cache-dir's precision.json."""
+    return from_flags(TrainConfig, args, **{"out_dir": Path(args.out),
+                                            "precision_cache": Path(args.cache_dir) / "precision.json", **values})
 
 
 def run_owned(args, run) -> None:
@@ -88,7 +90,8 @@ def make_accelerator(args) -> Accelerator:
     if args.threads:
         torch.set_num_threads(args.threads)
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    accelerator = Accelerator(mixed_precision=args.mixed_precision, cpu=not torch.cuda.is_available())
+    accelerator = Accelerator(mixed_precision="no" if args.mixed_precision == "auto" else args.mixed_precision,
+                              cpu=not torch.cuda.is_available())
     refuse_sharded(accelerator.distributed_type)  # before any data or teacher work, not at the loop's first save
     set_seed(args.seed)
     return accelerator

@@ -8,7 +8,17 @@ being the one to minimise), its steps, learning rate, warm-up and per-parameter 
 The same code runs on one CPU, one GPU, or `accelerate launch` / `torchrun` across processes and machines with
 DDP (tests/test_teacher.py: two CPU processes under torchrun give the weights of one). Each process takes its
 slice of every global batch, and batches are a pure function of (seed, step), so a resumed run and an N-process
-run see exactly the data of an uninterrupted one-process run. Set-ups that shard the model or optimizer state
+run see exactly the data of an uninterrupted one-process run.
+
+Where the host's time goes (issue 33; `python -m benchmarks.throughput` measures each change):
+- batches are grouped by length (`--batch-order length-grouped`, the default): a batch is cut to its widest
+  example, and a random batch of short sentences is mostly padding (SST-2: 68% of a random batch's tokens);
+- AdamW is torch's fused kernel (`fused=True`): the per-tensor loop spent ~100 ms a step on a 15M-parameter
+  student, most of it on the word-embedding table, which a classifier now updates lazily, only the batch's rows
+  (`--embedding-updates lazy`, the default; `mobilekd.train.lazy_adamw`);
+- `--mixed-precision auto` (the default) times forward and backward passes of the first stage's first batches in
+  fp32 and under bf16 autocast and trains in the faster (`mobilekd.train.precision`), recorded in the summary
+  and kept for the next run on this host. Set-ups that shard the model or optimizer state
 (FSDP, DeepSpeed, Megatron-LM) are refused (`refuse_sharded`, called where the recipes make their Accelerator).
 """
 
@@ -33,6 +43,8 @@ from transformers import (get_constant_schedule_with_warmup, get_linear_schedule
 from mobilekd.errors import UserError
 from mobilekd.train.checkpoint import find_checkpoint, load_checkpoint, read_trainer_state, save_checkpoint
 from mobilekd.train.lamb import Lamb
+from mobilekd.train.lazy_adamw import LazyAdamW, clip_grad_norm
+from mobilekd.train.precision import PROBE_BATCHES, decide_precision, describe
 
 
 def _everything(name: str) -> bool:
@@ -63,6 +75,9 @@ class Stage:
     decay_to: float = 0.0
     decay_power: float = 1.0
     weight_decay: float = 0.01
+    # step s of a stage that rereads takes the run's batch s, not the batch of the run's global step: stages that
+    # reread see the same examples, so one can reuse what an earlier one computed for them (PKT's layer inputs)
+    rereads: bool = False
     info: dict = field(default_factory=dict)  # data copied into the stage's summary (e.g. its matches)
 
 
@@ -80,14 +95,61 @@ class TrainConfig:
     log_every: int = 10
     eval_every: int = 0  # call `on_eval` every N steps (0: only at the end of the plan)
     seed: int = field(default=0, metadata={"help": "random seed"})
+    batch_order: str = field(default="length-grouped", metadata={
+        "choices": ["length-grouped", "random"],
+        "help": "length-grouped: each epoch's shuffled examples sorted by length within pools of 64 batches, the "
+                "batches then shuffled (less padding; still a pure function of seed and step); random: plain "
+                "shuffled batches"})
+    mixed_precision: str = field(default="auto", metadata={
+        "choices": ["auto", "no", "bf16", "fp16"],
+        "help": "autocast precision; auto: bf16 where a timed probe of the first batch finds it faster on this host "
+                "(an Intel Xeon with AMX: yes; an AMD EPYC with avx512_bf16: measured slower), else fp32"})
+    embedding_updates: str = field(default="lazy", metadata={
+        "choices": ["lazy", "dense"],
+        "help": "lazy: a classifier's word-embedding table gets a sparse gradient and AdamW updates only the rows in "
+                "the batch (TensorFlow's LazyAdam rule, mobilekd/train/lazy_adamw.py; one process only); dense: "
+                "every row every step, as plain AdamW"})
+    fused_optimizer: bool = field(default=True, metadata={
+        "help": "AdamW as torch's fused kernel; --no-fused-optimizer: its per-tensor loop (the same update, slower)"})
+    precision_cache: Path | None = None  # where --mixed-precision auto keeps its choices (None: probe every run)
     run: dict = field(default_factory=dict)  # settings a checkpoint must agree with to be resumed
 
 
-class Batches:
-    """Global batch `step` of a split, this process's slice of it: a pure function of (seed, step)."""
+POOL_BATCHES = 64  # length grouping sorts within pools of this many global batches
 
-    def __init__(self, split, global_batch: int, accelerator: Accelerator, grad_accum: int, seed: int):
+
+def length_grouped(order: np.ndarray, lengths: np.ndarray, first: int, batch: int, rng) -> np.ndarray:
+    """`order` (an epoch's shuffled example indices) regrouped so that each global batch holds examples of similar
+    length: cut at the global batches' boundaries (the first after `first` positions, an epoch need not start at
+    one), sorted by length within pools of POOL_BATCHES batches, re-cut, and the whole batches shuffled (the two
+    partial ones at the epoch's ends stay in place). The idea of Hugging Face's `group_by_length`
+    (transformers trainer_pt_utils.py, `get_length_grouped_indices`), whose megabatches are 50 batches and are not
+    shuffled within."""
+    n = len(order)
+    cuts = list(range(first, n, batch)) if first else list(range(0, n, batch))
+    cuts = [c for c in cuts if 0 < c < n]
+    bounds = [0, *cuts, n]
+    out = order.copy()
+    for i in range(0, len(bounds) - 1, POOL_BATCHES):
+        lo, hi = bounds[i], bounds[min(i + POOL_BATCHES, len(bounds) - 1)]
+        out[lo:hi] = out[lo:hi][np.argsort(lengths[out[lo:hi]], kind="stable")]
+    pieces = [out[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    whole = [i for i, p in enumerate(pieces) if len(p) == batch]
+    shuffled = list(pieces)
+    for i, j in zip(whole, rng.permutation(whole)):
+        shuffled[i] = pieces[j]
+    return np.concatenate(shuffled)
+
+
+class Batches:
+    """Global batch `step` of a split, this process's slice of it: a pure function of (seed, step). With
+    `order="length-grouped"` and a split that knows its examples' `lengths`, each epoch's order is regrouped by
+    `length_grouped`."""
+
+    def __init__(self, split, global_batch: int, accelerator: Accelerator, grad_accum: int, seed: int,
+                 order: str = "random"):
         self.split, self.global_batch, self.seed = split, global_batch, seed
+        self.lengths = getattr(split, "lengths", None) if order == "length-grouped" else None
         self.world, self.rank, self.accum = accelerator.num_processes, accelerator.process_index, grad_accum
         if global_batch % (self.world * grad_accum):
             raise UserError(f"--batch-size {global_batch} is not divisible by processes ({self.world}) x "
@@ -98,14 +160,23 @@ class Batches:
     def _index(self, position: int) -> tuple[int, int]:
         epoch, offset = divmod(position, len(self.split))
         if epoch not in self._perms:
-            self._perms = {epoch: np.random.default_rng((self.seed, epoch)).permutation(len(self.split))}
+            rng = np.random.default_rng((self.seed, epoch))
+            order = rng.permutation(len(self.split))
+            if self.lengths is not None:
+                first = (-epoch * len(self.split)) % self.global_batch  # positions before this epoch's first batch
+                order = length_grouped(order, self.lengths, first, self.global_batch, rng)
+            self._perms = {epoch: order}
         return epoch, int(self._perms[epoch][offset])
 
     def micro_batches(self, step: int):
+        """This process's micro-batches of global batch `step`; each names its examples in `example`, (B, 2)
+        rows of (index, epoch), so that what is computed for an example can be kept for the same example later."""
         for m in range(self.accum):
             start = step * self.global_batch + (m * self.world + self.rank) * self.micro
             epochs, indices = zip(*(self._index(p) for p in range(start, start + self.micro)))
-            yield self.split.batch(indices, epochs)
+            batch = self.split.batch(indices, epochs)
+            batch["example"] = torch.tensor([indices, epochs]).T
+            yield batch
 
 
 def _param_groups(model, stage: Stage):
@@ -120,7 +191,7 @@ def _param_groups(model, stage: Stage):
     return list(groups.values())
 
 
-def _schedule(optimizer, stage: Stage):
+def make_schedule(optimizer, stage: Stage):
     """Linear warm-up, then linear decay to 0, or polynomial decay to `decay_to` x the peak (1: a constant rate)."""
     warmup = int(stage.warmup * stage.steps)
     if stage.decay_to == 1.0:
@@ -129,6 +200,32 @@ def _schedule(optimizer, stage: Stage):
         return get_linear_schedule_with_warmup(optimizer, warmup, stage.steps)
     return get_polynomial_decay_schedule_with_warmup(optimizer, warmup, stage.steps, lr_end=stage.lr * stage.decay_to,
                                                      power=stage.decay_power)
+
+
+def make_optimizer(model, stage: Stage, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """LAMB, or AdamW: torch's fused kernel unless `cfg.fused_optimizer` is off (same update, one pass over
+    memory instead of a dozen per-tensor kernels)."""
+    if cfg.optimizer == "lamb":
+        return Lamb(_param_groups(model, stage), lr=stage.lr)
+    return LazyAdamW(_param_groups(model, stage), lr=stage.lr, fused=cfg.fused_optimizer or None)
+
+
+def sparse_embeddings(model, cfg: TrainConfig, processes: int) -> int:
+    """Give the trainable tables the model lists in `sparse_embeddings()` a sparse gradient when
+    `cfg.embedding_updates` is lazy and the optimizer is AdamW (LazyAdamW updates their batch's rows); on one
+    process only (DDP's all-reduce is not set up here for sparse gradients). Returns how many."""
+    lazy = cfg.embedding_updates == "lazy" and cfg.optimizer == "adamw" and processes == 1
+    tables = getattr(model, "sparse_embeddings", lambda: [])()
+    for table in tables:
+        table.sparse = lazy and table.weight.requires_grad
+    return sum(t.sparse for t in tables)
+
+
+def autocast(accelerator: Accelerator, precision: str):
+    """The step's autocast: Accelerate's for a precision it was made with, else bf16 when the probe chose it."""
+    if accelerator.mixed_precision != "no":
+        return accelerator.autocast()
+    return torch.autocast(accelerator.device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 def freeze_for_stage(model, stage: Stage) -> int:
@@ -163,8 +260,11 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
     `on_eval(model, global_step)` runs on the main process every `cfg.eval_every` steps and after the last
     step (fine-tuning keeps its best checkpoint by dev metric this way)."""
     out_dir = Path(cfg.out_dir)
-    run = {**cfg.run, "stages": [[s.name, s.steps] for s in stages], "global_batch_size": cfg.global_batch_size,
-           "seed": cfg.seed, "optimizer": cfg.optimizer, "grad_accum": cfg.grad_accum}
+    run = {**cfg.run, "stages": [[s.name, s.steps, *(["rereads"] if s.rereads else [])] for s in stages],
+           "global_batch_size": cfg.global_batch_size,
+           "seed": cfg.seed, "optimizer": cfg.optimizer, "grad_accum": cfg.grad_accum,
+           # None for random order: a checkpoint from before length grouping resumes with --batch-order random
+           "batch_order": None if cfg.batch_order == "random" else cfg.batch_order}
     trainer = {"run": run, "stage": 0, "step": 0, "global_step": 0, "summaries": []}
     ckpt = find_checkpoint(out_dir) if resume else None
     if resume and ckpt is None and accelerator.is_main_process:
@@ -177,7 +277,7 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
         raise UserError(f"{out_dir}: holds a checkpoint of an earlier run; pass --resume to continue it, "
                         f"or choose another --out")
     torch.manual_seed(cfg.seed)
-    batches = Batches(split, cfg.global_batch_size, accelerator, cfg.grad_accum, cfg.seed)
+    batches = Batches(split, cfg.global_batch_size, accelerator, cfg.grad_accum, cfg.seed, cfg.batch_order)
     writer = SummaryWriter(out_dir / "tensorboard") if accelerator.is_main_process else None
     unwrapped = model
 
@@ -185,14 +285,16 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
         if index < trainer["stage"]:
             continue
         n_trainable = freeze_for_stage(unwrapped, stage)
-        optim_cls = Lamb if cfg.optimizer == "lamb" else torch.optim.AdamW
-        optimizer = optim_cls(_param_groups(unwrapped, stage), lr=stage.lr)
-        scheduler = _schedule(optimizer, stage)
+        sparse_embeddings(unwrapped, cfg, accelerator.num_processes)
+        optimizer = make_optimizer(unwrapped, stage, cfg)
+        scheduler = make_schedule(optimizer, stage)
         if ckpt is not None and index == trainer["stage"]:
             # Mid-stage: weights, optimizer, schedule and RNG. At a stage boundary the new optimizer starts fresh.
             mid_stage = trainer["step"] > 0
             load_checkpoint(ckpt, unwrapped, optimizer if mid_stage else None, scheduler if mid_stage else None)
         # The schedule is ours, one step per global batch: a prepared scheduler would step once per process.
+        if "precision" not in trainer:  # decided once per run (a resumed run keeps its choice)
+            trainer["precision"] = _precision(stage, unwrapped, batches, _batch_step(stage, trainer), accelerator, cfg)
         wrapped, optimizer = accelerator.prepare(unwrapped, optimizer)
         summary = _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, accelerator, cfg,
                              trainer, writer, n_trainable, on_eval)
@@ -205,7 +307,26 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
         accelerator.free_memory()
     if writer is not None:
         writer.close()
+    for table in getattr(unwrapped, "sparse_embeddings", lambda: [])():
+        table.sparse = False  # the model leaves as it came (an exported graph has no use for sparse gradients)
     return trainer["summaries"]
+
+
+def _batch_step(stage: Stage, trainer: dict) -> int:
+    """The global batch the stage's next step reads (`Stage.rereads`)."""
+    return trainer["step"] if stage.rereads else trainer["global_step"]
+
+
+def _precision(stage, model, batches, step, accelerator, cfg) -> dict:
+    """The run's precision: the flag's, or with `auto` the probe's choice on the stage's first batches (kept per
+    host, stage and model in `cfg.precision_cache`, so a repeated run trains in the same precision)."""
+    if cfg.mixed_precision != "auto":
+        return {"precision": cfg.mixed_precision}
+    first = [next(batches.micro_batches(s)) for s in range(step, step + PROBE_BATCHES)]
+    found = decide_precision(stage.name, stage.loss, model, first, accelerator, cfg.precision_cache)
+    if accelerator.is_main_process:
+        print(describe(found))
+    return found
 
 
 def _evaluate(accelerator, on_eval, model, step):
@@ -223,37 +344,58 @@ def _save(accelerator, cfg, model, optimizer, scheduler, trainer):
     accelerator.wait_for_everyone()
 
 
+def train_step(stage: Stage, wrapped, optimizer, scheduler, micro_batches, accelerator: Accelerator,
+               cfg: TrainConfig, precision: str, where: str = "") -> tuple[dict, int, int]:
+    """One optimizer step over a global batch's micro-batches: the step's mean terms (its `loss` reduced over
+    processes), and the real and padded tokens it computed, over all processes."""
+    terms_sum = defaultdict(float)
+    tokens = padded = 0
+    for batch in micro_batches:
+        batch = {k: v.to(accelerator.device) for k, v in batch.items()}
+        if "masked_labels" in batch:  # normalise masked-LM by the masked tokens of the whole global batch
+            count = (batch["masked_labels"] >= 0).sum().float()
+            batch["mlm_denominator"] = accelerator.reduce(count, "sum") / accelerator.num_processes
+        with autocast(accelerator, precision):
+            terms = stage.loss(wrapped, batch)
+        accelerator.backward(terms["loss"] / cfg.grad_accum)
+        for k, v in terms.items():
+            terms_sum[k] += float(v.detach()) / cfg.grad_accum
+        tokens += int(batch["attention_mask"].sum()) * accelerator.num_processes
+        padded += batch["attention_mask"].numel() * accelerator.num_processes
+    loss = accelerator.reduce(torch.tensor(terms_sum["loss"], device=accelerator.device), "mean").item()
+    if not math.isfinite(loss):
+        raise UserError(f"{cfg.out_dir}: loss became {loss} at {where}; stopped, the last good checkpoint is kept "
+                        f"(lower the learning rate or use fp32)")
+    terms_sum["loss"] = loss
+    if cfg.max_grad_norm:
+        params = list(wrapped.parameters())
+        if any(p.grad is not None and p.grad.is_sparse for p in params):
+            clip_grad_norm(params, cfg.max_grad_norm)  # one process (sparse_embeddings): nothing to unscale
+        else:
+            accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return dict(terms_sum), tokens, padded
+
+
 def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, accelerator, cfg, trainer,
                writer, n_trainable, on_eval) -> dict:
     main = accelerator.is_main_process
     wrapped.train()
     first = trainer["step"]
     totals, last_terms = defaultdict(float), {}
-    tokens, start = 0, time.time()
+    tokens = padded = 0
+    start = time.time()
+    precision = trainer["precision"]["precision"]
     bar = tqdm(range(first, stage.steps), desc=f"[{index + 1}] {stage.name}", disable=not main,
                initial=first, total=stage.steps, dynamic_ncols=True)
     for step in bar:
-        terms_sum = defaultdict(float)
-        for batch in batches.micro_batches(trainer["global_step"]):
-            batch = {k: v.to(accelerator.device) for k, v in batch.items()}
-            if "masked_labels" in batch:  # normalise masked-LM by the masked tokens of the whole global batch
-                count = (batch["masked_labels"] >= 0).sum().float()
-                batch["mlm_denominator"] = accelerator.reduce(count, "sum") / accelerator.num_processes
-            with accelerator.autocast():
-                terms = stage.loss(wrapped, batch)
-            accelerator.backward(terms["loss"] / cfg.grad_accum)
-            for k, v in terms.items():
-                terms_sum[k] += float(v.detach()) / cfg.grad_accum
-            tokens += int(batch["attention_mask"].sum()) * accelerator.num_processes
-        loss = accelerator.reduce(torch.tensor(terms_sum["loss"], device=accelerator.device), "mean").item()
-        if not math.isfinite(loss):
-            raise UserError(f"{cfg.out_dir}: loss became {loss} at stage {stage.name!r} step {step + 1}; stopped, "
-                            f"the last good checkpoint is kept (lower the learning rate or use fp32)")
-        if cfg.max_grad_norm:
-            accelerator.clip_grad_norm_(wrapped.parameters(), cfg.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        terms_sum, real, width = train_step(stage, wrapped, optimizer, scheduler,
+                                            batches.micro_batches(_batch_step(stage, trainer)), accelerator, cfg,
+                                            precision, f"stage {stage.name!r} step {step + 1}")
+        tokens, padded = tokens + real, padded + width
+        loss = terms_sum["loss"]
         trainer["global_step"] += 1
         trainer["step"] = step + 1
         if not trainer.get("stage_start"):
@@ -278,5 +420,7 @@ def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, 
     steps_run = stage.steps - first
     return {"stage": stage.name, "steps": stage.steps, "trainable_params": n_trainable, **stage.info,
             "seconds": round(elapsed, 1), "tokens_per_second": round(tokens / max(elapsed, 1e-9), 1),
+            "padding_share": round(1 - tokens / padded, 4) if padded else None, "batch_order": cfg.batch_order,
+            "precision": precision, **({} if index else {"precision_probe": trainer["precision"]}),
             "start": trainer.get("stage_start") or {}, "end": last_terms,
             "mean": {k: v / max(steps_run, 1) for k, v in totals.items()}}

@@ -1,0 +1,123 @@
+"""`--mixed-precision auto`: train under bf16 autocast where this host runs the step faster in it, else in fp32.
+
+Whether bf16 pays depends on the CPU (issue 33: 1.46-1.52x on an Intel Xeon with AMX-BF16, 0.75x on an AMD EPYC
+with avx512_bf16, where the casts cost more than the products save), so it is measured, not guessed. First a matrix product of 256^3 in each precision
+(a few milliseconds): where bf16's is not faster, neither is the step (autocast on a CPU moves the matrix products
+to bf16 and leaves the rest in fp32), and fp32 is chosen at once; on an AMD EPYC without avx512_bf16 bf16's ran at a
+fiftieth of fp32's, and a timed step would have cost seconds. Elsewhere a timed probe of the run's own step on its
+first batches decides. A choice is kept per host, thread count, stage and model in a JSON
+file (the recipes': `--cache-dir`/precision.json), so a repeated run trains in the same precision and repeats
+bit for bit; delete the file to probe again.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+
+from mobilekd.fileio import read_json, write_json
+
+PROBE_BATCHES = 3  # the run's first batches, timed in each precision after a warm-up pass
+FASTER = 0.9  # bf16 must take under this share of fp32's time: a gain within timing noise is not worth rounding
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 1024, repeats: int = 12) -> float:
+    """GFLOP/s of an n x n x n matrix product in `dtype` on this host at torch's current thread count (the best
+    of `repeats` timings after two warm-ups)."""
+    g = torch.Generator().manual_seed(0)  # not the global generator: a probe leaves the run's random state alone
+    a, b = torch.randn(n, n, generator=g).to(dtype), torch.randn(n, n, generator=g).to(dtype)
+    best = float("inf")
+    for i in range(repeats + 2):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        if i >= 2:
+            best = min(best, time.perf_counter() - start)
+    return 2 * n ** 3 / best / 1e9
+
+
+def probe_precision(loss, model, batches: list[dict], accelerator: Accelerator, matmul_first: bool = True) -> dict:
+    """`--mixed-precision auto`: on a CPU whose bf16 matrix product is not faster than its fp32 one, fp32 at once;
+    else (or with `matmul_first` off) time a forward and backward pass of `loss` on each of `batches` (the run's first
+    steps' batches, so their lengths are the run's) in fp32 and under bf16 autocast, after one warm-up pass of
+    each, and choose bf16 where its total is under FASTER x fp32's. Gradients are discarded and the RNG restored,
+    so the run after the probe is the run without it; every process takes the mean of all processes' times."""
+    device = accelerator.device
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return {"precision": "no", "why": "this GPU has no bf16"}
+    if device.type == "cpu" and matmul_first:
+        fp32, bf16 = (float(accelerator.reduce(torch.tensor(matmul_peak(dtype, 256, 3)), "mean"))
+                      for dtype in (torch.float32, torch.bfloat16))  # every process decides alike
+        if bf16 < FASTER * fp32:
+            return {"precision": "no", "why": "bf16 matrix products are not faster than fp32's on this host",
+                    "fp32_matmul_gflops": round(fp32, 1), "bf16_matmul_gflops": round(bf16, 1)}
+    rng = torch.get_rng_state()
+    times = {"no": 0.0, "bf16": 0.0}
+    for i, batch in enumerate([batches[0], *batches]):
+        for precision in (("no", "bf16") if i % 2 else ("bf16", "no")):
+            start = time.perf_counter()
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                terms = loss(model, batch)
+            terms["loss"].backward()
+            if i:
+                times[precision] += time.perf_counter() - start
+    model.zero_grad(set_to_none=True)
+    torch.set_rng_state(rng)
+    total = {k: float(accelerator.reduce(torch.tensor(v, device=device), "mean")) for k, v in times.items()}
+    chosen = "bf16" if total["bf16"] < FASTER * total["no"] else "no"
+    return {"precision": chosen, "batches": len(batches), "fp32_seconds": round(total["no"], 4),
+            "bf16_seconds": round(total["bf16"], 4)}
+
+
+def describe(found: dict) -> str:
+    """The probe's choice in one line, for the run's log."""
+    if "fp32_seconds" in found:
+        why = (f"forward and backward of {found['batches']} batches: fp32 {found['fp32_seconds'] * 1000:.0f} ms, "
+               f"bf16 {found['bf16_seconds'] * 1000:.0f} ms")
+    elif "fp32_matmul_gflops" in found:
+        why = (f"a matrix product ran at {found['bf16_matmul_gflops']} GFLOP/s in bf16, {found['fp32_matmul_gflops']} "
+               f"in fp32")
+    else:
+        why = found.get("why", "")
+    return f"--mixed-precision auto: {'bf16' if found['precision'] == 'bf16' else 'fp32'} ({why}" + \
+        (", measured earlier on this host)" if found.get("cached") else ")")
+
+
+def decide_precision(stage: str, loss, model, batches: list[dict], accelerator: Accelerator,
+                     cache: Path | None) -> dict:
+    """The precision of a run whose first stage is `stage`: the choice kept in `cache` for this host, thread count,
+    stage and model, else `probe_precision` on `batches` (kept there by the main process)."""
+    n = sum(p.numel() for p in model.parameters())
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    key = (f"{cpu_model()} | {accelerator.device.type} | {torch.get_num_threads()} threads | "
+           f"{accelerator.num_processes} processes | stage {stage} | {n} parameters, {trained} trained")
+    kept = read_json(cache) if cache is not None and cache.is_file() else {}
+    if isinstance(kept, dict) and isinstance(kept.get(key), dict) and kept[key].get("precision") in ("no", "bf16"):
+        return {**kept[key], "cached": True}
+    device = accelerator.device
+    moved = []
+    for batch in batches:
+        batch = {k: v.to(device) for k, v in batch.items()}
+        if "masked_labels" in batch:  # as the loop normalises masked-LM (one process's share is enough here)
+            batch["mlm_denominator"] = (batch["masked_labels"] >= 0).sum().float()
+        moved.append(batch)
+    model.train()
+    found = probe_precision(loss, model, moved, accelerator)
+    if cache is not None and accelerator.is_main_process:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write_json(cache, {**(kept if isinstance(kept, dict) else {}), key: found})
+    return found
