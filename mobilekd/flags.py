@@ -2,7 +2,7 @@
 
 A field becomes a flag when its metadata has a `help`; the flag is `--field-name` unless the metadata names
 another (`flag`), its type is the default's (or metadata `type` where the default is None), `choices` pass
-through, and a boolean defaulting to False is a switch. transformers' `HfArgumentParser` does the same for
+through, a boolean defaulting to False is a switch, and one defaulting to True is a switch with a `--no-` twin. transformers' `HfArgumentParser` does the same for
 whole parsers; ours adds fields to a parser that also has hand-made flags, and keeps nested configs apart.
 """
 
@@ -38,6 +38,10 @@ def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, sh
         default = defaults.get(f.name, _default(f))
         if default is False:
             parser.add_argument(flag, dest=dest, action="store_true", help=f.metadata["help"])
+            continue
+        if default is True:
+            parser.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=True,
+                                help=f"{f.metadata['help']} (default on)")
             continue
         kind = f.metadata.get("type", type(_default(f)) if _default(f) is not None else str)
         described = (shown or {}).get(f.name, f.metadata.get("default_help", default))

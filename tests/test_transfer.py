@@ -130,6 +130,9 @@ def test_distillation_beats_scratch_and_every_layer_learns(demo_teacher_dir, sma
         assert stage["stage"] == f"pkt_L{l}"
         assert stage["end"][f"fmt_L{l}"] < stage["start"][f"fmt_L{l}"]
     assert "| pkt_L0 |" in (out / "pkt" / "summary.md").read_text()
+    # every stage rereads batches 0..9 (PD 0..39): the teacher starts from kept inputs in stages 1-3 and PD's first
+    # 10 steps, the student's frozen prefix in stages 2-3
+    assert (summary["layer_inputs"]["hits"], summary["layer_inputs"]["misses"]) == (3 * 10 + 2 * 10 + 10, 10 + 10 + 30)
     # The distilled student is a Hugging Face MobileBERT directory.
     import transformers
     assert transformers.MobileBertForMaskedLM.from_pretrained(out / "pkt").config.intra_bottleneck_size == 32
@@ -140,7 +143,7 @@ def test_resume_mid_stage_after_sigkill(demo_teacher_dir, small_corpus, tmp_path
         return ["--teacher", demo_teacher_dir, "--student", "demo_student", "--corpus", small_corpus, "--out", out,
                 "--cache-dir", tmp_path / "c",
                 "--seq-len", 48, "--batch-size", 8, "--layer-steps", 12, "--pd-steps", 30, "--save-every", 4,
-                "--eval-examples", 16, "--threads", 1, *extra]
+                "--eval-examples", 16, "--threads", 1, "--mixed-precision", "no", *extra]
 
     run_module("mobilekd.recipes.distill", *args(tmp_path / "full"))
     out = tmp_path / "killed"
@@ -181,7 +184,7 @@ def test_student_starts_from_the_teacher_by_name_as_the_official_code():
 def test_soft_freeze_follows_the_official_layer_wise_learning_rates():
     """TF1 distill_util.py: current layer 3x, layers below 0.3x, embeddings and heads 0; each phase warms up over
     10% and then decays polynomially (power 0.5) to 0.9 of its peak."""
-    from mobilekd.train.loop import _param_groups, _schedule
+    from mobilekd.train.loop import _param_groups, make_schedule
 
     teacher = MobileBertForPreTraining(PRESETS["demo_teacher"].config)
     settings = PlanSettings(layer_steps=20, pd_steps=1, freeze="soft", lr=1e-3)
@@ -194,7 +197,7 @@ def test_soft_freeze_follows_the_official_layer_wise_learning_rates():
     for name, p in student.named_parameters():
         p.requires_grad_(stage.trainable(name))
     optimizer = torch.optim.AdamW(_param_groups(student, stage), lr=stage.lr)
-    scheduler = _schedule(optimizer, stage)
+    scheduler = make_schedule(optimizer, stage)
     factors = [scheduler.lr_lambdas[0](step) for step in range(20)]
     assert factors[0] == 0.0 and factors[2] == pytest.approx(1.0)  # warm-up over the first 2 of 20 steps
     assert factors[-1] == pytest.approx(0.9 + 0.1 * (1 / 18) ** 0.5, rel=1e-6)  # near the peak, not at 0
@@ -214,3 +217,36 @@ def test_akt_terms_are_the_layer_wise_and_pd_terms_of_one_pass(small_corpus, tok
     apart = {**distiller.layer_terms(student, batch, matches), **distiller.pd_terms(student, batch)}
     for name in ("fmt_L2", "at_L3", "mlm", "mlm_kd", "nsp"):
         assert together[name].item() == pytest.approx(apart[name].item(), rel=1e-5), name
+
+
+def test_kept_layer_inputs_give_the_terms_of_passes_from_the_embeddings(small_corpus, tokenizer, tmp_path):
+    """Hard PKT stage by stage and then PD on one batch, the student's trained block changed after each stage as
+    training would: every term computed from the layer inputs an earlier stage kept equals the one from passes
+    that start at the embeddings, and every stage after the first starts from kept inputs."""
+    torch.manual_seed(0)
+    teacher = MobileBertForPreTraining(PRESETS["demo_teacher"].config)
+    student = MobileBertForPreTraining(PRESETS["demo_student"].config).train()  # dropout on in the trained block
+    kept = Distiller(teacher, [0, 1, 2, 3], PlanSettings(), student.config)
+    fresh = Distiller(teacher, [0, 1, 2, 3], PlanSettings(keep_layer_inputs=False), student.config)
+    assert fresh.inputs is None and kept.inputs is not None
+    batch = load_pretraining_data([small_corpus], tokenizer, 32, 0, tmp_path / "cache").train.batch(range(4))
+    batch["example"] = torch.tensor([[i, 0] for i in range(4)])
+    for l in range(4):
+        matches = kept.layer_matches([l])
+        rng = torch.get_rng_state()
+        a = kept.layer_terms(student, batch, matches, frozen_below=l)
+        torch.set_rng_state(rng)
+        b = fresh.layer_terms(student, batch, matches, frozen_below=l)
+        for name in (f"fmt_L{l}", f"at_L{l}", "loss"):
+            assert a[name].item() == pytest.approx(b[name].item(), rel=1e-5), (l, name)
+        with torch.no_grad():  # what stage l's training does: block l (and in stage 0 the embeddings) move
+            trained = [student.mobilebert.encoder.layer[l]] + ([student.mobilebert.embeddings] if l == 0 else [])
+            for p in (p for m in trained for p in m.parameters()):
+                p.add_(0.05 * torch.randn_like(p))
+    # teacher: kept from stage 0 on; student: its frozen prefix kept from stage 1 (stage 0 trains the embeddings)
+    assert (kept.inputs.hits, kept.inputs.misses) == (3 + 2, 1 + 1)
+    student.eval()
+    a, b = kept.pd_terms(student, batch), fresh.pd_terms(student, batch)
+    assert kept.inputs.hits == 6  # PD's teacher runs no block: the last stage kept its output
+    for name in ("mlm", "mlm_kd", "nsp", "loss"):
+        assert a[name].item() == pytest.approx(b[name].item(), rel=1e-5), name

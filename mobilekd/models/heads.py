@@ -80,11 +80,13 @@ class MobileBertForPreTraining(nn.Module):
         init_weights(self, config.initializer_range)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, masked_positions=None, *,
-                num_layers=None, output_feature_maps=False, output_attentions=False) -> PreTrainingOutput:
+                num_layers=None, output_feature_maps=False, output_attentions=False, hidden=None,
+                start_layer=0) -> PreTrainingOutput:
         """`masked_positions`: (B, P) indices into the sequence, padded with -1; logits come back flattened
-        over the valid ones. Below full depth no head runs."""
+        over the valid ones. Below full depth no head runs. `hidden`, `start_layer`: see `MobileBert.forward`."""
         enc = self.mobilebert(input_ids, attention_mask, token_type_ids, num_layers=num_layers,
-                              output_feature_maps=output_feature_maps, output_attentions=output_attentions)
+                              output_feature_maps=output_feature_maps, output_attentions=output_attentions,
+                              hidden=hidden, start_layer=start_layer)
         if enc.pooled is None:
             return PreTrainingOutput(None, None, enc)
         hidden = enc.last_hidden_state
@@ -106,6 +108,11 @@ class MobileBertForSequenceClassification(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
         self.classifier = nn.Linear(config.hidden_size, max(config.num_labels, 1))
         init_weights(self, config.initializer_range)
+
+    def sparse_embeddings(self) -> list[nn.Embedding]:
+        """Tables that no other layer reads (no tied decoder here), so their gradient may be sparse and their
+        update lazy (`mobilekd.train.lazy_adamw`)."""
+        return [self.mobilebert.embeddings.word_embeddings]
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, **kw):
         return self.logits_and_encoder(input_ids, attention_mask, token_type_ids, **kw)[0]

@@ -2,7 +2,9 @@
 one class with different configs (paper, Figure 1 and Table 1).
 
 `forward(..., num_layers=l)` runs only the first l blocks: progressive knowledge transfer needs nothing above
-the layer it trains (Section 4.3), so nothing above it is computed.
+the layer it trains (Section 4.3), so nothing above it is computed. `forward(..., hidden=h, start_layer=k)` starts
+from h, the input of block k kept from an earlier pass (`mobilekd.transfer.layer_inputs`), so nothing below it is
+computed either.
 """
 
 from __future__ import annotations
@@ -79,16 +81,27 @@ class MobileBert(nn.Module):
         num_layers: int | None = None,
         output_feature_maps: bool = False,
         output_attentions: bool = False,
+        hidden: torch.Tensor | None = None,
+        start_layer: int = 0,
     ) -> EncoderOutput:
+        """`hidden` (B, T, hidden_size): the input of block `start_layer`, instead of the embeddings of `input_ids`;
+        the feature maps and attentions of the blocks below it are then None in the output's lists, so that
+        index l is still block l."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        hidden = self.embeddings(input_ids, token_type_ids)
+        if hidden is None:
+            if start_layer:
+                raise ValueError("start_layer needs the hidden state at that block's input")
+            hidden = self.embeddings(input_ids, token_type_ids)
         mask = self.block_mask(attention_mask, hidden.dtype)
         depth = self.config.num_hidden_layers if num_layers is None else num_layers
-        out = EncoderOutput(hidden, embeddings=hidden if output_feature_maps else None)
-        for block in self.encoder.layer[:depth]:
+        out = EncoderOutput(hidden, embeddings=hidden if output_feature_maps and not start_layer else None,
+                            feature_maps=[None] * start_layer if output_feature_maps else [],
+                            attentions=[None] * start_layer if output_attentions else [],
+                            attention_scores=[None] * start_layer if output_attentions else [])
+        for block in self.encoder.layer[start_layer:depth]:
             hidden, maps = block(hidden, mask, output_attentions)
             if output_feature_maps:
                 out.feature_maps.append(hidden)

@@ -82,6 +82,7 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
            "alpha": w.alpha, "temperature": w.temperature, "layer_map": args.layer_map,
            "weights": [w.fmt, w.at, w.mean, w.var], "train_word_embeddings": settings.train_word_embeddings}
     cfg = train_config(args, out_dir=out, run=run)
+    distiller = None
     if strategy == "scratch":
         if Path(args.student).is_dir():  # from random weights, even when --student is a directory
             student = MobileBertForPreTraining(config)
@@ -103,6 +104,8 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
     result = {"strategy": strategy, "student": args.student, "teacher": str(teacher_dir),
               "total_steps": sum(s.steps for s in stages), "wall_seconds": round(time.time() - start, 1),
               "copied_from_teacher": len(copied), "stages": summaries}
+    if distiller is not None and distiller.inputs is not None:
+        result["layer_inputs"] = distiller.inputs.stats()
     if hasattr(student, "projections"):
         del student.projections  # they served the transfer; the student is saved and exported without them
     if accelerator.is_main_process:

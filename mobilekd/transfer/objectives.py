@@ -129,6 +129,15 @@ def deepest(matches: list[Match], side: str) -> int:
     return max(layers) + 1 if layers else 0
 
 
+def lowest(matches: list[Match], side: str) -> int:
+    """The lowest block whose output these matches read on `side` (0 when one reads the embeddings): a pass may
+    start at the input of any block at or below it."""
+    if any(m.feature == "embeddings" for m in matches):
+        return 0
+    layers = [getattr(m, f"{side}_layer") for m in matches if m.feature in LAYERED]
+    return min(layers) if layers else 0
+
+
 def group_heads(attention: torch.Tensor, heads: int) -> torch.Tensor:
     """A teacher's attention distributions (B, A, T, T) as `heads` distributions: consecutive groups of A / heads
     heads averaged (still distributions over the attended positions). Our choice for teachers with more heads than

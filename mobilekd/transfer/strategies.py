@@ -19,15 +19,21 @@ As in every strategy, a word-embedding table copied from the teacher stays froze
 never sees (issue 14's unseen rows).
 
 In stage l of PKT nothing above layer l runs, in teacher or student: both run `num_layers=l+1`. The teacher
-runs in eval mode under no_grad; a frozen student prefix has no parameter that needs a gradient, so autograd
-records nothing for it either.
+runs in eval mode under no_grad, and so does the student's frozen prefix in hard PKT (its embeddings and blocks
+below l: fixed functions, so without dropout, as the teacher; the official TF1 code goes further and builds the
+student with is_training=False, no dropout anywhere, whenever it has a teacher: run_pretraining.py,
+`model_fn_builder`). With `keep_layer_inputs` (the default) PKT's and JKT's stages reread the same
+batches and nothing below is run twice either: each stage starts both models from the hidden states the stage
+before left at its blocks' inputs (`mobilekd.transfer.layer_inputs`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 
+import psutil
 import torch
 import torch.nn.functional as F
 
@@ -35,11 +41,13 @@ from mobilekd.errors import UserError
 from mobilekd.models.config import ModelConfig
 from mobilekd.models.heads import WORD_EMBEDDINGS, mlm_loss
 from mobilekd.train.loop import Stage
+from mobilekd.transfer.layer_inputs import LayerInputs
 from mobilekd.transfer.losses import logit_distillation
 from mobilekd.transfer.objectives import (Features, Match, check_matches, deepest, distilbert_matches, evaluate,
-                                          mobilebert_matches, projections_for, refuse, tinybert_matches)
+                                          lowest, mobilebert_matches, projections_for, refuse, tinybert_matches)
 
 STRATEGIES = ("akt", "jkt", "pkt", "distilbert", "tinybert")
+REREADING = ("pkt", "jkt")  # plans of several stages, whose stages reread one batch sequence to keep layer inputs
 # DistilBERT's loss weights and temperature: the README's training command (examples/research_projects/
 # distillation/README.md: --alpha_ce 5.0 --alpha_mlm 2.0 --alpha_cos 1.0; train.py --temperature 2.0)
 DISTILBERT = {"ce": 5.0, "mlm": 2.0, "cos": 1.0, "temperature": 2.0}
@@ -75,11 +83,21 @@ class PlanSettings:
                 "those below at 0.3x, the embeddings and heads not at all, each stage warming up over 10%% and "
                 "then staying near its peak (1 -> 0.9)"})
     weights: TransferWeights = field(default_factory=TransferWeights)
-    teacher_bf16: bool = field(default=False, metadata={"help": "run the teacher under bf16 autocast"})
+    teacher_bf16: bool = field(default=False, metadata={
+        "help": "run the teacher under bf16 autocast even where the student trains in fp32 (where the student "
+                "trains under bf16, --mixed-precision, the teacher does too)"})
     train_word_embeddings: bool = field(default=False, metadata={
         "help": "train the word-embedding table copied from the teacher; by default it stays the teacher's (the "
                 "paper shares it), since on a small corpus Adam moves every row of the tied MLM decoder, seen or "
                 "not, the same way each step"})
+    keep_layer_inputs: bool = field(default=True, metadata={
+        "help": "PKT and JKT: every stage rereads the same batches and starts from the layer inputs the stage before "
+                "left (the teacher's, and the student's frozen blocks' in hard PKT), instead of running both models "
+                "from their embeddings each time (mobilekd/transfer/layer_inputs.py); --no-keep-layer-inputs: "
+                "each stage reads new batches and runs from the embeddings"})
+    layer_inputs_gb: float | None = field(default=None, metadata={
+        "type": float, "min": 0.0, "default_help": "a quarter of the memory available at start",
+        "help": "memory for kept layer inputs, in GiB; batches past it run from the embeddings"})
 
     def total_steps(self, n_layers: int) -> int:
         """Steps of every strategy's plan (equal by construction, so strategies compare at equal cost in steps)."""
@@ -179,6 +197,10 @@ class Distiller:
         self.student_config = student_config
         for p in self.teacher.parameters():
             p.requires_grad_(False)
+        self.inputs = None
+        if settings.keep_layer_inputs and strategy in REREADING:
+            gb = settings.layer_inputs_gb
+            self.inputs = LayerInputs(int(gb * 2 ** 30) if gb is not None else psutil.virtual_memory().available // 4)
 
     def projections(self) -> torch.nn.ModuleDict:
         """The projections the plan's matches need (none for equal widths), to train as the student's
@@ -187,9 +209,20 @@ class Distiller:
         return projections_for(every, self.teacher.config, self.student_config)
 
     def _teacher(self, batch, **kw):
-        with torch.no_grad(), torch.autocast(batch["input_ids"].device.type, dtype=torch.bfloat16,
-                                             enabled=self.s.teacher_bf16):
+        forced = torch.autocast(batch["input_ids"].device.type, dtype=torch.bfloat16) if self.s.teacher_bf16 else \
+            contextlib.nullcontext()  # else the step's own autocast, if any
+        with torch.no_grad(), forced:
             return self.teacher(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], **kw)
+
+    def _start(self, side: str, batch, first: int) -> dict:
+        """Where `side` may start for a pass whose first needed block is `first`: the batch's kept input of a block
+        at or below it (as `hidden`, `start_layer`), or from the embeddings ({})."""
+        kept = self.inputs.get(side, batch, first) if self.inputs is not None else None
+        return {} if kept is None else {"hidden": kept.hidden, "start_layer": kept.layer}
+
+    def _keep(self, side: str, batch, layer: int, hidden: torch.Tensor) -> None:
+        if self.inputs is not None:
+            self.inputs.put(side, batch, layer, hidden)
 
     def layer_matches(self, layers: list[int]) -> list[Match]:
         """The strategy's layer-wise matches for these student layers: TinyBERT's, or MobileBERT's with this plan's
@@ -202,19 +235,43 @@ class Distiller:
         return mobilebert_matches(self.layer_map, layers, fmt=w.fmt, at=w.at, mean=w.mean, var=w.var,
                                   projection=self.projected)
 
-    def layer_terms(self, student, batch, matches: list[Match], depth: int | None = None) -> dict[str, torch.Tensor]:
+    def layer_terms(self, student, batch, matches: list[Match], depth: int | None = None,
+                    frozen_below: int = 0) -> dict[str, torch.Tensor]:
         """The matches' terms, each logged on its own (`objectives.evaluate`).
 
         Both models run just deep enough for these matches, unless `depth` asks for more (the benchmark's
-        naive baseline runs them at full depth)."""
+        naive baseline runs them at full depth). With kept layer inputs each starts at the kept input of the lowest
+        block the matches read. `frozen_below` > 0 says the student's embeddings and blocks below it stay frozen
+        for the rest of the run (hard PKT): they run as `_frozen_prefix`."""
         t_depth = max(self.layer_map[:depth]) + 1 if depth else deepest(matches, "teacher")
         s_depth = depth or deepest(matches, "student")
-        t_out = self._teacher(batch, num_layers=t_depth, output_feature_maps=True, output_attentions=True).encoder
+        t_out = self._teacher(batch, num_layers=t_depth, output_feature_maps=True, output_attentions=True,
+                              **self._start("teacher", batch, lowest(matches, "teacher"))).encoder
+        self._keep("teacher", batch, t_depth, t_out.last_hidden_state)
+        start = {}
+        if frozen_below:
+            start = {"hidden": self._frozen_prefix(student, batch, frozen_below), "start_layer": frozen_below}
         s_out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], num_layers=s_depth,
-                        output_feature_maps=True, output_attentions=True).encoder
+                        output_feature_maps=True, output_attentions=True, **start).encoder
         mask = batch["attention_mask"]
         return evaluate(matches, Features(t_out, attention_mask=mask), Features(s_out, attention_mask=mask),
                         getattr(_unwrap(student), "projections", None))
+
+    def _frozen_prefix(self, student, batch, depth: int) -> torch.Tensor:
+        """The input of student block `depth` through the student's frozen embeddings and blocks below it: without
+        autograd and without dropout (a frozen block is a fixed function, so what it computes for an example can
+        be kept), from the batch's kept input where there is one; kept for the next stage."""
+        encoder = _unwrap(student).mobilebert
+        training = encoder.training
+        encoder.eval()
+        try:
+            with torch.no_grad():
+                hidden = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], num_layers=depth,
+                                 **self._start("student", batch, depth)).last_hidden_state
+        finally:
+            encoder.train(training)
+        self._keep("student", batch, depth, hidden)
+        return hidden
 
     def distilbert_matches(self) -> list[Match]:
         return distilbert_matches(self.teacher.config.num_hidden_layers, self.student_config.num_hidden_layers)
@@ -240,7 +297,9 @@ class Distiller:
 
     def pd_terms(self, student, batch) -> dict[str, torch.Tensor]:
         """Pre-training distillation, eq. (4): alpha * MLM + (1 - alpha) * KD on the MLM head, plus NSP."""
-        t_logits = self._teacher(batch, masked_positions=batch["masked_positions"]).mlm_logits
+        depth = self.teacher.config.num_hidden_layers
+        t_logits = self._teacher(batch, masked_positions=batch["masked_positions"],
+                                 **self._start("teacher", batch, depth)).mlm_logits
         out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["masked_positions"])
         return self._pd(t_logits, out, batch)
 
@@ -303,6 +362,12 @@ def _only_used_projections(stage: Stage, frozen: set[str]) -> Stage:
 
 
 def _plan(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
+    stages = _stages(strategy, distiller, n_layers)
+    # stages that keep layer inputs for the next read the same batches (`Stage.rereads`)
+    return [dataclasses.replace(st, rereads=True) for st in stages] if distiller.inputs is not None else stages
+
+
+def _stages(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
     s = distiller.s
     layer_lr = s.layer_lr or s.lr
     every = distiller.layer_matches(list(range(n_layers)))
@@ -331,14 +396,15 @@ def _plan(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
 
 def _pkt_stage(distiller: Distiller, l: int, s: PlanSettings, lr: float) -> Stage:
     matches = distiller.layer_matches([l])
-    common = dict(name=f"pkt_L{l}", steps=s.layer_steps, loss=lambda m, b: distiller.layer_terms(m, b, matches),
-                  lr=lr, info=_stage_info(matches))
+    common = dict(name=f"pkt_L{l}", steps=s.layer_steps, lr=lr, info=_stage_info(matches))
     if s.freeze == "hard":
         # The paper's PKT: the layers below are frozen. Layer 0's stage also trains the embeddings.
         def current(name):
             return layer_index(name) == l or (l == 0 and layer_index(name) == -1)
 
-        return Stage(trainable=current, warmup=s.warmup, **common)
+        return Stage(trainable=current, warmup=s.warmup,
+                     loss=lambda m, b: distiller.layer_terms(m, b, matches, frozen_below=l), **common)
+    common["loss"] = lambda m, b: distiller.layer_terms(m, b, matches)
 
     # The official TF1 code (mobilebert/distill_util.py, `layer_wise_learning_rate`): layer l at 3x the
     # background rate, the layers below at 0.3x, those above, the embeddings and the heads at 0 (not trained);
