@@ -10,6 +10,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from mobilekd.models.config import ModelConfig
+from mobilekd.models.heads import LMPredictionHead
 from mobilekd.models.mobilebert import MobileBert
 
 
@@ -37,3 +38,13 @@ def model_stats(config: ModelConfig, seq_len: int = 128) -> dict:
     with torch.device("meta"):
         encoder = MobileBert(config).eval()
     return {"params": count_params(encoder), f"flops_seq{seq_len}": count_flops(encoder, seq_len)}
+
+
+def mlm_head_flops(config: ModelConfig) -> tuple[int, int]:
+    """FLOPs of the masked-LM head for one masked token: its transform (dense + norm) and its output layer over
+    the vocabulary (the tied word-embedding table, with MobileBERT's extra rows where the table is narrower)."""
+    with torch.device("meta"):
+        head = LMPredictionHead(config)
+        x, table = torch.zeros(1, config.hidden_size), torch.zeros(config.vocab_size, config.embedding_size)
+        total = flops_of(head, x, table)
+        return flops_of(head.transform, x), total - flops_of(head.transform, x)

@@ -1,0 +1,114 @@
+"""Where the training loop's time goes (issue 33): length-grouped batches stay a pure function of (seed, step) and
+cut SST-2's padding; the precision probe leaves the run as it found it; a fine-tuning run records its precision,
+probe and padding; benchmarks.throughput writes its rows."""
+
+import json
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+
+from helpers import run_module
+from mobilekd.data.tasks import encode_classification, load_task, task_data, training_subset
+from mobilekd.finetune.evaluation import build_model
+from mobilekd.finetune.objective import task_loss
+from mobilekd.train.loop import POOL_BATCHES, Batches
+from mobilekd.train.precision import probe_precision
+
+
+def _sst2(tokenizer, n=3000):
+    task = load_task("sst2", task_data("sst2", None))
+    return task, encode_classification(task, training_subset(task.train, n, 0), tokenizer, 64)
+
+
+def test_length_grouped_batches_are_a_permutation_and_cut_the_padding(tokenizer):
+    task, split = _sst2(tokenizer)
+    accelerator = Accelerator(cpu=True)
+    B = 32
+    n_steps = 3 * len(split) // B + 5  # three epochs and more: epochs 1 and 2 start mid-batch (3000 % 32 != 0)
+    grouped = Batches(split, B, accelerator, 1, seed=7, order="length-grouped")
+    plain = Batches(split, B, accelerator, 1, seed=7, order="random")
+    # every epoch is a permutation of the examples, and the same (seed, step) gives the same batch
+    for epoch in range(3):
+        order = np.array([grouped._index(epoch * len(split) + i)[1] for i in range(len(split))])
+        assert sorted(order.tolist()) == list(range(len(split)))
+    again = Batches(split, B, accelerator, 1, seed=7, order="length-grouped")
+    for step in (0, 93, 94, 200, n_steps - 1):
+        a, b = next(grouped.micro_batches(step)), next(again.micro_batches(step))
+        assert all(torch.equal(a[k], b[k]) for k in a)
+
+    def padding(batches):
+        real = padded = 0
+        for step in range(n_steps):
+            mask = next(batches.micro_batches(step))["attention_mask"]
+            real, padded = real + int(mask.sum()), padded + mask.numel()
+        return 1 - real / padded
+
+    assert padding(plain) > 0.5  # SST-2's short sentences in random batches of 32: mostly padding
+    assert padding(grouped) < 0.1
+    # the batches are shuffled: lengths do not rise steadily through a pool of POOL_BATCHES batches
+    widths = [next(grouped.micro_batches(s))["attention_mask"].shape[1] for s in range(POOL_BATCHES)]
+    assert widths != sorted(widths)
+
+
+def test_two_processes_split_a_grouped_batch_as_one_process_reads_it(tokenizer):
+    task, split = _sst2(tokenizer, 500)
+    one = Batches(split, 16, Accelerator(cpu=True), 2, seed=1, order="length-grouped")  # 2 accumulation steps
+
+    class Rank:  # a process of two, as Accelerate describes it
+        def __init__(self, rank):
+            self.num_processes, self.process_index = 2, rank
+
+    ranks = [Batches(split, 16, Rank(r), 1, seed=1, order="length-grouped") for r in (0, 1)]
+    for step in (0, 31, 32, 60):
+        whole = [row for b in one.micro_batches(step) for row in b["input_ids"].tolist()]
+        parts = [row for b in ranks for row in next(b.micro_batches(step))["input_ids"].tolist()]
+        strip = lambda rows: sorted(tuple(x for x in r if x) for r in rows)  # noqa: E731
+        assert strip(whole) == strip(parts)
+
+
+def test_the_precision_probe_leaves_no_gradient_and_the_rng_as_it_was(student_dir, tokenizer):
+    task, split = _sst2(tokenizer, 200)
+    model = build_model(student_dir, task, classifier_dropout=0.1).train()
+    batches = [split.batch(range(i * 16, (i + 1) * 16)) for i in range(2)]
+    torch.manual_seed(3)
+    state = torch.get_rng_state()
+    found = probe_precision(task_loss(task, None, None), model, batches, Accelerator(cpu=True))
+    if "fp32_matmul_gflops" in found:  # a host whose bf16 matrix product is slower: decided without a step
+        assert found["precision"] == "no" and found["bf16_matmul_gflops"] < 0.9 * found["fp32_matmul_gflops"]
+    # the step's own timing, which decides where bf16's matrix product is faster
+    found = probe_precision(task_loss(task, None, None), model, batches, Accelerator(cpu=True), matmul_first=False)
+    assert found["fp32_seconds"] > 0 and found["bf16_seconds"] > 0
+    assert found["precision"] == ("bf16" if found["bf16_seconds"] < 0.9 * found["fp32_seconds"] else "no")
+    assert torch.equal(torch.get_rng_state(), state)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_a_fine_tuning_run_records_its_precision_and_padding(student_dir, tmp_path):
+    out = tmp_path / "ft"
+    run_module("mobilekd.recipes.finetune", "--model", student_dir, "--task", "sst2", "--out", out,
+               "--max-train-examples", 256, "--batch-size", 16, "--max-len", 32, "--max-steps", 8, "--threads", 1)
+    [stage] = json.loads((out / "results.json").read_text())["training"]
+    probe = stage["precision_probe"]
+    assert stage["precision"] == probe["precision"] in ("no", "bf16")
+    assert probe.get("batches") == 3 or "fp32_matmul_gflops" in probe
+    assert stage["batch_order"] == "length-grouped" and 0 <= stage["padding_share"] < 0.3
+
+
+def test_the_throughput_benchmark_writes_rows_per_path_and_variant(tmp_path):
+    results = tmp_path / "throughput.json"
+    run_module("benchmarks.throughput", "--paths", "finetune", "--steps", 2, "--warmup", 1, "--profile-steps", 1,
+               "--examples", 300, "--compile-paths", "--results", results)
+    rows = json.loads(results.read_text())
+    assert all({"path", "variant", "cpu", "threads", "precision", "metric", "value"} <= set(r) for r in rows)
+    got = {(r["path"], r["variant"], r["metric"]) for r in rows}
+    for variant in ("baseline", "length_grouped", "fused_adamw", "lazy_embeddings", "bf16", "default"):
+        for metric in ("real_tokens_per_second", "useful_gflops", "peak_gflops", "fraction_of_peak",
+                       "padding_share"):
+            assert ("finetune", variant, metric) in got
+    assert ("finetune", "default", "outside_matmul_share") in got
+    assert {("host", "matmul peak fp32", "peak_gflops"), ("host", "matmul peak bf16", "peak_gflops")} <= got
+    value = {(r["variant"], r["metric"]): r["value"] for r in rows if r["path"] == "finetune"}
+    assert value[("baseline", "padding_share")] > 0.4 > value[("length_grouped", "padding_share")]
+    assert value[("baseline", "speedup")] == 1.0
+    assert not any(r["variant"] in ("layer_inputs", "torch_compile") for r in rows)  # not a distillation path
