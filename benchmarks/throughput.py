@@ -20,7 +20,8 @@ run from their embeddings in every distillation stage), `length_grouped` (`--bat
 updated on the batch's rows only), `layer_inputs` (distillation paths: `--keep-layer-inputs`, the step starting
 from what the stage before kept for its batch, which is run untimed first: for `pkt_layer` stage 1's step, for
 `pd` PKT's last stage's; a PD step on a batch no layer-wise stage read costs what `lazy_embeddings` shows),
-`bf16` (bf16 autocast), `default`: the recipes' defaults, whose precision the loop's probe
+`bf16` (bf16 autocast; not timed on a host whose bf16 matrix product is not faster than fp32's, where the
+probe never chooses it), `default`: the recipes' defaults, whose precision the loop's probe
 (`--mixed-precision auto`) chooses on the path's first batches (QAT's default is fp32, and it has no bf16
 variant: its fake quantization has no bf16 kernels), and `torch_compile` (`default` under
 `torch.compile(dynamic=True)`, on --compile-paths; its compilation time as `compile_seconds`). All variants of a
@@ -62,7 +63,8 @@ from accelerate import Accelerator
 from torch.profiler import ProfilerActivity, profile
 
 from android_bench.host import cpu_model
-from benchmarks.runner import WITHIN, mean_std_cell, merge_rows, show_table, table_flags, within
+from benchmarks.runner import (VERDICTS, WITHIN, mean_std_cell, merge_rows, show_table, table_flags, verdict,
+                               within)
 from mobilekd.data.pretraining import load_pretraining_data
 from mobilekd.data.tasks import encode_classification, load_task, task_data, training_subset
 from mobilekd.data.tokenizer import load_tokenizer
@@ -86,7 +88,7 @@ from mobilekd.run_config import flags, run_settings
 from mobilekd.train.common import SHIPPED_CORPORA
 from mobilekd.train.loop import (Batches, Stage, TrainConfig, freeze_for_stage, make_optimizer, make_schedule,
                                  sparse_embeddings, train_step)
-from mobilekd.train.precision import PROBE_BATCHES, decide_precision, matmul_peak
+from mobilekd.train.precision import FASTER, PROBE_BATCHES, decide_precision, matmul_peak
 from mobilekd.transfer.strategies import Distiller, PlanSettings, copy_shared_weights, plan
 
 RESULTS = "docs/results/throughput.json"
@@ -352,6 +354,7 @@ class Runner:
             self.step(timed=False)  # compiles forward and backward
             self.compile_seconds = time.perf_counter() - start
         self.seconds = self.real = self.padded = self.useful = 0.0
+        self.timed: list[tuple[float, int, float]] = []  # per timed step: seconds, real tokens, useful FLOPs
 
     def next_batches(self) -> list[dict]:
         """The next step's micro-batches, with what the stage before would have kept for them."""
@@ -373,11 +376,19 @@ class Runner:
         batches = self.next_batches()
         seconds, real, padded = self.run(batches)
         if timed:
+            useful = sum(self.flops(b) for b in batches) if self.flops else 0.0
             self.seconds += seconds
             self.real += real
             self.padded += padded
-            if self.flops:
-                self.useful += sum(self.flops(b) for b in batches)
+            self.useful += useful
+            self.timed.append((seconds, real, useful))
+
+    def blocks(self, n: int) -> list[tuple[float, float, float]]:
+        """The timed steps in `n` consecutive blocks: each block's seconds, real tokens and useful FLOPs (the
+        spread of a ratio over blocks is its timing noise; the variants step in turn, so block i of each variant
+        ran at the same time)."""
+        parts = np.array_split(np.array(self.timed), n)
+        return [tuple(float(x) for x in part.sum(0)) for part in parts if len(part)]
 
     def shares(self, steps: int) -> dict:
         """From torch's profiler over `steps` more steps (their batches and prefill outside it): self time outside
@@ -403,15 +414,20 @@ def measure(args) -> list[dict]:
     found = [{**identity, "path": "host", "variant": f"matmul peak {p}", "precision": p, "metric": "peak_gflops",
               "value": round(v, 1), "task": None, "method": "host matmul peak", "seed": None}
              for p, v in (("fp32", peaks["no"]), ("bf16", peaks["bf16"]))]
+    # where bf16's matrix product is not faster, the probe trains in fp32 at once: its variant would time nothing a
+    # run does, at a fraction of fp32's speed (an AMD EPYC without bf16 units: an adapt step over a minute)
+    bf16_pays = peaks["bf16"] >= FASTER * peaks["no"]
     with tempfile.TemporaryDirectory() as tmp:
         for path in build_paths(args.paths, args.examples):
             wanted = [v for v in VARIANTS if (v.name in path.variants or not path.variants)
-                      and (v.name != "torch_compile" or path.name in args.compile_paths)]
+                      and (v.name != "torch_compile" or path.name in args.compile_paths)
+                      and (v.name != "bf16" or bf16_pays)]
             runners = [Runner(path, v, accelerator, Path(tmp)) for v in wanted]
             for r in range(args.warmup + args.steps):
                 for i in range(len(runners)):
                     runners[(i + r) % len(runners)].step(timed=r >= args.warmup)
             base = runners[0].real / runners[0].seconds
+            base_blocks = runners[0].blocks(args.blocks)
             for runner in runners:
                 shares = runner.shares(args.profile_steps) if runner.name in ("baseline", "default") else {}
                 tokens_s = runner.real / runner.seconds
@@ -421,15 +437,20 @@ def measure(args) -> list[dict]:
                            **{k: round(v, 4) for k, v in shares.items()}}
                 if runner.compile_seconds is not None:
                     metrics["compile_seconds"] = round(runner.compile_seconds, 1)
+                own_blocks = runner.blocks(args.blocks)
+                spread = {"speedup": [round(r / s / (br / bs), 4)
+                                      for (s, r, _), (bs, br, _) in zip(own_blocks, base_blocks)]}
                 if runner.flops:
                     useful = runner.useful / runner.seconds / 1e9
                     peak = peaks[runner.precision if runner.precision == "bf16" else "no"]
                     metrics.update(useful_gflops=round(useful, 2), peak_gflops=round(peak, 1),
                                    fraction_of_peak=round(useful / peak, 4))
+                    spread["fraction_of_peak"] = [round(u / s / 1e9 / peak, 4) for s, _, u in own_blocks]
                 extra = {"probe": runner.probe} if runner.probe else {}
                 found += [{**identity, "path": path.name, "variant": runner.name, "precision": precision,
                            "metric": k, "value": v, "steps": args.steps, "batch": path.batch, "task": path.name,
-                           "method": runner.name, "seed": None, **extra} for k, v in metrics.items()]
+                           "method": runner.name, "seed": None, **extra,
+                           **({"blocks": spread[k]} if k in spread else {})} for k, v in metrics.items()]
                 print(f"{path.name:12} {runner.name:15} {precision:5} {tokens_s:8.0f} real tokens/s "
                       f"{tokens_s / base:5.2f}x  padding {metrics['padding_share']:.2f}" +
                       (f"  {metrics['useful_gflops']:6.1f} GFLOP/s = {metrics['fraction_of_peak']:.0%} of peak"
@@ -514,8 +535,12 @@ def plan_rows(args) -> list[dict]:
                               str(args.threads), "--layer-steps", str(layer_steps), "--pd-steps", str(pd_steps),
                               "--eval-examples", "32", *loop_flags])
                 runs[name].append(read_json(out / "summary.json")["stages"])
+    def rate(stages):  # real tokens per second of one run's stages
+        return sum(st["seconds"] * st["tokens_per_second"] for st in stages) / sum(st["seconds"] for st in stages)
+
     found = []
     base = None
+    base_runs = runs["distill_baseline"]
     for name, stage_lists in runs.items():
         seconds = sum(st["seconds"] for stages in stage_lists for st in stages)
         tokens = sum(st["seconds"] * st["tokens_per_second"] for stages in stage_lists for st in stages)
@@ -526,9 +551,11 @@ def plan_rows(args) -> list[dict]:
                    "seconds": round(seconds / args.plan_repeats, 1),
                    **{k: round(sum(st["seconds"] for st in v) / args.plan_repeats, 1) for k, v in kinds.items()}}
         variant = name.removeprefix("distill_")
+        repeats = [round(rate(own) / rate(b), 4) for own, b in zip(stage_lists, base_runs)]  # pairs run in turn
         found += [{**host(args.threads), "path": "distill_plan", "variant": variant, "precision": "fp32",
                    "metric": k, "value": v, "task": "distill_plan", "method": variant, "seed": None,
-                   "plan_steps": [layer_steps, pd_steps], "repeats": args.plan_repeats} for k, v in metrics.items()]
+                   "plan_steps": [layer_steps, pd_steps], "repeats": args.plan_repeats,
+                   **({"blocks": repeats} if k == "speedup" else {})} for k, v in metrics.items()]
         print(f"distill plan {variant:10} {metrics['seconds']:7.1f} s a run, {metrics['real_tokens_per_second']:.0f} "
               f"real tokens/s, {metrics['speedup']:.2f}x")
     return found
@@ -551,8 +578,11 @@ def table(rows: list[dict]) -> str:
     for cpu, threads, mine in _hosts(speed):
         peaks = {r["precision"]: r["value"] for r in rows if r["path"] == "host" and r["cpu"] == cpu
                  and r["threads"] == threads}
-        lines += [f"**{cpu}, {threads} thread(s)**; matmul peak fp32 {peaks.get('fp32', 0):.0f} GFLOP/s, "
-                  f"bf16 {peaks.get('bf16', 0):.0f} GFLOP/s", "",
+        slow = peaks.get("bf16", 0) < FASTER * peaks.get("fp32", 0)
+        lines += [f"**{cpu}, {threads} thread(s)**; matmul peak fp32 {peaks.get('fp32', 0):.1f} GFLOP/s, "
+                  f"bf16 {peaks.get('bf16', 0):.1f} GFLOP/s" +
+                  (" (not faster: no bf16 variant timed, and --mixed-precision auto trains in fp32)" if slow else ""),
+                  "",
                   "| path | variant | precision | real tokens/s | vs baseline | padding | useful GFLOP/s | "
                   "of peak | outside matmuls | optimizer |", "|---|---|---|---|---|---|---|---|---|---|"]
         for path in [p for p in PATHS if any(r["path"] == p for r in mine)]:
@@ -633,8 +663,40 @@ def accuracy_table(rows: list[dict]) -> str:
                                f"fine-tuning's, or the distillation's for the distill loops. {WITHIN}\n")
 
 
+# (what, path, variant, metric, at least): issue 33's goals
+GOALS = [("fine-tuning, real tokens/s", "finetune", "default", "speedup", 3.0),
+         ("distillation: a PKT layer stage, real tokens/s", "pkt_layer", "default", "speedup", 1.5),
+         ("distillation: a PD step on a batch PKT kept (the defaults)", "pd", "default", "speedup", 1.5),
+         ("distillation: a PD step on a batch no stage kept (lazy_embeddings: the defaults, nothing kept)", "pd",
+          "lazy_embeddings", "speedup", 1.5),
+         ("distillation: the whole PKT plan (mobilekd distill)", "distill_plan", "default", "speedup", 1.5),
+         *[(f"{path}: useful FLOP/s of the peak", path, "default", "fraction_of_peak", 0.5)
+           for path in ("adapt", "pkt_layer", "pd", "finetune", "finetune_kd", "qat")]]
+MET = {"holds": "met", "fails": "missed", "tie": "tie (within noise)"}
+
+
+def goals_table(rows: list[dict]) -> str:
+    """Each goal against its ratio's spread over timing blocks (runs, for the whole plan): met or missed only
+    beyond two standard errors (`runner.verdict`)."""
+    lines = ["| goal | at least | host, threads | measured (mean ± std over blocks) | verdict |", "|---|---|---|---|---|"]
+    for what, path, variant, metric, goal in GOALS:
+        for r in rows:
+            if (r["path"], r["variant"], r["metric"]) == (path, variant, metric) and r.get("blocks"):
+                shown = (lambda x: f"{x:.2f}x") if metric == "speedup" else (lambda x: f"{x:.0%}")
+                blocks = r["blocks"]
+                spread = f" ± {shown(statistics.stdev(blocks)).rstrip('x')}" if len(blocks) > 1 else ""
+                judged = verdict(blocks, goal)
+                lines.append(f"| {what} | {shown(goal)} | {r['cpu']}, {r['threads']} | {shown(r['value'])}{spread} "
+                             f"[n={len(blocks)}] | {MET.get(judged, judged)} |")
+    if len(lines) == 2:
+        return ""
+    return "\n".join(lines) + ("\n\nThe spread of a speed-up is over blocks of the variants' interleaved steps "
+                               "(runs, for the whole plan), of a fraction of peak over the same blocks against the "
+                               "run's one peak. " + VERDICTS + "\n")
+
+
 def tables(rows: list[dict]) -> str:
-    return table(rows) + "\n" + plan_table(rows) + "\n" + accuracy_table(rows)
+    return (goals_table(rows) + "\n" + table(rows) + "\n" + plan_table(rows) + "\n" + accuracy_table(rows)).lstrip()
 
 
 @cli_entry
@@ -646,6 +708,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=24, help="timed steps per variant (default 24)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per variant first (default 2)")
     p.add_argument("--profile-steps", type=int, default=4, help="profiled steps (default 4)")
+    p.add_argument("--blocks", type=int, default=4,
+                   help="the timed steps' blocks whose spread gives a ratio's noise (default 4)")
     p.add_argument("--examples", type=int, default=4000, help="SST-2 training examples read (default 4000)")
     p.add_argument("--compile-paths", nargs="*", choices=PATHS, default=["finetune"],
                    help="paths that also time torch.compile on the default variant (default: finetune; its "

@@ -10,16 +10,19 @@ DDP (tests/test_teacher.py: two CPU processes under torchrun give the weights of
 slice of every global batch, and batches are a pure function of (seed, step), so a resumed run and an N-process
 run see exactly the data of an uninterrupted one-process run.
 
-Where the host's time goes (issue 33; `python -m benchmarks.throughput` measures each change):
+Where the host's time goes (issue 33; `python -m benchmarks.throughput` measures each change, docs/throughput.md):
 - batches are grouped by length (`--batch-order length-grouped`, the default): a batch is cut to its widest
-  example, and a random batch of short sentences is mostly padding (SST-2: 68% of a random batch's tokens);
-- AdamW is torch's fused kernel (`fused=True`): the per-tensor loop spent ~100 ms a step on a 15M-parameter
-  student, most of it on the word-embedding table, which a classifier now updates lazily, only the batch's rows
-  (`--embedding-updates lazy`, the default; `mobilekd.train.lazy_adamw`);
-- `--mixed-precision auto` (the default) times forward and backward passes of the first stage's first batches in
-  fp32 and under bf16 autocast and trains in the faster (`mobilekd.train.precision`), recorded in the summary
-  and kept for the next run on this host. Set-ups that shard the model or optimizer state
-(FSDP, DeepSpeed, Megatron-LM) are refused (`refuse_sharded`, called where the recipes make their Accelerator).
+  example, and a random batch of short sentences is mostly padding (SST-2's, about two thirds);
+- AdamW is torch's fused kernel (`--fused-optimizer`), and a classifier's word-embedding table, most of a small
+  student, is updated lazily, only on the batch's rows (`--embedding-updates lazy`; `mobilekd.train.lazy_adamw`);
+- `--mixed-precision auto` (the default) trains under bf16 autocast only where this host runs it faster
+  (`mobilekd.train.precision`: a matrix product in each precision, then where bf16's is faster the first stage's
+  first batches timed in both), recorded in the summary and kept for the next run on this host;
+- stages that reread (`Stage.rereads`) see the batches of the stage before, so distillation can start each stage
+  where the last one stopped (`mobilekd.transfer.layer_inputs`).
+
+Set-ups that shard the model or optimizer state (FSDP, DeepSpeed, Megatron-LM) are refused (`refuse_sharded`,
+called where the recipes make their Accelerator).
 """
 
 from __future__ import annotations
@@ -102,8 +105,8 @@ class TrainConfig:
                 "shuffled batches"})
     mixed_precision: str = field(default="auto", metadata={
         "choices": ["auto", "no", "bf16", "fp16"],
-        "help": "autocast precision; auto: bf16 where a timed probe of the first batch finds it faster on this host "
-                "(an Intel Xeon with AMX: yes; an AMD EPYC with avx512_bf16: measured slower), else fp32"})
+        "help": "autocast precision; auto: bf16 where this host runs it faster (a matrix product in each precision, "
+                "then the first batches' forward and backward in each), else fp32"})
     embedding_updates: str = field(default="lazy", metadata={
         "choices": ["lazy", "dense"],
         "help": "lazy: a classifier's word-embedding table gets a sparse gradient and AdamW updates only the rows in "

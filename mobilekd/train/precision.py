@@ -1,12 +1,13 @@
 """`--mixed-precision auto`: train under bf16 autocast where this host runs the step faster in it, else in fp32.
 
 Whether bf16 pays depends on the CPU (issue 33: 1.46-1.52x on an Intel Xeon with AMX-BF16, 0.75x on an AMD EPYC
-with avx512_bf16, where the casts cost more than the products save), so it is measured, not guessed. First a matrix product of 256^3 in each precision
-(a few milliseconds): where bf16's is not faster, neither is the step (autocast on a CPU moves the matrix products
-to bf16 and leaves the rest in fp32), and fp32 is chosen at once; on an AMD EPYC without avx512_bf16 bf16's ran at a
-fiftieth of fp32's, and a timed step would have cost seconds. Elsewhere a timed probe of the run's own step on its
-first batches decides. A choice is kept per host, thread count, stage and model in a JSON
-file (the recipes': `--cache-dir`/precision.json), so a repeated run trains in the same precision and repeats
+with avx512_bf16, where the casts cost more than the products save), so it is measured, not guessed. First a
+256^3 matrix product in each precision (milliseconds): where bf16's runs at under FASTER of fp32's rate, the step
+cannot gain (autocast on a CPU moves the matrix products to bf16 and leaves the rest in fp32) and fp32 is chosen
+at once. On an AMD EPYC without avx512_bf16 bf16's product ran at about 1 GFLOP/s against fp32's 60
+(docs/results/throughput.json), where a timed step would have cost seconds to a minute. Elsewhere a timed probe of
+the run's own step on its first batches decides. A choice is kept per host, thread count, stage and model in a
+JSON file (the recipes': `--cache-dir`/precision.json), so a repeated run trains in the same precision and repeats
 bit for bit; delete the file to probe again.
 """
 
@@ -22,7 +23,8 @@ from accelerate import Accelerator
 from mobilekd.fileio import read_json, write_json
 
 PROBE_BATCHES = 3  # the run's first batches, timed in each precision after a warm-up pass
-FASTER = 0.9  # bf16 must take under this share of fp32's time: a gain within timing noise is not worth rounding
+FASTER = 0.9  # bf16 must take under this share of fp32's time (and its matrix product run at least this share of
+# fp32's rate before the step is timed at all): a gain within timing noise is not worth rounding
 
 
 def cpu_model() -> str:
@@ -51,10 +53,10 @@ def matmul_peak(dtype: torch.dtype, n: int = 1024, repeats: int = 12) -> float:
 
 
 def probe_precision(loss, model, batches: list[dict], accelerator: Accelerator, matmul_first: bool = True) -> dict:
-    """`--mixed-precision auto`: on a CPU whose bf16 matrix product is not faster than its fp32 one, fp32 at once;
-    else (or with `matmul_first` off) time a forward and backward pass of `loss` on each of `batches` (the run's first
-    steps' batches, so their lengths are the run's) in fp32 and under bf16 autocast, after one warm-up pass of
-    each, and choose bf16 where its total is under FASTER x fp32's. Gradients are discarded and the RNG restored,
+    """`--mixed-precision auto`: on a CPU whose bf16 matrix product runs at under FASTER of its fp32 one's rate,
+    fp32 at once; else (or with `matmul_first` off) time a forward and backward pass of `loss` on each of `batches`
+    (the run's first steps' batches, so their lengths are the run's) in fp32 and under bf16 autocast, after one
+    warm-up pass of each, and choose bf16 where its total is under FASTER x fp32's. Gradients are discarded and the RNG restored,
     so the run after the probe is the run without it; every process takes the mean of all processes' times."""
     device = accelerator.device
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -63,7 +65,7 @@ def probe_precision(loss, model, batches: list[dict], accelerator: Accelerator, 
         fp32, bf16 = (float(accelerator.reduce(torch.tensor(matmul_peak(dtype, 256, 3)), "mean"))
                       for dtype in (torch.float32, torch.bfloat16))  # every process decides alike
         if bf16 < FASTER * fp32:
-            return {"precision": "no", "why": "bf16 matrix products are not faster than fp32's on this host",
+            return {"precision": "no", "why": "bf16 matrix products are slower than fp32's on this host",
                     "fp32_matmul_gflops": round(fp32, 1), "bf16_matmul_gflops": round(bf16, 1)}
     rng = torch.get_rng_state()
     times = {"no": 0.0, "bf16": 0.0}
