@@ -11,9 +11,9 @@ frozen student block before the trained one. The same holds for pre-training dis
 stages, which needs only the teacher's last hidden state (for its MLM logits) and so runs no teacher block at all
 on a kept batch.
 
-The arithmetic is the same as running from the embeddings: the kept tensors are fp32, computed by the same blocks
-with the same weights, and frozen blocks run without dropout either way (`Distiller._frozen_prefix`). Memory: a
-batch of B examples of width T keeps B x T x hidden_size floats per model (the demo: 32 x 64 x 384, 3.1 MB each);
+The arithmetic is the same as running from the embeddings (the kept tensors are fp32, computed by the same blocks
+with the same weights), but for dropout: the student's frozen blocks run without it, so that what they compute for
+an example stays the same (`Distiller._frozen_prefix`). Memory: a batch of B examples of width T keeps B x T x hidden_size floats per model (the demo: 32 x 64 x 384, 3.1 MB each);
 past `budget_bytes` nothing more is kept, and later batches run from the embeddings as before.
 
 Departure from the official code, stated: its layer-wise phases read one continuous input stream

@@ -19,12 +19,13 @@ As in every strategy, a word-embedding table copied from the teacher stays froze
 never sees (issue 14's unseen rows).
 
 In stage l of PKT nothing above layer l runs, in teacher or student: both run `num_layers=l+1`. The teacher
-runs in eval mode under no_grad, and so does the student's frozen prefix in hard PKT (its embeddings and blocks
-below l: fixed functions, so without dropout, as the teacher; the official TF1 code goes further and builds the
-student with is_training=False, no dropout anywhere, whenever it has a teacher: run_pretraining.py,
-`model_fn_builder`). With `keep_layer_inputs` (the default) PKT's and JKT's stages reread the same
+runs in eval mode under no_grad; a frozen student prefix has no parameter that needs a gradient, so autograd
+records nothing for it either. With `keep_layer_inputs` (the default) PKT's and JKT's stages reread the same
 batches and nothing below is run twice either: each stage starts both models from the hidden states the stage
-before left at its blocks' inputs (`mobilekd.transfer.layer_inputs`).
+before left at its blocks' inputs (`mobilekd.transfer.layer_inputs`); the student's frozen prefix then runs
+without dropout, as the teacher does, so that what it computes can be kept (the official TF1 code goes further and
+builds the student with is_training=False, no dropout anywhere, whenever it has a teacher: run_pretraining.py,
+`model_fn_builder`).
 """
 
 from __future__ import annotations
@@ -242,14 +243,14 @@ class Distiller:
         Both models run just deep enough for these matches, unless `depth` asks for more (the benchmark's
         naive baseline runs them at full depth). With kept layer inputs each starts at the kept input of the lowest
         block the matches read. `frozen_below` > 0 says the student's embeddings and blocks below it stay frozen
-        for the rest of the run (hard PKT): they run as `_frozen_prefix`."""
+        for the rest of the run (hard PKT): with kept inputs they run as `_frozen_prefix`."""
         t_depth = max(self.layer_map[:depth]) + 1 if depth else deepest(matches, "teacher")
         s_depth = depth or deepest(matches, "student")
         t_out = self._teacher(batch, num_layers=t_depth, output_feature_maps=True, output_attentions=True,
                               **self._start("teacher", batch, lowest(matches, "teacher"))).encoder
         self._keep("teacher", batch, t_depth, t_out.last_hidden_state)
         start = {}
-        if frozen_below:
+        if frozen_below and self.inputs is not None:
             start = {"hidden": self._frozen_prefix(student, batch, frozen_below), "start_layer": frozen_below}
         s_out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], num_layers=s_depth,
                         output_feature_maps=True, output_attentions=True, **start).encoder
