@@ -81,13 +81,14 @@ class MobileBertForPreTraining(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, masked_positions=None, *,
                 num_layers=None, output_feature_maps=False, output_attentions=False, hidden=None,
-                start_layer=0) -> PreTrainingOutput:
+                start_layer=0, heads=True) -> PreTrainingOutput:
         """`masked_positions`: (B, P) indices into the sequence, padded with -1; logits come back flattened
-        over the valid ones. Below full depth no head runs. `hidden`, `start_layer`: see `MobileBert.forward`."""
+        over the valid ones (without them, at every position). Below full depth, or with `heads` False (a pass
+        that needs only the encoder's features), no head runs. `hidden`, `start_layer`: see `MobileBert.forward`."""
         enc = self.mobilebert(input_ids, attention_mask, token_type_ids, num_layers=num_layers,
                               output_feature_maps=output_feature_maps, output_attentions=output_attentions,
                               hidden=hidden, start_layer=start_layer)
-        if enc.pooled is None:
+        if enc.pooled is None or not heads:
             return PreTrainingOutput(None, None, enc)
         hidden = enc.last_hidden_state
         if masked_positions is not None:

@@ -241,19 +241,20 @@ class Distiller:
         """The matches' terms, each logged on its own (`objectives.evaluate`).
 
         Both models run just deep enough for these matches, unless `depth` asks for more (the benchmark's
-        naive baseline runs them at full depth). With kept layer inputs each starts at the kept input of the lowest
+        naive baseline runs them at full depth), and without their heads: at full depth (PKT's last stage, JKT,
+        TinyBERT) the MLM head would compute logits over the whole vocabulary at every position, for nothing. With kept layer inputs each starts at the kept input of the lowest
         block the matches read. `frozen_below` > 0 says the student's embeddings and blocks below it stay frozen
         for the rest of the run (hard PKT): with kept inputs they run as `_frozen_prefix`."""
         t_depth = max(self.layer_map[:depth]) + 1 if depth else deepest(matches, "teacher")
         s_depth = depth or deepest(matches, "student")
         t_out = self._teacher(batch, num_layers=t_depth, output_feature_maps=True, output_attentions=True,
-                              **self._start("teacher", batch, lowest(matches, "teacher"))).encoder
+                              heads=False, **self._start("teacher", batch, lowest(matches, "teacher"))).encoder
         self._keep("teacher", batch, t_depth, t_out.last_hidden_state)
         start = {}
         if frozen_below and self.inputs is not None:
             start = {"hidden": self._frozen_prefix(student, batch, frozen_below), "start_layer": frozen_below}
         s_out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], num_layers=s_depth,
-                        output_feature_maps=True, output_attentions=True, **start).encoder
+                        output_feature_maps=True, output_attentions=True, heads=False, **start).encoder
         mask = batch["attention_mask"]
         return evaluate(matches, Features(t_out, attention_mask=mask), Features(s_out, attention_mask=mask),
                         getattr(_unwrap(student), "projections", None))
