@@ -14,19 +14,19 @@ table frozen as adaptation leaves it), `pkt_layer` (PKT's stage for student laye
 `mobilekd finetune --teacher` has them), `bilstm` (Tang et al.'s BiLSTM, MSE on cached logits, batch 50) and
 `qat` (quantization-aware training, its graph padded to its --max-len).
 
-Variants, each on top of the one before: `baseline` (random batches, AdamW's per-tensor loop, fp32, both models
-run from their embeddings in every distillation stage), `length_grouped` (`--batch-order length-grouped`),
-`fused_adamw` (torch's fused AdamW), `lazy_embeddings` (`--embedding-updates lazy`: a classifier's word table
-updated on the batch's rows only), `layer_inputs` (distillation paths: `--keep-layer-inputs`, the step starting
-from what the stage before kept for its batch, which is run untimed first: for `pkt_layer` stage 1's step, for
-`pd` PKT's last stage's; a PD step on a batch no layer-wise stage read costs what `lazy_embeddings` shows),
-`bf16` (bf16 autocast; not timed on a host whose bf16 matrix product is not faster than fp32's, where the
-probe never chooses it), `default`: the recipes' defaults, whose precision the loop's probe
-(`--mixed-precision auto`) chooses on the path's first batches (QAT's default is fp32, and it has no bf16
-variant: its fake quantization has no bf16 kernels), and `torch_compile` (`default` under
+Variants, each on top of the one before (but for `lazy_embeddings`, which the others leave out): `baseline` (random
+batches, AdamW's per-tensor loop, fp32, both models run from their embeddings in every distillation stage),
+`length_grouped` (`--batch-order length-grouped`), `fused_adamw` (torch's fused AdamW), `lazy_embeddings`
+(`--embedding-updates lazy`, opt-in: a classifier's word table updated on the batch's rows only), `layer_inputs`
+(distillation paths: `--keep-layer-inputs`, the step starting from what the stage before kept for its batch, which
+is run untimed first: for `pkt_layer` stage 1's step, for `pd` PKT's last stage's; a PD step on a batch no
+layer-wise stage read costs what `fused_adamw` shows), `bf16` (bf16 autocast; not timed on a host whose bf16 matrix
+product is not faster than fp32's, where the probe never chooses it), `default`: the recipes' defaults, whose
+precision the loop's probe (`--mixed-precision auto`) chooses on the path's first batches (QAT's default is fp32,
+and it has no bf16 variant: its fake quantization has no bf16 kernels), and `torch_compile` (`default` under
 `torch.compile(dynamic=True)`, on --compile-paths; its compilation time as `compile_seconds`). All variants of a
-path start from the same weights and step in turn, one step each, after two warm-up steps each, so their ratios
-hold on a shared machine.
+path start from the same weights and step in turn, one step each, after two warm-up steps each, so their ratios hold
+on a shared machine.
 
 Metrics per (path, variant): `real_tokens_per_second` (tokens that are not padding), `speedup` (over
 `baseline`), `padding_share`, `useful_gflops` (the FLOPs the variant's step must compute on its real tokens,
@@ -100,15 +100,21 @@ CLASSIC = ("baseline", "length_grouped", "fused_adamw", "lazy_embeddings", "bf16
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation",
               "mkldnn::_linear_pointwise")
 BASELINE_LOOP = ["--batch-order", "random", "--no-fused-optimizer", "--mixed-precision", "no"]  # today's loop
-ACCURACY_LOOPS = {  # SST-2 accuracy: today's loop's math; the new defaults in fp32, and under bf16
+ACCURACY_LOOPS = {  # SST-2 accuracy: today's loop's math; the new defaults in fp32, with lazy rows, under bf16
     "baseline": [*BASELINE_LOOP, "--embedding-updates", "dense"],
     "default_fp32": ["--mixed-precision", "no"],
+    "lazy_embeddings_fp32": ["--mixed-precision", "no", "--embedding-updates", "lazy"],
     "default_bf16": ["--mixed-precision", "bf16"]}
+SCRATCH_LOOPS = ("default_fp32", "lazy_embeddings_fp32")  # also run on a randomly initialised student
 DISTILL_LOOPS = {  # the demo's distillation by today's loop and by the defaults, each student then fine-tuned alike
     "distill_baseline": [*BASELINE_LOOP, "--no-keep-layer-inputs"],
     "distill_default": []}
-ACCURACY_CHECKS = (("default_fp32", "baseline"), ("default_bf16", "default_fp32"), ("default_bf16", "baseline"),
-                   ("distill_default", "distill_baseline"))
+ACCURACY_CHECKS = [(("finetune", a), ("finetune", b)) for a, b in (
+    ("default_fp32", "baseline"), ("lazy_embeddings_fp32", "default_fp32"), ("default_bf16", "default_fp32"),
+    ("default_bf16", "baseline"))] + [
+    (("finetune_scratch", "lazy_embeddings_fp32"), ("finetune_scratch", "default_fp32")),
+    (("distill", "distill_default"), ("distill", "distill_baseline"))]
+ACCURACY_PATHS = {"finetune": "", "finetune_scratch": ", from random initialisation", "distill": ""}
 
 
 def host(threads: int) -> dict:
@@ -161,18 +167,18 @@ class Variant:
     name: str
     batch_order: str = "length-grouped"
     fused_optimizer: bool = True
-    embedding_updates: str = "lazy"
+    embedding_updates: str = "dense"
     keep_layer_inputs: bool = True
     precision: str | None = "no"
     compiled: bool = False
 
 
-# each on top of the one before; `default` is what the recipes now use
-VARIANTS = (Variant("baseline", batch_order="random", fused_optimizer=False, embedding_updates="dense",
-                    keep_layer_inputs=False),
-            Variant("length_grouped", fused_optimizer=False, embedding_updates="dense", keep_layer_inputs=False),
-            Variant("fused_adamw", embedding_updates="dense", keep_layer_inputs=False),
-            Variant("lazy_embeddings", keep_layer_inputs=False),
+# each on top of the one before, but for lazy_embeddings (opt-in: the rest leave it out); `default` is what the
+# recipes now use
+VARIANTS = (Variant("baseline", batch_order="random", fused_optimizer=False, keep_layer_inputs=False),
+            Variant("length_grouped", fused_optimizer=False, keep_layer_inputs=False),
+            Variant("fused_adamw", keep_layer_inputs=False),
+            Variant("lazy_embeddings", embedding_updates="lazy", keep_layer_inputs=False),
             Variant("layer_inputs"),
             Variant("bf16", precision="bf16"),
             Variant("default", precision=None),
@@ -478,16 +484,27 @@ def accuracy_row(args, result: dict, path: str, name: str, seed: int, **extra) -
 
 
 def accuracy(args) -> list[dict]:
-    """SST-2 dev accuracy of the demo's student fine-tuned by each loop (ACCURACY_LOOPS), over seeds."""
-    if not (Path(args.student) / "config.json").is_file():
-        raise UserError(f"{args.student}: no student here (config.json); run scripts/demo.sh first or pass --student")
+    """SST-2 dev accuracy of the demo's student fine-tuned by each loop (ACCURACY_LOOPS), over seeds, and of the
+    demo's randomly initialised student by SCRATCH_LOOPS (path finetune_scratch); default_bf16 only on a host whose
+    bf16 matrix product is faster than fp32's (elsewhere the default loop trains in fp32)."""
+    for model, flag in ((args.student, "--student"), (args.scratch, "--scratch")):
+        if not (Path(model) / "config.json").is_file():
+            raise UserError(f"{model}: no model here (config.json); run scripts/demo.sh first or pass {flag}")
+    torch.set_num_threads(args.threads)
+    fp32, bf16 = matmul_peak(torch.float32), matmul_peak(torch.bfloat16)
+    loops = dict(ACCURACY_LOOPS)
+    if bf16 < FASTER * fp32:  # no run on this host trains in bf16 (the probe picks fp32), and it would take hours
+        print(f"bf16 matrix product {bf16:.1f} GFLOP/s against fp32's {fp32:.1f}: default_bf16 not run on this host")
+        del loops["default_bf16"]
     found = []
     with tempfile.TemporaryDirectory() as tmp:
+        runs = [("finetune", args.student, name) for name in loops]
+        runs += [("finetune_scratch", args.scratch, name) for name in SCRATCH_LOOPS]
         for seed in args.seeds:
-            for name, loop_flags in ACCURACY_LOOPS.items():
-                result = fine_tune_sst2(args.student, Path(tmp) / f"{name}-{seed}", seed, args.threads, loop_flags)
-                found.append(accuracy_row(args, result, "finetune", name, seed, student=str(args.student)))
-                print(f"seed {seed} {name:22} accuracy {found[-1]['value']:.4f} "
+            for path, model, name in runs:
+                result = fine_tune_sst2(model, Path(tmp) / f"{path}-{name}-{seed}", seed, args.threads, loops[name])
+                found.append(accuracy_row(args, result, path, name, seed, student=str(model)))
+                print(f"seed {seed} {path:16} {name:22} accuracy {found[-1]['value']:.4f} "
                       f"({found[-1]['train_seconds']:.0f} s of training)")
     return found
 
@@ -633,16 +650,19 @@ def accuracy_table(rows: list[dict]) -> str:
     acc = [r for r in rows if r["metric"] in ACCURACY_METRICS]
     if not acc:
         return "no accuracy rows yet (run python -m benchmarks.throughput --accuracy / --distill-accuracy)\n"
-    loops = {**ACCURACY_LOOPS, **DISTILL_LOOPS}
-    by = {(name, metric): {r["seed"]: r["value"] for r in acc if r["variant"] == name and r["metric"] == metric}
-          for name in loops for metric in ACCURACY_METRICS}
+    loops = [(path, name) for path in ACCURACY_PATHS for name in {**ACCURACY_LOOPS, **DISTILL_LOOPS}]
+    by = {(loop, metric): {r["seed"]: r["value"] for r in acc if (r["path"], r["variant"]) == loop
+                           and r["metric"] == metric} for loop in loops for metric in ACCURACY_METRICS}
+
+    def label(loop):
+        return loop[1] + ACCURACY_PATHS[loop[0]]
     lines = ["| loop | precision | SST-2 dev accuracy | held-out MLM accuracy | training s |", "|---|---|---|---|---|"]
-    for name in loops:
-        if by[name, "accuracy"]:
-            mine = [r for r in acc if r["variant"] == name and r["metric"] == "accuracy"]
-            mlm = by[name, "heldout_mlm_accuracy"]
-            lines.append(f"| {name} | {', '.join(sorted({r['precision'] for r in mine}))} | "
-                         f"{mean_std_cell(list(by[name, 'accuracy'].values()))} | "
+    for loop in loops:
+        if by[loop, "accuracy"]:
+            mine = [r for r in acc if (r["path"], r["variant"]) == loop and r["metric"] == "accuracy"]
+            mlm = by[loop, "heldout_mlm_accuracy"]
+            lines.append(f"| {label(loop)} | {', '.join(sorted({r['precision'] for r in mine}))} | "
+                         f"{mean_std_cell(list(by[loop, 'accuracy'].values()))} | "
                          f"{mean_std_cell(list(mlm.values())) if mlm else '–'} | "
                          f"{statistics.mean(r['train_seconds'] for r in mine):,.0f} |")
     lines += ["", "| comparison | metric | difference, seed by seed | the second's seed spread (std) | within it |",
@@ -654,8 +674,8 @@ def accuracy_table(rows: list[dict]) -> str:
                 continue
             diffs = [by[first, metric][s] - by[second, metric][s] for s in seeds]
             spread = statistics.stdev(by[second, metric][s] for s in seeds)
-            lines.append(f"| {first} - {second} | {metric} | {mean_std_cell(diffs, signed=True)} | {spread:.4f} | "
-                         f"{within(diffs, spread)} |")
+            lines.append(f"| {label(first)} - {label(second)} | {metric} | {mean_std_cell(diffs, signed=True)} | "
+                         f"{spread:.4f} | {within(diffs, spread)} |")
     cpus = "; ".join(sorted({r["cpu"] for r in acc}))
     examples = acc[0]["train_examples"]
     return "\n".join(lines) + (f"\n\nThe demo's SST-2 budget ({examples:,} examples, one epoch, configs/demo.json) "
@@ -667,8 +687,8 @@ def accuracy_table(rows: list[dict]) -> str:
 GOALS = [("fine-tuning, real tokens/s", "finetune", "default", "speedup", 3.0),
          ("distillation: a PKT layer stage, real tokens/s", "pkt_layer", "default", "speedup", 1.5),
          ("distillation: a PD step on a batch PKT kept (the defaults)", "pd", "default", "speedup", 1.5),
-         ("distillation: a PD step on a batch no stage kept (lazy_embeddings: the defaults, nothing kept)", "pd",
-          "lazy_embeddings", "speedup", 1.5),
+         ("distillation: a PD step on a batch no stage kept (fused_adamw: the defaults, nothing kept)", "pd",
+          "fused_adamw", "speedup", 1.5),
          ("distillation: the whole PKT plan (mobilekd distill)", "distill_plan", "default", "speedup", 1.5),
          *[(f"{path}: useful FLOP/s of the peak", path, "default", "fraction_of_peak", 0.5)
            for path in ("adapt", "pkt_layer", "pd", "finetune", "finetune_kd", "qat")]]
@@ -720,6 +740,8 @@ def main(argv=None):
     p.add_argument("--plan-repeats", type=int, default=2, help="--plan: runs of each loop, alternating (default 2)")
     p.add_argument("--accuracy", action="store_true", help="the SST-2 accuracy rows of the fine-tuning loops instead")
     p.add_argument("--student", default="runs/demo/student", help="--accuracy: the distilled student to fine-tune")
+    p.add_argument("--scratch", default="runs/demo/scratch_init",
+                   help="--accuracy: the randomly initialised student to fine-tune (the demo's)")
     p.add_argument("--distill-accuracy", action="store_true",
                    help="the accuracy rows of the distillation loops instead (distill from --teacher, fine-tune SST-2)")
     p.add_argument("--teacher", default="runs/demo/teacher", help="--distill-accuracy: the adapted teacher")

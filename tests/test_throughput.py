@@ -167,3 +167,23 @@ def test_clipping_with_a_sparse_gradient_is_torchs_on_the_dense_one():
         grads[sparse] = (norm, [p.grad.to_dense() for p in params])
     assert grads[True][0].item() == pytest.approx(grads[False][0].item(), rel=1e-6) and grads[True][0] > 1
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads[True][1], grads[False][1]))
+
+
+@pytest.mark.parametrize("updates", ["lazy", "dense"])
+def test_lazy_embedding_updates_move_only_the_rows_a_run_reads(student_dir, tmp_path, updates):
+    """--embedding-updates lazy (opt-in) moves the word table's rows of the training batches' tokens and no other;
+    dense (the default) is AdamW's rule, whose weight decay moves every row."""
+    from safetensors.torch import load_file
+
+    from mobilekd.models.heads import WORD_EMBEDDINGS
+    out = tmp_path / updates
+    run_module("mobilekd.recipes.finetune", "--model", student_dir, "--task", "sst2", "--out", out,
+               "--max-train-examples", 64, "--batch-size", 16, "--max-len", 32, "--max-steps", 4, "--threads", 1,
+               "--mixed-precision", "no", "--embedding-updates", updates, "--eval-every", 0)
+    before = load_file(student_dir / "model.safetensors")[WORD_EMBEDDINGS]
+    after = load_file(out / "model.safetensors")[WORD_EMBEDDINGS]
+    moved = (before != after).any(dim=1)
+    if updates == "dense":
+        assert moved.float().mean() > 0.99
+    else:
+        assert 0 < moved.sum() < 64 * 32  # at most the batches' tokens

@@ -11,7 +11,10 @@ The lazy rule is TensorFlow's LazyAdamOptimizer (tensorflow/contrib/opt/python/t
 correction uses the optimizer's step count. One departure, stated: the decoupled weight decay of AdamW
 (Loshchilov and Hutter 2019, Algorithm 2, line 12: p <- p - lr * wd * p) is applied to the touched rows only, as
 the moments are; TensorFlow's lazy optimizer has no weight decay. It is not dense AdamW: a row absent from a batch
-keeps its moments and is not moved by their momentum. `benchmarks.throughput --accuracy` measures the difference.
+keeps its moments and is not moved by their momentum. `benchmarks.throughput --accuracy` measures the difference:
+for a table trained from random initialisation it is large (a dense AdamW step moves a row seen once about ten
+times as far in all, as its momentum decays over the following steps), so the loop uses this rule only when asked
+(`--embedding-updates lazy`).
 """
 
 from __future__ import annotations

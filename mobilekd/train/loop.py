@@ -13,8 +13,9 @@ run see exactly the data of an uninterrupted one-process run.
 Where the host's time goes (issue 33; `python -m benchmarks.throughput` measures each change, docs/throughput.md):
 - batches are grouped by length (`--batch-order length-grouped`, the default): a batch is cut to its widest
   example, and a random batch of short sentences is mostly padding (SST-2's, about two thirds);
-- AdamW is torch's fused kernel (`--fused-optimizer`), and a classifier's word-embedding table, most of a small
-  student, is updated lazily, only on the batch's rows (`--embedding-updates lazy`; `mobilekd.train.lazy_adamw`);
+- AdamW is torch's fused kernel (`--fused-optimizer`); a classifier's word-embedding table, most of a small
+  student, can be updated lazily, only on the batch's rows (`--embedding-updates lazy`, `mobilekd.train.lazy_adamw`:
+  opt-in, as it is not AdamW's rule and a table learnt from scratch suffers);
 - `--mixed-precision auto` (the default) trains under bf16 autocast only where this host runs it faster
   (`mobilekd.train.precision`: a matrix product in each precision, then where bf16's is faster the first stage's
   first batches timed in both), recorded in the summary and kept for the next run on this host;
@@ -107,11 +108,12 @@ class TrainConfig:
         "choices": ["auto", "no", "bf16", "fp16"],
         "help": "autocast precision; auto: bf16 where this host runs it faster (a matrix product in each precision, "
                 "then the first batches' forward and backward in each), else fp32"})
-    embedding_updates: str = field(default="lazy", metadata={
-        "choices": ["lazy", "dense"],
-        "help": "lazy: a classifier's word-embedding table gets a sparse gradient and AdamW updates only the rows in "
-                "the batch (TensorFlow's LazyAdam rule, mobilekd/train/lazy_adamw.py; one process only); dense: "
-                "every row every step, as plain AdamW"})
+    embedding_updates: str = field(default="dense", metadata={
+        "choices": ["dense", "lazy"],
+        "help": "dense: every row of the word-embedding table every step, as plain AdamW; lazy: a classifier's table "
+                "gets a sparse gradient and AdamW updates only the rows in the batch (TensorFlow's LazyAdam rule, "
+                "mobilekd/train/lazy_adamw.py; one process only): faster, but a row's momentum stops when it leaves "
+                "the batch, and a table trained from random initialisation then barely learns (docs/throughput.md)"})
     fused_optimizer: bool = field(default=True, metadata={
         "help": "AdamW as torch's fused kernel; --no-fused-optimizer: its per-tensor loop (the same update, slower)"})
     precision_cache: Path | None = None  # where --mixed-precision auto keeps its choices (None: probe every run)
