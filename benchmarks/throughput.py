@@ -479,7 +479,8 @@ def accuracy_row(args, result: dict, path: str, name: str, seed: int, **extra) -
     stage = result["training"][-1]
     return {**host(args.threads), "path": path, "task": "sst2", "variant": name, "method": name, "seed": seed,
             "metric": "accuracy", "value": round(result["metrics"]["dev"]["accuracy"], 4),
-            "precision": stage["precision"], "train_seconds": stage["seconds"],
+            "precision": "fp32" if stage["precision"] == "no" else stage["precision"],
+            "train_seconds": stage["seconds"],
             "real_tokens_per_second": stage["tokens_per_second"], "train_examples": result["train_examples"], **extra}
 
 
@@ -596,12 +597,13 @@ def table(rows: list[dict]) -> str:
         peaks = {r["precision"]: r["value"] for r in rows if r["path"] == "host" and r["cpu"] == cpu
                  and r["threads"] == threads}
         slow = peaks.get("bf16", 0) < FASTER * peaks.get("fp32", 0)
-        lines += [f"**{cpu}, {threads} thread(s)**; matmul peak fp32 {peaks.get('fp32', 0):.1f} GFLOP/s, "
+        lines += [f"**{cpu}, {threads} thread(s)**; matmul peak, the latest run's: fp32 {peaks.get('fp32', 0):.1f} "
+                  f"GFLOP/s, "
                   f"bf16 {peaks.get('bf16', 0):.1f} GFLOP/s" +
                   (" (not faster: no bf16 variant timed, and --mixed-precision auto trains in fp32)" if slow else ""),
                   "",
-                  "| path | variant | precision | real tokens/s | vs baseline | padding | useful GFLOP/s | "
-                  "of peak | outside matmuls | optimizer |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| path | variant | precision | real tokens/s | vs baseline | padding | useful GFLOP/s | peak | "
+                  "of peak | outside matmuls | optimizer |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for path in [p for p in PATHS if any(r["path"] == p for r in mine)]:
             for name in [v.name for v in VARIANTS]:
                 got = {r["metric"]: r for r in mine if r["path"] == path and r["variant"] == name}
@@ -614,6 +616,7 @@ def table(rows: list[dict]) -> str:
                 lines.append(f"| {path} | {name}{compiled} | {got['real_tokens_per_second']['precision']} | "
                              f"{cell('real_tokens_per_second', ',.0f')} | {cell('speedup', '.2f')}x | "
                              f"{cell('padding_share', '.0%')} | {cell('useful_gflops', '.1f')} | "
+                             f"{cell('peak_gflops', '.1f')} | "
                              f"{cell('fraction_of_peak', '.0%')} | {cell('outside_matmul_share', '.0%')} | "
                              f"{cell('optimizer_share', '.0%')} |")
         lines.append("")
@@ -622,7 +625,8 @@ def table(rows: list[dict]) -> str:
                  "*of peak*: useful FLOP/s over the matrix-product peak of the precision trained in (bf16's peak on "
                  "a host without bf16 matrix units is far below what autocast's mix of bf16 and fp32 operations "
                  "reaches, so its share can exceed 100%); *outside matmuls* and *optimizer*: shares of profiled step "
-                 "time (baseline and default only).")
+                 "time (baseline and default only); *peak*: the fp32 or bf16 peak of the run that measured the row "
+                 "(a path's variants are timed in one run, and `--paths` reruns some).")
     return "\n".join(lines) + "\n"
 
 
