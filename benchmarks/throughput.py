@@ -88,7 +88,7 @@ from mobilekd.run_config import flags, run_settings
 from mobilekd.train.common import SHIPPED_CORPORA
 from mobilekd.train.loop import (Batches, Stage, TrainConfig, freeze_for_stage, make_optimizer, make_schedule,
                                  sparse_embeddings, train_step)
-from mobilekd.train.precision import FASTER, PROBE_BATCHES, decide_precision, matmul_peak
+from mobilekd.train.precision import PROBE_BATCHES, bf16_products_pay, decide_precision, matmul_peak
 from mobilekd.transfer.strategies import Distiller, PlanSettings, copy_shared_weights, plan
 
 RESULTS = "docs/results/throughput.json"
@@ -422,7 +422,7 @@ def measure(args) -> list[dict]:
              for p, v in (("fp32", peaks["no"]), ("bf16", peaks["bf16"]))]
     # where bf16's matrix product is not faster, the probe trains in fp32 at once: its variant would time nothing a
     # run does, at a fraction of fp32's speed (an AMD EPYC without bf16 units: an adapt step over a minute)
-    bf16_pays = peaks["bf16"] >= FASTER * peaks["no"]
+    bf16_pays = bf16_products_pay(peaks["no"], peaks["bf16"])
     with tempfile.TemporaryDirectory() as tmp:
         for path in build_paths(args.paths, args.examples):
             wanted = [v for v in VARIANTS if (v.name in path.variants or not path.variants)
@@ -494,7 +494,7 @@ def accuracy(args) -> list[dict]:
     torch.set_num_threads(args.threads)
     fp32, bf16 = matmul_peak(torch.float32), matmul_peak(torch.bfloat16)
     loops = dict(ACCURACY_LOOPS)
-    if bf16 < FASTER * fp32:  # no run on this host trains in bf16 (the probe picks fp32), and it would take hours
+    if not bf16_products_pay(fp32, bf16):  # no run here trains in bf16 (the probe picks fp32); it would take hours
         print(f"bf16 matrix product {bf16:.1f} GFLOP/s against fp32's {fp32:.1f}: default_bf16 not run on this host")
         del loops["default_bf16"]
     found = []
@@ -596,7 +596,7 @@ def table(rows: list[dict]) -> str:
     for cpu, threads, mine in _hosts(speed):
         peaks = {r["precision"]: r["value"] for r in rows if r["path"] == "host" and r["cpu"] == cpu
                  and r["threads"] == threads}
-        slow = peaks.get("bf16", 0) < FASTER * peaks.get("fp32", 0)
+        slow = not bf16_products_pay(peaks.get("fp32", 0), peaks.get("bf16", 0))
         lines += [f"**{cpu}, {threads} thread(s)**; matmul peak, the latest run's: fp32 {peaks.get('fp32', 0):.1f} "
                   f"GFLOP/s, "
                   f"bf16 {peaks.get('bf16', 0):.1f} GFLOP/s" +

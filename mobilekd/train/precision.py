@@ -52,19 +52,26 @@ def matmul_peak(dtype: torch.dtype, n: int = 1024, repeats: int = 12) -> float:
     return 2 * n ** 3 / best / 1e9
 
 
+def bf16_products_pay(fp32_gflops: float, bf16_gflops: float) -> bool:
+    """Whether this host's bf16 matrix product runs at least FASTER of its fp32 one's rate: where it does not, no step
+    can gain from bf16 autocast and `probe_precision` chooses fp32 without timing one."""
+    return bf16_gflops >= FASTER * fp32_gflops
+
+
 def probe_precision(loss, model, batches: list[dict], accelerator: Accelerator, matmul_first: bool = True) -> dict:
     """`--mixed-precision auto`: on a CPU whose bf16 matrix product runs at under FASTER of its fp32 one's rate,
     fp32 at once; else (or with `matmul_first` off) time a forward and backward pass of `loss` on each of `batches`
     (the run's first steps' batches, so their lengths are the run's) in fp32 and under bf16 autocast, after one
-    warm-up pass of each, and choose bf16 where its total is under FASTER x fp32's. Gradients are discarded and the RNG restored,
-    so the run after the probe is the run without it; every process takes the mean of all processes' times."""
+    warm-up pass of each, and choose bf16 where its total is under FASTER x fp32's. Gradients are discarded and the
+    RNG restored, so the run after the probe is the run without it; every process takes the mean of all processes'
+    times."""
     device = accelerator.device
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         return {"precision": "no", "why": "this GPU has no bf16"}
     if device.type == "cpu" and matmul_first:
         fp32, bf16 = (float(accelerator.reduce(torch.tensor(matmul_peak(dtype, 256, 3)), "mean"))
                       for dtype in (torch.float32, torch.bfloat16))  # every process decides alike
-        if bf16 < FASTER * fp32:
+        if not bf16_products_pay(fp32, bf16):
             return {"precision": "no", "why": "bf16 matrix products are slower than fp32's on this host",
                     "fp32_matmul_gflops": round(fp32, 1), "bf16_matmul_gflops": round(bf16, 1)}
     rng = torch.get_rng_state()
