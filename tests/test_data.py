@@ -181,3 +181,20 @@ def test_squad_bad_answer_offset(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(UserError, match=r"squad.json: data\[0\].paragraphs\[0\].qas\[0\]: answer 'Google' is not at"):
         read_squad(path)
+
+
+def test_read_only_passes_batch_by_length_and_return_outputs_in_order(tokenizer):
+    """`EncodedSplit.by_length`: every example once, batches shortest first (so a teacher's outputs over SST-2 read
+    little padding), and `back` puts outputs made in that order back in the split's order."""
+    from mobilekd.data.tasks import encode_classification, load_task, task_data
+    task = load_task("sst2", task_data("sst2", None))
+    split = encode_classification(task, task.train[:300], tokenizer, 64)
+    batches, back = split.by_length(32)
+    order = np.concatenate(batches)
+    assert sorted(order.tolist()) == list(range(300)) and len(batches) == 10
+    widths = [int(split.lengths[b].max()) for b in batches]
+    assert widths == sorted(widths) and widths[0] < widths[-1]
+    padded = sum(len(b) * int(split.lengths[b].max()) for b in batches)
+    in_order = sum(32 * int(split.lengths[i:i + 32].max()) for i in range(0, 300, 32))
+    assert padded < in_order  # fewer padded positions than the split's own order
+    assert np.array_equal(split.arrays["input_ids"][order][back], split.arrays["input_ids"])

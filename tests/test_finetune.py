@@ -64,6 +64,9 @@ def test_sst2_with_task_distillation(student_dir, demo_teacher_dir, tmp_path):
              "--max-train-examples", 256, "--max-steps", 16, "--batch-size", 16, "--max-len", 48, "--eval-every", 8)
     result = json.loads((out / "results.json").read_text())
     assert result["task"] == "sst2" and result["teacher"] == str(teacher) and result["best_step"] in (8, 16)
+    history = json.loads((out / "history.json").read_text())  # every evaluation, kept best or not: the cost curves
+    assert [h["step"] for h in history] == [8, 16] and 0 < history[0]["wall_seconds"] <= history[1]["wall_seconds"]
+    assert next(h for h in history if h["step"] == result["best_step"])["metrics"] == result["metrics"]
     rows = [line.split("\t") for line in (out / "dev_predictions.tsv").read_text().splitlines()[1:]]
     assert len(rows) == 872
     assert result["metrics"]["dev"]["accuracy"] == pytest.approx(

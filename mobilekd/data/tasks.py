@@ -183,6 +183,15 @@ class EncodedSplit:
         """Each example's tokens (the loop groups batches by them)."""
         return self.arrays["attention_mask"].sum(1)
 
+    def by_length(self, batch_size: int) -> tuple[list[np.ndarray], np.ndarray]:
+        """For a pass that only reads the split (prediction, a teacher's outputs): batches of indices of similar
+        length, shortest first, so each batch pads little; and the permutation that puts outputs concatenated in
+        that order back in the split's order (`np.concatenate(outputs)[back]`)."""
+        order = np.argsort(self.lengths, kind="stable")
+        back = np.empty_like(order)
+        back[order] = np.arange(len(order))
+        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)], back
+
     def batch(self, indices, epoch=0) -> dict[str, torch.Tensor]:
         """Examples `indices` (the epoch does not change them)."""
         idx = np.asarray(list(indices))

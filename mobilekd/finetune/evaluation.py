@@ -48,16 +48,18 @@ def fine_tuned_classifier(model_dir, task: Task, role: str = "model", **changes)
 
 @torch.no_grad()
 def predict(model, split, batch_size: int = 64):
+    """The model's outputs over `split`, in its order (run in batches of similar length: `EncodedSplit.by_length`)."""
     model.eval()
     device = next(model.parameters()).device
+    batches, back = split.by_length(batch_size)
     outs = []
-    for start in range(0, len(split), batch_size):
-        b = split.batch(range(start, min(start + batch_size, len(split))))
+    for indices in batches:
+        b = split.batch(indices)
         outs.append(model(b["input_ids"].to(device), b["attention_mask"].to(device),
                           b["token_type_ids"].to(device)))
     if isinstance(outs[0], tuple):
-        return tuple(torch.cat([o[i] for o in outs]).float().cpu().numpy() for i in range(2))
-    return torch.cat(outs).float().cpu().numpy()
+        return tuple(torch.cat([o[i] for o in outs]).float().cpu().numpy()[back] for i in range(2))
+    return torch.cat(outs).float().cpu().numpy()[back]
 
 
 def write_predictions(out: Path, predictions: dict, qa: bool = False, prefix: str = "") -> None:
@@ -74,13 +76,17 @@ def write_predictions(out: Path, predictions: dict, qa: bool = False, prefix: st
 class DevEvaluator:
     """Scores every dev split; keeps the best model (by the task's first metric) and its predictions in OUT.
     With `save_model=False` (evaluation only) it writes results and predictions but no copy of the weights;
-    `save(model, out, tokenizer)` writes the model (default: `save_pretrained`)."""
+    `save(model, out, tokenizer)` writes the model (default: `save_pretrained`). Every evaluation of a training run,
+    best or not, is appended to OUT/history.json (step, the `extra` it was given, e.g. wall_seconds, and the
+    metrics): a run's score against its training time (benchmarks.quality's cost curves); an evaluation at a step
+    the history already passed (a run restarted from scratch in the same OUT) drops the entries from there on."""
 
     def __init__(self, task: Task, dev: dict, out: Path, tokenizer, save_model: bool = True, save=save_pretrained):
         self.task, self.dev, self.out, self.tokenizer, self.save_model = task, dev, out, tokenizer, save_model
         self.save = save
         best = out / "results.json"
         self.best = read_json(best).get("best_score") if best.is_file() and save_model else None
+        self.history_path = out / "history.json"
 
     def score(self, model) -> tuple[dict, dict]:
         metrics, predictions = {}, {}
@@ -107,6 +113,10 @@ class DevEvaluator:
         first = next(iter(metrics.values()), {})
         score = first.get(self.task.metrics[0], float("nan"))
         print(f"step {step}: " + ", ".join(f"{s} {k} {v:.4f}" for s, m in metrics.items() for k, v in m.items()))
+        if self.save_model:
+            history = read_json(self.history_path) if self.history_path.is_file() else []
+            write_json(self.history_path, [h for h in history if h["step"] < step] + [
+                {"step": step, "wall_seconds": (extra or {}).get("wall_seconds"), "metrics": metrics}])
         if self.best is not None and not score > self.best:
             return metrics
         self.best = score
