@@ -41,7 +41,8 @@ _START_RSS = _status_mb("VmRSS")  # this process with the runtime imported, befo
 
 
 def random_inputs(details, seed: int = 0) -> dict[str, np.ndarray]:
-    """Token ids drawn from the middle of the vocabulary, a full attention mask, one segment."""
+    """Token ids drawn from ids 1000-4999 (words, not special tokens, and inside every vocabulary we time: BERT's
+    30,522 word pieces and MediaPipe Model Maker's 10,000 words), a full attention mask, one segment."""
     rng = np.random.default_rng(seed)
     inputs = {}
     for name, d in details.items():
@@ -51,7 +52,7 @@ def random_inputs(details, seed: int = 0) -> dict[str, np.ndarray]:
         elif "type" in name or "segment" in name:
             inputs[name] = np.zeros(shape, dtype)
         else:
-            inputs[name] = rng.integers(1000, 20000, shape).astype(dtype)
+            inputs[name] = rng.integers(1000, 5000, shape).astype(dtype)
     return inputs
 
 

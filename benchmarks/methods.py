@@ -40,7 +40,7 @@ from pathlib import Path
 
 from benchmarks import teacher_value
 from benchmarks.runner import (RESUMABLE, VERDICTS, Job, columns, comparison, comparison_flags, finetune_rows,
-                               judged_cell, mean_std_cell, metric_rank, paired_differences, values, row_order)
+                               judged_cell, method_table, metric_rank, paired_differences, values, row_order)
 from mobilekd.fileio import REPO_ROOT, read_json, save_png
 
 TASKS = {"sst2": "64", "mrpc": "128", "rte": "128", "stsb": "64", "cola": "64"}  # --max-len per task
@@ -177,22 +177,7 @@ def rows(out: Path, stages: Path, tasks: list[str], seeds: list[int]) -> list[di
 
 def table(results: list[dict]) -> str:
     """Mean +- std over seeds per task (official metric) and method, with size and latency."""
-    cols = [c for c in columns(results) if metric_rank(*c) == 0]
-    lines = ["| method | student | params | .tflite MB | host ms | Pixel 4 ms (est.) | " +
-             " | ".join(f"{t} ({m})" for t, m in cols) + " |", "|---|---|---|---|---|---|" + "---|" * len(cols)]
-    for method in METHODS:
-        mine = [r for r in results if r["method"] == method]
-        if not mine:
-            continue
-        r0 = mine[0]
-
-        def fmt(key, scale=1.0, digits=1, r0=r0):
-            return f"{r0[key] / scale:.{digits}f}" if r0.get(key) is not None else "-"
-
-        cells = [mean_std_cell(values(results, *c, method)) if values(results, *c, method) else "-" for c in cols]
-        lines.append(f"| {method} | {r0['student']} | {r0['params'] / 1e6:.1f}M | {fmt('tflite_bytes', 1e6)} | "
-                     f"{fmt('host_ms')} | {fmt('pixel4_ms')} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return method_table(results, list(METHODS))
 
 
 ORDERINGS = [("kd", "ft", "KD >= FT"), ("pkd-skip", "kd", "PKD-Skip >= KD"), ("pkd-last", "kd", "PKD-Last >= KD"),

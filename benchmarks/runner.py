@@ -173,6 +173,34 @@ def mean_std_cell(values: list[float], note: str = "", signed: bool = False, dig
     return f"{mean}{spread}{note} [n={len(values)}]"
 
 
+def method_table(results: list[dict], methods: list[str], share_of: str | None = None) -> str:
+    """A comparison of methods: one line per method of `methods` that has rows (its student, parameters, .tflite
+    size, host latency and Pixel 4 estimate from its first row), mean +- std over seeds per task on its official
+    metric; with `share_of`, each cell also gives its mean as a share of that method's mean."""
+    cols = [c for c in columns(results) if metric_rank(*c) == 0]
+    lines = ["| method | student | params | .tflite MB | host ms | Pixel 4 ms (est.) | " +
+             " | ".join(f"{t} ({m})" for t, m in cols) + " |", "|---|---|---|---|---|---|" + "---|" * len(cols)]
+    for method in methods:
+        mine = [r for r in results if r["method"] == method]
+        if not mine:
+            continue
+        r0 = mine[0]
+
+        def fmt(key, scale=1.0, digits=1, r0=r0):
+            return f"{r0[key] / scale:.{digits}f}" if r0.get(key) is not None else "-"
+
+        cells = []
+        for c in cols:
+            mine_values, base = values(results, *c, method), values(results, *c, share_of) if share_of else []
+            share = f" ({100 * statistics.mean(mine_values) / statistics.mean(base):.0f}%)" \
+                if mine_values and base and method != share_of and statistics.mean(base) > 0 else ""
+            cells.append(mean_std_cell(mine_values, share) if mine_values else "-")
+        params = f"{r0['params'] / 1e6:.1f}M" if r0.get("params") else "-"
+        lines.append(f"| {method} | {r0.get('student', '-')} | {params} | {fmt('tflite_bytes', 1e6)} | "
+                     f"{fmt('host_ms')} | {fmt('pixel4_ms')} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 NOT_JUDGED = "not judged (n=1)"
 VERDICTS = ("Verdicts judge the seed-by-seed differences against their noise: *holds* when their mean is above the "
             "target by more than two standard errors (std / √n), *fails* when below it by as much, *tie* in between.")
