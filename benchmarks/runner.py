@@ -187,7 +187,9 @@ def method_table(results: list[dict], methods: list[str], share_of: str | None =
         r0 = mine[0]
 
         def fmt(key, scale=1.0, digits=1, r0=r0):
-            return f"{r0[key] / scale:.{digits}f}" if r0.get(key) is not None else "-"
+            if r0.get(key) is None:
+                return "-"
+            return "<0.1" if key.endswith("_ms") and r0[key] < 0.05 else f"{r0[key] / scale:.{digits}f}"
 
         cells = []
         for c in cols:
