@@ -103,6 +103,20 @@ def test_squad_fine_tuning_on_a_fixture(student_dir, tmp_path, task, v2):
     answers = json.loads((out / "dev_predictions.json").read_text())
     assert set(answers) == ({"q1", "q2"} if v2 else {"q1"})
     assert transformers.MobileBertForQuestionAnswering.from_pretrained(out).config.num_labels == 2
+    # prediction runs windows in length order, each batch as wide as its longest: one window a batch (every width
+    # its own) gives what one batch of all gives, in the split's order
+    from mobilekd.data.squad import read_squad
+    from mobilekd.data.tasks import encode_qa
+    from mobilekd.data.tokenizer import load_tokenizer
+    from mobilekd.finetune.evaluation import predict
+    from mobilekd.models.hf import load_pretrained
+    split, _ = encode_qa(read_squad(data / "dev.json")[0], load_tokenizer(out), 96, 32)
+    model = load_pretrained(out, "qa")
+    assert len(split) > 1 and len(set(split.lengths.tolist())) > 1
+    one, together = predict(model, split, batch_size=1), predict(model, split, batch_size=64)
+    for a, b in zip(one, together):
+        real = split.arrays["attention_mask"].astype(bool)
+        assert a.shape == b.shape == real.shape and np.allclose(a[real], b[real], atol=1e-4)
 
 
 def test_bad_input_is_one_line(student_dir, tmp_path):

@@ -57,8 +57,10 @@ def predict(model, split, batch_size: int = 64):
         b = split.batch(indices)
         outs.append(model(b["input_ids"].to(device), b["attention_mask"].to(device),
                           b["token_type_ids"].to(device)))
-    if isinstance(outs[0], tuple):
-        return tuple(torch.cat([o[i] for o in outs]).float().cpu().numpy()[back] for i in range(2))
+    if isinstance(outs[0], tuple):  # QA: start and end logits per position, each batch as wide as its longest
+        width = split.arrays["input_ids"].shape[1]  # window, padded back to the split's width (never chosen there)
+        return tuple(torch.cat([torch.nn.functional.pad(o[i], (0, width - o[i].shape[1]), value=-1e4) for o in outs])
+                     .float().cpu().numpy()[back] for i in range(2))
     return torch.cat(outs).float().cpu().numpy()[back]
 
 
