@@ -28,7 +28,8 @@ EPOCHS, BATCH = 10, 32
 
 
 def venv(out: Path) -> Path:
-    """OUT/venv's interpreter, made (Python 3.11, PINS) when missing; a failed install ends in one line."""
+    """OUT/venv's interpreter, made (Python 3.11, PINS) when missing; a failed install is a UserError."""
+    from mobilekd.errors import UserError
     python = out / "venv" / "bin" / "python"
     ready = out / "venv" / "installed.json"
     if ready.is_file() and json.loads(ready.read_text()) == PINS:
@@ -37,11 +38,16 @@ def venv(out: Path) -> Path:
     print(f"model-maker: installing {' '.join(PINS)} into {out / 'venv'} (once; minutes)")
     log = out / "install.log"
     out.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as f:
-        ok = subprocess.run([interpreter, "-m", "venv", str(out / "venv")], stdout=f, stderr=f).returncode == 0 and \
-            subprocess.run([str(python), "-m", "pip", "install", *PINS], stdout=f, stderr=f).returncode == 0
+    try:
+        with open(log, "w") as f:
+            ok = subprocess.run([interpreter, "-m", "venv", str(out / "venv")], stdout=f, stderr=f).returncode == 0 \
+                and subprocess.run([str(python), "-m", "pip", "install", *PINS], stdout=f, stderr=f).returncode == 0
+    except OSError as err:  # no such interpreter
+        ok = False
+        log.write_text(f"{err}\n")
     if not ok:
-        raise SystemExit(f"error: {log}: installing Model Maker failed (needs {interpreter} and the package index)")
+        raise UserError(f"{log}: installing Model Maker failed (needs {interpreter}, or MODEL_MAKER_PYTHON, and the "
+                        f"package index)")
     ready.write_text(json.dumps(PINS))
     return python
 
@@ -64,22 +70,27 @@ def data_files(out: Path) -> tuple[Path, Path]:
     return paths[0], paths[1]
 
 
-def run(out: Path, seeds: list[int]) -> None:
-    """Train every seed that has no results yet (one thread, as our runs)."""
+def run(out: Path, seeds: list[int]) -> list[int]:
+    """Train every seed that has no results yet (one thread, as our runs); return the seeds that failed. A seed's
+    results.json is written last, once its model.tflite is in place: a run without it is unfinished."""
     todo = [s for s in seeds if not (out / f"sst2_seed{s}" / "results.json").is_file()]
     if not todo:
-        return
+        return []
     out.mkdir(parents=True, exist_ok=True)
     python, (train_csv, dev_csv) = venv(out), data_files(out)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
            "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    failed = []
     for seed in todo:
         d = out / f"sst2_seed{seed}"
         d.mkdir(parents=True, exist_ok=True)
         with open(d / "log.txt", "w") as log:
             rc = subprocess.run([str(python), __file__, "--train", str(train_csv), "--dev", str(dev_csv), "--seed",
                                  str(seed), "--run", str(d)], stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-        print(f"model-maker seed {seed}: " + ("done" if rc == 0 else f"FAILED; log: {d / 'log.txt'}"))
+        ok = rc == 0 and (d / "results.json").is_file()
+        print(f"model-maker seed {seed}: " + ("done" if ok else f"FAILED; log: {d / 'log.txt'}"))
+        failed += [] if ok else [seed]
+    return failed
 
 
 def train(train_csv: str, dev_csv: str, seed: int, run_dir: Path) -> None:
@@ -120,9 +131,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.train:
         train(args.train, args.dev, args.seed, Path(args.run))
-    else:
-        run(Path(args.out).resolve(), args.seeds)
-    return 0
+        return 0
+    from mobilekd.errors import UserError  # our side only: the venv's interpreter has no mobilekd
+    try:
+        return 1 if run(Path(args.out).resolve(), args.seeds) else 0
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

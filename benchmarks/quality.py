@@ -54,8 +54,9 @@ from pathlib import Path
 from benchmarks import teacher_value
 from benchmarks.baselines import baseline_rows
 from benchmarks.runner import (RESUMABLE, VERDICTS, Job, by_seed, columns, comparison, comparison_flags,
-                               finished_results, judged_cell, mean_std_cell, merge_rows, method_table, metric_rank,
+                               finished_results, mean_std_cell, merge_rows, method_table, metric_rank,
                                paired_differences, parameters, values, verdict)
+from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json, save_png
 
 # task -> (--max-len, the teacher's epochs, the students' epochs); SST-2's 67,349 examples are 2,105 steps an epoch
@@ -136,7 +137,7 @@ def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Jo
     max_len, teacher_epochs, epochs = TASKS[task]
     d = stage_dirs(out)
     teacher = run_dir(out, task, "teacher", seed)
-    every = str(max(1, (int(epochs) * steps_per_epoch(task)) // EVAL_POINTS))
+    every = max(1, (int(epochs) * steps_per_epoch(task)) // EVAL_POINTS)
     plan = []
     for method in methods_for(task, chosen):
         family, start, flags, taught = METHODS[method]
@@ -157,7 +158,8 @@ def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Jo
                          *(["--intermediate-epochs", INTERMEDIATE_EPOCHS[task]] if task in INTERMEDIATE_EPOCHS else [])]
             plan.append(Job(f"{task}/{method}/{seed}", [
                 "finetune", "--task", task, "--model", str(d[start]), "--epochs", epochs, "--max-len", max_len,
-                "--lr", STUDENT_LR, "--seed", str(seed), "--eval-every", every, *flags,
+                "--lr", STUDENT_LR, "--seed", str(seed), "--eval-every",  # augmented: up to 1 + N times the steps
+                str(every * (1 + int(AUGMENT[task])) if method == "tinybert-td" else every), *flags,
                 *(["--teacher", str(teacher)] if taught else []), "--out", str(r), *RESUMABLE],
                 r, [stage_of(start)] + ([f"{task}/teacher/{seed}"] if taught else [])))
     return plan
@@ -175,7 +177,7 @@ def measurement_jobs(out: Path, chosen=tuple(METHODS)) -> list[Job]:
             "--parity-examples", "872", "--out", str(tflite[family])], tflite[family], [f"sst2/{method}/0"]))
     files = [f"{k}={v / 'model_none.tflite'}" for k, v in tflite.items()]
     mm = model_maker_dir(out, 0) / "model.tflite"
-    if mm.is_file():
+    if (model_maker_dir(out, 0) / "results.json").is_file():  # written last: the run is complete
         files.append(f"model-maker={mm}")
     timed = out / "latency" / "+".join(f.split("=")[0] for f in files)  # a run per set of files timed together
     plan.append(Job("latency", ["latency", "--models", "--quantize", "none", "--threads", "1", "--devices", "pixel4",
@@ -325,7 +327,7 @@ def goals(results: list[dict]) -> str:
     teacher_ms = next((r["pixel4_ms"] for r in results if r["method"] == "teacher" and r.get("pixel4_ms")), None)
     lines = ["| goal | measured, seed by seed | target | verdict |", "|---|---|---|---|"]
     for task, metric in [c for c in columns(results) if metric_rank(*c) == 0]:
-        small = [m for m in METHODS if m != "teacher" and values(results, task, metric, m)
+        small = [m for m in METHODS if m != "teacher" and m not in ABLATIONS and values(results, task, metric, m)
                  and teacher_ms and (next((r.get("pixel4_ms") for r in results if r["method"] == m
                                            and r.get("pixel4_ms")), None) or 1e9) <= teacher_ms / 3]
         if not small:
@@ -353,7 +355,7 @@ def goals(results: list[dict]) -> str:
         for a, b, name in (("pkt-kd", "pkt", "task KD adds"), ("pkt-kd", "pkt-short-kd", "longer PKT adds")):
             d = paired_differences(results, task, metric, a, b)
             if d:
-                lines.append(f"| {task}: {name} ({a} - {b}) | {judged_cell(d)} | > 0 | {verdict(d)} |")
+                lines.append(f"| {task}: {name} ({a} - {b}) | {mean_std_cell(d, signed=True)} | > 0 | {verdict(d)} |")
     return "\n".join(lines) + f"\n\n{VERDICTS}\n"
 
 
@@ -400,10 +402,16 @@ def main(argv=None):
     out = (REPO_ROOT / args.out).resolve()
     curves_path = REPO_ROOT / args.curves
 
+    failed = []
+
     def plan():
         if not args.no_model_maker and "sst2" in args.tasks:  # first: its file is timed with ours
             from benchmarks import model_maker
-            model_maker.run(out / "model_maker", args.seeds)
+            try:
+                failed.extend(f"model-maker seed {s}" for s in model_maker.run(out / "model_maker", args.seeds))
+            except UserError as err:  # it cannot install: the other runs go on
+                print(f"error: {err}", file=sys.stderr)
+                failed.append("model-maker")
         return jobs(out, args.tasks, args.seeds, args.methods)
 
     def found():
@@ -415,7 +423,10 @@ def main(argv=None):
         curves = read_json(curves_path) if curves_path.is_file() else []
         plot([r for r in curves if r["task"] in args.tasks], path)
 
-    return comparison(args, plan, found, order, lambda results: table(results) + "\n" + goals(results), draw)
+    code = comparison(args, plan, found, order, lambda results: table(results) + "\n" + goals(results), draw)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return code or (1 if failed else 0)
 
 
 if __name__ == "__main__":
