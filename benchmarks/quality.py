@@ -70,6 +70,7 @@ AUGMENT = {"sst2": "0", "mrpc": "4", "stsb": "4", "cola": "4", "rte": "4"}  # ne
 INTERMEDIATE_EPOCHS = {"sst2": "1"}  # TinyBERT's step 1 (default: the students' epochs)
 TRANSFER = {"sst2": "2", "mrpc": "10", "stsb": "10", "cola": "10", "rte": "10"}  # BiLSTM transfer-set samples
 EVAL_POINTS = 8
+PLOT_TASKS = ("sst2", "mrpc")  # the cost curves drawn: SST-2 and a pair task (all are in the rows)
 TEACHER_LR, STUDENT_LR = teacher_value.TEACHER_LR, teacher_value.STUDENT_LR
 BILSTM = ["--epochs", "10", "--embedding-size", "64", "--loss", "kd"]
 
@@ -289,6 +290,8 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> tuple[list[dict], lis
                                 "value": round(next(iter(h["metrics"].values()))[r["best_metric"]], 4),
                                 "step": h["step"], "cpu_seconds": round(h["wall_seconds"] + extra, 1)}
                                for h in history if h.get("wall_seconds") is not None]
+            if not any(r["task"] == task and r["seed"] == seed for r in found):
+                continue  # the baselines stand beside a seed's runs, not alone
             for b in baseline_rows(task, ["--max-len", TASKS[task][0]], seed):
                 found.append(b)
                 if b["method"] == "tfidf" and metric_rank(task, b["metric"]) == 0:
@@ -421,7 +424,7 @@ def main(argv=None):
 
     def draw(_, path):
         curves = read_json(curves_path) if curves_path.is_file() else []
-        plot([r for r in curves if r["task"] in args.tasks], path)
+        plot([r for r in curves if r["task"] in args.tasks and r["task"] in PLOT_TASKS], path)
 
     code = comparison(args, plan, found, order, lambda results: table(results) + "\n" + goals(results), draw)
     if failed:
