@@ -54,8 +54,8 @@ from pathlib import Path
 from benchmarks import teacher_value
 from benchmarks.baselines import baseline_rows
 from benchmarks.runner import (RESUMABLE, VERDICTS, Job, by_seed, columns, comparison, comparison_flags,
-                               finished_results, mean_std_cell, merge_rows, method_table, metric_rank,
-                               paired_differences, parameters, values, verdict)
+                               finetune_rows, finished_results, mean_std_cell, merge_rows, method_table, metric_rank,
+                               paired_differences, values, verdict)
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json, save_png
 
@@ -209,17 +209,13 @@ def measured(out: Path) -> dict[str, dict]:
     reports = sorted((out / "latency").glob("*/report.json"), key=lambda p: (len(p.parent.name.split("+")),
                                                                            p.stat().st_mtime))
     rows = read_json(reports[-1])["rows"] if reports else {}  # the run that timed the most files together
-    found = {}
-    for family in [*EXPORTED, "model-maker"]:
-        parity = out / "tflite" / family / "parity.json"
-        size = (read_json(parity)["model_none.tflite"]["size_bytes"] if parity.is_file() else
-                (model_maker_dir(out, 0) / "model.tflite").stat().st_size
-                if family == "model-maker" and (model_maker_dir(out, 0) / "model.tflite").is_file() else None)
-        if family in rows and size is not None:
-            r = rows[family]
-            found[family] = {"tflite_bytes": size, "host_ms": r["host"]["1"]["p50_ms"],
-                             "pixel4_ms": r["estimate_ms"]["pixel4"]}
-    return found
+    sizes = {family: read_json(parity)["model_none.tflite"]["size_bytes"] for family in EXPORTED
+             if (parity := out / "tflite" / family / "parity.json").is_file()}
+    if (mm := model_maker_dir(out, 0) / "model.tflite").is_file():
+        sizes["model-maker"] = mm.stat().st_size
+    return {family: {"tflite_bytes": size, "host_ms": rows[family]["host"]["1"]["p50_ms"],
+                     "pixel4_ms": rows[family]["estimate_ms"]["pixel4"]}
+            for family, size in sizes.items() if family in rows}
 
 
 def stage_seconds(out: Path) -> dict[str, float]:
@@ -252,7 +248,8 @@ def budget(task: str, method: str) -> dict:
     """The budget a row was trained with, recorded in it."""
     max_len, teacher_epochs, epochs = TASKS[task]
     family, start, _, _ = METHODS[method]
-    b = {"epochs": float(teacher_epochs if method == "teacher" else "10" if family == "bilstm" else epochs),
+    b = {"epochs": float(teacher_epochs if method == "teacher" else
+                         BILSTM[BILSTM.index("--epochs") + 1] if family == "bilstm" else epochs),
          "max_len": int(max_len)}
     steps = {"pkt": PKT_STEPS, "pkt-short": PKT_SHORT_STEPS, "tinybert4": TINYBERT_STEPS}.get(start)
     if steps:
@@ -278,12 +275,10 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> tuple[list[dict], lis
                     continue
                 history = read_json(d / "history.json") if (d / "history.json").is_file() else [
                     {"step": r["steps"], "wall_seconds": r["wall_seconds"], "metrics": r["metrics"]}]
-                last = next(iter(history[-1]["metrics"].values()))
-                names = [r["best_metric"]] + [m for m in last if m != r["best_metric"]]
-                shared = {"student": FAMILIES[family], "params": parameters(d), "train_seconds": r["wall_seconds"],
-                          "train_examples": r.get("train_examples"), **budget(task, method), **latency.get(family, {})}
-                found += [{"task": task, "method": method, "seed": seed, "metric": m, "value": round(last[m], 4),
-                           **shared} for m in names]
+                found += [{**row, "train_examples": r.get("train_examples"), **budget(task, method),
+                           **latency.get(family, {})}
+                          for row in finetune_rows(d, history[-1]["metrics"], task=task, method=method, seed=seed,
+                                                   student=FAMILIES[family])]
                 extra = charged(out, task, method, seed, stages)
                 if extra is not None:
                     curves += [{"task": task, "method": method, "seed": seed, "metric": r["best_metric"],
@@ -322,20 +317,30 @@ def table(results: list[dict]) -> str:
 KEEP = {"sst2": 0.97, "mrpc": 0.95, "stsb": 0.95, "cola": 0.90, "rte": 0.90}  # the issue's share of the teacher
 
 
+def teacher_pixel4(results: list[dict]) -> float | None:
+    return next((r["pixel4_ms"] for r in results if r["method"] == "teacher" and r.get("pixel4_ms")), None)
+
+
+def best_student(results: list[dict], task: str, metric: str) -> str | None:
+    """The student method (no ablation) with the best mean on `task`'s `metric` among those whose Pixel 4 estimate is
+    at most a third of the teacher's: the issue's rule (None before the teacher is timed, or with no such student)."""
+    teacher_ms = teacher_pixel4(results)
+    pixel = {r["method"]: r["pixel4_ms"] for r in results if r.get("pixel4_ms") is not None}
+    small = [m for m in METHODS if m != "teacher" and m not in ABLATIONS and values(results, task, metric, m)
+             and teacher_ms and pixel.get(m, float("inf")) <= teacher_ms / 3]
+    return max(small, key=lambda m: statistics.mean(values(results, task, metric, m))) if small else None
+
+
 def goals(results: list[dict]) -> str:
     """The issue's goals per task, seed by seed against 2 standard errors (`runner.verdict`): the best student whose
     Pixel 4 estimate is at most a third of the teacher's, against TF-IDF + LR, the majority class and its share of
     the teacher; on SST-2 against Model Maker (+6 points) and MobileBERT's published 90.36% (-3 points); and what
     each ablation adds."""
-    teacher_ms = next((r["pixel4_ms"] for r in results if r["method"] == "teacher" and r.get("pixel4_ms")), None)
     lines = ["| goal | measured, seed by seed | target | verdict |", "|---|---|---|---|"]
     for task, metric in [c for c in columns(results) if metric_rank(*c) == 0]:
-        small = [m for m in METHODS if m != "teacher" and m not in ABLATIONS and values(results, task, metric, m)
-                 and teacher_ms and (next((r.get("pixel4_ms") for r in results if r["method"] == m
-                                           and r.get("pixel4_ms")), None) or 1e9) <= teacher_ms / 3]
-        if not small:
+        best = best_student(results, task, metric)
+        if best is None:
             continue
-        best = max(small, key=lambda m: statistics.mean(values(results, task, metric, m)))
         for base, above in (("tfidf", 0.0), ("majority", 0.0)):
             d = paired_differences(results, task, metric, best, base)
             if d:

@@ -123,13 +123,14 @@ def finished_results(run_dir: Path) -> dict | None:
     return r if r.get("complete") else None
 
 
-def finetune_rows(run_dir: Path, **identity) -> list[dict]:
+def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> list[dict]:
     """A finished fine-tuning run's rows, one per dev metric (the task's official one first, e.g. MRPC's F1 then its
-    accuracy): its dev scores after the last step (no rows while unfinished)."""
+    accuracy): its dev scores after the last step, or `metrics` ({split: {metric: value}}, e.g. one evaluation of
+    its history) where given (no rows while unfinished)."""
     r = finished_results(run_dir)
     if r is None:
         return []
-    dev = next(iter(r["metrics"].values()))
+    dev = next(iter((metrics or r["metrics"]).values()))
     shared = {"params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"]}
     names = [r["best_metric"]] + [m for m in dev if m != r["best_metric"]]
     return [{**identity, "metric": m, "value": round(dev[m], 4), **shared} for m in names]

@@ -66,26 +66,21 @@ def quality() -> list[str]:
     """Per task, the student with the best mean on the full training set among those whose Pixel 4 estimate is at
     most a third of the teacher's (the issue's rule, as benchmarks.quality's goals apply it), against the teacher
     and the baselines."""
-    from benchmarks.quality import ABLATIONS
+    from benchmarks.quality import best_student, teacher_pixel4
     rows = _rows("quality")
-    pixel = {r["method"]: r["pixel4_ms"] for r in rows if r.get("pixel4_ms") is not None}
-    if "teacher" not in pixel:
-        return []
-    students = sorted({r["method"] for r in rows} - {"teacher", "tfidf", "majority", "model-maker", *ABLATIONS})
-    students = [m for m in students if pixel.get(m, float("inf")) <= pixel["teacher"] / 3]
+    teacher_ms = teacher_pixel4(rows)
     cells, against = [], []
     for task in dict.fromkeys(r["task"] for r in rows):
         metric = _official(rows, task)
-        mine = [m for m in students if values(rows, task, metric, m)]
-        if not mine:
+        best = best_student(rows, task, metric)
+        if best is None:
             continue
-        best = max(mine, key=lambda m: statistics.mean(values(rows, task, metric, m)))
         cells.append(f"{task} {metric}: {best} {_cell(rows, task, metric, best)}")
         against.append(f"{task}: " + ", ".join(f"{m} {_cell(rows, task, metric, m)}"
                                                for m in ("teacher", "tfidf", "majority", "model-maker")
                                                if values(rows, task, metric, m)))
     return [f"| best student on the full training sets within a third of the teacher's Pixel 4 estimate "
-            f"({pixel['teacher']:.1f} ms) | {'; '.join(cells)} | {'; '.join(against)} | "
+            f"({teacher_ms:.1f} ms) | {'; '.join(cells)} | {'; '.join(against)} | "
             f"[quality](docs/quality.md) |"] if cells else []
 
 
