@@ -27,7 +27,7 @@ from mobilekd.recipes.demo_report import feature_map_terms
 OUT = "runs/demo_benchmark"
 RESULTS = "docs/results/demo.json"
 NAMES = {"teacher": "teacher", "student": "PKT student", "student_task_kd": "PKT student + task distillation",
-         "scratch": "student from random initialisation"}
+         "subset_task_kd": "teacher layers 0, 5 + task distillation", "scratch": "student from random initialisation"}
 
 
 def rows_of(report: dict, wall: float | None) -> list[dict]:
@@ -57,8 +57,9 @@ def rows_of(report: dict, wall: float | None) -> list[dict]:
     row("sst2", method, "accuracy", round(base["metrics"]["accuracy"], 4))
     row("sst2", method, "wall_seconds", round(base["seconds"], 1))
     for name, r in report["tflite"].items():
+        shipped = Path(r["model"]).name  # the SST-2 run the demo exported (its configuration's `ship`)
         for metric in ("size_bytes", "max_abs_diff", "agreement", "accuracy_exported", "accuracy_torch"):
-            row("tflite", name, metric, r[metric])
+            row("tflite", name, metric, r[metric], shipped=NAMES.get(shipped, shipped))
     host = report["latency"]["host"]
     for name, r in report["latency"]["rows"].items():
         for threads, timed in r["host"].items():
@@ -104,7 +105,8 @@ def table(rows: list[dict]) -> str:
         seconds = _get(rows, "sst2", method, "wall_seconds")
         lines.append(f"| {method} | {accuracy:.4f} | {100 * accuracy / teacher:.1f}% | "
                      f"{seconds:.{1 if seconds < 10 else 0}f} s |")
-    lines += ["", "| .tflite of the PKT student (with metadata) | size | max abs diff to PyTorch | prediction "
+    shipped = next((r.get("shipped", "PKT student") for r in rows if r["task"] == "tflite"), "student")
+    lines += ["", f"| .tflite of the {shipped} (with metadata) | size | max abs diff to PyTorch | prediction "
                   "agreement | dev accuracy (PyTorch) |", "|---|---|---|---|---|"]
     for name in dict.fromkeys(r["method"] for r in rows if r["task"] == "tflite"):
         v = {m: _get(rows, "tflite", name, m) for m in ("size_bytes", "max_abs_diff", "agreement",

@@ -54,8 +54,23 @@ class Job:
             return (self.out / "report.json").is_file()
         if self.argv[0] == "kernels":
             return (self.out / "kernels.json").is_file()
+        if self.argv[0] == "ship":
+            return (self.out / "ship.json").is_file()
         written = ["config.json", "model.safetensors"] + ([] if self.argv[0] == "init" else ["summary.json"])
         return all((self.out / name).is_file() for name in written)
+
+
+def with_needs(plan: list[Job], wanted) -> list[Job]:
+    """The jobs of `plan` for which `wanted(job)` is true and every job they need, transitively, in plan order."""
+    by_name = {j.name: j for j in plan}
+    keep = {j.name for j in plan if wanted(j)}
+    stack = list(keep)
+    while stack:
+        for need in by_name[stack.pop()].needs:
+            if need not in keep:
+                keep.add(need)
+                stack.append(need)
+    return [j for j in plan if j.name in keep]
 
 
 def _values(argv: list[str], flag: str, default=("none",)) -> list[str]:

@@ -2,9 +2,10 @@
 # The main job on the shipped data, from text to a phone-ready model: set up; adapt the teacher (all-MiniLM-L6-v2,
 # a pre-trained BERT from an installed package: continued MLM + NSP fits the heads it lacks); distill it into a
 # MobileBERT-shaped student by progressive knowledge transfer; fine-tune on SST-2 (teacher, student, student with
-# task distillation, and a student from random initialisation as the baseline); export the SST-2 student to .tflite
-# (fp32 and int8, with metadata, checked against PyTorch on all of SST-2 dev); benchmark it on this host and
-# estimate Pixel latency; write OUT/report.md, report.json and report.png.
+# task distillation, a student of the teacher's own layers 0 and 5 with task distillation, and a student from random
+# initialisation as the baseline); export the student the run configuration ships (its `ship`) to .tflite (fp32 and
+# int8, with metadata, checked against PyTorch on all of SST-2 dev); benchmark it on this host and estimate Pixel
+# latency; write OUT/report.md, report.json and report.png.
 #   scripts/demo.sh [--force] [--out DIR] [--micro] [--scratch-teacher] [--config FILE]
 #     --force            redo finished stages (otherwise a finished stage is skipped and an interrupted one resumes)
 #     --out              output directory (default runs/demo)
@@ -14,7 +15,7 @@
 #     --config           the run configuration: every stage's steps, sizes and learning rates (default
 #                        configs/demo.json; copy and edit it; `python -m mobilekd run-config FILE` shows it)
 # Independent stages share the two cores: SST-2 from scratch runs beside teacher pre-training, the teacher's
-# SST-2 fine-tuning beside knowledge transfer; their logs go to OUT/logs/.
+# SST-2 fine-tuning (then the layer-subset student's) beside knowledge transfer; their logs go to OUT/logs/.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$ROOT"
@@ -50,14 +51,19 @@ export OMP_NUM_THREADS=1  # one thread per job: two jobs fill this 2-core machin
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # no background stage outlives the script
 
 # The settings of this mode (and of --micro) from the run configuration, as bash arrays of flags, one per recipe:
-# TRAIN_TEACHER, DISTILL, FINETUNE (every SST-2 run's), TASK_SST2, EXPORT, LATENCY; and STUDENT (the student
-# preset), TEACHER_LR, STUDENT_LR (SST-2 fine-tuning of the teacher and of the students).
+# TRAIN_TEACHER, DISTILL, FINETUNE (every SST-2 run's), TASK_SST2, INIT_SUBSET and FINETUNE_SUBSET (the layer-subset
+# student's), EXPORT, LATENCY; and STUDENT (the student preset), TEACHER_LR, STUDENT_LR (SST-2 fine-tuning of the
+# teacher and of the PKT students), SHIP (the SST-2 run that is exported).
 OVERLAYS=()
 [ "$MICRO" = 1 ] && OVERLAYS=(--overlay micro)
 SETTINGS=$(python -m mobilekd run-config "$CONFIG" --mode "$MODE" "${OVERLAYS[@]}" --keys student teacher_lr \
-           student_lr train-teacher distill finetune tasks export latency)
+           student_lr train-teacher distill finetune tasks init-subset finetune-subset ship export latency)
 eval "$SETTINGS"
 declare -p TASK_SST2 > /dev/null 2>&1 || { echo "error: $CONFIG: mode $MODE has no tasks.sst2 (the demo's task)" >&2; exit 2; }
+case "$SHIP" in student|student_task_kd|subset_task_kd|scratch|teacher) ;;
+  *) echo "error: $CONFIG: ship is $SHIP; expected one of the SST-2 runs student, student_task_kd, subset_task_kd," \
+          "scratch, teacher" >&2; exit 2 ;;
+esac
 TRANSFER=(--student "$STUDENT" "${DISTILL[@]}")
 SST2=(--task sst2 "${TASK_SST2[@]}" "${FINETUNE[@]}")
 
@@ -98,10 +104,16 @@ else python -m mobilekd train-teacher "${TRAIN_TEACHER[@]}" --out "$OUT/teacher"
 join_background
 
 echo "== 3/6 progressive knowledge transfer into $STUDENT -> $OUT/student"
-in_background sst2_teacher finetune teacher --model "$OUT/teacher" --lr "$TEACHER_LR"
+teacher_then_subset() {  # the SST-2 teacher, then the student of the teacher's own layers that it teaches
+  finetune teacher --model "$OUT/teacher" --lr "$TEACHER_LR"
+  [ -f "$OUT/subset/config.json" ] || python -m mobilekd init "$OUT/teacher" "$OUT/subset" "${INIT_SUBSET[@]}"
+  finetune subset_task_kd --model "$OUT/subset" --teacher "$OUT/sst2/teacher" "${FINETUNE_SUBSET[@]}"
+}
+in_background sst2_teacher teacher_then_subset
 if stage_done "$OUT/student"; then echo "done already (summary.json exists); --force to redo"
 else python -m mobilekd distill "${TRANSFER[@]}" --teacher "$OUT/teacher" --out "$OUT/student" --resume; fi
 join_background
+sst2_result subset_task_kd
 
 echo "== 4/6 SST-2 fine-tuning of the student, without and with task distillation from the SST-2 teacher"
 in_background sst2_student_task_kd finetune student_task_kd --model "$OUT/student" --teacher "$OUT/sst2/teacher" \
@@ -110,14 +122,14 @@ finetune student --model "$OUT/student" --lr "$STUDENT_LR"
 sst2_result student
 join_background
 
-echo "== 5/6 .tflite export of the SST-2 student (fp32, dynamic-range int8; metadata; parity on SST-2 dev)"
+echo "== 5/6 .tflite export of the SST-2 run $SHIP (fp32, dynamic-range int8; metadata; parity on SST-2 dev)"
 logged() {  # name, then a command: its output (the converters are chatty) goes to OUT/logs/name.log
   local name=$1; shift
   "$@" > "$OUT/logs/$name.log" 2>&1 || { tail -5 "$OUT/logs/$name.log" >&2; echo "error: $name failed" >&2; exit 1; }
 }
 if [ -f "$OUT/tflite/model_dynamic_int8.tflite" ] && [ -f "$OUT/tflite/parity.json" ]; then echo "done already"
 else
-  logged export python -m mobilekd export --model "$OUT/sst2/student" --quantize none dynamic-int8 "${EXPORT[@]}" \
+  logged export python -m mobilekd export --model "$OUT/sst2/$SHIP" --quantize none dynamic-int8 "${EXPORT[@]}" \
     --out "$OUT/tflite"
 fi
 for file in model_none.tflite model_dynamic_int8.tflite; do

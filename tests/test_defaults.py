@@ -97,7 +97,8 @@ def test_a_bad_run_configuration_is_one_line(tmp_path, edit, problem):
     edit(config)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(config))
-    keys = ["student", "teacher_lr", "student_lr", "train-teacher", "distill", "finetune", "tasks", "export", "latency"]
+    keys = ["student", "teacher_lr", "student_lr", "train-teacher", "distill", "finetune", "tasks", "init-subset",
+            "finetune-subset", "ship", "export", "latency"]  # what scripts/demo.sh reads
     overlay = ["--overlay", "micro"] if "overlay" in problem else []
     proc = run_module("mobilekd", "run-config", bad, *overlay, "--keys", *keys, check=False)
     assert problem in one_line_error(proc)

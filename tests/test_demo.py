@@ -23,7 +23,7 @@ def test_demo_chain_from_text_to_phone_ready_model(tmp_path):
     out = tmp_path / "demo"
     first = run_demo(out)
     report = json.loads((out / "report.json").read_text())
-    assert set(report["sst2"]) == {"teacher", "student", "student_task_kd", "scratch"}
+    assert set(report["sst2"]) == {"teacher", "student", "student_task_kd", "subset_task_kd", "scratch"}
     assert all(0 <= r["accuracy"] <= 1 for r in report["sst2"].values())
     assert 0 <= report["sst2_baseline"]["metrics"]["accuracy"] <= 1  # every score beside its bag-of-words baseline
     assert "bag of words (tfidf+logreg" in (out / "report.md").read_text()
@@ -32,6 +32,9 @@ def test_demo_chain_from_text_to_phone_ready_model(tmp_path):
     assert report["teacher_pretraining"]["name"] == "all-minilm-l6-v2 (adapted)"
     fp32 = report["tflite"]["model_none.tflite"]
     assert fp32["max_abs_diff"] <= 1e-5 and fp32["agreement"] == 1.0 and fp32["metadata"]
+    assert fp32["model"].endswith("sst2/subset_task_kd")  # configs/demo.json ships the teacher's layers 0 and 5
+    subset = json.loads((out / "subset" / "config.json").read_text())
+    assert subset["num_hidden_layers"] == 2
     rows = report["latency"]["rows"]
     for name in ("student", "student_int8"):
         assert rows[name]["host"]["1"]["p50_ms"] > 0 and rows[name]["estimate_ms"]["pixel4"] > 0
@@ -78,4 +81,5 @@ def test_demo_with_the_from_scratch_ib_bert_teacher(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["teacher_pretraining"]["name"] == "demo_teacher (from scratch)"
     assert [s["stage"] for s in report["student_transfer"]["stages"]] == [f"pkt_L{l}" for l in range(4)] + ["pd"]
+    assert report["tflite"]["model_none.tflite"]["model"].endswith("sst2/student")  # this mode ships the PKT student
     assert json.loads((out / "student" / "config.json").read_text())["intra_bottleneck_size"] == 32

@@ -17,7 +17,7 @@ from android_bench.report import markdown as latency_markdown
 from mobilekd.errors import cli_entry
 from mobilekd.fileio import atomic_path, read_json, save_png, write_json
 
-SST2_RUNS = ("teacher", "student", "student_task_kd", "scratch")
+SST2_RUNS = ("teacher", "student", "student_task_kd", "subset_task_kd", "scratch")
 
 
 def gather(run: Path) -> dict:
@@ -62,7 +62,8 @@ def markdown(report: dict, run: Path) -> str:
     lines.append(f"| bag of words ({base['method']}, the same {base['train_examples']} examples) | "
                  f"{base['metrics']['accuracy']:.4f} | {100 * base['metrics']['accuracy'] / teacher_acc:.1f}% | "
                  f"{base['seconds']:.0f} s |")
-    lines += ["", "## .tflite of the SST-2 student (parity on all dev sentences)", "",
+    shipped = Path(next(iter(report["tflite"].values()))["model"]).name
+    lines += ["", f"## .tflite of the shipped SST-2 run, {shipped} (parity on all dev sentences)", "",
               "| file | size | max abs diff | agreement | dev accuracy (PyTorch) |", "|---|---|---|---|---|"]
     for name, r in report["tflite"].items():
         lines.append(f"| {name} | {r['size_bytes'] / 1e6:.1f} MB | {r['max_abs_diff']:.2e} | {r['agreement']:.4f} | "
