@@ -1,6 +1,6 @@
 """`mobilekd <verb> [flags]`: the one command-line front over the recipes in mobilekd/recipes/.
 
-    mobilekd models | init | train-teacher | distill | finetune | fastbert | bilstm | multitask | qat | export
+    mobilekd models | init | train-teacher | distill | finetune | ship | fastbert | bilstm | multitask | qat | export
              | latency | host-bench | kernels | adb | report | run-config
     mobilekd VERB --help
 
@@ -20,6 +20,7 @@ VERBS = {
     "train-teacher": ("train_teacher", "main", "pre-train the IB-BERT teacher (MLM + NSP)"),
     "distill": ("distill", "main", "distill a teacher into a MobileBERT student (AKT / JKT / PKT)"),
     "finetune": ("finetune", "main", "fine-tune and evaluate on GLUE, SQuAD or your own data"),
+    "ship": ("ship", "main", "your BERT and your CSV to a .tflite: teacher, student of its layers, distillation"),
     "fastbert": ("fastbert", "main", "self-distil early-exit branches into a fine-tuned classifier (FastBERT)"),
     "bilstm": ("bilstm", "main", "distil a fine-tuned teacher into a BiLSTM over a transfer set (Tang et al.)"),
     "multitask": ("multitask", "main", "multi-task fine-tuning (MT-DNN), with knowledge distillation from ensembles"),

@@ -86,11 +86,16 @@ MICRO = {
 }
 
 
-def test_the_own_data_commands_run_as_printed(tmp_path, small_corpus, tokenizer):
-    """The README's "your own data" block, line by line as printed (run by the shell, so each script's executable
-    bit counts), with its placeholders pointed at a small transformers BERT (12 layers as bert-base has, 64 wide:
-    paired with the 6-layer, 384-wide student through the layer map and projections) and a CSV of 64 real SST-2
-    reviews whose labels are words, and the micro budgets above appended."""
+def own_data_blocks() -> list[list[str]]:
+    """The README's "your own data" shell blocks, as command lines: the one command, then the five steps."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Your own data"):]
+    return [shell_lines(text) for language, text in BLOCK.findall(section) if language == "bash"][:2]
+
+
+def your_bert_and_csv(tmp_path, tokenizer):
+    """The placeholders' stand-ins: a small transformers BERT (12 layers as bert-base has, 64 wide) and a CSV of 64
+    real SST-2 reviews (32 for dev) whose labels are words."""
     import csv
 
     import torch
@@ -98,14 +103,6 @@ def test_the_own_data_commands_run_as_printed(tmp_path, small_corpus, tokenizer)
 
     from mobilekd.data.glue import find_split, read_glue
     from mobilekd.data.tokenizer import save_tokenizer
-
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Your own data"):]
-    block = next(text for language, text in BLOCK.findall(section) if language == "bash")
-    lines = shell_lines(block)
-    assert [line.split()[0] for line in lines] == ["scripts/train_teacher.sh", "scripts/pkt_distill.sh",
-                                                   "scripts/finetune.sh", "scripts/finetune.sh",
-                                                   "scripts/export_tflite.sh"]  # the five steps, in order
 
     torch.manual_seed(0)
     bert = tmp_path / "your-bert"
@@ -120,17 +117,60 @@ def test_the_own_data_commands_run_as_printed(tmp_path, small_corpus, tokenizer)
             writer = csv.writer(f)
             writer.writerow(["text", "label"])
             writer.writerows([e.text_a, {"0": "bad", "1": "good"}[e.label]] for e in examples)
+    return bert, data
 
+
+def typed(line, tmp_path, bert, data):
+    return (line.replace("path/to/your-bert", str(bert)).replace("runs/my", f"{tmp_path}/runs/my")
+            .replace("--data my_data", f"--data {data}"))
+
+
+def test_the_one_own_data_command_runs_as_printed(tmp_path, tokenizer):
+    """The README's one command, as printed, on the stand-ins: no budget appended (it picks its own from the data:
+    64 examples train in seconds); a .tflite with the user's label names, and the summary beside TF-IDF."""
+    (line,) = own_data_blocks()[0]
+    assert line.split()[0] == "scripts/ship.sh"
+    bert, data = your_bert_and_csv(tmp_path, tokenizer)
+    proc = subprocess.run(typed(line, tmp_path, bert, data), shell=True, cwd=ROOT, env=env(), capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "runs/my_ship"
+    summary = json.loads((out / "ship.json").read_text())
+    assert summary["budget"]["train_examples"] == 64 and summary["budget"]["classes"] == 2
+    max_len = summary["budget"]["max_len"]
+    assert max_len <= 64 and summary["budget"]["student_epochs"] == 10  # short texts, few of them
+    assert summary["baseline"]["method"].startswith("tfidf") and summary["metric"] == "accuracy"
+    assert json.loads((out / "init/config.json").read_text())["num_hidden_layers"] == 2  # layers 0 and 11
+    assert json.loads((out / "student/config.json").read_text())["id2label"] == {"0": "bad", "1": "good"}
+    parity = json.loads((out / "student/tflite/parity.json").read_text())
+    assert parity["model_none.tflite"]["agreement"] == 1.0 and parity["model_none.tflite"]["seq_len"] == max_len
+    assert "bag of words" in proc.stdout
+
+    again = subprocess.run(typed(line, tmp_path, bert, data), shell=True, cwd=ROOT, env=env(), capture_output=True,
+                           text=True, timeout=300)  # a finished run is not redone
+    assert again.returncode == 0 and again.stdout.count("(done already)") == 4
+
+
+def test_the_own_data_steps_run_as_printed(tmp_path, small_corpus, tokenizer):
+    """The README's five steps (the MobileBERT path), line by line as printed (run by the shell, so each script's
+    executable bit counts), with its placeholders pointed at the stand-ins (the 12-layer, 64-wide BERT is paired
+    with the 6-layer, 384-wide student through the layer map and projections), and the micro budgets above
+    appended."""
+    lines = own_data_blocks()[1]
+    assert [line.split()[0] for line in lines] == ["scripts/train_teacher.sh", "scripts/pkt_distill.sh",
+                                                   "scripts/finetune.sh", "scripts/finetune.sh",
+                                                   "scripts/export_tflite.sh"]  # the five steps, in order
+    bert, data = your_bert_and_csv(tmp_path, tokenizer)
     for line in lines:
-        typed = (line.replace("path/to/your-bert", str(bert)).replace("runs/my/", f"{tmp_path}/runs/")
-                 .replace("--data my_data", f"--data {data}"))
+        typed_line = typed(line, tmp_path, bert, data)
         reads_corpus = line.split()[0] in ("scripts/train_teacher.sh", "scripts/pkt_distill.sh")
         corpus = f" --corpus {small_corpus}" if reads_corpus else ""
-        typed += f" {MICRO[line.split()[0]]}{corpus}"
-        proc = subprocess.run(typed, shell=True, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, (typed, proc.stderr[-3000:])
+        typed_line += f" {MICRO[line.split()[0]]}{corpus}"
+        proc = subprocess.run(typed_line, shell=True, cwd=ROOT, env=env(), capture_output=True, text=True,
+                              timeout=900)
+        assert proc.returncode == 0, (typed_line, proc.stderr[-3000:])
 
-    parity = json.loads((tmp_path / "runs/student_task/tflite/parity.json").read_text())
+    parity = json.loads((tmp_path / "runs/my/student_task/tflite/parity.json").read_text())
     assert set(parity) >= {"model_none.tflite", "model_dynamic_int8.tflite"}
-    config = json.loads((tmp_path / "runs/student_task/config.json").read_text())
+    config = json.loads((tmp_path / "runs/my/student_task/config.json").read_text())
     assert config["id2label"] == {"0": "bad", "1": "good"}  # the user's label names, in sorted order
