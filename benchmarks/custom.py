@@ -145,7 +145,8 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             path = run_dir(out, task, seed) / "ship.json"
             if not path.is_file():
                 continue
-            s, b = read_json(path), read_json(path)["budget"]
+            s = read_json(path)
+            b = s["budget"]
             metric = s["metric"]
             shared = {"task": task, "seed": seed, "metric": metric, "classes": b["classes"],
                       "train_examples": b["train_examples"], "dev_examples": b["dev_examples"],

@@ -27,6 +27,7 @@ from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
 from mobilekd.models.early_exit import is_early_exit
 from mobilekd.models.multitask import is_multitask
+from mobilekd.rundir import finished_results
 
 RESUMABLE = ["--threads", "1", "--resume"]
 
@@ -129,13 +130,6 @@ def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
 def parameters(model_dir: Path) -> int:
     with safe_open(str(model_dir / "model.safetensors"), "pt") as f:
         return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
-
-
-def finished_results(run_dir: Path) -> dict | None:
-    """A fine-tuning run's results.json once the run is complete (None before)."""
-    path = run_dir / "results.json"
-    r = read_json(path) if path.is_file() else {}
-    return r if r.get("complete") else None
 
 
 def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> list[dict]:

@@ -56,3 +56,12 @@ def _holder(path: Path) -> str:
         return f"pid {info['pid']} on {info['host']}, started {info['started']}: {info['command']}"
     except (OSError, ValueError, KeyError, TypeError):
         return "a process that has not written its details yet"
+
+
+def finished_results(run_dir) -> dict | None:
+    """A fine-tuning run's results.json once the run is complete (None before): its recipes write `complete` last."""
+    from mobilekd.fileio import read_json
+
+    path = Path(run_dir) / "results.json"
+    r = read_json(path) if path.is_file() else {}
+    return r if r.get("complete") else None

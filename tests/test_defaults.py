@@ -51,6 +51,15 @@ def test_teacher_value_and_the_demo_take_their_settings_from_configs_demo_json(c
     assert demo["TRAIN_TEACHER"] == tv.ADAPT and ["--student", *demo["STUDENT"], *demo["DISTILL"]] == tv.TRANSFER
     assert demo["TASK_SST2"] == tv.TASKS["sst2"] and demo["FINETUNE"] == ["--eval-every", "0"]
     assert (demo["TEACHER_LR"], demo["STUDENT_LR"]) == ([tv.TEACHER_LR], [tv.STUDENT_LR])
+    assert (demo["INIT_SUBSET"], demo["FINETUNE_SUBSET"]) == (tv.INIT_SUBSET, tv.FINETUNE_SUBSET)
+    assert demo["SHIP"] == ["subset_task_kd"]  # the run the demo exports, one of teacher_value's methods
+    # --methods: the runs asked for, with the stages and the teachers they stand on, nothing else
+    from benchmarks.runner import with_needs
+    plan = with_needs(tv.jobs(ROOT / "runs/x", ["sst2"], [0, 1]), lambda j: j.name.endswith("/subset_task_kd/1"))
+    assert [j.name for j in plan] == ["adapt", "init/subset", "sst2/teacher/1", "sst2/subset_task_kd/1"]
+    subset = plan[-1].argv  # taught by its seed's teacher; the subset's flags last, so its epochs and rate win
+    assert subset[subset.index("--teacher") + 1].endswith("sst2/teacher/seed1") and subset.count("--lr") == 1
+    assert subset[-len(tv.FINETUNE_SUBSET):] == tv.FINETUNE_SUBSET
     # demo.sh reads the file and keeps no setting of its own: no flag with a number, no learning rate
     script = DEMO_SH.read_text()
     assert "CONFIG=configs/demo.json" in script and 'run-config "$CONFIG"' in script

@@ -55,6 +55,32 @@ def test_bad_input_is_one_line(tmp_path):
                                         "--out", tmp_path / "out", check=False))
     assert "dev.csv" in unknown and "neutral" in unknown
     assert not (tmp_path / "out").exists()  # refused before any stage ran
+    data = sst2_csv(tmp_path / "again", 20)
+    layers = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
+                                       "--layers", "0,9", "--out", tmp_path / "out", check=False))
+    assert "0-5" in layers and "0,9" in layers and not (tmp_path / "out").exists()  # before the teacher's training
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "plan.json").write_text('[["finetune", "--task", "custom"]]')  # a run with other settings lives there
+    reused = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
+                                       "--out", other, check=False))
+    assert "other settings" in reused and not (other / "teacher").exists()
+
+
+def test_the_plan_asks_for_every_file_checked_on_the_whole_dev_set(tmp_path):
+    from mobilekd.recipes.ship import budget, stages
+
+    b = budget(500, [30] * 10) | {"dev_examples": 872}
+    plan = {name: (argv, done) for name, argv, done in
+            stages(ROOT / "t", ROOT / "d", tmp_path, b, 0, False, ["none", "dynamic-int8"])}
+    export, exported = plan["export"]
+    assert export[export.index("--parity-examples") + 1] == "872" and export[export.index("--seq-len") + 1] == "32"
+    parity = tmp_path / "student" / "tflite" / "parity.json"
+    parity.parent.mkdir(parents=True)
+    parity.write_text('{"model_none.tflite": {}}')  # interrupted after the first file
+    assert not exported()
+    parity.write_text('{"model_none.tflite": {}, "model_dynamic_int8.tflite": {}}')
+    assert exported()
 
 
 def test_custom_tasks_from_shipped_text_split_cleanly():

@@ -41,7 +41,9 @@ from pathlib import Path
 import numpy as np
 
 from mobilekd.errors import UserError, cli_entry, located
+from mobilekd.export.litert import QUANTIZATIONS
 from mobilekd.fileio import read_json, write_json
+from mobilekd.rundir import finished_results
 from mobilekd.run_config import DEMO, run_settings
 
 LENGTHS = (32, 64, 128)  # the --max-len choices
@@ -73,8 +75,6 @@ def measure(teacher: Path, data: Path, regression: bool) -> dict:
     from mobilekd.data.tokenizer import load_tokenizer
 
     task = load_task("custom", data, regression=regression)
-    if not task.train:
-        raise located(data, "the training file has no examples")
     tokenizer = load_tokenizer(teacher)
     rng = np.random.default_rng(0)
     sample = [task.train[i] for i in rng.choice(len(task.train), min(LENGTH_SAMPLE, len(task.train)), replace=False)]
@@ -89,7 +89,12 @@ def stages(teacher: Path, data: Path, out: Path, b: dict, seed: int, regression:
             "--eval-every", "0", *(["--regression"] if regression else [])]
 
     def finished(d):
-        return lambda: (d / "results.json").is_file() and bool(read_json(d / "results.json").get("complete"))
+        return lambda: finished_results(d) is not None
+
+    def exported():  # every file asked for is written and checked (export writes parity.json after each)
+        parity = out / "student" / "tflite" / "parity.json"
+        files = {f"model_{q.replace('-', '_')}.tflite" for q in quantize}
+        return parity.is_file() and files <= set(read_json(parity))
 
     return [
         ("teacher", ["finetune", *task, "--model", str(teacher), "--epochs", str(b["teacher_epochs"]),
@@ -102,9 +107,19 @@ def stages(teacher: Path, data: Path, out: Path, b: dict, seed: int, regression:
                      "--out", str(out / "student"), "--resume"],
          finished(out / "student")),
         ("export", ["export", "--model", str(out / "student"), "--quantize", *quantize, "--seq-len",
-                    str(b["max_len"]), "--out", str(out / "student" / "tflite")],
-         lambda: (out / "student" / "tflite" / "parity.json").is_file()),
+                    str(b["max_len"]), "--parity-examples", str(b["dev_examples"]),
+                    "--out", str(out / "student" / "tflite")],
+         exported),
     ]
+
+
+def keep_plan(out: Path, commands: list[list[str]]) -> None:
+    """OUT/plan.json records the stages' commands: a later run into OUT with other settings (data, layers, seed,
+    budgets) would otherwise skip the stages it finds finished and report the old models under the new settings."""
+    path = out / "plan.json"
+    if path.is_file() and read_json(path) != commands:
+        raise located(out, "holds a run with other settings (its plan.json); use another --out, or delete it")
+    write_json(path, commands)
 
 
 def summary(out: Path, b: dict) -> dict:
@@ -147,24 +162,33 @@ def main(argv=None):
     p.add_argument("--regression", action="store_true", help="numeric labels (scored by Pearson correlation)")
     p.add_argument("--layers", help="the student's layers of the teacher, e.g. spread:3 or 0,5 (default: the "
                                     "demo's init-subset)")
-    p.add_argument("--quantize", nargs="+", default=["none", "dynamic-int8"], help="the .tflite forms to export")
+    p.add_argument("--quantize", nargs="+", choices=list(QUANTIZATIONS), default=["none", "dynamic-int8"],
+                   help="the .tflite forms to export (default none dynamic-int8)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dry-run", action="store_true", help="print the budgets and the stages, run nothing")
     args = p.parse_args(argv)
+    from mobilekd.models.hf import load_config
     from mobilekd.models.pretrained import model_dir
+    from mobilekd.recipes.presets import parse_layers
 
     teacher, data, out = model_dir(args.teacher), Path(args.data), Path(args.out)
     if not (teacher / "config.json").is_file():
         raise located(teacher, "not a model directory (no config.json)")
+    config, _ = load_config(teacher)  # a BERT (ours or transformers'), or one line saying why not
     b = measure(teacher, data, args.regression)
     if args.layers:
         b["layers"] = args.layers
+    depth = config.num_hidden_layers  # the layers are checked now, not after the teacher's fine-tuning
+    if not all(0 <= l < depth for l in parse_layers(b["layers"], depth)):
+        raise located(teacher, f"has layers 0-{depth - 1}; --layers {b['layers']} asks for others")
     print(f"budget from the data ({b['train_examples']} training examples, "
           + (f"{b['classes']} classes, " if b["classes"] else "")
           + f"95% of them within {b['length_p95']:.0f} word pieces): --max-len {b['max_len']}; teacher "
           f"{b['teacher_epochs']} epochs at lr {b['teacher_lr']:g}; student ({b['layers']}) {b['student_epochs']} "
           f"epochs at lr {b['student_lr']:g}")
     plan = stages(teacher, data, out, b, args.seed, args.regression, args.quantize)
+    if not args.dry_run:
+        keep_plan(out, [argv_ for _, argv_, _ in plan])
     for name, argv_, done in plan:
         print(f"== {name}: mobilekd {' '.join(argv_)}" + ("  (done already)" if done() else ""))
         if args.dry_run or done():
