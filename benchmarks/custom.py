@@ -37,6 +37,7 @@ import numpy as np
 
 from benchmarks.runner import (Job, comparison, comparison_flags, judged_cell, mean_std_cell,
                                paired_differences)
+from mobilekd.data.custom import read_custom
 from mobilekd.fileio import REPO_ROOT, atomic_path, read_json
 
 TEACHER = "all-minilm-l6-v2"
@@ -131,8 +132,7 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
 def majority(data: Path) -> float:
     """Dev accuracy of always answering the training set's most frequent label."""
     def labels(split):
-        with open(data / f"{split}.csv", newline="", encoding="utf-8") as f:
-            return [r["label"] for r in csv.DictReader(f)]
+        return [e.label for e in read_custom(data / f"{split}.csv")]
     top = Counter(labels("train")).most_common(1)[0][0]
     dev = labels("dev")
     return sum(label == top for label in dev) / len(dev)

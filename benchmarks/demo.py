@@ -57,9 +57,9 @@ def rows_of(report: dict, wall: float | None) -> list[dict]:
     row("sst2", method, "accuracy", round(base["metrics"]["accuracy"], 4))
     row("sst2", method, "wall_seconds", round(base["seconds"], 1))
     for name, r in report["tflite"].items():
-        shipped = Path(r["model"]).name  # the SST-2 run the demo exported (its configuration's `ship`)
+        run = Path(r["model"]).name  # the SST-2 run the demo exported (its configuration's `ship`)
         for metric in ("size_bytes", "max_abs_diff", "agreement", "accuracy_exported", "accuracy_torch"):
-            row("tflite", name, metric, r[metric], shipped=NAMES.get(shipped, shipped))
+            row("tflite", name, metric, r[metric], shipped=NAMES.get(run, run))
     host = report["latency"]["host"]
     for name, r in report["latency"]["rows"].items():
         for threads, timed in r["host"].items():
@@ -71,6 +71,11 @@ def rows_of(report: dict, wall: float | None) -> list[dict]:
     if wall is not None:
         row("demo", "scripts/demo.sh", "wall_seconds", round(wall))
     return rows
+
+
+def shipped(rows: list[dict]) -> str:
+    """The name of the student whose .tflite the demo's rows describe (rows before `ship` existed: the PKT student)."""
+    return next((r.get("shipped", "PKT student") for r in rows if r["task"] == "tflite"), "PKT student")
 
 
 def _get(rows, task, method, metric, **more):
@@ -105,8 +110,7 @@ def table(rows: list[dict]) -> str:
         seconds = _get(rows, "sst2", method, "wall_seconds")
         lines.append(f"| {method} | {accuracy:.4f} | {100 * accuracy / teacher:.1f}% | "
                      f"{seconds:.{1 if seconds < 10 else 0}f} s |")
-    shipped = next((r.get("shipped", "PKT student") for r in rows if r["task"] == "tflite"), "student")
-    lines += ["", f"| .tflite of the {shipped} (with metadata) | size | max abs diff to PyTorch | prediction "
+    lines += ["", f"| .tflite of the {shipped(rows)} (with metadata) | size | max abs diff to PyTorch | prediction "
                   "agreement | dev accuracy (PyTorch) |", "|---|---|---|---|---|"]
     for name in dict.fromkeys(r["method"] for r in rows if r["task"] == "tflite"):
         v = {m: _get(rows, "tflite", name, m) for m in ("size_bytes", "max_abs_diff", "agreement",

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from benchmarks import teacher_value
 from benchmarks.runner import (RESUMABLE, VERDICTS, WITHIN, Job, comparison, comparison_flags, finished_results,
-                               mean_std_cell, metric_rank, run_all, verdict, within)
+                               mean_std_cell, metric_rank, run_all, task_panels, verdict, within)
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.fileio import REPO_ROOT, read_json, save_png, write_json
@@ -164,15 +164,11 @@ def goal(results: list[dict], task: str, metric: str) -> str:
 
 def plot(results: list[dict], path: Path) -> None:
     """Dev score against the measured speed-up over the full model, one curve per task, thresholds annotated."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks = list(dict.fromkeys(r["task"] for r in results))
-    if not tasks:
+    drawn = task_panels(results, 4.5, 3.6)
+    if drawn is None:
         return
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    fig, panels = drawn
+    for ax, task in panels:
         metric = next(r["metric"] for r in results if r["task"] == task and metric_rank(task, r["metric"]) == 0)
         points = []
         for threshold in sorted({r["threshold"] for r in results if r["task"] == task}):
@@ -189,7 +185,7 @@ def plot(results: list[dict], path: Path) -> None:
         ax.legend(fontsize=7, loc="lower left")
         ax.set_title(f"{task} dev ({metric}); labels: threshold")
         ax.set_xlabel("measured host speed-up over the full .tflite")
-    axes[0][0].set_ylabel("dev score, mean ± std over seeds")
+    panels[0][0].set_ylabel("dev score, mean ± std over seeds")
     fig.tight_layout()
     save_png(fig, path)
 

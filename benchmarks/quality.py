@@ -55,7 +55,7 @@ from benchmarks import teacher_value
 from benchmarks.baselines import baseline_rows
 from benchmarks.runner import (RESUMABLE, VERDICTS, Job, by_seed, columns, comparison, comparison_flags,
                                finetune_rows, finished_results, mean_std_cell, merge_rows, method_table, metric_rank,
-                               paired_differences, values, verdict)
+                               paired_differences, task_panels, values, verdict)
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json, save_png
 
@@ -370,15 +370,11 @@ def goals(results: list[dict]) -> str:
 def plot(curves: list[dict], path: Path) -> None:
     """Dev score against CPU-seconds, one curve per method (the mean over seeds at each evaluation), a panel per
     task of `curves`."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks = list(dict.fromkeys(r["task"] for r in curves))
-    if not tasks:
+    drawn = task_panels(curves, 5.5, 4.2)
+    if drawn is None:
         return
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    fig, panels = drawn
+    for ax, task in panels:
         mine = [r for r in curves if r["task"] == task]
         for method in ORDER:
             pts = [r for r in mine if r["method"] == method]

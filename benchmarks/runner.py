@@ -252,6 +252,20 @@ def judged_cell(differences: list[float], above: float = 0.0) -> str:
     return f"{mean_std_cell(differences, signed=True)} {verdict(differences, above)}"
 
 
+def task_panels(rows: list[dict], width: float, height: float):
+    """A figure with one panel per task of `rows` (in their order), side by side: (figure, [(axes, task), ...]), or
+    None when the rows have no task. matplotlib draws off-screen (Agg)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    if not tasks:
+        return None
+    fig, axes = plt.subplots(1, len(tasks), figsize=(width * len(tasks), height), squeeze=False)
+    return fig, list(zip(axes[0], tasks))
+
+
 BASELINES = ("tfidf", "majority")  # the rows benchmarks.baselines adds beside a fine-tuning benchmark's methods
 
 

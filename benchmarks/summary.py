@@ -13,6 +13,7 @@ import argparse
 import statistics
 import sys
 
+from benchmarks.demo import shipped
 from benchmarks.early_exit import fastest_within
 from benchmarks.runner import mean_std_cell, metric_rank, values, write_pages
 from mobilekd.errors import cli_entry
@@ -40,13 +41,13 @@ def demo() -> list[str]:
     """The demo's own run: its wall time end to end and its distilled student's SST-2 score (one run, seed 0)."""
     rows = _rows("demo")
     wall = [r for r in rows if (r["task"], r["metric"]) == ("demo", "wall_seconds")]
-    shipped = next((r.get("shipped", "PKT student") for r in rows if r["task"] == "tflite"), "PKT student")
-    student = [r["value"] for r in rows if (r["task"], r["method"], r["metric"]) == ("sst2", shipped, "accuracy")]
+    name = shipped(rows)
+    student = [r["value"] for r in rows if (r["task"], r["method"], r["metric"]) == ("sst2", name, "accuracy")]
     if not wall or not student:
         return []
     return [f"| `scripts/demo.sh` end to end on {wall[0]['cpu']} ({wall[0]['cpu_count']} cores, one run) | "
             f"{wall[0]['value'] / 60:.1f} min; "
-            f"the student it ships ({shipped}) {student[0]:.4f} SST-2 accuracy [n=1] | - | [demo](docs/demo.md) |"]
+            f"the student it ships ({name}) {student[0]:.4f} SST-2 accuracy [n=1] | - | [demo](docs/demo.md) |"]
 
 
 def teacher_value() -> list[str]:
