@@ -154,13 +154,15 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             int8 = s["tflite"].get("model_dynamic_int8.tflite", {})
             found += [
                 {**shared, "method": "teacher", "value": round(s["teacher"]["dev"][metric], 4),
-                 "train_seconds": s["teacher"]["train_seconds"], "epochs": b["teacher_epochs"]},
+                 "train_seconds": s["teacher"]["train_seconds"],
+                 "cpu": s["teacher"].get("cpu"), "epochs": b["teacher_epochs"]},
                 {**shared, "method": "ship", "value": round(s["student"]["dev"][metric], 4),
                  "params": s["student"]["params"], "train_seconds": s["student"]["train_seconds"],
+                 "cpu": s["student"].get("cpu"),
                  "epochs": b["student_epochs"], "lr": b["student_lr"], "layers": b["layers"],
                  "tflite_bytes": int8.get("size_bytes")},
                 {**shared, "method": "tfidf", "value": round(s["baseline"]["metrics"][metric], 4),
-                 "train_seconds": s["baseline"]["seconds"]},
+                 "train_seconds": s["baseline"]["seconds"], "cpu": s["student"].get("cpu")},
                 {**shared, "method": "majority", "value": round(majority(out / "data" / task), 4)}]
     return found
 

@@ -27,7 +27,7 @@ from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
 from mobilekd.models.early_exit import is_early_exit
 from mobilekd.models.multitask import is_multitask
-from mobilekd.rundir import finished_results
+from mobilekd.rundir import finished_results, training_cpu
 
 RESUMABLE = ["--threads", "1", "--resume"]
 
@@ -140,7 +140,8 @@ def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> lis
     if r is None:
         return []
     dev = next(iter((metrics or r["metrics"]).values()))
-    shared = {"params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"]}
+    shared = {"params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"],
+              "cpu": training_cpu(r)}
     names = [r["best_metric"]] + [m for m in dev if m != r["best_metric"]]
     return [{**identity, "metric": m, "value": round(dev[m], 4), **shared} for m in names]
 

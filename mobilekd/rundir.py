@@ -65,3 +65,9 @@ def finished_results(run_dir) -> dict | None:
     path = Path(run_dir) / "results.json"
     r = read_json(path) if path.is_file() else {}
     return r if r.get("complete") else None
+
+
+def training_cpu(results: dict) -> str | None:
+    """The CPU a run's seconds were measured on, as its training loop recorded it (None: a run from before the
+    loop recorded it)."""
+    return next((s["cpu"] for s in results.get("training") or [] if s.get("cpu")), None)

@@ -9,12 +9,13 @@ import pytest
 import torch
 from accelerate import Accelerator
 
+from benchmarks.runner import finetune_rows
 from helpers import run_module
 from mobilekd.data.tasks import encode_classification, load_task, task_data, training_subset
 from mobilekd.finetune.evaluation import build_model
 from mobilekd.finetune.objective import task_loss
 from mobilekd.train.loop import POOL_BATCHES, Batches
-from mobilekd.train.precision import probe_precision
+from mobilekd.train.precision import cpu_model, probe_precision
 
 
 def _sst2(tokenizer, n=3000):
@@ -94,6 +95,9 @@ def test_a_fine_tuning_run_records_its_precision_and_padding(student_dir, tmp_pa
     assert stage["precision"] == probe["precision"] in ("no", "bf16")
     assert probe.get("batches") == 3 or "fp32_matmul_gflops" in probe
     assert stage["batch_order"] == "length-grouped" and 0 <= stage["padding_share"] < 0.3
+    # the host its seconds were measured on, which a benchmark's rows carry beside their train_seconds
+    assert stage["cpu"] == cpu_model() and stage["threads"] == 1
+    assert finetune_rows(out)[0]["cpu"] == cpu_model()
 
 
 def test_the_throughput_benchmark_writes_rows_per_path_and_variant(tmp_path):

@@ -91,7 +91,8 @@ class Augmentor:
         tok = self.tokenizer
         order = sorted(range(len(queries)), key=lambda q: len(queries[q][0]))  # batches of like lengths
         out = [None] * len(queries)
-        for start in range(0, len(queries), self.batch_size):
+        for start in tqdm(range(0, len(queries), self.batch_size), desc="augmentation: masked-LM candidates",
+                          leave=False):
             chunk = [queries[q] for q in order[start:start + self.batch_size]]
             rows = []
             for pieces, at in chunk:

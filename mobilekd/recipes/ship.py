@@ -43,7 +43,7 @@ import numpy as np
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.litert import QUANTIZATIONS
 from mobilekd.fileio import read_json, write_json
-from mobilekd.rundir import finished_results
+from mobilekd.rundir import finished_results, training_cpu
 from mobilekd.run_config import DEMO, run_settings
 
 LENGTHS = (32, 64, 128)  # the --max-len choices
@@ -127,8 +127,10 @@ def summary(out: Path, b: dict) -> dict:
     teacher, student = (read_json(out / name / "results.json") for name in ("teacher", "student"))
     parity = read_json(out / "student" / "tflite" / "parity.json")
     return {"budget": b, "metric": next(iter(student["metrics"]["dev"])),
-            "teacher": {"dev": teacher["metrics"]["dev"], "train_seconds": teacher["wall_seconds"]},
+            "teacher": {"dev": teacher["metrics"]["dev"], "train_seconds": teacher["wall_seconds"],
+                        "cpu": training_cpu(teacher)},
             "student": {"dev": student["metrics"]["dev"], "train_seconds": student["wall_seconds"],
+                        "cpu": training_cpu(student),
                         "params": student["training"][0]["trainable_params"]},
             "baseline": student["baseline"],
             "tflite": {name: {k: r[k] for k in ("size_bytes", "agreement", "accuracy_exported") if k in r}
