@@ -47,7 +47,9 @@ def trained_like(model: torch.nn.Module) -> torch.nn.Module:
                 p.copy_(start + 0.1 * torch.randn(p.shape, generator=generator))
     return model
 
-QUANTIZE = ("none", "dynamic-int8", "int8", "qat-int8", "qat-int8-float-attention")
+QUANTIZE = ("none", "dynamic-int8", "int8", "qat-int8", "qat-int8-sym", "qat-int8-float-attention")
+# a qat form -> how its attention core is quantized (mobilekd.export.qat.ATTENTION)
+QAT_ATTENTION = {"qat-int8": "int8", "qat-int8-sym": "int8-sym", "qat-int8-float-attention": "float"}
 CALIBRATION_SENTENCES = 32  # shipped SST-2 training sentences: the full-integer files' ranges
 
 
@@ -60,7 +62,8 @@ def export_preset(name: str, quantize: str, seq_len: int, cache: Path) -> Path:
     """`cache/<name>_<quantize>_<seq_len>.tflite`, converted (and quantized) on first use: "int8" is the
     full-integer file of post-training quantization, "qat-int8" the one of `mobilekd.export.qat` (its ranges
     observed through fake quantization over the same sentences: random weights are not trained),
-    "qat-int8-float-attention" the same with each attention's core in float (`prepare_qat(int8_attention=False)`)."""
+    "qat-int8-sym" the same with the attention products' second operands symmetric (zero point 0, which XNNPACK
+    takes), "qat-int8-float-attention" with each attention's core in float (QAT_ATTENTION)."""
     path = preset_path(name, quantize, seq_len, cache)
     if path.is_file():
         return path
@@ -68,10 +71,10 @@ def export_preset(name: str, quantize: str, seq_len: int, cache: Path) -> Path:
         arrays = calibration_arrays(seq_len)
         return convert(preset_classifier(name), "classification", seq_len, path, "int8",
                        [{k: v[i:i + 1] for k, v in arrays.items()} for i in range(CALIBRATION_SENTENCES)])
-    if quantize.startswith("qat-int8"):
+    if quantize in QAT_ATTENTION:
         model = preset_classifier(name, masked_score=-6.0)  # the official masked attention, as `mobilekd qat` has it
         prepared = quantization(prepare_qat(model, "classification", seq_len,
-                                            int8_attention=quantize == "qat-int8"), True)
+                                            QAT_ATTENTION[quantize]), True)
         with torch.no_grad():
             prepared(**{k: torch.from_numpy(v) for k, v in calibration_arrays(seq_len).items()})
         return convert_qat(freeze_ranges(prepared), seq_len, path)

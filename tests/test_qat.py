@@ -99,7 +99,7 @@ def test_float_attention_keeps_every_product_and_softmax_in_xnnpack(sst2, tmp_pa
     """With the attention cores left float (QK^T, scaling, mask, softmax, PV), XNNPACK takes every matrix product
     and softmax; the dense layers stay int8; the file computes its fake-quantized twin."""
     _, dev = sst2
-    prepared = quantization(prepare_qat(classifier(), "classification", SEQ, int8_attention=False), True)
+    prepared = quantization(prepare_qat(classifier(), "classification", SEQ, attention="float"), True)
     with torch.no_grad():
         prepared(**inputs(dev))  # ranges observed once, then frozen: the twin the file computes
         twin = freeze_ranges(prepared)(**inputs(dev)).numpy()
@@ -114,6 +114,29 @@ def test_float_attention_keeps_every_product_and_softmax_in_xnnpack(sst2, tmp_pa
     assert sum(op.name == "MUL" and op.inputs[0].dtype == "FLOAT32" for op in ops) >= 2 * layers
     assert op_histogram(ops)["DEQUANTIZE"] <= 3 * layers + 3
     assert not {"BATCH_MATMUL", "SOFTMAX", "FULLY_CONNECTED"} & set(xnnpack_undelegated(path))
+
+
+def test_symmetric_attention_puts_every_attention_product_in_xnnpack(sst2, tmp_path):
+    """With the second operand of each attention product (K^T, V) symmetric, zero point 0, XNNPACK takes every int8
+    BATCH_MATMUL (its delegate refuses any other); the products stay int8 and the file computes its fake-quantized
+    twin."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    _, dev = sst2
+    prepared = quantization(prepare_qat(classifier(), "classification", SEQ, attention="int8-sym"), True)
+    with torch.no_grad():
+        prepared(**inputs(dev))
+        twin = freeze_ranges(prepared)(**inputs(dev)).numpy()
+    path = convert_qat(prepared, SEQ, tmp_path / "symmetric_attention.tflite")
+    assert np.abs(run_tflite(path, dev)[0] - twin).max() < 0.025
+    zero_points = {t["index"]: t["quantization_parameters"]["zero_points"]
+                   for t in Interpreter(model_path=str(path)).get_tensor_details()}
+    products = [op for op in read_graph(path) if op.name == "BATCH_MATMUL"]
+    assert len(products) == 2 * 2  # Q K^T and P V in each of the 2 layers
+    assert all(op.inputs[0].dtype == op.inputs[1].dtype == "INT8" for op in products)
+    assert all(list(zero_points[op.inputs[1].index]) == [0] for op in products)
+    assert any(list(zero_points[op.inputs[0].index]) != [0] for op in products)  # the first operand stays affine
+    assert "BATCH_MATMUL" not in xnnpack_undelegated(path)
 
 
 def test_kernel_profile_finds_the_int8_attention_outside_xnnpack(sst2, tmp_path):

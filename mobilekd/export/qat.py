@@ -27,6 +27,7 @@ the model's own options, not enforced here.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -35,10 +36,16 @@ from mobilekd.export.litert import INPUT_NAMES, ExportWrapper, sample_inputs
 from mobilekd.fileio import atomic_path
 
 
-def quantizer(int8_attention: bool = True):
+# how the attention core is quantized (`annotate_activations`): "int8" every tensor asymmetric as the quantizer
+# has it; "int8-sym" the same with the second operand of both products (K^T in Q K^T, V in P V) symmetric per
+# tensor, zero point 0, the only int8 BATCH_MATMUL XNNPACK takes; "float" the core left float
+ATTENTION = ("int8", "int8-sym", "float")
+
+
+def quantizer(attention: str = "int8"):
     """litert-torch's PT2E quantizer, per-channel symmetric weights, QAT, with every activation product annotated
-    (the attention core too unless `int8_attention` is False): the one `prepare_qat` annotates with and
-    `convert_qat` lowers with."""
+    (the attention core as `attention` says, ATTENTION): the one `prepare_qat` annotates with and `convert_qat`
+    lowers with."""
     from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
 
     class Quantizer(PT2EQuantizer):
@@ -47,7 +54,7 @@ def quantizer(int8_attention: bool = True):
         STATIC_QAT_ONLY_OPS: list = []
 
         def annotate(self, model):
-            return annotate_activations(super().annotate(model), self.global_config, int8_attention)
+            return annotate_activations(super().annotate(model), self.global_config, attention)
 
     return Quantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_qat=True))
 
@@ -79,7 +86,7 @@ def attention_cores(model: torch.fx.GraphModule) -> set:
     return core
 
 
-def annotate_activations(model: torch.fx.GraphModule, config, int8_attention: bool = True) -> torch.fx.GraphModule:
+def annotate_activations(model: torch.fx.GraphModule, config, attention: str = "int8") -> torch.fx.GraphModule:
     """Fake quantization where litert-torch's annotators leave float: its add / mul / softmax annotators find their
     ops by the source records a strict export keeps, which `torch.export`'s default (non-strict) export does not, so
     every residual add (and NoNorm's shift) was left float; and it has none for the attention products. Here, in
@@ -87,10 +94,18 @@ def annotate_activations(model: torch.fx.GraphModule, config, int8_attention: bo
     keeps that one: no requantize in between), a softmax of quantized scores the fixed output range TFLite's int8
     softmax requires (scale 1/256, zero point -128), except the classifier's: apps (MediaPipe) read float
     probabilities. The official code quantizes the same tensors (modeling.py `attention_layer`: the scores after
-    QK^T and masking, the context layer; `dense_layer_*` inputs)."""
+    QK^T and masking, the context layer; `dense_layer_*` inputs).
+
+    With `attention` "int8-sym" the second operand of each matmul (K^T, V) is quantized symmetric per tensor (zero
+    point 0), where its range is set: at its producer (the key or value projection, looked through the reshapes
+    and transposes), so that no requantize stands between. LiteRT's XNNPACK delegate takes an int8 x int8
+    BATCH_MATMUL only so (tflite/delegates/xnnpack/xnnpack_delegate.cc, `VisitBatchMatMulNode`: a non-zero zero
+    point of input 1 is refused; the first operand and the output may have any; google-ai-edge/LiteRT f67457790,
+    the same checks since v2.2.0); the official code's activations are all asymmetric (quant_ops.py
+    `MovingAvgQuantize`), so this departs from it, for the delegate's sake."""
     from litert_torch.quantize.pt2e_quantizer_utils import (get_fixed_qparams_qspec, get_input_act_qspec,
                                                             get_output_act_qspec)
-    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation
+    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, QuantizationSpec
 
     aten = torch.ops.aten
     products = {aten.add.Tensor, aten.mul.Tensor, aten.matmul.default}
@@ -100,13 +115,21 @@ def annotate_activations(model: torch.fx.GraphModule, config, int8_attention: bo
     through = {aten.dropout.default, aten.view.default, aten.reshape.default, aten.transpose.int, aten.permute.default,
                aten.clone.default, aten.clamp.default}
 
-    def has_range(node) -> bool:
+    def producer(node):
         while node.op == "call_function" and node.target in through:
             node = node.args[0]
-        annotation = node.meta.get("quantization_annotation")
+        return node
+
+    def has_range(node) -> bool:
+        annotation = producer(node).meta.get("quantization_annotation")
         return annotation is not None and annotation.output_qspec is not None
 
-    float_core = set() if int8_attention else attention_cores(model)
+    def symmetric(spec):
+        return dataclasses.replace(spec, qscheme=torch.per_tensor_symmetric)
+
+    if attention not in ATTENTION:
+        raise ValueError(f"attention {attention!r}: one of {', '.join(ATTENTION)}")
+    float_core = attention_cores(model) if attention == "float" else set()
     for node in float_core:  # litert-torch's own annotators may have reached some (the mask's mul): undone
         node.meta.pop("quantization_annotation", None)
     for node in model.graph.nodes:
@@ -119,18 +142,26 @@ def annotate_activations(model: torch.fx.GraphModule, config, int8_attention: bo
             floats = [a for a in node.args[:2] if isinstance(a, torch.fx.Node) and a.meta.get("val") is not None
                       and a.meta["val"].is_floating_point()]
             if floats:
+                inputs = {a: get_input_act_qspec(config) for a in floats if not has_range(a)}
+                second = node.args[1]
+                if attention == "int8-sym" and node.target == aten.matmul.default and second in floats:
+                    at = None if second in inputs else producer(second).meta["quantization_annotation"]
+                    if at is not None and isinstance(at.output_qspec, QuantizationSpec):
+                        at.output_qspec = symmetric(at.output_qspec)
+                    else:  # no range of its own to change (or a shared one): requantized on the way in
+                        inputs[second] = symmetric(get_input_act_qspec(config))
                 node.meta["quantization_annotation"] = QuantizationAnnotation(
-                    input_qspec_map={a: get_input_act_qspec(config) for a in floats if not has_range(a)},
-                    output_qspec=get_output_act_qspec(config), _annotated=True)
+                    input_qspec_map=inputs, output_qspec=get_output_act_qspec(config), _annotated=True)
     return model
 
 
-def prepare_qat(model: torch.nn.Module, head: str, seq_len: int, int8_attention: bool = True) -> torch.fx.GraphModule:
+def prepare_qat(model: torch.nn.Module, head: str, seq_len: int, attention: str = "int8") -> torch.fx.GraphModule:
     """The app-facing graph of `model` (int32 inputs, `head`'s outputs, as `convert` exports it) with fake
     quantization inserted; any batch size, `seq_len` tokens. Exported in eval mode: no dropout while it trains.
-    Without `int8_attention` the attention cores (`attention_cores`) stay float: XNNPACK, LiteRT's CPU delegate,
-    takes neither int8 BATCH_MATMUL of two activations nor int8 SOFTMAX, so in a full-integer file they run on the
-    builtin kernels between the delegate's partitions."""
+    `attention` (ATTENTION): "int8", every tensor of the attention core asymmetric int8: XNNPACK, LiteRT's CPU
+    delegate, takes neither its BATCH_MATMULs (their second operand has a zero point) nor int8 SOFTMAX, so they run
+    on the builtin kernels between the delegate's partitions; "int8-sym", the products' second operands symmetric,
+    which XNNPACK takes; "float", the attention cores (`attention_cores`) left float."""
     from torchao.quantization.pt2e import allow_exported_model_train_eval
     from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e
 
@@ -139,7 +170,7 @@ def prepare_qat(model: torch.nn.Module, head: str, seq_len: int, int8_attention:
     program = torch.export.export(ExportWrapper(model.eval(), head).eval(), (), sample,
                                   dynamic_shapes={k: {0: batch} for k in INPUT_NAMES})
     # .train() / .eval() work on the result
-    return allow_exported_model_train_eval(prepare_qat_pt2e(program.module(), quantizer(int8_attention)))
+    return allow_exported_model_train_eval(prepare_qat_pt2e(program.module(), quantizer(attention)))
 
 
 def quantization(prepared: torch.fx.GraphModule, on: bool) -> torch.fx.GraphModule:

@@ -29,7 +29,8 @@ def parse_args(argv=None):
     p.add_argument("--quantize", nargs="+", default=["none", "dynamic-int8"], choices=QUANTIZE,
                    help="how the presets are exported (default none dynamic-int8; int8: post-training full integer, "
                         "qat-int8: full integer through mobilekd.export.qat, ranges observed on shipped sentences; "
-                        "qat-int8-float-attention: the same with the attention cores in float, which XNNPACK runs)")
+                        "qat-int8-sym: the same with the attention products' second operands symmetric, which "
+                        "XNNPACK takes; qat-int8-float-attention: the attention cores in float, which XNNPACK runs)")
     p.add_argument("--tflite", nargs="*", default=[], metavar="NAME=PATH",
                    help="existing .tflite files to add (a file name containing int8 is set against the int8 peak)")
     p.add_argument("--accuracy", nargs="*", default=[], metavar="NAME=VALUE",

@@ -82,9 +82,13 @@ def parse_args(argv=None):
     p.add_argument("--score-clip", type=float, nargs=2, metavar=("LOW", "HIGH"),
                    help="clip the masked attention scores to [LOW, HIGH] while training and in the file, as the "
                         "official QAT does with -6 60 (default: the model's own clip, if any)")
-    p.add_argument("--float-attention", action="store_true",
-                   help="keep each attention's core (Q K^T, masking, softmax, P V) in float: XNNPACK runs it, where "
-                        "it takes neither int8 activation-by-activation products nor int8 softmax")
+    attention = p.add_mutually_exclusive_group()
+    attention.add_argument("--float-attention", action="store_true",
+                           help="keep each attention's core (Q K^T, masking, softmax, P V) in float: XNNPACK runs "
+                                "it, where it takes neither today's int8 attention products nor int8 softmax")
+    attention.add_argument("--symmetric-attention", action="store_true",
+                           help="quantize the second operand of each attention product (K^T, V) symmetric, zero "
+                                "point 0: the int8 BATCH_MATMUL XNNPACK takes (the softmax stays int8, outside it)")
     p.add_argument("--int8-embeddings", action="store_true",
                    help="also store the embedding tables in int8 (per row; a third of the file's size): they are put "
                         "on that grid before training and frozen, so the network learns against them")
@@ -97,6 +101,11 @@ def parse_args(argv=None):
         raise UserError(f"--score-clip LOW HIGH needs LOW < HIGH, got {args.score_clip}")
     train_config(args)  # bad training flags are refused before any work
     return args
+
+
+def attention_form(args) -> str:
+    """The attention core's quantization (mobilekd.export.qat.ATTENTION) the flags ask for."""
+    return "float" if args.float_attention else "int8-sym" if args.symmetric_attention else "int8"
 
 
 @cli_entry
@@ -123,7 +132,7 @@ def run(args, accelerator):
     qat_model = fine_tuned_classifier(args.model, task, masked_score=masked_score, score_clip=score_clip)
     frozen = int8_lookup_tables(qat_model) if args.int8_embeddings else []
     model = QatClassifier(quantization(prepare_qat(qat_model, "classification", args.max_len,
-                                                   int8_attention=not args.float_attention), True), args.max_len)
+                                                   attention_form(args)), True), args.max_len)
     steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
     stage = Stage(name="qat", steps=steps, loss=qat_loss(regression), lr=args.lr, warmup=args.warmup,
                   trainable=lambda name: not name.endswith(tuple(frozen)))
@@ -133,6 +142,7 @@ def run(args, accelerator):
                                                 "score_clip": score_clip,
                                                 "int8_embeddings": args.int8_embeddings or None,
                                                 "float_attention": args.float_attention or None,
+                                                "symmetric_attention": args.symmetric_attention or None,
                                                 "train_examples": len(train),
                                                 "subset_seed": args.subset_seed})
     run_plan([stage], model, train, cfg, accelerator, resume=args.resume)
@@ -159,6 +169,7 @@ def run(args, accelerator):
               "split": dev_name, "dev_examples": len(dev), "train_examples": len(train), "steps": steps,
               "max_len": args.max_len, "lr": args.lr, "masked_score": masked_score, "score_clip": score_clip,
               "int8_embeddings": args.int8_embeddings, "float_attention": args.float_attention,
+              "symmetric_attention": args.symmetric_attention,
               "metrics_float": classification_metrics(names, labels, float_predictions),
               "metrics_fake_quant": classification_metrics(names, labels, twin_predictions),
               "metrics_int8": classification_metrics(names, labels, int8_predictions), **agreement,
