@@ -11,9 +11,10 @@ is fine-tuned on the task's labels with cross-entropy, as the official code fine
 trains and frozen for evaluation. OUT holds `model_qat_int8.tflite` (with the metadata `mobilekd export`
 attaches) and results.json: dev metrics of the float model it started from, of its fake-quantized twin and of the
 int8 file run by the LiteRT interpreter, the file's agreement with the twin and its float islands. Resumable
-(--resume) on the shared loop. --float-attention keeps each attention's core float (XNNPACK, LiteRT's CPU
-delegate, takes neither int8 products of two activations nor int8 softmax: results.json lists what it leaves to
-the builtin kernels, `xnnpack_undelegated`); --int8-embeddings stores the lookup tables in int8 too; --score-clip
+(--resume) on the shared loop. XNNPACK, LiteRT's CPU delegate, takes an int8 product of two activations only when
+the second operand's zero point is 0, and no int8 softmax (results.json lists what it leaves to the builtin
+kernels, `xnnpack_undelegated`): --symmetric-attention quantizes K^T and V so, --float-attention keeps each
+attention's core float; --int8-embeddings stores the lookup tables in int8 too; --score-clip
 is the official clip of the attention scores. A regression model (STS-B) trains on the squared error of its
 score, which its file returns (no TextClassifier metadata then: the app reads the number).
 """
