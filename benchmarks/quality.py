@@ -111,8 +111,8 @@ def run_dir(out: Path, task: str, method: str, seed: int) -> Path:
 
 
 def methods_for(task: str, chosen=tuple(METHODS)) -> list[str]:
-    """The methods run on `task` (the ablations on ABLATION_TASKS only), of those `chosen` (the teacher always: every
-    KD student learns from it)."""
+    """The methods run on `task` (the ablations on ABLATION_TASKS only, AUGMENTED_ONLY where AUGMENT has a set), of
+    those `chosen` (the teacher always: every KD student learns from it)."""
     return [m for m in METHODS if (m not in ABLATIONS or task in ABLATION_TASKS) and (m in chosen or m == "teacher")
             and (m not in AUGMENTED_ONLY or AUGMENT[task] != "0")]
 
