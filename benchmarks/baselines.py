@@ -65,9 +65,9 @@ def majority(task, train, dev) -> dict | None:
 def baseline_rows(task_name: str, flags: list[str], seed: int) -> list[dict]:
     """One row per baseline and dev metric of the task (its official metric first)."""
     task, train, dev = examples(task_name, flags, seed)
-    tfidf = bag_of_words_baseline(task, train, dev, seed)
+    tfidf, cpu = bag_of_words_baseline(task, train, dev, seed), cpu_model()
     found = [{"task": task_name, "method": "tfidf", "seed": seed, "metric": m, "value": round(v, 4),
-              "train_examples": len(train), "train_seconds": tfidf["seconds"], "cpu": cpu_model()}
+              "train_examples": len(train), "train_seconds": tfidf["seconds"], "cpu": cpu}
              for m, v in tfidf["metrics"].items()]
     always = majority(task, train, dev)
     found += [{"task": task_name, "method": "majority", "seed": seed, "metric": m, "value": round(v, 4),

@@ -24,6 +24,7 @@ from safetensors import safe_open
 
 from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.errors import UserError
+from mobilekd.export.litert import tflite_name
 from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
 from mobilekd.models.early_exit import is_early_exit
 from mobilekd.models.multitask import is_multitask
@@ -48,7 +49,7 @@ class Job:
             model = self.argv[self.argv.index("--model") + 1]  # a multi-task model's once each of its files is
             if is_multitask(model):
                 tasks = read_json(Path(model) / "multitask.json")["tasks"] if "--single-task-files" in self.argv else []
-                return {*(f"model_multitask_{q.replace('-', '_')}.tflite" for q in _values(self.argv, "--quantize")),
+                return {*(tflite_name(q, "model_multitask") for q in _values(self.argv, "--quantize")),
                         *(f"model_{t}.tflite" for t in tasks)} <= set(parity)
             return bool(parity) and (not is_early_exit(model) or "model_early_exit.tflite" in parity)
         if self.argv[0] == "latency":

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from mobilekd.errors import located
+from mobilekd.fileio import read_json
 
 LOCK = ".mobilekd.lock"
 
@@ -60,8 +61,6 @@ def _holder(path: Path) -> str:
 
 def finished_results(run_dir) -> dict | None:
     """A fine-tuning run's results.json once the run is complete (None before): its recipes write `complete` last."""
-    from mobilekd.fileio import read_json
-
     path = Path(run_dir) / "results.json"
     r = read_json(path) if path.is_file() else {}
     return r if r.get("complete") else None

@@ -26,6 +26,12 @@ QUANTIZATIONS = {
     "int8-a16": "int8 weights, int16 activations, calibrated: closer to fp32 than int8, but XNNPACK has no "
                 "kernels for it (about 20x slower than fp32 on our host)",
 }
+
+
+def tflite_name(quantize: str, prefix: str = "model") -> str:
+    """The file `mobilekd export` writes for a quantization (model_none.tflite, model_dynamic_int8.tflite, ...;
+    a multi-task model's with the prefix model_multitask)."""
+    return f"{prefix}_{quantize.replace('-', '_')}.tflite"
 CALIBRATED = ("int8", "int8-a16")
 
 

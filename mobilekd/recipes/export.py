@@ -38,7 +38,7 @@ from mobilekd.data.tasks import TASK_NAMES, default_data, encode_classification,
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import float_islands, foreign_ops, nonfinite_constants, op_histogram, read_graph
-from mobilekd.export.litert import CALIBRATED, INPUT_NAMES, QUANTIZATIONS, convert
+from mobilekd.export.litert import CALIBRATED, INPUT_NAMES, QUANTIZATIONS, convert, tflite_name
 from mobilekd.export.parity import parity_report, run_tflite, xnnpack_undelegated
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.flags import at_least
@@ -203,7 +203,7 @@ def run(args):
 
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
     histograms = read_json(out / "ops.json") if (out / "ops.json").is_file() else {}
-    routes = [(q, f"model_{q.replace('-', '_')}.tflite") for q in args.quantize]
+    routes = [(q, tflite_name(q)) for q in args.quantize]
     routes += [("onnx", "model.onnx")] if args.onnx or args.onnx2tf else []
     routes += [("onnx2tf", "model_onnx2tf.tflite")] if args.onnx2tf else []
     calibration = None  # drawn once, on the first calibrated quantization
@@ -290,7 +290,7 @@ def export_multitask(args, out: Path) -> None:
                                                args.seq_len).arrays
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
     histograms = read_json(out / "ops.json") if (out / "ops.json").is_file() else {}
-    files = [(q, f"model_multitask_{q.replace('-', '_')}.tflite") for q in args.quantize]
+    files = [(q, tflite_name(q, "model_multitask")) for q in args.quantize]
     files += [(name, f"model_{name}.tflite") for name in model.tasks] if args.single_task_files else []
     vocab = Path(args.model) / "vocab.txt"
     for what, name in files:

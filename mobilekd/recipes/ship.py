@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from mobilekd.errors import UserError, cli_entry, located
-from mobilekd.export.litert import QUANTIZATIONS
+from mobilekd.export.litert import QUANTIZATIONS, tflite_name
 from mobilekd.fileio import read_json, write_json
 from mobilekd.rundir import finished_results, training_cpu
 from mobilekd.run_config import DEMO, run_settings
@@ -93,7 +93,7 @@ def stages(teacher: Path, data: Path, out: Path, b: dict, seed: int, regression:
 
     def exported():  # every file asked for is written and checked (export writes parity.json after each)
         parity = out / "student" / "tflite" / "parity.json"
-        files = {f"model_{q.replace('-', '_')}.tflite" for q in quantize}
+        files = {tflite_name(q) for q in quantize}
         return parity.is_file() and files <= set(read_json(parity))
 
     return [
