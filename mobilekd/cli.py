@@ -1,7 +1,7 @@
 """`mobilekd <verb> [flags]`: the one command-line front over the recipes in mobilekd/recipes/.
 
-    mobilekd models | init | train-teacher | distill | finetune | ship | fastbert | bilstm | multitask | qat | export
-             | latency | host-bench | kernels | adb | report | run-config
+    mobilekd models | init | train-teacher | distill | finetune | ship | fastbert | bilstm | cmlm | seq2seq | multitask
+             | qat | export | latency | host-bench | kernels | adb | report | run-config
     mobilekd VERB --help
 
 scripts/*.sh are thin wrappers that set up the environment and call a verb. Under `accelerate launch`, name the
@@ -23,6 +23,8 @@ VERBS = {
     "ship": ("ship", "main", "your BERT and your CSV to a .tflite: teacher, student of its layers, distillation"),
     "fastbert": ("fastbert", "main", "self-distil early-exit branches into a fine-tuned classifier (FastBERT)"),
     "bilstm": ("bilstm", "main", "distil a fine-tuned teacher into a BiLSTM over a transfer set (Tang et al.)"),
+    "cmlm": ("cmlm", "main", "fine-tune a BERT teacher as a conditional masked LM on (source, target) pairs (C-MLM)"),
+    "seq2seq": ("seq2seq", "main", "train a small encoder-decoder on pairs, alone or distilled from a C-MLM teacher"),
     "multitask": ("multitask", "main", "multi-task fine-tuning (MT-DNN), with knowledge distillation from ensembles"),
     "qat": ("qat", "main", "quantization-aware fine-tuning of a classifier, to a full-integer .tflite"),
     "export": ("export", "main", "export to .tflite (and ONNX) with metadata, checked against PyTorch"),

@@ -12,7 +12,7 @@ from mobilekd.errors import located
 from mobilekd.fileio import read_lines
 
 
-def _records(path):
+def records(path):
     """Yield (line number, dict) from a .csv or .jsonl file (optionally gzipped)."""
     suffixes = Path(path).suffixes
     if ".jsonl" in suffixes or ".json" in suffixes:
@@ -52,7 +52,7 @@ def _records(path):
 def read_custom(path, labels: list[str] | None = None, regression: bool = False) -> list[TextExample]:
     """Read `text[, text_pair], label` records. With `labels`, any other label is an error."""
     examples = []
-    for number, record in _records(path):
+    for number, record in records(path):
         if "text" not in record:
             raise located(path, f"record has no 'text' field (fields: {sorted(record)})", number)
         text_a = str(record["text"]).strip()

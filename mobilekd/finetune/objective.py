@@ -1,6 +1,7 @@
 """The fine-tuning objectives: the task's hard-label loss, mixed with logit distillation from a fine-tuned teacher
 (Hinton et al. 2015; BERT-PKD's `distillation_loss`; TinyBERT's prediction-layer loss, Jiao et al. 2020, eq. 10),
-plus BERT-PKD's patience loss; and TinyBERT's intermediate-layer task distillation.
+plus BERT-PKD's patience loss; TinyBERT's intermediate-layer task distillation; and a seq2seq student's
+label-smoothed cross-entropy mixed with C-MLM's word-level distillation (Chen et al. 2020).
 
 A teacher's logits and [CLS] vectors come from the batch when the recipe cached them (`teacher_outputs`:
 `teacher_logits`, `teacher_cls`), else from running the teacher.
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 
 from mobilekd.data.tasks import INPUTS, Task
 from mobilekd.models.mobilebert import EncoderOutput
-from mobilekd.transfer.losses import logit_distillation, logit_mse
+from mobilekd.transfer.losses import cmlm_distillation, label_smoothed_nll, logit_distillation, logit_mse
 from mobilekd.transfer.objectives import Features, Match, evaluate
 
 
@@ -101,5 +102,40 @@ def intermediate_loss(teacher, matches: list[Match]):
         mask = batch["attention_mask"]
         return evaluate(matches, Features(t, attention_mask=mask), Features(s, attention_mask=mask),
                         getattr(getattr(model, "module", model), "projections", None))
+
+    return loss
+
+
+@dataclass
+class CMLMDistillation:
+    """C-MLM's student loss (Chen et al. 2020, eq. 6; Distill-BERT-Textgen-ONMT `BertKDLossCompute`, with the
+    README's --kd_alpha 0.5 --kd_temperature 10.0 --kd_topk 8 and the config's label_smoothing 0.1):
+    (1 - alpha) x label-smoothed cross-entropy + alpha x the word-level distillation (`cmlm_distillation`). Note
+    that alpha weighs the distillation here, the other way round from `Distillation`, as the paper writes it.
+    The field defaults and LABEL_SMOOTHING are the one home of `mobilekd seq2seq`'s defaults."""
+
+    alpha: float = 0.5
+    temperature: float = 10.0
+
+
+LABEL_SMOOTHING = 0.1  # the official student's (config-transformer-base-mt-deen.yml `label_smoothing`)
+
+
+def seq2seq_loss(kd: CMLMDistillation | None, smoothing: float):
+    """A seq2seq student's loss per target token (both sums divided by the batch's target tokens, OpenNMT-py's
+    `-normalization tokens`): label-smoothed cross-entropy, mixed with C-MLM distillation from the cached
+    `teacher_topk_logits` / `teacher_topk_ids` when `kd` is given."""
+
+    def loss(model, batch):
+        keep = batch["labels"] != -100
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["decoder_input_ids"], keep)
+        labels = batch["labels"][keep]  # the output layer at real targets only
+        tokens = keep.sum().clamp(min=1)
+        xe = label_smoothed_nll(logits, labels, smoothing) / tokens
+        if kd is None:
+            return {"loss": xe, "xe": xe.detach()}
+        soft = cmlm_distillation(logits, batch["teacher_topk_logits"][keep], batch["teacher_topk_ids"][keep], labels,
+                                 kd.temperature) / tokens
+        return {"loss": (1 - kd.alpha) * xe + kd.alpha * soft, "xe": xe.detach(), "kd": soft.detach()}
 
     return loss

@@ -57,22 +57,28 @@ def teacher_outputs(teacher_dir, teacher, split, with_cls: bool = True) -> tuple
     """The teacher's outputs over `split` (its logits alone without `with_cls`) and whether they came from the
     cache."""
     path = Path(teacher_dir) / "outputs" / f"{cache_key(teacher_dir, split, with_cls)}.safetensors"
-    found = _cached(path, split)
+    return cached_arrays(path, len(split), lambda: compute(teacher, split, with_cls=with_cls))
+
+
+def cached_arrays(path: Path, n: int, make) -> tuple[dict[str, np.ndarray], bool]:
+    """The arrays (each of `n` rows) in the safetensors file `path`, or `make()`'s, written there atomically while
+    holding `path`'s lock; and whether they came from the file."""
+    found = _cached(path, n)
     if found is not None:
         return found, True
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock"):
-        found = _cached(path, split)  # written by a run that held the lock before this one
+        found = _cached(path, n)  # written by a run that held the lock before this one
         if found is not None:
             return found, True
-        arrays = compute(teacher, split, with_cls=with_cls)
+        arrays = make()
         with atomic_path(path) as tmp:
             save_file(arrays, str(tmp))
     return arrays, False
 
 
-def _cached(path: Path, split) -> dict[str, np.ndarray] | None:
+def _cached(path: Path, n: int) -> dict[str, np.ndarray] | None:
     if not path.is_file():
         return None
     arrays = load_file(str(path))
-    return arrays if all(len(v) == len(split) for v in arrays.values()) else None
+    return arrays if all(len(v) == n for v in arrays.values()) else None

@@ -98,6 +98,53 @@ class MobileBertForPreTraining(nn.Module):
         return PreTrainingOutput(mlm, self.cls.seq_relationship(enc.pooled), enc)
 
 
+class UntiedLMPredictionHead(LMPredictionHead):
+    """`LMPredictionHead` with an output matrix of its own (`decoder`, vocab x embedding_size, beside the extra
+    `dense` rows): the C-MLM teacher's output layer, which the official code unties from the input embeddings
+    (Distill-BERT-Textgen cmlm/model.py, `BertForSeq2seq.update_output_layer`). transformers' MobileBERT names it
+    `cls.predictions.decoder` too, and loads it untied with `tie_word_embeddings: false`."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.decoder = nn.Linear(config.embedding_size, config.vocab_size, bias=False)
+
+    def forward(self, x, word_embeddings: torch.Tensor | None = None):
+        return super().forward(x, self.decoder.weight)
+
+
+class MobileBertForConditionalMLM(nn.Module):
+    """The C-MLM teacher (Chen et al. 2020, Section 3.1; cmlm/model.py `BertForSeq2seq`): the encoder, BERT's
+    prediction transform (kept, as the official class keeps `cls.predictions.transform`) and an untied output
+    layer; logits at the masked positions only, like `MobileBertForPreTraining`. `from_masked_lm` starts it from a
+    pre-trained model: the official code fills the new output layer's rows from BERT's embedding of each word of
+    the student's vocabulary (`convert_embedding`); ours is the teacher's own vocabulary, so its rows are the tied
+    decoder's rows themselves, and its bias the pre-trained MLM bias (a departure: the official bias starts at
+    zero, there being no pre-trained bias for the new vocabulary)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.mobilebert = MobileBert(config, add_pooling_layer=False)
+        self.cls = nn.Module()
+        self.cls.predictions = UntiedLMPredictionHead(config)
+        init_weights(self, config.initializer_range)
+
+    @classmethod
+    def from_masked_lm(cls, model: MobileBertForPreTraining) -> "MobileBertForConditionalMLM":
+        cmlm = cls(model.config)
+        state = {k: v for k, v in model.state_dict().items() if not k.startswith(("cls.seq_relationship",
+                                                                                  "mobilebert.pooler"))}
+        state["cls.predictions.decoder.weight"] = model.mobilebert.embeddings.word_embeddings.weight.detach().clone()
+        cmlm.load_state_dict(state)
+        return cmlm
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, masked_positions=None):
+        """Logits (N masked, vocab) at the valid `masked_positions` ((B, P), -1-padded)."""
+        hidden = self.mobilebert(input_ids, attention_mask, token_type_ids).last_hidden_state
+        rows, cols = (masked_positions >= 0).nonzero(as_tuple=True)
+        return self.cls.predictions(hidden[rows, masked_positions[rows, cols]])
+
+
 class MobileBertForSequenceClassification(nn.Module):
     """Pooled [CLS] -> dropout -> linear; one output for regression (STS-B), else one per label."""
 
@@ -163,6 +210,7 @@ class Head:
     outputs: tuple[str, ...]
     app_outputs: Callable[..., tuple[torch.Tensor, ...]]  # (model, input_ids, attention_mask, token_type_ids)
     metadata: str | None
+    tied: bool = True  # the MLM decoder, where there is one, is the word-embedding table
 
     @property
     def hf_suffix(self) -> str:
@@ -174,6 +222,9 @@ HEADS = {h.name: h for h in [
     Head("pretraining", MobileBertForPreTraining, "MobileBertForPreTraining", ("logits",), _mlm_everywhere, None),
     Head("classification", MobileBertForSequenceClassification, "MobileBertForSequenceClassification",
          ("probabilities",), _probabilities, "text_classifier"),
+    Head("cmlm", MobileBertForConditionalMLM, "MobileBertForMaskedLM", ("logits",),
+         lambda model, ids, mask, types: (model(ids, mask, types, torch.arange(ids.shape[1])[None].expand(
+             ids.shape[0], -1)).view(*ids.shape, -1),), None, tied=False),
     Head("qa", MobileBertForQuestionAnswering, "MobileBertForQuestionAnswering", ("start_logits", "end_logits"),
          lambda model, *inputs: tuple(model(*inputs)), "bert_question_answerer"),
 ]}

@@ -37,7 +37,7 @@ def config_json(config: ModelConfig, head: str) -> dict:
         d[TRANSFORMERS_NOTE] = (f"not a transformers MobileBERT: {reason}; load it with "
                                 f"mobilekd.models.hf.load_pretrained")
     d["mobilekd_head"] = head
-    d["tie_word_embeddings"] = True
+    d["tie_word_embeddings"] = HEADS[head].tied
     if config.id2label:
         d["label2id"] = {v: int(k) for k, v in config.id2label.items()}
     else:  # transformers reads an empty id2label as zero labels; its default (2) is what a QA head needs

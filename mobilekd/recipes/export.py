@@ -23,6 +23,10 @@ Quantizations: none, fp16, dynamic-int8, weight-int8, int8 (full integer) and in
 activation ranges on --calibration-examples training examples of the parity task drawn at random with seed 0
 (or on --calibration). A BiLSTM directory (mobilekd bilstm) exports the same way: its file takes the same three
 inputs and runs the LSTM unrolled over --seq-len.
+  model_seq2seq.tflite      for a seq2seq directory (mobilekd seq2seq): `encode` and `decode` signatures
+                            (mobilekd/export/seq2seq.py), source and target as long as the model trained with; the
+                            app's greedy loop run on the file over --parity-examples of its task's dev pairs, its
+                            output compared with PyTorch's greedy decoding, and its host latency per token
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from mobilekd.models.early_exit import is_early_exit, load_early_exit, scored_th
 from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.models.multitask import is_multitask, load_multitask, single_task
+from mobilekd.models.seq2seq import is_seq2seq, load_seq2seq
 from mobilekd.rundir import owned
 
 SENTENCE_TASKS = [t for t in TASK_NAMES if not t.startswith("squad")]  # what the parity check can encode
@@ -161,12 +166,17 @@ def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
 def main(argv=None):
     args = parse_args(argv)
     at_least("--seq-len", args.seq_len, 1)
-    (load_bilstm_config if is_bilstm(args.model) else load_config)(args.model)  # a bad model is named before OUT
+    if is_seq2seq(args.model):
+        load_seq2seq(args.model)  # a bad model is named before OUT
+    else:
+        (load_bilstm_config if is_bilstm(args.model) else load_config)(args.model)
     with owned(args.out or Path(args.model) / "tflite"):  # this run's OUT, no other's; checked before any conversion
         run(args)
 
 
 def run(args):
+    if is_seq2seq(args.model):
+        return export_seq2seq(args, Path(args.out or Path(args.model) / "tflite"))
     if is_multitask(args.model):
         return export_multitask(args, Path(args.out or Path(args.model) / "tflite"))
     if is_bilstm(args.model):  # a BiLSTM (mobilekd bilstm) is a classifier
@@ -258,6 +268,41 @@ def export_early_exit(args, model, out: Path, arrays: dict) -> dict:
     print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): {model.config.num_hidden_layers} layer "
           f"signatures; same exit layer as PyTorch for at least {worst:.4f} of examples at every threshold")
     return report
+
+
+def export_seq2seq(args, out: Path) -> None:
+    """The two-signature file and its parity: the app's greedy loop on the file against PyTorch's greedy decoding
+    over --parity-examples dev pairs of the task the model trained on (its results.json)."""
+    from mobilekd.data.pairs import load_pairs
+    from mobilekd.data.seq2seq import encode_pairs
+    from mobilekd.export.seq2seq import convert_seq2seq, seq2seq_parity
+
+    unsupported = [f for f, given in (("--head", args.head), ("--onnx", args.onnx), ("--onnx2tf", args.onnx2tf),
+                                      ("--parity-task", args.parity_task), ("--calibration", args.calibration))
+                   if given] + [q for q in args.quantize if q != "none"]
+    if unsupported:
+        raise UserError(f"{args.model}: a seq2seq model exports in float32 only, checked on its own task's pairs "
+                        f"(no {', '.join(unsupported)})")
+    results = Path(args.model) / "results.json"
+    trained = read_json(results) if results.is_file() else {}
+    if "task" not in trained or "max_len" not in trained:
+        raise located(results, "missing or without task and max_len: the parity check reads the model's own task")
+    model, tokenizer = load_seq2seq(args.model), load_tokenizer(args.model)
+    task = load_pairs(trained["task"], args.parity_data or trained.get("data"))
+    split, _ = encode_pairs(task.dev[:args.parity_examples], tokenizer, trained["max_len"], False, f"{task.name} dev")
+    start = time.time()
+    path = convert_seq2seq(model, trained["max_len"], trained["max_len"], out / "model_seq2seq.tflite")
+    seconds = round(time.time() - start, 1)
+    ops = read_graph(path)
+    report = {**file_report(path, ops, op_histogram(ops)), **seq2seq_parity(model, path, split),
+              "convert_seconds": seconds, "model": str(args.model), "quantize": "none"}
+    reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
+    reports[path.name] = report
+    write_json(out / "parity.json", reports)
+    ms = report["host_ms"]
+    print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): greedy output identical to PyTorch's for "
+          f"{report['identical']:.4f} of {report['pairs']} dev pairs; host (1 thread): encode {ms['encode']:.2f} ms, "
+          f"{ms['per_token']:.2f} ms a token, {ms['per_sentence']:.1f} ms a sentence")
 
 
 def export_multitask(args, out: Path) -> None:

@@ -43,30 +43,33 @@ def add_training_flags(parser: argparse.ArgumentParser, *, out: str, batch_size:
 
 
 def add_task_flags(parser: argparse.ArgumentParser, *, epochs: float, lr: float, warmup: float,
-                   what: str = "training", source: str = "") -> None:
-    """The flags of a recipe that trains on a classification task's (subset of its) training set: the task, its
-    data, how long (`what` names the epochs), the learning rate, the sequence length and the subset; `source`
-    credits the defaults (e.g. ", fastbert.py's"); the recipe's call is the one home of its `epochs`, `lr` and
-    `warmup` defaults. `check_task_flags` checks them once parsed."""
-    parser.add_argument("--task", required=True, choices=[t for t in TASK_NAMES if not t.startswith("squad")])
+                   what: str = "training", source: str = "", tasks: list[str] | None = None,
+                   lengths: str = "per task, 128 for GLUE") -> None:
+    """The flags of a recipe that trains on a task's (subset of its) training set: the task (of `tasks`, default the
+    classification tasks), its data, how long (`what` names the epochs), the learning rate, the sequence length
+    (default per task: `lengths` says it in --help, `check_task_flags` sets it) and the subset; `source` credits the
+    defaults (e.g. ", fastbert.py's"); the recipe's call is the one home of its `epochs`, `lr` and `warmup`
+    defaults."""
+    parser.add_argument("--task", required=True, choices=tasks or [t for t in TASK_NAMES if not t.startswith("squad")])
     parser.add_argument("--data", help="task directory (default: the shipped copy)")
     parser.add_argument("--epochs", type=float, default=epochs, help=f"{what} epochs (default {epochs:g}{source})")
     parser.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
     parser.add_argument("--lr", type=float, default=lr, help=f"peak learning rate (default {lr:g}{source})")
     parser.add_argument("--warmup", type=float, default=warmup, help=f"warm-up fraction (default {warmup:g})")
-    parser.add_argument("--max-len", type=int, help="sequence length (default per task, 128 for GLUE)")
+    parser.add_argument("--max-len", type=int, help=f"sequence length (default {lengths})")
     parser.add_argument("--max-train-examples", type=int, help="a seeded random subset of the training set")
     parser.add_argument("--subset-seed", type=int, default=0, help="the seed that draws that subset (default 0)")
 
 
-def check_task_flags(args) -> None:
-    """Refuse bad values of `add_task_flags`'s flags; the task's sequence length where none was given."""
+def check_task_flags(args, lengths: dict[str, int] | None = None) -> None:
+    """Refuse bad values of `add_task_flags`'s flags; the task's sequence length (from `lengths`, default the
+    classification tasks' `DEFAULTS`) where none was given."""
     at_least("--epochs", args.epochs, 0, strictly=True)
     at_least("--max-steps", args.max_steps, 1)
     at_least("--max-len", args.max_len, 1)
     at_least("--max-train-examples", args.max_train_examples, 1)
     at_least("--subset-seed", args.subset_seed, 0)
-    args.max_len = args.max_len or DEFAULTS[args.task]["max_len"]
+    args.max_len = args.max_len or (lengths[args.task] if lengths else DEFAULTS[args.task]["max_len"])
 
 
 def train_config(args, **values) -> TrainConfig:

@@ -75,3 +75,30 @@ def patience_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
     `patience_loss` with `normalized_patience`): mean squared error between the L2-normalised [CLS] vectors (B, N),
     averaged over batch and width (`F.mse_loss`)."""
     return F.mse_loss(F.normalize(student.float(), p=2, dim=-1), F.normalize(teacher.float(), p=2, dim=-1))
+
+def label_smoothed_nll(logits: torch.Tensor, labels: torch.Tensor, smoothing: float, ignore: int = -100) \
+        -> torch.Tensor:
+    """The seq2seq student's cross-entropy, summed over the non-ignored positions, as Distill-BERT-Textgen-ONMT's
+    `BertKDLossCompute._compute_loss` (onmt/utils/loss.py) computes it: (1 - smoothing) x NLL of the gold token plus
+    smoothing / (V - 2) x the sum of -log p over the whole vocabulary (its own form: every column, the gold one and
+    padding included, and a cross-entropy rather than OpenNMT's KL `LabelSmoothingLoss`). `logits` (..., V)."""
+    keep = labels != ignore
+    logp = logits[keep].float().log_softmax(-1)
+    nll = -logp.gather(-1, labels[keep][:, None]).sum()
+    if not smoothing:
+        return nll
+    return (1 - smoothing) * nll + smoothing / (logp.shape[-1] - 2) * -logp.sum()
+
+
+def cmlm_distillation(logits: torch.Tensor, topk_logits: torch.Tensor, topk_ids: torch.Tensor,
+                      labels: torch.Tensor, temperature: float, ignore: int = -100) -> torch.Tensor:
+    """C-MLM's word-level distillation (Chen et al. 2020, eq. 5), summed over the non-ignored positions, as
+    Distill-BERT-Textgen-ONMT's `kd_loss` (onmt/utils/loss.py) computes it: the teacher's top-k logits (its cached
+    k; `bert_kd_dataset.py` keeps the first 8 of 128) divided by `temperature` and softmaxed over those k, the
+    student's log-softmax over the whole vocabulary at temperature 1 (no T^2: "kind of non-standard, as we observe
+    better empirical performance this way"), and their cross-entropy -sum_k p_t log p_s. `logits` (..., V);
+    `topk_logits`, `topk_ids` (..., k)."""
+    keep = labels != ignore
+    logp = logits[keep].float().log_softmax(-1)
+    target = (topk_logits[keep].float() / temperature).softmax(-1)
+    return -(logp.gather(-1, topk_ids[keep].long()) * target).sum()

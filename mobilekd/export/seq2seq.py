@@ -1,0 +1,156 @@
+"""A seq2seq student (`mobilekd.models.seq2seq`) as one `.tflite` with two signatures, run by the app as a greedy
+loop:
+
+    encode(input_ids, attention_mask)               -> memory            (1, S) int32 each -> (1, S, d) float32
+    decode(memory, attention_mask, prefix, step)    -> logits, next_token (1, L) int32 prefix, (1,) int32 step
+                                                                          -> (1, V) float32, (1,) int32
+
+The source is padded to S word pieces (`attention_mask` 0 there). `prefix` is [CLS] and the tokens generated so
+far, padded to L; `decode` returns the logits at position `step` (the prefix's last real token) and their argmax.
+The decoder's causal mask keeps every position from reading the ones after it, so the padding after `step` changes
+nothing and no key/value cache is needed at these lengths: each step reruns the decoder over the prefix. The app:
+
+    memory = encode(ids, mask); prefix = [CLS, 0, 0, ...]
+    for step in 0 .. L-1: token = decode(memory, mask, prefix, step).next_token
+                          stop at [SEP]; else prefix[step + 1] = token
+
+`greedy_file` is that loop on the LiteRT interpreter, exactly as an app runs it (docs/seq2seq.md gives it in
+Kotlin); `seq2seq_parity` compares its output with PyTorch's greedy decoding (`mobilekd.models.decoding.greedy`)
+sentence by sentence.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from mobilekd.data.seq2seq import PairSplit
+from mobilekd.errors import UserError
+from mobilekd.fileio import atomic_path
+from mobilekd.models.decoding import greedy
+from mobilekd.models.seq2seq import Seq2SeqTransformer
+
+ENCODE, DECODE = "encode", "decode"
+
+
+class Encode(nn.Module):
+    def __init__(self, model: Seq2SeqTransformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return {"memory": self.model.encode(input_ids.long(), attention_mask.long())}
+
+
+class Decode(nn.Module):
+    def __init__(self, model: Seq2SeqTransformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, memory, attention_mask, prefix, step):
+        states = self.model.decode(memory, attention_mask.long(), prefix.long())
+        logits = self.model.logits(states.index_select(1, step.long())[:, 0])
+        return {"logits": logits, "next_token": logits.argmax(-1).to(torch.int32)}
+
+
+def sample_inputs(model: Seq2SeqTransformer, source_len: int, target_len: int) -> dict[str, dict]:
+    ones = torch.ones(1, source_len, dtype=torch.int32)
+    return {ENCODE: {"input_ids": torch.zeros(1, source_len, dtype=torch.int32), "attention_mask": ones},
+            DECODE: {"memory": torch.zeros(1, source_len, model.config.d_model), "attention_mask": ones,
+                     "prefix": torch.zeros(1, target_len, dtype=torch.int32),
+                     "step": torch.zeros(1, dtype=torch.int32)}}
+
+
+def convert_seq2seq(model: Seq2SeqTransformer, source_len: int, target_len: int, out_path) -> Path:
+    """Both signatures in one file, written atomically."""
+    import litert_torch
+
+    if max(source_len, target_len) > model.config.max_positions:
+        raise UserError(f"--seq-len {max(source_len, target_len)} exceeds the model's {model.config.max_positions} "
+                        f"positions")
+    model.eval()
+    samples = sample_inputs(model, source_len, target_len)
+    try:
+        converter = litert_torch.signature(ENCODE, Encode(model).eval(), sample_kwargs=samples[ENCODE])
+        edge = converter.signature(DECODE, Decode(model).eval(), sample_kwargs=samples[DECODE]).convert()
+    except Exception as err:  # the converter's own message names the op it rejects
+        raise UserError(f"litert-torch could not convert the seq2seq model: {type(err).__name__}: {err}"[:500]) \
+            from None
+    out_path = Path(out_path)
+    with atomic_path(out_path) as tmp:
+        edge.export(str(tmp))
+    return out_path
+
+
+class GreedyFile:
+    """The app's greedy loop over a seq2seq `.tflite`: `runner(source_ids)` -> the generated token ids ([SEP] and
+    what follows left out), and the seconds its encode and each decode step took."""
+
+    def __init__(self, path, bos: int, eos: int, threads: int = 1):
+        from ai_edge_litert.interpreter import Interpreter
+
+        self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
+        names = self.interpreter.get_signature_list()
+        if set(names) != {ENCODE, DECODE}:
+            raise UserError(f"{path}: not a seq2seq file (signatures {sorted(names)}, expected encode and decode)")
+        self.encode = self.interpreter.get_signature_runner(ENCODE)
+        self.decode = self.interpreter.get_signature_runner(DECODE)
+        self.source_len = int(self.encode.get_input_details()["input_ids"]["shape"][1])
+        self.target_len = int(self.decode.get_input_details()["prefix"]["shape"][1])
+        self.bos, self.eos = bos, eos
+
+    def __call__(self, source_ids) -> tuple[list[int], float, list[float]]:
+        if len(source_ids) > self.source_len:
+            raise UserError(f"a source of {len(source_ids)} word pieces is over the file's {self.source_len}")
+        ids = np.zeros((1, self.source_len), np.int32)
+        mask = np.zeros((1, self.source_len), np.int32)
+        ids[0, :len(source_ids)], mask[0, :len(source_ids)] = source_ids, 1
+        start = time.perf_counter()
+        memory = self.encode(input_ids=ids, attention_mask=mask)["memory"]
+        encode_seconds, steps = time.perf_counter() - start, []
+        prefix = np.zeros((1, self.target_len), np.int32)
+        prefix[0, 0] = self.bos
+        out = []
+        for step in range(self.target_len):
+            start = time.perf_counter()
+            token = int(self.decode(memory=memory, attention_mask=mask, prefix=prefix,
+                                    step=np.array([step], np.int32))["next_token"][0])
+            steps.append(time.perf_counter() - start)
+            if token == self.eos:
+                break
+            out.append(token)
+            if step + 1 < self.target_len:
+                prefix[0, step + 1] = token
+        return out, encode_seconds, steps
+
+
+def seq2seq_parity(model: Seq2SeqTransformer, path, split: PairSplit, batch_size: int = 32) -> dict:
+    """PyTorch's greedy decoding (over the file's target length) and the file's app loop, sentence by sentence:
+    the share of identical outputs, the first that differ (their index), and the file's host latency (median
+    encode, per generated token, per sentence; one thread)."""
+    runner = GreedyFile(path, model.config.bos_token_id, model.config.eos_token_id)
+    mine = [None] * len(split)
+    batches, _ = split.by_length(batch_size)
+    for indices in batches:
+        b = split.batch(indices)
+        for i, t in zip(indices, greedy(model.eval(), b["input_ids"], b["attention_mask"], runner.target_len)):
+            mine[int(i)] = t
+    same, differ, encode, step, sentence = 0, [], [], [], []
+    for i in range(len(split)):
+        source = split.arrays["source_ids"][i]
+        tokens, e, steps = runner(source[source != split.pad].tolist())
+        same += tokens == mine[i]
+        if tokens != mine[i] and len(differ) < 5:
+            differ.append(i)
+        encode.append(e)
+        step += steps
+        sentence.append(e + sum(steps))
+    return {"pairs": len(split), "identical": same / len(split), "first_differing": differ,
+            "host_ms": {"encode": round(1000 * float(np.median(encode)), 3),
+                        "per_token": round(1000 * float(np.median(step)), 3),
+                        "per_sentence": round(1000 * float(np.median(sentence)), 3)},
+            "source_len": runner.source_len, "target_len": runner.target_len}

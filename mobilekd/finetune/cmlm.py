@@ -1,0 +1,84 @@
+"""The C-MLM teacher's side (Chen et al. 2020, Section 3.1-3.2): its fine-tuning loss, and one pass over a split's
+copies (`mobilekd.data.cmlm.copy_masks`) that gives every target position's prediction with its neighbours
+visible: the soft targets a student learns from, and the teacher's own score on the conditional MLM task.
+
+The soft targets are the top-k logits and their token ids at every target position (dump_teacher_hiddens.py, then
+dump_teacher_topk.py: the official code keeps 128 and its student reads the first 8, `bert_kd_dataset.py`; we keep
+the k the student reads). They are computed once per teacher and split and cached like a classifier teacher's
+outputs (`mobilekd.finetune.teacher_outputs.cached_arrays`, keyed by the teacher's weights, the split's word pieces
+and k).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from mobilekd.data.cmlm import copy_masks, inputs
+from mobilekd.data.seq2seq import PairSplit
+from mobilekd.fileio import file_digest
+from mobilekd.finetune.teacher_outputs import cached_arrays
+from mobilekd.models.heads import mlm_loss
+
+TOPK = 8  # the soft targets' k: the official student's --kd_topk (Distill-BERT-Textgen README)
+
+
+def cmlm_loss(model, batch: dict) -> dict[str, torch.Tensor]:
+    """The C-MLM fine-tuning loss: cross-entropy over the masked target positions, their mean (cmlm/model.py
+    `BertForSeq2seq.forward`: `CrossEntropyLoss(ignore_index=-1)` over the masked positions; over the whole global
+    batch's masked positions here, as the loop normalises masked-LM losses)."""
+    logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["masked_positions"])
+    loss = mlm_loss(logits, batch)
+    return {"loss": loss, "cmlm": loss.detach()}
+
+
+@torch.no_grad()
+def copies_pass(teacher, split: PairSplit, tokenizer, k: int = TOPK, pairs_per_batch: int = 16) -> dict[str, np.ndarray]:
+    """Every target position's prediction by the teacher with that position masked (and every COPIES-th one beside
+    it): `teacher_topk_logits` (N, T, k, float32) and `teacher_topk_ids` (N, T, k, int32) indexed like the split's
+    `target_ids` (0 where padded), and per position the gold token's log-probability (`gold_logprob`) and whether
+    it is the teacher's first choice (`gold_top1`)."""
+    teacher.eval()
+    n, width = split.arrays["target_ids"].shape
+    out = {"teacher_topk_logits": np.zeros((n, width, k), np.float32),
+           "teacher_topk_ids": np.zeros((n, width, k), np.int32),
+           "gold_logprob": np.zeros((n, width), np.float32), "gold_top1": np.zeros((n, width), np.bool_)}
+    batches, _ = split.by_length(pairs_per_batch)
+    for indices in tqdm(batches, desc="C-MLM teacher over the copies", leave=False):
+        rows = [(int(i), m) for i in indices for m in copy_masks(int(split.target_lengths[i]))]
+        b = inputs(split, rows, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id)
+        logits = teacher(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["masked_positions"]).float()
+        where = np.concatenate([np.stack([np.full(len(m), i), m], 1) for i, m in rows])  # (masked, 2): pair, position
+        values, ids = logits.topk(k, dim=-1)
+        gold = b["masked_labels"][b["masked_labels"] >= 0]
+        logp = logits.log_softmax(-1).gather(1, gold[:, None])[:, 0]
+        out["teacher_topk_logits"][where[:, 0], where[:, 1]] = values.numpy()
+        out["teacher_topk_ids"][where[:, 0], where[:, 1]] = ids.numpy()
+        out["gold_logprob"][where[:, 0], where[:, 1]] = logp.numpy()
+        out["gold_top1"][where[:, 0], where[:, 1]] = (ids[:, 0] == gold).numpy()
+    return out
+
+
+def teacher_score(found: dict[str, np.ndarray], split: PairSplit) -> dict[str, float]:
+    """The teacher on the conditional MLM task, over every target position of `split` (`copies_pass`'s output):
+    top-1 accuracy, and perplexity (exp of the mean negative log-probability of the gold token)."""
+    real = split.arrays["target_ids"] != split.pad
+    return {"token_accuracy": float(found["gold_top1"][real].mean()),
+            "perplexity": float(math.exp(-found["gold_logprob"][real].mean()))}
+
+
+def soft_targets(teacher_dir, teacher, split: PairSplit, tokenizer, k: int = TOPK) -> tuple[dict[str, np.ndarray], bool]:
+    """The teacher's top-k logits and ids over `split`'s targets, from `<teacher>/outputs/` or computed and cached
+    there; and whether they came from the cache."""
+    h = hashlib.sha256(f"cmlm-top{k}:{file_digest(Path(teacher_dir) / 'model.safetensors')}".encode())
+    for key in ("source_ids", "target_ids"):
+        h.update(np.ascontiguousarray(split.arrays[key]).tobytes())
+    path = Path(teacher_dir) / "outputs" / f"cmlm_{h.hexdigest()[:20]}.safetensors"
+    keep = ("teacher_topk_logits", "teacher_topk_ids")
+    return cached_arrays(path, len(split),
+                         lambda: {key: v for key, v in copies_pass(teacher, split, tokenizer, k).items() if key in keep})

@@ -1,0 +1,82 @@
+"""Decoding a seq2seq model (`mobilekd.models.seq2seq`): greedy, and beam search with GNMT's length penalty, the
+C-MLM paper's decoding (Distill-BERT-Textgen README / run_mt.sh: `-beam_size 5 -alpha 0.6 -length_penalty wu`,
+OpenNMT-py's `PenaltyBuilder.length_wu`: a hypothesis' log-probability divided by ((5 + length) / 6) ** alpha).
+
+Both read the source once (`encode`) and run the decoder over the whole prefix at each step, as the exported file's
+`decode` signature does (no key/value cache: the targets here are a few dozen word pieces). A hypothesis ends at
+the end-of-sequence token, or after `max_len` tokens; what comes back is its tokens without it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _strip(tokens: list[int], eos: int) -> list[int]:
+    return tokens[:tokens.index(eos)] if eos in tokens else tokens
+
+
+@torch.no_grad()
+def greedy(model, input_ids, attention_mask, max_len: int) -> list[list[int]]:
+    """The most probable next token, step by step, for every source of the batch."""
+    c = model.config
+    memory = model.encode(input_ids, attention_mask)
+    prefix = torch.full((len(input_ids), 1), c.bos_token_id, dtype=torch.long)
+    done = torch.zeros(len(input_ids), dtype=torch.bool)
+    for _ in range(max_len):
+        step = model.logits(model.decode(memory, attention_mask, prefix)[:, -1]).argmax(-1)
+        step = torch.where(done, torch.full_like(step, c.pad_token_id), step)
+        prefix = torch.cat([prefix, step[:, None]], 1)
+        done |= step == c.eos_token_id
+        if done.all():
+            break
+    return [_strip(row[1:], c.eos_token_id) for row in prefix.tolist()]
+
+
+def wu_penalty(length: int, alpha: float) -> float:
+    """GNMT's length penalty (Wu et al. 2016, eq. 14; OpenNMT-py `length_wu`)."""
+    return ((5 + length) / 6) ** alpha
+
+
+@torch.no_grad()
+def beam_search(model, input_ids, attention_mask, max_len: int, beam: int = 5, alpha: float = 0.6) \
+        -> list[list[int]]:
+    """The hypothesis of best log-probability / `wu_penalty` among those a beam of `beam` keeps, per source; a
+    source's search ends once `beam` hypotheses have ended (OpenNMT-py's and fairseq's rule)."""
+    c = model.config
+    b = len(input_ids)
+    memory = model.encode(input_ids, attention_mask).repeat_interleave(beam, 0)
+    mask = attention_mask.repeat_interleave(beam, 0)
+    prefix = torch.full((b * beam, 1), c.bos_token_id, dtype=torch.long)
+    scores = torch.full((b, beam), float("-inf"))
+    scores[:, 0] = 0.0  # one live hypothesis per source at the start
+    ended: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
+    for t in range(1, max_len + 1):
+        logp = model.logits(model.decode(memory, mask, prefix)[:, -1]).float().log_softmax(-1)
+        vocab = logp.shape[-1]
+        total = (scores.view(-1, 1) + logp).view(b, beam * vocab)
+        top_scores, top = total.topk(2 * beam, dim=1)
+        rows, new_scores = [], torch.full((b, beam), float("-inf"))
+        for i in range(b):
+            kept = 0
+            for s, flat in zip(top_scores[i].tolist(), top[i].tolist()):
+                origin, token = divmod(flat, vocab)
+                if s == float("-inf") or len(ended[i]) >= beam:
+                    break
+                tokens = prefix[i * beam + origin, 1:].tolist()
+                if token == c.eos_token_id or t == max_len:
+                    ended[i].append((s / wu_penalty(t, alpha), tokens + ([] if token == c.eos_token_id else [token])))
+                    continue
+                if kept < beam:
+                    rows.append((i * beam + origin, token))
+                    new_scores[i, kept] = s
+                    kept += 1
+            while kept < beam:  # a finished source (or too few candidates): dead rows keep the shapes
+                rows.append((i * beam, c.pad_token_id))
+                kept += 1
+        if all(len(e) >= beam for e in ended):
+            break
+        origins = torch.tensor([r for r, _ in rows])
+        prefix = torch.cat([prefix[origins], torch.tensor([[tok] for _, tok in rows])], 1)
+        scores = new_scores
+    return [max(e, key=lambda x: x[0])[1] if e else [] for e in ended]

@@ -1,0 +1,256 @@
+"""A small Transformer encoder-decoder (Vaswani et al. 2017), the C-MLM paper's student (Chen et al. 2020, Section
+4: OpenNMT-py's Transformer, config/config-transformer-base-mt-deen.yml in ChenRocks/Distill-BERT-Textgen), in the
+layout OpenNMT-py builds it: pre-norm layers (LayerNorm before each sub-layer, one after the last layer), sinusoidal
+positions added to the embeddings scaled by sqrt(d_model), one word-embedding table shared by the encoder, the
+decoder and the output layer (`-share_embeddings -share_decoder_embeddings`), ReLU feed-forward layers.
+
+One departure, for the phone: the shared table may be narrower than the model (`embedding_size` below `d_model`,
+as MobileBERT's 128-wide table under 512-wide layers, paper Section 3.1), a linear map lifting it on the way in
+(`embedding_lift`) and one bringing the decoder's states down to it on the way out (`output_drop`). At the
+teacher's 30,522 word pieces the output layer is most of a small student's work and of its file; at 128 of 256
+both halve.
+
+Its vocabulary is the teacher's WordPiece one (so the teacher's soft targets need no mapping): [CLS] starts a
+target, [SEP] ends it, [PAD] pads. Sizes are presets (`SEQ2SEQ_PRESETS`), far below the paper's Transformer base
+(6 + 6 layers of 512): the students of an app's keyboard, not of WMT. Two entry points serve training, decoding
+(`mobilekd.models.decoding`) and the exported file alike: `encode` (source -> memory) and `decode` (memory and a
+target prefix -> logits).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from torch import nn
+
+from mobilekd.errors import located
+from mobilekd.fileio import read_json, write_json
+from mobilekd.models.hf import save_weights
+
+CONFIG_FILE = "seq2seq.json"
+NEG = -1e9  # a masked attention score
+
+
+@dataclass
+class Seq2SeqConfig:
+    vocab_size: int
+    d_model: int = 256
+    encoder_layers: int = 2
+    decoder_layers: int = 2
+    heads: int = 4
+    ffn_size: int = 1024
+    dropout: float = 0.1
+    max_positions: int = 256
+    embedding_size: int | None = None  # the shared table's width (None: d_model, OpenNMT-py's layout)
+    pad_token_id: int = 0
+    bos_token_id: int = 101  # [CLS] in bert-base-uncased's vocabulary
+    eos_token_id: int = 102  # [SEP]
+
+    @property
+    def width(self) -> int:
+        """The word-embedding table's width."""
+        return self.embedding_size or self.d_model
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Seq2SeqConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown keys {unknown}")
+        config = cls(**d)
+        sizes = (config.vocab_size, config.d_model, config.encoder_layers, config.decoder_layers, config.heads,
+                 config.ffn_size, config.max_positions, config.width)
+        if not all(type(v) is int and v >= 1 for v in sizes):
+            raise ValueError("sizes must be positive integers")
+        if config.d_model % config.heads:
+            raise ValueError(f"d_model {config.d_model} is not divisible by heads {config.heads}")
+        if not 0 <= config.dropout < 1:
+            raise ValueError("dropout must lie in [0, 1)")
+        return config
+
+
+# name -> shape; vocab_size comes from the tokenizer
+SEQ2SEQ_PRESETS = {
+    "seq2seq_micro": dict(d_model=32, encoder_layers=1, decoder_layers=1, heads=2, ffn_size=64),  # tests
+    "seq2seq_tiny": dict(d_model=256, encoder_layers=2, decoder_layers=2, heads=4, ffn_size=1024, embedding_size=128),
+    "seq2seq_small": dict(d_model=384, encoder_layers=3, decoder_layers=3, heads=6, ffn_size=1536, embedding_size=128),
+}
+
+
+def sinusoids(positions: int, d: int) -> torch.Tensor:
+    """OpenNMT-py's `PositionalEncoding`: sin on even, cos on odd dimensions, wavelengths up to 10000 x 2 pi."""
+    position = torch.arange(positions, dtype=torch.float32)[:, None]
+    rate = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * -(math.log(10000.0) / d))
+    table = torch.zeros(positions, d)
+    table[:, 0::2] = torch.sin(position * rate)
+    table[:, 1::2] = torch.cos(position * rate[: d // 2])
+    return table
+
+
+class Attention(nn.Module):
+    def __init__(self, d: int, heads: int, dropout: float):
+        super().__init__()
+        self.heads = heads
+        self.query, self.key, self.value, self.out = (nn.Linear(d, d) for _ in range(4))
+        self.dropout = nn.Dropout(dropout)
+
+    def _split(self, x):
+        b, t, d = x.shape
+        return x.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+
+    def forward(self, x, memory, bias):
+        """`bias`: additive, broadcastable to (B, heads, Tq, Tk)."""
+        q, k, v = self._split(self.query(x)), self._split(self.key(memory)), self._split(self.value(memory))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + bias
+        context = self.dropout(scores.softmax(-1)) @ v
+        return self.out(context.transpose(1, 2).reshape(x.shape))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d: int, ffn: int, dropout: float):
+        super().__init__()
+        self.w_1, self.w_2, self.dropout = nn.Linear(d, ffn), nn.Linear(ffn, d), nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.w_2(self.dropout(F.relu(self.w_1(x))))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, c: Seq2SeqConfig):
+        super().__init__()
+        self.self_attn, self.ffn = Attention(c.d_model, c.heads, c.dropout), FeedForward(c.d_model, c.ffn_size, c.dropout)
+        self.norm_1, self.norm_2 = nn.LayerNorm(c.d_model, eps=1e-6), nn.LayerNorm(c.d_model, eps=1e-6)
+        self.dropout = nn.Dropout(c.dropout)
+
+    def forward(self, x, bias):
+        h = self.norm_1(x)
+        x = x + self.dropout(self.self_attn(h, h, bias))
+        return x + self.dropout(self.ffn(self.norm_2(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c: Seq2SeqConfig):
+        super().__init__()
+        self.self_attn, self.cross_attn = (Attention(c.d_model, c.heads, c.dropout) for _ in range(2))
+        self.ffn = FeedForward(c.d_model, c.ffn_size, c.dropout)
+        self.norm_1, self.norm_2, self.norm_3 = (nn.LayerNorm(c.d_model, eps=1e-6) for _ in range(3))
+        self.dropout = nn.Dropout(c.dropout)
+
+    def forward(self, y, memory, self_bias, memory_bias):
+        h = self.norm_1(y)
+        y = y + self.dropout(self.self_attn(h, h, self_bias))
+        y = y + self.dropout(self.cross_attn(self.norm_2(y), memory, memory_bias))
+        return y + self.dropout(self.ffn(self.norm_3(y)))
+
+
+class Seq2SeqTransformer(nn.Module):
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__()
+        self.config = c = config
+        self.embeddings = nn.Embedding(c.vocab_size, c.width, padding_idx=c.pad_token_id)
+        narrow = c.width != c.d_model
+        self.embedding_lift = nn.Linear(c.width, c.d_model, bias=False) if narrow else None
+        self.output_drop = nn.Linear(c.d_model, c.width, bias=False) if narrow else None
+        self.register_buffer("positions", sinusoids(c.max_positions, c.d_model), persistent=False)
+        self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
+        self.encoder_norm, self.decoder_norm = nn.LayerNorm(c.d_model, eps=1e-6), nn.LayerNorm(c.d_model, eps=1e-6)
+        self.dropout = nn.Dropout(c.dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Glorot-uniform matrices, as the official config's `param_init_glorot`; the embedding N(0, d^-1/2), the
+        scale at which sqrt(d) makes it unit-variance (fairseq's `Embedding`; OpenNMT-py draws it Glorot too), d
+        the table's width."""
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and name != "embeddings.weight":
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+        nn.init.normal_(self.embeddings.weight, 0.0, self.config.width ** -0.5)
+        with torch.no_grad():
+            self.embeddings.weight[self.config.pad_token_id].zero_()
+
+    def _embed(self, ids):
+        x = self.embeddings(ids) * math.sqrt(self.config.width)
+        if self.embedding_lift is not None:
+            x = self.embedding_lift(x)
+        return self.dropout(x + self.positions[:ids.shape[1]])
+
+    @staticmethod
+    def padding_bias(attention_mask):
+        """(B, 1, 1, S): 0 where attended, NEG at padding."""
+        return ((1.0 - attention_mask[:, None, None, :].float()) * NEG)
+
+    def encode(self, input_ids, attention_mask):
+        """The memory (B, S, d) of a source."""
+        x, bias = self._embed(input_ids), self.padding_bias(attention_mask)
+        for layer in self.encoder:
+            x = layer(x, bias)
+        return self.encoder_norm(x)
+
+    def decode(self, memory, attention_mask, decoder_input_ids):
+        """The decoder's states (B, T, d) for a target prefix: position t sees the prefix up to t and the memory."""
+        t = decoder_input_ids.shape[1]
+        causal = torch.triu(torch.full((t, t), NEG, device=memory.device), diagonal=1)
+        y, memory_bias = self._embed(decoder_input_ids), self.padding_bias(attention_mask)
+        for layer in self.decoder:
+            y = layer(y, memory, causal, memory_bias)
+        return self.decoder_norm(y)
+
+    def logits(self, states):
+        """The shared output layer: states (brought down to the table's width) @ embeddings^T."""
+        if self.output_drop is not None:
+            states = self.output_drop(states)
+        return states @ self.embeddings.weight.t()
+
+    def forward(self, input_ids, attention_mask, decoder_input_ids, target_mask=None):
+        """The logits (B, T, V) of every target position, or with `target_mask` (B, T) of the masked ones alone,
+        flattened (N, V): the output layer is most of the work, and padding needs none."""
+        states = self.decode(self.encode(input_ids, attention_mask), attention_mask, decoder_input_ids)
+        return self.logits(states if target_mask is None else states[target_mask])
+
+
+def new_seq2seq(preset: str, tokenizer, max_positions: int = 256) -> Seq2SeqTransformer:
+    return Seq2SeqTransformer(Seq2SeqConfig(
+        vocab_size=len(tokenizer), max_positions=max_positions, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id, **SEQ2SEQ_PRESETS[preset]))
+
+
+def is_seq2seq(model_dir) -> bool:
+    return (Path(model_dir) / CONFIG_FILE).is_file()
+
+
+def save_seq2seq(model: Seq2SeqTransformer, out_dir, tokenizer=None) -> Path:
+    """`save_weights` (model.safetensors, the tokenizer's files), then seq2seq.json (atomically)."""
+    out_dir = save_weights(model, out_dir, tokenizer)
+    write_json(out_dir / CONFIG_FILE, model.config.to_dict())
+    return out_dir
+
+
+def load_seq2seq(model_dir) -> Seq2SeqTransformer:
+    """A saved seq2seq student; a configuration or weights file that does not fit is refused, naming the file."""
+    path = Path(model_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise located(path, "missing: not a seq2seq model directory (mobilekd seq2seq's OUT)")
+    try:
+        model = Seq2SeqTransformer(Seq2SeqConfig.from_dict(read_json(path)))
+    except (TypeError, ValueError, AttributeError) as err:
+        raise located(path, f"not a seq2seq configuration: {err}") from None
+    weights = Path(model_dir) / "model.safetensors"
+    if not weights.is_file():
+        raise located(weights, "missing: the seq2seq model's weights")
+    try:
+        model.load_state_dict(load_file(str(weights)))
+    except Exception as err:  # safetensors' header errors and load_state_dict's mismatches alike
+        raise located(weights, f"does not hold this model's weights: {str(err).splitlines()[0][:200]}") from None
+    return model.eval()

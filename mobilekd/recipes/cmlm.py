@@ -1,0 +1,108 @@
+"""Fine-tune a BERT teacher as a conditional masked language model on (source, target) pairs: C-MLM's teacher step
+(Chen et al. 2020, "Distilling Knowledge Learned in BERT for Text Generation", Section 3.1; the official
+run_cmlm_finetuning.py, cmlm/data.py and cmlm/model.py in ChenRocks/Distill-BERT-Textgen).
+
+    mobilekd cmlm --teacher runs/demo/teacher --task paraphrase --out runs/cmlm/paraphrase-teacher
+    mobilekd cmlm --teacher T --task pairs --data my_pairs/ --out runs/cmlm/my-teacher       # your TSV/JSONL
+    mobilekd seq2seq --task paraphrase --method cmlm --teacher runs/cmlm/paraphrase-teacher   # then the student
+
+The teacher (a masked LM: `mobilekd train-teacher`'s OUT, the demo's adapted all-MiniLM-L6-v2 among them) reads
+`[CLS] source [SEP] target [SEP]` with only the target masked (`mobilekd.data.cmlm`) and learns to fill it in; its
+masked-LM decoder becomes an output layer of its own (`MobileBertForConditionalMLM`). After training, every dev
+target position is predicted once with its neighbours visible (the soft targets' pass) and OUT/results.json
+records the teacher's token accuracy and perplexity there: how well it knows what the student will be taught.
+
+Official settings and ours: AdamW with linear warm-up and decay and weight decay 0.01 off biases and LayerNorms, as
+there (BertAdam / FusedAdam with `warmup_linear`); lr 5e-5 (the README's command); 10% warm-up (the script's
+default; the README's run 5%); batches of 32 pairs where the official batches count 16,384 tokens on a GPU
+cluster over 100,000 steps of IWSLT; epochs instead of steps (default 10 over a few thousand pairs); dropout as the
+teacher's config has it (0.1). OUT holds the C-MLM teacher (config.json, model.safetensors, the tokenizer) and
+results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+from mobilekd.data.cmlm import CMLMSplit
+from mobilekd.data.pairs import MAX_LEN, PAIR_TASKS, load_pairs
+from mobilekd.data.seq2seq import encode_task
+from mobilekd.data.tasks import training_subset
+from mobilekd.data.tokenizer import load_tokenizer
+from mobilekd.errors import cli_entry, located
+from mobilekd.fileio import write_json
+from mobilekd.finetune.cmlm import cmlm_loss, copies_pass, teacher_score
+from mobilekd.models.heads import MobileBertForConditionalMLM
+from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
+from mobilekd.models.pretrained import model_dir
+from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
+from mobilekd.train.loop import Stage, run_plan
+
+LENGTHS = "per task: " + ", ".join(f"{task} {n}" for task, n in MAX_LEN.items()) + " word pieces a side"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="mobilekd cmlm", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--teacher", required=True,
+                   help="a pre-trained masked LM (mobilekd train-teacher's OUT, or a transformers BERT with its MLM "
+                        "head) whose vocabulary the student will share")
+    add_task_flags(p, epochs=10, lr=5e-5, warmup=0.1, tasks=list(PAIR_TASKS), lengths=LENGTHS)
+    add_training_flags(p, out="runs/cmlm-teacher", batch_size=32, optimizer="adamw", with_seq_len=False)
+    args = p.parse_args(argv)
+    check_task_flags(args, MAX_LEN)
+    train_config(args)
+    return args
+
+
+@cli_entry
+def main(argv=None):
+    run_owned(parse_args(argv), run)
+
+
+def load_masked_lm(path):
+    """A pre-trained masked LM as a C-MLM teacher to fine-tune, and its tokenizer."""
+    path = model_dir(path)
+    _, head = load_config(path)
+    if head not in ("pretraining", "cmlm"):
+        raise located(path, f"holds a {head} model; the C-MLM teacher starts from a masked LM (mobilekd "
+                            f"train-teacher's OUT)")
+    model = load_pretrained(path, head, require_head=True)
+    return (model if head == "cmlm" else MobileBertForConditionalMLM.from_masked_lm(model)), load_tokenizer(path)
+
+
+def run(args, accelerator):
+    start = time.time()
+    task = load_pairs(args.task, args.data)
+    model, tokenizer = load_masked_lm(args.teacher)
+    if 2 * args.max_len + 2 > model.config.max_position_embeddings:
+        raise located(args.teacher, f"reads {model.config.max_position_embeddings} positions; --max-len "
+                                    f"{args.max_len} needs {2 * args.max_len + 2}")
+    train_pairs = training_subset(task.train, args.max_train_examples, args.subset_seed)
+    train, train_pairs, dev, _ = encode_task(task, tokenizer, args.max_len, train_pairs)
+    split = CMLMSplit(train, tokenizer, args.seed)
+    steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(split) / args.batch_size)))
+    stage = Stage(name="cmlm", steps=steps, loss=cmlm_loss, lr=args.lr, warmup=args.warmup)
+    cfg = train_config(args, eval_every=0, run={
+        "teacher": str(args.teacher), "task": task.name, "lr": args.lr, "max_len": args.max_len,
+        "train_pairs": len(train), "subset_seed": args.subset_seed})
+    model.to(accelerator.device)
+    summaries = run_plan([stage], model, split, cfg, accelerator, resume=args.resume)
+    if accelerator.is_main_process:
+        out = Path(args.out)
+        save_pretrained(model, out, tokenizer, "cmlm")
+        score = teacher_score(copies_pass(model.eval(), dev, tokenizer), dev)
+        print(f"{task.name}: C-MLM teacher on dev targets: token accuracy {score['token_accuracy']:.4f}, "
+              f"perplexity {score['perplexity']:.2f}; in {out}")
+        write_json(out / "results.json", {
+            "task": task.name, "method": "cmlm-teacher", "teacher": str(args.teacher), "metrics": {"dev": score},
+            "best_metric": "token_accuracy", "best_score": score["token_accuracy"], "steps": steps,
+            "train_pairs": len(train), "dev_pairs": len(dev), "max_len": args.max_len, "lr": args.lr,
+            "wall_seconds": round(time.time() - start, 1), "training": summaries, "complete": True})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""Train a small Transformer encoder-decoder on (source, target) pairs, with cross-entropy alone or with C-MLM's
+word-level distillation from a C-MLM teacher (Chen et al. 2020, Section 3.2; the official student is
+Distill-BERT-Textgen-ONMT's `BertKDLossCompute`), and score its dev generations against copying the source.
+
+    mobilekd seq2seq --task paraphrase --method ce --out runs/cmlm/paraphrase-ce
+    mobilekd seq2seq --task paraphrase --method cmlm --teacher runs/cmlm/paraphrase-teacher --out runs/cmlm/p-kd
+    mobilekd seq2seq --task pairs --data my_pairs/ --method cmlm --teacher T --out runs/cmlm/mine
+
+The student (`mobilekd.models.seq2seq`, a preset's shape) shares the teacher's WordPiece vocabulary: with --method
+cmlm its tokenizer is the teacher's, with --method ce the shipped bert-base-uncased one unless --tokenizer names
+another. Its loss per target token is (1 - alpha) x label-smoothed cross-entropy + alpha x the cross-entropy
+against the teacher's top-k distribution at temperature T (`seq2seq_loss`); the teacher's top-k over the training
+targets is computed once and cached in the teacher's directory (`mobilekd.finetune.cmlm.soft_targets`).
+
+Official settings and ours: alpha 0.5, T 10, top 8, label smoothing 0.1; dropout 0.1 (the official 0.3 is for
+Transformer base on IWSLT); the loop's AdamW (betas 0.9 and 0.999, weight decay 0.01 off biases and LayerNorms)
+where OpenNMT-py runs Adam(0.9, 0.98) without decay; a linear warm-up (default 10% of the steps) and a linear decay where
+OpenNMT-py's noam schedule decays as 1/sqrt(step) (a peak of about 1e-3 for the official d_model 512, lr 2 and
+8,000 warm-up steps: our default peak); batches of 32 pairs where the official counts 6,144 tokens; epochs where the
+official counts steps. The model kept is the last, not one picked on dev. Dev generations are greedy at every
+evaluation, and beam search (--beam, GNMT's length penalty at 0.6, as the official run_mt.sh) at the end.
+
+OUT holds the student (seq2seq.json, model.safetensors, the tokenizer), dev_generations.jsonl, history.json, and
+results.json: greedy and beam BLEU / chrF (sacrebleu), copying's, steps, seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+from mobilekd.data.pairs import MAX_LEN, PAIR_TASKS, load_pairs
+from mobilekd.data.seq2seq import encode_task
+from mobilekd.data.tasks import training_subset
+from mobilekd.data.tokenizer import DEFAULT_VOCAB, load_tokenizer
+from mobilekd.errors import cli_entry, located
+from mobilekd.fileio import read_json, write_json
+from mobilekd.finetune.cmlm import TOPK, soft_targets
+from mobilekd.finetune.generation import GenerationEvaluator, copies, generate, references, scores, \
+    write_generations
+from mobilekd.finetune.objective import LABEL_SMOOTHING, CMLMDistillation, seq2seq_loss
+from mobilekd.flags import at_least
+from mobilekd.models.hf import load_config, load_pretrained
+from mobilekd.models.seq2seq import SEQ2SEQ_PRESETS, new_seq2seq, save_seq2seq
+from mobilekd.recipes.cmlm import LENGTHS
+from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
+from mobilekd.train.loop import Stage, run_plan
+
+DEFAULT_KD = CMLMDistillation()
+BEAM = 5
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="mobilekd seq2seq", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_task_flags(p, epochs=20, lr=1e-3, warmup=0.1, tasks=list(PAIR_TASKS), lengths=LENGTHS)
+    p.add_argument("--preset", choices=list(SEQ2SEQ_PRESETS), default="seq2seq_tiny",
+                   help="the student's shape (default seq2seq_tiny: 2 + 2 layers of 256)")
+    p.add_argument("--method", choices=["ce", "cmlm"], default="cmlm",
+                   help="cmlm: label-smoothed CE mixed with C-MLM distillation from --teacher (default); ce: the "
+                        "targets alone")
+    p.add_argument("--teacher", help="with --method cmlm: a C-MLM teacher (mobilekd cmlm's OUT) fine-tuned on "
+                                     "these pairs")
+    p.add_argument("--tokenizer", help=f"with --method ce: the vocabulary (default {DEFAULT_VOCAB.name}, "
+                                       f"bert-base-uncased's)")
+    p.add_argument("--alpha", type=float, default=DEFAULT_KD.alpha,
+                   help=f"the distillation term's weight (default {DEFAULT_KD.alpha}, the official --kd_alpha)")
+    p.add_argument("--temperature", type=float, default=DEFAULT_KD.temperature,
+                   help=f"the teacher's temperature (default {DEFAULT_KD.temperature:g}, --kd_temperature)")
+    p.add_argument("--topk", type=int, default=TOPK, help=f"the teacher's top-k kept (default {TOPK}, --kd_topk)")
+    p.add_argument("--label-smoothing", type=float, default=LABEL_SMOOTHING,
+                   help=f"(default {LABEL_SMOOTHING})")
+    p.add_argument("--beam", type=int, default=BEAM, help=f"beam size of the final dev decoding (default {BEAM}; "
+                                                          f"1: greedy only)")
+    add_training_flags(p, out="runs/seq2seq", batch_size=32, optimizer="adamw", with_seq_len=False)
+    args = p.parse_args(argv)
+    check_task_flags(args, MAX_LEN)
+    if args.method == "cmlm" and not args.teacher:
+        p.error("--method cmlm needs --teacher (a C-MLM teacher: mobilekd cmlm's OUT)")
+    if args.method == "ce" and args.teacher:
+        p.error("--teacher is for --method cmlm")
+    for flag in ("--alpha", "--label-smoothing"):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if not 0 <= value <= 1:
+            p.error(f"{flag} must lie in [0, 1], got {value}")
+    at_least("--temperature", args.temperature, 0, strictly=True)
+    at_least("--topk", args.topk, 1)
+    at_least("--beam", args.beam, 1)
+    train_config(args)
+    return args
+
+
+@cli_entry
+def main(argv=None):
+    run_owned(parse_args(argv), run)
+
+
+def load_cmlm_teacher(path):
+    _, head = load_config(path)
+    if head != "cmlm":
+        raise located(path, f"holds a {head} model, not a C-MLM teacher: fine-tune one with mobilekd cmlm")
+    return load_pretrained(path, "cmlm", require_head=True).eval(), load_tokenizer(path)
+
+
+def run(args, accelerator):
+    start = time.time()
+    task = load_pairs(args.task, args.data)
+    teacher = None
+    if args.method == "cmlm":
+        teacher, tokenizer = load_cmlm_teacher(args.teacher)
+    else:
+        tokenizer = load_tokenizer(args.tokenizer or DEFAULT_VOCAB)
+    train_pairs = training_subset(task.train, args.max_train_examples, args.subset_seed)
+    train, train_pairs, dev, dev_pairs = encode_task(task, tokenizer, args.max_len, train_pairs)
+    kd = None
+    if teacher is not None:
+        found, cached = soft_targets(args.teacher, teacher, train, tokenizer, args.topk)
+        train.arrays.update(found)
+        print(f"C-MLM soft targets over {len(train)} training pairs: " + ("from the cache" if cached else
+                                                                         "computed and cached"))
+        kd = CMLMDistillation(args.alpha, args.temperature)
+        del teacher
+    model = new_seq2seq(args.preset, tokenizer, max_positions=args.max_len + 1).to(accelerator.device)
+    steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
+    stage = Stage(name="seq2seq", steps=steps, loss=seq2seq_loss(kd, args.label_smoothing), lr=args.lr,
+                  warmup=args.warmup)
+    cfg = train_config(args, run={
+        "task": task.name, "method": args.method, "teacher": str(args.teacher), "preset": args.preset,
+        "alpha": args.alpha, "temperature": args.temperature, "topk": args.topk, "lr": args.lr,
+        "label_smoothing": args.label_smoothing, "max_len": args.max_len, "train_pairs": len(train),
+        "subset_seed": args.subset_seed})
+    out = Path(args.out)
+    evaluator = GenerationEvaluator(dev, dev_pairs, out, tokenizer, args.max_len, save_seq2seq)
+    extra = {"task": task.name, "data": args.data, "method": args.method, "teacher": args.teacher, "preset": args.preset,
+             "params": sum(p.numel() for p in model.parameters()), "steps": steps, "train_pairs": len(train),
+             "dev_pairs": len(dev), "max_len": args.max_len, "lr": args.lr,
+             **({"alpha": args.alpha, "temperature": args.temperature, "topk": args.topk} if kd else {})}
+    summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume,
+                         on_eval=lambda m, step: evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)}))
+    if accelerator.is_main_process:
+        result = read_json(out / "results.json")
+        refs = references(tokenizer, dev)
+        result["metrics"]["dev_copy"] = scores(copies(tokenizer, dev), refs)
+        if args.beam > 1:
+            hyps = generate(model, dev, tokenizer, args.max_len, beam=args.beam)
+            result["metrics"]["dev_beam"] = scores(hyps, refs)
+            write_generations(out / "dev_generations_beam.jsonl", dev_pairs, refs, hyps)
+        result.update(wall_seconds=round(time.time() - start, 1), beam=args.beam, training=summaries, complete=True)
+        write_json(out / "results.json", result)
+        m = result["metrics"]
+        print(f"{task.name}: dev BLEU greedy {m['dev']['bleu']:.2f}" +
+              (f", beam {args.beam} {m['dev_beam']['bleu']:.2f}" if args.beam > 1 else "") +
+              f"; copying the source {m['dev_copy']['bleu']:.2f}; student in {out}")
+
+
+if __name__ == "__main__":
+    main()
