@@ -23,6 +23,8 @@ dev set; a row's value is the model after the last step, not one picked on dev:
 
     teacher        the adapted teacher fine-tuned on the whole training set (it is also the seed's KD teacher)
     pkt-kd         the PKT student with logit KD from the seed's teacher          (MobileBERT family)
+    pkt-kd-aug     the PKT student with logit KD alone over the augmented transfer set, as subset2-kd-aug
+                   (MobileBERT family): small tasks only
     subset2-kd     the layer subset with logit KD                                 (the teacher's layers)
     subset2-kd-aug the layer subset with logit KD alone (--alpha 0) over the teacher-labelled augmented transfer
                    set (TinyBERT's augmentation, AUGMENT copies; AUGMENTED_EPOCHS epochs): small tasks only
@@ -69,9 +71,9 @@ PKT_STEPS = ["--layer-steps", "500", "--pd-steps", "500"]
 PKT_SHORT_STEPS = teacher_value.TRANSFER[2:]  # the demo's: --layer-steps 50 --pd-steps 200
 TINYBERT_STEPS = ["--layer-steps", "300", "--pd-steps", "200"]
 AUGMENT = {"sst2": "0", "mrpc": "4", "stsb": "4", "cola": "4", "rte": "4"}  # new copies per example (TinyBERT)
-AUGMENTED = ("tinybert-td", "subset2-kd-aug")  # the methods that train over the augmented set where AUGMENT has one
-AUGMENTED_ONLY = ("subset2-kd-aug",)  # run only where there is an augmented set (elsewhere it is subset2-kd)
-AUGMENTED_EPOCHS = "3"  # subset2-kd-aug's epochs over the augmented set (a pair's set is up to 1 + 2 x 4 times the
+AUGMENTED = ("tinybert-td", "subset2-kd-aug", "pkt-kd-aug")  # the methods that train over the augmented set where AUGMENT has one
+AUGMENTED_ONLY = ("subset2-kd-aug", "pkt-kd-aug")  # only where there is an augmented set (elsewhere: the -kd run)
+AUGMENTED_EPOCHS = "3"  # the AUGMENTED_ONLY methods' epochs over the augmented set (a pair's set is up to 1 + 2 x 4 times the
                         # task's, 8.8 x on STS-B: 3 epochs over it are 5.3 x the steps of subset2-kd's 5)
 INTERMEDIATE_EPOCHS = {"sst2": "1"}  # TinyBERT's step 1 (default: the students' epochs)
 TRANSFER = {"sst2": "2", "mrpc": "10", "stsb": "10", "cola": "10", "rte": "10"}  # BiLSTM transfer-set samples
@@ -84,6 +86,7 @@ BILSTM = ["--epochs", "10", "--embedding-size", "64", "--loss", "kd"]
 METHODS = {
     "teacher": ("teacher", "adapt", [], False),
     "pkt-kd": ("mobilebert", "pkt", ["--method", "kd"], True),
+    "pkt-kd-aug": ("mobilebert", "pkt", ["--method", "kd", "--alpha", "0"], True),
     "subset2-kd": ("subset2", "subset2", ["--method", "kd"], True),
     "subset2-kd-aug": ("subset2", "subset2", ["--method", "kd", "--alpha", "0"], True),
     "tinybert-td": ("tinybert", "tinybert4", ["--method", "tinybert"], True),
@@ -374,7 +377,8 @@ def goals(results: list[dict]) -> str:
                          f"{mean_std_cell([x - 0.9036 for x in v], signed=True)} | > -0.03 | "
                          f"{verdict([x - 0.9036 for x in v], -0.03)} |")
         for a, b, name in (("pkt-kd", "pkt", "task KD adds"), ("pkt-kd", "pkt-short-kd", "longer PKT adds"),
-                           ("subset2-kd-aug", "subset2-kd", "the augmented transfer set adds")):
+                           ("subset2-kd-aug", "subset2-kd", "the augmented transfer set adds"),
+                           ("pkt-kd-aug", "pkt-kd", "the augmented transfer set adds")):
             d = paired_differences(results, task, metric, a, b)
             if d:
                 lines.append(f"| {task}: {name} ({a} - {b}) | {mean_std_cell(d, signed=True)} | > 0 | {verdict(d)} |")
