@@ -30,8 +30,9 @@ TOPK = 8  # the soft targets' k: the official student's --kd_topk (Distill-BERT-
 
 def cmlm_loss(model, batch: dict) -> dict[str, torch.Tensor]:
     """The C-MLM fine-tuning loss: cross-entropy over the masked target positions, their mean (cmlm/model.py
-    `BertForSeq2seq.forward`: `CrossEntropyLoss(ignore_index=-1)` over the masked positions; over the whole global
-    batch's masked positions here, as the loop normalises masked-LM losses)."""
+    `BertForSeq2seq.forward`: `CrossEntropyLoss(ignore_index=-1)` over the masked positions; here over each
+    micro-batch's masked positions across processes, as the loop normalises masked-LM losses: the global batch's
+    at --grad-accum 1)."""
     logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["masked_positions"])
     loss = mlm_loss(logits, batch)
     return {"loss": loss, "cmlm": loss.detach()}
@@ -44,6 +45,7 @@ def copies_pass(teacher, split: PairSplit, tokenizer, k: int = TOPK, pairs_per_b
     `target_ids` (0 where padded), and per position the gold token's log-probability (`gold_logprob`) and whether
     it is the teacher's first choice (`gold_top1`)."""
     teacher.eval()
+    device = next(teacher.parameters()).device
     n, width = split.arrays["target_ids"].shape
     out = {"teacher_topk_logits": np.zeros((n, width, k), np.float32),
            "teacher_topk_ids": np.zeros((n, width, k), np.int32),
@@ -52,7 +54,8 @@ def copies_pass(teacher, split: PairSplit, tokenizer, k: int = TOPK, pairs_per_b
     for indices in tqdm(batches, desc="C-MLM teacher over the copies", leave=False):
         rows = [(int(i), m) for i in indices for m in copy_masks(int(split.target_lengths[i]))]
         b = inputs(split, rows, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id)
-        logits = teacher(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["masked_positions"]).float()
+        logits = teacher(*(b[key].to(device) for key in ("input_ids", "attention_mask", "token_type_ids",
+                                                          "masked_positions"))).float().cpu()
         where = np.concatenate([np.stack([np.full(len(m), i), m], 1) for i, m in rows])  # (masked, 2): pair, position
         values, ids = logits.topk(k, dim=-1)
         gold = b["masked_labels"][b["masked_labels"] >= 0]

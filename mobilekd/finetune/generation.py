@@ -46,7 +46,7 @@ def generate(model, split: PairSplit, tokenizer, max_len: int, beam: int = 1, ba
     out = [None] * len(split)
     batches, _ = split.by_length(batch_size)
     for indices in batches:
-        b = split.batch(indices)
+        b = split.batch(indices)  # the decoders move it to the model's device
         tokens = (greedy(model, b["input_ids"], b["attention_mask"], max_len) if beam == 1 else
                   beam_search(model, b["input_ids"], b["attention_mask"], max_len, beam))
         for i, t in zip(indices, tokens):

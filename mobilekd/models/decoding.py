@@ -1,6 +1,7 @@
 """Decoding a seq2seq model (`mobilekd.models.seq2seq`): greedy, and beam search with GNMT's length penalty, the
-C-MLM paper's decoding (Distill-BERT-Textgen README / run_mt.sh: `-beam_size 5 -alpha 0.6 -length_penalty wu`,
-OpenNMT-py's `PenaltyBuilder.length_wu`: a hypothesis' log-probability divided by ((5 + length) / 6) ** alpha).
+C-MLM paper's decoding settings (Distill-BERT-Textgen README / run_mt.sh: `-beam_size 5 -alpha 0.6
+-length_penalty wu`: a hypothesis' log-probability divided by ((5 + length) / 6) ** alpha, Wu et al. 2016, eq. 14;
+`beam_search` says where its search departs from OpenNMT-py's).
 
 Both read the source once (`encode`) and run the decoder over the whole prefix at each step, as the exported file's
 `decode` signature does (no key/value cache: the targets here are a few dozen word pieces). A hypothesis ends at
@@ -19,10 +20,11 @@ def _strip(tokens: list[int], eos: int) -> list[int]:
 @torch.no_grad()
 def greedy(model, input_ids, attention_mask, max_len: int) -> list[list[int]]:
     """The most probable next token, step by step, for every source of the batch."""
-    c = model.config
+    c, device = model.config, next(model.parameters()).device
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     memory = model.encode(input_ids, attention_mask)
-    prefix = torch.full((len(input_ids), 1), c.bos_token_id, dtype=torch.long)
-    done = torch.zeros(len(input_ids), dtype=torch.bool)
+    prefix = torch.full((len(input_ids), 1), c.bos_token_id, dtype=torch.long, device=device)
+    done = torch.zeros(len(input_ids), dtype=torch.bool, device=device)
     for _ in range(max_len):
         step = model.logits(model.decode(memory, attention_mask, prefix)[:, -1]).argmax(-1)
         step = torch.where(done, torch.full_like(step, c.pad_token_id), step)
@@ -41,31 +43,40 @@ def wu_penalty(length: int, alpha: float) -> float:
 @torch.no_grad()
 def beam_search(model, input_ids, attention_mask, max_len: int, beam: int = 5, alpha: float = 0.6) \
         -> list[list[int]]:
-    """The hypothesis of best log-probability / `wu_penalty` among those a beam of `beam` keeps, per source; a
-    source's search ends once `beam` hypotheses have ended (OpenNMT-py's and fairseq's rule)."""
-    c = model.config
+    """The hypothesis of best log-probability / `wu_penalty` among those a beam of `beam` keeps, per source. Each
+    step ranks the 2 x `beam` best continuations; one that ends (or reaches `max_len`) is kept as a finished
+    hypothesis if it ranks among the first `beam`, the others that go on refill the beam; a source's search ends
+    once `beam` hypotheses have finished (fairseq's `SequenceGenerator`). At beam 1 this is greedy decoding.
+
+    Departures from the official decoding (OpenNMT-py's `BeamSearch`): it keeps `beam` candidates a step and, asked
+    for one best, stops once the top-ranked candidate ends; and its length penalty counts one token more than the
+    hypothesis has (its sequence holds the start token). Ours is fairseq's search and the paper's formula, with
+    the length the hypothesis' tokens and its end."""
+    c, device = model.config, next(model.parameters()).device
     b = len(input_ids)
-    memory = model.encode(input_ids, attention_mask).repeat_interleave(beam, 0)
-    mask = attention_mask.repeat_interleave(beam, 0)
-    prefix = torch.full((b * beam, 1), c.bos_token_id, dtype=torch.long)
+    memory = model.encode(input_ids.to(device), attention_mask.to(device)).repeat_interleave(beam, 0)
+    mask = attention_mask.to(device).repeat_interleave(beam, 0)
+    prefix = torch.full((b * beam, 1), c.bos_token_id, dtype=torch.long, device=device)
     scores = torch.full((b, beam), float("-inf"))
     scores[:, 0] = 0.0  # one live hypothesis per source at the start
     ended: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
     for t in range(1, max_len + 1):
-        logp = model.logits(model.decode(memory, mask, prefix)[:, -1]).float().log_softmax(-1)
+        logp = model.logits(model.decode(memory, mask, prefix)[:, -1]).float().log_softmax(-1).cpu()
         vocab = logp.shape[-1]
         total = (scores.view(-1, 1) + logp).view(b, beam * vocab)
         top_scores, top = total.topk(2 * beam, dim=1)
         rows, new_scores = [], torch.full((b, beam), float("-inf"))
         for i in range(b):
             kept = 0
-            for s, flat in zip(top_scores[i].tolist(), top[i].tolist()):
+            for rank, (s, flat) in enumerate(zip(top_scores[i].tolist(), top[i].tolist())):
                 origin, token = divmod(flat, vocab)
                 if s == float("-inf") or len(ended[i]) >= beam:
                     break
                 tokens = prefix[i * beam + origin, 1:].tolist()
                 if token == c.eos_token_id or t == max_len:
-                    ended[i].append((s / wu_penalty(t, alpha), tokens + ([] if token == c.eos_token_id else [token])))
+                    if rank < beam:  # an end among the best `beam` candidates only (fairseq's `eos_mask[:, :beam]`)
+                        ended[i].append((s / wu_penalty(t, alpha),
+                                         tokens + ([] if token == c.eos_token_id else [token])))
                     continue
                 if kept < beam:
                     rows.append((i * beam + origin, token))
@@ -76,7 +87,7 @@ def beam_search(model, input_ids, attention_mask, max_len: int, beam: int = 5, a
                 kept += 1
         if all(len(e) >= beam for e in ended):
             break
-        origins = torch.tensor([r for r, _ in rows])
-        prefix = torch.cat([prefix[origins], torch.tensor([[tok] for _, tok in rows])], 1)
+        origins = torch.tensor([r for r, _ in rows], device=device)
+        prefix = torch.cat([prefix[origins], torch.tensor([[tok] for _, tok in rows], device=device)], 1)
         scores = new_scores
     return [max(e, key=lambda x: x[0])[1] if e else [] for e in ended]

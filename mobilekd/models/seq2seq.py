@@ -2,7 +2,8 @@
 4: OpenNMT-py's Transformer, config/config-transformer-base-mt-deen.yml in ChenRocks/Distill-BERT-Textgen), in the
 layout OpenNMT-py builds it: pre-norm layers (LayerNorm before each sub-layer, one after the last layer), sinusoidal
 positions added to the embeddings scaled by sqrt(d_model), one word-embedding table shared by the encoder, the
-decoder and the output layer (`-share_embeddings -share_decoder_embeddings`), ReLU feed-forward layers.
+decoder and the output layer's weight (`-share_embeddings -share_decoder_embeddings`; the output layer keeps a bias
+of its own, as OpenNMT-py's generator, an `nn.Linear`, does), ReLU feed-forward layers.
 
 One departure, for the phone: the shared table may be narrower than the model (`embedding_size` below `d_model`,
 as MobileBERT's 128-wide table under 512-wide layers, paper Section 3.1), a linear map lifting it on the way in
@@ -160,6 +161,7 @@ class Seq2SeqTransformer(nn.Module):
         narrow = c.width != c.d_model
         self.embedding_lift = nn.Linear(c.width, c.d_model, bias=False) if narrow else None
         self.output_drop = nn.Linear(c.d_model, c.width, bias=False) if narrow else None
+        self.output_bias = nn.Parameter(torch.zeros(c.vocab_size))  # OpenNMT-py's generator is a Linear: its bias
         self.register_buffer("positions", sinusoids(c.max_positions, c.d_model), persistent=False)
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
@@ -208,10 +210,10 @@ class Seq2SeqTransformer(nn.Module):
         return self.decoder_norm(y)
 
     def logits(self, states):
-        """The shared output layer: states (brought down to the table's width) @ embeddings^T."""
+        """The shared output layer: states (brought down to the table's width) @ embeddings^T + a bias."""
         if self.output_drop is not None:
             states = self.output_drop(states)
-        return states @ self.embeddings.weight.t()
+        return states @ self.embeddings.weight.t() + self.output_bias
 
     def forward(self, input_ids, attention_mask, decoder_input_ids, target_mask=None):
         """The logits (B, T, V) of every target position, or with `target_mask` (B, T) of the masked ones alone,

@@ -110,6 +110,7 @@ def run(args, accelerator):
     teacher = None
     if args.method == "cmlm":
         teacher, tokenizer = load_cmlm_teacher(args.teacher)
+        teacher.to(accelerator.device)
     else:
         tokenizer = load_tokenizer(args.tokenizer or DEFAULT_VOCAB)
     train_pairs = training_subset(task.train, args.max_train_examples, args.subset_seed)

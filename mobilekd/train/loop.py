@@ -357,7 +357,7 @@ def train_step(stage: Stage, wrapped, optimizer, scheduler, micro_batches, accel
     tokens = padded = 0
     for batch in micro_batches:
         batch = {k: v.to(accelerator.device) for k, v in batch.items()}
-        if "masked_labels" in batch:  # normalise masked-LM by the masked tokens of the whole global batch
+        if "masked_labels" in batch:  # normalise masked-LM by this micro-batch's masked tokens over all processes
             count = (batch["masked_labels"] >= 0).sum().float()
             batch["mlm_denominator"] = accelerator.reduce(count, "sum") / accelerator.num_processes
         with autocast(accelerator, precision):

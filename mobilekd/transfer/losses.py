@@ -79,7 +79,7 @@ def patience_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
 def label_smoothed_nll(logits: torch.Tensor, labels: torch.Tensor, smoothing: float, ignore: int = -100) \
         -> torch.Tensor:
     """The seq2seq student's cross-entropy, summed over the non-ignored positions, as Distill-BERT-Textgen-ONMT's
-    `BertKDLossCompute._compute_loss` (onmt/utils/loss.py) computes it: (1 - smoothing) x NLL of the gold token plus
+    `BertKDLossCompute.__call__` (onmt/utils/loss.py) computes it: (1 - smoothing) x NLL of the gold token plus
     smoothing / (V - 2) x the sum of -log p over the whole vocabulary (its own form: every column, the gold one and
     padding included, and a cross-entropy rather than OpenNMT's KL `LabelSmoothingLoss`). `logits` (..., V)."""
     keep = labels != ignore

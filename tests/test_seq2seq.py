@@ -1,0 +1,156 @@
+"""C-MLM (issue 36): the teacher's masking and soft targets, the student's loss by hand, decoding, the shipped and
+the user's pairs, and a micro run from a masked LM to a `.tflite` that decodes as PyTorch does."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT
+from helpers import BERT, one_line_error, run_module
+from mobilekd.data.cmlm import CMLMSplit, copy_masks
+from mobilekd.data.noise import add_noise
+from mobilekd.data.pairs import load_pairs
+from mobilekd.data.seq2seq import IGNORE, PairSplit
+from mobilekd.finetune.cmlm import copies_pass
+from mobilekd.models.decoding import beam_search, greedy
+from mobilekd.models.heads import MobileBertForConditionalMLM
+from mobilekd.models.seq2seq import new_seq2seq
+from mobilekd.transfer.losses import cmlm_distillation, label_smoothed_nll
+
+
+def pairs_split(tokenizer, sources, targets):
+    """Word-piece ids by hand: each target gets [SEP] appended, 0 pads."""
+    src = np.zeros((len(sources), max(map(len, sources))), np.int64)
+    tgt = np.zeros((len(targets), max(map(len, targets)) + 1), np.int64)
+    for i, (s, t) in enumerate(zip(sources, targets)):
+        src[i, :len(s)] = s
+        tgt[i, :len(t) + 1] = [*t, tokenizer.sep_token_id]
+    return PairSplit({"source_ids": src, "target_ids": tgt}, tokenizer.cls_token_id)
+
+
+def test_copies_predict_every_target_position_once():
+    assert [m.tolist() for m in copy_masks(10)] == [[0, 7], [1, 8], [2, 9], [3], [4], [5], [6]]
+    assert [m.tolist() for m in copy_masks(3)] == [[0], [1], [2]]
+
+
+def test_cmlm_masks_only_the_target_and_its_final_sep(tokenizer):
+    split = CMLMSplit(pairs_split(tokenizer, [[2000, 2001]], [[2002, 2003]]), tokenizer, seed=0)
+    cls, sep, mask = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id
+    original = [cls, 2000, 2001, sep, 2002, 2003, sep]
+    final_sep_masked = 0
+    for epoch in range(60):
+        b = split.batch([0], epoch)
+        ids, positions, labels = b["input_ids"][0].tolist(), b["masked_positions"][0], b["masked_labels"][0]
+        assert b["token_type_ids"][0].tolist() == [0, 0, 0, 0, 1, 1, 1]
+        chosen = positions[positions >= 0].tolist()
+        assert chosen and set(chosen) <= {4, 5, 6}  # at least one, target positions only
+        assert labels[labels >= 0].tolist() == [original[p] for p in chosen]
+        assert ids == [mask if p in chosen else t for p, t in enumerate(original)]  # always [MASK]
+        final_sep_masked += 6 in chosen
+    assert 0 < final_sep_masked < 60
+
+
+def test_soft_targets_are_each_position_predicted_with_its_copy_masked(tokenizer):
+    torch.manual_seed(0)
+    teacher = MobileBertForConditionalMLM(BERT).eval()
+    targets = [[2010, 2011], list(range(2020, 2029))]  # 3 and 10 positions with [SEP]: one and two per copy
+    split = pairs_split(tokenizer, [[2000, 2001, 2002], [2003]], targets)
+    found = copies_pass(teacher, split, tokenizer, k=4)
+    for i, (source, target) in enumerate(zip([[2000, 2001, 2002], [2003]], targets)):
+        target = [*target, tokenizer.sep_token_id]
+        for j in range(len(target)):  # by hand: the sequence with every position of j's copy masked
+            seq = [tokenizer.cls_token_id, *source, tokenizer.sep_token_id] + [
+                tokenizer.mask_token_id if q % 7 == j % 7 else t for q, t in enumerate(target)]
+            types = [0] * (len(source) + 2) + [1] * len(target)
+            with torch.no_grad():
+                logits = teacher(torch.tensor([seq]), torch.ones(1, len(seq), dtype=torch.long),
+                                 torch.tensor([types]), torch.tensor([[len(source) + 2 + j]]))[0]
+            values, ids = logits.topk(4)
+            assert found["teacher_topk_ids"][i, j].tolist() == ids.tolist()
+            np.testing.assert_allclose(found["teacher_topk_logits"][i, j], values.numpy(), rtol=1e-4, atol=1e-5)
+            assert np.isclose(found["gold_logprob"][i, j], logits.log_softmax(-1)[target[j]].item(), atol=1e-5)
+        assert not found["teacher_topk_ids"][i, len(target):].any()  # padding stays 0
+
+
+def test_distillation_and_label_smoothed_losses_by_hand():
+    p = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]])
+    logits, labels = p.log(), torch.tensor([3, IGNORE])  # the second position is padding: it counts nowhere
+    w = math.e / (math.e + 1)  # softmax([10, 0] / 10)
+    kd = cmlm_distillation(logits, torch.tensor([[10.0, 0.0], [5.0, 1.0]]), torch.tensor([[3, 1], [0, 1]]), labels,
+                           temperature=10.0)
+    assert kd.item() == pytest.approx(-(w * math.log(0.4) + (1 - w) * math.log(0.2)), rel=1e-5)
+    xe = label_smoothed_nll(logits, labels, smoothing=0.1)
+    by_hand = 0.9 * -math.log(0.4) + 0.1 / (4 - 2) * -sum(math.log(x) for x in (0.1, 0.2, 0.3, 0.4))
+    assert xe.item() == pytest.approx(by_hand, rel=1e-5)
+    assert label_smoothed_nll(logits, labels, 0.0).item() == pytest.approx(-math.log(0.4), rel=1e-6)
+
+
+def test_a_beam_of_one_is_greedy_decoding(tokenizer):
+    torch.manual_seed(0)
+    model = new_seq2seq("seq2seq_micro", tokenizer, max_positions=20).eval()
+    split = pairs_split(tokenizer, [[2000, 2001, 2002], [2003, 2004], [2005]], [[2010], [2011], [2012]])
+    b = split.batch(range(3))
+    assert beam_search(model, b["input_ids"], b["attention_mask"], 12, beam=1) == \
+        greedy(model, b["input_ids"], b["attention_mask"], 12)
+
+
+def test_paraphrase_pairs_keep_dev_sentences_out_of_training():
+    task = load_pairs("paraphrase")
+    assert (len(task.train), len(task.dev)) == (3772, 543)
+    dev = {" ".join(s.lower().split()) for p in task.dev for s in (p.source, p.target)}
+    assert not any(" ".join(s.lower().split()) in dev for p in task.train for s in (p.source, p.target))
+
+
+def test_correction_noise_is_seeded_and_changes_about_a_fifth_of_the_words():
+    task = load_pairs("correction")
+    assert len(task.dev) == 1000 and not {p.target for p in task.dev} & {p.target for p in task.train}
+    sample = task.dev[:300]
+    assert all(p.source != p.target for p in sample)
+    changed = sum(len(set(p.target.split()) - set(p.source.split())) for p in sample) / sum(
+        len(p.target.split()) for p in sample)
+    assert 0.1 < changed < 0.35, changed
+    assert add_noise(sample[0].target, 0, 7) == add_noise(sample[0].target, 0, 7) != add_noise(sample[0].target, 1, 7)
+
+
+@pytest.mark.parametrize("rows, problem", [
+    ("source\ttext\nhello there\tgeneral kenobi\n", "train.tsv:2: record has no 'target' field"),
+    ("source\ttarget\nhello there\tgeneral kenobi\nthe quick fox\t\n", "train.tsv:3: empty target"),
+    ("source\ttarget\nhello there\tgeneral kenobi\nhi\t" + "word " * 20 + "\n",
+     "train.tsv:3: the target is 21 word pieces with [SEP], over --max-len 8"),
+])
+def test_bad_pair_files_are_refused_in_one_line(tmp_path, rows, problem):
+    (tmp_path / "train.tsv").write_text(rows)
+    (tmp_path / "dev.tsv").write_text("source\ttarget\nhello\tgeneral\n")
+    proc = run_module("mobilekd", "seq2seq", "--task", "pairs", "--data", tmp_path, "--method", "ce",
+                      "--max-len", 8, "--max-steps", 1, "--out", tmp_path / "out", check=False)
+    assert problem in one_line_error(proc)
+    assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_micro_cmlm_run_from_a_masked_lm_to_a_tflite_that_decodes_as_pytorch(demo_teacher_dir, tmp_path):
+    data = tmp_path / "pairs"
+    data.mkdir()
+    task = load_pairs("paraphrase")
+    for name, pairs in (("train", task.train[:48]), ("dev", task.dev[:12])):
+        (data / f"{name}.jsonl").write_text("".join(json.dumps({"source": p.source, "target": p.target}) + "\n"
+                                                    for p in pairs))
+    teacher, student = tmp_path / "teacher", tmp_path / "student"
+    run_module("mobilekd", "cmlm", "--teacher", demo_teacher_dir, "--task", "pairs", "--data", data, "--max-len", 48,
+               "--max-steps", 6, "--batch-size", 8, "--out", teacher)
+    scored = json.loads((teacher / "results.json").read_text())
+    assert scored["complete"] and 0 <= scored["metrics"]["dev"]["token_accuracy"] <= 1
+    run_module("mobilekd", "seq2seq", "--task", "pairs", "--data", data, "--method", "cmlm", "--teacher", teacher,
+               "--preset", "seq2seq_micro", "--max-len", 48, "--max-steps", 30, "--lr", "3e-3", "--batch-size", 8,
+               "--beam", 2, "--out", student)
+    result = json.loads((student / "results.json").read_text())
+    assert result["complete"] and {"dev", "dev_beam", "dev_copy"} <= set(result["metrics"])
+    losses = result["training"][0]
+    assert losses["end"]["kd"] < losses["start"]["kd"] and losses["end"]["xe"] < losses["start"]["xe"]
+    assert list((teacher / "outputs").glob("cmlm_*.safetensors"))  # the soft targets, cached
+    run_module("mobilekd", "export", "--model", student, "--parity-examples", 12, "--out", tmp_path / "tflite")
+    parity = json.loads((tmp_path / "tflite" / "parity.json").read_text())["model_seq2seq.tflite"]
+    assert parity["pairs"] == 12 and parity["identical"] == 1.0
+    assert parity["flex_or_custom_ops"] == [] and parity["host_ms"]["per_token"] > 0
