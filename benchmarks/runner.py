@@ -42,7 +42,7 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)  # set for this run only
 
     def done(self) -> bool:
-        if self.argv[0] in ("finetune", "fastbert", "bilstm", "qat", "multitask"):
+        if self.argv[0] in ("finetune", "fastbert", "bilstm", "qat", "multitask", "cmlm", "seq2seq"):
             return finished_results(self.out) is not None
         if self.argv[0] == "export":  # an early-exit model's is done once its layer-by-layer file is checked too,
             parity = read_json(self.out / "parity.json") if (self.out / "parity.json").is_file() else {}

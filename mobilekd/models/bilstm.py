@@ -30,9 +30,10 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
-from mobilekd.errors import UserError, located
+from mobilekd.errors import located
 from mobilekd.fileio import read_json, write_json
 from mobilekd.models.hf import save_weights
+from mobilekd.models.word_table import teacher_table
 
 CONFIG_FILE = "bilstm.json"
 
@@ -167,12 +168,7 @@ def from_teacher(teacher, tokenizer, pair: bool, id2label: dict[int, str], embed
     """A BiLSTM whose vocabulary is the teacher's and whose embedding table starts as the teacher's word embeddings
     (they train). With `embedding_size` below the teacher's width, the table is first projected onto its
     `embedding_size` principal components (centred, by SVD): a smaller table keeping most of its variance."""
-    table = teacher.mobilebert.embeddings.word_embeddings.weight.detach().float()
-    if embedding_size is not None and embedding_size > table.shape[1]:
-        raise UserError(f"--embedding-size {embedding_size} exceeds the teacher's embedding width {table.shape[1]}")
-    if embedding_size is not None and embedding_size < table.shape[1]:
-        centred = table - table.mean(0)
-        table = centred @ torch.linalg.svd(centred, full_matrices=False).Vh[:embedding_size].T
+    table = teacher_table(teacher, embedding_size)
     config = BiLSTMConfig(vocab_size=table.shape[0], embedding_size=table.shape[1], pair=pair, id2label=id2label,
                           cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id, **sizes)
     model = BiLSTMClassifier(config)

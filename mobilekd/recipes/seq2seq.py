@@ -31,6 +31,8 @@ import math
 import time
 from pathlib import Path
 
+import torch
+
 from mobilekd.data.pairs import MAX_LEN, PAIR_TASKS, load_pairs
 from mobilekd.data.seq2seq import encode_task
 from mobilekd.data.tasks import training_subset
@@ -44,6 +46,7 @@ from mobilekd.finetune.objective import LABEL_SMOOTHING, CMLMDistillation, seq2s
 from mobilekd.flags import at_least
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.models.seq2seq import SEQ2SEQ_PRESETS, new_seq2seq, save_seq2seq
+from mobilekd.models.word_table import teacher_table
 from mobilekd.recipes.cmlm import LENGTHS
 from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
@@ -65,6 +68,9 @@ def parse_args(argv=None):
                                      "these pairs")
     p.add_argument("--tokenizer", help=f"with --method ce: the vocabulary (default {DEFAULT_VOCAB.name}, "
                                        f"bert-base-uncased's)")
+    p.add_argument("--init-embeddings", metavar="BERT_DIR",
+                   help="start the student's word table from this BERT model's (its vocabulary must be the "
+                        "student's), projected onto the table's width by its principal components (default: random)")
     p.add_argument("--alpha", type=float, default=DEFAULT_KD.alpha,
                    help=f"the distillation term's weight (default {DEFAULT_KD.alpha}, the official --kd_alpha)")
     p.add_argument("--temperature", type=float, default=DEFAULT_KD.temperature,
@@ -104,6 +110,19 @@ def load_cmlm_teacher(path):
     return load_pretrained(path, "cmlm", require_head=True).eval(), load_tokenizer(path)
 
 
+def start_table(model, bert_dir, tokenizer) -> None:
+    """The student's shared word table from `bert_dir`'s (`teacher_table`), scaled to the student's own
+    initial scale (each entry's std width^-1/2, so that x sqrt(width) gives unit variance as at random start)."""
+    _, head = load_config(bert_dir)
+    bert = load_pretrained(bert_dir, head)
+    if load_tokenizer(bert_dir).get_vocab() != tokenizer.get_vocab():
+        raise located(bert_dir, "has another vocabulary than the student's tokenizer: --init-embeddings needs the same "
+                                "word pieces")
+    table = teacher_table(bert, model.config.width)
+    with torch.no_grad():
+        model.embeddings.weight.copy_(table * (model.config.width ** -0.5 / table.std()))
+
+
 def run(args, accelerator):
     start = time.time()
     task = load_pairs(args.task, args.data)
@@ -123,18 +142,23 @@ def run(args, accelerator):
                                                                          "computed and cached"))
         kd = CMLMDistillation(args.alpha, args.temperature)
         del teacher
-    model = new_seq2seq(args.preset, tokenizer, max_positions=args.max_len + 1).to(accelerator.device)
+    model = new_seq2seq(args.preset, tokenizer, max_positions=args.max_len + 1)
+    if args.init_embeddings:
+        start_table(model, args.init_embeddings, tokenizer)
+    model.to(accelerator.device)
     steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
     stage = Stage(name="seq2seq", steps=steps, loss=seq2seq_loss(kd, args.label_smoothing), lr=args.lr,
                   warmup=args.warmup)
     cfg = train_config(args, run={
         "task": task.name, "method": args.method, "teacher": str(args.teacher), "preset": args.preset,
+        "init_embeddings": args.init_embeddings,
         "alpha": args.alpha, "temperature": args.temperature, "topk": args.topk, "lr": args.lr,
         "label_smoothing": args.label_smoothing, "max_len": args.max_len, "train_pairs": len(train),
         "subset_seed": args.subset_seed})
     out = Path(args.out)
     evaluator = GenerationEvaluator(dev, dev_pairs, out, tokenizer, args.max_len, save_seq2seq)
     extra = {"task": task.name, "data": args.data, "method": args.method, "teacher": args.teacher, "preset": args.preset,
+             "init_embeddings": args.init_embeddings,
              "params": sum(p.numel() for p in model.parameters()), "steps": steps, "train_pairs": len(train),
              "dev_pairs": len(dev), "max_len": args.max_len, "lr": args.lr,
              **({"alpha": args.alpha, "temperature": args.temperature, "topk": args.topk} if kd else {})}
