@@ -154,3 +154,20 @@ def test_micro_cmlm_run_from_a_masked_lm_to_a_tflite_that_decodes_as_pytorch(dem
     parity = json.loads((tmp_path / "tflite" / "parity.json").read_text())["model_seq2seq.tflite"]
     assert parity["pairs"] == 12 and parity["identical"] == 1.0
     assert parity["flex_or_custom_ops"] == [] and parity["host_ms"]["per_token"] > 0
+
+
+def test_a_seq2seq_directory_that_does_not_fit_is_refused_in_one_line(tokenizer, tmp_path):
+    from mobilekd.errors import UserError
+    from mobilekd.models.seq2seq import load_seq2seq, save_seq2seq
+
+    save_seq2seq(new_seq2seq("seq2seq_micro", tokenizer, max_positions=20), tmp_path, tokenizer)
+    assert load_seq2seq(tmp_path).config.d_model == 32
+    config = json.loads((tmp_path / "seq2seq.json").read_text())
+    (tmp_path / "seq2seq.json").write_text(json.dumps({**config, "d_model": 48, "heads": 4}))
+    with pytest.raises(UserError, match=r"model.safetensors: does not hold this seq2seq.json's weights: .* is \("):
+        load_seq2seq(tmp_path)
+    (tmp_path / "seq2seq.json").write_text(json.dumps(config))
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(UserError, match="model.safetensors: not a readable safetensors file"):
+        load_seq2seq(tmp_path)

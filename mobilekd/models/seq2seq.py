@@ -213,7 +213,7 @@ class Seq2SeqTransformer(nn.Module):
         """The shared output layer: states (brought down to the table's width) @ embeddings^T + a bias."""
         if self.output_drop is not None:
             states = self.output_drop(states)
-        return states @ self.embeddings.weight.t() + self.output_bias
+        return F.linear(states, self.embeddings.weight, self.output_bias)
 
     def forward(self, input_ids, attention_mask, decoder_input_ids, target_mask=None):
         """The logits (B, T, V) of every target position, or with `target_mask` (B, T) of the masked ones alone,
@@ -252,7 +252,15 @@ def load_seq2seq(model_dir) -> Seq2SeqTransformer:
     if not weights.is_file():
         raise located(weights, "missing: the seq2seq model's weights")
     try:
-        model.load_state_dict(load_file(str(weights)))
-    except Exception as err:  # safetensors' header errors and load_state_dict's mismatches alike
-        raise located(weights, f"does not hold this model's weights: {str(err).splitlines()[0][:200]}") from None
+        state = load_file(str(weights))
+    except Exception as err:  # safetensors' header errors
+        raise located(weights, f"not a readable safetensors file ({str(err)[:200]})") from None
+    own = model.state_dict()
+    wrong = ([f"lacks {k}" for k in own if k not in state] + [f"has an unknown {k}" for k in state if k not in own] +
+             [f"{k} is {tuple(state[k].shape)}, not {tuple(v.shape)}" for k, v in own.items()
+              if k in state and state[k].shape != v.shape])
+    if wrong:
+        raise located(weights, f"does not hold this seq2seq.json's weights: {'; '.join(wrong[:3])}"
+                               f"{f' (and {len(wrong) - 3} more)' if len(wrong) > 3 else ''}")
+    model.load_state_dict(state)
     return model.eval()

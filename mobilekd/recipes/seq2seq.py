@@ -129,6 +129,9 @@ def run(args, accelerator):
     teacher = None
     if args.method == "cmlm":
         teacher, tokenizer = load_cmlm_teacher(args.teacher)
+        if 2 * args.max_len + 2 > teacher.config.max_position_embeddings:
+            raise located(args.teacher, f"reads {teacher.config.max_position_embeddings} positions; --max-len "
+                                        f"{args.max_len} needs {2 * args.max_len + 2}")
         teacher.to(accelerator.device)
     else:
         tokenizer = load_tokenizer(args.tokenizer or DEFAULT_VOCAB)
