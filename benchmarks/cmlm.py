@@ -42,6 +42,7 @@ METHODS = ("cmlm", "ce")
 ORDER = ("teacher", "cmlm", "ce", "copy", "cmlm-vs-ce")
 METRICS = ("bleu", "chrf", "bleu_greedy", "chrf_greedy", "token_accuracy", "perplexity", "bootstrap_p")
 SAMPLES = 5  # generations shown per task
+EVAL_POINTS = 5  # greedy dev evaluations per student run (history.json: BLEU against training time)
 
 
 def adapt_dir() -> Path:
@@ -57,6 +58,15 @@ def subset(task: str) -> list[str]:
     return ["--max-train-examples", TASKS[task][0]] if TASKS[task][0] else []
 
 
+def eval_every(task: str) -> int:
+    """Steps between a student's dev evaluations: EVAL_POINTS over its run (batches of 32 pairs)."""
+    from mobilekd.data.pairs import load_pairs
+
+    pairs = len(load_pairs(task).train)
+    pairs = min(pairs, int(TASKS[task][0])) if TASKS[task][0] else pairs
+    return max(1, round(float(TASKS[task][2]) * -(-pairs // 32)) // EVAL_POINTS)
+
+
 def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     adapt = adapt_dir()
     plan = [Job("adapt", ["train-teacher", *teacher_value.ADAPT, "--out", str(adapt), *RESUMABLE], adapt)]
@@ -65,6 +75,7 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
         plan.append(Job(f"{task}/teacher", ["cmlm", "--teacher", str(adapt), "--task", task, "--epochs",
                                             TASKS[task][1], *subset(task), "--out", str(teacher), *RESUMABLE],
                         teacher, ["adapt"]))
+    every = {task: eval_every(task) for task in tasks}
     for seed in seeds:
         for task in tasks:
             teacher = run_dir(out, task, "teacher")
@@ -73,7 +84,8 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
                 taught = ["--teacher", str(teacher)] if method == "cmlm" else []
                 plan.append(Job(f"{task}/{method}/{seed}", [
                     "seq2seq", "--task", task, "--method", method, *taught, "--preset", PRESET, "--epochs",
-                    TASKS[task][2], *subset(task), "--seed", str(seed), "--out", str(r), *RESUMABLE], r,
+                    TASKS[task][2], *subset(task), "--eval-every", str(every[task]), "--seed", str(seed), "--out",
+                    str(r), *RESUMABLE], r,
                     [f"{task}/teacher"] if method == "cmlm" else []))
     return plan
 

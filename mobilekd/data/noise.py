@@ -11,8 +11,9 @@ so a sentence's noise is the same whatever else is read):
 A sentence that came out unchanged gets one typo in a random word of two letters or more, where it has one, so
 that copying the source is never the answer by construction.
 
-No published noise model is followed: the rates are chosen so that about one word in five changes, a rate at which
-copying the source still scores about 55 BLEU against the clean sentence (docs/seq2seq.md measures it).
+No published noise model is followed. At these rates 14.3% of a dev target's words are missing from its noisy
+source, and copying the source scores 61.42 BLEU (chrF 83.97) against the clean sentences (sacrebleu, as
+`mobilekd.finetune.generation` scores; paraphrase's copy scores 46.62, entailment's 6.13).
 """
 
 from __future__ import annotations
