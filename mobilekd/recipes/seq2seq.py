@@ -78,6 +78,8 @@ def parse_args(argv=None):
     p.add_argument("--topk", type=int, default=TOPK, help=f"the teacher's top-k kept (default {TOPK}, --kd_topk)")
     p.add_argument("--label-smoothing", type=float, default=LABEL_SMOOTHING,
                    help=f"(default {LABEL_SMOOTHING})")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="decode dev greedily every N steps, into history.json (default 0: once, at the end)")
     p.add_argument("--beam", type=int, default=BEAM, help=f"beam size of the final dev decoding (default {BEAM}; "
                                                           f"1: greedy only)")
     add_training_flags(p, out="runs/seq2seq", batch_size=32, optimizer="adamw", with_seq_len=False)
@@ -94,6 +96,7 @@ def parse_args(argv=None):
     at_least("--temperature", args.temperature, 0, strictly=True)
     at_least("--topk", args.topk, 1)
     at_least("--beam", args.beam, 1)
+    at_least("--eval-every", args.eval_every, 0)
     train_config(args)
     return args
 
@@ -152,7 +155,7 @@ def run(args, accelerator):
     steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
     stage = Stage(name="seq2seq", steps=steps, loss=seq2seq_loss(kd, args.label_smoothing), lr=args.lr,
                   warmup=args.warmup)
-    cfg = train_config(args, run={
+    cfg = train_config(args, eval_every=args.eval_every, run={
         "task": task.name, "method": args.method, "teacher": str(args.teacher), "preset": args.preset,
         "init_embeddings": args.init_embeddings,
         "alpha": args.alpha, "temperature": args.temperature, "topk": args.topk, "lr": args.lr,
