@@ -23,6 +23,7 @@ import numpy as np
 
 from mobilekd.errors import UserError, cli_entry, last_line, located
 from mobilekd.export.parity import TFLiteRunner
+from mobilekd.export.seq2seq import SentenceTiming, is_seq2seq_file
 from mobilekd.fileio import read_json, write_json
 from mobilekd.train.precision import cpu_model  # noqa: F401 (the benchmarks read it here)
 
@@ -57,12 +58,13 @@ def random_inputs(details, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def load_runner(path, threads: int) -> TFLiteRunner:
-    """`path` ready to run at `threads` threads; a file that is missing or not a model LiteRT loads is one line."""
+    """`path` ready to run at `threads` threads (a seq2seq file: one generated sentence a call, `SentenceTiming`);
+    a file that is missing or not a model LiteRT loads is one line."""
     path = Path(path)
     if not path.is_file():
         raise located(path, "no such model file")
     try:
-        return TFLiteRunner(path, threads)
+        return SentenceTiming(path, threads) if is_seq2seq_file(path) else TFLiteRunner(path, threads)
     except (ValueError, RuntimeError) as e:
         raise located(path, f"LiteRT cannot load it ({last_line(str(e), type(e).__name__)})") from None
 

@@ -24,6 +24,7 @@ from android_bench.peak import FLOPS as PEAK_FLOPS
 from android_bench.peak import peak_models
 from mobilekd.errors import UserError, located
 from mobilekd.export.graph import read_graph
+from mobilekd.export.seq2seq import GENERATED_TOKENS, is_seq2seq_file, sentence_graph
 from mobilekd.fileio import save_png
 
 DEVICES = ("pixel4", "pixel6", "pixel8")
@@ -53,8 +54,10 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
         files[name] = (name, "dynamic-int8" if "int8" in Path(path).name else "none", Path(path))
     if not files:
         raise UserError("nothing to measure: give --models and/or --tflite")
-    # each graph read once, before any timing: a text file or a truncated model is named here
-    graphs = {label: read_graph(path) for label, (_, _, path) in files.items()}
+    # each graph read once, before any timing: a text file or a truncated model is named here; a seq2seq file's is
+    # one generated sentence's (its encode, then GENERATED_TOKENS decode steps)
+    graphs = {label: sentence_graph(path) if is_seq2seq_file(path) else read_graph(path)
+              for label, (_, _, path) in files.items()}
 
     peak_files = peak_models(cache)
     timed = measure_in_child(list(peak_files.values()) + [path for _, _, path in files.values()], threads,
@@ -74,7 +77,8 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
         int8 = quantize != "none"
         row = {"model": name, "quantize": quantize, "file": str(path), "params_m": _params(graph),
                "gflops": round(gflops, 3), "size_mb": round(path.stat().st_size / 1e6, 2),
-               "memory_mb": peak_memory(path), "host": {}, "estimate_ms": {}, "accuracy": accuracy.get(label)}
+               "memory_mb": peak_memory(path), "host": {}, "estimate_ms": {}, "accuracy": accuracy.get(label),
+               **({"generated_tokens": GENERATED_TOKENS} if is_seq2seq_file(path) else {})}
         for t, stats in timing[path].items():
             achieved = gflops / (stats["p50_ms"] / 1000)
             row["host"][str(t)] = {"p50_ms": round(stats["p50_ms"], 2), "p90_ms": round(stats["p90_ms"], 2),
@@ -99,8 +103,9 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
 
 
 def _params(ops) -> float:
-    """Stored weight values (float or int8; per-channel scales add a fraction of a percent)."""
-    seen = {t.name: t.size for op in ops for t in op.inputs if t.constant is not None and t.dtype != "INT32"}
+    """Stored weight values (float or int8; per-channel scales add a fraction of a percent), each buffer once (the
+    signatures of one file share theirs)."""
+    seen = {t.buffer: t.size for op in ops for t in op.inputs if t.constant is not None and t.dtype != "INT32"}
     return round(sum(seen.values()) / 1e6, 1)
 
 
@@ -195,6 +200,15 @@ def markdown(report: dict, title: bool = True) -> str:
         lines.append(f"| {label} | {r['params_m']} | {r['gflops']:.3g} | "
                      f"{r['size_mb']:.1f} | {r['memory_mb']} | {r['ops']} | " + " | ".join(cells) + " | " +
                      " | ".join(f"{r['estimate_ms'][d]:.0f}" for d in devices) + f" | {accuracy} |")
+    generators = {label: r for label, r in rows.items() if r.get("generated_tokens")}
+    if generators:
+        t, d = threads[0], devices[0]
+        lines += ["", "Text generators (a seq2seq file's encode and decode signatures): a row is one sentence of N "
+                  "generated tokens, its encode and N decode steps over a full-length source; a token is that over N "
+                  "(encode included): " + "; ".join(
+                      f"{label}: N = {r['generated_tokens']}, {r['host'][str(t)]['p50_ms'] / r['generated_tokens']:.2f} "
+                      f"ms a token on the host at {t} thr, {r['estimate_ms'][d] / r['generated_tokens']:.2f} ms on {d} "
+                      f"(est.)" for label, r in generators.items()) + "."]
     if report["claims"]:
         lines += ["", "## The paper's claims (ratios of latency)", "",
                   "| claim | paper, Pixel 4 | " + " | ".join(f"host {t} thr" for t in threads) +

@@ -17,7 +17,7 @@ from mobilekd.data.seq2seq import IGNORE, PairSplit
 from mobilekd.finetune.cmlm import copies_pass
 from mobilekd.models.decoding import beam_search, greedy
 from mobilekd.models.heads import MobileBertForConditionalMLM
-from mobilekd.models.seq2seq import new_seq2seq
+from mobilekd.models.seq2seq import load_seq2seq, new_seq2seq
 from mobilekd.transfer.losses import cmlm_distillation, label_smoothed_nll
 
 
@@ -155,10 +155,24 @@ def test_micro_cmlm_run_from_a_masked_lm_to_a_tflite_that_decodes_as_pytorch(dem
     assert parity["pairs"] == 12 and parity["identical"] == 1.0
     assert parity["flex_or_custom_ops"] == [] and parity["host_ms"]["per_token"] > 0
 
+    # `mobilekd latency` times and estimates the file per generated sentence
+    from android_bench.host import load_runner, random_inputs
+    from android_bench.report import _params
+    from mobilekd.export.graph import read_graph
+    from mobilekd.export.seq2seq import GENERATED_TOKENS, sentence_graph
+
+    path = tmp_path / "tflite" / "model_seq2seq.tflite"
+    runner = load_runner(path, 1)
+    assert len(runner(**random_inputs(runner.inputs))) == GENERATED_TOKENS
+    encode, decode = read_graph(path, 0), read_graph(path, 1)
+    assert len(sentence_graph(path)) == len(encode) + GENERATED_TOKENS * len(decode)
+    params = sum(p.numel() for p in load_seq2seq(student).parameters())
+    assert abs(_params(sentence_graph(path)) - params / 1e6) <= 0.1  # the shared table counted once
+
 
 def test_a_seq2seq_directory_that_does_not_fit_is_refused_in_one_line(tokenizer, tmp_path):
     from mobilekd.errors import UserError
-    from mobilekd.models.seq2seq import load_seq2seq, save_seq2seq
+    from mobilekd.models.seq2seq import save_seq2seq
 
     save_seq2seq(new_seq2seq("seq2seq_micro", tokenizer, max_positions=20), tmp_path, tokenizer)
     assert load_seq2seq(tmp_path).config.d_model == 32

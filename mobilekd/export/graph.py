@@ -25,6 +25,7 @@ class Tensor:
     dtype: str  # the schema's name: FLOAT32, INT8, ...
     constant: np.ndarray | None  # the stored value of a weight or constant, else None
     index: int = -1  # its place in the subgraph's tensor list: what links one op's output to another's input
+    buffer: int = -1  # the file's buffer holding its value (signatures of one file may share a constant's)
 
     @property
     def size(self) -> int:
@@ -42,25 +43,37 @@ class Op:
     outputs: list[Tensor]
 
 
-def read_graph(path) -> list[Op]:
-    """The main subgraph's operators in execution order; a file that is not a whole `.tflite` model (no TFL3
-    flatbuffer identifier, or truncated) is a UserError naming it."""
+def read_graph(path, subgraph: int = 0) -> list[Op]:
+    """A subgraph's operators in execution order (the main one by default; a file with several signatures has one
+    subgraph each); a file that is not a whole `.tflite` model (no TFL3 flatbuffer identifier, or truncated) is a
+    UserError naming it."""
     data = Path(path).read_bytes()
     if data[4:8] != b"TFL3":
         raise located(path, "not a .tflite model (no TFL3 flatbuffer identifier)")
     try:
-        return _read_graph(data)
+        return _read_graph(data, subgraph)
     except Exception as err:  # a flatbuffer cut short reads past its end somewhere
         raise located(path, f"not a whole .tflite model, truncated or corrupt ({type(err).__name__})") from None
 
 
-def _read_graph(data: bytes) -> list[Op]:
+def subgraph_names(path) -> list[str]:
+    """The names of a `.tflite`'s subgraphs, in order (litert-torch names each after its signature)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    data = Path(path).read_bytes()
+    if data[4:8] != b"TFL3":
+        raise located(path, "not a .tflite model (no TFL3 flatbuffer identifier)")
+    model = schema.Model.GetRootAs(data, 0)
+    return [(model.Subgraphs(i).Name() or b"").decode() for i in range(model.SubgraphsLength())]
+
+
+def _read_graph(data: bytes, subgraph: int = 0) -> list[Op]:
     from ai_edge_litert import schema_py_generated as schema
 
     model = schema.Model.GetRootAs(data, 0)
     op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
     type_names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
-    graph = model.Subgraphs(0)
+    graph = model.Subgraphs(subgraph)
 
     def tensor(i: int) -> Tensor:
         t = graph.Tensors(i)
@@ -72,7 +85,7 @@ def _read_graph(data: bytes) -> list[Op]:
                else buffer.DataAsNumpy().tobytes() if buffer.DataLength() else None)
         constant = np.frombuffer(raw, dtype=_NUMPY[dtype]) if raw and dtype in _NUMPY else None
         return Tensor(t.Name().decode(), tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else (),
-                      dtype, constant, int(i))
+                      dtype, constant, int(i), int(t.Buffer()))
 
     ops = []
     for j in range(graph.OperatorsLength()):

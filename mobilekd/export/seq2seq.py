@@ -14,9 +14,10 @@ nothing and no key/value cache is needed at these lengths: each step reruns the 
     for step in 0 .. L-1: token = decode(memory, mask, prefix, step).next_token
                           stop at [SEP]; else prefix[step + 1] = token
 
-`greedy_file` is that loop on the LiteRT interpreter, exactly as an app runs it (docs/seq2seq.md gives it in
+`GreedyFile` is that loop on the LiteRT interpreter, exactly as an app runs it (docs/seq2seq.md gives it in
 Kotlin); `seq2seq_parity` compares its output with PyTorch's greedy decoding (`mobilekd.models.decoding.greedy`)
-sentence by sentence.
+sentence by sentence. `mobilekd latency` times such a file per sentence of GENERATED_TOKENS tokens
+(`SentenceTiming`) and estimates it on phones from the same sentence's operators (`sentence_graph`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from torch import nn
 
 from mobilekd.data.seq2seq import PairSplit
 from mobilekd.errors import UserError
+from mobilekd.export.graph import Op, read_graph, subgraph_names
 from mobilekd.fileio import atomic_path
 from mobilekd.models.decoding import greedy
 from mobilekd.models.seq2seq import Seq2SeqTransformer
@@ -109,23 +111,54 @@ class GreedyFile:
         ids = np.zeros((1, self.source_len), np.int32)
         mask = np.zeros((1, self.source_len), np.int32)
         ids[0, :len(source_ids)], mask[0, :len(source_ids)] = source_ids, 1
+        return self.generate(ids, mask, self.target_len)
+
+    def generate(self, ids, mask, tokens: int, stop: bool = True) -> tuple[list[int], float, list[float]]:
+        """Encode the padded source, then up to `tokens` decode steps, each feeding its token back (ending at [SEP]
+        unless `stop` is off)."""
         start = time.perf_counter()
         memory = self.encode(input_ids=ids, attention_mask=mask)["memory"]
         encode_seconds, steps = time.perf_counter() - start, []
         prefix = np.zeros((1, self.target_len), np.int32)
         prefix[0, 0] = self.bos
         out = []
-        for step in range(self.target_len):
+        for step in range(min(tokens, self.target_len)):
             start = time.perf_counter()
             token = int(self.decode(memory=memory, attention_mask=mask, prefix=prefix,
                                     step=np.array([step], np.int32))["next_token"][0])
             steps.append(time.perf_counter() - start)
-            if token == self.eos:
+            if stop and token == self.eos:
                 break
             out.append(token)
             if step + 1 < self.target_len:
                 prefix[0, step + 1] = token
         return out, encode_seconds, steps
+
+
+GENERATED_TOKENS = 20  # a sentence, for timing: about the mean target of paraphrase and correction (20 word pieces)
+
+
+def is_seq2seq_file(path) -> bool:
+    return set(subgraph_names(path)) == {ENCODE, DECODE}
+
+
+def sentence_graph(path) -> list[Op]:
+    """The operators one generated sentence runs, in order: encode's, then decode's GENERATED_TOKENS times (what a
+    cost model sums, dispatches included)."""
+    names = subgraph_names(path)
+    return read_graph(path, names.index(ENCODE)) + GENERATED_TOKENS * read_graph(path, names.index(DECODE))
+
+
+class SentenceTiming(GreedyFile):
+    """A seq2seq file as a timing harness runs a classifier file (`android_bench.host`): `inputs` are encode's,
+    and a call generates one sentence of GENERATED_TOKENS tokens, whatever they are (a full-length source)."""
+
+    def __init__(self, path, threads: int = 1):
+        super().__init__(path, bos=0, eos=-1, threads=threads)
+        self.inputs = self.encode.get_input_details()
+
+    def __call__(self, **feed):
+        return self.generate(feed["input_ids"], feed["attention_mask"], GENERATED_TOKENS, stop=False)[0]
 
 
 def seq2seq_parity(model: Seq2SeqTransformer, path, split: PairSplit, batch_size: int = 32) -> dict:

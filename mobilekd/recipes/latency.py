@@ -4,6 +4,9 @@
     scripts/latency.sh --models --tflite student=runs/demo/tflite/model_none.tflite \\
         --accuracy student=0.789 --out runs/demo/latency           # your own exported files
 
+A seq2seq file (`mobilekd export` of a `mobilekd seq2seq` student: encode and decode signatures) is timed and
+estimated per generated sentence of 20 tokens, and the report gives its time per token beside.
+
 Writes OUT/report.json (the figures, as data), and from it OUT/report.md and OUT/latency.png. Host times on a
 shared machine vary between runs: compare the ratios measured in one run, not absolute times across runs.
 """
