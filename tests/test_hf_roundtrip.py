@@ -15,9 +15,9 @@ from mobilekd.models.presets import PRESETS
 # The transformers Auto class a user loads each head of ours with (a new head fails the test below until added)
 AUTO = {"pretraining": transformers.AutoModelForPreTraining,
         "classification": transformers.AutoModelForSequenceClassification,
-        "qa": transformers.AutoModelForQuestionAnswering}
+        "qa": transformers.AutoModelForQuestionAnswering, "cmlm": transformers.AutoModelForMaskedLM}
 # What each head is saved with: a classifier with labels, and a regressor (STS-B: one output)
-HEAD_CASES = {"pretraining": {}, "qa": {},
+HEAD_CASES = {"pretraining": {}, "qa": {}, "cmlm": {},
               "classification": {"id2label": {0: "negative", 1: "positive"},
                                  "problem_type": "single_label_classification"},
               "regression": {"id2label": {0: "score"}, "problem_type": "regression"}}
@@ -55,6 +55,8 @@ def _outputs(model, head: str, ids, mask, types) -> list[torch.Tensor]:
         return [out.mlm_logits.view(*ids.shape, -1), out.nsp_logits]
     if head == "qa":
         return list(model(ids, mask, types))
+    if head == "cmlm":  # the C-MLM teacher: its own output layer, untied from the input embeddings
+        return [model(ids, mask, types, torch.arange(ids.shape[1]).expand(ids.shape[0], -1)).view(*ids.shape, -1)]
     return [model(ids, mask, types)]
 
 

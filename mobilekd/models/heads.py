@@ -211,6 +211,9 @@ class Head:
     app_outputs: Callable[..., tuple[torch.Tensor, ...]]  # (model, input_ids, attention_mask, token_type_ids)
     metadata: str | None
     tied: bool = True  # the MLM decoder, where there is one, is the word-embedding table
+    # whether a transformers config's `architectures` alone picks this head (`head_of_architectures`): not the
+    # C-MLM teacher's, whose class name is transformers' masked LM's (a BertForMaskedLM is a pre-trained teacher)
+    by_architecture: bool = True
 
     @property
     def hf_suffix(self) -> str:
@@ -224,7 +227,7 @@ HEADS = {h.name: h for h in [
          ("probabilities",), _probabilities, "text_classifier"),
     Head("cmlm", MobileBertForConditionalMLM, "MobileBertForMaskedLM", ("logits",),
          lambda model, ids, mask, types: (model(ids, mask, types, torch.arange(ids.shape[1])[None].expand(
-             ids.shape[0], -1)).view(*ids.shape, -1),), None, tied=False),
+             ids.shape[0], -1)).view(*ids.shape, -1),), None, tied=False, by_architecture=False),
     Head("qa", MobileBertForQuestionAnswering, "MobileBertForQuestionAnswering", ("start_logits", "end_logits"),
          lambda model, *inputs: tuple(model(*inputs)), "bert_question_answerer"),
 ]}
@@ -238,7 +241,8 @@ def head_of(model: nn.Module) -> str:
 def head_of_architectures(architectures, default: str = "pretraining") -> str:
     """The head a transformers config's `architectures` names (e.g. BertForSequenceClassification)."""
     names = [str(a) for a in architectures or []]
-    return next((h.name for h in HEADS.values() if any(a.endswith(h.hf_suffix) for a in names)), default)
+    return next((h.name for h in HEADS.values() if h.by_architecture and any(a.endswith(h.hf_suffix) for a in names)),
+                default)
 
 
 def mlm_loss(mlm_logits: torch.Tensor, batch: dict) -> torch.Tensor:

@@ -68,13 +68,17 @@ def save_weights(model: torch.nn.Module, out_dir, tokenizer=None, extra: dict | 
 def transformers_extras(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Tensors transformers' MobileBERT expects that our model has none of: at embedding_size == hidden_size its
     `MobileBertLMPredictionHead.dense` is an empty (0, vocab) matrix (ours: no module), which it would report
-    missing from the file. Our loader ignores it."""
+    missing from the file; and an untied decoder's bias, which transformers ties to `cls.predictions.bias` only
+    while the decoder is tied. Our loader ignores both."""
     config = model.config
     state = model.state_dict()
+    extras = {}
     if (config.hf_compatible and "cls.predictions.bias" in state and "cls.predictions.dense.weight" not in state
             and config.hidden_size == config.embedding_size):
-        return {"cls.predictions.dense.weight": torch.zeros(0, config.vocab_size)}
-    return {}
+        extras["cls.predictions.dense.weight"] = torch.zeros(0, config.vocab_size)
+    if config.hf_compatible and "cls.predictions.decoder.weight" in state:  # an untied decoder (the C-MLM teacher):
+        extras["cls.predictions.decoder.bias"] = state["cls.predictions.bias"].clone()  # where transformers reads it
+    return extras
 
 
 def save_pretrained(model: torch.nn.Module, out_dir, tokenizer=None, head: str | None = None) -> Path:
