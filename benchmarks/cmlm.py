@@ -30,7 +30,7 @@ from pathlib import Path
 
 from benchmarks.quality import stage_dirs as quality_stages
 from benchmarks.runner import RESUMABLE, VERDICTS, Job, by_seed, comparison, comparison_flags, mean_std_cell, \
-    paired_differences, verdict
+    paired_by_seed, paired_differences, verdict
 from benchmarks import teacher_value
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd.rundir import finished_results, training_cpu
@@ -178,10 +178,12 @@ def table(results: list[dict]) -> str:
                 lines.append(f"| {task}: BLEU cmlm - {base} | {mean_std_cell(d, signed=True, digits=2)} | > 0 | "
                              f"{verdict(d)} |")
         p = by_seed(results, task, "bootstrap_p", "cmlm-vs-ce")
-        if p:
-            lines.append(f"| {task}: paired bootstrap p (cmlm vs ce, BLEU), per seed | "
-                         f"{', '.join(f'{v:.3f}' for v in p.values())} | < 0.05 | "
-                         f"{sum(v < 0.05 for v in p.values())} of {len(p)} below |")
+        gap = paired_by_seed(results, task, "bleu", "cmlm", "ce")
+        if p:  # sacrebleu's p says whether the two differ, not which way: the sign is the BLEU difference's
+            lines.append(f"| {task}: paired bootstrap p (cmlm against ce, BLEU), per seed | " +
+                         ", ".join(f"{v:.3f} (cmlm {'higher' if gap.get(s, 0) > 0 else 'lower'})"
+                                   for s, v in p.items()) + " | < 0.05, cmlm higher | "
+                         f"{sum(v < 0.05 and gap.get(s, 0) > 0 for s, v in p.items())} of {len(p)} seeds |")
     return "\n".join(lines) + f"\n\n{VERDICTS}\n"
 
 

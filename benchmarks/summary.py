@@ -167,6 +167,22 @@ def multitask() -> list[str]:
             f"{one['single_task_tflite_bytes'] / 1e6:.0f} MB | [multitask](docs/multitask.md) |"]
 
 
+def cmlm() -> list[str]:
+    """C-MLM's student against the same student without distillation and copying, per task (beam BLEU)."""
+    rows = _rows("cmlm")
+    tasks = list(dict.fromkeys(r["task"] for r in rows if r["method"] == "cmlm" and r["metric"] == "bleu"))
+    if not tasks:
+        return []
+
+    def cell(method):
+        return "; ".join(f"{t} {mean_std_cell(values(rows, t, 'bleu', method), digits=2)}" for t in tasks)
+
+    params = next(r["params"] for r in rows if r["method"] == "cmlm" and r.get("params"))
+    return [f"| BERT into a text generator (C-MLM), {params / 1e6:.1f}M encoder-decoder, dev BLEU (beam 5) | "
+            f"{cell('cmlm')} | cross-entropy alone {cell('ce')}; copying the source {cell('copy')} | "
+            f"[seq2seq](docs/seq2seq.md) |"]
+
+
 def int8() -> list[str]:
     rows = [r for r in _rows("int8") if r.get("model") == "student"]
     if not values(rows, "sst2", "accuracy", "qat-int8"):
@@ -193,7 +209,7 @@ def latency() -> list[str]:
 
 def table() -> str:
     lines = ["| result | measured | against | page |", "|---|---|---|---|"]
-    for part in (demo, quality, custom, teacher_value, methods, early_exit, bilstm, multitask, int8, latency):
+    for part in (demo, quality, custom, teacher_value, methods, early_exit, bilstm, multitask, cmlm, int8, latency):
         lines += part()
     return "\n".join(lines)
 
