@@ -24,7 +24,7 @@ from android_bench.peak import FLOPS as PEAK_FLOPS
 from android_bench.peak import peak_models
 from mobilekd.errors import UserError, located
 from mobilekd.export.graph import read_graph
-from mobilekd.export.seq2seq import GENERATED_TOKENS, is_seq2seq_file, sentence_graph
+from mobilekd.export.seq2seq import is_seq2seq_file, sentence_graph, sentence_tokens
 from mobilekd.fileio import save_png
 
 DEVICES = ("pixel4", "pixel6", "pixel8")
@@ -78,7 +78,7 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
         row = {"model": name, "quantize": quantize, "file": str(path), "params_m": _params(graph),
                "gflops": round(gflops, 3), "size_mb": round(path.stat().st_size / 1e6, 2),
                "memory_mb": peak_memory(path), "host": {}, "estimate_ms": {}, "accuracy": accuracy.get(label),
-               **({"generated_tokens": GENERATED_TOKENS} if is_seq2seq_file(path) else {})}
+               **({"generated_tokens": sentence_tokens(path)} if is_seq2seq_file(path) else {})}
         for t, stats in timing[path].items():
             achieved = gflops / (stats["p50_ms"] / 1000)
             row["host"][str(t)] = {"p50_ms": round(stats["p50_ms"], 2), "p90_ms": round(stats["p90_ms"], 2),

@@ -96,9 +96,10 @@ def budget(task: str) -> dict:
             "epochs": float(epochs), "preset": PRESET}
 
 
-def beam_outputs(d: Path) -> list[str]:
+def beam_generations(d: Path) -> list[dict]:
+    """A student run's beam-search dev generations (source, reference, generated), in dev order."""
     with open(d / "dev_generations_beam.jsonl", encoding="utf-8") as f:
-        return [json.loads(line)["generated"] for line in f]
+        return [json.loads(line) for line in f]
 
 
 def bootstrap_p(cmlm: Path, ce: Path) -> float:
@@ -106,10 +107,9 @@ def bootstrap_p(cmlm: Path, ce: Path) -> float:
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
-    with open(cmlm / "dev_generations_beam.jsonl", encoding="utf-8") as f:
-        refs = [json.loads(line)["reference"] for line in f]
-    test = PairedTest([("ce", beam_outputs(ce)), ("cmlm", beam_outputs(cmlm))], {"BLEU": BLEU()}, [refs],
-                      test_type="bs", n_samples=1000)
+    mine, theirs = beam_generations(cmlm), beam_generations(ce)
+    test = PairedTest([("ce", [g["generated"] for g in theirs]), ("cmlm", [g["generated"] for g in mine])],
+                      {"BLEU": BLEU()}, [[g["reference"] for g in mine]], test_type="bs", n_samples=1000)
     return float(test()[1]["BLEU"][1].p_value)
 
 
@@ -194,8 +194,7 @@ def collect_samples(out: Path, tasks: list[str], path: Path) -> None:
     for task in tasks:
         dirs = {m: run_dir(out, task, m, 0) for m in METHODS}
         if all(finished_results(d) for d in dirs.values()):
-            gen = {m: [json.loads(x) for x in open(d / "dev_generations_beam.jsonl", encoding="utf-8")][:SAMPLES]
-                   for m, d in dirs.items()}
+            gen = {m: beam_generations(d)[:SAMPLES] for m, d in dirs.items()}
             found[task] = [{"source": g["source"], "reference": g["reference"],
                             **{m: gen[m][i]["generated"] for m in METHODS}} for i, g in enumerate(gen["cmlm"])]
     write_json(path, found)

@@ -185,3 +185,21 @@ def test_a_seq2seq_directory_that_does_not_fit_is_refused_in_one_line(tokenizer,
     weights.write_bytes(weights.read_bytes()[:1000])
     with pytest.raises(UserError, match="model.safetensors: not a readable safetensors file"):
         load_seq2seq(tmp_path)
+
+
+def test_a_transformers_bert_for_masked_lm_starts_a_cmlm_teacher_with_its_own_logits(tokenizer, tmp_path):
+    import transformers
+
+    from mobilekd.recipes.cmlm import load_masked_lm
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=64)
+    theirs = transformers.BertForMaskedLM(config).eval()
+    theirs.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    ours = load_masked_lm(tmp_path)[0].eval()
+    ids = torch.randint(1000, 2000, (2, 8))
+    with torch.no_grad():
+        mine = ours(ids, torch.ones_like(ids), torch.zeros_like(ids), torch.arange(8).expand(2, -1)).view(2, 8, -1)
+        assert (mine - theirs(input_ids=ids).logits).abs().max() < 1e-5

@@ -94,8 +94,9 @@ def encode_pairs(pairs: list[TextPair], tokenizer, max_len: int, refuse_long: bo
         raise UserError(f"{what}: no pair fits --max-len {max_len}")
     if len(kept) < len(pairs):
         print(f"{what}: {len(pairs) - len(kept)} of {len(pairs)} pairs longer than --max-len {max_len} left out")
-    src = np.zeros((len(kept), max(len(sources[i]) for i in kept)), dtype=np.int64)
-    tgt = np.zeros((len(kept), max(len(targets[i]) for i in kept) + 1), dtype=np.int64)
+    pad = tokenizer.pad_token_id
+    src = np.full((len(kept), max(len(sources[i]) for i in kept)), pad, dtype=np.int64)
+    tgt = np.full((len(kept), max(len(targets[i]) for i in kept) + 1), pad, dtype=np.int64)
     for row, i in enumerate(kept):
         src[row, :len(sources[i])] = sources[i]
         tgt[row, :len(targets[i]) + 1] = [*targets[i], tokenizer.sep_token_id]

@@ -47,24 +47,29 @@ def read_graph(path, subgraph: int = 0) -> list[Op]:
     """A subgraph's operators in execution order (the main one by default; a file with several signatures has one
     subgraph each); a file that is not a whole `.tflite` model (no TFL3 flatbuffer identifier, or truncated) is a
     UserError naming it."""
-    data = Path(path).read_bytes()
-    if data[4:8] != b"TFL3":
-        raise located(path, "not a .tflite model (no TFL3 flatbuffer identifier)")
-    try:
-        return _read_graph(data, subgraph)
-    except Exception as err:  # a flatbuffer cut short reads past its end somewhere
-        raise located(path, f"not a whole .tflite model, truncated or corrupt ({type(err).__name__})") from None
+    return _parsed(path, lambda data: _read_graph(data, subgraph))
 
 
 def subgraph_names(path) -> list[str]:
     """The names of a `.tflite`'s subgraphs, in order (litert-torch names each after its signature)."""
     from ai_edge_litert import schema_py_generated as schema
 
+    def names(data):
+        model = schema.Model.GetRootAs(data, 0)
+        return [(model.Subgraphs(i).Name() or b"").decode() for i in range(model.SubgraphsLength())]
+
+    return _parsed(path, names)
+
+
+def _parsed(path, read):
+    """`read(the file's bytes)`, a file that is not a whole `.tflite` model being one UserError naming it."""
     data = Path(path).read_bytes()
     if data[4:8] != b"TFL3":
         raise located(path, "not a .tflite model (no TFL3 flatbuffer identifier)")
-    model = schema.Model.GetRootAs(data, 0)
-    return [(model.Subgraphs(i).Name() or b"").decode() for i in range(model.SubgraphsLength())]
+    try:
+        return read(data)
+    except Exception as err:  # a flatbuffer cut short reads past its end somewhere
+        raise located(path, f"not a whole .tflite model, truncated or corrupt ({type(err).__name__})") from None
 
 
 def _read_graph(data: bytes, subgraph: int = 0) -> list[Op]:

@@ -142,23 +142,32 @@ def is_seq2seq_file(path) -> bool:
     return set(subgraph_names(path)) == {ENCODE, DECODE}
 
 
+def sentence_tokens(path) -> int:
+    """The tokens of a timed sentence: GENERATED_TOKENS, or the file's target length where that is shorter."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    decode = Interpreter(model_path=str(path)).get_signature_runner(DECODE)
+    return min(GENERATED_TOKENS, int(decode.get_input_details()["prefix"]["shape"][1]))
+
+
 def sentence_graph(path) -> list[Op]:
-    """The operators one generated sentence runs, in order: encode's, then decode's GENERATED_TOKENS times (what a
-    cost model sums, dispatches included)."""
+    """The operators one generated sentence runs, in order: encode's, then decode's once per token (what a cost
+    model sums, dispatches included)."""
     names = subgraph_names(path)
-    return read_graph(path, names.index(ENCODE)) + GENERATED_TOKENS * read_graph(path, names.index(DECODE))
+    return read_graph(path, names.index(ENCODE)) + sentence_tokens(path) * read_graph(path, names.index(DECODE))
 
 
 class SentenceTiming(GreedyFile):
     """A seq2seq file as a timing harness runs a classifier file (`android_bench.host`): `inputs` are encode's,
-    and a call generates one sentence of GENERATED_TOKENS tokens, whatever they are (a full-length source)."""
+    and a call generates one sentence of `sentence_tokens` tokens, whatever they are (a full-length source)."""
 
     def __init__(self, path, threads: int = 1):
         super().__init__(path, bos=0, eos=-1, threads=threads)
         self.inputs = self.encode.get_input_details()
+        self.tokens = min(GENERATED_TOKENS, self.target_len)
 
     def __call__(self, **feed):
-        return self.generate(feed["input_ids"], feed["attention_mask"], GENERATED_TOKENS, stop=False)[0]
+        return self.generate(feed["input_ids"], feed["attention_mask"], self.tokens, stop=False)[0]
 
 
 def seq2seq_parity(model: Seq2SeqTransformer, path, split: PairSplit, batch_size: int = 32) -> dict:

@@ -56,7 +56,8 @@ def generate(model, split: PairSplit, tokenizer, max_len: int, beam: int = 1, ba
 
 class GenerationEvaluator:
     """Scores the dev generations (greedy) at each evaluation, appends them to OUT/history.json, and saves the
-    model, its dev generations (OUT/dev_generations.jsonl) and OUT/results.json: the run's model is its last."""
+    model, its dev generations (OUT/dev_generations.jsonl) and OUT/results.json: the run's model is its last, and
+    results.json's `best_step` / `best_score` (the shared results layout's keys) name that last evaluation."""
 
     def __init__(self, split: PairSplit, pairs, out: Path, tokenizer, max_len: int, save):
         self.split, self.pairs, self.out, self.tokenizer, self.max_len, self.save = (split, pairs, out, tokenizer,

@@ -115,7 +115,7 @@ class UntiedLMPredictionHead(LMPredictionHead):
 class MobileBertForConditionalMLM(nn.Module):
     """The C-MLM teacher (Chen et al. 2020, Section 3.1; cmlm/model.py `BertForSeq2seq`): the encoder, BERT's
     prediction transform (kept, as the official class keeps `cls.predictions.transform`) and an untied output
-    layer; logits at the masked positions only, like `MobileBertForPreTraining`. `from_masked_lm` starts it from a
+    layer; logits at the masked positions only, like `MobileBertForPreTraining`. `start_output_layer` starts it from a
     pre-trained model: the official code fills the new output layer's rows from BERT's embedding of each word of
     the student's vocabulary (`convert_embedding`); ours is the teacher's own vocabulary, so its rows are the tied
     decoder's rows themselves, and its bias the pre-trained MLM bias (a departure: the official bias starts at
@@ -129,14 +129,10 @@ class MobileBertForConditionalMLM(nn.Module):
         self.cls.predictions = UntiedLMPredictionHead(config)
         init_weights(self, config.initializer_range)
 
-    @classmethod
-    def from_masked_lm(cls, model: MobileBertForPreTraining) -> "MobileBertForConditionalMLM":
-        cmlm = cls(model.config)
-        state = {k: v for k, v in model.state_dict().items() if not k.startswith(("cls.seq_relationship",
-                                                                                  "mobilebert.pooler"))}
-        state["cls.predictions.decoder.weight"] = model.mobilebert.embeddings.word_embeddings.weight.detach().clone()
-        cmlm.load_state_dict(state)
-        return cmlm
+    def start_output_layer(self) -> None:
+        """The output layer's rows from the input embeddings (the tied decoder of the masked LM it starts from)."""
+        with torch.no_grad():
+            self.cls.predictions.decoder.weight.copy_(self.mobilebert.embeddings.word_embeddings.weight)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, masked_positions=None):
         """Logits (N masked, vocab) at the valid `masked_positions` ((B, P), -1-padded)."""

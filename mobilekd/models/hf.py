@@ -125,6 +125,20 @@ def load_state(path) -> dict[str, torch.Tensor]:
         raise located(path, f"not a readable safetensors file ({err})") from None
 
 
+def saved_names(model_dir) -> set[str]:
+    """Our names of the tensors a model directory's weights file holds (read from its header alone)."""
+    from safetensors import safe_open
+
+    path = Path(model_dir) / "model.safetensors"
+    if not path.is_file():
+        raise located(path, "no such file")
+    try:
+        with safe_open(str(path), "pt") as f:
+            return {_our_name(k) for k in f.keys()}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise located(path, f"not a readable safetensors file ({err})") from None
+
+
 def _our_name(key: str) -> str:
     """transformers BERT checkpoints name the encoder `bert.` (BertFor...) or nothing at all (BertModel)."""
     if key.startswith("bert."):

@@ -35,8 +35,9 @@ from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import cli_entry, located
 from mobilekd.fileio import write_json
 from mobilekd.finetune.cmlm import cmlm_loss, copies_pass, teacher_score
-from mobilekd.models.heads import MobileBertForConditionalMLM
-from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
+from mobilekd.models.bilstm import is_bilstm
+from mobilekd.models.hf import load_config, load_pretrained, save_pretrained, saved_names
+from mobilekd.models.seq2seq import is_seq2seq
 from mobilekd.models.pretrained import model_dir
 from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
@@ -64,14 +65,26 @@ def main(argv=None):
 
 
 def load_masked_lm(path):
-    """A pre-trained masked LM as a C-MLM teacher to fine-tune, and its tokenizer."""
+    """A pre-trained masked LM (ours, or a transformers BERT with its MLM head, e.g. BertForMaskedLM) as a C-MLM
+    teacher to fine-tune, or a C-MLM teacher to go on with; and its tokenizer. The encoder and the MLM head's
+    transform must be in the file; a tied decoder (none of its own in the file) starts the output layer from the
+    word embeddings."""
     path = model_dir(path)
+    if is_bilstm(path) or is_seq2seq(path):
+        raise located(path, "holds a BiLSTM or seq2seq student; the C-MLM teacher starts from a BERT masked LM "
+                            "(mobilekd train-teacher's OUT)")
     _, head = load_config(path)
     if head not in ("pretraining", "cmlm"):
         raise located(path, f"holds a {head} model; the C-MLM teacher starts from a masked LM (mobilekd "
                             f"train-teacher's OUT)")
-    model = load_pretrained(path, head, require_head=True)
-    return (model if head == "cmlm" else MobileBertForConditionalMLM.from_masked_lm(model)), load_tokenizer(path)
+    names = saved_names(path)
+    if "cls.predictions.transform.dense.weight" not in names:
+        raise located(path / "model.safetensors", "has no masked-LM head (cls.predictions.transform): fit one with "
+                                                  f"scripts/train_teacher.sh --init-from {path}")
+    model = load_pretrained(path, "cmlm")
+    if "cls.predictions.decoder.weight" not in names:
+        model.start_output_layer()
+    return model, load_tokenizer(path)
 
 
 def run(args, accelerator):

@@ -20,8 +20,8 @@ OpenNMT-py's noam schedule decays as 1/sqrt(step) (a peak of about 1e-3 for the 
 official counts steps. The model kept is the last, not one picked on dev. Dev generations are greedy at every
 evaluation, and beam search (--beam, GNMT's length penalty at 0.6, as the official run_mt.sh) at the end.
 
-OUT holds the student (seq2seq.json, model.safetensors, the tokenizer), dev_generations.jsonl, history.json, and
-results.json: greedy and beam BLEU / chrF (sacrebleu), copying's, steps, seconds.
+OUT holds the student (seq2seq.json, model.safetensors, the tokenizer), dev_generations.jsonl (greedy) and
+dev_generations_beam.jsonl, history.json, and results.json: greedy and beam BLEU / chrF (sacrebleu), copying's, steps, seconds.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ from mobilekd.finetune.generation import GenerationEvaluator, copies, generate, 
 from mobilekd.finetune.objective import LABEL_SMOOTHING, CMLMDistillation, seq2seq_loss
 from mobilekd.flags import at_least
 from mobilekd.models.hf import load_config, load_pretrained
-from mobilekd.models.seq2seq import SEQ2SEQ_PRESETS, new_seq2seq, save_seq2seq
+from mobilekd.models.bilstm import is_bilstm
+from mobilekd.models.seq2seq import SEQ2SEQ_PRESETS, is_seq2seq, new_seq2seq, save_seq2seq
 from mobilekd.models.word_table import teacher_table
 from mobilekd.recipes.cmlm import LENGTHS
 from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
@@ -89,6 +90,8 @@ def parse_args(argv=None):
         p.error("--method cmlm needs --teacher (a C-MLM teacher: mobilekd cmlm's OUT)")
     if args.method == "ce" and args.teacher:
         p.error("--teacher is for --method cmlm")
+    if args.method == "cmlm" and args.tokenizer:
+        p.error("--tokenizer is for --method ce (with --method cmlm the student reads the teacher's)")
     for flag in ("--alpha", "--label-smoothing"):
         value = getattr(args, flag[2:].replace("-", "_"))
         if not 0 <= value <= 1:
@@ -107,6 +110,8 @@ def main(argv=None):
 
 
 def load_cmlm_teacher(path):
+    if not Path(path).is_dir() or is_bilstm(path) or is_seq2seq(path):
+        raise located(path, "is not a C-MLM teacher's directory (mobilekd cmlm's OUT)")
     _, head = load_config(path)
     if head != "cmlm":
         raise located(path, f"holds a {head} model, not a C-MLM teacher: fine-tune one with mobilekd cmlm")
