@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT
 from helpers import BERT, one_line_error, run_module
 from mobilekd.data.cmlm import CMLMSplit, copy_masks
 from mobilekd.data.noise import add_noise
