@@ -24,9 +24,17 @@ import numpy as np
 import torch
 
 from mobilekd.data.seq2seq import PairSplit
+from mobilekd.errors import located
 
 MASK_PROB = 0.15
 COPIES = 7
+
+
+def check_positions(teacher_dir, positions: int, max_len: int) -> None:
+    """Refuse a teacher of `positions` positions for pairs of up to `max_len` word pieces a side: `[CLS] source
+    [SEP] target [SEP]` reads up to 2 x max_len + 2 (the target's own [SEP] counted in max_len)."""
+    if 2 * max_len + 2 > positions:
+        raise located(teacher_dir, f"reads {positions} positions; --max-len {max_len} needs {2 * max_len + 2}")
 
 
 def copy_masks(target_len: int, copies: int = COPIES) -> list[np.ndarray]:

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from mobilekd.data.pairs import PairTask, TextPair
+from mobilekd.data.tasks import length_batches
 from mobilekd.errors import UserError, located
 
 IGNORE = -100  # a padded target position's label (torch's cross-entropy default)
@@ -45,11 +46,8 @@ class PairSplit:
         return self.source_lengths + self.target_lengths
 
     def by_length(self, batch_size: int) -> tuple[list[np.ndarray], np.ndarray]:
-        """Batches of indices of similar length, shortest first, and the permutation back to the split's order."""
-        order = np.argsort(self.lengths, kind="stable")
-        back = np.empty_like(order)
-        back[order] = np.arange(len(order))
-        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)], back
+        """`length_batches` of these pairs (source plus target lengths)."""
+        return length_batches(self.lengths, batch_size)
 
     def batch(self, indices, epoch=0) -> dict[str, torch.Tensor]:
         """`input_ids`/`attention_mask` (the source), `decoder_input_ids` ([CLS] + the target shifted right),

@@ -167,6 +167,16 @@ def load_task(name: str, data: Path, eval_only: bool = False, regression: bool =
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what a model takes, in its argument order
 
 
+def length_batches(lengths: np.ndarray, batch_size: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """For a pass that only reads a split (prediction, a teacher's outputs, decoding): batches of indices of similar
+    `lengths`, shortest first, so each batch pads little; and the permutation that puts outputs concatenated in
+    that order back in the split's order (`np.concatenate(outputs)[back]`)."""
+    order = np.argsort(lengths, kind="stable")
+    back = np.empty_like(order)
+    back[order] = np.arange(len(order))
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)], back
+
+
 class EncodedSplit:
     """Tokenized examples; `batch(indices, epoch)` pads to the longest sequence in the batch."""
 
@@ -184,13 +194,8 @@ class EncodedSplit:
         return self.arrays["attention_mask"].sum(1)
 
     def by_length(self, batch_size: int) -> tuple[list[np.ndarray], np.ndarray]:
-        """For a pass that only reads the split (prediction, a teacher's outputs): batches of indices of similar
-        length, shortest first, so each batch pads little; and the permutation that puts outputs concatenated in
-        that order back in the split's order (`np.concatenate(outputs)[back]`)."""
-        order = np.argsort(self.lengths, kind="stable")
-        back = np.empty_like(order)
-        back[order] = np.arange(len(order))
-        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)], back
+        """`length_batches` of this split's examples."""
+        return length_batches(self.lengths, batch_size)
 
     def batch(self, indices, epoch=0) -> dict[str, torch.Tensor]:
         """Examples `indices` (the epoch does not change them)."""

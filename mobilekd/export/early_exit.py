@@ -21,8 +21,7 @@ import torch
 from torch import nn
 
 from mobilekd.errors import UserError
-from mobilekd.export.litert import INPUT_NAMES, sample_inputs
-from mobilekd.fileio import atomic_path
+from mobilekd.export.litert import INPUT_NAMES, convert_signatures, sample_inputs
 from mobilekd.models.early_exit import EarlyExitClassifier, predictions_at, uncertainty
 from mobilekd.models.flops import flops_of
 from mobilekd.models.mobilebert import additive_mask
@@ -82,23 +81,10 @@ def segment_flops(model: EarlyExitClassifier, seq_len: int) -> list[int]:
 
 def convert_early_exit(model: EarlyExitClassifier, seq_len: int, out_path) -> Path:
     """All layers' signatures in one file, written atomically."""
-    import litert_torch
-
     model.eval()
-    converter = None
-    for layer in range(model.config.num_hidden_layers):
-        segment = LayerSegment(model, layer).eval()
-        add = litert_torch.signature if converter is None else converter.signature
-        converter = add(signature_name(layer), segment, sample_kwargs=segment_inputs(model, layer, seq_len))
-    try:
-        edge = converter.convert()
-    except Exception as err:  # the converter's own message names the op it rejects
-        raise UserError(f"litert-torch could not convert the early-exit model: {type(err).__name__}: {err}"[:500]) \
-            from None
-    out_path = Path(out_path)
-    with atomic_path(out_path) as tmp:
-        edge.export(str(tmp))
-    return out_path
+    return convert_signatures([(signature_name(layer), LayerSegment(model, layer).eval(),
+                                segment_inputs(model, layer, seq_len))
+                               for layer in range(model.config.num_hidden_layers)], out_path, "the early-exit model")
 
 
 class EarlyExitRunner:

@@ -96,6 +96,25 @@ def convert_module(module: torch.nn.Module, config, seq_len: int, out_path, quan
     return out_path
 
 
+def convert_signatures(signatures: list[tuple[str, torch.nn.Module, dict]], out_path, what: str) -> Path:
+    """One `.tflite` with a signature per (name, module in eval mode, sample keyword inputs), written atomically;
+    a conversion litert-torch refuses is one line naming `what` (the converter's own message names the op)."""
+    import litert_torch
+
+    try:
+        converter = None
+        for name, module, sample in signatures:
+            add = litert_torch.signature if converter is None else converter.signature
+            converter = add(name, module, sample_kwargs=sample)
+        edge = converter.convert()
+    except Exception as err:
+        raise UserError(f"litert-torch could not convert {what}: {type(err).__name__}: {err}"[:500]) from None
+    out_path = Path(out_path)
+    with atomic_path(out_path) as tmp:
+        edge.export(str(tmp))
+    return out_path
+
+
 def quantize_embeddings(path: Path) -> None:
     """Rewrite the `.tflite` at `path` with its EMBEDDING_LOOKUP tables in int8, one symmetric scale per row
     (ai-edge-quantizer's dynamic-range config for that op alone: the lookup reads the int8 rows and returns float),

@@ -32,8 +32,8 @@ from torch import nn
 from mobilekd.data.seq2seq import PairSplit
 from mobilekd.errors import UserError
 from mobilekd.export.graph import Op, read_graph, subgraph_names
-from mobilekd.fileio import atomic_path
-from mobilekd.models.decoding import greedy
+from mobilekd.export.litert import convert_signatures
+from mobilekd.models.decoding import decode_split
 from mobilekd.models.seq2seq import Seq2SeqTransformer
 
 ENCODE, DECODE = "encode", "decode"
@@ -69,23 +69,13 @@ def sample_inputs(model: Seq2SeqTransformer, source_len: int, target_len: int) -
 
 def convert_seq2seq(model: Seq2SeqTransformer, source_len: int, target_len: int, out_path) -> Path:
     """Both signatures in one file, written atomically."""
-    import litert_torch
-
     if max(source_len, target_len) > model.config.max_positions:
         raise UserError(f"--seq-len {max(source_len, target_len)} exceeds the model's {model.config.max_positions} "
                         f"positions")
     model.eval()
     samples = sample_inputs(model, source_len, target_len)
-    try:
-        converter = litert_torch.signature(ENCODE, Encode(model).eval(), sample_kwargs=samples[ENCODE])
-        edge = converter.signature(DECODE, Decode(model).eval(), sample_kwargs=samples[DECODE]).convert()
-    except Exception as err:  # the converter's own message names the op it rejects
-        raise UserError(f"litert-torch could not convert the seq2seq model: {type(err).__name__}: {err}"[:500]) \
-            from None
-    out_path = Path(out_path)
-    with atomic_path(out_path) as tmp:
-        edge.export(str(tmp))
-    return out_path
+    return convert_signatures([(ENCODE, Encode(model).eval(), samples[ENCODE]),
+                               (DECODE, Decode(model).eval(), samples[DECODE])], out_path, "the seq2seq model")
 
 
 class GreedyFile:
@@ -175,12 +165,7 @@ def seq2seq_parity(model: Seq2SeqTransformer, path, split: PairSplit, batch_size
     the share of identical outputs, the first that differ (their index), and the file's host latency (median
     encode, per generated token, per sentence; one thread)."""
     runner = GreedyFile(path, model.config.bos_token_id, model.config.eos_token_id)
-    mine = [None] * len(split)
-    batches, _ = split.by_length(batch_size)
-    for indices in batches:
-        b = split.batch(indices)
-        for i, t in zip(indices, greedy(model.eval(), b["input_ids"], b["attention_mask"], runner.target_len)):
-            mine[int(i)] = t
+    mine = decode_split(model, split, runner.target_len, batch_size=batch_size)
     same, differ, encode, step, sentence = 0, [], [], [], []
     for i in range(len(split)):
         source = split.arrays["source_ids"][i]

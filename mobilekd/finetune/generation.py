@@ -13,11 +13,10 @@ import json
 from pathlib import Path
 
 import sacrebleu
-import torch
 
 from mobilekd.data.seq2seq import PairSplit
 from mobilekd.fileio import atomic_path, read_json, write_json
-from mobilekd.models.decoding import beam_search, greedy
+from mobilekd.models.decoding import decode_split
 
 
 def as_text(tokenizer, ids) -> str:
@@ -39,19 +38,9 @@ def scores(hypotheses: list[str], refs: list[str]) -> dict[str, float]:
             "chrf": round(sacrebleu.corpus_chrf(hypotheses, [refs]).score, 2)}
 
 
-@torch.no_grad()
 def generate(model, split: PairSplit, tokenizer, max_len: int, beam: int = 1, batch_size: int = 32) -> list[str]:
     """Every source of `split` decoded (greedy at beam 1), in the split's order, as text."""
-    model.eval()
-    out = [None] * len(split)
-    batches, _ = split.by_length(batch_size)
-    for indices in batches:
-        b = split.batch(indices)  # the decoders move it to the model's device
-        tokens = (greedy(model, b["input_ids"], b["attention_mask"], max_len) if beam == 1 else
-                  beam_search(model, b["input_ids"], b["attention_mask"], max_len, beam))
-        for i, t in zip(indices, tokens):
-            out[int(i)] = as_text(tokenizer, t)
-    return out
+    return [as_text(tokenizer, t) for t in decode_split(model, split, max_len, beam, batch_size)]
 
 
 class GenerationEvaluator:

@@ -91,3 +91,19 @@ def beam_search(model, input_ids, attention_mask, max_len: int, beam: int = 5, a
         prefix = torch.cat([prefix[origins], torch.tensor([[tok] for _, tok in rows], device=device)], 1)
         scores = new_scores
     return [max(e, key=lambda x: x[0])[1] if e else [] for e in ended]
+
+
+@torch.no_grad()
+def decode_split(model, split, max_len: int, beam: int = 1, batch_size: int = 32) -> list[list[int]]:
+    """Every source of a split (`mobilekd.data.seq2seq.PairSplit`) decoded, greedy at beam 1, in batches of
+    similar length (`by_length`), the token lists back in the split's order."""
+    model.eval()
+    out = [None] * len(split)
+    batches, _ = split.by_length(batch_size)
+    for indices in batches:
+        b = split.batch(indices)  # the decoders move it to the model's device
+        tokens = (greedy(model, b["input_ids"], b["attention_mask"], max_len) if beam == 1 else
+                  beam_search(model, b["input_ids"], b["attention_mask"], max_len, beam))
+        for i, t in zip(indices, tokens):
+            out[int(i)] = t
+    return out

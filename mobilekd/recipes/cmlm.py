@@ -27,7 +27,7 @@ import math
 import time
 from pathlib import Path
 
-from mobilekd.data.cmlm import CMLMSplit
+from mobilekd.data.cmlm import CMLMSplit, check_positions
 from mobilekd.data.pairs import MAX_LEN, PAIR_TASKS, load_pairs
 from mobilekd.data.seq2seq import encode_task
 from mobilekd.data.tasks import training_subset
@@ -91,9 +91,7 @@ def run(args, accelerator):
     start = time.time()
     task = load_pairs(args.task, args.data)
     model, tokenizer = load_masked_lm(args.teacher)
-    if 2 * args.max_len + 2 > model.config.max_position_embeddings:
-        raise located(args.teacher, f"reads {model.config.max_position_embeddings} positions; --max-len "
-                                    f"{args.max_len} needs {2 * args.max_len + 2}")
+    check_positions(args.teacher, model.config.max_position_embeddings, args.max_len)
     train_pairs = training_subset(task.train, args.max_train_examples, args.subset_seed)
     train, train_pairs, dev, _ = encode_task(task, tokenizer, args.max_len, train_pairs)
     split = CMLMSplit(train, tokenizer, args.seed)

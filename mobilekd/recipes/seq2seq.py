@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from mobilekd.data.cmlm import check_positions
 from mobilekd.data.pairs import MAX_LEN, PAIR_TASKS, load_pairs
 from mobilekd.data.seq2seq import encode_task
 from mobilekd.data.tasks import training_subset
@@ -137,9 +138,7 @@ def run(args, accelerator):
     teacher = None
     if args.method == "cmlm":
         teacher, tokenizer = load_cmlm_teacher(args.teacher)
-        if 2 * args.max_len + 2 > teacher.config.max_position_embeddings:
-            raise located(args.teacher, f"reads {teacher.config.max_position_embeddings} positions; --max-len "
-                                        f"{args.max_len} needs {2 * args.max_len + 2}")
+        check_positions(args.teacher, teacher.config.max_position_embeddings, args.max_len)
         teacher.to(accelerator.device)
     else:
         tokenizer = load_tokenizer(args.tokenizer or DEFAULT_VOCAB)
