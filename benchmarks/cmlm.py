@@ -14,8 +14,9 @@ student's start, dropout and data order, and the teacher's masks are the teacher
 and its soft targets are computed once per task and shared by the seeds, as the paper's are.
 
 Rows: `cmlm` and `ce` carry BLEU and chrF of beam search (5, GNMT penalty 0.6: `bleu`, `chrf`) and of greedy
-decoding (`bleu_greedy`, `chrf_greedy`), params, train_seconds (the student's alone), steps and the budget;
-`copy` its BLEU and chrF (seed by seed, the same value: it has no seed); `teacher` the C-MLM teacher's token
+decoding (`bleu_greedy`, `chrf_greedy`), params, train_seconds (the student's training loop alone, its dev
+evaluations included, whole across resumes), on `cmlm` rows soft_target_seconds (the teacher's pass over the
+training pairs, the teacher's cost: computed once, shared by the seeds), steps and the budget; `copy` its BLEU and chrF (seed by seed, the same value: it has no seed); `teacher` the C-MLM teacher's token
 accuracy and perplexity on the dev targets; `cmlm-vs-ce` sacrebleu's paired bootstrap (1,000 resamples) p-value of
 each seed's two beam outputs on BLEU.
 """
@@ -113,13 +114,19 @@ def bootstrap_p(cmlm: Path, ce: Path) -> float:
     return float(test()[1]["BLEU"][1].p_value)
 
 
+def seconds(result: dict) -> float:
+    """A run's training seconds, whole across resumes (the loop's, `train_seconds`); a run from before they were
+    recorded gives its process's wall time."""
+    return result.get("train_seconds") or result["wall_seconds"]
+
+
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     found = []
     for task in tasks:
         t = finished_results(run_dir(out, task, "teacher"))
         if t is not None:
             found += [{"task": task, "method": "teacher", "seed": 0, "metric": m, "value": round(v, 4),
-                       "train_seconds": t["wall_seconds"], "cpu": training_cpu(t), **budget(task)}
+                       "train_seconds": seconds(t), "cpu": training_cpu(t), **budget(task)}
                       for m, v in t["metrics"]["dev"].items()]
         for seed in seeds:
             runs = {m: finished_results(run_dir(out, task, m, seed)) for m in METHODS}
@@ -128,7 +135,8 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                     continue
                 m = r["metrics"]
                 shared = {"task": task, "method": method, "seed": seed, "params": r["params"], "steps": r["steps"],
-                          "train_seconds": r["wall_seconds"], "cpu": training_cpu(r), **budget(task)}
+                          "train_seconds": seconds(r), "cpu": training_cpu(r), **budget(task),
+                          **({"soft_target_seconds": r["soft_target_seconds"]} if r.get("soft_target_seconds") else {})}
                 found += [{**shared, "metric": f"{k}{suffix}", "value": v} for split, suffix in
                           (("dev_beam", ""), ("dev", "_greedy")) for k, v in m[split].items()]
                 found += [{"task": task, "method": "copy", "seed": seed, "metric": k, "value": v}

@@ -169,18 +169,19 @@ def saved_teacher(out, tokenizer):
 
 def test_teacher_outputs_are_cached_and_invalidated_when_the_teacher_changes(tmp_path, tokenizer):
     model, split = saved_teacher(tmp_path, tokenizer)
-    first, cached = teacher_outputs(tmp_path, model, split)
-    assert not cached and first["teacher_logits"].shape == (10, 2) and first["teacher_cls"].shape == (10, 4, 96)
+    first, cached, seconds = teacher_outputs(tmp_path, model, split)
+    assert not cached and seconds >= 0 and first["teacher_logits"].shape == (10, 2) and first["teacher_cls"].shape == (10, 4, 96)
     with torch.no_grad():
         logits = model(*(torch.from_numpy(split.arrays[k]) for k in ("input_ids", "attention_mask",
                                                                       "token_type_ids")))
     assert np.allclose(first["teacher_logits"], logits.numpy(), atol=1e-5)
-    again, cached = teacher_outputs(tmp_path, model, split)
+    again, cached, again_seconds = teacher_outputs(tmp_path, model, split)
     assert cached and np.array_equal(again["teacher_cls"], first["teacher_cls"])
+    assert again_seconds == seconds  # the computing run's seconds, read back from the file
     with torch.no_grad():
         model.classifier.bias += 1.0
     save_pretrained(model, tmp_path, tokenizer)
-    changed, cached = teacher_outputs(tmp_path, model, split)
+    changed, cached, _ = teacher_outputs(tmp_path, model, split)
     assert not cached and np.allclose(changed["teacher_logits"], first["teacher_logits"] + 1.0, atol=1e-5)
 
 
@@ -192,7 +193,7 @@ def test_a_run_waits_for_the_teacher_outputs_another_run_is_computing(tmp_path, 
     first = FileLock(f"{path}.lock")
     first.acquire()  # the first run, computing
     second = {}
-    thread = threading.Thread(target=lambda: second.update(zip(("arrays", "cached"),
+    thread = threading.Thread(target=lambda: second.update(zip(("arrays", "cached", "seconds"),
                                                                 teacher_outputs(tmp_path, model, split))))
     thread.start()
     thread.join(2.0)
@@ -201,7 +202,7 @@ def test_a_run_waits_for_the_teacher_outputs_another_run_is_computing(tmp_path, 
     save_file(written, str(path))
     first.release()
     thread.join(60)
-    assert not thread.is_alive() and second["cached"]
+    assert not thread.is_alive() and second["cached"] and second["seconds"] is None  # a file without the time
     assert np.array_equal(second["arrays"]["teacher_logits"], written["teacher_logits"])
 
 

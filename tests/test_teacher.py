@@ -13,7 +13,7 @@ from transformers import get_polynomial_decay_schedule_with_warmup
 from conftest import ROOT
 from helpers import env, kill_after_checkpoint, max_weight_difference, one_line_error, run_module
 from mobilekd.errors import UserError
-from mobilekd.train.checkpoint import load_checkpoint, save_checkpoint
+from mobilekd.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from mobilekd.train.lamb import Lamb
 from mobilekd.train.loop import refuse_sharded
 
@@ -40,8 +40,12 @@ def test_sigkill_and_resume_gives_the_same_weights(small_corpus, tmp_path):
     killed_at = kill_after_checkpoint("mobilekd.recipes.train_teacher", teacher_args(small_corpus, out, cache, *steps),
                                       out, 10)
     assert 10 <= killed_at < 60 and not (out / "model.safetensors").exists()
+    before = json.loads((find_checkpoint(out) / "trainer.json").read_text())["stage_seconds"]
     run_module("mobilekd.recipes.train_teacher", *teacher_args(small_corpus, out, cache, *steps, "--resume"))
     assert max_weight_difference(tmp_path / "full", out) <= 1e-6
+    resumed = json.loads((out / "summary.json").read_text())["train"]
+    # the stage's seconds count the killed process's share too (a benchmark row's cost survives a resume)
+    assert resumed["resumed_at_step"] == killed_at and resumed["seconds"] > before > 0
 
 
 def test_two_processes_match_one(small_corpus, tmp_path):

@@ -75,9 +75,10 @@ def teacher_score(found: dict[str, np.ndarray], split: PairSplit) -> dict[str, f
             "perplexity": float(math.exp(-found["gold_logprob"][real].mean()))}
 
 
-def soft_targets(teacher_dir, teacher, split: PairSplit, tokenizer, k: int = TOPK) -> tuple[dict[str, np.ndarray], bool]:
+def soft_targets(teacher_dir, teacher, split: PairSplit, tokenizer,
+                 k: int = TOPK) -> tuple[dict[str, np.ndarray], bool, float | None]:
     """The teacher's top-k logits and ids over `split`'s targets, from `<teacher>/outputs/` or computed and cached
-    there; and whether they came from the cache."""
+    there; whether they came from the cache; and the seconds they took (`cached_arrays`)."""
     h = hashlib.sha256(f"cmlm-top{k}:{file_digest(Path(teacher_dir) / 'model.safetensors')}".encode())
     for key in ("source_ids", "target_ids"):
         h.update(np.ascontiguousarray(split.arrays[key]).tobytes())

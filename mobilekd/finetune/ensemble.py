@@ -40,7 +40,7 @@ def member_outputs(teacher_dirs: list[Path], task: Task, splits: list, device="c
     for d in teacher_dirs:
         teacher = fine_tuned_classifier(d, task, "teacher").to(device).eval()
         for out, split in zip(logits, splits):
-            arrays, hit = teacher_outputs(d, teacher, split, with_cls=False)
+            arrays, hit, _ = teacher_outputs(d, teacher, split, with_cls=False)
             out.append(arrays["teacher_logits"])
             cached += hit
     return [np.stack(x) for x in logits], cached

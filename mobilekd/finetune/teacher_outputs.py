@@ -13,11 +13,13 @@ same outputs again.
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from filelock import FileLock
+from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
@@ -53,32 +55,41 @@ def compute(teacher, split, batch_size: int = 64, with_cls: bool = True) -> dict
             **({"teacher_cls": np.concatenate(cls)[back]} if with_cls else {})}
 
 
-def teacher_outputs(teacher_dir, teacher, split, with_cls: bool = True) -> tuple[dict[str, np.ndarray], bool]:
-    """The teacher's outputs over `split` (its logits alone without `with_cls`) and whether they came from the
-    cache."""
+def teacher_outputs(teacher_dir, teacher, split, with_cls: bool = True) -> tuple[dict[str, np.ndarray], bool,
+                                                                                   float | None]:
+    """The teacher's outputs over `split` (its logits alone without `with_cls`), whether they came from the
+    cache, and the seconds they took (`cached_arrays`)."""
     path = Path(teacher_dir) / "outputs" / f"{cache_key(teacher_dir, split, with_cls)}.safetensors"
     return cached_arrays(path, len(split), lambda: compute(teacher, split, with_cls=with_cls))
 
 
-def cached_arrays(path: Path, n: int, make) -> tuple[dict[str, np.ndarray], bool]:
+def cached_arrays(path: Path, n: int, make) -> tuple[dict[str, np.ndarray], bool, float | None]:
     """The arrays (each of `n` rows) in the safetensors file `path`, or `make()`'s, written there atomically while
-    holding `path`'s lock; and whether they came from the file."""
+    holding `path`'s lock; whether they came from the file; and the seconds `make()` took (kept in the file's
+    metadata, so a benchmark can charge the cache to the teacher whichever run computed it; None for a file
+    written before mobilekd recorded it)."""
     found = _cached(path, n)
     if found is not None:
-        return found, True
+        return found[0], True, found[1]
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock"):
         found = _cached(path, n)  # written by a run that held the lock before this one
         if found is not None:
-            return found, True
+            return found[0], True, found[1]
+        start = time.time()
         arrays = make()
+        seconds = round(time.time() - start, 1)
         with atomic_path(path) as tmp:
-            save_file(arrays, str(tmp))
-    return arrays, False
+            save_file(arrays, str(tmp), metadata={"seconds": str(seconds)})
+    return arrays, False, seconds
 
 
-def _cached(path: Path, n: int) -> dict[str, np.ndarray] | None:
+def _cached(path: Path, n: int) -> tuple[dict[str, np.ndarray], float | None] | None:
     if not path.is_file():
         return None
     arrays = load_file(str(path))
-    return arrays if all(len(v) == n for v in arrays.values()) else None
+    if not all(len(v) == n for v in arrays.values()):
+        return None
+    with safe_open(str(path), "np") as f:
+        seconds = (f.metadata() or {}).get("seconds")
+    return arrays, float(seconds) if seconds else None

@@ -109,7 +109,7 @@ def run(args, accelerator):
     train = encode_classification(task, examples, tokenizer, args.max_len)
     kd = None
     if args.loss == "kd":
-        outputs, cached = teacher_outputs(args.teacher, teacher, train, with_cls=False)
+        outputs, cached, _ = teacher_outputs(args.teacher, teacher, train, with_cls=False)
         train.arrays["teacher_logits"] = outputs["teacher_logits"]
         train.arrays["labels"][originals:] = outputs["teacher_logits"][originals:].argmax(-1)  # new samples
         print(f"teacher logits over {len(train)} examples: " + ("from the cache" if cached else "computed and cached"))

@@ -210,7 +210,7 @@ def run(args, accelerator):
         raise UserError(f"--patience-weight (BERT-PKD) needs a classification or regression task, not {task.name}")
     teacher = build_model(args.teacher, task, "teacher").to(accelerator.device).eval() if args.teacher else None
     if teacher is not None and task.head != "qa":
-        outputs, cached = teacher_outputs(args.teacher, teacher, train_split)
+        outputs, cached, _ = teacher_outputs(args.teacher, teacher, train_split)
         train_split.arrays.update(outputs)
         print(f"teacher outputs over {len(train_split)} training examples: " +
               ("from the cache" if cached else "computed and cached"))

@@ -144,9 +144,9 @@ def run(args, accelerator):
         tokenizer = load_tokenizer(args.tokenizer or DEFAULT_VOCAB)
     train_pairs = training_subset(task.train, args.max_train_examples, args.subset_seed)
     train, train_pairs, dev, dev_pairs = encode_task(task, tokenizer, args.max_len, train_pairs)
-    kd = None
+    kd, soft_seconds = None, None
     if teacher is not None:
-        found, cached = soft_targets(args.teacher, teacher, train, tokenizer, args.topk)
+        found, cached, soft_seconds = soft_targets(args.teacher, teacher, train, tokenizer, args.topk)
         train.arrays.update(found)
         print(f"C-MLM soft targets over {len(train)} training pairs: " + ("from the cache" if cached else
                                                                          "computed and cached"))
@@ -182,7 +182,10 @@ def run(args, accelerator):
             hyps = generate(model, dev, tokenizer, args.max_len, beam=args.beam)
             result["metrics"]["dev_beam"] = scores(hyps, refs)
             write_generations(out / "dev_generations_beam.jsonl", dev_pairs, refs, hyps)
-        result.update(wall_seconds=round(time.time() - start, 1), beam=args.beam, training=summaries, complete=True)
+        # train_seconds: the training loop's (dev evaluations included), whole across resumes; soft_target_seconds:
+        # the teacher's pass over the training pairs, whichever run computed the cache (the teacher's cost)
+        result.update(wall_seconds=round(time.time() - start, 1), train_seconds=sum(s["seconds"] for s in summaries),
+                      soft_target_seconds=soft_seconds, beam=args.beam, training=summaries, complete=True)
         write_json(out / "results.json", result)
         m = result["metrics"]
         print(f"{task.name}: dev BLEU greedy {m['dev']['bleu']:.2f}" +

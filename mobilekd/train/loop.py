@@ -304,7 +304,7 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
         summary = _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, accelerator, cfg,
                              trainer, writer, n_trainable, on_eval)
         trainer["summaries"].append(summary)
-        trainer.update(stage=index + 1, step=0, stage_start=None)
+        trainer.update(stage=index + 1, step=0, stage_start=None, stage_seconds=0.0)
         if on_eval is not None and index == len(stages) - 1 and not (cfg.eval_every and
                                                                      trainer["global_step"] % cfg.eval_every == 0):
             _evaluate(accelerator, on_eval, unwrapped, trainer["global_step"])
@@ -392,6 +392,8 @@ def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, 
     totals, last_terms = defaultdict(float), {}
     tokens = padded = 0
     start = time.time()
+    # the stage's seconds before a resume, carried in the checkpoint: `seconds` is the whole stage's time
+    earlier = trainer.get("stage_seconds", 0.0) if first else 0.0
     precision = trainer["precision"]["precision"]
     bar = tqdm(range(first, stage.steps), desc=f"[{index + 1}] {stage.name}", disable=not main,
                initial=first, total=stage.steps, dynamic_ncols=True)
@@ -419,12 +421,14 @@ def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, 
         if on_eval is not None and cfg.eval_every and trainer["global_step"] % cfg.eval_every == 0:
             _evaluate(accelerator, on_eval, unwrapped, trainer["global_step"])
         if (step + 1) % cfg.save_every == 0 and step + 1 < stage.steps:
+            trainer["stage_seconds"] = round(earlier + time.time() - start, 1)
             _save(accelerator, cfg, unwrapped, optimizer, scheduler, trainer)
     bar.close()
     elapsed = time.time() - start
     steps_run = stage.steps - first
     return {"stage": stage.name, "steps": stage.steps, "trainable_params": n_trainable, **stage.info,
-            "seconds": round(elapsed, 1), "tokens_per_second": round(tokens / max(elapsed, 1e-9), 1),
+            "seconds": round(earlier + elapsed, 1), **({"resumed_at_step": first} if first else {}),
+            "tokens_per_second": round(tokens / max(elapsed, 1e-9), 1),
             "padding_share": round(1 - tokens / padded, 4) if padded else None, "batch_order": cfg.batch_order,
             "precision": precision, **({} if index else {"precision_probe": trainer["precision"]}),
             "cpu": cpu_model(), "threads": torch.get_num_threads(),  # the host the seconds were measured on
