@@ -17,7 +17,7 @@ from mobilekd.finetune.cmlm import copies_pass
 from mobilekd.models.decoding import beam_search, greedy
 from mobilekd.models.heads import MobileBertForConditionalMLM
 from mobilekd.models.seq2seq import load_seq2seq, new_seq2seq
-from mobilekd.transfer.losses import cmlm_distillation, label_smoothed_nll
+from mobilekd.transfer.losses import cmlm_distillation, label_smoothed_nll, neg_log_probs
 
 
 def pairs_split(tokenizer, sources, targets):
@@ -76,15 +76,33 @@ def test_soft_targets_are_each_position_predicted_with_its_copy_masked(tokenizer
 
 def test_distillation_and_label_smoothed_losses_by_hand():
     p = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]])
-    logits, labels = p.log(), torch.tensor([3, IGNORE])  # the second position is padding: it counts nowhere
+    logits = p.log() + torch.tensor([[1.0], [-3.0]])  # a constant per row: the same distribution
+    picked, every = neg_log_probs(logits, torch.tensor([[3, 3, 1], [0, 0, 1]]))  # gold, then the teacher's top 2
     w = math.e / (math.e + 1)  # softmax([10, 0] / 10)
-    kd = cmlm_distillation(logits, torch.tensor([[10.0, 0.0], [5.0, 1.0]]), torch.tensor([[3, 1], [0, 1]]), labels,
-                           temperature=10.0)
+    kd = cmlm_distillation(picked[:1, 1:], torch.tensor([[10.0, 0.0]]), temperature=10.0)
     assert kd.item() == pytest.approx(-(w * math.log(0.4) + (1 - w) * math.log(0.2)), rel=1e-5)
-    xe = label_smoothed_nll(logits, labels, smoothing=0.1)
+    xe = label_smoothed_nll(picked[:1, 0], every[:1], smoothing=0.1, vocab=4)
     by_hand = 0.9 * -math.log(0.4) + 0.1 / (4 - 2) * -sum(math.log(x) for x in (0.1, 0.2, 0.3, 0.4))
     assert xe.item() == pytest.approx(by_hand, rel=1e-5)
-    assert label_smoothed_nll(logits, labels, 0.0).item() == pytest.approx(-math.log(0.4), rel=1e-6)
+    assert label_smoothed_nll(picked[:, 0], every, 0.0, 4).item() == pytest.approx(-math.log(0.4) - math.log(0.25),
+                                                                                  rel=1e-6)
+
+
+def test_the_log_partition_form_has_the_log_softmax_forms_values_and_gradients():
+    """`neg_log_probs` (lse - z) against -log_softmax gathered, at the teacher's vocabulary size: the same loss and
+    the same gradient, so the fast form changes nothing the student learns."""
+    torch.manual_seed(0)
+    logits = (torch.randn(6, 30522, dtype=torch.float64) * 4).requires_grad_()
+    ids = torch.randint(0, 30522, (6, 9))
+    weights = torch.rand(6, 9, dtype=torch.float64)
+    picked, every = neg_log_probs(logits, ids)
+    fast = (picked * weights).sum() + 0.01 * every.sum()
+    (fast_grad,) = torch.autograd.grad(fast, logits)
+    logp = logits.log_softmax(-1)
+    slow = -(logp.gather(-1, ids) * weights).sum() - 0.01 * logp.sum()
+    (slow_grad,) = torch.autograd.grad(slow, logits)
+    assert fast.item() == pytest.approx(slow.item(), rel=1e-10)
+    torch.testing.assert_close(fast_grad, slow_grad, rtol=1e-9, atol=1e-12)
 
 
 def test_a_beam_of_one_is_greedy_decoding(tokenizer):

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 from mobilekd.data.tasks import INPUTS, Task
 from mobilekd.models.mobilebert import EncoderOutput
-from mobilekd.transfer.losses import cmlm_distillation, label_smoothed_nll, logit_distillation, logit_mse
+from mobilekd.transfer.losses import cmlm_distillation, label_smoothed_nll, logit_distillation, logit_mse, \
+    neg_log_probs
 from mobilekd.transfer.objectives import Features, Match, evaluate
 
 
@@ -129,13 +130,14 @@ def seq2seq_loss(kd: CMLMDistillation | None, smoothing: float):
     def loss(model, batch):
         keep = batch["labels"] != -100
         logits = model(batch["input_ids"], batch["attention_mask"], batch["decoder_input_ids"], keep)
-        labels = batch["labels"][keep]  # the output layer at real targets only
+        labels = batch["labels"][keep][:, None]  # the output layer at real targets only
         tokens = keep.sum().clamp(min=1)
-        xe = label_smoothed_nll(logits, labels, smoothing) / tokens
+        ids = labels if kd is None else torch.cat([labels, batch["teacher_topk_ids"][keep]], 1)
+        picked, every = neg_log_probs(logits, ids)  # one log-partition serves both losses
+        xe = label_smoothed_nll(picked[:, 0], every, smoothing, logits.shape[-1]) / tokens
         if kd is None:
             return {"loss": xe, "xe": xe.detach()}
-        soft = cmlm_distillation(logits, batch["teacher_topk_logits"][keep], batch["teacher_topk_ids"][keep], labels,
-                                 kd.temperature) / tokens
+        soft = cmlm_distillation(picked[:, 1:], batch["teacher_topk_logits"][keep], kd.temperature) / tokens
         return {"loss": (1 - kd.alpha) * xe + kd.alpha * soft, "xe": xe.detach(), "kd": soft.detach()}
 
     return loss

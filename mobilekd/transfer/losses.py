@@ -76,29 +76,55 @@ def patience_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
     averaged over batch and width (`F.mse_loss`)."""
     return F.mse_loss(F.normalize(student.float(), p=2, dim=-1), F.normalize(teacher.float(), p=2, dim=-1))
 
-def label_smoothed_nll(logits: torch.Tensor, labels: torch.Tensor, smoothing: float, ignore: int = -100) \
-        -> torch.Tensor:
-    """The seq2seq student's cross-entropy, summed over the non-ignored positions, as Distill-BERT-Textgen-ONMT's
+class _NegLogProbs(torch.autograd.Function):
+    """`neg_log_probs`' forward and its gradient in one (N, V) buffer: with upstream gradients a (N, K) at the ids
+    and b (N,) at the row sums, d/dz = softmax(z) (sum_k a_k + V b) - b - scatter(ids, a), written in place.
+    Autograd's own graph of the same expression (logsumexp, sum, gather) allocates five (N, V) tensors in backward
+    and passes over them twice as often."""
+
+    @staticmethod
+    def forward(ctx, logits, ids):
+        lse = torch.logsumexp(logits, -1)
+        ctx.save_for_backward(logits, ids, lse)
+        return lse[:, None] - logits.gather(-1, ids), logits.shape[-1] * lse - logits.sum(-1)
+
+    @staticmethod
+    def backward(ctx, at_ids, every):
+        logits, ids, lse = ctx.saved_tensors
+        at_ids = torch.zeros_like(ids, dtype=logits.dtype) if at_ids is None else at_ids
+        every = torch.zeros_like(lse) if every is None else every
+        grad = (logits - lse[:, None]).exp_()
+        grad.mul_((at_ids.sum(-1) + logits.shape[-1] * every)[:, None]).sub_(every[:, None])
+        return grad.scatter_add_(-1, ids, -at_ids), None
+
+
+def neg_log_probs(logits: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """-log p at `ids` (N, K) and -sum_v log p_v over the vocabulary (N,), p = softmax(`logits` (N, V)), from the
+    log-partition alone: log p_v = z_v - logsumexp(z). The seq2seq student's two losses read nothing else, so
+    neither needs the (N, V) log-probabilities: over the teacher's 30,522 word pieces those (a log-softmax per
+    loss, each kept for backward, and a gather's dense gradient each) took a quarter of a C-MLM training step
+    (docs/seq2seq.md, training speed)."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up to float32, float64 kept
+    return _NegLogProbs.apply(logits, ids.long())
+
+
+def label_smoothed_nll(gold: torch.Tensor, every: torch.Tensor, smoothing: float, vocab: int) -> torch.Tensor:
+    """The seq2seq student's cross-entropy, summed over tokens, as Distill-BERT-Textgen-ONMT's
     `BertKDLossCompute.__call__` (onmt/utils/loss.py) computes it: (1 - smoothing) x NLL of the gold token plus
     smoothing / (V - 2) x the sum of -log p over the whole vocabulary (its own form: every column, the gold one and
-    padding included, and a cross-entropy rather than OpenNMT's KL `LabelSmoothingLoss`). `logits` (..., V)."""
-    keep = labels != ignore
-    logp = logits[keep].float().log_softmax(-1)
-    nll = -logp.gather(-1, labels[keep][:, None]).sum()
+    padding included, and a cross-entropy rather than OpenNMT's KL `LabelSmoothingLoss`). `gold` (N,) and `every`
+    (N,) are `neg_log_probs`' two parts at the gold tokens."""
     if not smoothing:
-        return nll
-    return (1 - smoothing) * nll + smoothing / (logp.shape[-1] - 2) * -logp.sum()
+        return gold.sum()
+    return (1 - smoothing) * gold.sum() + smoothing / (vocab - 2) * every.sum()
 
 
-def cmlm_distillation(logits: torch.Tensor, topk_logits: torch.Tensor, topk_ids: torch.Tensor,
-                      labels: torch.Tensor, temperature: float, ignore: int = -100) -> torch.Tensor:
-    """C-MLM's word-level distillation (Chen et al. 2020, eq. 5), summed over the non-ignored positions, as
-    Distill-BERT-Textgen-ONMT's `kd_loss` (onmt/utils/loss.py) computes it: the teacher's top-k logits (its cached
-    k; `bert_kd_dataset.py` keeps the first 8 of 128) divided by `temperature` and softmaxed over those k, the
-    student's log-softmax over the whole vocabulary at temperature 1 (no T^2: "kind of non-standard, as we observe
-    better empirical performance this way"), and their cross-entropy -sum_k p_t log p_s. `logits` (..., V);
-    `topk_logits`, `topk_ids` (..., k)."""
-    keep = labels != ignore
-    logp = logits[keep].float().log_softmax(-1)
-    target = (topk_logits[keep].float() / temperature).softmax(-1)
-    return -(logp.gather(-1, topk_ids[keep].long()) * target).sum()
+def cmlm_distillation(at_topk: torch.Tensor, topk_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """C-MLM's word-level distillation (Chen et al. 2020, eq. 5), summed over tokens, as Distill-BERT-Textgen-ONMT's
+    `kd_loss` (onmt/utils/loss.py) computes it: the teacher's top-k logits (its cached k; `bert_kd_dataset.py`
+    keeps the first 8 of 128) divided by `temperature` and softmaxed over those k, the student's log-softmax over
+    the whole vocabulary at temperature 1 (no T^2: "kind of non-standard, as we observe better empirical
+    performance this way"), and their cross-entropy -sum_k p_t log p_s. `at_topk` (N, k): the student's -log p at
+    the teacher's top-k ids (`neg_log_probs`); `topk_logits` (N, k)."""
+    target = (topk_logits.float() / temperature).softmax(-1)
+    return (at_topk * target).sum()
