@@ -12,7 +12,7 @@ from helpers import BERT, one_line_error, run_module
 from mobilekd.data.cmlm import CMLMSplit, copy_masks
 from mobilekd.data.noise import add_noise
 from mobilekd.data.pairs import load_pairs
-from mobilekd.data.seq2seq import IGNORE, PairSplit
+from mobilekd.data.seq2seq import PairSplit
 from mobilekd.finetune.cmlm import copies_pass
 from mobilekd.models.decoding import beam_search, greedy
 from mobilekd.models.heads import MobileBertForConditionalMLM
