@@ -53,10 +53,17 @@ def student_dir(tmp_path_factory, tokenizer):
 
 @pytest.fixture(scope="session")
 def demo_teacher_dir(small_corpus, tmp_path_factory):
-    """A demo-preset teacher pre-trained for 200 steps on the small corpus: real, if small (about a minute)."""
+    """A demo-preset teacher pre-trained for 200 steps on the small corpus: real, if small (about a minute). Under
+    scripts/test.sh's workers it is trained once, by the first worker to ask, in the session's directory they share
+    (each worker's own lies below it), the others waiting on its lock."""
+    from filelock import FileLock
     from helpers import run_module
 
-    out = tmp_path_factory.mktemp("teacher")
-    run_module("mobilekd.recipes.train_teacher", "--corpus", small_corpus, "--out", out, "--cache-dir", out / "cache",
-               "--steps", 200, "--seq-len", 48, "--batch-size", 16, "--eval-examples", 16, "--threads", 1)
+    base = tmp_path_factory.getbasetemp()
+    out = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "demo_teacher"
+    with FileLock(f"{out}.lock"):
+        if not (out / "model.safetensors").is_file():
+            run_module("mobilekd.recipes.train_teacher", "--corpus", small_corpus, "--out", out, "--cache-dir",
+                       out / "cache", "--steps", 200, "--seq-len", 48, "--batch-size", 16, "--eval-examples", 16,
+                       "--threads", 1)
     return out
