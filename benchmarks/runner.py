@@ -28,6 +28,7 @@ from mobilekd.export.litert import tflite_name
 from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
 from mobilekd.models.early_exit import is_early_exit
 from mobilekd.models.multitask import is_multitask
+from mobilekd.models.seq2seq import is_seq2seq
 from mobilekd.rundir import finished_results, training_cpu
 
 RESUMABLE = ["--threads", "1", "--resume"]
@@ -51,7 +52,14 @@ class Job:
                 tasks = read_json(Path(model) / "multitask.json")["tasks"] if "--single-task-files" in self.argv else []
                 return {*(tflite_name(q, "model_multitask") for q in _values(self.argv, "--quantize")),
                         *(f"model_{t}.tflite" for t in tasks)} <= set(parity)
-            return bool(parity) and (not is_early_exit(model) or "model_early_exit.tflite" in parity)
+            if is_seq2seq(model):
+                return "model_seq2seq.tflite" in parity
+            # every route's file: export writes parity.json after each, so a killed export holds some of them
+            files = {tflite_name(q) for q in _values(self.argv, "--quantize")}
+            files |= {"model.onnx"} if {"--onnx", "--onnx2tf"} & set(self.argv) else set()
+            files |= {"model_onnx2tf.tflite"} if "--onnx2tf" in self.argv else set()
+            files |= {"model_early_exit.tflite"} if is_early_exit(model) else set()
+            return files <= set(parity)
         if self.argv[0] == "latency":
             return (self.out / "report.json").is_file()
         if self.argv[0] == "kernels":

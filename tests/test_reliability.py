@@ -186,3 +186,19 @@ def test_own_task_gets_a_sized_lr_a_baseline_held_out_selection_and_its_own_pari
                "--no-metadata", "--out", tmp_path / "tflite")
     parity = json.loads((tmp_path / "tflite" / "parity.json").read_text())["model_none.tflite"]
     assert parity["examples"] == 40 and "accuracy_torch" in parity  # scored on the model's own dev labels
+
+
+def test_a_benchmark_counts_an_export_done_only_with_every_file_it_asked_for(tmp_path):
+    """export writes parity.json after each file: a run killed between its fp32 and int8 files is not done, and the
+    benchmark runner exports again (`benchmarks.runner.Job.done`)."""
+    from benchmarks.runner import Job
+
+    out = tmp_path / "tflite"
+    out.mkdir()
+    job = Job("export", ["export", "--model", str(tmp_path / "student"), "--quantize", "none", "dynamic-int8",
+                         "--out", str(out)], out)
+    assert not job.done()
+    (out / "parity.json").write_text(json.dumps({"model_none.tflite": {"agreement": 1.0}}))
+    assert not job.done()  # killed after its first file
+    (out / "parity.json").write_text(json.dumps({"model_none.tflite": {}, "model_dynamic_int8.tflite": {}}))
+    assert job.done()
