@@ -172,12 +172,15 @@ def table(results: list[dict]) -> str:
             params = f"{mine[0]['params'] / 1e6:.1f}M" if mine[0].get("params") else "-"
             lines.append(f"| {task} | {method} | " + " | ".join(cell(results, task, m, method) for m in METRICS[:4]) +
                          f" | {params} | {f'{statistics.mean(secs):.0f}' if secs else '-'} |")
-    lines += ["", "| task | C-MLM teacher: dev token accuracy | perplexity | teacher's train s |", "|---|---|---|---|"]
+    lines += ["", "| task | C-MLM teacher: dev token accuracy | perplexity | teacher's train s | its soft targets s |",
+              "|---|---|---|---|---|"]
     for task in tasks:
         t = {r["metric"]: r for r in results if (r["task"], r["method"]) == (task, "teacher")}
+        soft = [r["soft_target_seconds"] for r in results
+                if (r["task"], r["method"]) == (task, "cmlm") and r.get("soft_target_seconds")]
         if t:
             lines.append(f"| {task} | {t['token_accuracy']['value']:.4f} | {t['perplexity']['value']:.1f} | "
-                         f"{t['token_accuracy']['train_seconds']:.0f} |")
+                         f"{t['token_accuracy']['train_seconds']:.0f} | {f'{soft[0]:.0f}' if soft else '-'} |")
     lines += ["", "| goal | measured, seed by seed | target | verdict |", "|---|---|---|---|"]
     for task in tasks:
         for base in ("ce", "copy"):
