@@ -65,7 +65,8 @@ def eval_every(task: str) -> int:
 
     pairs = len(load_pairs(task).train)
     pairs = min(pairs, int(TASKS[task][0])) if TASKS[task][0] else pairs
-    return max(1, round(float(TASKS[task][2]) * -(-pairs // 32)) // EVAL_POINTS)
+    steps = round(float(TASKS[task][2]) * -(-pairs // 32))
+    return max(1, -(-steps // EVAL_POINTS))  # rounded up: the last evaluation is the run's end, not one step before
 
 
 def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
