@@ -117,8 +117,8 @@ def bootstrap_p(cmlm: Path, ce: Path) -> float:
 
 def seconds(result: dict) -> float:
     """A run's training seconds, whole across resumes (the loop's, `train_seconds`); a run from before they were
-    recorded gives its process's wall time."""
-    return result.get("train_seconds") or result["wall_seconds"]
+    recorded gives its stages' seconds, which count from the run's last start only."""
+    return result.get("train_seconds") or sum(s["seconds"] for s in result["training"])
 
 
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
