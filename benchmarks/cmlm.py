@@ -16,8 +16,9 @@ and its soft targets are computed once per task and shared by the seeds, as the 
 Rows: `cmlm` and `ce` carry BLEU and chrF of beam search (5, GNMT penalty 0.6: `bleu`, `chrf`) and of greedy
 decoding (`bleu_greedy`, `chrf_greedy`), params, train_seconds (the student's training loop alone, its dev
 evaluations included, whole across resumes), on `cmlm` rows soft_target_seconds (the teacher's pass over the
-training pairs, the teacher's cost: computed once, shared by the seeds), steps and the budget; `copy` its BLEU and chrF (seed by seed, the same value: it has no seed); `teacher` the C-MLM teacher's token
-accuracy and perplexity on the dev targets; `cmlm-vs-ce` sacrebleu's paired bootstrap (1,000 resamples) p-value of
+training pairs, the teacher's cost: computed once, shared by the seeds), steps and the budget; `copy` its BLEU
+and chrF (seed by seed, the same value: it has no seed); `teacher` the C-MLM teacher's token accuracy and
+perplexity on the dev targets; `cmlm-vs-ce` sacrebleu's paired bootstrap (1,000 resamples) p-value of
 each seed's two beam outputs on BLEU.
 """
 

@@ -24,11 +24,8 @@ from safetensors import safe_open
 
 from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.errors import UserError
-from mobilekd.export.litert import tflite_name
 from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
-from mobilekd.models.early_exit import is_early_exit
-from mobilekd.models.multitask import is_multitask
-from mobilekd.models.seq2seq import is_seq2seq
+from mobilekd.recipes import export
 from mobilekd.rundir import finished_results, training_cpu
 
 RESUMABLE = ["--threads", "1", "--resume"]
@@ -45,21 +42,9 @@ class Job:
     def done(self) -> bool:
         if self.argv[0] in ("finetune", "fastbert", "bilstm", "qat", "multitask", "cmlm", "seq2seq"):
             return finished_results(self.out) is not None
-        if self.argv[0] == "export":  # an early-exit model's is done once its layer-by-layer file is checked too,
+        if self.argv[0] == "export":  # once parity.json holds every file the export writes
             parity = read_json(self.out / "parity.json") if (self.out / "parity.json").is_file() else {}
-            model = self.argv[self.argv.index("--model") + 1]  # a multi-task model's once each of its files is
-            if is_multitask(model):
-                tasks = read_json(Path(model) / "multitask.json")["tasks"] if "--single-task-files" in self.argv else []
-                return {*(tflite_name(q, "model_multitask") for q in _values(self.argv, "--quantize")),
-                        *(f"model_{t}.tflite" for t in tasks)} <= set(parity)
-            if is_seq2seq(model):
-                return "model_seq2seq.tflite" in parity
-            # every route's file: export writes parity.json after each, so a killed export holds some of them
-            files = {tflite_name(q) for q in _values(self.argv, "--quantize")}
-            files |= {"model.onnx"} if {"--onnx", "--onnx2tf"} & set(self.argv) else set()
-            files |= {"model_onnx2tf.tflite"} if "--onnx2tf" in self.argv else set()
-            files |= {"model_early_exit.tflite"} if is_early_exit(model) else set()
-            return files <= set(parity)
+            return export.expected_files(export.parse_args(self.argv[1:])) <= set(parity)
         if self.argv[0] == "latency":
             return (self.out / "report.json").is_file()
         if self.argv[0] == "kernels":
@@ -81,14 +66,6 @@ def with_needs(plan: list[Job], wanted) -> list[Job]:
                 keep.add(need)
                 stack.append(need)
     return [j for j in plan if j.name in keep]
-
-
-def _values(argv: list[str], flag: str, default=("none",)) -> list[str]:
-    """The values a flag of `nargs="+"` has in an argument list (`default` where it is absent)."""
-    if flag not in argv:
-        return list(default)
-    rest = argv[argv.index(flag) + 1:]
-    return rest[:next((i for i, a in enumerate(rest) if a.startswith("--")), len(rest))]
 
 
 def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:

@@ -154,10 +154,9 @@ class SentenceTiming(GreedyFile):
     def __init__(self, path, threads: int = 1):
         super().__init__(path, bos=0, eos=-1, threads=threads)
         self.inputs = self.encode.get_input_details()
-        self.tokens = min(GENERATED_TOKENS, self.target_len)
 
-    def __call__(self, **feed):
-        return self.generate(feed["input_ids"], feed["attention_mask"], self.tokens, stop=False)[0]
+    def __call__(self, **feed):  # `generate` stops at the file's target length, as `sentence_tokens` counts
+        return self.generate(feed["input_ids"], feed["attention_mask"], GENERATED_TOKENS, stop=False)[0]
 
 
 def seq2seq_parity(model: Seq2SeqTransformer, path, split: PairSplit, batch_size: int = 32) -> dict:

@@ -39,7 +39,8 @@ def cmlm_loss(model, batch: dict) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def copies_pass(teacher, split: PairSplit, tokenizer, k: int = TOPK, pairs_per_batch: int = 16) -> dict[str, np.ndarray]:
+def copies_pass(teacher, split: PairSplit, tokenizer, k: int = TOPK,
+                pairs_per_batch: int = 16) -> dict[str, np.ndarray]:
     """Every target position's prediction by the teacher with that position masked (and every COPIES-th one beside
     it): `teacher_topk_logits` (N, T, k, float32) and `teacher_topk_ids` (N, T, k, int32) indexed like the split's
     `target_ids` (0 where padded), and per position the gold token's log-probability (`gold_logprob`) and whether
@@ -84,5 +85,8 @@ def soft_targets(teacher_dir, teacher, split: PairSplit, tokenizer,
         h.update(np.ascontiguousarray(split.arrays[key]).tobytes())
     path = Path(teacher_dir) / "outputs" / f"cmlm_{h.hexdigest()[:20]}.safetensors"
     keep = ("teacher_topk_logits", "teacher_topk_ids")
-    return cached_arrays(path, len(split),
-                         lambda: {key: v for key, v in copies_pass(teacher, split, tokenizer, k).items() if key in keep})
+
+    def make():
+        return {key: v for key, v in copies_pass(teacher, split, tokenizer, k).items() if key in keep}
+
+    return cached_arrays(path, len(split), make)

@@ -54,6 +54,7 @@ from mobilekd.models.multitask import is_multitask, load_multitask, single_task
 from mobilekd.models.seq2seq import is_seq2seq, load_seq2seq
 from mobilekd.rundir import owned
 
+SEQ2SEQ_FILE, EARLY_EXIT_FILE = "model_seq2seq.tflite", "model_early_exit.tflite"
 SENTENCE_TASKS = [t for t in TASK_NAMES if not t.startswith("squad")]  # what the parity check can encode
 
 
@@ -162,6 +163,30 @@ def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
         tmp.write_text("\n".join(lines) + "\n")
 
 
+def routes(args) -> list[tuple[str, str]]:
+    """A classifier's (quantization or route, file) pairs, in the order they are written."""
+    found = [(q, tflite_name(q)) for q in args.quantize]
+    found += [("onnx", "model.onnx")] if args.onnx or args.onnx2tf else []
+    return found + ([("onnx2tf", "model_onnx2tf.tflite")] if args.onnx2tf else [])
+
+
+def multitask_files(args, tasks) -> list[tuple[str, str]]:
+    """A multi-task model's (quantization or task, file) pairs, in the order they are written."""
+    files = [(q, tflite_name(q, "model_multitask")) for q in args.quantize]
+    return files + ([(name, f"model_{name}.tflite") for name in tasks] if args.single_task_files else [])
+
+
+def expected_files(args) -> set[str]:
+    """Every file an export of `args` writes, each a key of parity.json once checked: parity.json is rewritten
+    after each file, so an export killed midway holds some of them (benchmarks.runner's `Job.done`)."""
+    if is_seq2seq(args.model):
+        return {SEQ2SEQ_FILE}
+    if is_multitask(args.model):
+        return {name for _, name in multitask_files(args, read_json(Path(args.model) / "multitask.json")["tasks"])}
+    early = is_early_exit(args.model) and args.head in (None, "classification")
+    return {name for _, name in routes(args)} | ({EARLY_EXIT_FILE} if early else set())
+
+
 @cli_entry
 def main(argv=None):
     args = parse_args(argv)
@@ -213,11 +238,8 @@ def run(args):
 
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
     histograms = read_json(out / "ops.json") if (out / "ops.json").is_file() else {}
-    routes = [(q, tflite_name(q)) for q in args.quantize]
-    routes += [("onnx", "model.onnx")] if args.onnx or args.onnx2tf else []
-    routes += [("onnx2tf", "model_onnx2tf.tflite")] if args.onnx2tf else []
     calibration = None  # drawn once, on the first calibrated quantization
-    for quantize, name in routes:
+    for quantize, name in routes(args):
         start = time.time()
         if quantize == "onnx":
             from mobilekd.export.onnx import export_onnx, onnx_ops, run_onnx
@@ -248,7 +270,7 @@ def run(args):
         if report["float_islands"]:
             print(f"  float islands: {islands_cell(report['float_islands'])}")
     if early is not None:
-        reports["model_early_exit.tflite"] = export_early_exit(args, early, out, split.arrays)
+        reports[EARLY_EXIT_FILE] = export_early_exit(args, early, out, split.arrays)
         write_json(out / "parity.json", reports)
     write_markdown(out, reports, histograms)
 
@@ -259,7 +281,7 @@ def export_early_exit(args, model, out: Path, arrays: dict) -> dict:
     from mobilekd.export.early_exit import convert_early_exit, early_exit_parity
 
     start = time.time()
-    path = convert_early_exit(model, args.seq_len, out / "model_early_exit.tflite")
+    path = convert_early_exit(model, args.seq_len, out / EARLY_EXIT_FILE)
     seconds = round(time.time() - start, 1)
     report = {"size_bytes": path.stat().st_size, "convert_seconds": seconds, "seq_len": args.seq_len,
               "model": str(args.model),
@@ -291,7 +313,7 @@ def export_seq2seq(args, out: Path) -> None:
     task = load_pairs(trained["task"], args.parity_data or trained.get("data"))
     split, _ = encode_pairs(task.dev[:args.parity_examples], tokenizer, trained["max_len"], False, f"{task.name} dev")
     start = time.time()
-    path = convert_seq2seq(model, trained["max_len"], trained["max_len"], out / "model_seq2seq.tflite")
+    path = convert_seq2seq(model, trained["max_len"], trained["max_len"], out / SEQ2SEQ_FILE)
     seconds = round(time.time() - start, 1)
     ops = read_graph(path, 0) + read_graph(path, 1)  # both signatures' operators (XNNPACK's check: the first)
     report = {**file_report(path, ops, op_histogram(ops)), **seq2seq_parity(model, path, split),
@@ -335,8 +357,7 @@ def export_multitask(args, out: Path) -> None:
                                                args.seq_len).arrays
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
     histograms = read_json(out / "ops.json") if (out / "ops.json").is_file() else {}
-    files = [(q, tflite_name(q, "model_multitask")) for q in args.quantize]
-    files += [(name, f"model_{name}.tflite") for name in model.tasks] if args.single_task_files else []
+    files = multitask_files(args, model.tasks)
     vocab = Path(args.model) / "vocab.txt"
     for what, name in files:
         start = time.time()
