@@ -117,9 +117,9 @@ def bootstrap_p(cmlm: Path, ce: Path) -> float:
 
 
 def seconds(result: dict) -> float:
-    """A run's training seconds, whole across resumes (the loop's, `train_seconds`); a run from before they were
-    recorded gives its stages' seconds, which count from the run's last start only."""
-    return result.get("train_seconds") or sum(s["seconds"] for s in result["training"])
+    """A run's training seconds: its stages' (the loop's, dev evaluations included), whole across resumes since the
+    loop carries them in its checkpoint; a run resumed before that counts from its last start only."""
+    return round(sum(s["seconds"] for s in result["training"]), 1)
 
 
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
