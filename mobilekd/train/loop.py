@@ -384,6 +384,14 @@ def train_step(stage: Stage, wrapped, optimizer, scheduler, micro_batches, accel
     return dict(terms_sum), tokens, padded
 
 
+def _accelerator_info(device: torch.device) -> dict:
+    """The GPU a stage ran on and the most memory it held (none on CPU)."""
+    if device.type != "cuda":
+        return {}
+    return {"gpu": torch.cuda.get_device_name(device),
+            "peak_gpu_gib": round(torch.cuda.max_memory_allocated(device) / 2 ** 30, 2)}
+
+
 def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, accelerator, cfg, trainer,
                writer, n_trainable, on_eval) -> dict:
     main = accelerator.is_main_process
@@ -391,6 +399,8 @@ def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, 
     first = trainer["step"]
     totals, last_terms = defaultdict(float), {}
     tokens = padded = 0
+    if accelerator.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(accelerator.device)  # so peak_gpu_gib is this stage's
     start = time.time()
     # the stage's seconds before a resume, carried in the checkpoint: `seconds` is the whole stage's time
     earlier = trainer.get("stage_seconds", 0.0) if first else 0.0
@@ -402,6 +412,8 @@ def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, 
                                             batches.micro_batches(_batch_step(stage, trainer)), accelerator, cfg,
                                             precision, f"stage {stage.name!r} step {step + 1}")
         tokens, padded = tokens + real, padded + width
+        if step == first:  # its first step pays for allocation, kernel choice and warm-up: steady = the others
+            first_seconds = time.time() - start
         loss = terms_sum["loss"]
         trainer["global_step"] += 1
         trainer["step"] = step + 1
@@ -428,9 +440,11 @@ def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, 
     steps_run = stage.steps - first
     return {"stage": stage.name, "steps": stage.steps, "trainable_params": n_trainable, **stage.info,
             "seconds": round(earlier + elapsed, 1), **({"resumed_at_step": first} if first else {}),
+            **({"first_step_seconds": round(first_seconds, 3)} if steps_run else {}),
             "tokens_per_second": round(tokens / max(elapsed, 1e-9), 1),
             "padding_share": round(1 - tokens / padded, 4) if padded else None, "batch_order": cfg.batch_order,
             "precision": precision, **({} if index else {"precision_probe": trainer["precision"]}),
             "cpu": cpu_model(), "threads": torch.get_num_threads(),  # the host the seconds were measured on
+            **_accelerator_info(accelerator.device),
             "start": trainer.get("stage_start") or {}, "end": last_terms,
             "mean": {k: v / max(steps_run, 1) for k, v in totals.items()}}

@@ -82,6 +82,8 @@ def probe_precision(loss, model, batches: list[dict], accelerator: Accelerator, 
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
                 terms = loss(model, batch)
             terms["loss"].backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # a GPU's kernels run after their launch returns
             if i:
                 times[precision] += time.perf_counter() - start
     model.zero_grad(set_to_none=True)

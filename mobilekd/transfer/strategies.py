@@ -97,7 +97,8 @@ class PlanSettings:
                 "from their embeddings each time (mobilekd/transfer/layer_inputs.py); --no-keep-layer-inputs: "
                 "each stage reads new batches and runs from the embeddings"})
     layer_inputs_gb: float | None = field(default=None, metadata={
-        "type": float, "min": 0.0, "default_help": "a quarter of the memory available at start",
+        "type": float, "min": 0.0,
+        "default_help": "a quarter of the memory available at start (the GPU's, where the teacher runs on one)",
         "help": "memory for kept layer inputs, in GiB; batches past it run from the embeddings"})
 
     def total_steps(self, n_layers: int) -> int:
@@ -187,6 +188,13 @@ def layer_index(name: str) -> int | None:
     return None
 
 
+def available_memory(device: torch.device) -> int:
+    """Bytes free where tensors computed on `device` are kept: the GPU's memory on a GPU, the host's otherwise."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return psutil.virtual_memory().available
+
+
 class Distiller:
     """The loss functions of every stage kind, over one teacher/student pair."""
 
@@ -201,7 +209,8 @@ class Distiller:
         self.inputs = None
         if settings.keep_layer_inputs and strategy in REREADING:
             gb = settings.layer_inputs_gb
-            self.inputs = LayerInputs(int(gb * 2 ** 30) if gb is not None else psutil.virtual_memory().available // 4)
+            self.inputs = LayerInputs(int(gb * 2 ** 30) if gb is not None else available_memory(
+                next(teacher.parameters()).device) // 4)
 
     def projections(self) -> torch.nn.ModuleDict:
         """The projections the plan's matches need (none for equal widths), to train as the student's
