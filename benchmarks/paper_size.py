@@ -70,6 +70,7 @@ def method_rows(method: str, stages: list[dict], batch: int, schedule: dict, dev
     per_second = batch / per_step
     identity = {"task": "pretraining", "method": method, "seed": 0, "device": device, "batch": batch,
                 "seq_len": SEQ_LEN, "steps": sum(s["steps"] for s in stages), "precision": stages[0]["precision"],
+                "threads": stages[0]["threads"],
                 "paper_steps": schedule["steps"], "paper_batch": schedule["batch"]}
     found = {"seconds_per_step": round(per_step, 4), "examples_per_second": round(per_second, 1),
              "first_step_seconds": round(max(s["first_step_seconds"] for s in stages), 2),
