@@ -96,8 +96,8 @@ def rate(value: float) -> str:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| device | step | batch | precision | s a step | examples/s | peak GPU GiB | the paper's schedule | "
-             "its hours here |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| device | step | batch | precision | threads | s a step | examples/s | peak GPU GiB | the paper's schedule | "
+             "its hours here |", "|---|---|---|---|---|---|---|---|---|---|"]
     names = {"teacher": "IB-BERT_LARGE pre-training", "pkt-layerwise": "PKT layer-wise stage (mean of 24)",
              "pkt-pd": "PKT pre-training distillation"}
     for device in dict.fromkeys(r["device"] for r in results):
@@ -107,7 +107,8 @@ def table(results: list[dict]) -> str:
                 continue
             r = got["seconds_per_step"]
             peak = f"{got['peak_gpu_gib']['value']:.1f}" if "peak_gpu_gib" in got else "-"
-            lines.append(f"| {device} | {names[method]} | {r['batch']} | {r['precision']} | {r['value']:.3f} | "
+            lines.append(f"| {device} | {names[method]} | {r['batch']} | {r['precision']} | {r.get('threads', '-')} | "
+                         f"{r['value']:.3f} | "
                          f"{rate(got['examples_per_second']['value'])} | {peak} | {r['paper_steps']:,} x "
                          f"{r['paper_batch']} | {got['paper_schedule_hours']['value']:,.0f} |")
     return "\n".join(lines) + "\n"

@@ -32,6 +32,7 @@ def test_sigkill_and_resume_gives_the_same_weights(small_corpus, tmp_path):
     summary = json.loads((tmp_path / "full" / "summary.json").read_text())
     assert summary["train"]["end"]["mlm"] < summary["train"]["start"]["mlm"]  # it learns
     assert {"steps", "wall_seconds", "tokens_per_second", "heldout"} <= set(summary)
+    assert 0 < summary["train"]["first_step_seconds"] < summary["train"]["seconds"]  # steady step time = the rest
     assert {"mlm_loss", "mlm_accuracy", "unigram_accuracy", "nsp_accuracy", "nsp_majority_accuracy"} <= set(
         summary["heldout"])
     assert "held-out MLM accuracy" in full.stdout

@@ -27,4 +27,4 @@ def freeze_unseen_rows(model: torch.nn.Module, seen: np.ndarray):
     weight = dict(model.named_parameters())[WORD_EMBEDDINGS]
     keep = torch.zeros(weight.shape[0], 1, dtype=weight.dtype, device=weight.device)
     keep[torch.as_tensor(seen, dtype=torch.long)] = 1.0
-    return weight.register_hook(lambda grad: grad * keep.to(grad.dtype))
+    return weight.register_hook(lambda grad: grad * keep.to(grad.device, grad.dtype))  # the model may move after
