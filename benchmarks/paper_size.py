@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.runner import Job, merge_rows, run_all, show_table, table_flags
-from mobilekd.fileio import REPO_ROOT, read_json, write_json
+from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.train.precision import cpu_model
 
 TEACHER_SCHEDULE = {"steps": 125_000, "batch": 4096}  # teacher_ib_bert/configs/ib_bert_large.json
