@@ -85,20 +85,33 @@ def measure(paths: list, threads: list[int], runs: int, warmup: int) -> dict:
     results = {str(p): {"size_mb": p.stat().st_size / 1e6, "by_threads": []} for p in paths}
     for t in threads:
         runners = [load_runner(p, t) for p in paths]  # all loaded (a bad file named) before any is timed
-        inputs = [random_inputs(r.inputs) for r in runners]
-        times = [[] for _ in paths]
-        for round_ in range(warmup + runs):
-            for i in np.roll(np.arange(len(paths)), round_):  # rotate who goes first
-                start = time.perf_counter()
-                runners[i](**inputs[i])
-                if round_ >= warmup:
-                    times[i].append((time.perf_counter() - start) * 1000)
-        for path, model_times in zip(paths, times):
+        for path, model_times in zip(paths, interleaved(runners, runs, warmup)):
             results[str(path)]["by_threads"].append(_stats(model_times, t))
         del runners
     return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "models": results,
             "peak_rss_mb": round(_status_mb("VmHWM"), 1),
             "start_rss_mb": round(_START_RSS, 1)}
+
+
+def measure_signatures(path, signatures: list[str], threads: int = 1, runs: int = 30, warmup: int = 5) -> dict:
+    """Time each of a file's `signatures` (a length-aware file's input lengths) interleaved round by round, in this
+    process, on inputs of that signature's full length: {signature: stats}."""
+    runners = [TFLiteRunner(path, threads, signature) for signature in signatures]
+    return {signature: _stats(t, threads) for signature, t in zip(signatures, interleaved(runners, runs, warmup))}
+
+
+def interleaved(runners: list, runs: int, warmup: int) -> list[list[float]]:
+    """Milliseconds of each runner's `runs` calls on its random inputs, round by round, the order rotated every round
+    (so drift on a shared machine falls on all alike), after `warmup` rounds."""
+    inputs = [random_inputs(r.inputs) for r in runners]
+    times = [[] for _ in runners]
+    for round_ in range(warmup + runs):
+        for i in np.roll(np.arange(len(runners)), round_):  # rotate who goes first
+            start = time.perf_counter()
+            runners[i](**inputs[i])
+            if round_ >= warmup:
+                times[i].append((time.perf_counter() - start) * 1000)
+    return times
 
 
 def measure_in_child(paths: list, threads: list[int], runs: int = 30, warmup: int = 5) -> dict:

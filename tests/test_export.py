@@ -149,9 +149,34 @@ def test_export_bad_input_is_one_line(classifier_dir, tmp_path, tokenizer):
     line = one_line_error(run_module("mobilekd.recipes.export", "--model", classifier_dir, "--quantize", "int8",
                                      "--calibration", tmp_path / "missing.csv", "--out", tmp_path, check=False))
     assert "missing.csv: no such calibration file" in line
+    line = one_line_error(run_module("mobilekd.recipes.export", "--model", classifier_dir, "--seq-len", 64,
+                                     "--lengths", 32, 64, "--out", tmp_path, check=False))
+    assert "--lengths 64: each length is between 1 and --seq-len (64)" in line
     line = one_line_error(run_module("mobilekd.recipes.export", "--model", tmp_path, check=False))
     assert str(tmp_path) in line
     assert not list(tmp_path.glob("*.tflite")) and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_length_aware_file_runs_each_length_as_pytorch_does(classifier_dir, tmp_path):
+    """--lengths: one more file whose signatures run the model at 16, 32 and 64 tokens over weights stored once,
+    each checked on the SST-2 dev sentences that fit it, full-integer calibrated per signature; the one-signature
+    file beside it is the one MediaPipe reads (its test above)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    run_module("mobilekd.recipes.export", "--model", classifier_dir, "--out", tmp_path, "--seq-len", 64, "--lengths",
+               32, 16, "--quantize", "int8", "--calibration-examples", 16, "--parity-task", "sst2",
+               "--parity-examples", 48)
+    plain, aware = tmp_path / "model_int8.tflite", tmp_path / "model_int8_lengths.tflite"
+    assert set(Interpreter(model_path=str(aware)).get_signature_list()) == {"serving_default", "seq_16", "seq_32"}
+    assert aware.stat().st_size < 1.1 * plain.stat().st_size  # the weights once, not three times
+    report = json.loads((tmp_path / "parity.json").read_text())[aware.name]
+    assert report["max_abs_diff"] <= 1e-2 and report["agreement"] >= 0.95  # serving_default, at 64
+    lengths = report["lengths"]
+    assert abs(sum(lengths["share"].values()) - 1) < 1e-3 and lengths["dev_examples"] == 872
+    for n in ("16", "32"):
+        assert lengths["parity"][n]["examples"] > 0 and lengths["parity"][n]["max_abs_diff"] <= 1e-2, n
+        assert lengths["parity"][n]["agreement"] >= 0.95, n
+    assert lengths["host_ms"]["16"] < lengths["host_ms"]["64"] and lengths["speedup_at_dev"] > 1
 
 
 def test_the_official_masked_score_form_exports_with_parity(tmp_path, tokenizer):

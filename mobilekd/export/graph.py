@@ -175,19 +175,22 @@ def inline_buffers(model: bytes) -> bytes:
 
 
 def float_outputs(model: bytes) -> bytes:
-    """Drop the QUANTIZE ops a full-integer recipe puts before the graph's outputs, so apps read float32."""
+    """Drop the QUANTIZE ops a full-integer recipe puts before the graphs' outputs (every signature's), so apps read
+    float32."""
     def change(tree, schema):
-        graph = tree.subgraphs[0]
-        for op in list(graph.operators):
-            code = tree.operatorCodes[op.opcodeIndex]
-            if (max(code.builtinCode, code.deprecatedBuiltinCode) == schema.BuiltinOperator.QUANTIZE
-                    and op.outputs[0] in graph.outputs):
-                source, target = int(op.inputs[0]), int(op.outputs[0])
-                graph.outputs = [source if t == target else t for t in graph.outputs]
-                for signature in tree.signatureDefs or []:
-                    for tensor in signature.outputs:
-                        tensor.tensorIndex = source if tensor.tensorIndex == target else tensor.tensorIndex
-                graph.operators.remove(op)
+        for g, graph in enumerate(tree.subgraphs):
+            for op in list(graph.operators):
+                code = tree.operatorCodes[op.opcodeIndex]
+                if (max(code.builtinCode, code.deprecatedBuiltinCode) == schema.BuiltinOperator.QUANTIZE
+                        and op.outputs[0] in graph.outputs):
+                    source, target = int(op.inputs[0]), int(op.outputs[0])
+                    graph.outputs = [source if t == target else t for t in graph.outputs]
+                    for signature in tree.signatureDefs or []:
+                        if signature.subgraphIndex != g:
+                            continue
+                        for tensor in signature.outputs:
+                            tensor.tensorIndex = source if tensor.tensorIndex == target else tensor.tensorIndex
+                    graph.operators.remove(op)
     return edit(model, change)
 
 

@@ -28,10 +28,12 @@ QUANTIZATIONS = {
 }
 
 
-def tflite_name(quantize: str, prefix: str = "model") -> str:
+def tflite_name(quantize: str, prefix: str = "model", lengths: bool = False) -> str:
     """The file `mobilekd export` writes for a quantization (model_none.tflite, model_dynamic_int8.tflite, ...;
-    a multi-task model's with the prefix model_multitask)."""
-    return f"{prefix}_{quantize.replace('-', '_')}.tflite"
+    a multi-task model's with the prefix model_multitask; with `lengths` the length-aware file beside it,
+    model_none_lengths.tflite: MediaPipe's text tasks refuse a file of several subgraphs, so the file they read
+    stays one signature)."""
+    return f"{prefix}_{quantize.replace('-', '_')}{'_lengths' if lengths else ''}.tflite"
 CALIBRATED = ("int8", "int8-a16")
 
 
@@ -51,24 +53,38 @@ class ExportWrapper(torch.nn.Module):
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
 
+DEFAULT_SIGNATURE = "serving_default"  # a one-signature file's, and a length-aware file's longest (--seq-len)
+
+
+def length_signature(n: int) -> str:
+    """The signature of input length `n` in a length-aware file (`mobilekd export --lengths`): the same weights at a
+    shorter static length, which an app picks when the text fits; the file's longest length is DEFAULT_SIGNATURE,
+    the one MediaPipe's and the Task Library's BERT tasks run."""
+    return f"seq_{n}"
+
+
 def sample_inputs(seq_len: int) -> dict[str, torch.Tensor]:
     return {name: (torch.ones if name == "attention_mask" else torch.zeros)(1, seq_len, dtype=torch.int32)
             for name in INPUT_NAMES}
 
 
 def convert(model, head: str, seq_len: int, out_path, quantize: str = "none", calibration=None,
-            metadata: tuple | None = None) -> Path:
+            metadata: tuple | None = None, lengths: tuple[int, ...] = ()) -> Path:
     """Convert `model` (eval mode) and write `out_path` atomically.
 
-    Quantizes afterwards if asked (`calibration`: input dicts for the calibrated ones); `metadata` = (vocab file,
-    labels or None) attaches the TFLite metadata of `mobilekd.export.metadata` last, so quantization cannot drop it.
+    Quantizes afterwards if asked (`calibration`: input dicts for the calibrated ones, or with `lengths` a dict of
+    them per signature); `metadata` = (vocab file, labels or None) attaches the TFLite metadata of
+    `mobilekd.export.metadata` last, so quantization cannot drop it. `lengths`: shorter input lengths, each one
+    more signature (`length_signature`) over the same weights: litert-torch stores a constant once, so the file
+    grows by the signatures' operators only.
     """
     return convert_module(ExportWrapper(model.eval(), head).eval(), model.config, seq_len, out_path, quantize,
-                          calibration, metadata, head)
+                          calibration, metadata, head, lengths=lengths)
 
 
 def convert_module(module: torch.nn.Module, config, seq_len: int, out_path, quantize: str = "none", calibration=None,
-                   metadata: tuple | None = None, head: str | None = None, what: str = "the model") -> Path:
+                   metadata: tuple | None = None, head: str | None = None, what: str = "the model",
+                   lengths: tuple[int, ...] = ()) -> Path:
     """`convert` for any module taking the three int32 inputs (`ExportWrapper`'s, or the multi-task model's, whose
     outputs are named), `config` its model's: the same checks, graph rewrite, quantization and metadata."""
     import litert_torch
@@ -80,7 +96,13 @@ def convert_module(module: torch.nn.Module, config, seq_len: int, out_path, quan
     if seq_len > config.max_position_embeddings:
         raise UserError(f"--seq-len {seq_len} exceeds the model's {config.max_position_embeddings} positions")
     try:
-        edge = litert_torch.convert(module, sample_kwargs=sample_inputs(seq_len))
+        if lengths:
+            converter = litert_torch.signature(DEFAULT_SIGNATURE, module, sample_kwargs=sample_inputs(seq_len))
+            for n in lengths:
+                converter = converter.signature(length_signature(n), module, sample_kwargs=sample_inputs(n))
+            edge = converter.convert()
+        else:
+            edge = litert_torch.convert(module, sample_kwargs=sample_inputs(seq_len))
     except Exception as err:  # the converter's own message names the op it rejects
         raise UserError(f"litert-torch could not convert {what}: {type(err).__name__}: {err}"[:500]) from None
     out_path = Path(out_path)
@@ -143,6 +165,7 @@ def quantize_file(path: Path, quantize: str, calibration=None) -> None:
     if quantize in CALIBRATED:  # softmax stays float: a float output (MediaPipe reads no int8), finer attention
         q.update_quantization_recipe(regex=".*", operation_name=qtyping.TFLOperationName.SOFTMAX,
                                      algorithm_key=recipe.AlgorithmName.NO_QUANTIZE)
-        ranges = q.calibrate({"serving_default": calibration}, num_threads=1)
+        ranges = q.calibrate(calibration if isinstance(calibration, dict) else {DEFAULT_SIGNATURE: calibration},
+                             num_threads=1)
     model = bytes(q.quantize(ranges, enable_progress_report=False).quantized_model)
     path.write_bytes(float_outputs(model) if quantize in CALIBRATED else model)

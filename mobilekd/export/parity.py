@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from mobilekd.errors import UserError
-from mobilekd.export.litert import INPUT_NAMES, ExportWrapper
+from mobilekd.export.litert import DEFAULT_SIGNATURE, INPUT_NAMES, ExportWrapper
 
 
 class TFLiteRunner:
@@ -14,12 +14,16 @@ class TFLiteRunner:
     without signatures, as onnx2tf writes them, the input role a tensor name contains); calling it with arrays
     for those names returns the outputs in signature-name order (graph order without signatures)."""
 
-    def __init__(self, path, threads: int = 1):
+    def __init__(self, path, threads: int = 1, signature: str | None = None):
         from ai_edge_litert.interpreter import Interpreter
 
         self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
-        if self.interpreter.get_signature_list():
-            self.signature = self.interpreter.get_signature_runner()
+        names = self.interpreter.get_signature_list()
+        if names:  # a length-aware file's own signature, else its longest (serving_default)
+            key = signature or (DEFAULT_SIGNATURE if DEFAULT_SIGNATURE in names and len(names) > 1 else None)
+            if key is not None and key not in names:
+                raise UserError(f"{path}: has no signature {key!r} (signatures: {', '.join(names)})")
+            self.signature = self.interpreter.get_signature_runner(key)
             self.inputs = self.signature.get_input_details()
             details = self.signature.get_output_details()
             self.outputs = [details[name] for name in sorted(details)]
@@ -59,9 +63,10 @@ def _role(tensor_name: str) -> str:
     return next((role for role in INPUT_NAMES if role in tensor_name), tensor_name)
 
 
-def run_tflite(path, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """One example at a time through the LiteRT interpreter, dequantizing the outputs of a full-integer model."""
-    runner = TFLiteRunner(path)
+def run_tflite(path, arrays: dict[str, np.ndarray], signature: str | None = None) -> list[np.ndarray]:
+    """One example at a time through the LiteRT interpreter (`signature`: one of a length-aware file's), dequantizing
+    the outputs of a full-integer model."""
+    runner = TFLiteRunner(path, signature=signature)
     missing = sorted(set(INPUT_NAMES) - set(runner.inputs))
     if missing:
         raise UserError(f"{path}: has no input named {', '.join(missing)} (inputs: {', '.join(runner.inputs)})")

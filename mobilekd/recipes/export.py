@@ -7,6 +7,9 @@
 Writes into OUT, each file atomically:
   model_<quantize>.tflite   classifiers end in a softmax; classifiers and QA models carry TFLite metadata
                             (vocab, labels, input roles) that MediaPipe's TextClassifier / the Task Library read
+  model_<quantize>_lengths.tflite  with --lengths: the same model at several input lengths (signatures
+                            serving_default at --seq-len and seq_N), weights stored once; an app runs the shortest
+                            signature that holds its text (MediaPipe's text tasks refuse files of several subgraphs)
   model.onnx                with --onnx (opset 20), checked with onnxruntime
   model_onnx2tf.tflite      with --onnx2tf: the ONNX -> onnx2tf route, checked the same way (no metadata)
   model_early_exit.tflite   for a FastBERT directory (mobilekd fastbert): one signature per layer, run as an app
@@ -42,7 +45,8 @@ from mobilekd.data.tasks import TASK_NAMES, default_data, encode_classification,
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import float_islands, foreign_ops, nonfinite_constants, op_histogram, read_graph
-from mobilekd.export.litert import CALIBRATED, INPUT_NAMES, QUANTIZATIONS, convert, tflite_name
+from mobilekd.export.litert import (CALIBRATED, DEFAULT_SIGNATURE, INPUT_NAMES, QUANTIZATIONS, convert,
+                                    length_signature, tflite_name)
 from mobilekd.export.parity import parity_report, run_tflite, xnnpack_undelegated
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.flags import at_least
@@ -65,6 +69,12 @@ def parse_args(argv=None):
     p.add_argument("--head", "--task", dest="head", choices=list(HEADS),
                    help="what the file computes (default: the directory's own head)")
     p.add_argument("--seq-len", type=int, default=128, help="static input length (default 128)")
+    p.add_argument("--lengths", type=int, nargs="+", default=[], metavar="N",
+                   help="also write model_<quantize>_lengths.tflite: serving_default at --seq-len and a signature "
+                        "seq_N for each of these shorter lengths, over the same weights (stored once); an app runs "
+                        "the shortest that holds its text. The report adds each signature's parity, the parity "
+                        "task's dev lengths bucketed, and the host latency at --seq-len and at those lengths "
+                        "(MediaPipe's text tasks read one-subgraph files only: model_<quantize>.tflite stays theirs)")
     p.add_argument("--quantize", nargs="+", choices=list(QUANTIZATIONS), default=["none"],
                    help="one or more of: " + "; ".join(f"{k} = {v}" for k, v in QUANTIZATIONS.items()))
     p.add_argument("--onnx", action="store_true", help="also export model.onnx and check it with onnxruntime")
@@ -88,8 +98,9 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def calibration_inputs(args, task, data: Path, tokenizer) -> list[dict[str, np.ndarray]]:
-    """Representative inputs for full-integer int8: a seeded random sample of the task's own examples."""
+def calibration_inputs(args, task, data: Path, tokenizer) -> dict[str, list[dict[str, np.ndarray]]]:
+    """Representative inputs for full-integer int8: a seeded random sample of the task's own examples, per
+    signature (--seq-len's, and each of --lengths'), encoded at its length."""
     if args.calibration:
         if not Path(args.calibration).is_file():
             raise located(args.calibration, "no such calibration file")
@@ -98,8 +109,43 @@ def calibration_inputs(args, task, data: Path, tokenizer) -> list[dict[str, np.n
         examples = load_task(task.name, data, regression=task.is_regression).train
     rng = np.random.default_rng(0)
     chosen = [examples[i] for i in rng.permutation(len(examples))[:args.calibration_examples]]
-    arrays = encode_classification(task, chosen, tokenizer, args.seq_len).arrays
-    return [{k: arrays[k][i:i + 1].astype(np.int32) for k in INPUT_NAMES} for i in range(len(chosen))]
+
+    def at(seq_len: int) -> list[dict[str, np.ndarray]]:
+        arrays = encode_classification(task, chosen, tokenizer, seq_len).arrays
+        return [{k: arrays[k][i:i + 1].astype(np.int32) for k in INPUT_NAMES} for i in range(len(chosen))]
+
+    return {DEFAULT_SIGNATURE: at(args.seq_len), **{length_signature(n): at(n) for n in args.lengths}}
+
+
+def length_report(model, head: str, path: Path, task, tokenizer, args, same_labels: bool) -> dict:
+    """A length-aware file's signatures checked and timed: the parity task's whole dev set bucketed by the
+    shortest signature its tokens fit (an example longer than --seq-len is cut to it, as the app cuts it), each
+    signature's parity on the parity examples that fit it (encoded at its length), each signature's host latency
+    (1 thread, interleaved) and the mean latency over the dev set's buckets against that at --seq-len."""
+    from android_bench.host import measure_signatures
+
+    lengths = sorted(args.lengths)
+    buckets = [*lengths, args.seq_len]
+    dev = next(iter(task.dev.values()))
+    real = encode_classification(task, dev, tokenizer, args.seq_len).arrays["attention_mask"].sum(1)
+    shortest = np.searchsorted(buckets, real)  # index of the shortest length holding each example
+    share = {n: round(float(np.mean(shortest == i)), 4) for i, n in enumerate(buckets)}
+    parity = {}
+    for n in lengths:
+        fits = [e for e, r in zip(dev[:args.parity_examples], real[:args.parity_examples]) if r <= n]
+        if not fits:
+            parity[n] = {"examples": 0}
+            continue
+        arrays = encode_classification(task, fits, tokenizer, n).arrays
+        parity[n] = parity_report(model, head, lambda a, n=n: run_tflite(path, a, length_signature(n)), arrays,
+                                  arrays.get("labels") if same_labels else None)
+    names = {n: length_signature(n) for n in lengths} | {args.seq_len: DEFAULT_SIGNATURE}
+    timed = measure_signatures(path, list(names.values()))
+    ms = {n: round(timed[names[n]]["p50_ms"], 3) for n in buckets}
+    at_dev = sum(share[n] * ms[n] for n in buckets)
+    return {"dev_examples": len(dev), "dev_mean_tokens": round(float(real.mean()), 1), "share": share,
+            "parity": parity, "host_ms": ms, "host_ms_at_dev": round(at_dev, 3),
+            "speedup_at_dev": round(ms[args.seq_len] / at_dev, 2), "threads": 1}
 
 
 def parity_task(args) -> tuple[str, Path, bool]:
@@ -143,6 +189,15 @@ def score_cell(r: dict) -> str:
     return "-"
 
 
+def length_line(r: dict, seq_len: int) -> str:
+    """A length-aware file's report in one line: each signature's share of the dev set, latency and parity."""
+    cells = [f"{n}: {r['share'][n]:.0%} of dev, {r['host_ms'][n]:.2f} ms" + (
+        f", max abs diff {r['parity'][n]['max_abs_diff']:.2e} on {r['parity'][n]['examples']}"
+        if r["parity"].get(n, {}).get("examples") else "") for n in r["share"]]
+    return (f"lengths ({'; '.join(cells)}): {r['host_ms_at_dev']:.2f} ms at the dev set's lengths (mean "
+            f"{r['dev_mean_tokens']} tokens), {r['speedup_at_dev']}x faster than at {seq_len} (host, 1 thread)")
+
+
 def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
     lines = ["| file | MB | convert s | ops | float islands (ops in float) | max abs diff | agreement | "
              "dev score (PyTorch) | finite |", "|---|---|---|---|---|---|---|---|---|"]
@@ -151,6 +206,7 @@ def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
         lines.append(f"| {name} | {r['size_bytes'] / 1e6:.1f} | {r['convert_seconds']} | {r['op_count']} | "
                      f"{islands_cell(r.get('float_islands'))} | {r['max_abs_diff']:.2e} | {agreement_cell(r)} | "
                      f"{score_cell(r)} | {r['finite'] and not r['nonfinite_constants']} |")
+    lines += [f"- {name}, {length_line(r['lengths'], r['seq_len'])}" for name, r in plain.items() if "lengths" in r]
     lines += ["", "Operators per file:", ""]
     lines += [f"- {name}: " + ", ".join(f"{op} {n}" for op, n in histograms[name].items()) for name in plain]
     for name, r in reports.items():
@@ -166,6 +222,7 @@ def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
 def routes(args) -> list[tuple[str, str]]:
     """A classifier's (quantization or route, file) pairs, in the order they are written."""
     found = [(q, tflite_name(q)) for q in args.quantize]
+    found += [(q, tflite_name(q, lengths=True)) for q in args.quantize] if args.lengths else []
     found += [("onnx", "model.onnx")] if args.onnx or args.onnx2tf else []
     return found + ([("onnx2tf", "model_onnx2tf.tflite")] if args.onnx2tf else [])
 
@@ -191,6 +248,12 @@ def expected_files(args) -> set[str]:
 def main(argv=None):
     args = parse_args(argv)
     at_least("--seq-len", args.seq_len, 1)
+    for n in args.lengths:
+        if not 1 <= n < args.seq_len:
+            raise UserError(f"--lengths {n}: each length is between 1 and --seq-len ({args.seq_len}), which the file "
+                            f"has already")
+    if len(set(args.lengths)) != len(args.lengths):
+        raise UserError(f"--lengths {' '.join(map(str, args.lengths))}: a length given twice")
     if is_seq2seq(args.model):
         load_seq2seq(args.model)  # a bad model is named before OUT
     else:
@@ -252,8 +315,11 @@ def run(args):
             else:
                 if quantize in CALIBRATED and calibration is None:
                     calibration = calibration_inputs(args, task, data, tokenizer)
+                lengths = tuple(sorted(args.lengths)) if name == tflite_name(quantize, lengths=True) else ()
+                signatures = [DEFAULT_SIGNATURE, *map(length_signature, lengths)]
                 path = convert(model, head, args.seq_len, out / name, quantize,
-                               calibration if quantize in CALIBRATED else None, metadata)
+                               {k: calibration[k] for k in signatures} if quantize in CALIBRATED else None,
+                               metadata, lengths)
             ops = read_graph(path)
             histograms[name], runner = op_histogram(ops), run_tflite
         seconds = round(time.time() - start, 1)
@@ -261,12 +327,16 @@ def run(args):
         report.update(file_report(path, ops, histograms[name]), quantize=quantize, seq_len=args.seq_len,
                       convert_seconds=seconds, model=str(args.model),
                       metadata=metadata is not None and quantize in QUANTIZATIONS)
+        if name == tflite_name(quantize, lengths=True):
+            report["lengths"] = length_report(model, head, path, task, tokenizer, args, same_labels)
         reports[name] = report
         write_json(out / "parity.json", reports)
         write_json(out / "ops.json", histograms)
         print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): max abs diff "
               f"{report['max_abs_diff']:.2e}, agreement {agreement_cell(report)}, {score_cell(report)}")
         print("  ops: " + ", ".join(f"{k} {v}" for k, v in histograms[name].items()))
+        if "lengths" in report:
+            print("  " + length_line(report["lengths"], args.seq_len))
         if report["float_islands"]:
             print(f"  float islands: {islands_cell(report['float_islands'])}")
     if early is not None:
@@ -300,6 +370,7 @@ def export_seq2seq(args, out: Path) -> None:
     from mobilekd.export.seq2seq import convert_seq2seq, seq2seq_parity
 
     unsupported = [f for f, given in (("--head", args.head), ("--onnx", args.onnx), ("--onnx2tf", args.onnx2tf),
+                                      ("--lengths", args.lengths),
                                       ("--parity-task", args.parity_task), ("--calibration", args.calibration))
                    if given] + [q for q in args.quantize if q != "none"]
     if unsupported:
@@ -334,6 +405,7 @@ def export_multitask(args, out: Path) -> None:
     from mobilekd.export.multitask import UNCALIBRATED, convert_multitask, multitask_parity
 
     unsupported = [flag for flag, given in (("--head", args.head), ("--onnx", args.onnx), ("--onnx2tf", args.onnx2tf),
+                                            ("--lengths", args.lengths),
                                             ("--parity-task", args.parity_task), ("--parity-data", args.parity_data),
                                             ("--calibration", args.calibration)) if given]
     refused = [q for q in args.quantize if q not in UNCALIBRATED]
