@@ -57,14 +57,23 @@ def random_inputs(details, seed: int = 0) -> dict[str, np.ndarray]:
     return inputs
 
 
-def load_runner(path, threads: int) -> TFLiteRunner:
-    """`path` ready to run at `threads` threads (a seq2seq file: one generated sentence a call, `SentenceTiming`);
-    a file that is missing or not a model LiteRT loads is one line."""
-    path = Path(path)
+SIGNATURE_MARK = "#"  # "FILE#SIGNATURE": one signature of a length-aware file, timed as a model of its own
+
+
+def split_entry(entry) -> tuple[Path, str | None]:
+    """A timed entry's file and signature (None: the file's default)."""
+    path, _, signature = str(entry).partition(SIGNATURE_MARK)
+    return Path(path), signature or None
+
+
+def load_runner(entry, threads: int) -> TFLiteRunner:
+    """`entry` (a file, or FILE#SIGNATURE) ready to run at `threads` threads (a seq2seq file: one generated sentence
+    a call, `SentenceTiming`); a file that is missing or not a model LiteRT loads is one line."""
+    path, signature = split_entry(entry)
     if not path.is_file():
         raise located(path, "no such model file")
     try:
-        return SentenceTiming(path, threads) if is_seq2seq_file(path) else TFLiteRunner(path, threads)
+        return SentenceTiming(path, threads) if is_seq2seq_file(path) else TFLiteRunner(path, threads, signature)
     except (ValueError, RuntimeError) as e:
         raise located(path, f"LiteRT cannot load it ({last_line(str(e), type(e).__name__)})") from None
 
@@ -78,11 +87,10 @@ def _stats(times_ms: list[float], threads: int) -> dict:
 
 def measure(paths: list, threads: list[int], runs: int, warmup: int) -> dict:
     """Time every model at every thread count, interleaved round by round (in this process)."""
-    paths = [Path(p) for p in paths]
-    for path in paths:
-        if not path.is_file():
-            raise located(path, "no such model file")
-    results = {str(p): {"size_mb": p.stat().st_size / 1e6, "by_threads": []} for p in paths}
+    for entry in paths:
+        if not split_entry(entry)[0].is_file():
+            raise located(split_entry(entry)[0], "no such model file")
+    results = {str(p): {"size_mb": split_entry(p)[0].stat().st_size / 1e6, "by_threads": []} for p in paths}
     for t in threads:
         runners = [load_runner(p, t) for p in paths]  # all loaded (a bad file named) before any is timed
         for path, model_times in zip(paths, interleaved(runners, runs, warmup)):
@@ -96,8 +104,9 @@ def measure(paths: list, threads: list[int], runs: int, warmup: int) -> dict:
 def measure_signatures(path, signatures: list[str], threads: int = 1, runs: int = 30, warmup: int = 5) -> dict:
     """Time each of a file's `signatures` (a length-aware file's input lengths) interleaved round by round, in this
     process, on inputs of that signature's full length: {signature: stats}."""
-    runners = [TFLiteRunner(path, threads, signature) for signature in signatures]
-    return {signature: _stats(t, threads) for signature, t in zip(signatures, interleaved(runners, runs, warmup))}
+    entries = [f"{path}{SIGNATURE_MARK}{signature}" for signature in signatures]
+    timed = measure(entries, [threads], runs, warmup)["models"]
+    return {signature: timed[entry]["by_threads"][0] for signature, entry in zip(signatures, entries)}
 
 
 def interleaved(runners: list, runs: int, warmup: int) -> list[list[float]]:

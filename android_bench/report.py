@@ -18,14 +18,15 @@ from pathlib import Path
 from tqdm import tqdm
 
 from android_bench import estimate as cost
-from android_bench.host import measure_in_child, peak_memory
+from android_bench.host import SIGNATURE_MARK, measure_in_child, peak_memory, split_entry
 from android_bench.models import export_preset, export_transformers_mobilebert
 from android_bench.peak import FLOPS as PEAK_FLOPS
 from android_bench.peak import peak_models
 from mobilekd.errors import UserError, located
-from mobilekd.export.graph import read_graph
+from mobilekd.export.graph import read_graph, subgraph_names
+from mobilekd.export.litert import signature_length
 from mobilekd.export.seq2seq import is_seq2seq_file, sentence_graph, sentence_tokens
-from mobilekd.fileio import save_png
+from mobilekd.fileio import read_json, save_png
 
 DEVICES = ("pixel4", "pixel6", "pixel8")
 PAPER_RATIOS = {  # from the Pixel 4 latencies of Table 4 (pixel4.json)
@@ -52,11 +53,13 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
         if not Path(path).is_file():
             raise located(path, "no such .tflite file")
         files[name] = (name, "dynamic-int8" if "int8" in Path(path).name else "none", Path(path))
+        for label, entry in length_entries(name, Path(path)).items():  # each shorter signature, a row of its own
+            files[label] = (name, files[name][1], entry)
     if not files:
         raise UserError("nothing to measure: give --models and/or --tflite")
     # each graph read once, before any timing: a text file or a truncated model is named here; a seq2seq file's is
     # one generated sentence's (its encode, then GENERATED_TOKENS decode steps)
-    graphs = {label: sentence_graph(path) if is_seq2seq_file(path) else read_graph(path)
+    graphs = {label: sentence_graph(path) if is_seq2seq_file(path) else entry_graph(path)
               for label, (_, _, path) in files.items()}
 
     peak_files = peak_models(cache)
@@ -76,7 +79,7 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
         gflops = sum(c["flops"] for c in costs) / 1e9
         int8 = quantize != "none"
         row = {"model": name, "quantize": quantize, "file": str(path), "params_m": _params(graph),
-               "gflops": round(gflops, 3), "size_mb": round(path.stat().st_size / 1e6, 2),
+               "gflops": round(gflops, 3), "size_mb": round(split_entry(path)[0].stat().st_size / 1e6, 2),
                "memory_mb": peak_memory(path), "host": {}, "estimate_ms": {}, "accuracy": accuracy.get(label),
                **({"generated_tokens": sentence_tokens(path)} if is_seq2seq_file(path) else {})}
         for t, stats in timing[path].items():
@@ -93,6 +96,8 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
         row["elementwise_ops"] = sum(c["kind"] == "elementwise" for c in costs)
         row["elementwise_mb"] = round(sum(c["activations"] for c in costs if c["kind"] == "elementwise") / 1e6, 1)
         rows[label] = row
+    for name, path in (tflite or {}).items():
+        rows.update(at_dev_lengths(name, Path(path), rows))
     return {"host": {"cpu": timed["cpu"], "cpu_count": timed["cpu_count"], "threads": threads,
                      "runs": runs, "interleaved": True,
                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
@@ -100,6 +105,50 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
             "seq_len": seq_len, "estimate": {"threads": 4, "efficiency": round(efficiency, 3),
                                                   "calibrated_on": "MobileBERT fp32, Pixel 4, 62 ms (paper, Table 4)"},
             "rows": rows, "claims": claims(rows, threads, profiles), "goals": goals(rows, threads, runs)}
+
+
+def length_entries(name: str, path: Path) -> dict[str, Path]:
+    """A length-aware file's (`mobilekd export --lengths`) shorter signatures as timed entries, {"NAME @N":
+    FILE#SIGNATURE}; none for any other file."""
+    if is_seq2seq_file(path):
+        return {}
+    return {f"{name} @{signature_length(s)}": Path(f"{path}{SIGNATURE_MARK}{s}") for s in subgraph_names(path)
+            if signature_length(s) is not None}
+
+
+def entry_graph(entry) -> list:
+    """The graph of a timed entry: a file's main subgraph, or the subgraph of FILE#SIGNATURE."""
+    path, signature = split_entry(entry)
+    return read_graph(path, subgraph_names(path).index(signature) if signature else 0)
+
+
+def at_dev_lengths(name: str, path: Path, rows: dict) -> dict:
+    """A length-aware file's latency at its task's dev lengths, {"NAME @dev": row}: each signature's host p50 and
+    estimates weighted by the share of the parity task's dev sentences it is the shortest to hold (the export's
+    parity.json beside the file); none without those shares."""
+    parity = path.parent / "parity.json"
+    lengths = read_json(parity).get(path.name, {}).get("lengths") if parity.is_file() else None
+    if not lengths:
+        return {}
+    seq_len = max(int(n) for n in lengths["share"])
+    share = lengths["share"]
+    parts = {n: rows.get(name if int(n) == seq_len else f"{name} @{n}") for n in share}
+    if None in parts.values():  # the file's signatures are not the lengths its parity.json holds
+        return {}
+
+    def mean(get) -> float:
+        return sum(share[n] * get(parts[n]) for n in share)
+
+    base = rows[name]
+    row = {**base, "file": str(path), "share": share, "dev_mean_tokens": lengths["dev_mean_tokens"],
+           "gflops": round(mean(lambda r: r["gflops"]), 3),
+           "host": {t: {k: round(mean(lambda r, t=t, k=k: r["host"][t][k]), 3)
+                        for k in ("p50_ms", "p90_ms", "achieved_gflops", "fraction_of_peak")}
+                    for t in base["host"]},
+           "estimate_ms": {d: round(mean(lambda r, d=d: r["estimate_ms"][d]), 1) for d in base["estimate_ms"]},
+           "estimate_breakdown_ms": {d: {k: round(mean(lambda r, d=d, k=k: r["estimate_breakdown_ms"][d].get(k, 0)),
+                                                  2) for k in b} for d, b in base["estimate_breakdown_ms"].items()}}
+    return {f"{name} @dev": row}
 
 
 def _params(ops) -> float:
@@ -209,6 +258,13 @@ def markdown(report: dict, title: bool = True) -> str:
                       f"{label}: N = {r['generated_tokens']}, {r['host'][str(t)]['p50_ms'] / r['generated_tokens']:.2f} "
                       f"ms a token on the host at {t} thr, {r['estimate_ms'][d] / r['generated_tokens']:.2f} ms on {d} "
                       f"(est.)" for label, r in generators.items()) + "."]
+    at_dev = {label: r for label, r in rows.items() if r.get("share")}
+    if at_dev:
+        lines += ["", "Length-aware files (`mobilekd export --lengths`): a row NAME @N is the file's signature of N "
+                  "tokens; NAME @dev the mean over its task's dev sentences, each run at the shortest signature "
+                  "holding it (shares of the dev set: " + "; ".join(
+                      f"{label}: " + ", ".join(f"{n} {v:.0%}" for n, v in r["share"].items())
+                      + f", mean {r['dev_mean_tokens']} tokens" for label, r in at_dev.items()) + ")."]
     if report["claims"]:
         lines += ["", "## The paper's claims (ratios of latency)", "",
                   "| claim | paper, Pixel 4 | " + " | ".join(f"host {t} thr" for t in threads) +

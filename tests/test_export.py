@@ -178,6 +178,16 @@ def test_length_aware_file_runs_each_length_as_pytorch_does(classifier_dir, tmp_
         assert lengths["parity"][n]["agreement"] >= 0.95, n
     assert lengths["host_ms"]["16"] < lengths["host_ms"]["64"] and lengths["speedup_at_dev"] > 1
 
+    # `mobilekd latency --tflite NAME=FILE` times and estimates each shorter signature as a row of its own
+    from android_bench.host import load_runner, random_inputs
+    from android_bench.report import entry_graph, length_entries
+
+    entries = length_entries("s", aware)
+    assert set(entries) == {"s @16", "s @32"} and length_entries("p", plain) == {}
+    runner = load_runner(entries["s @16"], 1)
+    assert runner.inputs["input_ids"]["shape"].tolist() == [1, 16] and runner(**random_inputs(runner.inputs))
+    assert 0 < len(entry_graph(entries["s @16"])) == len(entry_graph(entries["s @32"]))
+
 
 def test_the_official_masked_score_form_exports_with_parity(tmp_path, tokenizer):
     """A student masking padding as TF1 does (scores * mask + (1 - mask) * -6) exports to a .tflite that computes

@@ -63,6 +63,12 @@ def length_signature(n: int) -> str:
     return f"seq_{n}"
 
 
+def signature_length(name: str) -> int | None:
+    """The input length of a length-aware file's signature `name` (`length_signature`'s inverse), else None."""
+    prefix, _, n = name.partition("_")
+    return int(n) if prefix == "seq" and n.isdigit() else None
+
+
 def sample_inputs(seq_len: int) -> dict[str, torch.Tensor]:
     return {name: (torch.ones if name == "attention_mask" else torch.zeros)(1, seq_len, dtype=torch.int32)
             for name in INPUT_NAMES}
