@@ -59,8 +59,7 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
         raise UserError("nothing to measure: give --models and/or --tflite")
     # each graph read once, before any timing: a text file or a truncated model is named here; a seq2seq file's is
     # one generated sentence's (its encode, then GENERATED_TOKENS decode steps)
-    graphs = {label: sentence_graph(path) if is_seq2seq_file(path) else entry_graph(path)
-              for label, (_, _, path) in files.items()}
+    graphs = {label: entry_graph(path) for label, (_, _, path) in files.items()}
 
     peak_files = peak_models(cache)
     timed = measure_in_child(list(peak_files.values()) + [path for _, _, path in files.values()], threads,
@@ -81,7 +80,7 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
         row = {"model": name, "quantize": quantize, "file": str(path), "params_m": _params(graph),
                "gflops": round(gflops, 3), "size_mb": round(split_entry(path)[0].stat().st_size / 1e6, 2),
                "memory_mb": peak_memory(path), "host": {}, "estimate_ms": {}, "accuracy": accuracy.get(label),
-               **({"generated_tokens": sentence_tokens(path)} if is_seq2seq_file(path) else {})}
+               **({"generated_tokens": sentence_tokens(path)} if is_seq2seq_file(split_entry(path)[0]) else {})}
         for t, stats in timing[path].items():
             achieved = gflops / (stats["p50_ms"] / 1000)
             row["host"][str(t)] = {"p50_ms": round(stats["p50_ms"], 2), "p90_ms": round(stats["p90_ms"], 2),
@@ -117,9 +116,12 @@ def length_entries(name: str, path: Path) -> dict[str, Path]:
 
 
 def entry_graph(entry) -> list:
-    """The graph of a timed entry: a file's main subgraph, or the subgraph of FILE#SIGNATURE."""
+    """The graph of a timed entry: a file's main subgraph (a seq2seq file's: one generated sentence's), or the
+    subgraph of FILE#SIGNATURE."""
     path, signature = split_entry(entry)
-    return read_graph(path, subgraph_names(path).index(signature) if signature else 0)
+    if signature:
+        return read_graph(path, subgraph_names(path).index(signature))
+    return sentence_graph(path) if is_seq2seq_file(path) else read_graph(path)
 
 
 def at_dev_lengths(name: str, path: Path, rows: dict) -> dict:
