@@ -145,7 +145,7 @@ def at_dev_lengths(name: str, path: Path, rows: dict) -> dict:
     row = {**base, "file": str(path), "share": share, "dev_mean_tokens": lengths["dev_mean_tokens"],
            "gflops": round(mean(lambda r: r["gflops"]), 3),
            "host": {t: {k: round(mean(lambda r, t=t, k=k: r["host"][t][k]), 3)
-                        for k in ("p50_ms", "p90_ms", "achieved_gflops", "fraction_of_peak")}
+                        for k in ("p50_ms", "achieved_gflops", "fraction_of_peak")}  # means, not a p90
                     for t in base["host"]},
            "estimate_ms": {d: round(mean(lambda r, d=d: r["estimate_ms"][d]), 1) for d in base["estimate_ms"]},
            "estimate_breakdown_ms": {d: {k: round(mean(lambda r, d=d, k=k: r["estimate_breakdown_ms"][d].get(k, 0)),

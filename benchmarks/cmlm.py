@@ -44,6 +44,7 @@ METHODS = ("cmlm", "ce")
 ORDER = ("teacher", "cmlm", "ce", "copy", "cmlm-vs-ce")
 METRICS = ("bleu", "chrf", "bleu_greedy", "chrf_greedy", "token_accuracy", "perplexity", "bootstrap_p")
 SAMPLES = 5  # generations shown per task
+BEAM_FILE = "dev_generations_beam.jsonl"  # a student run's beam-search outputs (none with --beam 1)
 EVAL_POINTS = 5  # greedy dev evaluations per student run (history.json: BLEU against training time)
 
 
@@ -101,7 +102,7 @@ def budget(task: str) -> dict:
 
 def beam_generations(d: Path) -> list[dict]:
     """A student run's beam-search dev generations (source, reference, generated), in dev order."""
-    with open(d / "dev_generations_beam.jsonl", encoding="utf-8") as f:
+    with open(d / BEAM_FILE, encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 
@@ -122,13 +123,19 @@ def seconds(result: dict) -> float:
     return round(sum(s["seconds"] for s in result["training"]), 1)
 
 
+def gpu(result: dict) -> dict:
+    """The GPU a run trained on, as its training loop recorded it ({} on a CPU)."""
+    found = next((s["gpu"] for s in result.get("training") or [] if s.get("gpu")), None)
+    return {"gpu": found} if found else {}
+
+
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     found = []
     for task in tasks:
         t = finished_results(run_dir(out, task, "teacher"))
         if t is not None:
             found += [{"task": task, "method": "teacher", "seed": 0, "metric": m, "value": round(v, 4),
-                       "train_seconds": seconds(t), "cpu": training_cpu(t), **budget(task)}
+                       "train_seconds": seconds(t), "cpu": training_cpu(t), **gpu(t), **budget(task), "lr": t.get("lr")}
                       for m, v in t["metrics"]["dev"].items()]
         for seed in seeds:
             runs = {m: finished_results(run_dir(out, task, m, seed)) for m in METHODS}
@@ -137,13 +144,13 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                     continue
                 m = r["metrics"]
                 shared = {"task": task, "method": method, "seed": seed, "params": r["params"], "steps": r["steps"],
-                          "train_seconds": seconds(r), "cpu": training_cpu(r), **budget(task),
+                          "train_seconds": seconds(r), "cpu": training_cpu(r), **gpu(r), **budget(task),
                           **({"soft_target_seconds": r["soft_target_seconds"]} if r.get("soft_target_seconds") else {})}
                 found += [{**shared, "metric": f"{k}{suffix}", "value": v} for split, suffix in
-                          (("dev_beam", ""), ("dev", "_greedy")) for k, v in m[split].items()]
+                          (("dev_beam", ""), ("dev", "_greedy")) if split in m for k, v in m[split].items()]
                 found += [{"task": task, "method": "copy", "seed": seed, "metric": k, "value": v}
                           for k, v in m["dev_copy"].items()] if method == "ce" else []
-            if all(runs.values()):
+            if all(runs.values()) and all("dev_beam" in r["metrics"] for r in runs.values()):  # beam outputs
                 p = bootstrap_p(run_dir(out, task, "cmlm", seed), run_dir(out, task, "ce", seed))
                 found.append({"task": task, "method": "cmlm-vs-ce", "seed": seed, "metric": "bootstrap_p",
                               "value": round(p, 4)})
@@ -206,7 +213,7 @@ def collect_samples(out: Path, tasks: list[str], path: Path) -> None:
     found = read_json(path) if path.is_file() else {}
     for task in tasks:
         dirs = {m: run_dir(out, task, m, 0) for m in METHODS}
-        if all(finished_results(d) for d in dirs.values()):
+        if all(finished_results(d) and (d / BEAM_FILE).is_file() for d in dirs.values()):  # beam search was run
             gen = {m: beam_generations(d)[:SAMPLES] for m, d in dirs.items()}
             found[task] = [{"source": g["source"], "reference": g["reference"],
                             **{m: gen[m][i]["generated"] for m in METHODS}} for i, g in enumerate(gen["cmlm"])]

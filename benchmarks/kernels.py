@@ -47,25 +47,49 @@ def jobs(out: Path) -> list[Job]:
                            "--out", str(out / "tflite")], out / "tflite", ["finetune"])]
 
 
+def file_rows(out: Path) -> list[dict]:
+    """What the export recorded of each length-aware file (its parity.json): its size against the one-length file
+    beside it, and per signature the dev sentences it is the shortest to hold and its parity on those of the
+    parity examples that fit it."""
+    from mobilekd.export.litert import tflite_name
+
+    parity = read_json(out / "tflite" / "parity.json")
+    found = []
+    for form, quantize in FORMS.items():
+        name, plain = tflite_name(quantize, lengths=True), tflite_name(quantize)
+        lengths = parity[name]["lengths"]
+        common = {"task": "sst2", "method": f"student {form}", "seed": 0, "model": "student", "form": form,
+                  "file": name}
+        found += [{**common, "seq": "all", "metric": "tflite_bytes", "value": parity[name]["size_bytes"]},
+                  {**common, "seq": str(SEQ_LEN), "metric": "tflite_bytes", "value": parity[plain]["size_bytes"],
+                   "file": plain}]
+        for n, share in lengths["share"].items():
+            found.append({**common, "seq": n, "metric": "dev_share", "value": share})
+            checked = lengths["parity"].get(n) or (parity[name] if int(n) == SEQ_LEN else {})
+            found += [{**common, "seq": n, "metric": m, "value": checked[m]} for m in ("examples", "max_abs_diff")
+                      if m in checked]
+    return found
+
+
 def rows(out: Path, threads: list[int], runs: int) -> list[dict]:
     from android_bench import estimate as cost
     from android_bench.host import measure_signatures
     from android_bench.models import CACHE, export_preset
     from mobilekd.export.graph import read_graph, subgraph_names
-    from mobilekd.export.litert import tflite_name
+    from mobilekd.export.litert import signature_length, tflite_name
     from mobilekd.export.parity import xnnpack_undelegated
     from mobilekd.train.precision import cpu_model
 
     parity = read_json(out / "tflite" / "parity.json")
     efficiency = cost.calibrate(cost.op_costs(read_graph(export_preset("mobilebert", "none", 128, CACHE))))
     pixel4 = cost.load_profile("pixel4")
-    found = []
+    found = file_rows(out)
     for form, quantize in FORMS.items():
         name = tflite_name(quantize, lengths=True)
         path, lengths = out / "tflite" / name, parity[name]["lengths"]
         share = {int(n): v for n, v in lengths["share"].items()}
         signatures = subgraph_names(path)  # litert-torch names each subgraph after its signature
-        length_of = {s: SEQ_LEN if s == "serving_default" else int(s.split("_")[1]) for s in signatures}
+        length_of = {s: signature_length(s) or parity[name]["seq_len"] for s in signatures}
 
         def row(seq, metric, value, **extra):
             found.append({"task": "sst2", "method": f"student {form}", "seed": 0, "model": "student", "form": form,
@@ -114,9 +138,15 @@ def table(results: list[dict]) -> str:
                      + " | ".join(f"{cell(form, 'dev', 'speedup', t)}x" for t in threads)
                      + f" | {cell(form, 'dev', 'speedup')}x |")
     undelegated = {f: cell(f, str(SEQ_LEN), "undelegated_ops") for f in forms}
-    cpu = results[0]["cpu"] if results else "-"
+    sizes = {f: {r["seq"]: r["value"] / 1e6 for r in results if (r["form"], r["metric"]) == (f, "tflite_bytes")}
+             for f in forms}
+    size_line = "; ".join(f"{f} {v['all']:.1f} MB against {v[str(SEQ_LEN)]:.1f} MB" for f, v in sizes.items()
+                          if {"all", str(SEQ_LEN)} <= set(v))
+    cpu = next((r["cpu"] for r in results if "cpu" in r), "-")
     return ("\n".join(lines) + "\n\nOperators XNNPACK leaves to TFLite (main signature): "
-            + ", ".join(f"{f} {n}" for f, n in undelegated.items()) + f". Host: {cpu}.\n")
+            + ", ".join(f"{f} {n}" for f, n in undelegated.items()) + f". Host: {cpu}."
+            + (f" Size of the length-aware file against the one-length file: {size_line}." if size_line else "")
+            + "\n")
 
 
 def main(argv=None) -> int:
@@ -126,17 +156,20 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="runs/kernels", help="where its runs go (default runs/kernels)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="host thread counts (default 1 2)")
     p.add_argument("--runs", type=int, default=50, help="timed runs per signature (default 50)")
+    p.add_argument("--collect", action="store_true",
+                   help="only the rows the export recorded (sizes, dev shares, parity): no run, no timing")
     args = p.parse_args(argv)
     out = (REPO_ROOT / args.out).resolve()
     results_path = REPO_ROOT / args.results
-    if not args.table:
-        failed = run_all(jobs(out), 1, out / "logs")
-        if failed:
-            print(f"failed: {', '.join(failed)}", file=sys.stderr)
-            return 1
-        merge_rows(results_path, rows(out, args.threads, args.runs),
-                   lambda r: (r["model"], r["form"], r["seq"], r["metric"], r.get("threads", 0)),
-                   key=("model", "form", "seq", "metric", "threads"))
+    if args.collect or not args.table:
+        if not args.collect:
+            failed = run_all(jobs(out), 1, out / "logs")
+            if failed:
+                print(f"failed: {', '.join(failed)}", file=sys.stderr)
+                return 1
+        found = file_rows(out) if args.collect else rows(out, args.threads, args.runs)
+        merge_rows(results_path, found, lambda r: (r["model"], r["form"], r["seq"], r["metric"], r.get("threads", 0)),
+                   key=("model", "form", "seq", "metric", "threads", "file"))
     return show_table(args, results_path, table)
 
 

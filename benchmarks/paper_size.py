@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.runner import Job, merge_rows, run_all, show_table, table_flags
+from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.train.precision import cpu_model
 
@@ -46,22 +47,35 @@ def device_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else cpu_model()
 
 
+def run_dirs(args, out: Path) -> tuple[Path, Path]:
+    """The teacher's and the distillation's directories, named by their budgets: a finished run is reused only
+    for the batch and steps it was measured at."""
+    teacher = out / f"teacher_b{args.teacher_batch}_s{args.teacher_steps}_{args.precision}"
+    return teacher, out / f"pkt_b{args.distill_batch}_l{args.layer_steps}_pd{args.pd_steps}_{teacher.name}"
+
+
 def jobs(args, out: Path) -> list[Job]:
+    teacher, pkt = run_dirs(args, out)
     common = ["--seq-len", str(SEQ_LEN), "--mixed-precision", args.precision, "--eval-examples", "256", "--resume",
               "--optimizer", "lamb", "--lr", "1.5e-3", "--cache-dir", str(out / "cache")]
     return [Job("teacher", ["train-teacher", "--preset", "ib_bert_large", "--steps", str(args.teacher_steps),
-                            "--batch-size", str(args.teacher_batch), *common, "--out", str(out / "teacher")],
-                out / "teacher"),
-            Job("pkt", ["distill", "--teacher", str(out / "teacher"), "--student", "mobilebert", "--strategy", "pkt",
+                            "--batch-size", str(args.teacher_batch), *common, "--out", str(teacher)],
+                teacher),
+            Job("pkt", ["distill", "--teacher", str(teacher), "--student", "mobilebert", "--strategy", "pkt",
                         "--layer-steps", str(args.layer_steps), "--pd-steps", str(args.pd_steps),
                         "--no-keep-layer-inputs", "--batch-size", str(args.distill_batch), *common,
-                        "--out", str(out / "pkt")],
-                out / "pkt", needs=["teacher"])]
+                        "--out", str(pkt)],
+                pkt, needs=["teacher"])]
 
 
 def steady(stages: list[dict]) -> tuple[float, int]:
-    """Seconds and steps of `stages` without each stage's first step."""
-    return (sum(s["seconds"] - s["first_step_seconds"] for s in stages), sum(s["steps"] - 1 for s in stages))
+    """Seconds and steps of `stages` without each stage's first step (of a run not resumed: a resumed stage's
+    seconds hold time before the resume, and its first step is the resumed one's)."""
+    run = [s for s in stages if "first_step_seconds" in s and "resumed_at_step" not in s]
+    if len(run) < len(stages):
+        raise UserError("a stage of these runs was resumed: its step time is not steady; remove the run and measure "
+                        "again")
+    return sum(s["seconds"] - s["first_step_seconds"] for s in run), sum(s["steps"] - 1 for s in run)
 
 
 def method_rows(method: str, stages: list[dict], batch: int, schedule: dict, device: str) -> list[dict]:
@@ -82,8 +96,9 @@ def method_rows(method: str, stages: list[dict], batch: int, schedule: dict, dev
 
 def rows(args, out: Path) -> list[dict]:
     device = device_name()
-    teacher = read_json(out / "teacher" / "summary.json")["train"]
-    stages = read_json(out / "pkt" / "summary.json")["stages"]
+    teacher_dir, pkt_dir = run_dirs(args, out)
+    teacher = read_json(teacher_dir / "summary.json")["train"]
+    stages = read_json(pkt_dir / "summary.json")["stages"]
     layerwise = [s for s in stages if s["stage"] != "pd"]
     pd = [s for s in stages if s["stage"] == "pd"]
     return (method_rows("teacher", [teacher], args.teacher_batch, TEACHER_SCHEDULE, device)

@@ -185,7 +185,8 @@ def test_length_aware_file_runs_each_length_as_pytorch_does(classifier_dir, tmp_
     entries = length_entries("s", aware)
     assert set(entries) == {"s @16", "s @32"} and length_entries("p", plain) == {}
     runner = load_runner(entries["s @16"], 1)
-    assert runner.inputs["input_ids"]["shape"].tolist() == [1, 16] and runner(**random_inputs(runner.inputs))
+    assert runner.inputs["input_ids"]["shape"].tolist() == [1, 16]
+    assert [o.shape for o in runner(**random_inputs(runner.inputs))] == [(1, 2)]  # SST-2's two labels
     assert 0 < len(entry_graph(entries["s @16"])) == len(entry_graph(entries["s @32"]))
 
 

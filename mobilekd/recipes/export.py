@@ -8,7 +8,8 @@ Writes into OUT, each file atomically:
   model_<quantize>.tflite   classifiers end in a softmax; classifiers and QA models carry TFLite metadata
                             (vocab, labels, input roles) that MediaPipe's TextClassifier / the Task Library read
   model_<quantize>_lengths.tflite  with --lengths: the same model at several input lengths (signatures
-                            serving_default at --seq-len and seq_N), weights stored once; an app runs the shortest
+                            serving_default at --seq-len and seq_N), fp32 weights stored once (a quantizer may
+                            keep some quantized tensors per signature); an app runs the shortest
                             signature that holds its text (MediaPipe's text tasks refuse files of several subgraphs)
   model.onnx                with --onnx (opset 20), checked with onnxruntime
   model_onnx2tf.tflite      with --onnx2tf: the ONNX -> onnx2tf route, checked the same way (no metadata)
@@ -71,7 +72,8 @@ def parse_args(argv=None):
     p.add_argument("--seq-len", type=int, default=128, help="static input length (default 128)")
     p.add_argument("--lengths", type=int, nargs="+", default=[], metavar="N",
                    help="also write model_<quantize>_lengths.tflite: serving_default at --seq-len and a signature "
-                        "seq_N for each of these shorter lengths, over the same weights (stored once); an app runs "
+                        "seq_N for each of these shorter lengths, over the same weights (fp32 ones stored once); an "
+                        "app runs "
                         "the shortest that holds its text. The report adds each signature's parity, the parity "
                         "task's dev lengths bucketed, and the host latency at --seq-len and at those lengths "
                         "(MediaPipe's text tasks read one-subgraph files only: model_<quantize>.tflite stays theirs)")
@@ -206,7 +208,8 @@ def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
         lines.append(f"| {name} | {r['size_bytes'] / 1e6:.1f} | {r['convert_seconds']} | {r['op_count']} | "
                      f"{islands_cell(r.get('float_islands'))} | {r['max_abs_diff']:.2e} | {agreement_cell(r)} | "
                      f"{score_cell(r)} | {r['finite'] and not r['nonfinite_constants']} |")
-    lines += [f"- {name}, {length_line(r['lengths'], r['seq_len'])}" for name, r in plain.items() if "lengths" in r]
+    aware = [f"- {name}, {length_line(r['lengths'], r['seq_len'])}" for name, r in plain.items() if "lengths" in r]
+    lines += ["", *aware] if aware else []
     lines += ["", "Operators per file:", ""]
     lines += [f"- {name}: " + ", ".join(f"{op} {n}" for op, n in histograms[name].items()) for name in plain]
     for name, r in reports.items():

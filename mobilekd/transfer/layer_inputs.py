@@ -69,9 +69,10 @@ class LayerInputs:
         old = self.kept.pop(key, None)
         if old is not None:
             self.used -= old.hidden.numel() * old.hidden.element_size()
-        size = hidden.numel() * hidden.element_size()
+        kept = hidden.detach().float()  # kept in fp32 whatever the step's precision: count what is kept
+        size = kept.numel() * kept.element_size()
         if self.used + size <= self.budget:
-            self.kept[key] = Kept(layer, hidden.detach().float())
+            self.kept[key] = Kept(layer, kept)
             self.used += size
 
     def stats(self) -> dict:
