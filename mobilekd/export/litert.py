@@ -103,10 +103,8 @@ def convert_module(module: torch.nn.Module, config, seq_len: int, out_path, quan
         raise UserError(f"--seq-len {seq_len} exceeds the model's {config.max_position_embeddings} positions")
     try:
         if lengths:
-            converter = litert_torch.signature(DEFAULT_SIGNATURE, module, sample_kwargs=sample_inputs(seq_len))
-            for n in lengths:
-                converter = converter.signature(length_signature(n), module, sample_kwargs=sample_inputs(n))
-            edge = converter.convert()
+            edge = _convert_signatures([(DEFAULT_SIGNATURE, module, sample_inputs(seq_len)),
+                                        *((length_signature(n), module, sample_inputs(n)) for n in lengths)])
         else:
             edge = litert_torch.convert(module, sample_kwargs=sample_inputs(seq_len))
     except Exception as err:  # the converter's own message names the op it rejects
@@ -127,20 +125,25 @@ def convert_module(module: torch.nn.Module, config, seq_len: int, out_path, quan
 def convert_signatures(signatures: list[tuple[str, torch.nn.Module, dict]], out_path, what: str) -> Path:
     """One `.tflite` with a signature per (name, module in eval mode, sample keyword inputs), written atomically;
     a conversion litert-torch refuses is one line naming `what` (the converter's own message names the op)."""
-    import litert_torch
-
     try:
-        converter = None
-        for name, module, sample in signatures:
-            add = litert_torch.signature if converter is None else converter.signature
-            converter = add(name, module, sample_kwargs=sample)
-        edge = converter.convert()
+        edge = _convert_signatures(signatures)
     except Exception as err:
         raise UserError(f"litert-torch could not convert {what}: {type(err).__name__}: {err}"[:500]) from None
     out_path = Path(out_path)
     with atomic_path(out_path) as tmp:
         edge.export(str(tmp))
     return out_path
+
+
+def _convert_signatures(signatures: list[tuple[str, torch.nn.Module, dict]]):
+    """litert-torch's edge model of one signature per (name, module, sample keyword inputs)."""
+    import litert_torch
+
+    converter = None
+    for name, module, sample in signatures:
+        add = litert_torch.signature if converter is None else converter.signature
+        converter = add(name, module, sample_kwargs=sample)
+    return converter.convert()
 
 
 def quantize_embeddings(path: Path) -> None:
