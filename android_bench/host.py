@@ -87,10 +87,11 @@ def _stats(times_ms: list[float], threads: int) -> dict:
 
 def measure(paths: list, threads: list[int], runs: int, warmup: int) -> dict:
     """Time every model at every thread count, interleaved round by round (in this process)."""
-    for entry in paths:
-        if not split_entry(entry)[0].is_file():
-            raise located(split_entry(entry)[0], "no such model file")
-    results = {str(p): {"size_mb": split_entry(p)[0].stat().st_size / 1e6, "by_threads": []} for p in paths}
+    files = {str(p): split_entry(p)[0] for p in paths}
+    for path in files.values():
+        if not path.is_file():
+            raise located(path, "no such model file")
+    results = {entry: {"size_mb": path.stat().st_size / 1e6, "by_threads": []} for entry, path in files.items()}
     for t in threads:
         runners = [load_runner(p, t) for p in paths]  # all loaded (a bad file named) before any is timed
         for path, model_times in zip(paths, interleaved(runners, runs, warmup)):

@@ -24,7 +24,7 @@ from android_bench.peak import FLOPS as PEAK_FLOPS
 from android_bench.peak import peak_models
 from mobilekd.errors import UserError, located
 from mobilekd.export.graph import read_graph, subgraph_names
-from mobilekd.export.litert import signature_length
+from mobilekd.export.litert import mean_over_lengths, signature_length
 from mobilekd.export.seq2seq import is_seq2seq_file, sentence_graph, sentence_tokens
 from mobilekd.fileio import read_json, save_png
 
@@ -139,7 +139,7 @@ def at_dev_lengths(name: str, path: Path, rows: dict) -> dict:
         return {}
 
     def mean(get) -> float:
-        return sum(share[n] * get(parts[n]) for n in share)
+        return mean_over_lengths(share, {n: get(r) for n, r in parts.items()})
 
     base = rows[name]
     row = {**base, "file": str(path), "share": share, "dev_mean_tokens": lengths["dev_mean_tokens"],

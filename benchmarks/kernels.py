@@ -76,7 +76,7 @@ def rows(out: Path, threads: list[int], runs: int) -> list[dict]:
     from android_bench.host import measure_signatures
     from android_bench.models import CACHE, export_preset
     from mobilekd.export.graph import read_graph, subgraph_names
-    from mobilekd.export.litert import signature_length, tflite_name
+    from mobilekd.export.litert import mean_over_lengths, signature_length, tflite_name
     from mobilekd.export.parity import xnnpack_undelegated
     from mobilekd.train.precision import cpu_model
 
@@ -103,7 +103,7 @@ def rows(out: Path, threads: list[int], runs: int) -> list[dict]:
             row(length_of[signature], "ops", len(graph))
             row(length_of[signature], "pixel4_ms", estimates[length_of[signature]])
         row(SEQ_LEN, "undelegated_ops", sum(xnnpack_undelegated(path).values()))  # the main subgraph's
-        at_dev = sum(share[n] * estimates[n] for n in share)
+        at_dev = mean_over_lengths(share, estimates)
         row("dev", "pixel4_ms", at_dev)
         row("dev", "speedup", estimates[SEQ_LEN] / at_dev, against="pixel4_ms")
         for t in threads:
@@ -111,7 +111,7 @@ def rows(out: Path, threads: list[int], runs: int) -> list[dict]:
             ms = {length_of[s]: timed[s]["p50_ms"] for s in signatures}
             for n, v in ms.items():
                 row(n, "host_ms", v, threads=t)
-            at_dev = sum(share[n] * ms[n] for n in share)
+            at_dev = mean_over_lengths(share, ms)
             row("dev", "host_ms", at_dev, threads=t)
             row("dev", "speedup", ms[SEQ_LEN] / at_dev, threads=t, against="host_ms")
     return found

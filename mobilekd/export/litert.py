@@ -69,6 +69,12 @@ def signature_length(name: str) -> int | None:
     return int(n) if prefix == "seq" and n.isdigit() else None
 
 
+def mean_over_lengths(share: dict, per_length: dict) -> float:
+    """A per-length figure (latency, FLOPs) averaged over a task's sentences, each run at the shortest signature of
+    a length-aware file that holds it: `share` maps each length to the share of sentences it is the shortest for."""
+    return sum(share[n] * per_length[n] for n in share)
+
+
 def sample_inputs(seq_len: int) -> dict[str, torch.Tensor]:
     return {name: (torch.ones if name == "attention_mask" else torch.zeros)(1, seq_len, dtype=torch.int32)
             for name in INPUT_NAMES}

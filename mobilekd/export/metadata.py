@@ -20,10 +20,10 @@ from pathlib import Path
 
 from mobilekd.errors import UserError
 from mobilekd.export.graph import inline_buffers
+from mobilekd.export.litert import DEFAULT_SIGNATURE, INPUT_NAMES
 from mobilekd.models.heads import HEADS
 
-TENSOR_NAMES = {"ids": "serving_default_input_ids", "mask": "serving_default_attention_mask",
-               "segment": "serving_default_token_type_ids"}
+TENSOR_NAMES = {role: f"{DEFAULT_SIGNATURE}_{name}" for role, name in zip(("ids", "mask", "segment"), INPUT_NAMES)}
 
 
 def minimum_parser_version(metadata_buffer: bytes) -> str:
@@ -90,7 +90,7 @@ def qa_output_order(path, outputs: tuple[str, ...]) -> list[str]:
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=str(path))
-    signature = interpreter._get_full_signature_list()["serving_default"]["outputs"]
+    signature = interpreter._get_full_signature_list()[DEFAULT_SIGNATURE]["outputs"]
     names = {index: outputs[int(name.removeprefix("output_"))] for name, index in signature.items()}
     return [names[d["index"]] for d in interpreter.get_output_details()]
 

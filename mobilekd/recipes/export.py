@@ -47,7 +47,7 @@ from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import float_islands, foreign_ops, nonfinite_constants, op_histogram, read_graph
 from mobilekd.export.litert import (CALIBRATED, DEFAULT_SIGNATURE, INPUT_NAMES, QUANTIZATIONS, convert,
-                                    length_signature, tflite_name)
+                                    length_signature, mean_over_lengths, tflite_name)
 from mobilekd.export.parity import parity_report, run_tflite, xnnpack_undelegated
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.flags import at_least
@@ -73,8 +73,7 @@ def parse_args(argv=None):
     p.add_argument("--lengths", type=int, nargs="+", default=[], metavar="N",
                    help="also write model_<quantize>_lengths.tflite: serving_default at --seq-len and a signature "
                         "seq_N for each of these shorter lengths, over the same weights (fp32 ones stored once); an "
-                        "app runs "
-                        "the shortest that holds its text. The report adds each signature's parity, the parity "
+                        "app runs the shortest that holds its text. The report adds each signature's parity, the parity "
                         "task's dev lengths bucketed, and the host latency at --seq-len and at those lengths "
                         "(MediaPipe's text tasks read one-subgraph files only: model_<quantize>.tflite stays theirs)")
     p.add_argument("--quantize", nargs="+", choices=list(QUANTIZATIONS), default=["none"],
@@ -144,7 +143,7 @@ def length_report(model, head: str, path: Path, task, tokenizer, args, same_labe
     names = {n: length_signature(n) for n in lengths} | {args.seq_len: DEFAULT_SIGNATURE}
     timed = measure_signatures(path, list(names.values()))
     ms = {n: round(timed[names[n]]["p50_ms"], 3) for n in buckets}
-    at_dev = sum(share[n] * ms[n] for n in buckets)
+    at_dev = mean_over_lengths(share, ms)
     return {"dev_examples": len(dev), "dev_mean_tokens": round(float(real.mean()), 1), "share": share,
             "parity": parity, "host_ms": ms, "host_ms_at_dev": round(at_dev, 3),
             "speedup_at_dev": round(ms[args.seq_len] / at_dev, 2), "threads": 1}
