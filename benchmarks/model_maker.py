@@ -28,28 +28,9 @@ EPOCHS, BATCH = 10, 32
 
 
 def venv(out: Path) -> Path:
-    """OUT/venv's interpreter, made (Python 3.11, PINS) when missing; a failed install is a UserError."""
-    from mobilekd.errors import UserError
-    python = out / "venv" / "bin" / "python"
-    ready = out / "venv" / "installed.json"
-    if ready.is_file() and json.loads(ready.read_text()) == PINS:
-        return python
-    interpreter = os.environ.get("MODEL_MAKER_PYTHON", "python3.11")
-    print(f"model-maker: installing {' '.join(PINS)} into {out / 'venv'} (once; minutes)")
-    log = out / "install.log"
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        with open(log, "w") as f:
-            ok = subprocess.run([interpreter, "-m", "venv", str(out / "venv")], stdout=f, stderr=f).returncode == 0 \
-                and subprocess.run([str(python), "-m", "pip", "install", *PINS], stdout=f, stderr=f).returncode == 0
-    except OSError as err:  # no such interpreter
-        ok = False
-        log.write_text(f"{err}\n")
-    if not ok:
-        raise UserError(f"{log}: installing Model Maker failed (needs {interpreter}, or MODEL_MAKER_PYTHON, and the "
-                        f"package index)")
-    ready.write_text(json.dumps(PINS))
-    return python
+    """OUT/venv's interpreter, made (Python 3.11, or $MODEL_MAKER_PYTHON, with PINS) when missing."""
+    from mobilekd.sidevenv import side_venv
+    return side_venv(out, PINS, "Model Maker", "MODEL_MAKER_PYTHON")
 
 
 def data_files(out: Path) -> tuple[Path, Path]:
