@@ -8,18 +8,19 @@ table, the issue's goals as measured, and a sample of generations.
     python -m benchmarks.cmlm --collect                # rows of the finished runs, run nothing
     python -m benchmarks.cmlm --table --write          # the table into docs/seq2seq.md
 
-Budgets (TASKS: the pairs, the teacher's epochs, the students' epochs) are fields of the rows. The teacher starts
-from benchmarks.quality's adapted teacher (the same command and directory: built once for both). A seed draws the
-student's start, dropout and data order, and the teacher's masks are the teacher run's own (seed 0): the teacher
-and its soft targets are computed once per task and shared by the seeds, as the paper's are.
+Recipes (TASKS: the pairs, the teacher's epochs, the students' epochs, the teacher's learning rate, alpha, the final
+decoding) are fields of the rows; rows of a recipe changed since leave the results file when the command runs. The
+teacher starts from benchmarks.quality's adapted teacher (the same command and directory: built once for both). A
+seed draws the student's start, dropout and data order, and the teacher's masks are the teacher run's own (seed 0):
+the teacher and its soft targets are computed once per task and shared by the seeds, as the paper's are.
 
-Rows: `cmlm` and `ce` carry BLEU and chrF of beam search (5, GNMT penalty 0.6: `bleu`, `chrf`) and of greedy
-decoding (`bleu_greedy`, `chrf_greedy`), params, train_seconds (the student's training loop alone, its dev
-evaluations included, whole across resumes), on `cmlm` rows soft_target_seconds (the teacher's pass over the
-training pairs, the teacher's cost: computed once, shared by the seeds), steps and the budget; `copy` its BLEU
-and chrF (seed by seed, the same value: it has no seed); `teacher` the C-MLM teacher's token accuracy and
-perplexity on the dev targets; `cmlm-vs-ce` sacrebleu's paired bootstrap (1,000 resamples) p-value of
-each seed's two beam outputs on BLEU.
+Rows: `cmlm` and `ce` carry BLEU and chrF of beam search (5, GNMT penalty 0.6: `bleu`, `chrf`; where the recipe
+decodes with a beam) and of greedy decoding (`bleu_greedy`, `chrf_greedy`), params, train_seconds (the student's
+training loop alone, its dev evaluations included, whole across resumes), on `cmlm` rows soft_target_seconds (the
+teacher's pass over the training pairs, the teacher's cost: computed once, shared by the seeds), steps and the
+budget; `copy` its BLEU and chrF (seed by seed, the same value: it has no seed); `teacher` the C-MLM teacher's token
+accuracy and perplexity on the dev targets; `cmlm-vs-ce` sacrebleu's paired bootstrap (1,000 resamples) p-value of
+each seed's two outputs on BLEU (the recipe's decoding: its goal is read on that BLEU).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from benchmarks.quality import stage_dirs as quality_stages
 from benchmarks.runner import RESUMABLE, VERDICTS, Job, by_seed, comparison, comparison_flags, mean_std_cell, \
@@ -37,14 +39,29 @@ from benchmarks import teacher_value
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd.rundir import finished_results, training_cpu
 
-# task -> (training pairs (None: all), the C-MLM teacher's epochs, the students' epochs)
-TASKS = {"paraphrase": (None, "3", "10"), "correction": ("10000", "1", "4")}
+
+
+class Recipe(NamedTuple):
+    """A task's budget and settings, as command-line values; every field is in its rows."""
+    pairs: str | None  # training pairs (None: all)
+    teacher_epochs: str
+    epochs: str  # the students'
+    teacher_lr: str  # the C-MLM teacher's peak learning rate
+    alpha: str  # the distillation term's weight
+    beam: str  # the students' final decoding (1: greedy alone, the app's loop)
+
+
+# paraphrase: the official settings (lr 5e-5, alpha 0.5). correction: its teacher at 2e-4 learns to copy (dev token
+# accuracy 0.667 against 0.311 at 5e-5) and alpha 0.2 was the best of 0.2 and 0.5 on seed 0 (docs/seq2seq.md).
+TASKS = {"paraphrase": Recipe(None, "3", "10", "5e-5", "0.5", "5"),
+         "correction": Recipe("10000", "1", "4", "2e-4", "0.2", "1")}
+OFFICIAL = {"teacher_lr": 5e-5, "alpha": 0.5, "beam": 5}  # what rows written before these fields were run with
 PRESET = "seq2seq_tiny"
 METHODS = ("cmlm", "ce")
 ORDER = ("teacher", "cmlm", "ce", "copy", "cmlm-vs-ce")
 METRICS = ("bleu", "chrf", "bleu_greedy", "chrf_greedy", "token_accuracy", "perplexity", "bootstrap_p")
 SAMPLES = 5  # generations shown per task
-BEAM_FILE = "dev_generations_beam.jsonl"  # a student run's beam-search outputs (none with --beam 1)
+GENERATIONS = {True: "dev_generations_beam.jsonl", False: "dev_generations.jsonl"}  # a run's beam / greedy outputs
 EVAL_POINTS = 5  # greedy dev evaluations per student run (history.json: BLEU against training time)
 
 
@@ -58,7 +75,7 @@ def run_dir(out: Path, task: str, method: str, seed: int | None = None) -> Path:
 
 
 def subset(task: str) -> list[str]:
-    return ["--max-train-examples", TASKS[task][0]] if TASKS[task][0] else []
+    return ["--max-train-examples", TASKS[task].pairs] if TASKS[task].pairs else []
 
 
 def eval_every(task: str) -> int:
@@ -66,8 +83,8 @@ def eval_every(task: str) -> int:
     from mobilekd.data.pairs import load_pairs
 
     pairs = len(load_pairs(task).train)
-    pairs = min(pairs, int(TASKS[task][0])) if TASKS[task][0] else pairs
-    steps = round(float(TASKS[task][2]) * -(-pairs // 32))
+    pairs = min(pairs, int(TASKS[task].pairs)) if TASKS[task].pairs else pairs
+    steps = round(float(TASKS[task].epochs) * -(-pairs // 32))
     return max(1, -(-steps // EVAL_POINTS))  # rounded up: the last evaluation is the run's end, not one step before
 
 
@@ -77,7 +94,8 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     for task in tasks:
         teacher = run_dir(out, task, "teacher")
         plan.append(Job(f"{task}/teacher", ["cmlm", "--teacher", str(adapt), "--task", task, "--epochs",
-                                            TASKS[task][1], *subset(task), "--out", str(teacher), *RESUMABLE],
+                                            TASKS[task].teacher_epochs, "--lr", TASKS[task].teacher_lr, *subset(task),
+                                            "--out", str(teacher), *RESUMABLE],
                         teacher, ["adapt"]))
     every = {task: eval_every(task) for task in tasks}
     for seed in seeds:
@@ -85,33 +103,59 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
             teacher = run_dir(out, task, "teacher")
             for method in METHODS:
                 r = run_dir(out, task, method, seed)
-                taught = ["--teacher", str(teacher)] if method == "cmlm" else []
+                taught = ["--teacher", str(teacher), "--alpha", TASKS[task].alpha] if method == "cmlm" else []
                 plan.append(Job(f"{task}/{method}/{seed}", [
                     "seq2seq", "--task", task, "--method", method, *taught, "--preset", PRESET, "--epochs",
-                    TASKS[task][2], *subset(task), "--eval-every", str(every[task]), "--seed", str(seed), "--out",
-                    str(r), *RESUMABLE], r,
+                    TASKS[task].epochs, *subset(task), "--eval-every", str(every[task]), "--beam", TASKS[task].beam,
+                    "--seed", str(seed),
+                    "--out", str(r), *RESUMABLE], r,
                     [f"{task}/teacher"] if method == "cmlm" else []))
     return plan
 
 
 def budget(task: str) -> dict:
-    pairs, teacher_epochs, epochs = TASKS[task]
+    pairs, teacher_epochs, epochs, teacher_lr, alpha, beam = TASKS[task]
     return {"train_pairs": int(pairs) if pairs else None, "teacher_epochs": float(teacher_epochs),
-            "epochs": float(epochs), "preset": PRESET}
+            "epochs": float(epochs), "preset": PRESET, "teacher_lr": float(teacher_lr), "alpha": float(alpha),
+            "beam": int(beam)}
 
 
-def beam_generations(d: Path) -> list[dict]:
-    """A student run's beam-search dev generations (source, reference, generated), in dev order."""
-    with open(d / BEAM_FILE, encoding="utf-8") as f:
+def headline(task: str) -> str:
+    """The metric a task's goals are read on: BLEU of its recipe's final decoding."""
+    return "bleu" if int(TASKS[task].beam) > 1 else "bleu_greedy"
+
+
+def current(row: dict) -> bool:
+    """Whether a row was run with its task's recipe as TASKS has it now (copying's rows have no recipe)."""
+    if row["method"] == "copy" or row["task"] not in TASKS:
+        return True
+    return all(row.get(k, OFFICIAL.get(k)) == v for k, v in budget(row["task"]).items() if k != "preset")
+
+
+def drop_stale(path: Path) -> None:
+    """Rows of a recipe the benchmark no longer runs leave the results file: a changed setting re-runs the task."""
+    if path.is_file():
+        write_json(path, [r for r in read_json(path) if current(r)])
+
+
+def generations_file(d: Path, task: str) -> Path:
+    """A student run's dev generations in its recipe's final decoding (beam search, or greedy with beam 1)."""
+    return d / GENERATIONS[int(TASKS[task].beam) > 1]
+
+
+def generations(d: Path, task: str) -> list[dict]:
+    """A student run's dev generations (source, reference, generated) in its recipe's decoding, in dev order."""
+    with open(generations_file(d, task), encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 
-def bootstrap_p(cmlm: Path, ce: Path) -> float:
-    """sacrebleu's paired bootstrap (1,000 resamples, its seed 12345) of C-MLM's beam outputs against CE's on BLEU."""
+def bootstrap_p(cmlm: Path, ce: Path, task: str) -> float:
+    """sacrebleu's paired bootstrap (1,000 resamples, its seed 12345) of C-MLM's outputs against CE's on BLEU, in the
+    recipe's final decoding."""
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
-    mine, theirs = beam_generations(cmlm), beam_generations(ce)
+    mine, theirs = generations(cmlm, task), generations(ce, task)
     test = PairedTest([("ce", [g["generated"] for g in theirs]), ("cmlm", [g["generated"] for g in mine])],
                       {"BLEU": BLEU()}, [[g["reference"] for g in mine]], test_type="bs", n_samples=1000)
     return float(test()[1]["BLEU"][1].p_value)
@@ -135,7 +179,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
         t = finished_results(run_dir(out, task, "teacher"))
         if t is not None:
             found += [{"task": task, "method": "teacher", "seed": 0, "metric": m, "value": round(v, 4),
-                       "train_seconds": seconds(t), "cpu": training_cpu(t), **gpu(t), **budget(task), "lr": t.get("lr")}
+                       "train_seconds": seconds(t), "cpu": training_cpu(t), **gpu(t), **budget(task)}
                       for m, v in t["metrics"]["dev"].items()]
         for seed in seeds:
             runs = {m: finished_results(run_dir(out, task, m, seed)) for m in METHODS}
@@ -150,8 +194,9 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                           (("dev_beam", ""), ("dev", "_greedy")) if split in m for k, v in m[split].items()]
                 found += [{"task": task, "method": "copy", "seed": seed, "metric": k, "value": v}
                           for k, v in m["dev_copy"].items()] if method == "ce" else []
-            if all(runs.values()) and all("dev_beam" in r["metrics"] for r in runs.values()):  # beam outputs
-                p = bootstrap_p(run_dir(out, task, "cmlm", seed), run_dir(out, task, "ce", seed))
+            dirs = {m: run_dir(out, task, m, seed) for m in METHODS}
+            if all(runs.values()) and all(generations_file(d, task).is_file() for d in dirs.values()):
+                p = bootstrap_p(dirs["cmlm"], dirs["ce"], task)
                 found.append({"task": task, "method": "cmlm-vs-ce", "seed": seed, "metric": "bootstrap_p",
                               "value": round(p, 4)})
     return found
@@ -177,7 +222,7 @@ def table(results: list[dict]) -> str:
             mine = [r for r in results if (r["task"], r["method"]) == (task, method)]
             if not mine:
                 continue
-            secs = [r["train_seconds"] for r in mine if r["metric"] == "bleu" and r.get("train_seconds")]
+            secs = [r["train_seconds"] for r in mine if r["metric"] == headline(task) and r.get("train_seconds")]
             params = f"{mine[0]['params'] / 1e6:.1f}M" if mine[0].get("params") else "-"
             lines.append(f"| {task} | {method} | " + " | ".join(cell(results, task, m, method) for m in METRICS[:4]) +
                          f" | {params} | {f'{statistics.mean(secs):.0f}' if secs else '-'} |")
@@ -193,12 +238,12 @@ def table(results: list[dict]) -> str:
     lines += ["", "| goal | measured, seed by seed | target | verdict |", "|---|---|---|---|"]
     for task in tasks:
         for base in ("ce", "copy"):
-            d = paired_differences(results, task, "bleu", "cmlm", base)
+            d = paired_differences(results, task, headline(task), "cmlm", base)
             if d:
                 lines.append(f"| {task}: BLEU cmlm - {base} | {mean_std_cell(d, signed=True, digits=2)} | > 0 | "
                              f"{verdict(d)} |")
         p = by_seed(results, task, "bootstrap_p", "cmlm-vs-ce")
-        gap = paired_by_seed(results, task, "bleu", "cmlm", "ce")
+        gap = paired_by_seed(results, task, headline(task), "cmlm", "ce")
         if p:  # sacrebleu's p says whether the two differ, not which way: the sign is the BLEU difference's
             lines.append(f"| {task}: paired bootstrap p (cmlm against ce, BLEU), per seed | " +
                          ", ".join(f"{v:.3f} (cmlm {'higher' if gap.get(s, 0) > 0 else 'lower'})"
@@ -208,13 +253,13 @@ def table(results: list[dict]) -> str:
 
 
 def collect_samples(out: Path, tasks: list[str], path: Path) -> None:
-    """The first SAMPLES dev pairs of each task with seed 0's beam outputs of both students, into `path` (beside the
-    rows, so that the table prints the same anywhere)."""
+    """The first SAMPLES dev pairs of each task with seed 0's outputs of both students (the recipe's decoding), into
+    `path` (beside the rows, so that the table prints the same anywhere)."""
     found = read_json(path) if path.is_file() else {}
     for task in tasks:
         dirs = {m: run_dir(out, task, m, 0) for m in METHODS}
-        if all(finished_results(d) and (d / BEAM_FILE).is_file() for d in dirs.values()):  # beam search was run
-            gen = {m: beam_generations(d)[:SAMPLES] for m, d in dirs.items()}
+        if all(finished_results(d) and generations_file(d, task).is_file() for d in dirs.values()):
+            gen = {m: generations(d, task)[:SAMPLES] for m, d in dirs.items()}
             found[task] = [{"source": g["source"], "reference": g["reference"],
                             **{m: gen[m][i]["generated"] for m in METHODS}} for i, g in enumerate(gen["cmlm"])]
     write_json(path, found)
@@ -224,8 +269,9 @@ def samples_text(path: Path, tasks: list[str]) -> str:
     found = read_json(path) if path.is_file() else {}
     lines = []
     for task in [t for t in tasks if t in found]:
-        lines += ["", f"{task}: the first dev pairs, seed 0, beam 5 (the text as the students write it: lower case, "
-                      f"word pieces joined):", ""]
+        beam = int(TASKS[task].beam)
+        lines += ["", f"{task}: the first dev pairs, seed 0, {f'beam {beam}' if beam > 1 else 'greedy'} (the text as "
+                      f"the students write it: lower case, word pieces joined):", ""]
         for g in found[task]:
             lines += [f"- source: {g['source']}", f"  - reference: {g['reference']}",
                       *(f"  - {m}: {g[m]}" for m in METHODS)]
@@ -241,6 +287,7 @@ def main(argv=None):
     out, shown = (REPO_ROOT / args.out).resolve(), REPO_ROOT / args.samples
 
     def found():
+        drop_stale(REPO_ROOT / args.results)
         collect_samples(out, args.tasks, shown)
         return rows(out, args.tasks, args.seeds)
 
