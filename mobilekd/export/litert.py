@@ -28,12 +28,12 @@ QUANTIZATIONS = {
 }
 
 
-def tflite_name(quantize: str, prefix: str = "model", lengths: bool = False) -> str:
+def tflite_name(quantize: str, prefix: str = "model", lengths: bool = False, fused: bool = False) -> str:
     """The file `mobilekd export` writes for a quantization (model_none.tflite, model_dynamic_int8.tflite, ...;
     a multi-task model's with the prefix model_multitask; with `lengths` the length-aware file beside it,
     model_none_lengths.tflite: MediaPipe's text tasks refuse a file of several subgraphs, so the file they read
-    stays one signature)."""
-    return f"{prefix}_{quantize.replace('-', '_')}{'_lengths' if lengths else ''}.tflite"
+    stays one signature; with `fused` a BiLSTM's file with TFLite's fused LSTM kernel, model_none_fused.tflite)."""
+    return f"{prefix}_{quantize.replace('-', '_')}{'_lengths' if lengths else ''}{'_fused' if fused else ''}.tflite"
 CALIBRATED = ("int8", "int8-a16")
 
 

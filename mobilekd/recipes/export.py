@@ -11,6 +11,10 @@ Writes into OUT, each file atomically:
                             serving_default at --seq-len and seq_N), fp32 weights stored once (a quantizer may
                             keep some quantized tensors per signature); an app runs the shortest
                             signature that holds its text (MediaPipe's text tasks refuse files of several subgraphs)
+  model_<quantize>_fused.tflite  with --fused-lstm, for a BiLSTM: TFLite's fused LSTM kernel (two
+                            UNIDIRECTIONAL_SEQUENCE_LSTM ops) instead of the unrolled steps, by the TensorFlow converter
+                            (mobilekd/export/fused_lstm.py; none and dynamic-int8), with the same inputs and metadata;
+                            with --lengths also model_<quantize>_lengths_fused.tflite
   model.onnx                with --onnx (opset 20), checked with onnxruntime
   model_onnx2tf.tflite      with --onnx2tf: the ONNX -> onnx2tf route, checked the same way (no metadata)
   model_early_exit.tflite   for a FastBERT directory (mobilekd fastbert): one signature per layer, run as an app
@@ -78,6 +82,10 @@ def parse_args(argv=None):
                         "(MediaPipe's text tasks read one-subgraph files only: model_<quantize>.tflite stays theirs)")
     p.add_argument("--quantize", nargs="+", choices=list(QUANTIZATIONS), default=["none"],
                    help="one or more of: " + "; ".join(f"{k} = {v}" for k, v in QUANTIZATIONS.items()))
+    p.add_argument("--fused-lstm", action="store_true",
+                   help="a BiLSTM: also write model_<quantize>_fused.tflite with TFLite's fused LSTM kernel, converted "
+                        "by TensorFlow in a venv of its own (made once under .cache/, minutes; or "
+                        "$MOBILEKD_TENSORFLOW_PYTHON); --quantize none and dynamic-int8")
     p.add_argument("--onnx", action="store_true", help="also export model.onnx and check it with onnxruntime")
     p.add_argument("--onnx2tf", metavar="EXECUTABLE",
                    help="also convert model.onnx to model_onnx2tf.tflite with this onnx2tf (implies --onnx; "
@@ -225,6 +233,9 @@ def routes(args) -> list[tuple[str, str]]:
     """A classifier's (quantization or route, file) pairs, in the order they are written."""
     found = [(q, tflite_name(q)) for q in args.quantize]
     found += [(q, tflite_name(q, lengths=True)) for q in args.quantize] if args.lengths else []
+    found += [(q, tflite_name(q, fused=True)) for q in args.quantize] if args.fused_lstm else []
+    both = args.fused_lstm and args.lengths
+    found += [(q, tflite_name(q, lengths=True, fused=True)) for q in args.quantize] if both else []
     found += [("onnx", "model.onnx")] if args.onnx or args.onnx2tf else []
     return found + ([("onnx2tf", "model_onnx2tf.tflite")] if args.onnx2tf else [])
 
@@ -256,6 +267,14 @@ def main(argv=None):
                             f"has already")
     if len(set(args.lengths)) != len(args.lengths):
         raise UserError(f"--lengths {' '.join(map(str, args.lengths))}: a length given twice")
+    if args.fused_lstm:
+        from mobilekd.export.fused_lstm import FUSED
+        if not is_bilstm(args.model):
+            raise UserError(f"--fused-lstm: {args.model} is not a BiLSTM (mobilekd bilstm's OUT, with bilstm.json)")
+        unfused = [q for q in args.quantize if q not in FUSED]
+        if unfused:
+            raise UserError(f"--fused-lstm: the fused file is written for --quantize {' and '.join(FUSED)}, not "
+                            f"{' '.join(unfused)}")
     if is_seq2seq(args.model):
         load_seq2seq(args.model)  # a bad model is named before OUT
     else:
@@ -314,6 +333,10 @@ def run(args):
             if quantize == "onnx2tf":
                 from mobilekd.export.onnx2tf import convert_onnx2tf
                 path = convert_onnx2tf(out / "model.onnx", out / name, args.onnx2tf)
+            elif name.endswith("_fused.tflite"):
+                from mobilekd.export.fused_lstm import convert_fused
+                lengths = tuple(sorted(args.lengths)) if name == tflite_name(quantize, lengths=True, fused=True) else ()
+                path = convert_fused(model, args.seq_len, out / name, quantize, metadata, lengths)
             else:
                 if quantize in CALIBRATED and calibration is None:
                     calibration = calibration_inputs(args, task, data, tokenizer)
@@ -329,7 +352,7 @@ def run(args):
         report.update(file_report(path, ops, histograms[name]), quantize=quantize, seq_len=args.seq_len,
                       convert_seconds=seconds, model=str(args.model),
                       metadata=metadata is not None and quantize in QUANTIZATIONS)
-        if name == tflite_name(quantize, lengths=True):
+        if name in (tflite_name(quantize, lengths=True), tflite_name(quantize, lengths=True, fused=True)):
             report["lengths"] = length_report(model, head, path, task, tokenizer, args, same_labels)
         reports[name] = report
         write_json(out / "parity.json", reports)

@@ -1,0 +1,74 @@
+"""The BiLSTM's fused-LSTM file (issue 35, item 2): the TensorFlow converter's UNIDIRECTIONAL_SEQUENCE_LSTM in place
+of litert-torch's unrolled steps, through `mobilekd export --fused-lstm` on real dev sentences: the same outputs as
+PyTorch for single sentences (final states) and pairs (max pooling, siamese), a few dozen operators, every run
+starting from zero state, MediaPipe's classifier reading the file as is, length signatures, and one-line errors.
+The TensorFlow venv is made on first use (minutes), as a user's first export makes it."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import one_line_error, run_module
+from mobilekd.data.tasks import default_data, encode_classification, load_task
+from mobilekd.export.graph import op_histogram, read_graph
+from mobilekd.export.litert import INPUT_NAMES
+from mobilekd.export.parity import TFLiteRunner
+from mobilekd.models.bilstm import BiLSTMClassifier, BiLSTMConfig, save_bilstm
+
+
+def bilstm_dir(tmp_path, tokenizer, name: str, pair: bool, pooling: str):
+    """A BiLSTM of random weights (the file must compute what PyTorch computes, whatever the weights), saved as
+    `mobilekd bilstm` saves it, with results.json naming its task for the parity check."""
+    torch.manual_seed(0)
+    config = BiLSTMConfig(vocab_size=tokenizer.vocab_size, embedding_size=16, hidden_size=12, classifier_size=10,
+                          pair=pair, pooling=pooling, cls_token_id=tokenizer.cls_token_id,
+                          sep_token_id=tokenizer.sep_token_id,
+                          id2label={0: "not_equivalent", 1: "equivalent"} if pair else {0: "negative", 1: "positive"})
+    out = save_bilstm(BiLSTMClassifier(config).eval(), tmp_path / name, tokenizer)
+    (out / "results.json").write_text(json.dumps({"task": "mrpc" if pair else "sst2"}))
+    return out
+
+
+def test_fused_file_computes_what_pytorch_does_from_zero_state_every_run(tmp_path, tokenizer):
+    single = bilstm_dir(tmp_path, tokenizer, "single", pair=False, pooling="final")
+    run_module("mobilekd", "export", "--model", single, "--seq-len", 32, "--lengths", 16, "--fused-lstm",
+               "--parity-examples", 100, "--out", tmp_path / "single_tflite", timeout=1500)
+    parity = json.loads((tmp_path / "single_tflite" / "parity.json").read_text())
+    ops = json.loads((tmp_path / "single_tflite" / "ops.json").read_text())
+    fused, unrolled = parity["model_none_fused.tflite"], parity["model_none.tflite"]
+    assert fused["examples"] == 100 and fused["max_abs_diff"] < 1e-5 and fused["agreement"] == 1.0
+    assert fused["metadata"] and not fused["flex_or_custom_ops"]
+    assert ops["model_none_fused.tflite"]["UNIDIRECTIONAL_SEQUENCE_LSTM"] == 2
+    assert fused["op_count"] < 100 < unrolled["op_count"]  # litert-torch unrolls 32 steps x 2 directions
+    lengths = parity["model_none_lengths_fused.tflite"]["lengths"]
+    assert lengths["parity"]["16"]["examples"] > 0 and lengths["parity"]["16"]["max_abs_diff"] < 1e-5
+
+    # every run starts from zero state: the kernel's state tensors carry the last run's end otherwise
+    task = load_task("sst2", default_data("sst2"), eval_only=True)
+    arrays = encode_classification(task, next(iter(task.dev.values()))[:2], tokenizer, 32).arrays
+    runner = TFLiteRunner(tmp_path / "single_tflite" / "model_none_fused.tflite")
+    first, second = ({k: arrays[k][i:i + 1].astype(np.int32) for k in INPUT_NAMES} for i in (0, 1))
+    before = runner(**first)[0]
+    runner(**second)
+    np.testing.assert_array_equal(runner(**first)[0], before)
+
+    from mediapipe.tasks.python import text
+
+    with text.TextClassifier.create_from_model_path(str(tmp_path / "single_tflite" / "model_none_fused.tflite")) as c:
+        categories = c.classify("a gorgeous , witty , seductive movie .").classifications[0].categories
+    assert {x.category_name for x in categories} == {"negative", "positive"}
+    assert sum(x.score for x in categories) == pytest.approx(1.0, abs=1e-4)
+
+    pair = bilstm_dir(tmp_path, tokenizer, "pair", pair=True, pooling="max")
+    run_module("mobilekd", "export", "--model", pair, "--seq-len", 48, "--fused-lstm", "--parity-examples", 100,
+               "--out", tmp_path / "pair_tflite", timeout=900)
+    fused = json.loads((tmp_path / "pair_tflite" / "parity.json").read_text())["model_none_fused.tflite"]
+    assert fused["max_abs_diff"] < 1e-5 and fused["agreement"] == 1.0
+    assert op_histogram(read_graph(tmp_path / "pair_tflite" / "model_none_fused.tflite"))[
+        "UNIDIRECTIONAL_SEQUENCE_LSTM"] == 2  # one encoder for both sentences
+
+    proc = run_module("mobilekd", "export", "--model", single, "--fused-lstm", "--quantize", "int8", "--out",
+                      tmp_path / "x", check=False)
+    assert "--fused-lstm" in one_line_error(proc) and not (tmp_path / "x").exists()
