@@ -7,6 +7,11 @@ Every operator of the graph (`mobilekd.export.graph.read_graph`) costs, at `thre
   every other op (elementwise, reductions, layout)  one pass over its activation bytes at one core's streaming
                                                    rate (16 B/cycle) plus transcendental work (cycles/element,
                                                    TRANSCENDENTAL), on one core;
+  fused LSTMs (UNIDIRECTIONAL_SEQUENCE_LSTM)        their gate products (2 x steps x batch x the weights'
+                                                   elements, input and recurrent) at ONE core's SIMD peak x
+                                                   efficiency, the steps being sequential and the float kernel
+                                                   single-threaded, plus 5 transcendentals (3 sigmoids, 2 tanh)
+                                                   per cell and step on that core;
   every op but RESHAPE (a view)                    DISPATCH_US of fixed overhead.
 SIMD peak per core: 128-bit pipes x 8 fp32 FLOP (4-lane FMA) or x 32 int8 ops (SDOT, 16 MACs) per cycle.
 
@@ -31,6 +36,7 @@ from mobilekd.export.graph import Op
 
 PROFILES = Path(__file__).parent / "profiles"
 GEMM_OPS = {"FULLY_CONNECTED", "BATCH_MATMUL"}
+LSTM_OPS = {"UNIDIRECTIONAL_SEQUENCE_LSTM": 5}  # transcendentals per cell and step
 FREE_OPS = {"RESHAPE"}
 DISPATCH_US = 3.0
 STREAM_BYTES_PER_CYCLE = 16.0
@@ -68,6 +74,13 @@ def op_costs(ops: list[Op]) -> list[dict]:
             int8 = any(t.dtype == "INT8" for t in op.inputs[1:])
             costs.append(dict(op=op.name, kind="gemm", flops=flops, weights=weights, int8=int8,
                               activations=activations))
+        elif op.name in LSTM_OPS:
+            out = op.outputs[0]
+            steps = out.size // out.shape[-1]  # steps x batch
+            matrices = [t for t in op.inputs if t.constant is not None and len(t.shape) == 2]
+            costs.append(dict(op=op.name, kind="sequence", flops=2 * steps * sum(t.size for t in matrices),
+                              weights=weights, int8=any(t.dtype == "INT8" for t in matrices), activations=activations,
+                              transcendental=LSTM_OPS[op.name] * out.size))
         else:
             kind = "free" if op.name in FREE_OPS else "elementwise"
             costs.append(dict(op=op.name, kind=kind, flops=0, weights=weights, int8=False, activations=activations,
@@ -86,6 +99,9 @@ def estimate(costs: list[dict], profile: dict, threads: int = 4, efficiency: flo
             seconds = c["flops"] / (peak_ops_per_s(profile, threads, c["int8"]) * efficiency)
             if streams_weights:
                 seconds = max(seconds, c["weights"] / (profile["dram_gbps"] * 1e9))
+        elif c["kind"] == "sequence":
+            seconds = (c["flops"] / (peak_ops_per_s(profile, 1, c["int8"]) * efficiency)
+                       + c["transcendental"] * TRANSCENDENTAL["LOGISTIC"] / prime)
         elif c["kind"] == "elementwise":
             seconds = (c["activations"] / (STREAM_BYTES_PER_CYCLE * prime)
                        + c["transcendental"] * TRANSCENDENTAL.get(c["op"], 0) / prime)
