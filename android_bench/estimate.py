@@ -11,7 +11,8 @@ Every operator of the graph (`mobilekd.export.graph.read_graph`) costs, at `thre
                                                    elements, input and recurrent) at ONE core's SIMD peak x
                                                    efficiency, the steps being sequential and the float kernel
                                                    single-threaded, plus 5 transcendentals (3 sigmoids, 2 tanh)
-                                                   per cell and step on that core;
+                                                   per cell and step on that core (an assumption: the
+                                                   efficiency fitted on GEMMs applied to per-step products);
   every op but RESHAPE (a view)                    DISPATCH_US of fixed overhead.
 SIMD peak per core: 128-bit pipes x 8 fp32 FLOP (4-lane FMA) or x 32 int8 ops (SDOT, 16 MACs) per cycle.
 
@@ -36,7 +37,7 @@ from mobilekd.export.graph import Op
 
 PROFILES = Path(__file__).parent / "profiles"
 GEMM_OPS = {"FULLY_CONNECTED", "BATCH_MATMUL"}
-LSTM_OPS = {"UNIDIRECTIONAL_SEQUENCE_LSTM": 5}  # transcendentals per cell and step
+LSTM_OPS = {"UNIDIRECTIONAL_SEQUENCE_LSTM": {"LOGISTIC": 3, "TANH": 2}}  # transcendentals per cell and step
 FREE_OPS = {"RESHAPE"}
 DISPATCH_US = 3.0
 STREAM_BYTES_PER_CYCLE = 16.0
@@ -80,9 +81,12 @@ def op_costs(ops: list[Op]) -> list[dict]:
             matrices = [t for t in op.inputs if t.constant is not None and len(t.shape) == 2]
             costs.append(dict(op=op.name, kind="sequence", flops=2 * steps * sum(t.size for t in matrices),
                               weights=weights, int8=any(t.dtype == "INT8" for t in matrices), activations=activations,
-                              transcendental=LSTM_OPS[op.name] * out.size))
+                              transcendental=out.size))
         else:
-            kind = "free" if op.name in FREE_OPS else "elementwise"
+            # a DEQUANTIZE of a constant runs once (tensorflow/lite/kernels/dequantize.cc keeps its output:
+            # `float_dequantized_weights_initialized`), not every run
+            once = op.name == "DEQUANTIZE" and all(t.constant is not None for t in op.inputs)
+            kind = "free" if op.name in FREE_OPS or once else "elementwise"
             costs.append(dict(op=op.name, kind=kind, flops=0, weights=weights, int8=False, activations=activations,
                               transcendental=op.outputs[0].size if op.name in TRANSCENDENTAL else 0))
     return costs
@@ -101,7 +105,7 @@ def estimate(costs: list[dict], profile: dict, threads: int = 4, efficiency: flo
                 seconds = max(seconds, c["weights"] / (profile["dram_gbps"] * 1e9))
         elif c["kind"] == "sequence":
             seconds = (c["flops"] / (peak_ops_per_s(profile, 1, c["int8"]) * efficiency)
-                       + c["transcendental"] * TRANSCENDENTAL["LOGISTIC"] / prime)
+                       + c["transcendental"] * sum(n * TRANSCENDENTAL[f] for f, n in LSTM_OPS[c["op"]].items()) / prime)
         elif c["kind"] == "elementwise":
             seconds = (c["activations"] / (STREAM_BYTES_PER_CYCLE * prime)
                        + c["transcendental"] * TRANSCENDENTAL.get(c["op"], 0) / prime)

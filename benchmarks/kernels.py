@@ -1,20 +1,25 @@
-"""Exported files at the sentence's own length (issue 35, item 3; the first rows of docs/results/kernels.json): the
-demo's student (the adapted teacher's layers 0 and 5, `init --layers spread:2`, fine-tuned on SST-2) exported as
-a length-aware file (`mobilekd export --lengths 16 32 64`: signatures at 16, 32, 64 and 128 tokens over the same
-weights) in fp32 and dynamic-range int8; each signature timed on this host at 1 and 2 threads, interleaved, and
-estimated for a Pixel 4; the latency at SST-2's dev lengths (each sentence run at the shortest signature holding
-it) set against the latency at 128.
+"""Exported files at their best and at the sentence's own length (issue 35; docs/results/kernels.json): three models
+of one SST-2 budget (4,000 training examples), each exported as length-aware files (`mobilekd export --lengths 16 32
+64`: signatures at 16, 32, 64 and 128 tokens over the same weights) in fp32 and dynamic-range int8:
+  student  the demo's student (the adapted teacher's layers 0 and 5, `init --layers spread:2`), fine-tuned;
+  teacher  the adapted teacher (all-MiniLM-L6-v2, 6 layers of 384), fine-tuned: the reference the others beat;
+  bilstm   Tang et al.'s BiLSTM (mobilekd bilstm, logit KD from that teacher, a 64-wide table), as litert-torch
+           unrolls it (`bilstm-unrolled`) and with TFLite's fused LSTM kernel (`bilstm-fused`, `export --fused-lstm`).
+Every signature of every file is timed on this host at 1 and 2 threads, interleaved in one run per thread count,
+and estimated for a Pixel 4; the latency at SST-2's dev lengths (each sentence run at the shortest signature
+holding it) is set against the latency at 128.
 
-    python -m benchmarks.kernels                 # about 15 minutes on 2 cores, resumable
+    python -m benchmarks.kernels                 # about 40 minutes on 2 cores, resumable
     python -m benchmarks.kernels --table [--write]
 
-Rows: task `sst2`, method `student <form>`, model `student`, form (`fp32`, `dynamic-int8`), seq (`128`, `dev`, or
-a signature's length), threads (host rows), metric (`host_ms` p50 of --runs interleaved runs, `pixel4_ms` the
-estimate at 4 threads, `ops` the signature's operators, `undelegated_ops` those XNNPACK leaves to TFLite, and
-`speedup` at `dev`: 128's latency over the dev set's), value; each with the CPU it was measured on. The dev
-figure is the mean over the dev set's sentences, bucketed by the shortest signature that holds them (the shares
-in the export's parity.json), of that signature's latency. The student's accuracy does not enter: its file's
-parity per signature is the export's (`lengths` in its parity.json).
+Rows: task `sst2`, method `<model> <form>`, model, form (`fp32`, `dynamic-int8`; the BiLSTM's `bilstm-unrolled`,
+`bilstm-fused` and their `-dynamic-int8`), seq (`128`, `dev`, a signature's length, or `all` for the whole file),
+threads (host rows), metric (`host_ms` p50 of --runs interleaved runs, `pixel4_ms` the estimate at 4 threads,
+`ops` the signature's operators, `ops_in_file`, `undelegated_ops` those XNNPACK leaves to TFLite, `speedup` at
+`dev`: 128's latency over the dev set's; `tflite_bytes`, `dev_share`, and the export's parity per signature,
+`examples` and `max_abs_diff`), value; each with the CPU it was measured on. The dev figure is the mean over the
+dev set's sentences, bucketed by the shortest signature that holds them (the shares in the export's parity.json),
+of that signature's latency. Accuracy does not enter: each file's parity per signature is the export's.
 """
 
 from __future__ import annotations
@@ -30,123 +35,172 @@ from mobilekd.fileio import REPO_ROOT, read_json
 
 LENGTHS = ("16", "32", "64")
 SEQ_LEN = 128
-FORMS = {"fp32": "none", "dynamic-int8": "dynamic-int8"}
-TRAIN_EXAMPLES = "4000"  # the student's fine-tuning: latency does not depend on it, parity is checked on real text
+QUANTIZE = ("none", "dynamic-int8")
+TRAIN_EXAMPLES = "4000"  # the students' and the teacher's fine-tuning: latency does not depend on it
+
+
+def forms() -> dict[str, dict[str, tuple[str, str]]]:
+    """model -> form -> (its export's folder under OUT, the length-aware file timed)."""
+    from mobilekd.export.litert import tflite_name
+
+    plain = {"fp32": "none", "dynamic-int8": "dynamic-int8"}
+    return {"student": {form: ("tflite", tflite_name(q, lengths=True)) for form, q in plain.items()},
+            "teacher": {form: ("teacher_tflite", tflite_name(q, lengths=True)) for form, q in plain.items()},
+            "bilstm": {f"bilstm-{kind}{'' if q == 'none' else '-' + q}": ("bilstm_tflite",
+                                                                          tflite_name(q, lengths=True, fused=fused))
+                       for q in QUANTIZE for kind, fused in (("unrolled", False), ("fused", True))}}
 
 
 def jobs(out: Path) -> list[Job]:
     adapt = quality_stages(REPO_ROOT / "runs" / "quality")["adapt"]  # benchmarks.quality's adapted teacher
-    student = out / "student"
+    student, teacher, bilstm = out / "student", out / "teacher", out / "bilstm"
+    finetune = ["--task", "sst2", "--max-train-examples", TRAIN_EXAMPLES, "--epochs", "1", "--eval-every", "0"]
+
+    def export(name: str, model: Path, folder: str, needs: str, *extra: str) -> Job:
+        return Job(name, ["export", "--model", str(model), "--seq-len", str(SEQ_LEN), "--lengths", *LENGTHS,
+                          "--quantize", *QUANTIZE, *extra, "--parity-task", "sst2", "--parity-examples", "872",
+                          "--out", str(out / folder)], out / folder, [needs])
+
     return [Job("adapt", ["train-teacher", *teacher_value.ADAPT, "--out", str(adapt), *RESUMABLE], adapt),
             Job("init", ["init", str(adapt), str(out / "subset2"), "--layers", "spread:2"], out / "subset2", ["adapt"]),
-            Job("finetune", ["finetune", "--model", str(out / "subset2"), "--task", "sst2", "--max-train-examples",
-                             TRAIN_EXAMPLES, "--epochs", "1", "--eval-every", "0", "--out", str(student), *RESUMABLE],
-                student, ["init"]),
-            Job("export", ["export", "--model", str(student), "--seq-len", str(SEQ_LEN), "--lengths", *LENGTHS,
-                           "--quantize", *FORMS.values(), "--parity-task", "sst2", "--parity-examples", "872",
-                           "--out", str(out / "tflite")], out / "tflite", ["finetune"])]
+            Job("finetune", ["finetune", "--model", str(out / "subset2"), *finetune, "--out", str(student),
+                             *RESUMABLE], student, ["init"]),
+            Job("teacher", ["finetune", "--model", str(adapt), *finetune, "--out", str(teacher), *RESUMABLE], teacher,
+                ["adapt"]),
+            Job("bilstm", ["bilstm", "--teacher", str(teacher), "--task", "sst2", "--max-train-examples",
+                           TRAIN_EXAMPLES, "--embedding-size", "64", "--max-len", "64", "--out", str(bilstm),
+                           *RESUMABLE], bilstm, ["teacher"]),
+            export("export", student, "tflite", "finetune"),
+            export("teacher-export", teacher, "teacher_tflite", "teacher"),
+            export("bilstm-export", bilstm, "bilstm_tflite", "bilstm", "--fused-lstm")]
 
 
 def file_rows(out: Path) -> list[dict]:
-    """What the export recorded of each length-aware file (its parity.json): its size against the one-length file
-    beside it, and per signature the dev sentences it is the shortest to hold and its parity on those of the
+    """What the exports recorded of each length-aware file (their parity.json): its size against the one-length
+    file beside it, and per signature the dev sentences it is the shortest to hold and its parity on those of the
     parity examples that fit it."""
-    from mobilekd.export.litert import tflite_name
-
-    parity = read_json(out / "tflite" / "parity.json")
     found = []
-    for form, quantize in FORMS.items():
-        name, plain = tflite_name(quantize, lengths=True), tflite_name(quantize)
-        lengths = parity[name]["lengths"]
-        common = {"task": "sst2", "method": f"student {form}", "seed": 0, "model": "student", "form": form,
-                  "file": name}
-        found += [{**common, "seq": "all", "metric": "tflite_bytes", "value": parity[name]["size_bytes"]},
-                  {**common, "seq": str(SEQ_LEN), "metric": "tflite_bytes", "value": parity[plain]["size_bytes"],
-                   "file": plain}]
-        for n, share in lengths["share"].items():
-            found.append({**common, "seq": n, "metric": "dev_share", "value": share})
-            checked = lengths["parity"].get(n) or (parity[name] if int(n) == SEQ_LEN else {})
-            found += [{**common, "seq": n, "metric": m, "value": checked[m]} for m in ("examples", "max_abs_diff")
-                      if m in checked]
+    for model, files in forms().items():
+        for form, (folder, name) in files.items():
+            parity = read_json(out / folder / "parity.json")
+            plain, lengths = name.replace("_lengths", ""), parity[name]["lengths"]
+            common = {"task": "sst2", "method": f"{model} {form}", "seed": 0, "model": model, "form": form,
+                      "file": name}
+            found += [{**common, "seq": "all", "metric": "tflite_bytes", "value": parity[name]["size_bytes"]},
+                      {**common, "seq": str(SEQ_LEN), "metric": "tflite_bytes", "value": parity[plain]["size_bytes"],
+                       "file": plain},
+                      {**common, "seq": "all", "metric": "ops_in_file", "value": parity[name]["op_count"]}]
+            for n, share in lengths["share"].items():
+                found.append({**common, "seq": n, "metric": "dev_share", "value": share})
+                checked = lengths["parity"].get(n) or (parity[name] if int(n) == SEQ_LEN else {})
+                found += [{**common, "seq": n, "metric": m, "value": checked[m]} for m in ("examples", "max_abs_diff")
+                          if m in checked]
     return found
 
 
 def rows(out: Path, threads: list[int], runs: int) -> list[dict]:
+    """Per file and signature: operators, the Pixel 4 estimate and the host latency, every signature of every file
+    timed interleaved in one run per thread count (so that the ratios between models hold on a drifting host); the
+    figures at the dev set's lengths and the speed-up of dev over 128."""
     from android_bench import estimate as cost
-    from android_bench.host import measure_signatures
+    from android_bench.host import SIGNATURE_MARK, measure
     from android_bench.models import CACHE, export_preset
     from mobilekd.export.graph import read_graph, subgraph_names
-    from mobilekd.export.litert import mean_over_lengths, signature_length, tflite_name
+    from mobilekd.export.litert import mean_over_lengths, signature_length
     from mobilekd.export.parity import xnnpack_undelegated
     from mobilekd.train.precision import cpu_model
 
-    parity = read_json(out / "tflite" / "parity.json")
     efficiency = cost.calibrate(cost.op_costs(read_graph(export_preset("mobilebert", "none", 128, CACHE))))
     pixel4 = cost.load_profile("pixel4")
-    found = file_rows(out)
-    for form, quantize in FORMS.items():
-        name = tflite_name(quantize, lengths=True)
-        path, lengths = out / "tflite" / name, parity[name]["lengths"]
-        share = {int(n): v for n, v in lengths["share"].items()}
-        signatures = subgraph_names(path)  # litert-torch names each subgraph after its signature
-        length_of = {s: signature_length(s) or parity[name]["seq_len"] for s in signatures}
+    found, entries = file_rows(out), {}  # entries: FILE#SIGNATURE -> (model, form, length)
+    shares, files_of = {}, forms()
 
-        def row(seq, metric, value, **extra):
-            found.append({"task": "sst2", "method": f"student {form}", "seed": 0, "model": "student", "form": form,
-                          "seq": str(seq), "metric": metric, "value": round(value, 3), "cpu": cpu_model(),
-                          "file": name, **extra})
+    def row(model, form, seq, metric, value, **extra):
+        found.append({"task": "sst2", "method": f"{model} {form}", "seed": 0, "model": model, "form": form,
+                      "seq": str(seq), "metric": metric, "value": round(value, 3), "cpu": cpu_model(),
+                      "file": files_of[model][form][1], **extra})
 
-        estimates = {}
-        for k, signature in enumerate(signatures):
-            graph = read_graph(path, k)
-            estimates[length_of[signature]] = cost.estimate(cost.op_costs(graph), pixel4, 4, efficiency)["ms"]
-            row(length_of[signature], "ops", len(graph))
-            row(length_of[signature], "pixel4_ms", estimates[length_of[signature]])
-        row(SEQ_LEN, "undelegated_ops", sum(xnnpack_undelegated(path).values()))  # the main subgraph's
-        at_dev = mean_over_lengths(share, estimates)
-        row("dev", "pixel4_ms", at_dev)
-        row("dev", "speedup", estimates[SEQ_LEN] / at_dev, against="pixel4_ms")
-        for t in threads:
-            timed = measure_signatures(path, signatures, t, runs)
-            ms = {length_of[s]: timed[s]["p50_ms"] for s in signatures}
-            for n, v in ms.items():
-                row(n, "host_ms", v, threads=t)
-            at_dev = mean_over_lengths(share, ms)
-            row("dev", "host_ms", at_dev, threads=t)
-            row("dev", "speedup", ms[SEQ_LEN] / at_dev, threads=t, against="host_ms")
+    for model, files in files_of.items():
+        for form, (folder, name) in files.items():
+            path, parity = out / folder / name, read_json(out / folder / "parity.json")[name]
+            shares[model, form] = {int(n): v for n, v in parity["lengths"]["share"].items()}
+            estimates = {}
+            for k, signature in enumerate(subgraph_names(path)):  # each subgraph is named after its signature
+                n = signature_length(signature) or parity["seq_len"]
+                graph = read_graph(path, k)
+                estimates[n] = cost.estimate(cost.op_costs(graph), pixel4, 4, efficiency)["ms"]
+                row(model, form, n, "ops", len(graph))
+                row(model, form, n, "pixel4_ms", estimates[n])
+                entries[f"{path}{SIGNATURE_MARK}{signature}"] = (model, form, n)
+            row(model, form, SEQ_LEN, "undelegated_ops", sum(xnnpack_undelegated(path).values()))  # main subgraph's
+            at_dev = mean_over_lengths(shares[model, form], estimates)
+            row(model, form, "dev", "pixel4_ms", at_dev)
+            row(model, form, "dev", "speedup", estimates[SEQ_LEN] / at_dev, against="pixel4_ms")
+    for t in threads:
+        timed = measure(list(entries), [t], runs, 5)["models"]
+        ms = {}
+        for entry, (model, form, n) in entries.items():
+            ms.setdefault((model, form), {})[n] = timed[entry]["by_threads"][0]["p50_ms"]
+            row(model, form, n, "host_ms", ms[model, form][n], threads=t)
+        for (model, form), per_length in ms.items():
+            at_dev = mean_over_lengths(shares[model, form], per_length)
+            row(model, form, "dev", "host_ms", at_dev, threads=t)
+            row(model, form, "dev", "speedup", per_length[SEQ_LEN] / at_dev, threads=t, against="host_ms")
     return found
 
 
 def table(results: list[dict]) -> str:
-    forms = list(dict.fromkeys(r["form"] for r in results))
+    pairs = list(dict.fromkeys((r["model"], r["form"]) for r in results))
     threads = sorted({r["threads"] for r in results if "threads" in r})
     seqs = [*LENGTHS, str(SEQ_LEN), "dev"]
-    head = ["form", "seq", "ops", *(f"host ms, {t} thread{'s' * (t > 1)}" for t in threads), "Pixel 4 est. ms"]
+    head = ["model", "form", "seq", "ops", *(f"host ms, {t} thread{'s' * (t > 1)}" for t in threads),
+            "Pixel 4 est. ms"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
-    def cell(form, seq, metric, t=None):
-        got = [r for r in results if (r["form"], r["seq"], r["metric"]) == (form, seq, metric)
-               and r.get("threads") == t]
-        return f"{got[0]['value']:g}" if got else "-"
+    def value(model, form, seq, metric, t=None):
+        got = [r["value"] for r in results if r.get("threads") == t
+               and (r["model"], r["form"], r["seq"], r["metric"]) == (model, form, seq, metric)]
+        return got[0] if got else None
 
-    for form in forms:
+    def cell(*key, t=None):
+        v = value(*key, t=t)
+        return "-" if v is None else f"{v:g}"
+
+    for model, form in pairs:
         for seq in seqs:
-            lines.append(f"| {form} | {seq} | {cell(form, seq, 'ops')} | "
-                         + " | ".join(cell(form, seq, "host_ms", t) for t in threads)
-                         + f" | {cell(form, seq, 'pixel4_ms')} |")
-        lines.append(f"| {form} | speedup at dev | - | "
-                     + " | ".join(f"{cell(form, 'dev', 'speedup', t)}x" for t in threads)
-                     + f" | {cell(form, 'dev', 'speedup')}x |")
-    undelegated = {f: cell(f, str(SEQ_LEN), "undelegated_ops") for f in forms}
-    sizes = {f: {r["seq"]: r["value"] / 1e6 for r in results if (r["form"], r["metric"]) == (f, "tflite_bytes")}
-             for f in forms}
-    size_line = "; ".join(f"{f} {v['all']:.1f} MB against {v[str(SEQ_LEN)]:.1f} MB" for f, v in sizes.items()
-                          if {"all", str(SEQ_LEN)} <= set(v))
+            lines.append(f"| {model} | {form} | {seq} | {cell(model, form, seq, 'ops')} | "
+                         + " | ".join(cell(model, form, seq, "host_ms", t=t) for t in threads)
+                         + f" | {cell(model, form, seq, 'pixel4_ms')} |")
+        lines.append(f"| {model} | {form} | speed-up at dev | - | "
+                     + " | ".join(f"{cell(model, form, 'dev', 'speedup', t=t)}x" for t in threads)
+                     + f" | {cell(model, form, 'dev', 'speedup')}x |")
+    undelegated = "; ".join(f"{m} {f} {cell(m, f, str(SEQ_LEN), 'undelegated_ops')}" for m, f in pairs)
+    sizes = "; ".join(f"{m} {f} {value(m, f, 'all', 'tflite_bytes') / 1e6:.1f} MB against "
+                      f"{value(m, f, str(SEQ_LEN), 'tflite_bytes') / 1e6:.1f} MB" for m, f in pairs
+                      if value(m, f, "all", "tflite_bytes") and value(m, f, str(SEQ_LEN), "tflite_bytes"))
     cpu = next((r["cpu"] for r in results if "cpu" in r), "-")
-    return ("\n".join(lines) + "\n\nOperators XNNPACK leaves to TFLite (main signature): "
-            + ", ".join(f"{f} {n}" for f, n in undelegated.items()) + f". Host: {cpu}."
-            + (f" Size of the length-aware file against the one-length file: {size_line}." if size_line else "")
-            + "\n")
+    goals = ["", "| goal | measured | target | verdict |", "|---|---|---|---|"]
+    for form, teacher in (("bilstm-fused", "fp32"), ("bilstm-fused-dynamic-int8", "dynamic-int8")):
+        for seq in (str(SEQ_LEN), "dev"):
+            for metric, t, where in [*(("host_ms", t, f"host, {t} thread{'s' * (t > 1)}") for t in threads),
+                                     ("pixel4_ms", None, "Pixel 4 estimate")]:
+                mine, theirs = value("bilstm", form, seq, metric, t), value("teacher", teacher, seq, metric, t)
+                if mine and theirs:
+                    goals.append(f"| {form} against the teacher ({teacher}) at {seq}, {where} | {theirs / mine:.1f}x | "
+                                 f">= 10x | {'met' if theirs / mine >= 10 else 'missed'} |")
+        ops = value("bilstm", form, str(SEQ_LEN), "ops")
+        if ops is not None:
+            goals.append(f"| {form}: operators | {ops:g} | < 100 | {'met' if ops < 100 else 'missed'} |")
+    for form in ("fp32", "dynamic-int8"):
+        for t in [*threads, None]:
+            got = value("student", form, "dev", "speedup", t)
+            if got:
+                where = f"host, {t} thread{'s' * (t > 1)}" if t else "Pixel 4 estimate"
+                goals.append(f"| student {form} at SST-2's dev lengths against 128, {where} | {got:g}x | >= 3x | "
+                             f"{'met' if got >= 3 else 'missed'} |")
+    return ("\n".join(lines) + f"\n\nOperators XNNPACK leaves to TFLite (main signature): {undelegated}. Host: {cpu}."
+            + (f" Size of each length-aware file against its one-length file: {sizes}." if sizes else "")
+            + "\n" + "\n".join(goals) + "\n")
 
 
 def main(argv=None) -> int:
@@ -168,7 +222,9 @@ def main(argv=None) -> int:
                 print(f"failed: {', '.join(failed)}", file=sys.stderr)
                 return 1
         found = file_rows(out) if args.collect else rows(out, args.threads, args.runs)
-        merge_rows(results_path, found, lambda r: (r["model"], r["form"], r["seq"], r["metric"], r.get("threads", 0)),
+        order = {model: k for k, model in enumerate(forms())}
+        merge_rows(results_path, found, lambda r: (order.get(r["model"], len(order)), r["form"], r["seq"], r["metric"],
+                                                   r.get("threads", 0)),
                    key=("model", "form", "seq", "metric", "threads", "file"))
     return show_table(args, results_path, table)
 

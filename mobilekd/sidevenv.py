@@ -18,8 +18,11 @@ def side_venv(root: Path, pins: list[str], what: str, python_env: str) -> Path:
     a failed install is one UserError naming the log."""
     python = root / "venv" / "bin" / "python"
     ready = root / "venv" / "installed.json"
-    if ready.is_file() and json.loads(ready.read_text()) == pins:
-        return python
+    try:
+        if json.loads(ready.read_text()) == pins:
+            return python
+    except (OSError, ValueError):  # not made yet, or its record unreadable: made again
+        pass
     interpreter = os.environ.get(python_env, "python3.11")
     print(f"{what}: installing {' '.join(pins)} into {root / 'venv'} (once; minutes)", flush=True)
     log = root / "install.log"

@@ -9,9 +9,9 @@ The graph computes what `BiLSTMClassifier.forward` computes, under the export's 
      runs as a batch of two through one shared encoder (siamese);
   2. each sentence's pieces gathered to the front in order (TOPK_V2 of mask x 2T - position) for the forward LSTM,
      and in reverse (mask x 2T + position) for the backward one: both read the sentence alone, as the packed
-     `nn.LSTM` does. The fused kernel has no mask (a masked Keras LSTM is not fused the same way; its masking is not
-     honoured by the converted kernel, tensorflow/tensorflow#49936), so padding is moved behind the sentence
-     instead, where it cannot reach an earlier step;
+     `nn.LSTM` does. The fused kernel takes no mask (tensorflow/tensorflow#49936, the converter's maintainer: "we
+     do not support masking for the fused lstm"), so padding is moved behind the sentence instead, where it cannot
+     reach an earlier step;
   3. the forward direction's final state is its output at step len - 1, the backward one's likewise (the reversed
      sentence's last step is the first word); `pooling: max` takes the maximum of the outputs over steps < len;
   4. a sentence with no word pieces pools to zeros, then f(h1, h2) for pairs, fc1, ReLU, fc2, softmax.
@@ -40,7 +40,7 @@ import json
 import os
 from pathlib import Path
 
-PINS = ["tensorflow-cpu==2.21.0", "tf-keras==2.21.0", "safetensors==0.7.0"]
+PINS = ["tensorflow-cpu==2.21.0", "tf-keras==2.21.0", "safetensors==0.7.0", "numpy==2.4.6"]
 FUSED = {"none": "fp32", "dynamic-int8": "the TensorFlow converter's dynamic range: int8 weights, the LSTM and "
                                          "fully connected layers in its hybrid kernels"}  # --quantize it writes
 VENV = ".cache/tensorflow-venv"  # under the checkout
@@ -57,19 +57,22 @@ def build_and_convert(config: dict, weights: dict, signatures: dict[str, int], q
     import tensorflow as tf
     import tf_keras as keras
 
+    import tempfile
+
     hidden, pair, pooling = config["hidden_size"], config["pair"], config["pooling"]
     table = tf.constant(weights["embeddings.weight"])
 
     def lstm(suffix: str):
         """The Keras LSTM of one direction, its input one wider: the reset feature (`reset_step`)."""
         kernel = weights[f"lstm.weight_ih_l0{suffix}"].T  # (E, 4H), gates i, f, g, o
-        largest = np.abs(kernel).reshape(kernel.shape[0], 4, hidden).max(axis=(0, 2))  # per gate
+        largest = np.maximum(np.abs(kernel).reshape(kernel.shape[0], 4, hidden).max(axis=(0, 2)), 1e-12)  # per gate
         reset = np.repeat(-largest * np.array([1, 1, 0, 1]), hidden)[None]  # i, f and o shut; g untouched
         layer = keras.layers.LSTM(hidden, return_sequences=True)
         layer.build((None, None, kernel.shape[0] + 1))
-        layer.set_weights([np.concatenate([kernel, reset]).astype(np.float32), weights[f"lstm.weight_hh_l0{suffix}"].T,
+        layer.set_weights([np.concatenate([kernel, reset]).astype(np.float32),
+                           weights[f"lstm.weight_hh_l0{suffix}"].T,
                            weights[f"lstm.bias_ih_l0{suffix}"] + weights[f"lstm.bias_hh_l0{suffix}"]])
-        return layer, RESET_PREACTIVATION / largest[[0, 1, 3]].min()
+        return layer, float(RESET_PREACTIVATION / largest[[0, 1, 3]].min())
 
     def reset_step(x, value: float):
         """The steps `x` (B, T, E) behind one reset step: a feature column, 0 on every real step, and a first step
@@ -78,12 +81,13 @@ def build_and_convert(config: dict, weights: dict, signatures: dict[str, int], q
         of -1e4 is 0 in float32), so the sentence starts from zero state whatever the previous run left in the
         kernel's state tensors."""
         batch = tf.shape(x)[0]
-        first = tf.concat([tf.zeros([1, 1, x.shape[-1]]), tf.fill([1, 1, 1], value)], -1)
+        first = tf.concat([tf.zeros([1, 1, x.shape[-1]]), tf.constant([[[value]]], tf.float32)], -1)
         return tf.concat([tf.tile(first, [batch, 1, 1]), tf.pad(x, [[0, 0], [0, 0], [0, 1]])], 1)
 
-    forward, backward = lstm(""), lstm("_reverse")
+    directions = lstm(""), lstm("_reverse")  # (layer, its reset value) each
     w1, b1 = tf.constant(weights["fc1.weight"].T), tf.constant(weights["fc1.bias"])
     w2, b2 = tf.constant(weights["fc2.weight"].T), tf.constant(weights["fc2.bias"])
+
     def classifier(seq_len: int):
         spec = tf.TensorSpec([1, seq_len], tf.int32)
         return tf.function(lambda input_ids, attention_mask, token_type_ids: classify(
@@ -97,9 +101,9 @@ def build_and_convert(config: dict, weights: dict, signatures: dict[str, int], q
         steps = tf.range(seq_len, dtype=tf.int32)[None]
         length = tf.reduce_sum(mask, 1)
         pooled = []
-        for layer, key in ((forward, mask * 2 * seq_len - steps), (backward, mask * 2 * seq_len + steps)):
-            order = tf.math.top_k(key, k=seq_len, sorted=True).indices  # the sentence's pieces first
-            layer, value = layer
+        keys = mask * 2 * seq_len - steps, mask * 2 * seq_len + steps  # the sentence first: in order, reversed
+        for (layer, value), key in zip(directions, keys):
+            order = tf.math.top_k(key, k=seq_len, sorted=True).indices
             out = layer(reset_step(tf.gather(table, tf.gather(ids, order, batch_dims=1)), value))[:, 1:]
             if pooling == "final":
                 pooled.append(tf.gather(out, tf.maximum(length - 1, 0), batch_dims=1))
@@ -112,10 +116,8 @@ def build_and_convert(config: dict, weights: dict, signatures: dict[str, int], q
         logits = tf.matmul(tf.nn.relu(tf.matmul(h, w1) + b1), w2) + b2
         return {"output_0": logits[:, 0] if logits.shape[-1] == 1 else tf.nn.softmax(logits)}
 
-    import tempfile
-
     module = tf.Module()
-    module.forward, module.backward = forward, backward
+    module.forward, module.backward = (layer for layer, _ in directions)
     functions = {name: classifier(n) for name, n in signatures.items()}
     with tempfile.TemporaryDirectory() as saved:  # a SavedModel keeps the LSTMs' `api_implements` functions
         tf.saved_model.save(module, saved, signatures=functions)
@@ -149,7 +151,11 @@ def tensorflow_python() -> Path:
     from mobilekd.fileio import REPO_ROOT
     from mobilekd.sidevenv import side_venv
 
+    from mobilekd.errors import located
+
     given = os.environ.get("MOBILEKD_TENSORFLOW_PYTHON")
+    if given and not os.access(given, os.X_OK):
+        raise located(given, "MOBILEKD_TENSORFLOW_PYTHON names no executable interpreter")
     return Path(given) if given else side_venv(REPO_ROOT / VENV, PINS, "the fused-LSTM export (TensorFlow)",
                                                "MOBILEKD_TENSORFLOW_PYTHON_BASE")
 
@@ -158,8 +164,8 @@ def convert_fused(model, seq_len: int, out_path, quantize: str = "none", metadat
                   lengths: tuple[int, ...] = ()) -> Path:
     """The BiLSTM `model` (eval mode) as a fused-LSTM `.tflite` at `out_path`, written atomically: converted in the
     TensorFlow venv, the inputs named and ordered as litert-torch's files (`INPUT_NAMES`), then `metadata` =
-    (vocab file, labels) as `mobilekd.export.litert.convert` attaches it. `lengths`: shorter input lengths, each one more signature
-    (`length_signature`), as `mobilekd.export.litert.convert` makes them."""
+    (vocab file, labels) as `mobilekd.export.litert.convert` attaches it. `lengths`: shorter input lengths, each one
+    more signature (`length_signature`), as `mobilekd.export.litert.convert` makes them."""
     import subprocess
     import tempfile
 
@@ -179,14 +185,17 @@ def convert_fused(model, seq_len: int, out_path, quantize: str = "none", metadat
         (work / "bilstm.json").write_text(json.dumps(model.config.to_dict()))
         save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(work / "weights"))
         log = out_path.with_suffix(".log")
-        with open(log, "w") as f:
-            rc = subprocess.run([str(python), __file__, "--config", str(work / "bilstm.json"), "--weights",
+        with open(log, "w") as f:  # -I: the child's path starts at the venv, not at this file's folder
+            rc = subprocess.run([str(python), "-I", __file__, "--config", str(work / "bilstm.json"), "--weights",
                                  str(work / "weights"), "--signatures", f"{DEFAULT_SIGNATURE}={seq_len}",
                                  *(f"{length_signature(n)}={n}" for n in lengths), "--quantize", quantize, "--out",
                                  str(tmp)], stdout=f, stderr=subprocess.STDOUT,
                                 env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}).returncode
         if rc != 0:
             raise UserError(f"{log}: the TensorFlow converter failed on the BiLSTM (exit {rc})")
+        unfused = _unfused(tmp, 1 + len(lengths))
+        if unfused:
+            raise UserError(f"{log}: the TensorFlow converter did not fuse the BiLSTM's LSTMs ({unfused})")
         log.unlink()
         tmp.write_bytes(edit(tmp.read_bytes(), _litert_layout))
         if metadata is not None:
@@ -194,6 +203,21 @@ def convert_fused(model, seq_len: int, out_path, quantize: str = "none", metadat
 
             add_metadata(tmp, "classification", *metadata)
     return out_path
+
+
+def _unfused(path: Path, signatures: int) -> str | None:
+    """What is wrong with a converted file, if anything: it must hold one subgraph per signature (no control-flow
+    subgraphs, which a loop the converter did not fuse brings), each with the two fused LSTMs."""
+    from mobilekd.export.graph import op_histogram, read_graph, subgraph_names
+
+    names = subgraph_names(path)
+    if len(names) != signatures:
+        return f"{len(names)} subgraphs for {signatures} signatures"
+    for k, name in enumerate(names):
+        ops = op_histogram(read_graph(path, k))
+        if ops.get("UNIDIRECTIONAL_SEQUENCE_LSTM") != 2:
+            return f"{name}: {ops.get('UNIDIRECTIONAL_SEQUENCE_LSTM', 0)} UNIDIRECTIONAL_SEQUENCE_LSTM ops, not 2"
+    return None
 
 
 def _litert_layout(tree, schema) -> None:

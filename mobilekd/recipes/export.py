@@ -268,13 +268,15 @@ def main(argv=None):
     if len(set(args.lengths)) != len(args.lengths):
         raise UserError(f"--lengths {' '.join(map(str, args.lengths))}: a length given twice")
     if args.fused_lstm:
-        from mobilekd.export.fused_lstm import FUSED
+        from mobilekd.export.fused_lstm import FUSED, tensorflow_python
+
         if not is_bilstm(args.model):
             raise UserError(f"--fused-lstm: {args.model} is not a BiLSTM (mobilekd bilstm's OUT, with bilstm.json)")
         unfused = [q for q in args.quantize if q not in FUSED]
         if unfused:
             raise UserError(f"--fused-lstm: the fused file is written for --quantize {' and '.join(FUSED)}, not "
                             f"{' '.join(unfused)}")
+        tensorflow_python()  # made (or its failure told) before any conversion
     if is_seq2seq(args.model):
         load_seq2seq(args.model)  # a bad model is named before OUT
     else:
