@@ -223,7 +223,22 @@ def kernels() -> list[str]:
             f"{speedup['fp32', 1]:.2f}x faster on {cpu} (fp32, 1 thread), "
             f"{speedup.get(('dynamic-int8', 1), float('nan')):.2f}x in dynamic-range int8; Pixel 4 estimate "
             f"{speedup['fp32', None]:.2f}x | the same file at 128 | [export](docs/export.md#length-aware-files-the-"
-            f"sentences-own-length---lengths) |"]
+            f"sentences-own-length---lengths) |"] + fused_bilstm()
+
+
+def fused_bilstm() -> list[str]:
+    """The BiLSTM's fused-LSTM file against the teacher's, fp32 at 128 tokens (benchmarks.kernels, one run)."""
+    rows = {(r["model"], r["form"], r["metric"], r.get("threads")): r["value"] for r in _rows("kernels")
+            if r["seq"] == "128"}
+    mine, theirs = ("bilstm", "bilstm-fused"), ("teacher", "fp32")
+    if (*mine, "host_ms", 1) not in rows or (*theirs, "host_ms", 1) not in rows:
+        return []
+    ratio = {m: rows[(*theirs, m, t)] / rows[(*mine, m, t)] for m, t in (("host_ms", 1), ("pixel4_ms", None))}
+    ops = rows[(*mine, "ops", None)], rows[("bilstm", "bilstm-unrolled", "ops", None)]
+    return [f"| the BiLSTM with TFLite's fused LSTM kernel ({ops[0]:g} operators, unrolled {ops[1]:g}), fp32 at 128 "
+            f"tokens (one run) | {ratio['host_ms']:.1f}x faster than the teacher on the host (1 thread), "
+            f"{ratio['pixel4_ms']:.1f}x on the Pixel 4 estimate | the teacher's file; goal 10x | "
+            f"[export](docs/export.md#fused-lstms-the-bilstm-in-39-operators---fused-lstm) |"]
 
 
 def table() -> str:
