@@ -40,7 +40,6 @@ from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd.rundir import finished_results, training_cpu
 
 
-
 class Recipe(NamedTuple):
     """A task's budget and settings, as command-line values; every field is in its rows."""
     pairs: str | None  # training pairs (None: all)
@@ -120,9 +119,19 @@ def budget(task: str) -> dict:
             "beam": int(beam)}
 
 
+def searched(task: str) -> bool:
+    """Whether a task's recipe ends in beam search (else greedy decoding alone)."""
+    return int(TASKS[task].beam) > 1
+
+
+def decoding(task: str) -> str:
+    """A task's final decoding in words: 'beam 5' or 'greedy'."""
+    return f"beam {TASKS[task].beam}" if searched(task) else "greedy"
+
+
 def headline(task: str) -> str:
     """The metric a task's goals are read on: BLEU of its recipe's final decoding."""
-    return "bleu" if int(TASKS[task].beam) > 1 else "bleu_greedy"
+    return "bleu" if searched(task) else "bleu_greedy"
 
 
 def current(row: dict) -> bool:
@@ -140,7 +149,7 @@ def drop_stale(path: Path) -> None:
 
 def generations_file(d: Path, task: str) -> Path:
     """A student run's dev generations in its recipe's final decoding (beam search, or greedy with beam 1)."""
-    return d / GENERATIONS[int(TASKS[task].beam) > 1]
+    return d / GENERATIONS[searched(task)]
 
 
 def generations(d: Path, task: str) -> list[dict]:
@@ -269,9 +278,8 @@ def samples_text(path: Path, tasks: list[str]) -> str:
     found = read_json(path) if path.is_file() else {}
     lines = []
     for task in [t for t in tasks if t in found]:
-        beam = int(TASKS[task].beam)
-        lines += ["", f"{task}: the first dev pairs, seed 0, {f'beam {beam}' if beam > 1 else 'greedy'} (the text as "
-                      f"the students write it: lower case, word pieces joined):", ""]
+        lines += ["", f"{task}: the first dev pairs, seed 0, {decoding(task)} (the text as the students write it: "
+                      f"lower case, word pieces joined):", ""]
         for g in found[task]:
             lines += [f"- source: {g['source']}", f"  - reference: {g['reference']}",
                       *(f"  - {m}: {g[m]}" for m in METHODS)]

@@ -35,7 +35,8 @@ from mobilekd.fileio import REPO_ROOT, read_json
 
 LENGTHS = ("16", "32", "64")
 SEQ_LEN = 128
-QUANTIZE = ("none", "dynamic-int8")
+FORMS = {"fp32": "none", "dynamic-int8": "dynamic-int8"}  # form -> --quantize
+QUANTIZE = tuple(FORMS.values())
 TRAIN_EXAMPLES = "4000"  # the students' and the teacher's fine-tuning: latency does not depend on it
 
 
@@ -43,9 +44,8 @@ def forms() -> dict[str, dict[str, tuple[str, str]]]:
     """model -> form -> (its export's folder under OUT, the length-aware file timed)."""
     from mobilekd.export.litert import tflite_name
 
-    plain = {"fp32": "none", "dynamic-int8": "dynamic-int8"}
-    return {"student": {form: ("tflite", tflite_name(q, lengths=True)) for form, q in plain.items()},
-            "teacher": {form: ("teacher_tflite", tflite_name(q, lengths=True)) for form, q in plain.items()},
+    return {"student": {form: ("tflite", tflite_name(q, lengths=True)) for form, q in FORMS.items()},
+            "teacher": {form: ("teacher_tflite", tflite_name(q, lengths=True)) for form, q in FORMS.items()},
             "bilstm": {f"bilstm-{kind}{'' if q == 'none' else '-' + q}": ("bilstm_tflite",
                                                                           tflite_name(q, lengths=True, fused=fused))
                        for q in QUANTIZE for kind, fused in (("unrolled", False), ("fused", True))}}

@@ -170,7 +170,7 @@ def multitask() -> list[str]:
 def cmlm() -> list[str]:
     """C-MLM's student against the same student without distillation and copying, per task (BLEU of the task's
     recipe's final decoding, `benchmarks.cmlm.headline`; copying has no decoding)."""
-    from benchmarks.cmlm import TASKS, headline
+    from benchmarks.cmlm import TASKS, decoding, headline
 
     rows = _rows("cmlm")
     tasks = [t for t in TASKS if values(rows, t, headline(t), "cmlm")]
@@ -181,9 +181,9 @@ def cmlm() -> list[str]:
         metric = {t: "bleu" if method == "copy" else headline(t) for t in tasks}
         return "; ".join(f"{t} {mean_std_cell(values(rows, t, metric[t], method), digits=2)}" for t in tasks)
 
-    decoding = ", ".join(f"{t} {'greedy' if TASKS[t].beam == '1' else f'beam {TASKS[t].beam}'}" for t in tasks)
+    decodings = ", ".join(f"{t} {decoding(t)}" for t in tasks)
     params = next(r["params"] for r in rows if r["method"] == "cmlm" and r.get("params"))
-    return [f"| BERT into a text generator (C-MLM), {params / 1e6:.1f}M encoder-decoder, dev BLEU ({decoding}) | "
+    return [f"| BERT into a text generator (C-MLM), {params / 1e6:.1f}M encoder-decoder, dev BLEU ({decodings}) | "
             f"{cell('cmlm')} | cross-entropy alone {cell('ce')}; copying the source {cell('copy')} | "
             f"[seq2seq](docs/seq2seq.md) |"]
 

@@ -52,12 +52,12 @@ RESET_PREACTIVATION = 1e4  # what the reset step puts into the shut gates (`rese
 def build_and_convert(config: dict, weights: dict, signatures: dict[str, int], quantize: str) -> bytes:
     """The `.tflite` bytes of the BiLSTM `config` (bilstm.json) with `weights` (its state dict as numpy arrays): one
     signature per (name, input length) of `signatures`, in that order, over the same weights."""
+    import tempfile
+
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     import numpy as np
     import tensorflow as tf
     import tf_keras as keras
-
-    import tempfile
 
     hidden, pair, pooling = config["hidden_size"], config["pair"], config["pooling"]
     table = tf.constant(weights["embeddings.weight"])
@@ -148,10 +148,9 @@ def _venv_main(argv=None) -> None:
 
 def tensorflow_python() -> Path:
     """The TensorFlow venv's interpreter (made once under .cache/), or $MOBILEKD_TENSORFLOW_PYTHON's as given."""
+    from mobilekd.errors import located
     from mobilekd.fileio import REPO_ROOT
     from mobilekd.sidevenv import side_venv
-
-    from mobilekd.errors import located
 
     given = os.environ.get("MOBILEKD_TENSORFLOW_PYTHON")
     if given and not os.access(given, os.X_OK):
@@ -231,10 +230,8 @@ def _litert_layout(tree, schema) -> None:
     tree.signatureDefs.sort(key=lambda s: (s.signatureKey.decode() != DEFAULT_SIGNATURE,
                                            signature_length(s.signatureKey.decode()) or 0))
     tree.subgraphs = [tree.subgraphs[s.subgraphIndex] for s in tree.signatureDefs]
-    for k, signature in enumerate(tree.signatureDefs):
+    for k, (signature, graph) in enumerate(zip(tree.signatureDefs, tree.subgraphs)):
         signature.subgraphIndex = k
-    for signature in tree.signatureDefs:
-        graph = tree.subgraphs[signature.subgraphIndex]
         by_name = {}
         for i in graph.inputs:
             name = graph.tensors[i].name.decode().removesuffix(":0")
