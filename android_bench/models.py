@@ -47,9 +47,11 @@ def trained_like(model: torch.nn.Module) -> torch.nn.Module:
                 p.copy_(start + 0.1 * torch.randn(p.shape, generator=generator))
     return model
 
-QUANTIZE = ("none", "dynamic-int8", "int8", "qat-int8", "qat-int8-sym", "qat-int8-float-attention")
+QUANTIZE = ("none", "dynamic-int8", "int8", "qat-int8", "qat-int8-sym", "qat-int8-sym-float-softmax",
+            "qat-int8-float-attention")
 # a qat form -> how its attention core is quantized (mobilekd.export.qat.ATTENTION)
-QAT_ATTENTION = {"qat-int8": "int8", "qat-int8-sym": "int8-sym", "qat-int8-float-attention": "float"}
+QAT_ATTENTION = {"qat-int8": "int8", "qat-int8-sym": "int8-sym", "qat-int8-sym-float-softmax": "int8-sym-float-softmax",
+                 "qat-int8-float-attention": "float"}
 CALIBRATION_SENTENCES = 32  # shipped SST-2 training sentences: the full-integer files' ranges
 
 
@@ -63,7 +65,8 @@ def export_preset(name: str, quantize: str, seq_len: int, cache: Path) -> Path:
     full-integer file of post-training quantization, "qat-int8" the one of `mobilekd.export.qat` (its ranges
     observed through fake quantization over the same sentences: random weights are not trained),
     "qat-int8-sym" the same with the attention products' second operands symmetric (zero point 0, which XNNPACK
-    takes), "qat-int8-float-attention" with each attention's core in float (QAT_ATTENTION)."""
+    takes), "qat-int8-sym-float-softmax" that with the softmax in float, "qat-int8-float-attention" with each
+    attention's core in float (QAT_ATTENTION)."""
     path = preset_path(name, quantize, seq_len, cache)
     if path.is_file():
         return path

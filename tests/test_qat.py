@@ -139,6 +139,27 @@ def test_symmetric_attention_puts_every_attention_product_in_xnnpack(sst2, tmp_p
     assert "BATCH_MATMUL" not in xnnpack_undelegated(path)
 
 
+def test_symmetric_attention_with_float_softmax_leaves_no_attention_op_outside_xnnpack(sst2, tmp_path):
+    """With the products' second operands symmetric and the masking and softmax between them in float, every
+    attention op is XNNPACK's: the products stay int8, each softmax is float (its probabilities quantized for P V);
+    the file computes its fake-quantized twin."""
+    _, dev = sst2
+    prepared = quantization(prepare_qat(classifier(), "classification", SEQ, attention="int8-sym-float-softmax"),
+                            True)
+    with torch.no_grad():
+        prepared(**inputs(dev))
+        twin = freeze_ranges(prepared)(**inputs(dev)).numpy()
+    path = convert_qat(prepared, SEQ, tmp_path / "float_softmax.tflite")
+    assert np.abs(run_tflite(path, dev)[0] - twin).max() < 0.025
+    ops = read_graph(path)
+    products = [op for op in ops if op.name == "BATCH_MATMUL"]
+    assert len(products) == 2 * 2 and all(op.inputs[0].dtype == op.inputs[1].dtype == "INT8" for op in products)
+    softmaxes = [op for op in ops if op.name == "SOFTMAX"]
+    assert len(softmaxes) == 2 + 1  # one an attention layer, and the classifier's
+    assert all(op.inputs[0].dtype == op.outputs[0].dtype == "FLOAT32" for op in softmaxes)
+    assert not {"BATCH_MATMUL", "SOFTMAX", "FULLY_CONNECTED", "QUANTIZE"} & set(xnnpack_undelegated(path))
+
+
 def test_kernel_profile_finds_the_int8_attention_outside_xnnpack(sst2, tmp_path):
     """perf's samples of the full-integer file, by kernel: XNNPACK's int8 GEMMs run the dense layers, TFLite's
     builtin int8 BATCH_MATMUL the attention products, nothing runs a float product; the samples account for the CPU
@@ -193,6 +214,9 @@ def test_recipe_at_micro_scale(tmp_path, tokenizer):
     proc = run_module("mobilekd", "qat", "--model", tmp_path / "ft", "--task", "stsb", "--out", tmp_path / "x",
                       check=False)
     assert "do not fit task stsb" in one_line_error(proc)
+    proc = run_module("mobilekd", "qat", "--model", tmp_path / "ft", *common, "--float-softmax", "--out",
+                      tmp_path / "x", check=False)
+    assert "--float-softmax goes with --symmetric-attention" in one_line_error(proc)
     assert not list((tmp_path / "x").glob("*.tflite"))
 
 

@@ -38,8 +38,9 @@ from mobilekd.fileio import atomic_path
 
 # how the attention core is quantized (`annotate_activations`): "int8" every tensor asymmetric as the quantizer
 # has it; "int8-sym" the same with the second operand of both products (K^T in Q K^T, V in P V) symmetric per
-# tensor, zero point 0, the only int8 BATCH_MATMUL XNNPACK takes; "float" the core left float
-ATTENTION = ("int8", "int8-sym", "float")
+# tensor, zero point 0, the only int8 BATCH_MATMUL XNNPACK takes; "int8-sym-float-softmax" that with the masking and
+# softmax between the two products in float (XNNPACK takes no int8 SOFTMAX); "float" the whole core float
+ATTENTION = ("int8", "int8-sym", "int8-sym-float-softmax", "float")
 
 
 def quantizer(attention: str = "int8"):
@@ -102,7 +103,17 @@ def annotate_activations(model: torch.fx.GraphModule, config, attention: str = "
     BATCH_MATMUL only so (tflite/delegates/xnnpack/xnnpack_delegate.cc, `VisitBatchMatMulNode`: a non-zero zero
     point of input 1 is refused; the first operand and the output may have any; google-ai-edge/LiteRT f67457790,
     the same checks since v2.2.0); the official code's activations are all asymmetric (quant_ops.py
-    `MovingAvgQuantize`), so this departs from it, for the delegate's sake."""
+    `MovingAvgQuantize`), so this departs from it, for the delegate's sake.
+
+    With "int8-sym-float-softmax" the products stay int8 as in "int8-sym", and what lies between them (the scaling,
+    the masking, the softmax: `attention_cores` less the products) is float: the file dequantizes Q K^T's int8
+    output, masks and softmaxes in float and quantizes the probabilities at P V's input, ops XNNPACK takes where it
+    takes no int8 SOFTMAX (xnnpack_delegate.cc `VisitSoftmaxNode`: `CheckTensorFloatType` on its input and output;
+    DEQUANTIZE and QUANTIZE of per-tensor int8 through `VisitUnaryNode`; LiteRT f67457790). A float softmax alone
+    between int8 scores and int8 probabilities is not enough: the converter fuses dequantize, softmax and quantize
+    into an int8 SOFTMAX. The official code leaves the probabilities float too (modeling.py `attention_layer`
+    quantizes the scores after Q K^T, after the mask's multiply and add, and the context layer, not
+    `attention_probs`); that it also quantizes the masked scores, and we do not, is the departure."""
     from litert_torch.quantize.pt2e_quantizer_utils import (get_fixed_qparams_qspec, get_input_act_qspec,
                                                             get_output_act_qspec)
     from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, QuantizationSpec
@@ -129,7 +140,10 @@ def annotate_activations(model: torch.fx.GraphModule, config, attention: str = "
 
     if attention not in ATTENTION:
         raise ValueError(f"attention {attention!r}: one of {', '.join(ATTENTION)}")
-    float_core = attention_cores(model) if attention == "float" else set()
+    symmetric_second = attention.startswith("int8-sym")
+    float_core = attention_cores(model) if attention in ("float", "int8-sym-float-softmax") else set()
+    if attention != "float":  # the products themselves stay int8
+        float_core = {n for n in float_core if n.target != aten.matmul.default}
     for node in float_core:  # litert-torch's own annotators may have reached some (the mask's mul): undone
         node.meta.pop("quantization_annotation", None)
     for node in model.graph.nodes:
@@ -144,7 +158,7 @@ def annotate_activations(model: torch.fx.GraphModule, config, attention: str = "
             if floats:
                 inputs = {a: get_input_act_qspec(config) for a in floats if not has_range(a)}
                 second = node.args[1]
-                if attention == "int8-sym" and node.target == aten.matmul.default and second in floats:
+                if symmetric_second and node.target == aten.matmul.default and second in floats:
                     at = None if second in inputs else producer(second).meta["quantization_annotation"]
                     if at is not None and isinstance(at.output_qspec, QuantizationSpec):
                         at.output_qspec = symmetric(at.output_qspec)
@@ -161,7 +175,9 @@ def prepare_qat(model: torch.nn.Module, head: str, seq_len: int, attention: str 
     `attention` (ATTENTION): "int8", every tensor of the attention core asymmetric int8: XNNPACK, LiteRT's CPU
     delegate, takes neither its BATCH_MATMULs (their second operand has a zero point) nor int8 SOFTMAX, so they run
     on the builtin kernels between the delegate's partitions; "int8-sym", the products' second operands symmetric,
-    which XNNPACK takes; "float", the attention cores (`attention_cores`) left float."""
+    which XNNPACK takes; "int8-sym-float-softmax", that with the masking and softmax in float (XNNPACK takes no int8
+    SOFTMAX);
+    "float", the attention cores (`attention_cores`) left float."""
     from torchao.quantization.pt2e import allow_exported_model_train_eval
     from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e
 

@@ -33,7 +33,9 @@ def parse_args(argv=None):
                    help="how the presets are exported (default none dynamic-int8; int8: post-training full integer, "
                         "qat-int8: full integer through mobilekd.export.qat, ranges observed on shipped sentences; "
                         "qat-int8-sym: the same with the attention products' second operands symmetric, which "
-                        "XNNPACK takes; qat-int8-float-attention: the attention cores in float, which XNNPACK runs)")
+                        "XNNPACK takes; qat-int8-sym-float-softmax: that with each softmax in float, which XNNPACK "
+                        "takes where it takes no int8 softmax; qat-int8-float-attention: the attention cores in "
+                        "float, which XNNPACK runs)")
     p.add_argument("--tflite", nargs="*", default=[], metavar="NAME=PATH",
                    help="existing .tflite files to add (a file name containing int8 is set against the int8 peak)")
     p.add_argument("--accuracy", nargs="*", default=[], metavar="NAME=VALUE",

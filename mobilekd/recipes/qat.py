@@ -90,6 +90,10 @@ def parse_args(argv=None):
     attention.add_argument("--symmetric-attention", action="store_true",
                            help="quantize the second operand of each attention product (K^T, V) symmetric, zero "
                                 "point 0: the int8 BATCH_MATMUL XNNPACK takes (the softmax stays int8, outside it)")
+    p.add_argument("--float-softmax", action="store_true",
+                   help="with --symmetric-attention: run each attention's masking and softmax in float between its "
+                        "two int8 products (the official QAT leaves the probabilities float too), so that XNNPACK "
+                        "takes them")
     p.add_argument("--int8-embeddings", action="store_true",
                    help="also store the embedding tables in int8 (per row; a third of the file's size): they are put "
                         "on that grid before training and frozen, so the network learns against them")
@@ -100,13 +104,19 @@ def parse_args(argv=None):
     check_task_flags(args)
     if args.score_clip and not args.score_clip[0] < args.score_clip[1]:
         raise UserError(f"--score-clip LOW HIGH needs LOW < HIGH, got {args.score_clip}")
+    if args.float_softmax and not args.symmetric_attention:
+        raise UserError("--float-softmax goes with --symmetric-attention (the int8 attention products XNNPACK takes)")
     train_config(args)  # bad training flags are refused before any work
     return args
 
 
 def attention_form(args) -> str:
     """The attention core's quantization (mobilekd.export.qat.ATTENTION) the flags ask for."""
-    return "float" if args.float_attention else "int8-sym" if args.symmetric_attention else "int8"
+    if args.float_attention:
+        return "float"
+    if args.symmetric_attention:
+        return "int8-sym-float-softmax" if args.float_softmax else "int8-sym"
+    return "int8"
 
 
 @cli_entry
@@ -144,6 +154,7 @@ def run(args, accelerator):
                                                 "int8_embeddings": args.int8_embeddings or None,
                                                 "float_attention": args.float_attention or None,
                                                 "symmetric_attention": args.symmetric_attention or None,
+                                                "float_softmax": args.float_softmax or None,
                                                 "train_examples": len(train),
                                                 "subset_seed": args.subset_seed})
     run_plan([stage], model, train, cfg, accelerator, resume=args.resume)
@@ -170,7 +181,7 @@ def run(args, accelerator):
               "split": dev_name, "dev_examples": len(dev), "train_examples": len(train), "steps": steps,
               "max_len": args.max_len, "lr": args.lr, "masked_score": masked_score, "score_clip": score_clip,
               "int8_embeddings": args.int8_embeddings, "float_attention": args.float_attention,
-              "symmetric_attention": args.symmetric_attention,
+              "symmetric_attention": args.symmetric_attention, "float_softmax": args.float_softmax,
               "metrics_float": classification_metrics(names, labels, float_predictions),
               "metrics_fake_quant": classification_metrics(names, labels, twin_predictions),
               "metrics_int8": classification_metrics(names, labels, int8_predictions), **agreement,
