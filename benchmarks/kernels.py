@@ -5,17 +5,23 @@ of one SST-2 budget (4,000 training examples), each exported as length-aware fil
   teacher  the adapted teacher (all-MiniLM-L6-v2, 6 layers of 384), fine-tuned: the reference the others beat;
   bilstm   Tang et al.'s BiLSTM (mobilekd bilstm, logit KD from that teacher, a 64-wide table), as litert-torch
            unrolls it (`bilstm-unrolled`) and with TFLite's fused LSTM kernel (`bilstm-fused`, `export --fused-lstm`).
+And full-size MobileBERT (`mobilebert`, the paper's preset with random weights: latency does not depend on training,
+`mobilekd latency`'s files), at 128 tokens only, in fp32, dynamic-range int8 and QAT full int8 with each attention
+form (`qat-int8` asymmetric, `qat-int8-sym` with symmetric second operands, `qat-int8-sym-float-softmax` with the
+masking and softmax between the products in float; mobilekd.export.qat.ATTENTION).
 Every signature of every file is timed on this host at 1 and 2 threads, interleaved in one run per thread count,
 and estimated for a Pixel 4; the latency at SST-2's dev lengths (each sentence run at the shortest signature
 holding it) is set against the latency at 128.
 
     python -m benchmarks.kernels                 # about 40 minutes on 2 cores, resumable
+    python -m benchmarks.kernels --models mobilebert   # one model's files, timed among themselves
     python -m benchmarks.kernels --table [--write]
 
 Rows: task `sst2`, method `<model> <form>`, model, form (`fp32`, `dynamic-int8`; the BiLSTM's `bilstm-unrolled`,
-`bilstm-fused` and their `-dynamic-int8`), seq (`128`, `dev`, a signature's length, or `all` for the whole file),
-threads (host rows), metric (`host_ms` p50 of --runs interleaved runs, `pixel4_ms` the estimate at 4 threads,
-`ops` the signature's operators, `ops_in_file`, `undelegated_ops` those XNNPACK leaves to TFLite, `speedup` at
+`bilstm-fused` and their `-dynamic-int8`; MobileBERT's `qat-int8...`), seq (`128`, `dev`, a signature's length, or
+`all` for the whole file), threads (host rows), metric (`host_ms` p50 of --runs interleaved runs, `pixel4_ms` the
+estimate at 4 threads, `ops` the signature's operators, `ops_in_file`, `undelegated_ops` those XNNPACK leaves to
+TFLite, `attention_products_delegated` the share of BATCH_MATMULs XNNPACK takes, `speedup` at
 `dev`: 128's latency over the dev set's; `tflite_bytes`, `dev_share`, and the export's parity per signature,
 `examples` and `max_abs_diff`), value; each with the CPU it was measured on. The dev figure is the mean over the
 dev set's sentences, bucketed by the shortest signature that holds them (the shares in the export's parity.json),
@@ -37,14 +43,20 @@ LENGTHS = ("16", "32", "64")
 SEQ_LEN = 128
 FORMS = {"fp32": "none", "dynamic-int8": "dynamic-int8"}  # form -> --quantize
 QUANTIZE = tuple(FORMS.values())
+PRESET = "mobilebert"  # the full-size model, timed from `mobilekd latency`'s files (android_bench.models.export_preset)
+PRESET_FORMS = {"fp32": "none", "dynamic-int8": "dynamic-int8", "qat-int8": "qat-int8", "qat-int8-sym": "qat-int8-sym",
+                "qat-int8-sym-float-softmax": "qat-int8-sym-float-softmax"}  # form -> export_preset's quantize
+TRAINED = ("student", "teacher", "bilstm")  # the models the benchmark trains and exports itself
 TRAIN_EXAMPLES = "4000"  # the students' and the teacher's fine-tuning: latency does not depend on it
 
 
-def forms() -> dict[str, dict[str, tuple[str, str]]]:
-    """model -> form -> (its export's folder under OUT, the length-aware file timed)."""
+def forms() -> dict[str, dict[str, tuple[str | None, str]]]:
+    """model -> form -> (its export's folder under OUT, the length-aware file timed; for PRESET: None, the
+    quantization export_preset makes its one-length file with)."""
     from mobilekd.export.litert import tflite_name
 
-    return {"student": {form: ("tflite", tflite_name(q, lengths=True)) for form, q in FORMS.items()},
+    return {PRESET: {form: (None, q) for form, q in PRESET_FORMS.items()},
+            "student": {form: ("tflite", tflite_name(q, lengths=True)) for form, q in FORMS.items()},
             "teacher": {form: ("teacher_tflite", tflite_name(q, lengths=True)) for form, q in FORMS.items()},
             "bilstm": {f"bilstm-{kind}{'' if q == 'none' else '-' + q}": ("bilstm_tflite",
                                                                           tflite_name(q, lengths=True, fused=fused))
@@ -75,13 +87,15 @@ def jobs(out: Path) -> list[Job]:
             export("bilstm-export", bilstm, "bilstm_tflite", "bilstm", "--fused-lstm")]
 
 
-def file_rows(out: Path) -> list[dict]:
+def file_rows(out: Path, models=TRAINED) -> list[dict]:
     """What the exports recorded of each length-aware file (their parity.json): its size against the one-length
     file beside it, and per signature the dev sentences it is the shortest to hold and its parity on those of the
     parity examples that fit it."""
     found = []
     for model, files in forms().items():
         for form, (folder, name) in files.items():
+            if model not in models or folder is None:
+                continue
             parity = read_json(out / folder / "parity.json")
             plain, lengths = name.replace("_lengths", ""), parity[name]["lengths"]
             common = {"task": "sst2", "method": f"{model} {form}", "seed": 0, "model": model, "form": form,
@@ -98,10 +112,11 @@ def file_rows(out: Path) -> list[dict]:
     return found
 
 
-def rows(out: Path, threads: list[int], runs: int) -> list[dict]:
-    """Per file and signature: operators, the Pixel 4 estimate and the host latency, every signature of every file
-    timed interleaved in one run per thread count (so that the ratios between models hold on a drifting host); the
-    figures at the dev set's lengths and the speed-up of dev over 128."""
+def rows(out: Path, threads: list[int], runs: int, models=tuple(TRAINED)) -> list[dict]:
+    """Per file and signature of the `models`: operators, the Pixel 4 estimate and the host latency, every
+    signature of every file timed interleaved in one run per thread count (so that the ratios between models hold on
+    a drifting host); the figures at the dev set's lengths and the speed-up of dev over 128 (not for PRESET, whose
+    files have one length)."""
     from android_bench import estimate as cost
     from android_bench.host import SIGNATURE_MARK, measure
     from android_bench.models import CACHE, export_preset
@@ -112,27 +127,40 @@ def rows(out: Path, threads: list[int], runs: int) -> list[dict]:
 
     efficiency = cost.calibrate(cost.op_costs(read_graph(export_preset("mobilebert", "none", 128, CACHE))))
     pixel4 = cost.load_profile("pixel4")
-    found, entries = file_rows(out), {}  # entries: FILE#SIGNATURE -> (model, form, length)
-    shares, files_of = {}, forms()
+    found, entries = file_rows(out, models), {}  # entries: FILE#SIGNATURE -> (model, form, length)
+    shares, files_of = {}, {model: files for model, files in forms().items() if model in models}
+    paths = {}
 
     def row(model, form, seq, metric, value, **extra):
         found.append({"task": "sst2", "method": f"{model} {form}", "seed": 0, "model": model, "form": form,
                       "seq": str(seq), "metric": metric, "value": round(value, 3), "cpu": cpu_model(),
-                      "file": files_of[model][form][1], **extra})
+                      "file": paths[model, form].name, **extra})
 
     for model, files in files_of.items():
         for form, (folder, name) in files.items():
-            path, parity = out / folder / name, read_json(out / folder / "parity.json")[name]
-            shares[model, form] = {int(n): v for n, v in parity["lengths"]["share"].items()}
+            if folder is None:
+                paths[model, form] = path = export_preset(PRESET, name, SEQ_LEN, CACHE)
+                row(model, form, SEQ_LEN, "tflite_bytes", path.stat().st_size)
+            else:
+                paths[model, form] = path = out / folder / name
+                parity = read_json(out / folder / "parity.json")[name]
+                shares[model, form] = {int(n): v for n, v in parity["lengths"]["share"].items()}
             estimates = {}
             for k, signature in enumerate(subgraph_names(path)):  # each subgraph is named after its signature
-                n = signature_length(signature) or parity["seq_len"]
+                n = signature_length(signature) or SEQ_LEN
                 graph = read_graph(path, k)
                 estimates[n] = cost.estimate(cost.op_costs(graph), pixel4, 4, efficiency)["ms"]
                 row(model, form, n, "ops", len(graph))
                 row(model, form, n, "pixel4_ms", estimates[n])
                 entries[f"{path}{SIGNATURE_MARK}{signature}"] = (model, form, n)
-            row(model, form, SEQ_LEN, "undelegated_ops", sum(xnnpack_undelegated(path).values()))  # main subgraph's
+            undelegated = xnnpack_undelegated(path)  # the main subgraph's
+            row(model, form, SEQ_LEN, "undelegated_ops", sum(undelegated.values()))
+            products = sum(op.name == "BATCH_MATMUL" for op in read_graph(path))
+            if products:
+                row(model, form, SEQ_LEN, "attention_products_delegated",
+                    1 - undelegated.get("BATCH_MATMUL", 0) / products)
+            if (model, form) not in shares:
+                continue
             at_dev = mean_over_lengths(shares[model, form], estimates)
             row(model, form, "dev", "pixel4_ms", at_dev)
             row(model, form, "dev", "speedup", estimates[SEQ_LEN] / at_dev, against="pixel4_ms")
@@ -143,6 +171,8 @@ def rows(out: Path, threads: list[int], runs: int) -> list[dict]:
             ms.setdefault((model, form), {})[n] = timed[entry]["by_threads"][0]["p50_ms"]
             row(model, form, n, "host_ms", ms[model, form][n], threads=t)
         for (model, form), per_length in ms.items():
+            if (model, form) not in shares:
+                continue
             at_dev = mean_over_lengths(shares[model, form], per_length)
             row(model, form, "dev", "host_ms", at_dev, threads=t)
             row(model, form, "dev", "speedup", per_length[SEQ_LEN] / at_dev, threads=t, against="host_ms")
@@ -168,9 +198,13 @@ def table(results: list[dict]) -> str:
 
     for model, form in pairs:
         for seq in seqs:
+            if value(model, form, seq, "pixel4_ms") is None:  # a length this file does not have
+                continue
             lines.append(f"| {model} | {form} | {seq} | {cell(model, form, seq, 'ops')} | "
                          + " | ".join(cell(model, form, seq, "host_ms", t=t) for t in threads)
                          + f" | {cell(model, form, seq, 'pixel4_ms')} |")
+        if value(model, form, "dev", "speedup") is None:
+            continue
         lines.append(f"| {model} | {form} | speed-up at dev | - | "
                      + " | ".join(f"{cell(model, form, 'dev', 'speedup', t=t)}x" for t in threads)
                      + f" | {cell(model, form, 'dev', 'speedup')}x |")
@@ -191,6 +225,16 @@ def table(results: list[dict]) -> str:
         ops = value("bilstm", form, str(SEQ_LEN), "ops")
         if ops is not None:
             goals.append(f"| {form}: operators | {ops:g} | < 100 | {'met' if ops < 100 else 'missed'} |")
+    for form in (f for f in PRESET_FORMS if f.startswith("qat")):
+        mine, theirs = value(PRESET, form, str(SEQ_LEN), "host_ms", 1), value(PRESET, "dynamic-int8", str(SEQ_LEN),
+                                                                              "host_ms", 1)
+        if mine and theirs:
+            goals.append(f"| {PRESET} {form} against dynamic-int8 at {SEQ_LEN}, host, 1 thread | "
+                         f"{mine / theirs:.2f}x | <= 0.8x | {'met' if mine / theirs <= 0.8 else 'missed'} |")
+        share = value(PRESET, form, str(SEQ_LEN), "attention_products_delegated")
+        if share is not None:
+            goals.append(f"| {PRESET} {form}: attention products XNNPACK takes | {share:.0%} | 100% | "
+                         f"{'met' if share == 1 else 'missed'} |")
     for form in ("fp32", "dynamic-int8"):
         for t in [*threads, None]:
             got = value("student", form, "dev", "speedup", t)
@@ -210,18 +254,20 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="runs/kernels", help="where its runs go (default runs/kernels)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="host thread counts (default 1 2)")
     p.add_argument("--runs", type=int, default=50, help="timed runs per signature (default 50)")
+    p.add_argument("--models", nargs="+", choices=[*TRAINED, PRESET], default=[*TRAINED, PRESET],
+                   help="the models whose files are timed, interleaved among themselves (default all)")
     p.add_argument("--collect", action="store_true",
                    help="only the rows the export recorded (sizes, dev shares, parity): no run, no timing")
     args = p.parse_args(argv)
     out = (REPO_ROOT / args.out).resolve()
     results_path = REPO_ROOT / args.results
     if args.collect or not args.table:
-        if not args.collect:
+        if not args.collect and set(args.models) & set(TRAINED):
             failed = run_all(jobs(out), 1, out / "logs")
             if failed:
                 print(f"failed: {', '.join(failed)}", file=sys.stderr)
                 return 1
-        found = file_rows(out) if args.collect else rows(out, args.threads, args.runs)
+        found = file_rows(out, args.models) if args.collect else rows(out, args.threads, args.runs, args.models)
         order = {model: k for k, model in enumerate(forms())}
         merge_rows(results_path, found, lambda r: (order.get(r["model"], len(order)), r["form"], r["seq"], r["metric"],
                                                    r.get("threads", 0)),
