@@ -234,6 +234,20 @@ def measured(out: Path) -> dict[str, dict]:
             for family, size in sizes.items() if family in rows}
 
 
+LATENCY_FIELDS = ("tflite_bytes", "host_ms", "pixel4_ms")
+
+
+def recorded(results: Path) -> dict[str, dict]:
+    """Per family (and model-maker): the size and latency the results file holds for it already, from an earlier
+    invocation whose files are gone from OUT (a family is exported and timed once, from its SST-2 seed-0 model)."""
+    found = {}
+    for r in read_json(results) if results.is_file() else []:
+        family = "model-maker" if r["method"] == "model-maker" else METHODS.get(r["method"], (None,))[0]
+        if family is not None and all(k in r for k in LATENCY_FIELDS):
+            found.setdefault(family, {k: r[k] for k in LATENCY_FIELDS})
+    return found
+
+
 def stage_seconds(out: Path) -> dict[str, float]:
     """Each finished shared stage's wall seconds (one thread: its CPU-seconds)."""
     found = {}
@@ -277,9 +291,10 @@ def budget(task: str, method: str) -> dict:
     return b
 
 
-def rows(out: Path, tasks: list[str], seeds: list[int]) -> tuple[list[dict], list[dict]]:
-    """The finished runs' rows (the last evaluation's dev scores, one row per metric) and their cost curves."""
-    latency, stages = measured(out), stage_seconds(out)
+def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[list[dict], list[dict]]:
+    """The finished runs' rows (the last evaluation's dev scores, one row per metric) and their cost curves; each
+    family's size and latency as measured in OUT, else as `results` recorded them."""
+    latency, stages = {**recorded(results), **measured(out)}, stage_seconds(out)
     found, curves = [], []
     for task in tasks:
         for seed in seeds:
@@ -437,7 +452,7 @@ def main(argv=None):
         return jobs(out, args.tasks, args.seeds, args.methods)
 
     def found():
-        results, curves = rows(out, args.tasks, args.seeds)
+        results, curves = rows(out, args.tasks, args.seeds, REPO_ROOT / args.results)
         merge_rows(curves_path, curves, order, key=("task", "method", "seed", "metric", "step"))
         return results
 
