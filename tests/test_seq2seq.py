@@ -167,10 +167,14 @@ def test_micro_cmlm_run_from_a_masked_lm_to_a_tflite_that_decodes_as_pytorch(dem
     losses = result["training"][0]
     assert losses["end"]["kd"] < losses["start"]["kd"] and losses["end"]["xe"] < losses["start"]["xe"]
     assert list((teacher / "outputs").glob("cmlm_*.safetensors"))  # the soft targets, cached
-    run_module("mobilekd", "export", "--model", student, "--parity-examples", 12, "--out", tmp_path / "tflite")
-    parity = json.loads((tmp_path / "tflite" / "parity.json").read_text())["model_seq2seq.tflite"]
+    run_module("mobilekd", "export", "--model", student, "--parity-examples", 12, "--quantize", "none",
+               "dynamic-int8", "--out", tmp_path / "tflite")
+    reports = json.loads((tmp_path / "tflite" / "parity.json").read_text())
+    parity, int8 = reports["model_seq2seq.tflite"], reports["model_seq2seq_dynamic_int8.tflite"]
     assert parity["pairs"] == 12 and parity["identical"] == 1.0
+    assert parity["scores"]["file"] == parity["scores"]["pytorch"] == int8["scores"]["pytorch"]
     assert parity["flex_or_custom_ops"] == [] and parity["host_ms"]["per_token"] > 0
+    assert int8["pairs"] == 12 and 0 <= int8["identical"] <= 1 and int8["size_bytes"] < 0.5 * parity["size_bytes"]
 
     # `mobilekd latency` times and estimates the file per generated sentence
     from android_bench.host import load_runner, random_inputs

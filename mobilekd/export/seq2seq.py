@@ -159,23 +159,32 @@ class SentenceTiming(GreedyFile):
         return self.generate(feed["input_ids"], feed["attention_mask"], GENERATED_TOKENS, stop=False)[0]
 
 
-def seq2seq_parity(model: Seq2SeqTransformer, path, split: PairSplit, batch_size: int = 32) -> dict:
-    """PyTorch's greedy decoding (over the file's target length) and the file's app loop, sentence by sentence:
-    the share of identical outputs, the first that differ (their index), and the file's host latency (median
-    encode, per generated token, per sentence; one thread)."""
+def seq2seq_parity(model: Seq2SeqTransformer, path, split: PairSplit, tokenizer, batch_size: int = 32,
+                   mine: list[list[int]] | None = None) -> dict:
+    """PyTorch's greedy decoding (over the file's target length; `mine` where it is decoded already) and the file's
+    app loop, sentence by sentence: the share of identical outputs, the first that differ (their index), both
+    outputs' BLEU and chrF against the references (a quantized file's outputs differ: what it costs), and the file's
+    host latency (median encode, per generated token, per sentence; one thread)."""
+    from mobilekd.finetune.generation import as_text, references, scores
+
     runner = GreedyFile(path, model.config.bos_token_id, model.config.eos_token_id)
-    mine = decode_split(model, split, runner.target_len, batch_size=batch_size)
-    same, differ, encode, step, sentence = 0, [], [], [], []
+    if mine is None:
+        mine = decode_split(model, split, runner.target_len, batch_size=batch_size)
+    same, differ, encode, step, sentence, outputs = 0, [], [], [], [], []
     for i in range(len(split)):
         source = split.arrays["source_ids"][i]
         tokens, e, steps = runner(source[source != split.pad].tolist())
+        outputs.append(tokens)
         same += tokens == mine[i]
         if tokens != mine[i] and len(differ) < 5:
             differ.append(i)
         encode.append(e)
         step += steps
         sentence.append(e + sum(steps))
+    refs = references(tokenizer, split)
     return {"pairs": len(split), "identical": same / len(split), "first_differing": differ,
+            "scores": {"file": scores([as_text(tokenizer, t) for t in outputs], refs),
+                       "pytorch": scores([as_text(tokenizer, t) for t in mine], refs)},
             "host_ms": {"encode": round(1000 * float(np.median(encode)), 3),
                         "per_token": round(1000 * float(np.median(step)), 3),
                         "per_sentence": round(1000 * float(np.median(sentence)), 3)},

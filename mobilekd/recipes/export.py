@@ -34,7 +34,9 @@ inputs and runs the LSTM unrolled over --seq-len.
   model_seq2seq.tflite      for a seq2seq directory (mobilekd seq2seq): `encode` and `decode` signatures
                             (mobilekd/export/seq2seq.py), source and target as long as the model trained with; the
                             app's greedy loop run on the file over --parity-examples of its task's dev pairs, its
-                            output compared with PyTorch's greedy decoding, and its host latency per token
+                            output compared with PyTorch's greedy decoding (identical outputs, and both BLEU), and
+                            its host latency per token; with --quantize fp16 or dynamic-int8 (weights only),
+                            model_seq2seq_<quantize>.tflite, checked the same way
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import float_islands, foreign_ops, nonfinite_constants, op_histogram, read_graph
 from mobilekd.export.litert import (CALIBRATED, DEFAULT_SIGNATURE, INPUT_NAMES, QUANTIZATIONS, convert,
-                                    length_signature, mean_over_lengths, tflite_name)
+                                    length_signature, mean_over_lengths, quantize_file, tflite_name)
 from mobilekd.export.parity import parity_report, run_tflite, xnnpack_undelegated
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.flags import at_least
@@ -64,6 +66,7 @@ from mobilekd.models.seq2seq import is_seq2seq, load_seq2seq
 from mobilekd.rundir import owned
 
 SEQ2SEQ_FILE, EARLY_EXIT_FILE = "model_seq2seq.tflite", "model_early_exit.tflite"
+SEQ2SEQ_QUANTIZE = ("none", "fp16", "dynamic-int8")  # weight quantizations: the decoder's inputs stay as they are
 SENTENCE_TASKS = [t for t in TASK_NAMES if not t.startswith("squad")]  # what the parity check can encode
 
 
@@ -250,7 +253,7 @@ def expected_files(args) -> set[str]:
     """Every file an export of `args` writes, each a key of parity.json once checked: parity.json is rewritten
     after each file, so an export killed midway holds some of them (benchmarks.runner's `Job.done`)."""
     if is_seq2seq(args.model):
-        return {SEQ2SEQ_FILE}
+        return {seq2seq_file(q) for q in args.quantize}
     if is_multitask(args.model):
         return {name for _, name in multitask_files(args, read_json(Path(args.model) / "multitask.json")["tasks"])}
     early = is_early_exit(args.model) and args.head in (None, "classification")
@@ -389,20 +392,27 @@ def export_early_exit(args, model, out: Path, arrays: dict) -> dict:
     return report
 
 
+def seq2seq_file(quantize: str) -> str:
+    """A seq2seq model's file for a quantization: model_seq2seq.tflite in float32, else model_seq2seq_<q>.tflite."""
+    return SEQ2SEQ_FILE if quantize == "none" else tflite_name(quantize, "model_seq2seq")
+
+
 def export_seq2seq(args, out: Path) -> None:
-    """The two-signature file and its parity: the app's greedy loop on the file against PyTorch's greedy decoding
-    over --parity-examples dev pairs of the task the model trained on (its results.json)."""
+    """The two-signature file per --quantize (SEQ2SEQ_QUANTIZE; a quantized file is the float one rewritten by
+    `quantize_file`) and its parity: the app's greedy loop on the file against PyTorch's greedy decoding over
+    --parity-examples dev pairs of the task the model trained on (its results.json)."""
     from mobilekd.data.pairs import load_pairs
     from mobilekd.data.seq2seq import encode_pairs
     from mobilekd.export.seq2seq import convert_seq2seq, seq2seq_parity
+    from mobilekd.models.decoding import decode_split
 
     unsupported = [f for f, given in (("--head", args.head), ("--onnx", args.onnx), ("--onnx2tf", args.onnx2tf),
                                       ("--lengths", args.lengths),
                                       ("--parity-task", args.parity_task), ("--calibration", args.calibration))
-                   if given] + [q for q in args.quantize if q != "none"]
+                   if given] + [q for q in args.quantize if q not in SEQ2SEQ_QUANTIZE]
     if unsupported:
-        raise UserError(f"{args.model}: a seq2seq model exports in float32 only, checked on its own task's pairs "
-                        f"(no {', '.join(unsupported)})")
+        raise UserError(f"{args.model}: a seq2seq model exports in {', '.join(SEQ2SEQ_QUANTIZE)}, checked on its own "
+                        f"task's pairs (no {', '.join(unsupported)})")
     results = Path(args.model) / "results.json"
     trained = read_json(results) if results.is_file() else {}
     if "task" not in trained or "max_len" not in trained:
@@ -410,19 +420,32 @@ def export_seq2seq(args, out: Path) -> None:
     model, tokenizer = load_seq2seq(args.model), load_tokenizer(args.model)
     task = load_pairs(trained["task"], args.parity_data or trained.get("data"))
     split, _ = encode_pairs(task.dev[:args.parity_examples], tokenizer, trained["max_len"], False, f"{task.name} dev")
+    mine = decode_split(model, split, trained["max_len"])  # PyTorch's greedy outputs, checked against every file
     start = time.time()
-    path = convert_seq2seq(model, trained["max_len"], trained["max_len"], out / SEQ2SEQ_FILE)
+    fp32 = convert_seq2seq(model, trained["max_len"], trained["max_len"], out / SEQ2SEQ_FILE)
     seconds = round(time.time() - start, 1)
-    ops = read_graph(path, 0) + read_graph(path, 1)  # both signatures' operators (XNNPACK's check: the first)
-    report = {**file_report(path, ops, op_histogram(ops)), **seq2seq_parity(model, path, split),
-              "convert_seconds": seconds, "model": str(args.model), "quantize": "none"}
-    reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
-    reports[path.name] = report
-    write_json(out / "parity.json", reports)
-    ms = report["host_ms"]
-    print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): greedy output identical to PyTorch's for "
-          f"{report['identical']:.4f} of {report['pairs']} dev pairs; host (1 thread): encode {ms['encode']:.2f} ms, "
-          f"{ms['per_token']:.2f} ms a token, {ms['per_sentence']:.1f} ms a sentence")
+    for quantize in args.quantize:
+        path = out / seq2seq_file(quantize)
+        if quantize != "none":
+            start = time.time()
+            with atomic_path(path) as tmp:
+                tmp.write_bytes(fp32.read_bytes())
+                quantize_file(tmp, quantize)
+            seconds = round(time.time() - start, 1)
+        ops = read_graph(path, 0) + read_graph(path, 1)  # both signatures' operators (XNNPACK's check: the first)
+        report = {**file_report(path, ops, op_histogram(ops)), **seq2seq_parity(model, path, split, tokenizer,
+                                                                                mine=mine),
+                  "convert_seconds": seconds, "model": str(args.model), "quantize": quantize}
+        reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
+        reports[path.name] = report
+        write_json(out / "parity.json", reports)
+        ms, bleu = report["host_ms"], report["scores"]
+        print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): greedy output identical to PyTorch's "
+              f"for {report['identical']:.4f} of {report['pairs']} dev pairs, BLEU {bleu['file']['bleu']:.2f} against "
+              f"PyTorch's {bleu['pytorch']['bleu']:.2f}; host (1 thread): encode {ms['encode']:.2f} ms, "
+              f"{ms['per_token']:.2f} ms a token, {ms['per_sentence']:.1f} ms a sentence")
+    if "none" not in args.quantize:
+        fp32.unlink()  # made only to be quantized
 
 
 def export_multitask(args, out: Path) -> None:
