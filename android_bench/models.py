@@ -18,7 +18,7 @@ import torch
 
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.data.tokenizer import load_tokenizer
-from mobilekd.export.litert import INPUT_NAMES, convert, quantize_file, sample_inputs
+from mobilekd.export.litert import INPUT_NAMES, convert, quantized_copy, sample_inputs
 from mobilekd.export.qat import convert_qat, freeze_ranges, prepare_qat, quantization
 from mobilekd.fileio import REPO_ROOT, atomic_path
 from mobilekd.models.heads import MobileBertForSequenceClassification
@@ -65,8 +65,8 @@ def export_preset(name: str, quantize: str, seq_len: int, cache: Path) -> Path:
     full-integer file of post-training quantization, "qat-int8" the one of `mobilekd.export.qat` (its ranges
     observed through fake quantization over the same sentences: random weights are not trained),
     "qat-int8-sym" the same with the attention products' second operands symmetric (zero point 0, which XNNPACK
-    takes), "qat-int8-sym-float-softmax" that with the softmax in float, "qat-int8-float-attention" with each
-    attention's core in float (QAT_ATTENTION)."""
+    takes), "qat-int8-sym-float-softmax" that with the masking and softmax between the products in float,
+    "qat-int8-float-attention" with each attention's core in float (QAT_ATTENTION)."""
     path = preset_path(name, quantize, seq_len, cache)
     if path.is_file():
         return path
@@ -84,11 +84,7 @@ def export_preset(name: str, quantize: str, seq_len: int, cache: Path) -> Path:
     fp32 = preset_path(name, "none", seq_len, cache)
     if not fp32.is_file():
         convert(preset_classifier(name), "classification", seq_len, fp32)
-    if quantize != "none":
-        with atomic_path(path) as tmp:
-            tmp.write_bytes(fp32.read_bytes())
-            quantize_file(tmp, quantize)
-    return path
+    return path if quantize == "none" else quantized_copy(fp32, path, quantize)
 
 def calibration_arrays(seq_len: int) -> dict[str, np.ndarray]:
     """The first shipped SST-2 training sentences, tokenized by the shipped vocabulary, as int32 model inputs."""

@@ -6,14 +6,14 @@ of one SST-2 budget (4,000 training examples), each exported as length-aware fil
   bilstm   Tang et al.'s BiLSTM (mobilekd bilstm, logit KD from that teacher, a 64-wide table), as litert-torch
            unrolls it (`bilstm-unrolled`) and with TFLite's fused LSTM kernel (`bilstm-fused`, `export --fused-lstm`).
 And full-size MobileBERT (`mobilebert`, the paper's preset with random weights: latency does not depend on training,
-`mobilekd latency`'s files), at 128 tokens only, in fp32, dynamic-range int8 and QAT full int8 with each attention
-form (`qat-int8` asymmetric, `qat-int8-sym` with symmetric second operands, `qat-int8-sym-float-softmax` with the
-masking and softmax between the products in float; mobilekd.export.qat.ATTENTION).
+`mobilekd latency`'s files), at 128 tokens only, in fp32, dynamic-range int8 and QAT full int8 with three of the
+attention forms (`qat-int8` asymmetric, `qat-int8-sym` with symmetric second operands, `qat-int8-sym-float-softmax`
+with the masking and softmax between the products in float; mobilekd.export.qat.ATTENTION).
 Every signature of every file is timed on this host at 1 and 2 threads, interleaved in one run per thread count,
 and estimated for a Pixel 4; the latency at SST-2's dev lengths (each sentence run at the shortest signature
 holding it) is set against the latency at 128.
 
-    python -m benchmarks.kernels                 # about 40 minutes on 2 cores, resumable
+    python -m benchmarks.kernels                 # about an hour on 2 cores, resumable
     python -m benchmarks.kernels --models mobilebert   # one model's files, timed among themselves
     python -m benchmarks.kernels --table [--write]
 
@@ -34,7 +34,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks.runner import RESUMABLE, Job, merge_rows, run_all, show_table, table_flags
+from benchmarks.runner import RESUMABLE, Job, merge_rows, run_all, show_table, table_flags, with_needs
 from benchmarks.quality import stage_dirs as quality_stages
 from benchmarks import teacher_value
 from mobilekd.fileio import REPO_ROOT, read_json
@@ -55,12 +55,12 @@ def forms() -> dict[str, dict[str, tuple[str | None, str]]]:
     quantization export_preset makes its one-length file with)."""
     from mobilekd.export.litert import tflite_name
 
-    return {PRESET: {form: (None, q) for form, q in PRESET_FORMS.items()},
-            "student": {form: ("tflite", tflite_name(q, lengths=True)) for form, q in FORMS.items()},
+    return {"student": {form: ("tflite", tflite_name(q, lengths=True)) for form, q in FORMS.items()},
             "teacher": {form: ("teacher_tflite", tflite_name(q, lengths=True)) for form, q in FORMS.items()},
             "bilstm": {f"bilstm-{kind}{'' if q == 'none' else '-' + q}": ("bilstm_tflite",
                                                                           tflite_name(q, lengths=True, fused=fused))
-                       for q in QUANTIZE for kind, fused in (("unrolled", False), ("fused", True))}}
+                       for q in QUANTIZE for kind, fused in (("unrolled", False), ("fused", True))},
+            PRESET: {form: (None, q) for form, q in PRESET_FORMS.items()}}
 
 
 def jobs(out: Path) -> list[Job]:
@@ -82,7 +82,7 @@ def jobs(out: Path) -> list[Job]:
             Job("bilstm", ["bilstm", "--teacher", str(teacher), "--task", "sst2", "--max-train-examples",
                            TRAIN_EXAMPLES, "--embedding-size", "64", "--max-len", "64", "--out", str(bilstm),
                            *RESUMABLE], bilstm, ["teacher"]),
-            export("export", student, "tflite", "finetune"),
+            export("student-export", student, "tflite", "finetune"),
             export("teacher-export", teacher, "teacher_tflite", "teacher"),
             export("bilstm-export", bilstm, "bilstm_tflite", "bilstm", "--fused-lstm")]
 
@@ -112,11 +112,11 @@ def file_rows(out: Path, models=TRAINED) -> list[dict]:
     return found
 
 
-def rows(out: Path, threads: list[int], runs: int, models=tuple(TRAINED)) -> list[dict]:
+def rows(out: Path, threads: list[int], runs: int, models=(*TRAINED, PRESET)) -> list[dict]:
     """Per file and signature of the `models`: operators, the Pixel 4 estimate and the host latency, every
     signature of every file timed interleaved in one run per thread count (so that the ratios between models hold on
-    a drifting host); the figures at the dev set's lengths and the speed-up of dev over 128 (not for PRESET, whose
-    files have one length)."""
+    a drifting host; a goal between models timed by different invocations, `--models`, does not have that); the
+    figures at the dev set's lengths and the speed-up of dev over 128 (not for PRESET, whose files have one length)."""
     from android_bench import estimate as cost
     from android_bench.host import SIGNATURE_MARK, measure
     from android_bench.models import CACHE, export_preset
@@ -262,8 +262,10 @@ def main(argv=None) -> int:
     out = (REPO_ROOT / args.out).resolve()
     results_path = REPO_ROOT / args.results
     if args.collect or not args.table:
-        if not args.collect and set(args.models) & set(TRAINED):
-            failed = run_all(jobs(out), 1, out / "logs")
+        exports = {f"{m}-export" for m in args.models}
+        plan = with_needs(jobs(out), lambda job: job.name in exports)  # the asked models' exports, what they need
+        if not args.collect and plan:
+            failed = run_all(plan, 1, out / "logs")
             if failed:
                 print(f"failed: {', '.join(failed)}", file=sys.stderr)
                 return 1
@@ -271,7 +273,7 @@ def main(argv=None) -> int:
         order = {model: k for k, model in enumerate(forms())}
         merge_rows(results_path, found, lambda r: (order.get(r["model"], len(order)), r["form"], r["seq"], r["metric"],
                                                    r.get("threads", 0)),
-                   key=("model", "form", "seq", "metric", "threads", "file"))
+                   key=("model", "form", "seq", "metric", "threads"))
     return show_table(args, results_path, table)
 
 

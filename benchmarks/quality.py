@@ -220,6 +220,9 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], chosen=tuple(METHODS)) -
     return [j for j in stage_jobs(out) if j.name in needed] + plan
 
 
+LATENCY_FIELDS = ("tflite_bytes", "host_ms", "pixel4_ms")
+
+
 def measured(out: Path) -> dict[str, dict]:
     """Per family (and model-maker): its .tflite's size, host latency (1 thread) and Pixel 4 estimate."""
     reports = sorted((out / "latency").glob("*/report.json"), key=lambda p: (len(p.parent.name.split("+")),
@@ -229,17 +232,15 @@ def measured(out: Path) -> dict[str, dict]:
              if (parity := out / "tflite" / family / "parity.json").is_file()}
     if (mm := model_maker_dir(out, 0) / "model.tflite").is_file():
         sizes["model-maker"] = mm.stat().st_size
-    return {family: {"tflite_bytes": size, "host_ms": rows[family]["host"]["1"]["p50_ms"],
-                     "pixel4_ms": rows[family]["estimate_ms"]["pixel4"]}
+    return {family: dict(zip(LATENCY_FIELDS, (size, rows[family]["host"]["1"]["p50_ms"],
+                                              rows[family]["estimate_ms"]["pixel4"])))
             for family, size in sizes.items() if family in rows}
-
-
-LATENCY_FIELDS = ("tflite_bytes", "host_ms", "pixel4_ms")
 
 
 def recorded(results: Path) -> dict[str, dict]:
     """Per family (and model-maker): the size and latency the results file holds for it already, from an earlier
-    invocation whose files are gone from OUT (a family is exported and timed once, from its SST-2 seed-0 model)."""
+    invocation whose files are gone from OUT (a family is exported and timed once, from its SST-2 seed-0 model).
+    The file's rows are taken as this benchmark's, whatever OUT wrote them."""
     found = {}
     for r in read_json(results) if results.is_file() else []:
         family = "model-maker" if r["method"] == "model-maker" else METHODS.get(r["method"], (None,))[0]

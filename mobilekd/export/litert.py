@@ -164,6 +164,14 @@ def quantize_embeddings(path: Path) -> None:
     path.write_bytes(bytes(q.quantize(None, enable_progress_report=False).quantized_model))
 
 
+def quantized_copy(source: Path, path: Path, quantize: str) -> Path:
+    """`source` quantized by `quantize_file` (no calibration) into `path`, written atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(Path(source).read_bytes())
+        quantize_file(tmp, quantize)
+    return path
+
+
 def quantize_file(path: Path, quantize: str, calibration=None) -> None:
     """Rewrite the `.tflite` at `path` quantized by the ai-edge-quantizer recipe for `quantize`."""
     from ai_edge_quantizer import qtyping, quantizer, recipe

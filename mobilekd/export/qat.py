@@ -176,8 +176,7 @@ def prepare_qat(model: torch.nn.Module, head: str, seq_len: int, attention: str 
     delegate, takes neither its BATCH_MATMULs (their second operand has a zero point) nor int8 SOFTMAX, so they run
     on the builtin kernels between the delegate's partitions; "int8-sym", the products' second operands symmetric,
     which XNNPACK takes; "int8-sym-float-softmax", that with the masking and softmax in float (XNNPACK takes no int8
-    SOFTMAX);
-    "float", the attention cores (`attention_cores`) left float."""
+    SOFTMAX); "float", the attention cores (`attention_cores`) left float."""
     from torchao.quantization.pt2e import allow_exported_model_train_eval
     from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e
 

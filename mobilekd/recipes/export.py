@@ -34,14 +34,15 @@ inputs and runs the LSTM unrolled over --seq-len.
   model_seq2seq.tflite      for a seq2seq directory (mobilekd seq2seq): `encode` and `decode` signatures
                             (mobilekd/export/seq2seq.py), source and target as long as the model trained with; the
                             app's greedy loop run on the file over --parity-examples of its task's dev pairs, its
-                            output compared with PyTorch's greedy decoding (identical outputs, and both BLEU), and
-                            its host latency per token; with --quantize fp16 or dynamic-int8 (weights only),
+                            output compared with PyTorch's greedy decoding (identical outputs, both BLEU and chrF),
+                            and its host latency per token; with --quantize fp16 or dynamic-int8 (weights only),
                             model_seq2seq_<quantize>.tflite, checked the same way
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,7 +54,7 @@ from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import float_islands, foreign_ops, nonfinite_constants, op_histogram, read_graph
 from mobilekd.export.litert import (CALIBRATED, DEFAULT_SIGNATURE, INPUT_NAMES, QUANTIZATIONS, convert,
-                                    length_signature, mean_over_lengths, quantize_file, tflite_name)
+                                    length_signature, mean_over_lengths, quantized_copy, tflite_name)
 from mobilekd.export.parity import parity_report, run_tflite, xnnpack_undelegated
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.flags import at_least
@@ -399,8 +400,9 @@ def seq2seq_file(quantize: str) -> str:
 
 def export_seq2seq(args, out: Path) -> None:
     """The two-signature file per --quantize (SEQ2SEQ_QUANTIZE; a quantized file is the float one rewritten by
-    `quantize_file`) and its parity: the app's greedy loop on the file against PyTorch's greedy decoding over
-    --parity-examples dev pairs of the task the model trained on (its results.json)."""
+    `quantized_copy`, the float one kept only where asked for) and its parity: the app's greedy loop on the file
+    against PyTorch's greedy decoding over --parity-examples dev pairs of the task the model trained on (its
+    results.json)."""
     from mobilekd.data.pairs import load_pairs
     from mobilekd.data.seq2seq import encode_pairs
     from mobilekd.export.seq2seq import convert_seq2seq, seq2seq_parity
@@ -411,8 +413,8 @@ def export_seq2seq(args, out: Path) -> None:
                                       ("--parity-task", args.parity_task), ("--calibration", args.calibration))
                    if given] + [q for q in args.quantize if q not in SEQ2SEQ_QUANTIZE]
     if unsupported:
-        raise UserError(f"{args.model}: a seq2seq model exports in {', '.join(SEQ2SEQ_QUANTIZE)}, checked on its own "
-                        f"task's pairs (no {', '.join(unsupported)})")
+        raise UserError(f"{args.model}: a seq2seq model exports with --quantize {' '.join(SEQ2SEQ_QUANTIZE)}, checked "
+                        f"on its own task's pairs (no {', '.join(unsupported)})")
     results = Path(args.model) / "results.json"
     trained = read_json(results) if results.is_file() else {}
     if "task" not in trained or "max_len" not in trained:
@@ -421,31 +423,27 @@ def export_seq2seq(args, out: Path) -> None:
     task = load_pairs(trained["task"], args.parity_data or trained.get("data"))
     split, _ = encode_pairs(task.dev[:args.parity_examples], tokenizer, trained["max_len"], False, f"{task.name} dev")
     mine = decode_split(model, split, trained["max_len"])  # PyTorch's greedy outputs, checked against every file
-    start = time.time()
-    fp32 = convert_seq2seq(model, trained["max_len"], trained["max_len"], out / SEQ2SEQ_FILE)
-    seconds = round(time.time() - start, 1)
-    for quantize in args.quantize:
-        path = out / seq2seq_file(quantize)
-        if quantize != "none":
+    reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
+    with tempfile.TemporaryDirectory(prefix=".float-", dir=out) as scratch:  # the float file, where not asked for
+        start = time.time()
+        fp32 = convert_seq2seq(model, trained["max_len"], trained["max_len"],
+                               (out if "none" in args.quantize else Path(scratch)) / SEQ2SEQ_FILE)
+        float_seconds = time.time() - start
+        for quantize in args.quantize:
             start = time.time()
-            with atomic_path(path) as tmp:
-                tmp.write_bytes(fp32.read_bytes())
-                quantize_file(tmp, quantize)
-            seconds = round(time.time() - start, 1)
-        ops = read_graph(path, 0) + read_graph(path, 1)  # both signatures' operators (XNNPACK's check: the first)
-        report = {**file_report(path, ops, op_histogram(ops)), **seq2seq_parity(model, path, split, tokenizer,
-                                                                                mine=mine),
-                  "convert_seconds": seconds, "model": str(args.model), "quantize": quantize}
-        reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
-        reports[path.name] = report
-        write_json(out / "parity.json", reports)
-        ms, bleu = report["host_ms"], report["scores"]
-        print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): greedy output identical to PyTorch's "
-              f"for {report['identical']:.4f} of {report['pairs']} dev pairs, BLEU {bleu['file']['bleu']:.2f} against "
-              f"PyTorch's {bleu['pytorch']['bleu']:.2f}; host (1 thread): encode {ms['encode']:.2f} ms, "
-              f"{ms['per_token']:.2f} ms a token, {ms['per_sentence']:.1f} ms a sentence")
-    if "none" not in args.quantize:
-        fp32.unlink()  # made only to be quantized
+            path = fp32 if quantize == "none" else quantized_copy(fp32, out / seq2seq_file(quantize), quantize)
+            seconds = round(float_seconds + time.time() - start, 1)
+            ops = read_graph(path, 0) + read_graph(path, 1)  # both signatures' (XNNPACK's check: the first's)
+            reports[path.name] = report = {**file_report(path, ops, op_histogram(ops)),
+                                           **seq2seq_parity(model, path, split, tokenizer, mine=mine),
+                                           "convert_seconds": seconds, "model": str(args.model), "quantize": quantize}
+            write_json(out / "parity.json", reports)
+            ms, bleu = report["host_ms"], report["scores"]
+            print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): greedy output identical to "
+                  f"PyTorch's for {report['identical']:.4f} of {report['pairs']} dev pairs, BLEU "
+                  f"{bleu['file']['bleu']:.2f} against PyTorch's {bleu['pytorch']['bleu']:.2f}; host (1 thread): "
+                  f"encode {ms['encode']:.2f} ms, {ms['per_token']:.2f} ms a token, {ms['per_sentence']:.1f} ms a "
+                  f"sentence")
 
 
 def export_multitask(args, out: Path) -> None:

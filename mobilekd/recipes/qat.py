@@ -13,10 +13,11 @@ attaches) and results.json: dev metrics of the float model it started from, of i
 int8 file run by the LiteRT interpreter, the file's agreement with the twin and its float islands. Resumable
 (--resume) on the shared loop. XNNPACK, LiteRT's CPU delegate, takes an int8 product of two activations only when
 the second operand's zero point is 0, and no int8 softmax (results.json lists what it leaves to the builtin
-kernels, `xnnpack_undelegated`): --symmetric-attention quantizes K^T and V so, --float-attention keeps each
-attention's core float; --int8-embeddings stores the lookup tables in int8 too; --score-clip
-is the official clip of the attention scores. A regression model (STS-B) trains on the squared error of its
-score, which its file returns (no TextClassifier metadata then: the app reads the number).
+kernels, `xnnpack_undelegated`): --symmetric-attention quantizes K^T and V so (with --float-softmax the masking and
+softmax between the two products run in float), --float-attention keeps each attention's core float;
+--int8-embeddings stores the lookup tables in int8 too; --score-clip is the official clip of the attention scores.
+A regression model (STS-B) trains on the squared error of its score, which its file returns (no TextClassifier
+metadata then: the app reads the number).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def parse_args(argv=None):
                                 "it, where it takes neither today's int8 attention products nor int8 softmax")
     attention.add_argument("--symmetric-attention", action="store_true",
                            help="quantize the second operand of each attention product (K^T, V) symmetric, zero "
-                                "point 0: the int8 BATCH_MATMUL XNNPACK takes (the softmax stays int8, outside it)")
+                                "point 0: the int8 BATCH_MATMUL XNNPACK takes (the softmax stays int8, outside it, "
+                                "unless --float-softmax)")
     p.add_argument("--float-softmax", action="store_true",
                    help="with --symmetric-attention: run each attention's masking and softmax in float between its "
                         "two int8 products (the official QAT leaves the probabilities float too), so that XNNPACK "
