@@ -152,7 +152,8 @@ def rows(out: Path, threads: list[int], runs: int, models=(*TRAINED, PRESET)) ->
                 estimates[n] = cost.estimate(cost.op_costs(graph), pixel4, 4, efficiency)["ms"]
                 row(model, form, n, "ops", len(graph))
                 row(model, form, n, "pixel4_ms", estimates[n])
-                entries[f"{path}{SIGNATURE_MARK}{signature}"] = (model, form, n)
+                # a preset's one subgraph is "main", its signature serving_default: the file's default runner
+                entries[f"{path}{SIGNATURE_MARK}{signature}" if folder else str(path)] = (model, form, n)
             undelegated = xnnpack_undelegated(path)  # the main subgraph's
             row(model, form, SEQ_LEN, "undelegated_ops", sum(undelegated.values()))
             products = sum(op.name == "BATCH_MATMUL" for op in read_graph(path))
