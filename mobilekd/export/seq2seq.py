@@ -159,14 +159,12 @@ class SentenceTiming(GreedyFile):
         return self.generate(feed["input_ids"], feed["attention_mask"], GENERATED_TOKENS, stop=False)[0]
 
 
-def seq2seq_parity(model: Seq2SeqTransformer, path, split: PairSplit, tokenizer, batch_size: int = 32,
-                   mine: list[list[int]] | None = None) -> dict:
+def seq2seq_parity(model: Seq2SeqTransformer, path, split: PairSplit, batch_size: int = 32,
+                   mine: list[list[int]] | None = None) -> tuple[dict, list[list[int]]]:
     """PyTorch's greedy decoding (over the file's target length; `mine` where it is decoded already) and the file's
-    app loop, sentence by sentence: the share of identical outputs, the first that differ (their index), both
-    outputs' BLEU and chrF against the references (a quantized file's outputs differ: what it costs), and the file's
-    host latency (median encode, per generated token, per sentence; one thread)."""
-    from mobilekd.finetune.generation import as_text, references, scores
-
+    app loop, sentence by sentence: the share of identical outputs, the first that differ (their index), and the
+    file's host latency (median encode, per generated token, per sentence; one thread); and the file's outputs (a
+    quantized file's differ: the caller scores what that costs)."""
     runner = GreedyFile(path, model.config.bos_token_id, model.config.eos_token_id)
     if mine is None:
         mine = decode_split(model, split, runner.target_len, batch_size=batch_size)
@@ -181,11 +179,8 @@ def seq2seq_parity(model: Seq2SeqTransformer, path, split: PairSplit, tokenizer,
         encode.append(e)
         step += steps
         sentence.append(e + sum(steps))
-    refs = references(tokenizer, split)
     return {"pairs": len(split), "identical": same / len(split), "first_differing": differ,
-            "scores": {"file": scores([as_text(tokenizer, t) for t in outputs], refs),
-                       "pytorch": scores([as_text(tokenizer, t) for t in mine], refs)},
             "host_ms": {"encode": round(1000 * float(np.median(encode)), 3),
                         "per_token": round(1000 * float(np.median(step)), 3),
                         "per_sentence": round(1000 * float(np.median(sentence)), 3)},
-            "source_len": runner.source_len, "target_len": runner.target_len}
+            "source_len": runner.source_len, "target_len": runner.target_len}, outputs

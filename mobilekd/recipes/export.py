@@ -406,6 +406,7 @@ def export_seq2seq(args, out: Path) -> None:
     from mobilekd.data.pairs import load_pairs
     from mobilekd.data.seq2seq import encode_pairs
     from mobilekd.export.seq2seq import convert_seq2seq, seq2seq_parity
+    from mobilekd.finetune.generation import as_text, references, scores
     from mobilekd.models.decoding import decode_split
 
     unsupported = [f for f, given in (("--head", args.head), ("--onnx", args.onnx), ("--onnx2tf", args.onnx2tf),
@@ -423,6 +424,11 @@ def export_seq2seq(args, out: Path) -> None:
     task = load_pairs(trained["task"], args.parity_data or trained.get("data"))
     split, _ = encode_pairs(task.dev[:args.parity_examples], tokenizer, trained["max_len"], False, f"{task.name} dev")
     mine = decode_split(model, split, trained["max_len"])  # PyTorch's greedy outputs, checked against every file
+    refs = references(tokenizer, split)
+
+    def scored(outputs):  # BLEU and chrF against the references
+        return scores([as_text(tokenizer, t) for t in outputs], refs)
+
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
     with tempfile.TemporaryDirectory(prefix=".float-", dir=out) as scratch:  # the float file, where not asked for
         start = time.time()
@@ -434,8 +440,9 @@ def export_seq2seq(args, out: Path) -> None:
             path = fp32 if quantize == "none" else quantized_copy(fp32, out / seq2seq_file(quantize), quantize)
             seconds = round(float_seconds + time.time() - start, 1)
             ops = read_graph(path, 0) + read_graph(path, 1)  # both signatures' (XNNPACK's check: the first's)
-            reports[path.name] = report = {**file_report(path, ops, op_histogram(ops)),
-                                           **seq2seq_parity(model, path, split, tokenizer, mine=mine),
+            parity, outputs = seq2seq_parity(model, path, split, mine=mine)
+            reports[path.name] = report = {**file_report(path, ops, op_histogram(ops)), **parity,
+                                           "scores": {"file": scored(outputs), "pytorch": scored(mine)},
                                            "convert_seconds": seconds, "model": str(args.model), "quantize": quantize}
             write_json(out / "parity.json", reports)
             ms, bleu = report["host_ms"], report["scores"]
