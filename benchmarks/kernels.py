@@ -44,8 +44,7 @@ SEQ_LEN = 128
 FORMS = {"fp32": "none", "dynamic-int8": "dynamic-int8"}  # form -> --quantize
 QUANTIZE = tuple(FORMS.values())
 PRESET = "mobilebert"  # the full-size model, timed from `mobilekd latency`'s files (android_bench.models.export_preset)
-PRESET_FORMS = {"fp32": "none", "dynamic-int8": "dynamic-int8", "qat-int8": "qat-int8", "qat-int8-sym": "qat-int8-sym",
-                "qat-int8-sym-float-softmax": "qat-int8-sym-float-softmax"}  # form -> export_preset's quantize
+PRESET_FORMS = {**FORMS, **{q: q for q in ("qat-int8", "qat-int8-sym", "qat-int8-sym-float-softmax")}}  # -> quantize
 TRAINED = ("student", "teacher", "bilstm")  # the models the benchmark trains and exports itself
 TRAIN_EXAMPLES = "4000"  # the students' and the teacher's fine-tuning: latency does not depend on it
 
@@ -145,18 +144,18 @@ def rows(out: Path, threads: list[int], runs: int, models=(*TRAINED, PRESET)) ->
                 paths[model, form] = path = out / folder / name
                 parity = read_json(out / folder / "parity.json")[name]
                 shares[model, form] = {int(n): v for n, v in parity["lengths"]["share"].items()}
-            estimates = {}
-            for k, signature in enumerate(subgraph_names(path)):  # each subgraph is named after its signature
+            estimates, names, graphs = {}, subgraph_names(path), []
+            for k, signature in enumerate(names):  # a length-aware file's subgraphs are named after its signatures
                 n = signature_length(signature) or SEQ_LEN
-                graph = read_graph(path, k)
-                estimates[n] = cost.estimate(cost.op_costs(graph), pixel4, 4, efficiency)["ms"]
-                row(model, form, n, "ops", len(graph))
+                graphs.append(read_graph(path, k))
+                estimates[n] = cost.estimate(cost.op_costs(graphs[-1]), pixel4, 4, efficiency)["ms"]
+                row(model, form, n, "ops", len(graphs[-1]))
                 row(model, form, n, "pixel4_ms", estimates[n])
-                # a preset's one subgraph is "main", its signature serving_default: the file's default runner
-                entries[f"{path}{SIGNATURE_MARK}{signature}" if folder else str(path)] = (model, form, n)
+                # a one-subgraph file (its subgraph "main", its signature serving_default) runs by its default runner
+                entries[f"{path}{SIGNATURE_MARK}{signature}" if len(names) > 1 else str(path)] = (model, form, n)
             undelegated = xnnpack_undelegated(path)  # the main subgraph's
             row(model, form, SEQ_LEN, "undelegated_ops", sum(undelegated.values()))
-            products = sum(op.name == "BATCH_MATMUL" for op in read_graph(path))
+            products = sum(op.name == "BATCH_MATMUL" for op in graphs[0])
             if products:
                 row(model, form, SEQ_LEN, "attention_products_delegated",
                     1 - undelegated.get("BATCH_MATMUL", 0) / products)
