@@ -1,22 +1,27 @@
 """Integer models (issue 20): per task, the distilled MobileBERT student fine-tuned once (fp32) and its files in
 dynamic-range int8, post-training full int8 (ptq-int8) and quantization-aware full int8 (qat-int8, `mobilekd qat`,
 3 seeds; on SST-2 also with the official clip of the attention scores to [-6, 60], qat-int8-clip, and with the
-embedding tables in int8 too, qat-int8-emb, and with the attention cores in float, which XNNPACK runs, qat-int8-fa);
+embedding tables in int8 too, qat-int8-emb, and with the attention cores in float, which XNNPACK runs, qat-int8-fa;
+issue 35's attention forms XNNPACK takes, qat-int8-sym and qat-int8-sym-fs, mobilekd.export.qat.ATTENTION);
 and full-size MobileBERT and MobileBERT_TINY (random weights, for speed) in the same four forms. One row
 per file and measurement to docs/results/int8.json, a Markdown table and the issue's goals as measured.
 
     python -m benchmarks.int8                   # SST-2, MRPC, STS-B; QAT seeds 0-2; with the clip on SST-2 (~2 h)
+    python -m benchmarks.int8 --tasks sst2 --methods qat-int8 qat-int8-sym qat-int8-sym-fs   # those QAT runs only
     python -m benchmarks.int8 --collect         # rows of the finished runs, run nothing
     python -m benchmarks.int8 --table
     python -m benchmarks.int8 --table --write   # and put it between its markers in its page
 
 The student is the demo's PKT-distilled mobilebert_h384 (`--student`, default runs/demo/student: scripts/demo.sh
-makes it), fine-tuned with issue 13's settings (benchmarks.teacher_value.TASKS, lr 2e-4, seed 0). Each file's dev
+makes it), fine-tuned with issue 13's settings (benchmarks.teacher_value.TASKS, lr 2e-4, seed 0); its rows carry
+`student_digest`, the first 12 hex digits of its weights' SHA-256, and compare only with rows of the same student
+(rows without one are of a demo student made before the digest was recorded). Each file's dev
 score (accuracy; STS-B: Pearson of the score the file returns) is the LiteRT interpreter's on the full dev set; its
 agreement is with the fp32 PyTorch model's predictions. QAT fine-tunes the fp32 model for about 200 steps of 32
 at lr 1e-5 (SST-2: 6,400 training sentences once; MRPC: its 3,668 pairs twice; STS-B: its 5,749 pairs once), each
 seed from the same fp32 model. Every file is timed at 1 and 2 threads in one interleaved run (`mobilekd latency`)
-beside the host's own fp32 and int8 matrix-product peaks, and estimated on a Pixel 4. The latency run is made once,
+beside the host's own fp32 and int8 matrix-product peaks, and estimated on a Pixel 4 (not with --methods: a part
+of the methods is not timed; issue 35's forms are timed by benchmarks.kernels). The latency run is made once,
 with the tasks of its invocation (a later `--tasks stsb` adds STS-B's scores, not its timings: its graph is SST-2's
 but for the output layer). Then the files of full-size MobileBERT that run exported are profiled kernel by kernel
 at 1 thread (`mobilekd kernels`: perf samples of where each file's CPU time goes, runs/int8/latency/kernels.json;
@@ -32,12 +37,12 @@ from pathlib import Path
 
 from android_bench.kernels import FAMILIES, OTHER, unavailable
 from android_bench.models import CACHE, preset_path
-from benchmarks.runner import (RESUMABLE, WITHIN, Job, comparison, comparison_flags, finished_results,
+from benchmarks.runner import (RESUMABLE, ROW_KEY, WITHIN, Job, comparison, comparison_flags, finished_results,
                                mean_std_cell, within)
 from benchmarks.teacher_value import STUDENT_LR
 from benchmarks.teacher_value import TASKS as FINETUNE
 from mobilekd.data.glue import TASKS as GLUE_TASKS
-from mobilekd.fileio import REPO_ROOT, read_json
+from mobilekd.fileio import REPO_ROOT, file_digest, read_json
 from mobilekd.models.flops import model_stats
 from mobilekd.models.presets import get_preset
 
@@ -49,7 +54,11 @@ FILES = {"fp32": "model_none.tflite", "dynamic-int8": "model_dynamic_int8.tflite
 # (the two variants on SST-2 only: the budget). method -> (its runs' folder, its flags, its tasks: None for all)
 QAT_VARIANTS = {"qat-int8": ("qat", [], None), "qat-int8-clip": ("qat_clip", ["--score-clip", "-6", "60"], ["sst2"]),
                 "qat-int8-emb": ("qat_emb", ["--int8-embeddings"], ["sst2"]),
-                "qat-int8-fa": ("qat_fa", ["--float-attention"], ["sst2"])}
+                "qat-int8-fa": ("qat_fa", ["--float-attention"], ["sst2"]),
+                # issue 35: K^T and V symmetric per tensor (XNNPACK's int8 BATCH_MATMUL), and that with the masking
+                # and softmax between the products in float (mobilekd.export.qat.ATTENTION)
+                "qat-int8-sym": ("qat_sym", ["--symmetric-attention"], ["sst2"]),
+                "qat-int8-sym-fs": ("qat_sym_fs", ["--symmetric-attention", "--float-softmax"], ["sst2"])}
 METHODS = [*FILES, *QAT_VARIANTS]
 PRESETS = {"mobilebert": "MobileBERT", "mobilebert_tiny": "MobileBERT_TINY"}  # random weights, timed only
 QUANTIZE = {"fp32": "none", "dynamic-int8": "dynamic-int8", "ptq-int8": "int8", "qat-int8": "qat-int8",
@@ -60,6 +69,12 @@ PROFILED = "mobilebert"  # the preset whose files are profiled kernel by kernel
 PROFILE_SECONDS = "10"
 PROFILE_METRICS = ("cpu_ms", "profiled_wall_ms")  # the kernel profile's, in their own table
 STUDENT = "student"  # the rows' model name for the fine-tuned students
+KEY = (*ROW_KEY, "student_digest")  # a row of another distilled student is another row
+
+
+def student_digest(student: Path) -> str:
+    """The distilled student's identity in the rows: the first 12 hex digits of its weights' SHA-256."""
+    return file_digest(student / "model.safetensors")[:12]
 
 
 def qat_dir(out: Path, task: str, seed: int, method: str = "qat-int8") -> Path:
@@ -71,7 +86,9 @@ def label(task: str, method: str) -> str:
     return f"{task} {method}"
 
 
-def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
+def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int], methods=METHODS) -> list[Job]:
+    """The runs: per task the fp32 fine-tuning, its export and the QAT runs of `methods`; with every method, the
+    latency run and the kernel profile after them."""
     plan, timed = [], {}
     for task in tasks:
         fp32, tflite = out / task / "fp32", out / task / "tflite"
@@ -82,7 +99,7 @@ def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int]) -> list[J
                                            "none", "dynamic-int8", "int8", "--parity-examples", "2000", "--out",
                                            str(tflite)], tflite, [f"{task}/fp32"]))
         for method, (_, flags, only) in QAT_VARIANTS.items():
-            for seed in seeds if only is None or task in only else []:
+            for seed in seeds if method in methods and (only is None or task in only) else []:
                 d = qat_dir(out, task, seed, method)
                 plan.append(Job(f"{task}/{method}/{seed}", ["qat", "--model", str(fp32), "--task", task, "--max-len",
                                                             TASKS[task], *QAT[task], *flags, "--seed", str(seed),
@@ -90,6 +107,8 @@ def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int]) -> list[J
         timed.update({label(task, m): tflite / name for m, name in FILES.items()})
         timed.update({label(task, m): qat_dir(out, task, seeds[0], m) / "model_qat_int8.tflite"
                       for m, (_, _, only) in QAT_VARIANTS.items() if only is None or task in only})
+    if set(methods) != set(METHODS):
+        return plan
     # alone, after every other run: timings share the machine with nothing of ours
     plan.append(Job("latency", ["latency", "--models", *PRESETS, "--quantize", *QUANTIZE.values(), "--threads",
                                 *THREADS, "--devices", "pixel4", "--out", str(out / "latency"), "--tflite",
@@ -137,14 +156,14 @@ def timing_rows(report: dict, key: str, **identity) -> list[dict]:
     return [{**f, "tflite_bytes": round(r["size_mb"] * 1e6)} for f in found]
 
 
-def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
+def rows(out: Path, tasks: list[str], seeds: list[int], digest: str) -> list[dict]:
     report_path = out / "latency" / "report.json"
     report = read_json(report_path) if report_path.is_file() else {"rows": {}, "host": {}}
     found = []
     for task in tasks:
         parity_path = out / task / "tflite" / "parity.json"
         parity = read_json(parity_path) if parity_path.is_file() else {}
-        base = {"model": STUDENT, "task": task}
+        base = {"model": STUDENT, "task": task, "student_digest": digest}
         for method, name in FILES.items():
             if name not in parity:
                 continue
@@ -181,6 +200,11 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     return found + kernel_rows(out)
 
 
+def students(results: list[dict]) -> list[tuple[str, str | None]]:
+    """The (task, student_digest) pairs of the student rows, in their order."""
+    return list(dict.fromkeys((r["task"], r.get("student_digest")) for r in results if r["model"] == STUDENT))
+
+
 def _pick(results, **match) -> list[dict]:
     return [r for r in results if all(r.get(k) == v for k, v in match.items())]
 
@@ -193,13 +217,13 @@ def _cell(results, digits=1, scale=1.0, **match) -> str:
 def table(results: list[dict]) -> str:
     lines = ["| model | method | dev score | vs fp32 (points) | agreement with fp32 | .tflite MB | float islands | "
              "host ms, 1 thr | host ms, 2 thr | Pixel 4 ms (est.) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    models = [(STUDENT, t) for t in dict.fromkeys(r["task"] for r in results if r["model"] == STUDENT)]
-    models += [(p, None) for p in PRESETS if _pick(results, model=p)]
-    for model, task in models:
+    models = [(STUDENT, *s) for s in students(results)] + [(p, None, None) for p in PRESETS if _pick(results, model=p)]
+    for model, task, digest in models:
         score = SCORE.get(task, "accuracy")
-        fp32 = [r["value"] for r in _pick(results, model=model, task=task, method="fp32", metric=score)]
+        fp32 = [r["value"] for r in _pick(results, model=model, task=task, student_digest=digest, method="fp32",
+                                          metric=score)]
         for method in METHODS:
-            mine = [r for r in _pick(results, model=model, task=task, method=method)
+            mine = [r for r in _pick(results, model=model, task=task, student_digest=digest, method=method)
                     if r["metric"] not in PROFILE_METRICS]
             if not mine:
                 continue
@@ -210,14 +234,17 @@ def table(results: list[dict]) -> str:
                 delta = f"{100 * (statistics.mean(accuracy) - fp32[0]):+.2f}" if fp32 else "-"
             islands = next((r.get("float_islands") for r in mine if r.get("float_islands") is not None), None)
             size = next((r["tflite_bytes"] for r in mine if r.get("tflite_bytes")), None)
-            name = f"{model} ({task}, {score})" if task else PRESETS[model] + " (random weights)"
+            name = PRESETS[model] + " (random weights)" if task is None else \
+                f"{model} {digest or '(earlier)'} ({task}, {score})"
             lines.append(f"| {name} | {method} | {acc} | {delta} | {_cell(mine, 4, metric='agreement_fp32')} | "
                          f"{f'{size / 1e6:.1f}' if size else '-'} | {'-' if islands is None else islands} | "
                          f"{_cell(mine, 2, metric='host_ms', threads=1)} | "
                          f"{_cell(mine, 2, metric='host_ms', threads=2)} | {_cell(mine, 1, metric='pixel4_ms')} |")
     peaks = " · ".join(f"{kind} {_cell(results, 0, model='host', method=f'{kind}-peak', threads=t)} GOP/s at {t} thr"
                        for kind in ("fp32", "int8") for t in (1, 2))
-    return "\n".join(lines) + f"\n\nThis host's matrix-product peaks: {peaks}.\n"
+    return "\n".join(lines) + (f"\n\nA student is named by its weights' digest (`student_digest`); *(earlier)* is the "
+                               f"demo student of the rows before the digest was recorded. This host's matrix-product "
+                               f"peaks: {peaks}.\n")
 
 
 def goals(results: list[dict]) -> str:
@@ -225,21 +252,20 @@ def goals(results: list[dict]) -> str:
     official metric, judged by `runner.within` over the QAT seeds' differences to the fp32 file; the fp32 model is
     one fine-tuning run, so its own seed spread is not in the interval, and the line says so."""
     out = []
-    for task in dict.fromkeys(r["task"] for r in results if r["model"] == STUDENT):
+    for task, digest in students(results):
         official, score = GLUE_TASKS[task].metrics[0], SCORE[task]
-        fp32 = [r["value"] for r in _pick(results, model=STUDENT, task=task, method="fp32", metric=score)]
-        qat = [r["value"] for r in _pick(results, model=STUDENT, task=task, method="qat-int8", metric=score)]
-        if not (fp32 and qat):
-            continue
-        gap = [100 * (q - fp32[0]) for q in qat]
-        measured = (f"QAT - fp32 = {mean_std_cell(gap, signed=True, digits=2)} points of {score}, against one fp32 "
-                    f"run (n={len(fp32)})")
-        if score != official:
-            out.append(f"- QAT full int8 within ±1 point of fp32 on {task}: not judged: the rows hold {score}, not "
-                       f"{task}'s official {official}, which the exported files' parity does not report ({measured})")
-        else:
-            out.append(f"- QAT full int8 within ±1 point of fp32 on {task} ({official}): {within(gap, 1.0)} "
-                       f"({measured})")
+        mine = {"model": STUDENT, "task": task, "student_digest": digest, "metric": score}
+        fp32 = [r["value"] for r in _pick(results, **mine, method="fp32")]
+        for method in (m for m in QAT_VARIANTS if fp32 and _pick(results, **mine, method=m)):
+            gap = [100 * (r["value"] - fp32[0]) for r in _pick(results, **mine, method=method)]
+            what = f"{method} within ±1 point of fp32 on {task}, student {digest or '(earlier)'}"
+            measured = (f"{method} - fp32 = {mean_std_cell(gap, signed=True, digits=2)} points of {score}, against "
+                        f"one fp32 run (n={len(fp32)})")
+            if score != official:
+                out.append(f"- {what}: not judged: the rows hold {score}, not {task}'s official {official}, which the "
+                           f"exported files' parity does not report ({measured})")
+            else:
+                out.append(f"- {what} ({official}): {within(gap, 1.0)} ({measured})")
     for t in (1, 2):
         ms = {m: _pick(results, model="mobilebert", method=m, metric="host_ms", threads=t) for m in QUANTIZE}
         peak = {k: _pick(results, model="host", method=f"{k}-peak", threads=t) for k in ("fp32", "int8")}
@@ -294,16 +320,20 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.int8", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     comparison_flags(p, "runs/int8", "docs/results/int8.json", list(TASKS), TASKS)
+    p.add_argument("--methods", nargs="+", choices=METHODS, default=METHODS,
+                   help="the QAT runs to make (fp32 and its export always; the latency run and the kernel profile "
+                        "only with every method)")
     p.add_argument("--student", default="runs/demo/student",
                    help="the distilled (not fine-tuned) student (default runs/demo/student: scripts/demo.sh's)")
     args = p.parse_args(argv)
     out, student = (REPO_ROOT / args.out).resolve(), (REPO_ROOT / args.student).resolve()
     order = [None, *TASKS]
-    return comparison(args, lambda: jobs(out, student, args.tasks, args.seeds),
-                      lambda: rows(out, args.tasks, args.seeds),
-                      lambda r: (r["model"] != STUDENT, order.index(r["task"]), METHODS.index(r["method"])
+    return comparison(args, lambda: jobs(out, student, args.tasks, args.seeds, args.methods),
+                      lambda: rows(out, args.tasks, args.seeds, student_digest(student)),
+                      lambda r: (r["model"] != STUDENT, order.index(r["task"]), r.get("student_digest") or "",
+                                 METHODS.index(r["method"])
                                  if r["method"] in METHODS else 9, r["seed"], r["metric"], r.get("threads") or 0),
-                      report)
+                      report, key=KEY)
 
 
 if __name__ == "__main__":

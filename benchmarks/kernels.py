@@ -6,9 +6,10 @@ of one SST-2 budget (4,000 training examples), each exported as length-aware fil
   bilstm   Tang et al.'s BiLSTM (mobilekd bilstm, logit KD from that teacher, a 64-wide table), as litert-torch
            unrolls it (`bilstm-unrolled`) and with TFLite's fused LSTM kernel (`bilstm-fused`, `export --fused-lstm`).
 And full-size MobileBERT (`mobilebert`, the paper's preset with random weights: latency does not depend on training,
-`mobilekd latency`'s files), at 128 tokens only, in fp32, dynamic-range int8 and QAT full int8 with three of the
-attention forms (`qat-int8` asymmetric, `qat-int8-sym` with symmetric second operands, `qat-int8-sym-float-softmax`
-with the masking and softmax between the products in float; mobilekd.export.qat.ATTENTION).
+`mobilekd latency`'s files, one a length: 16, 32, 64 and 128 tokens), in fp32, dynamic-range int8 and QAT full int8
+with three of the attention forms (`qat-int8` asymmetric, `qat-int8-sym` with symmetric second operands,
+`qat-int8-sym-float-softmax` with the masking and softmax between the products in float;
+mobilekd.export.qat.ATTENTION); its dev-length figures weight its files by the student's dev shares.
 Every signature of every file is timed on this host at 1 and 2 threads, interleaved in one run per thread count,
 and estimated for a Pixel 4; the latency at SST-2's dev lengths (each sentence run at the shortest signature
 holding it) is set against the latency at 128.
@@ -115,7 +116,8 @@ def rows(out: Path, threads: list[int], runs: int, models=(*TRAINED, PRESET)) ->
     """Per file and signature of the `models`: operators, the Pixel 4 estimate and the host latency, every
     signature of every file timed interleaved in one run per thread count (so that the ratios between models hold on
     a drifting host; a goal between models timed by different invocations, `--models`, does not have that); the
-    figures at the dev set's lengths and the speed-up of dev over 128 (not for PRESET, whose files have one length)."""
+    figures at the dev set's lengths and the speed-up of dev over 128 (PRESET's from its one-length files at each
+    length, weighted by the student's dev shares: the same SST-2 dev sentences in the same word pieces)."""
     from android_bench import estimate as cost
     from android_bench.host import SIGNATURE_MARK, measure
     from android_bench.models import CACHE, export_preset
@@ -135,27 +137,37 @@ def rows(out: Path, threads: list[int], runs: int, models=(*TRAINED, PRESET)) ->
                       "seq": str(seq), "metric": metric, "value": round(value, 3), "cpu": cpu_model(),
                       "file": paths[model, form].name, **extra})
 
+    student_shares = out / forms()["student"]["fp32"][0] / "parity.json"
     for model, files in files_of.items():
         for form, (folder, name) in files.items():
-            if folder is None:
-                paths[model, form] = path = export_preset(PRESET, name, SEQ_LEN, CACHE)
+            if folder is None:  # PRESET: a one-length file per length (export_preset's), the 128 one the main
+                lengths = [(export_preset(PRESET, name, int(n), CACHE), int(n)) for n in (*LENGTHS, SEQ_LEN)]
+                paths[model, form] = path = lengths[-1][0]
                 row(model, form, SEQ_LEN, "tflite_bytes", path.stat().st_size)
+                if student_shares.is_file():  # the same SST-2 dev sentences in the same word pieces as the student's
+                    parity = read_json(student_shares)[forms()["student"]["fp32"][1]]
+                    shares[model, form] = {int(n): v for n, v in parity["lengths"]["share"].items()}
             else:
                 paths[model, form] = path = out / folder / name
+                lengths = [(path, SEQ_LEN)]
                 parity = read_json(out / folder / "parity.json")[name]
                 shares[model, form] = {int(n): v for n, v in parity["lengths"]["share"].items()}
-            estimates, names, graphs = {}, subgraph_names(path), []
-            for k, signature in enumerate(names):  # a length-aware file's subgraphs are named after its signatures
-                n = signature_length(signature) or SEQ_LEN
-                graphs.append(read_graph(path, k))
-                estimates[n] = cost.estimate(cost.op_costs(graphs[-1]), pixel4, 4, efficiency)["ms"]
-                row(model, form, n, "ops", len(graphs[-1]))
-                row(model, form, n, "pixel4_ms", estimates[n])
-                # a one-subgraph file (its subgraph "main", its signature serving_default) runs by its default runner
-                entries[f"{path}{SIGNATURE_MARK}{signature}" if len(names) > 1 else str(path)] = (model, form, n)
+            estimates, main = {}, None
+            for file, length in lengths:
+                names = subgraph_names(file)
+                for k, signature in enumerate(names):  # a length-aware file's subgraphs are named after its signatures
+                    n = signature_length(signature) or length
+                    graph = read_graph(file, k)
+                    main = graph if n == SEQ_LEN else main
+                    estimates[n] = cost.estimate(cost.op_costs(graph), pixel4, 4, efficiency)["ms"]
+                    row(model, form, n, "ops", len(graph), file=file.name)
+                    row(model, form, n, "pixel4_ms", estimates[n], file=file.name)
+                    # a one-subgraph file (its subgraph "main", signature serving_default) runs by its default runner
+                    entries[f"{file}{SIGNATURE_MARK}{signature}" if len(names) > 1 else str(file)] = \
+                        (model, form, n, file.name)
             undelegated = xnnpack_undelegated(path)  # the main subgraph's
             row(model, form, SEQ_LEN, "undelegated_ops", sum(undelegated.values()))
-            products = sum(op.name == "BATCH_MATMUL" for op in graphs[0])
+            products = sum(op.name == "BATCH_MATMUL" for op in main)
             if products:
                 row(model, form, SEQ_LEN, "attention_products_delegated",
                     1 - undelegated.get("BATCH_MATMUL", 0) / products)
@@ -167,9 +179,9 @@ def rows(out: Path, threads: list[int], runs: int, models=(*TRAINED, PRESET)) ->
     for t in threads:
         timed = measure(list(entries), [t], runs, 5)["models"]
         ms = {}
-        for entry, (model, form, n) in entries.items():
+        for entry, (model, form, n, file) in entries.items():
             ms.setdefault((model, form), {})[n] = timed[entry]["by_threads"][0]["p50_ms"]
-            row(model, form, n, "host_ms", ms[model, form][n], threads=t)
+            row(model, form, n, "host_ms", ms[model, form][n], threads=t, file=file)
         for (model, form), per_length in ms.items():
             if (model, form) not in shares:
                 continue

@@ -281,12 +281,13 @@ def merge_rows(path: Path, found: list[dict], order, key=ROW_KEY) -> list[dict]:
     return rows
 
 
-def comparison(args, plan, found, order, report, draw=None) -> int:
+def comparison(args, plan, found, order, report, draw=None, key=ROW_KEY) -> int:
     """A comparison benchmark's command: run the plan (unless --collect or --table), merge the finished runs' rows
     into the results file, print `report(rows of the tasks asked for)`, and with --write put it into its pages'
     blocks (`write_block`), with --plot `draw(rows, path)` its figure; exit 1 if a run failed, 2 with no results
     or no page to write. `plan()` and `found()` build the jobs and the rows; `order(row)` sorts the file. Nothing
-    but the results file (not with --table), the pages (--write) and the figure (--plot) is written."""
+    but the results file (not with --table), the pages (--write) and the figure (--plot) is written. `key`: what
+    makes two rows the same (`merge_rows`)."""
     results_path = REPO_ROOT / args.results
     failed = []
     if not args.table:
@@ -294,7 +295,7 @@ def comparison(args, plan, found, order, report, draw=None) -> int:
         if not args.collect:
             failed = run_all(plan(), args.workers, (REPO_ROOT / args.out).resolve() / "logs")
         rows = found()
-        merge_rows(results_path, rows, order)
+        merge_rows(results_path, rows, order, key)
         print(f"{len(rows)} rows of this invocation in {results_path}; it took {time.time() - start:.0f} s")
         if failed:
             print(f"failed: {', '.join(failed)}", file=sys.stderr)

@@ -243,3 +243,22 @@ def test_the_comparison_benchmarks_answer_write(capsys):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_int8_rows_of_another_student_are_kept_apart_and_judged_against_their_own_fp32(tmp_path):
+    from benchmarks import int8
+
+    def row(digest, method, seed, value):
+        return {"model": int8.STUDENT, "task": "sst2", "student_digest": digest, "method": method, "seed": seed,
+                "metric": "accuracy", "value": value}
+
+    path = tmp_path / "int8.json"
+    earlier = [row(None, "fp32", 0, 0.80),
+               *(row(None, "qat-int8", s, 0.80 + d) for s, d in enumerate((0, .002, -.002)))]
+    runner.merge_rows(path, earlier, lambda r: 0, int8.KEY)
+    now = [row("abc", "fp32", 0, 0.85), *(row("abc", "qat-int8-sym", s, 0.82 + d) for s, d in enumerate((0, 1e-3, 0)))]
+    rows = runner.merge_rows(path, now, lambda r: 0, int8.KEY)
+    assert len(rows) == 8  # the same task, method, seed and metric of two students: both kept
+    lines = int8.goals(rows).splitlines()
+    assert any("qat-int8 within ±1 point of fp32 on sst2, student (earlier)" in x and ": holds" in x for x in lines)
+    assert any("qat-int8-sym within ±1 point of fp32 on sst2, student abc" in x and ": fails" in x for x in lines)
