@@ -2,20 +2,21 @@
 dynamic-range int8, post-training full int8 (ptq-int8) and quantization-aware full int8 (qat-int8, `mobilekd qat`,
 3 seeds; on SST-2 also with the official clip of the attention scores to [-6, 60], qat-int8-clip, and with the
 embedding tables in int8 too, qat-int8-emb, and with the attention cores in float, which XNNPACK runs, qat-int8-fa;
-issue 35's attention forms XNNPACK takes, qat-int8-sym and qat-int8-sym-fs, mobilekd.export.qat.ATTENTION);
+issue 35's attention forms XNNPACK takes, qat-int8-sym and qat-int8-sym-float-softmax, mobilekd.export.qat.ATTENTION);
 and full-size MobileBERT and MobileBERT_TINY (random weights, for speed) in the same four forms. One row
 per file and measurement to docs/results/int8.json, a Markdown table and the issue's goals as measured.
 
     python -m benchmarks.int8                   # SST-2, MRPC, STS-B; QAT seeds 0-2; with the clip on SST-2 (~2 h)
-    python -m benchmarks.int8 --tasks sst2 --methods qat-int8 qat-int8-sym qat-int8-sym-fs   # those QAT runs only
+    python -m benchmarks.int8 --tasks sst2 --methods qat-int8 qat-int8-sym   # those QAT runs only, no timing
     python -m benchmarks.int8 --collect         # rows of the finished runs, run nothing
     python -m benchmarks.int8 --table
     python -m benchmarks.int8 --table --write   # and put it between its markers in its page
 
 The student is the demo's PKT-distilled mobilebert_h384 (`--student`, default runs/demo/student: scripts/demo.sh
 makes it), fine-tuned with issue 13's settings (benchmarks.teacher_value.TASKS, lr 2e-4, seed 0); its rows carry
-`student_digest`, the first 12 hex digits of its weights' SHA-256, and compare only with rows of the same student
-(rows without one are of a demo student made before the digest was recorded). Each file's dev
+`student_digest`, the first 12 hex digits of its weights' SHA-256 (recorded in OUT/TASK/student_digest when the
+task's fp32 run is planned; a later run from another student is refused), and compare only with rows of the same
+student (rows without one are of a demo student made before the digest was recorded). Each file's dev
 score (accuracy; STS-B: Pearson of the score the file returns) is the LiteRT interpreter's on the full dev set; its
 agreement is with the fp32 PyTorch model's predictions. QAT fine-tunes the fp32 model for about 200 steps of 32
 at lr 1e-5 (SST-2: 6,400 training sentences once; MRPC: its 3,668 pairs twice; STS-B: its 5,749 pairs once), each
@@ -42,6 +43,7 @@ from benchmarks.runner import (RESUMABLE, ROW_KEY, WITHIN, Job, comparison, comp
 from benchmarks.teacher_value import STUDENT_LR
 from benchmarks.teacher_value import TASKS as FINETUNE
 from mobilekd.data.glue import TASKS as GLUE_TASKS
+from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import REPO_ROOT, file_digest, read_json
 from mobilekd.models.flops import model_stats
 from mobilekd.models.presets import get_preset
@@ -50,15 +52,17 @@ TASKS = {"sst2": "64", "mrpc": "128", "stsb": "64"}  # --max-len, as fine-tuned
 QAT = {"sst2": ["--max-train-examples", "6400", "--epochs", "1"], "mrpc": ["--epochs", "2"], "stsb": ["--epochs", "1"]}
 SCORE = {"sst2": "accuracy", "mrpc": "accuracy", "stsb": "pearson"}  # the dev score each task's rows report
 FILES = {"fp32": "model_none.tflite", "dynamic-int8": "model_dynamic_int8.tflite", "ptq-int8": "model_int8.tflite"}
-# QAT as issue 20 first measured it; with the official clip of the attention scores; with int8 embedding tables
-# (the two variants on SST-2 only: the budget). method -> (its runs' folder, its flags, its tasks: None for all)
+# QAT as issue 20 first measured it; with the official clip of the attention scores; with int8 embedding tables;
+# with float attention cores (the variants on SST-2 only: the budget). method -> (its runs' folder, its flags, its
+# tasks: None for all)
 QAT_VARIANTS = {"qat-int8": ("qat", [], None), "qat-int8-clip": ("qat_clip", ["--score-clip", "-6", "60"], ["sst2"]),
                 "qat-int8-emb": ("qat_emb", ["--int8-embeddings"], ["sst2"]),
                 "qat-int8-fa": ("qat_fa", ["--float-attention"], ["sst2"]),
                 # issue 35: K^T and V symmetric per tensor (XNNPACK's int8 BATCH_MATMUL), and that with the masking
                 # and softmax between the products in float (mobilekd.export.qat.ATTENTION)
                 "qat-int8-sym": ("qat_sym", ["--symmetric-attention"], ["sst2"]),
-                "qat-int8-sym-fs": ("qat_sym_fs", ["--symmetric-attention", "--float-softmax"], ["sst2"])}
+                "qat-int8-sym-float-softmax": ("qat_sym_float_softmax", ["--symmetric-attention", "--float-softmax"],
+                                               ["sst2"])}
 METHODS = [*FILES, *QAT_VARIANTS]
 PRESETS = {"mobilebert": "MobileBERT", "mobilebert_tiny": "MobileBERT_TINY"}  # random weights, timed only
 QUANTIZE = {"fp32": "none", "dynamic-int8": "dynamic-int8", "ptq-int8": "int8", "qat-int8": "qat-int8",
@@ -72,9 +76,26 @@ STUDENT = "student"  # the rows' model name for the fine-tuned students
 KEY = (*ROW_KEY, "student_digest")  # a row of another distilled student is another row
 
 
-def student_digest(student: Path) -> str:
-    """The distilled student's identity in the rows: the first 12 hex digits of its weights' SHA-256."""
-    return file_digest(student / "model.safetensors")[:12]
+def recorded_digest(out: Path, task: str) -> str | None:
+    """The digest of the student OUT/TASK's runs were fine-tuned from, as `record_student` wrote it (None: none)."""
+    path = out / task / "student_digest"
+    return path.read_text().strip() if path.is_file() else None
+
+
+def record_student(out: Path, task: str, student: Path) -> None:
+    """Write the distilled student's identity for TASK's runs (the first 12 hex digits of its weights' SHA-256),
+    refusing runs made from another student, or from one not recorded, which their rows would misname."""
+    path, weights = out / task / "student_digest", student / "model.safetensors"
+    if not weights.is_file():
+        raise UserError(f"{weights}: no such file (the distilled student the runs start from; --student)")
+    digest, before = file_digest(weights)[:12], recorded_digest(out, task)
+    if before not in (None, digest):
+        raise UserError(f"{path}: the runs there were fine-tuned from another student ({before}, not {digest} of "
+                        f"{student}): move {out / task} away or pass another --out")
+    if before is None and finished_results(out / task / "fp32") is not None:
+        raise UserError(f"{out / task / 'fp32'}: fine-tuned from a student no digest records: move it away")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(digest + "\n")
 
 
 def qat_dir(out: Path, task: str, seed: int, method: str = "qat-int8") -> Path:
@@ -86,11 +107,12 @@ def label(task: str, method: str) -> str:
     return f"{task} {method}"
 
 
-def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int], methods=METHODS) -> list[Job]:
-    """The runs: per task the fp32 fine-tuning, its export and the QAT runs of `methods`; with every method, the
+def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int], methods=tuple(QAT_VARIANTS)) -> list[Job]:
+    """The runs: per task the fp32 fine-tuning, its export and the QAT runs of `methods`; with every QAT method, the
     latency run and the kernel profile after them."""
     plan, timed = [], {}
     for task in tasks:
+        record_student(out, task, student)
         fp32, tflite = out / task / "fp32", out / task / "tflite"
         plan.append(Job(f"{task}/fp32", ["finetune", "--task", task, *FINETUNE[task], "--model", str(student),
                                          "--lr", STUDENT_LR, "--seed", "0", "--eval-every", "0", "--out", str(fp32),
@@ -107,7 +129,7 @@ def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int], methods=M
         timed.update({label(task, m): tflite / name for m, name in FILES.items()})
         timed.update({label(task, m): qat_dir(out, task, seeds[0], m) / "model_qat_int8.tflite"
                       for m, (_, _, only) in QAT_VARIANTS.items() if only is None or task in only})
-    if set(methods) != set(METHODS):
+    if set(methods) != set(QAT_VARIANTS):
         return plan
     # alone, after every other run: timings share the machine with nothing of ours
     plan.append(Job("latency", ["latency", "--models", *PRESETS, "--quantize", *QUANTIZE.values(), "--threads",
@@ -156,14 +178,14 @@ def timing_rows(report: dict, key: str, **identity) -> list[dict]:
     return [{**f, "tflite_bytes": round(r["size_mb"] * 1e6)} for f in found]
 
 
-def rows(out: Path, tasks: list[str], seeds: list[int], digest: str) -> list[dict]:
+def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     report_path = out / "latency" / "report.json"
     report = read_json(report_path) if report_path.is_file() else {"rows": {}, "host": {}}
     found = []
     for task in tasks:
         parity_path = out / task / "tflite" / "parity.json"
         parity = read_json(parity_path) if parity_path.is_file() else {}
-        base = {"model": STUDENT, "task": task, "student_digest": digest}
+        base = {"model": STUDENT, "task": task, "student_digest": recorded_digest(out, task)}
         for method, name in FILES.items():
             if name not in parity:
                 continue
@@ -235,14 +257,14 @@ def table(results: list[dict]) -> str:
             islands = next((r.get("float_islands") for r in mine if r.get("float_islands") is not None), None)
             size = next((r["tflite_bytes"] for r in mine if r.get("tflite_bytes")), None)
             name = PRESETS[model] + " (random weights)" if task is None else \
-                f"{model} {digest or '(earlier)'} ({task}, {score})"
+                f"{model} {digest or 'earlier'} ({task}, {score})"
             lines.append(f"| {name} | {method} | {acc} | {delta} | {_cell(mine, 4, metric='agreement_fp32')} | "
                          f"{f'{size / 1e6:.1f}' if size else '-'} | {'-' if islands is None else islands} | "
                          f"{_cell(mine, 2, metric='host_ms', threads=1)} | "
                          f"{_cell(mine, 2, metric='host_ms', threads=2)} | {_cell(mine, 1, metric='pixel4_ms')} |")
     peaks = " · ".join(f"{kind} {_cell(results, 0, model='host', method=f'{kind}-peak', threads=t)} GOP/s at {t} thr"
                        for kind in ("fp32", "int8") for t in (1, 2))
-    return "\n".join(lines) + (f"\n\nA student is named by its weights' digest (`student_digest`); *(earlier)* is the "
+    return "\n".join(lines) + (f"\n\nA student is named by its weights' digest (`student_digest`); *earlier* is the "
                                f"demo student of the rows before the digest was recorded. This host's matrix-product "
                                f"peaks: {peaks}.\n")
 
@@ -258,7 +280,7 @@ def goals(results: list[dict]) -> str:
         fp32 = [r["value"] for r in _pick(results, **mine, method="fp32")]
         for method in (m for m in QAT_VARIANTS if fp32 and _pick(results, **mine, method=m)):
             gap = [100 * (r["value"] - fp32[0]) for r in _pick(results, **mine, method=method)]
-            what = f"{method} within ±1 point of fp32 on {task}, student {digest or '(earlier)'}"
+            what = f"{method} within ±1 point of fp32 on {task}, student {digest or 'earlier'}"
             measured = (f"{method} - fp32 = {mean_std_cell(gap, signed=True, digits=2)} points of {score}, against "
                         f"one fp32 run (n={len(fp32)})")
             if score != official:
@@ -316,23 +338,25 @@ def report(results: list[dict]) -> str:
     return table(results) + "\n" + goals(results) + (f"\n{kernels}" if kernels else "")
 
 
+@cli_entry
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.int8", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     comparison_flags(p, "runs/int8", "docs/results/int8.json", list(TASKS), TASKS)
-    p.add_argument("--methods", nargs="+", choices=METHODS, default=METHODS,
-                   help="the QAT runs to make (fp32 and its export always; the latency run and the kernel profile "
-                        "only with every method)")
+    p.add_argument("--methods", nargs="+", choices=list(QAT_VARIANTS), default=list(QAT_VARIANTS),
+                   help="the QAT runs to make (default all; fp32 and its export always; the latency run and the "
+                        "kernel profile only with all)")
     p.add_argument("--student", default="runs/demo/student",
                    help="the distilled (not fine-tuned) student (default runs/demo/student: scripts/demo.sh's)")
     args = p.parse_args(argv)
     out, student = (REPO_ROOT / args.out).resolve(), (REPO_ROOT / args.student).resolve()
     order = [None, *TASKS]
     return comparison(args, lambda: jobs(out, student, args.tasks, args.seeds, args.methods),
-                      lambda: rows(out, args.tasks, args.seeds, student_digest(student)),
+                      lambda: rows(out, args.tasks, args.seeds),
                       lambda r: (r["model"] != STUDENT, order.index(r["task"]), r.get("student_digest") or "",
                                  METHODS.index(r["method"])
-                                 if r["method"] in METHODS else 9, r["seed"], r["metric"], r.get("threads") or 0),
+                                 if r["method"] in METHODS else len(METHODS), r["seed"], r["metric"],
+                                 r.get("threads") or 0),
                       report, key=KEY)
 
 

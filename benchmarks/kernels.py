@@ -14,7 +14,7 @@ Every signature of every file is timed on this host at 1 and 2 threads, interlea
 and estimated for a Pixel 4; the latency at SST-2's dev lengths (each sentence run at the shortest signature
 holding it) is set against the latency at 128.
 
-    python -m benchmarks.kernels                 # about an hour on 2 cores, resumable
+    python -m benchmarks.kernels                 # about 1.5 hours on 2 cores, resumable
     python -m benchmarks.kernels --models mobilebert   # one model's files, timed among themselves
     python -m benchmarks.kernels --table [--write]
 
@@ -52,7 +52,7 @@ TRAIN_EXAMPLES = "4000"  # the students' and the teacher's fine-tuning: latency 
 
 def forms() -> dict[str, dict[str, tuple[str | None, str]]]:
     """model -> form -> (its export's folder under OUT, the length-aware file timed; for PRESET: None, the
-    quantization export_preset makes its one-length file with)."""
+    quantization export_preset makes its one-length files with)."""
     from mobilekd.export.litert import tflite_name
 
     return {"student": {form: ("tflite", tflite_name(q, lengths=True)) for form, q in FORMS.items()},
@@ -128,7 +128,7 @@ def rows(out: Path, threads: list[int], runs: int, models=(*TRAINED, PRESET)) ->
 
     efficiency = cost.calibrate(cost.op_costs(read_graph(export_preset("mobilebert", "none", 128, CACHE))))
     pixel4 = cost.load_profile("pixel4")
-    found, entries = file_rows(out, models), {}  # entries: FILE#SIGNATURE -> (model, form, length)
+    found, entries = file_rows(out, models), {}  # entries: FILE#SIGNATURE -> (model, form, length, file name)
     shares, files_of = {}, {model: files for model, files in forms().items() if model in models}
     paths = {}
 
@@ -144,9 +144,13 @@ def rows(out: Path, threads: list[int], runs: int, models=(*TRAINED, PRESET)) ->
                 lengths = [(export_preset(PRESET, name, int(n), CACHE), int(n)) for n in (*LENGTHS, SEQ_LEN)]
                 paths[model, form] = path = lengths[-1][0]
                 row(model, form, SEQ_LEN, "tflite_bytes", path.stat().st_size)
-                if student_shares.is_file():  # the same SST-2 dev sentences in the same word pieces as the student's
-                    parity = read_json(student_shares)[forms()["student"]["fp32"][1]]
+                parity = read_json(student_shares) if student_shares.is_file() else {}
+                parity = parity.get(forms()["student"]["fp32"][1])  # the same SST-2 dev sentences in the same word
+                if parity:                                            # pieces as the student's
                     shares[model, form] = {int(n): v for n, v in parity["lengths"]["share"].items()}
+                else:
+                    print(f"{PRESET} {form}: no figures at the dev lengths without the student's export "
+                          f"({student_shares})", file=sys.stderr)
             else:
                 paths[model, form] = path = out / folder / name
                 lengths = [(path, SEQ_LEN)]

@@ -25,8 +25,11 @@ def open_binary(path):
 
 def file_digest(path) -> str:
     """The SHA-256 of a file's bytes, in hex (cache keys of files that may change, e.g. a retrained model)."""
+    h = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        for chunk in iter(lambda: f.read(1 << 20), b""):  # not hashlib.file_digest: Python 3.11 and up
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def read_lines(path):

@@ -241,10 +241,6 @@ def test_the_comparison_benchmarks_answer_write(capsys):
         assert "--write" in capsys.readouterr().out, name
 
 
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q"]))
-
-
 def test_int8_rows_of_another_student_are_kept_apart_and_judged_against_their_own_fp32(tmp_path):
     from benchmarks import int8
 
@@ -256,9 +252,34 @@ def test_int8_rows_of_another_student_are_kept_apart_and_judged_against_their_ow
     earlier = [row(None, "fp32", 0, 0.80),
                *(row(None, "qat-int8", s, 0.80 + d) for s, d in enumerate((0, .002, -.002)))]
     runner.merge_rows(path, earlier, lambda r: 0, int8.KEY)
-    now = [row("abc", "fp32", 0, 0.85), *(row("abc", "qat-int8-sym", s, 0.82 + d) for s, d in enumerate((0, 1e-3, 0)))]
+    # against its own fp32 (0.82) qat-int8-sym holds; against the earlier student's (0.80) it would fail
+    now = [row("abc", "fp32", 0, 0.82), *(row("abc", "qat-int8-sym", s, 0.82 + d) for s, d in enumerate((0, 1e-3, 0)))]
     rows = runner.merge_rows(path, now, lambda r: 0, int8.KEY)
     assert len(rows) == 8  # the same task, method, seed and metric of two students: both kept
     lines = int8.goals(rows).splitlines()
-    assert any("qat-int8 within ±1 point of fp32 on sst2, student (earlier)" in x and ": holds" in x for x in lines)
-    assert any("qat-int8-sym within ±1 point of fp32 on sst2, student abc" in x and ": fails" in x for x in lines)
+    assert any("qat-int8 within ±1 point of fp32 on sst2, student earlier" in x and ": holds" in x for x in lines)
+    assert any("qat-int8-sym within ±1 point of fp32 on sst2, student abc" in x and ": holds" in x for x in lines)
+    assert "student earlier (sst2, accuracy) | qat-int8 |" in int8.table(rows)
+
+
+def test_int8_runs_of_another_student_are_refused_in_one_line(tmp_path):
+    from benchmarks import int8
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    for student, weights in ((first, b"one"), (second, b"two")):
+        student.mkdir()
+        (student / "model.safetensors").write_bytes(weights)
+    out = tmp_path / "runs"
+    int8.record_student(out, "sst2", first)
+    int8.record_student(out, "sst2", first)  # the same student again: its runs go on
+    digest = int8.recorded_digest(out, "sst2")
+    with pytest.raises(UserError, match="fine-tuned from another student"):
+        int8.record_student(out, "sst2", second)
+    assert int8.recorded_digest(out, "sst2") == digest
+    with pytest.raises(UserError, match="no such file"):
+        int8.record_student(out, "sst2", tmp_path / "missing")
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
+
