@@ -237,8 +237,8 @@ def kernels() -> list[str]:
 
 
 def qat_attention() -> list[str]:
-    """Full-size MobileBERT's QAT full-int8 file with the attention XNNPACK takes, against dynamic-range int8 at 128
-    tokens (benchmarks.kernels, one run)."""
+    """Full-size MobileBERT's QAT int8 file with the attention XNNPACK takes (its masking and softmax float), against
+    dynamic-range int8 at 128 tokens (benchmarks.kernels, one run)."""
     rows = {(r["form"], r["metric"], r.get("threads")): r["value"] for r in _rows("kernels")
             if r["model"] == "mobilebert" and r["seq"] == "128"}
     mine, theirs = "qat-int8-sym-float-softmax", "dynamic-int8"
@@ -246,7 +246,8 @@ def qat_attention() -> list[str]:
         return []
     ratio = {t: rows[mine, "host_ms", t] / rows[theirs, "host_ms", t] for t in (1, 2) if (mine, "host_ms", t) in rows}
     share = rows.get((mine, "attention_products_delegated", None), float("nan"))
-    return [f"| full-size MobileBERT as a QAT full-int8 file, attention products symmetric and softmax in float, "
+    return [f"| full-size MobileBERT as a QAT int8 file, attention products int8 with symmetric second operands, "
+            f"masking and softmax in float, "
             f"against dynamic-range int8 at 128 tokens (one run) | {ratio[1]:.2f}x its latency on the host (1 thread)"
             + (f", {ratio[2]:.2f}x at 2 threads" if 2 in ratio else "") + f"; {share:.0%} of attention products "
             f"in XNNPACK | goal 0.8x at 1 thread | [int8](docs/int8.md) |"]
