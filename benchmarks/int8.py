@@ -278,8 +278,11 @@ def goals(results: list[dict]) -> str:
         official, score = GLUE_TASKS[task].metrics[0], SCORE[task]
         mine = {"model": STUDENT, "task": task, "student_digest": digest, "metric": score}
         fp32 = [r["value"] for r in _pick(results, **mine, method="fp32")]
-        for method in (m for m in QAT_VARIANTS if fp32 and _pick(results, **mine, method=m)):
-            gap = [100 * (r["value"] - fp32[0]) for r in _pick(results, **mine, method=method)]
+        for method in QAT_VARIANTS:
+            qat = [r["value"] for r in _pick(results, **mine, method=method)]
+            if not (fp32 and qat):
+                continue
+            gap = [100 * (q - fp32[0]) for q in qat]
             what = f"{method} within ±1 point of fp32 on {task}, student {digest or 'earlier'}"
             measured = (f"{method} - fp32 = {mean_std_cell(gap, signed=True, digits=2)} points of {score}, against "
                         f"one fp32 run (n={len(fp32)})")

@@ -112,6 +112,12 @@ def file_rows(out: Path, models=TRAINED) -> list[dict]:
     return found
 
 
+def dev_shares(parity: dict) -> dict[int, float]:
+    """A length-aware file's parity report (export's parity.json entry) -> length: the share of dev sentences it is
+    the shortest signature for."""
+    return {int(n): v for n, v in parity["lengths"]["share"].items()}
+
+
 def rows(out: Path, threads: list[int], runs: int, models=(*TRAINED, PRESET)) -> list[dict]:
     """Per file and signature of the `models`: operators, the Pixel 4 estimate and the host latency, every
     signature of every file timed interleaved in one run per thread count (so that the ratios between models hold on
@@ -137,25 +143,26 @@ def rows(out: Path, threads: list[int], runs: int, models=(*TRAINED, PRESET)) ->
                       "seq": str(seq), "metric": metric, "value": round(value, 3), "cpu": cpu_model(),
                       "file": paths[model, form].name, **extra})
 
-    student_shares = out / forms()["student"]["fp32"][0] / "parity.json"
+    # PRESET's dev shares: the student's, the same SST-2 dev sentences in the same word pieces
+    folder, name = forms()["student"]["fp32"]
+    student_parity = out / folder / "parity.json"
+    parity = read_json(student_parity).get(name) if student_parity.is_file() else None
+    preset_shares = dev_shares(parity) if parity else None
     for model, files in files_of.items():
         for form, (folder, name) in files.items():
             if folder is None:  # PRESET: a one-length file per length (export_preset's), the 128 one the main
                 lengths = [(export_preset(PRESET, name, int(n), CACHE), int(n)) for n in (*LENGTHS, SEQ_LEN)]
                 paths[model, form] = path = lengths[-1][0]
                 row(model, form, SEQ_LEN, "tflite_bytes", path.stat().st_size)
-                parity = read_json(student_shares) if student_shares.is_file() else {}
-                parity = parity.get(forms()["student"]["fp32"][1])  # the same SST-2 dev sentences in the same word
-                if parity:                                            # pieces as the student's
-                    shares[model, form] = {int(n): v for n, v in parity["lengths"]["share"].items()}
+                if preset_shares:
+                    shares[model, form] = preset_shares
                 else:
                     print(f"{PRESET} {form}: no figures at the dev lengths without the student's export "
-                          f"({student_shares})", file=sys.stderr)
+                          f"({student_parity})", file=sys.stderr)
             else:
                 paths[model, form] = path = out / folder / name
                 lengths = [(path, SEQ_LEN)]
-                parity = read_json(out / folder / "parity.json")[name]
-                shares[model, form] = {int(n): v for n, v in parity["lengths"]["share"].items()}
+                shares[model, form] = dev_shares(read_json(out / folder / "parity.json")[name])
             estimates, main = {}, None
             for file, length in lengths:
                 names = subgraph_names(file)

@@ -429,6 +429,8 @@ def export_seq2seq(args, out: Path) -> None:
     def scored(outputs):  # BLEU and chrF against the references
         return scores([as_text(tokenizer, t) for t in outputs], refs)
 
+    pytorch = scored(mine)
+
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
     with tempfile.TemporaryDirectory(prefix=".float-", dir=out) as scratch:  # the float file, where not asked for
         start = time.time()
@@ -442,7 +444,7 @@ def export_seq2seq(args, out: Path) -> None:
             ops = read_graph(path, 0) + read_graph(path, 1)  # both signatures' (XNNPACK's check: the first's)
             parity, outputs = seq2seq_parity(model, path, split, mine=mine)
             reports[path.name] = report = {**file_report(path, ops, op_histogram(ops)), **parity,
-                                           "scores": {"file": scored(outputs), "pytorch": scored(mine)},
+                                           "scores": {"file": scored(outputs), "pytorch": pytorch},
                                            "convert_seconds": seconds, "model": str(args.model), "quantize": quantize}
             write_json(out / "parity.json", reports)
             ms, bleu = report["host_ms"], report["scores"]
