@@ -262,6 +262,27 @@ def test_int8_rows_of_another_student_are_kept_apart_and_judged_against_their_ow
     assert "student earlier (sst2, accuracy) | qat-int8 |" in int8.table(rows)
 
 
+def test_int8_qat_runs_are_judged_against_the_fp32_model_each_quantized_on_the_official_metric():
+    from benchmarks import int8
+
+    def row(method, seed, value, metric="f1", **more):
+        return {"model": int8.STUDENT, "task": "mrpc", "student_digest": "abc", "method": method, "seed": seed,
+                "metric": metric, "value": value, **more}
+
+    # fp32 fine-tuned per seed, far apart; QAT seed S within 0.2 points of fp32 seed S: holds when paired, and
+    # would fail against seed 0's fp32 alone (+0, +3, +6 points)
+    fp32 = {0: 0.80, 1: 0.83, 2: 0.86}
+    rows = [*(row("fp32", s, v) for s, v in fp32.items()),
+            *(row("qat-int8-sym", s, v + d, fp32_seed=s) for (s, v), d in zip(fp32.items(), (0, .002, -.002)))]
+    line = next(x for x in int8.goals(rows).splitlines() if "qat-int8-sym within" in x)
+    assert ": holds" in line and "(f1)" in line and "over the same 3 seeds" in line, line
+    assert int8.gaps(rows, "f1", "qat-int8-sym", task="mrpc")[1] == 3
+    # rows with accuracy only (the exported files' parity): reported, not judged on MRPC
+    accuracy = [{**r, "metric": "accuracy"} for r in rows]
+    line = next(x for x in int8.goals(accuracy).splitlines() if "qat-int8-sym within" in x)
+    assert "not judged" in line and "official f1" in line, line
+
+
 def test_int8_runs_of_another_student_are_refused_in_one_line(tmp_path):
     from benchmarks import int8
 
@@ -278,6 +299,12 @@ def test_int8_runs_of_another_student_are_refused_in_one_line(tmp_path):
     assert int8.recorded_digest(out, "sst2") == digest
     with pytest.raises(UserError, match="no such file"):
         int8.record_student(out, "sst2", tmp_path / "missing")
+    # a finished QAT run of seed 1 that quantized seed 0's fp32 model (before the pairing): refused, not resumed
+    stale = int8.qat_dir(out, "sst2", 1, "qat-int8-sym")
+    stale.mkdir(parents=True)
+    (stale / "results.json").write_text(f'{{"complete": true, "model": "{int8.fp32_dir(out, "sst2", 0)}"}}')
+    with pytest.raises(UserError, match="not the fp32 model of seed 1"):
+        int8.jobs(out, first, ["sst2"], [0, 1], ["qat-int8-sym"])
 
 
 if __name__ == "__main__":
