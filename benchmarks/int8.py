@@ -203,10 +203,13 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
         parity_path = out / task / "tflite" / "parity.json"
         parity = read_json(parity_path) if parity_path.is_file() else {}
         base = {"model": STUDENT, "task": task, "student_digest": recorded_digest(out, task)}
-        for seed in seeds:  # the fp32 models' dev scores in PyTorch, every metric of the task
-            r = finished_results(fp32_dir(out, task, seed))
+        exported = parity.get(FILES["fp32"])
+        for seed in seeds:  # the fp32 models' dev scores in PyTorch, every metric of the task; seed 0's rows carry
+            r = finished_results(fp32_dir(out, task, seed))  # the size of its exported file
+            size = {"tflite_bytes": exported["size_bytes"]} if seed == 0 and exported else {}
             found += [{**base, "method": "fp32", "seed": seed, "metric": m, "value": round(v, 4),
-                       "train_seconds": r["wall_seconds"]} for m, v in (r["metrics"]["dev"] if r else {}).items()]
+                       "train_seconds": r["wall_seconds"], **size}
+                      for m, v in (r["metrics"]["dev"] if r else {}).items()]
         for method, name in FILES.items():  # seed 0's files, scored by the LiteRT interpreter (fp32: agreement only)
             if name not in parity:
                 continue
