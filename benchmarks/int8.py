@@ -22,16 +22,17 @@ PyTorch model's dev scores (every metric of the task); seed 0's model is exporte
 task's fp32 run is planned; a later run from another student is refused), and compare only with rows of the same
 student (rows without one are of a demo student made before the digest was recorded). Each file's dev
 score (QAT: every metric of the task; the post-training files: accuracy, STS-B Pearson of the score the file
-returns) is the LiteRT interpreter's on the full dev set; its agreement is with the fp32 PyTorch model's
-predictions. QAT fine-tunes the fp32 model for about 200 steps of 32 at lr 1e-5 (SST-2: 6,400 training sentences
-once; MRPC: its 3,668 pairs twice; STS-B: its 5,749 pairs once). Every file is timed at 1 and 2 threads in one
-interleaved run (`mobilekd latency`) beside the host's own fp32 and int8 matrix-product peaks, and estimated on a
-Pixel 4 (not with --methods: a part of the methods is not timed; issue 35's forms are timed by benchmarks.kernels).
-The latency run is made once,
-with the tasks of its invocation (a later `--tasks stsb` adds STS-B's scores, not its timings: its graph is SST-2's
-but for the output layer). Then the files of full-size MobileBERT that run exported are profiled kernel by kernel
-at 1 thread (`mobilekd kernels`: perf samples of where each file's CPU time goes, runs/int8/latency/kernels.json;
-left out, with a note, on a machine where perf cannot sample).
+returns; the fp32 file: its agreement only, none on STS-B, where parity.json holds its score; the earlier
+student's fp32 rows are its file's score) is the LiteRT interpreter's on the full dev set; its agreement is with
+the fp32 PyTorch model's predictions. QAT fine-tunes the fp32 model for about 200 steps of 32 at lr 1e-5 (SST-2:
+6,400 training sentences once; MRPC: its 3,668 pairs twice; STS-B: its 5,749 pairs once). Every file is timed at
+1 and 2 threads in one interleaved run (`mobilekd latency`) beside the host's own fp32 and int8 matrix-product
+peaks, and estimated on a Pixel 4 (not with --methods: a part of the methods is not timed; issue 35's forms are
+timed by benchmarks.kernels). The latency run is made once, with the tasks of its invocation (a later `--tasks
+stsb` adds STS-B's scores, not its timings: its graph is SST-2's but for the output layer). Then the files of
+full-size MobileBERT that run exported are profiled kernel by kernel at 1 thread (`mobilekd kernels`: perf samples
+of where each file's CPU time goes, runs/int8/latency/kernels.json; left out, with a note, on a machine where perf
+cannot sample).
 """
 
 from __future__ import annotations
@@ -112,6 +113,12 @@ def qat_dir(out: Path, task: str, seed: int, method: str = "qat-int8") -> Path:
     return out / task / QAT_VARIANTS[method][0] / f"seed{seed}"
 
 
+def quantized(qat: dict, out: Path, task: str, seed: int) -> bool:
+    """Whether a finished QAT run quantized TASK's fp32 model of SEED: its `model`'s task folder and name, so that
+    a runs folder moved or copied elsewhere still matches."""
+    return Path(qat["model"]).parts[-2:] == fp32_dir(out, task, seed).parts[-2:]
+
+
 def label(task: str, method: str) -> str:
     """A file's name in the latency report."""
     return f"{task} {method}"
@@ -125,7 +132,7 @@ def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int], methods=t
     for task in tasks:
         record_student(out, task, student)
         tflite = out / task / "tflite"
-        for seed in seeds:
+        for seed in dict.fromkeys([0, *seeds]):  # seed 0's is the one exported
             plan.append(Job(f"{task}/fp32/{seed}", ["finetune", "--task", task, *FINETUNE[task], "--model",
                                                     str(student), "--lr", STUDENT_LR, "--seed", str(seed),
                                                     "--eval-every", "0", "--out", str(fp32_dir(out, task, seed)),
@@ -137,7 +144,7 @@ def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int], methods=t
             for seed in seeds if method in methods and (only is None or task in only) else []:
                 d, fp32 = qat_dir(out, task, seed, method), fp32_dir(out, task, seed)
                 done = finished_results(d)
-                if done is not None and Path(done["model"]) != fp32:
+                if done is not None and not quantized(done, out, task, seed):
                     raise UserError(f"{d}: quantized {done['model']}, not the fp32 model of seed {seed} ({fp32}): "
                                     f"move it away")
                 plan.append(Job(f"{task}/{method}/{seed}", ["qat", "--model", str(fp32), "--task", task, "--max-len",
@@ -226,12 +233,12 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             r = finished_results(qat_dir(out, task, seed, method))
             if r is None:
                 continue
-            quantized = Path(r["model"])  # the fp32 model of this seed, or (runs before the pairing) seed 0's
-            identity = {**base, "method": method, "seed": seed,
-                        "fp32_seed": seed if quantized == fp32_dir(out, task, seed) else 0}
-            if quantized != fp32_dir(out, task, identity["fp32_seed"]):
-                raise UserError(f"{qat_dir(out, task, seed, method)}: quantized {quantized}, none of {task}'s fp32 "
+            # the fp32 model of this seed, or (runs made before the pairing) seed 0's
+            source = next((s for s in (seed, 0) if quantized(r, out, task, s)), None)
+            if source is None:
+                raise UserError(f"{qat_dir(out, task, seed, method)}: quantized {r['model']}, none of {task}'s fp32 "
                                 f"models: move it away")
+            identity = {**base, "method": method, "seed": seed, "fp32_seed": source}
             shared = {"tflite_bytes": r["tflite_bytes"], "float_islands": (r["float_islands"] or {}).get("islands"),
                       "train_seconds": r["wall_seconds"], "steps": r["steps"]}
             found += [{**identity, "metric": m, "value": round(v, 4), **shared} for m, v in r["metrics_int8"].items()]
@@ -261,14 +268,20 @@ def _pick(results, **match) -> list[dict]:
     return [r for r in results if all(r.get(k) == v for k, v in match.items())]
 
 
-def gaps(results, metric: str, method: str, **student) -> tuple[list[float], int]:
-    """Points of METRIC that METHOD's files lose to the fp32 model each was made from (its row's `fp32_seed`; seed 0
-    for the post-training files and for QAT runs made before fp32 was fine-tuned per seed), and how many fp32 seeds
-    they span."""
+def gaps(results, metric: str, method: str, **student) -> tuple[list[float], str]:
+    """Points of METRIC by which METHOD's files stand above (+) or below (-) the fp32 model each was made from (its
+    row's `fp32_seed`; seed 0 for the post-training files and for QAT runs made before fp32 was fine-tuned per seed),
+    and what they are measured against: paired by seed, one fp32 run, or (a mix) fp32 models not paired by seed."""
     fp32 = {r["seed"]: r["value"] for r in _pick(results, **student, method="fp32", metric=metric)}
-    made = [(r.get("fp32_seed", 0), r["value"]) for r in _pick(results, **student, method=method, metric=metric)]
-    paired = [(s, v) for s, v in made if s in fp32]
-    return [100 * (v - fp32[s]) for s, v in paired], len({s for s, _ in paired})
+    made = [(r["seed"], r.get("fp32_seed", 0), r["value"]) for r in _pick(results, **student, method=method,
+                                                                         metric=metric)]
+    made = [(s, f, v) for s, f, v in made if f in fp32]
+    bases = {f for _, f, _ in made}
+    if len(bases) > 1 and all(s == f for s, f, _ in made):
+        against = f"paired with fp32 fine-tuned over the same {len(bases)} seeds"
+    else:
+        against = "against one fp32 run" if len(bases) == 1 else f"against {len(bases)} fp32 models, not paired by seed"
+    return [100 * (v - fp32[f]) for _, f, v in made], against
 
 
 def _cell(results, digits=1, scale=1.0, **match) -> str:
@@ -291,8 +304,8 @@ def table(results: list[dict]) -> str:
             acc, delta = "-", "-"
             if accuracy:
                 acc = mean_std_cell(accuracy)
-                lost = gaps(results, score, method, model=model, task=task, student_digest=digest)[0]
-                delta = f"{statistics.mean(lost):+.2f}" if lost and method != "fp32" else "-"
+                gap = gaps(results, score, method, model=model, task=task, student_digest=digest)[0]
+                delta = f"{statistics.mean(gap):+.2f}" if gap and method != "fp32" else "-"
             islands = next((r.get("float_islands") for r in mine if r.get("float_islands") is not None), None)
             size = next((r["tflite_bytes"] for r in mine if r.get("tflite_bytes")), None)
             name = PRESETS[model] + " (random weights)" if task is None else \
@@ -318,15 +331,13 @@ def goals(results: list[dict]) -> str:
         official, score = GLUE_TASKS[task].metrics[0], SCORE[task]
         mine = {"model": STUDENT, "task": task, "student_digest": digest}
         for method in QAT_VARIANTS:
-            gap, bases = gaps(results, official, method, **mine)
+            gap, against = gaps(results, official, method, **mine)
             judged = bool(gap)
             if not judged:  # rows from before they held every metric: the task's SCORE only
-                gap, bases = gaps(results, score, method, **mine)
+                gap, against = gaps(results, score, method, **mine)
             if not gap:
                 continue
             what = f"{method} within ±1 point of fp32 on {task}, student {digest or 'earlier'}"
-            against = f"paired with fp32 fine-tuned over the same {bases} seeds" if bases > 1 else \
-                "against one fp32 run"
             measured = (f"{method} - fp32 = {mean_std_cell(gap, signed=True, digits=2)} points of "
                         f"{official if judged else score}, {against}")
             if judged:

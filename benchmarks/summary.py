@@ -190,7 +190,8 @@ def cmlm() -> list[str]:
 
 
 def int8() -> list[str]:
-    """The demo student as a QAT full-integer file on SST-2 against its fp32 file: the rows of the newest student
+    """The demo student as a QAT full-integer file on SST-2 against fp32 (its PyTorch models' score over the seeds,
+    seed 0's file's size): the rows of the newest student
     benchmarks.int8 measured (one with a recorded digest before the earlier rows without), the attention form
     XNNPACK takes (qat-int8-sym) where measured, else the asymmetric one."""
     rows = [r for r in _rows("int8") if r.get("model") == "student" and r["task"] == "sst2"]

@@ -276,7 +276,10 @@ def test_int8_qat_runs_are_judged_against_the_fp32_model_each_quantized_on_the_o
             *(row("qat-int8-sym", s, v + d, fp32_seed=s) for (s, v), d in zip(fp32.items(), (0, .002, -.002)))]
     line = next(x for x in int8.goals(rows).splitlines() if "qat-int8-sym within" in x)
     assert ": holds" in line and "(f1)" in line and "over the same 3 seeds" in line, line
-    assert int8.gaps(rows, "f1", "qat-int8-sym", task="mrpc")[1] == 3
+    # runs of one fp32 model beside runs paired by seed are not called paired
+    mixed = [*rows, row("fp32", 3, 0.90), *(row("qat-int8-sym", s, 0.80, fp32_seed=0) for s in (4, 5)),
+             row("qat-int8-sym", 3, 0.90, fp32_seed=3)]
+    assert "not paired by seed" in int8.gaps(mixed, "f1", "qat-int8-sym", task="mrpc")[1]
     # rows with accuracy only (the exported files' parity): reported, not judged on MRPC
     accuracy = [{**r, "metric": "accuracy"} for r in rows]
     line = next(x for x in int8.goals(accuracy).splitlines() if "qat-int8-sym within" in x)
@@ -305,6 +308,10 @@ def test_int8_runs_of_another_student_are_refused_in_one_line(tmp_path):
     (stale / "results.json").write_text(f'{{"complete": true, "model": "{int8.fp32_dir(out, "sst2", 0)}"}}')
     with pytest.raises(UserError, match="not the fp32 model of seed 1"):
         int8.jobs(out, first, ["sst2"], [0, 1], ["qat-int8-sym"])
+    # one of seed 1's own fp32 model, made where the runs folder was before it moved: resumed, not refused
+    (stale / "results.json").write_text('{"complete": true, "model": "/elsewhere/sst2/fp32_seed1"}')
+    names = [j.name for j in int8.jobs(out, first, ["sst2"], [1], ["qat-int8-sym"])]
+    assert "sst2/fp32/0" in names and "sst2/qat-int8-sym/1" in names  # seed 0's model: the one exported
 
 
 if __name__ == "__main__":
