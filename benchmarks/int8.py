@@ -98,8 +98,8 @@ def record_student(out: Path, task: str, student: Path) -> None:
     if before not in (None, digest):
         raise UserError(f"{path}: the runs there were fine-tuned from another student ({before}, not {digest} of "
                         f"{student}): move {out / task} away or pass another --out")
-    if before is None and finished_results(out / task / "fp32") is not None:
-        raise UserError(f"{out / task / 'fp32'}: fine-tuned from a student no digest records: move it away")
+    if before is None and finished_results(fp32_dir(out, task, 0)) is not None:
+        raise UserError(f"{fp32_dir(out, task, 0)}: fine-tuned from a student no digest records: move it away")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(digest + "\n")
 
@@ -133,10 +133,10 @@ def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int], methods=t
         record_student(out, task, student)
         tflite = out / task / "tflite"
         for seed in dict.fromkeys([0, *seeds]):  # seed 0's is the one exported
+            fp32 = fp32_dir(out, task, seed)
             plan.append(Job(f"{task}/fp32/{seed}", ["finetune", "--task", task, *FINETUNE[task], "--model",
                                                     str(student), "--lr", STUDENT_LR, "--seed", str(seed),
-                                                    "--eval-every", "0", "--out", str(fp32_dir(out, task, seed)),
-                                                    *RESUMABLE], fp32_dir(out, task, seed)))
+                                                    "--eval-every", "0", "--out", str(fp32), *RESUMABLE], fp32))
         plan.append(Job(f"{task}/export", ["export", "--model", str(fp32_dir(out, task, 0)), "--seq-len", TASKS[task],
                                            "--quantize", "none", "dynamic-int8", "int8", "--parity-examples", "2000",
                                            "--out", str(tflite)], tflite, [f"{task}/fp32/0"]))
