@@ -16,6 +16,9 @@ student learns from it. Task-agnostic stages run once and serve every task and s
     pkt           `mobilebert_h384` by progressive knowledge transfer, PKT_STEPS (the demo's 6 x 50 + 200 is
                   `pkt-short`, kept to measure what the longer transfer adds)
     subset2       the teacher's layers 0 and 5 (`init --layers spread:2`, no distillation): 2 x 384
+    subset2-narrow  the same two layers with each FFN narrowed to its NARROW_FFN most important neurons of 1,536
+                  (`init ... --intermediate-size`, DynaBERT's importance: mobilekd/models/narrow.py), so that its
+                  Pixel 4 estimate fits a third of the teacher's (subset2's is 0.1 ms over it)
     tinybert4     `tinybert4_h156` by TinyBERT's general distillation, TINYBERT_STEPS
 
 Per task and seed (the seed draws the data order, the classifier's start and dropout), every run scored on the full
@@ -26,6 +29,7 @@ dev set; a row's value is the model after the last step, not one picked on dev:
     pkt-kd-aug     the PKT student with logit KD alone over the augmented transfer set, as subset2-kd-aug
                    (MobileBERT family): small tasks only
     subset2-kd     the layer subset with logit KD                                 (the teacher's layers)
+    subset2-narrow-kd  the narrowed layer subset with logit KD                    (the teacher's layers, narrowed)
     subset2-kd-aug the layer subset with logit KD alone (--alpha 0) over the teacher-labelled augmented transfer
                    set (TinyBERT's augmentation, AUGMENT copies; AUGMENTED_EPOCHS epochs): small tasks only
     tinybert-td    TinyBERT's two-step task distillation, over its augmented set (AUGMENT new copies an example;
@@ -70,6 +74,9 @@ ABLATION_TASKS = ("sst2", "mrpc")
 PKT_STEPS = ["--layer-steps", "500", "--pd-steps", "500"]
 PKT_SHORT_STEPS = teacher_value.TRANSFER[2:]  # the demo's: --layer-steps 50 --pd-steps 200
 TINYBERT_STEPS = ["--layer-steps", "300", "--pd-steps", "200"]
+# subset2-narrow's FFN width: at 1,280 of 1,536 neurons its forward pass is 0.298 of the teacher's FLOPs at sequence
+# 128 (subset2's 0.333, whose Pixel 4 estimate, 11.3 ms, is 0.337 of the teacher's 33.5): a tenth under the third
+NARROW_FFN = "1280"
 AUGMENT = {"sst2": "0", "mrpc": "4", "stsb": "4", "cola": "4", "rte": "4"}  # new copies per example (TinyBERT)
 AUGMENTED = ("tinybert-td", "subset2-kd-aug", "pkt-kd-aug")  # the methods that train over the augmented set where AUGMENT has one
 AUGMENTED_ONLY = ("subset2-kd-aug", "pkt-kd-aug")  # only where there is an augmented set (elsewhere: the -kd run)
@@ -89,6 +96,7 @@ METHODS = {
     "pkt-kd-aug": ("mobilebert", "pkt", ["--method", "kd", "--alpha", "0"], True),
     "subset2-kd": ("subset2", "subset2", ["--method", "kd"], True),
     "subset2-kd-aug": ("subset2", "subset2", ["--method", "kd", "--alpha", "0"], True),
+    "subset2-narrow-kd": ("subset2-narrow", "subset2-narrow", ["--method", "kd"], True),
     "tinybert-td": ("tinybert", "tinybert4", ["--method", "tinybert"], True),
     "bilstm-kd-aug": ("bilstm", None, [], True),
     "pkt": ("mobilebert", "pkt", ["--method", "ft"], False),
@@ -97,8 +105,11 @@ METHODS = {
 ABLATIONS = ("pkt", "pkt-short-kd")
 BASELINES = ("tfidf", "majority", "model-maker")
 FAMILIES = {"teacher": "all-MiniLM-L6-v2 (adapted), 6 x 384", "mobilebert": "mobilebert_h384 (PKT)",
-            "subset2": "teacher layers 0, 5 (2 x 384)", "tinybert": "tinybert4_h156", "bilstm": "BiLSTM (Tang et al.)"}
-EXPORTED = {"teacher": "teacher", "mobilebert": "pkt-kd", "subset2": "subset2-kd", "tinybert": "tinybert-td",
+            "subset2": "teacher layers 0, 5 (2 x 384)",
+            "subset2-narrow": f"teacher layers 0, 5, FFN {NARROW_FFN} of 1536 (2 x 384)", "tinybert": "tinybert4_h156",
+            "bilstm": "BiLSTM (Tang et al.)"}
+EXPORTED = {"teacher": "teacher", "mobilebert": "pkt-kd", "subset2": "subset2-kd",
+            "subset2-narrow": "subset2-narrow-kd", "tinybert": "tinybert-td",
             "bilstm": "bilstm-kd-aug"}  # family -> the method whose SST-2 seed-0 model is exported and timed
 ORDER = [*METHODS, *BASELINES]
 
@@ -106,7 +117,7 @@ ORDER = [*METHODS, *BASELINES]
 def stage_dirs(out: Path) -> dict[str, Path]:
     s = out / "students"
     return {"adapt": out / "teacher", "pkt": s / "pkt", "pkt-short": s / "pkt_short", "subset2": s / "subset2",
-            "tinybert4": s / "tinybert4"}
+            "subset2-narrow": s / "subset2_narrow", "tinybert4": s / "tinybert4"}
 
 
 def run_dir(out: Path, task: str, method: str, seed: int) -> Path:
@@ -140,13 +151,16 @@ def stage_jobs(out: Path) -> list[Job]:
                                       "--out", str(d["pkt-short"]), *RESUMABLE], d["pkt-short"], ["adapt"]),
             Job("init/subset2", ["init", str(teacher), str(d["subset2"]), "--layers", "spread:2"], d["subset2"],
                 ["adapt"]),
+            Job("init/subset2-narrow", ["init", str(teacher), str(d["subset2-narrow"]), "--layers", "spread:2",
+                                        "--intermediate-size", NARROW_FFN], d["subset2-narrow"], ["adapt"]),
             Job("distill/tinybert4", [*distill, "tinybert", "--student", "tinybert4_h156", "--layer-map", "uniform",
                                       *TINYBERT_STEPS, "--out", str(d["tinybert4"]), *RESUMABLE], d["tinybert4"],
                 ["adapt"])]
 
 
 def stage_of(name: str) -> str:
-    return {"adapt": "adapt", "subset2": "init/subset2"}.get(name, f"distill/{name}")
+    return {"adapt": "adapt", "subset2": "init/subset2", "subset2-narrow": "init/subset2-narrow"}.get(
+        name, f"distill/{name}")
 
 
 def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Job]:
@@ -285,6 +299,8 @@ def budget(task: str, method: str) -> dict:
     steps = {"pkt": PKT_STEPS, "pkt-short": PKT_SHORT_STEPS, "tinybert4": TINYBERT_STEPS}.get(start)
     if steps:
         b["agnostic_steps"] = f"{steps[1]} a layer + {steps[3]} PD"
+    if start == "subset2-narrow":
+        b["intermediate_size"] = int(NARROW_FFN)
     if method in AUGMENTED:
         b["augment"] = int(AUGMENT[task])
     if family == "bilstm":

@@ -20,6 +20,7 @@ from mobilekd.finetune.teacher_outputs import cache_key, teacher_outputs
 from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.mobilebert import EncoderOutput
+from mobilekd.models.narrow import narrow_ffns, neuron_importance
 from mobilekd.models.subset import take_layers
 from mobilekd.transfer.layer_maps import layer_map
 from mobilekd.transfer.losses import logit_distillation, patience_loss
@@ -122,6 +123,38 @@ def test_a_student_of_the_first_layers_computes_the_teachers_first_layers():
         take_layers(teacher, [0, 4])
 
 
+def test_narrowing_keeps_the_neurons_the_loss_needs_and_drops_those_it_cannot_feel(small_corpus, tokenizer, tmp_path):
+    """DynaBERT's importance (narrow.py) on real masked-LM batches: neurons whose output weights are zero cannot move
+    the loss, score exactly 0, and are the ones dropped, so the narrowed model computes what the wide one did."""
+    from mobilekd.data.pretraining import load_pretraining_data
+
+    torch.manual_seed(0)
+    model = MobileBertForPreTraining(BERT).eval()
+    width, dead = BERT.intermediate_size, torch.arange(0, BERT.intermediate_size, 3)
+    with torch.no_grad():
+        for block in model.mobilebert.encoder.layer:
+            block.output.dense.weight[:, dead] = 0.0
+    split = load_pretraining_data([small_corpus], tokenizer, 32, 0, tmp_path / "c").train
+    batches = [split.batch(range(i, i + 4)) for i in (0, 4)]
+    scores = neuron_importance(model, batches)
+    for per_layer in scores:
+        assert torch.all(per_layer[-1][dead] == 0) and torch.all(per_layer[-1][per_layer[-1] != 0] > 0)
+        assert (per_layer[-1] > 0).sum() == width - len(dead)
+    narrow = narrow_ffns(model, width - len(dead), scores).eval()
+    assert narrow.config.intermediate_size == width - len(dead)
+    assert narrow.mobilebert.encoder.layer[0].intermediate.dense.weight.shape == (width - len(dead), BERT.hidden_size)
+    b = batches[0]
+    with torch.no_grad():
+        wide_out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["masked_positions"]).mlm_logits
+        narrow_out = narrow(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["masked_positions"]).mlm_logits
+        cut = narrow_ffns(model, width - len(dead) - 1, scores).eval()  # one live neuron fewer: no longer the same
+        cut_out = cut(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["masked_positions"]).mlm_logits
+    assert torch.allclose(wide_out, narrow_out, atol=1e-5)
+    assert not torch.allclose(wide_out, cut_out, atol=1e-5)
+    with pytest.raises(UserError, match="--intermediate-size must be in 1.."):
+        narrow_ffns(model, width + 1, scores)
+
+
 @pytest.fixture(scope="module")
 def augmentor(tokenizer):
     torch.manual_seed(0)
@@ -215,6 +248,13 @@ def test_each_recipe_end_to_end_at_micro_scale(tmp_path, small_corpus, tokenizer
     steps = ["--layer-steps", 2, "--pd-steps", 2, "--batch-size", 4, "--seq-len", 32, "--eval-examples", 8,
              "--corpus", small_corpus, "--cache-dir", tmp_path / "c"]
     run_module("mobilekd", "init", teacher, tmp_path / "spread", "--layers", "spread:2")
+    run_module("mobilekd", "init", teacher, tmp_path / "slim", "--layers", "spread:2", "--intermediate-size", 160,
+               "--corpus", small_corpus, "--importance-examples", 8, "--cache-dir", tmp_path / "c")
+    slim = json.loads((tmp_path / "slim" / "config.json").read_text())
+    assert (slim["num_hidden_layers"], slim["intermediate_size"]) == (2, 160)
+    assert json.loads((tmp_path / "slim" / "summary.json").read_text())["wall_seconds"] > 0
+    proc = run_module("mobilekd", "init", "demo_student", tmp_path / "no", "--intermediate-size", 160, check=False)
+    assert proc.returncode != 0 and "--intermediate-size take a model directory" in one_line_error(proc)
     run_module("mobilekd.recipes.distill", "--teacher", teacher, "--student", tmp_path / "spread", "--strategy",
                "distilbert", "--out", tmp_path / "distilbert", *steps)
     summary = json.loads((tmp_path / "distilbert" / "summary.json").read_text())

@@ -1,13 +1,16 @@
 """The model presets: print them beside the paper's figures (`mobilekd models`), or write a randomly initialised
 model directory of one (`mobilekd init PRESET OUT`: the from-scratch baseline, or a starting point), or one made of
-some of a model directory's layers (`mobilekd init MODEL OUT --layers spread:3`)."""
+some of a model directory's layers (`mobilekd init MODEL OUT --layers spread:3`), its feed-forward networks
+narrowed to their most important neurons (`--intermediate-size`, DynaBERT's rewiring: mobilekd/models/narrow.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 
 from mobilekd.errors import UserError, cli_entry
+from mobilekd.fileio import write_json
 
 
 def models_table(seq_len: int = 128) -> list[dict]:
@@ -51,7 +54,7 @@ def _print_models(args) -> None:
 
 def _init(args) -> None:
     """A randomly initialised model directory of a preset (the from-scratch baseline, or a starting point), or a
-    model made of some of a model directory's layers (DistilBERT's and BERT-PKD's students)."""
+    model made of some of a model directory's layers (DistilBERT's and BERT-PKD's students), with narrower FFNs."""
     from pathlib import Path
 
     import torch
@@ -67,15 +70,46 @@ def _init(args) -> None:
         source = load_pretrained(args.preset, "pretraining")
         depth = source.config.num_hidden_layers
         layers = parse_layers(args.layers, depth) if args.layers else list(range(depth))
+        tokenizer = load_tokenizer(args.preset)
+        narrowed = args.intermediate_size is not None
+        if narrowed and not 0 < args.intermediate_size <= source.config.intermediate_size:
+            raise UserError(f"--intermediate-size must be in 1..{source.config.intermediate_size} (the model's), got "
+                            f"{args.intermediate_size}")
+        start = time.perf_counter()
+        importance = neuron_scores(source, tokenizer, args) if narrowed else None
         model = take_layers(source, layers)
-        save_pretrained(model, args.out, load_tokenizer(args.preset))
-        print(f"{args.preset}: layers {layers} of {depth} written to {args.out}")
+        if narrowed:
+            from mobilekd.models.narrow import narrow_ffns
+
+            model = narrow_ffns(model, args.intermediate_size, [importance[l] for l in layers])
+        save_pretrained(model, args.out, tokenizer)
+        if narrowed:  # what the importance pass cost (a stage's CPU-seconds, as distill's summary.json has them)
+            write_json(Path(args.out) / "summary.json", {
+                "layers": layers, "intermediate_size": args.intermediate_size,
+                "importance_examples": args.importance_examples, "wall_seconds": round(time.perf_counter() - start, 1)})
+        width = f", FFNs narrowed to {args.intermediate_size} neurons" if narrowed else ""
+        print(f"{args.preset}: layers {layers} of {depth}{width} written to {args.out}")
         return
-    if args.layers:
-        raise UserError(f"{args.preset}: no such model directory (--layers takes layers of one, not of a preset)")
+    if args.layers or args.intermediate_size is not None:
+        raise UserError(f"{args.preset}: no such model directory (--layers and --intermediate-size take a model "
+                        "directory, not a preset)")
     model = MobileBertForPreTraining(get_preset(args.preset).config)
     save_pretrained(model, args.out, load_tokenizer(args.vocab) if args.vocab else load_tokenizer())
     print(f"{args.preset}: randomly initialised model written to {args.out}")
+
+
+def neuron_scores(model, tokenizer, args) -> list:
+    """DynaBERT's FFN neuron importance in `model` (every layer in place) over the first --importance-examples
+    masked-LM examples of --corpus (mobilekd/models/narrow.py)."""
+    from mobilekd.data.pretraining import DEFAULT_CACHE, load_pretraining_data
+    from mobilekd.models.narrow import neuron_importance
+    from mobilekd.train.common import SHIPPED_CORPORA
+
+    split = load_pretraining_data(args.corpus or SHIPPED_CORPORA, tokenizer, 128, args.seed,
+                                  args.cache_dir or DEFAULT_CACHE).train
+    n = min(args.importance_examples, len(split))
+    batches = (split.batch(range(i, min(i + 32, n))) for i in range(0, n, 32))
+    return neuron_importance(model, batches)
 
 
 def parse_layers(text: str, depth: int) -> list[int]:
@@ -109,6 +143,14 @@ def init(argv=None):
     p.add_argument("--layers", help="with a model directory: its layers to keep (0-based), comma-separated, or "
                                     "RULE:K, e.g. spread:3 (DistilBERT's initialisation: 0,2,4,7,9,11 of 12 for "
                                     "6) or first:3 (BERT-PKD's); default all")
+    p.add_argument("--intermediate-size", type=int, help="with a model directory: keep this many of each FFN's "
+                   "neurons, the most important by DynaBERT's first-order estimate of the masked-LM loss without them "
+                   "(default: all)")
+    p.add_argument("--importance-examples", type=int, default=512,
+                   help="masked-LM examples the importance is summed over (default 512)")
+    p.add_argument("--corpus", nargs="+", help="their text (default: the shipped corpora)")
+    p.add_argument("--cache-dir", help="where their tokenized examples are cached (default "
+                                       ".cache/mobilekd/pretraining)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--vocab", help="vocab.txt (default: the shipped bert-base-uncased vocab)")
     _init(p.parse_args(argv))
