@@ -18,7 +18,7 @@ from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.errors import UserError
 from mobilekd.finetune.teacher_outputs import cache_key, teacher_outputs
 from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
-from mobilekd.models.hf import save_pretrained
+from mobilekd.models.hf import load_pretrained, save_pretrained
 from mobilekd.models.mobilebert import EncoderOutput
 from mobilekd.models.narrow import narrow_ffns, neuron_importance
 from mobilekd.models.subset import take_layers
@@ -124,33 +124,42 @@ def test_a_student_of_the_first_layers_computes_the_teachers_first_layers():
 
 
 def test_narrowing_keeps_the_neurons_the_loss_needs_and_drops_those_it_cannot_feel(small_corpus, tokenizer, tmp_path):
-    """DynaBERT's importance (narrow.py) on real masked-LM batches: neurons whose output weights are zero cannot move
-    the loss, score exactly 0, and are the ones dropped, so the narrowed model computes what the wide one did."""
+    """DynaBERT's importance (narrow.py) on real masked-LM batches, in MobileBERT's block (bottlenecks, 4 stacked
+    FFNs, NoNorm): neurons whose output weights are zero cannot move the loss, score exactly 0, and are the ones
+    dropped, a different 42 of 128 in each layer and FFN, so the narrowed model computes what the wide one did."""
     from mobilekd.data.pretraining import load_pretraining_data
+    from mobilekd.models.narrow import ffn_pairs
+    from mobilekd.models.presets import PRESETS
 
     torch.manual_seed(0)
-    model = MobileBertForPreTraining(BERT).eval()
-    width, dead = BERT.intermediate_size, torch.arange(0, BERT.intermediate_size, 3)
+    config = PRESETS["demo_student"].config.replace(hidden_act="gelu")  # relu: a live neuron may sit at 0 here
+    model = MobileBertForPreTraining(config).eval()
+    width, blocks = config.intermediate_size, model.mobilebert.encoder.layer
+    dead = {(l, f): torch.arange((l + f) % 3, 126, 3) for l in range(len(blocks)) for f in range(4)}  # 42 each
     with torch.no_grad():
-        for block in model.mobilebert.encoder.layer:
-            block.output.dense.weight[:, dead] = 0.0
+        for l, block in enumerate(blocks):
+            for f, (_, second) in enumerate(ffn_pairs(block)):
+                second.weight[:, dead[l, f]] = 0.0
     split = load_pretraining_data([small_corpus], tokenizer, 32, 0, tmp_path / "c").train
     batches = [split.batch(range(i, i + 4)) for i in (0, 4)]
     scores = neuron_importance(model, batches)
-    for per_layer in scores:
-        assert torch.all(per_layer[-1][dead] == 0) and torch.all(per_layer[-1][per_layer[-1] != 0] > 0)
-        assert (per_layer[-1] > 0).sum() == width - len(dead)
-    narrow = narrow_ffns(model, width - len(dead), scores).eval()
-    assert narrow.config.intermediate_size == width - len(dead)
-    assert narrow.mobilebert.encoder.layer[0].intermediate.dense.weight.shape == (width - len(dead), BERT.hidden_size)
+    size = width - max(len(d) for d in dead.values())
+    for (l, f), d in dead.items():
+        assert torch.all(scores[l][f][d] == 0) and (scores[l][f] > 0).sum() == width - len(d)
+    narrow = narrow_ffns(model, size, scores).eval()
+    assert narrow.config.intermediate_size == size
+    assert narrow.mobilebert.encoder.layer[2].ffn[1].intermediate.dense.weight.shape == (size, config.true_hidden_size)
     b = batches[0]
-    with torch.no_grad():
-        wide_out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["masked_positions"]).mlm_logits
-        narrow_out = narrow(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["masked_positions"]).mlm_logits
-        cut = narrow_ffns(model, width - len(dead) - 1, scores).eval()  # one live neuron fewer: no longer the same
-        cut_out = cut(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["masked_positions"]).mlm_logits
-    assert torch.allclose(wide_out, narrow_out, atol=1e-5)
-    assert not torch.allclose(wide_out, cut_out, atol=1e-5)
+
+    def mlm(m):
+        with torch.no_grad():
+            return m(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["masked_positions"]).mlm_logits
+
+    wide_out = mlm(model)
+    assert torch.allclose(wide_out, mlm(narrow), atol=1e-5)
+    assert not torch.allclose(wide_out, mlm(narrow_ffns(model, size - 1, scores).eval()), atol=1e-5)  # a live one
+    shifted = [scores[(l + 1) % len(scores)] for l in range(len(scores))]  # another layer's scores: wrong neurons
+    assert not torch.allclose(wide_out, mlm(narrow_ffns(model, size, shifted).eval()), atol=1e-5)
     with pytest.raises(UserError, match="--intermediate-size must be in 1.."):
         narrow_ffns(model, width + 1, scores)
 
@@ -252,7 +261,12 @@ def test_each_recipe_end_to_end_at_micro_scale(tmp_path, small_corpus, tokenizer
                "--corpus", small_corpus, "--importance-examples", 8, "--cache-dir", tmp_path / "c")
     slim = json.loads((tmp_path / "slim" / "config.json").read_text())
     assert (slim["num_hidden_layers"], slim["intermediate_size"]) == (2, 160)
-    assert json.loads((tmp_path / "slim" / "summary.json").read_text())["wall_seconds"] > 0
+    assert json.loads((tmp_path / "slim" / "summary.json").read_text())["importance_examples"] == 8
+    rows = load_pretrained(tmp_path / "slim", "pretraining").mobilebert.encoder.layer[1].intermediate.dense.weight
+    blocks = load_pretrained(teacher, "pretraining").mobilebert.encoder.layer
+    wide = [blocks[l].intermediate.dense.weight for l in (0, 3)]
+    assert all(any(torch.equal(r, w) for w in wide[1]) for r in rows)  # student layer 1 is teacher layer 3, narrowed
+    assert not any(torch.equal(r, w) for r in rows for w in wide[0])
     proc = run_module("mobilekd", "init", "demo_student", tmp_path / "no", "--intermediate-size", 160, check=False)
     assert proc.returncode != 0 and "--intermediate-size take a model directory" in one_line_error(proc)
     run_module("mobilekd.recipes.distill", "--teacher", teacher, "--student", tmp_path / "spread", "--strategy",

@@ -1,7 +1,7 @@
 """Narrower feed-forward networks: keep each FFN's most important neurons (DynaBERT's width reduction).
 
-DynaBERT (Hou et al., NeurIPS 2020, Section 2.1, "network rewiring") scores each FFN neuron by how much the loss
-would change without it, estimated to first order. The official code (huawei-noah/Pretrained-Language-Model,
+DynaBERT (Hou et al., NeurIPS 2020, Section 2.1, paragraph "Network Rewiring") scores each FFN neuron by how much
+the loss would change without it, estimated to first order. The official code (huawei-noah/Pretrained-Language-Model,
 DynaBERT/run_glue.py, `compute_neuron_head_importance`) adds, for every batch,
 
     |sum_j W1[i, j] dL/dW1[i, j] + b1[i] dL/db1[i]| + |sum_k W2[k, i] dL/dW2[k, i]|
@@ -18,6 +18,9 @@ Departures, and why:
   were trained to work.
 - Attention heads are kept: DynaBERT narrows heads and FFNs by the same multiplier; here only the FFN width is a
   knob (it is the larger share of a block's work: 2 x 384 x 1536 of the 4 x 384^2 + 2 x 384 x 1536 weights).
+- Each batch adds its own first-order term: the gradients are zeroed between batches. The official loop never
+  zeroes them, so there batch b adds |W x (the gradients of batches 1..b summed)|, counting the first batches'
+  gradients again in every later term; here the importance is the sum of the batches' own estimates.
 - No width-adaptive distillation follows here; the students' own fine-tuning (with task KD) does that work.
 """
 

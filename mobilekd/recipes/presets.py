@@ -10,6 +10,7 @@ import json
 import time
 
 from mobilekd.errors import UserError, cli_entry
+from mobilekd.flags import at_least
 from mobilekd.fileio import write_json
 
 
@@ -67,11 +68,12 @@ def _init(args) -> None:
 
     torch.manual_seed(args.seed)
     if Path(args.preset).is_dir():
-        source = load_pretrained(args.preset, "pretraining")
+        narrowed = args.intermediate_size is not None  # its importance needs the model's trained masked-LM head
+        source = load_pretrained(args.preset, "pretraining", require_head=narrowed)
         depth = source.config.num_hidden_layers
         layers = parse_layers(args.layers, depth) if args.layers else list(range(depth))
         tokenizer = load_tokenizer(args.preset)
-        narrowed = args.intermediate_size is not None
+        at_least("--importance-examples", args.importance_examples, 1)
         if narrowed and not 0 < args.intermediate_size <= source.config.intermediate_size:
             raise UserError(f"--intermediate-size must be in 1..{source.config.intermediate_size} (the model's), got "
                             f"{args.intermediate_size}")
@@ -82,11 +84,12 @@ def _init(args) -> None:
             from mobilekd.models.narrow import narrow_ffns
 
             model = narrow_ffns(model, args.intermediate_size, [importance[l] for l in layers])
-        save_pretrained(model, args.out, tokenizer)
-        if narrowed:  # what the importance pass cost (a stage's CPU-seconds, as distill's summary.json has them)
+            # what the importance pass cost (a stage's CPU-seconds, as distill's summary.json has them); written
+            # before the weights, which mark the directory finished
             write_json(Path(args.out) / "summary.json", {
                 "layers": layers, "intermediate_size": args.intermediate_size,
                 "importance_examples": args.importance_examples, "wall_seconds": round(time.perf_counter() - start, 1)})
+        save_pretrained(model, args.out, tokenizer)
         width = f", FFNs narrowed to {args.intermediate_size} neurons" if narrowed else ""
         print(f"{args.preset}: layers {layers} of {depth}{width} written to {args.out}")
         return
