@@ -383,7 +383,7 @@ def goals(results: list[dict]) -> str:
     """The issue's goals per task, seed by seed against 2 standard errors (`runner.verdict`): the best student whose
     Pixel 4 estimate is at most a third of the teacher's, against TF-IDF + LR, the majority class and its share of
     the teacher; on SST-2 against Model Maker (+6 points) and MobileBERT's published 90.36% (-3 points); and what
-    each ablation (and the augmented transfer set) adds."""
+    each ablation (and the augmented transfer set) adds, and what narrowing the layer subset's FFNs costs."""
     lines = ["| goal | measured, seed by seed | target | verdict |", "|---|---|---|---|"]
     for task, metric in [c for c in columns(results) if metric_rank(*c) == 0]:
         best = best_student(results, task, metric)
@@ -410,7 +410,8 @@ def goals(results: list[dict]) -> str:
                          f"{verdict([x - 0.9036 for x in v], -0.03)} |")
         for a, b, name in (("pkt-kd", "pkt", "task KD adds"), ("pkt-kd", "pkt-short-kd", "longer PKT adds"),
                            ("subset2-kd-aug", "subset2-kd", "the augmented transfer set adds"),
-                           ("pkt-kd-aug", "pkt-kd", "the augmented transfer set adds")):
+                           ("pkt-kd-aug", "pkt-kd", "the augmented transfer set adds"),
+                           ("subset2-narrow-kd", "subset2-kd", "narrowing the FFNs to fit the latency costs")):
             d = paired_differences(results, task, metric, a, b)
             if d:
                 lines.append(f"| {task}: {name} ({a} - {b}) | {mean_std_cell(d, signed=True)} | > 0 | {verdict(d)} |")
