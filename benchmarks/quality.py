@@ -46,8 +46,8 @@ teacher's fine-tuning for KD), each charged in full to every run. A point inside
 through its learning-rate schedule, not a run trained for that budget: an upper bound on the time a budget needs,
 and a fair one only at a run's end.
 
-Each family's SST-2 seed-0 model is exported (fp32, parity on the whole dev set) and timed beside the teacher's and
-Model Maker's files in one `mobilekd latency` run (1 thread, sequence 128); a family's size and latency are given
+Each family's SST-2 model of the first seed run (0 by default) is exported (fp32, parity on the whole dev set) and
+timed beside the teacher's and Model Maker's files in one `mobilekd latency` run (1 thread, sequence 128); a family's size and latency are given
 to its rows of every task. Model Maker runs in a virtual environment of its own under OUT (benchmarks/model_maker.py:
 its pins are not ours).
 """
@@ -110,7 +110,7 @@ FAMILIES = {"teacher": "all-MiniLM-L6-v2 (adapted), 6 x 384", "mobilebert": "mob
             "bilstm": "BiLSTM (Tang et al.)"}
 EXPORTED = {"teacher": "teacher", "mobilebert": "pkt-kd", "subset2": "subset2-kd",
             "subset2-narrow": "subset2-narrow-kd", "tinybert": "tinybert-td",
-            "bilstm": "bilstm-kd-aug"}  # family -> the method whose SST-2 seed-0 model is exported and timed
+            "bilstm": "bilstm-kd-aug"}  # family -> the method whose SST-2 model is exported and timed
 ORDER = [*METHODS, *BASELINES]
 
 
@@ -196,19 +196,19 @@ def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Jo
     return plan
 
 
-def measurement_jobs(out: Path, chosen=tuple(METHODS)) -> list[Job]:
-    """Each family's SST-2 seed-0 model exported, then all timed with Model Maker's file in one run."""
+def measurement_jobs(out: Path, chosen=tuple(METHODS), seed: int = 0) -> list[Job]:
+    """Each family's SST-2 model of `seed` exported, then all timed with Model Maker's file in one run (a file's size
+    and speed are its architecture's: any seed's model stands for its family)."""
     plan, tflite = [], {}
     for family, method in EXPORTED.items():
         if method not in chosen and method != "teacher":
             continue
         tflite[family] = out / "tflite" / family
         plan.append(Job(f"export/{family}", [
-            "export", "--model", str(run_dir(out, "sst2", method, 0)), "--seq-len", "128", "--quantize", "none",
-            "--parity-examples", "872", "--out", str(tflite[family])], tflite[family], [f"sst2/{method}/0"]))
+            "export", "--model", str(run_dir(out, "sst2", method, seed)), "--seq-len", "128", "--quantize", "none",
+            "--parity-examples", "872", "--out", str(tflite[family])], tflite[family], [f"sst2/{method}/{seed}"]))
     files = [f"{k}={v / 'model_none.tflite'}" for k, v in tflite.items()]
-    mm = model_maker_dir(out, 0) / "model.tflite"
-    if (model_maker_dir(out, 0) / "results.json").is_file():  # written last: the run is complete
+    if (mm := model_maker_file(out)) is not None:
         files.append(f"model-maker={mm}")
     timed = out / "latency" / "+".join(f.split("=")[0] for f in files)  # a run per set of files timed together
     plan.append(Job("latency", ["latency", "--models", "--quantize", "none", "--threads", "1", "--devices", "pixel4",
@@ -221,15 +221,22 @@ def model_maker_dir(out: Path, seed: int) -> Path:
     return out / "model_maker" / f"sst2_seed{seed}"
 
 
+def model_maker_file(out: Path) -> Path | None:
+    """The .tflite of Model Maker's lowest finished seed (its results.json is written last), the one timed."""
+    done = sorted((int(d.name.removeprefix("sst2_seed")), d) for d in (out / "model_maker").glob("sst2_seed*")
+                  if (d / "results.json").is_file())
+    return done[0][1] / "model.tflite" if done else None
+
+
 def jobs(out: Path, tasks: list[str], seeds: list[int], chosen=tuple(METHODS)) -> list[Job]:
     """The shared stages the `chosen` methods stand on, then seed by seed and task by task (partial results are
-    whole seeds), the measurements once SST-2's seed-0 runs exist."""
+    whole seeds), the measurements once SST-2's runs of the first seed exist."""
     plan = []
     for seed in seeds:
         for task in tasks:
             plan += task_jobs(out, task, seed, chosen)
-            if seed == 0 and task == "sst2":
-                plan += measurement_jobs(out, chosen)
+            if seed == seeds[0] and task == "sst2":
+                plan += measurement_jobs(out, chosen, seed)
     needed = {n for j in plan for n in j.needs}
     return [j for j in stage_jobs(out) if j.name in needed] + plan
 
@@ -244,7 +251,7 @@ def measured(out: Path) -> dict[str, dict]:
     rows = read_json(reports[-1])["rows"] if reports else {}  # the run that timed the most files together
     sizes = {family: read_json(parity)["model_none.tflite"]["size_bytes"] for family in EXPORTED
              if (parity := out / "tflite" / family / "parity.json").is_file()}
-    if (mm := model_maker_dir(out, 0) / "model.tflite").is_file():
+    if (mm := model_maker_file(out)) is not None:
         sizes["model-maker"] = mm.stat().st_size
     return {family: dict(zip(LATENCY_FIELDS, (size, rows[family]["host"]["1"]["p50_ms"],
                                               rows[family]["estimate_ms"]["pixel4"])))
@@ -253,7 +260,7 @@ def measured(out: Path) -> dict[str, dict]:
 
 def recorded(results: Path) -> dict[str, dict]:
     """Per family (and model-maker): the size and latency the results file holds for it already, from an earlier
-    invocation whose files are gone from OUT (a family is exported and timed once, from its SST-2 seed-0 model).
+    invocation whose files are gone from OUT (a family is exported and timed once, from one of its SST-2 models).
     The file's rows are taken as this benchmark's, whatever OUT wrote them."""
     found = {}
     for r in read_json(results) if results.is_file() else []:
