@@ -47,8 +47,8 @@ through its learning-rate schedule, not a run trained for that budget: an upper 
 and a fair one only at a run's end.
 
 Each family's SST-2 model of the first seed run (0 by default) is exported (fp32, parity on the whole dev set) and
-timed beside the teacher's and Model Maker's files in one `mobilekd latency` run (1 thread, sequence 128); a family's size and latency are given
-to its rows of every task. Model Maker runs in a virtual environment of its own under OUT (benchmarks/model_maker.py:
+timed beside the teacher's and Model Maker's files in one `mobilekd latency` run (1 thread, sequence 128); a
+family's size and latency are given to its rows of every task, those of runs gone from OUT included. Model Maker runs in a virtual environment of its own under OUT (benchmarks/model_maker.py:
 its pins are not ours).
 """
 
@@ -264,10 +264,22 @@ def recorded(results: Path) -> dict[str, dict]:
     The file's rows are taken as this benchmark's, whatever OUT wrote them."""
     found = {}
     for r in read_json(results) if results.is_file() else []:
-        family = "model-maker" if r["method"] == "model-maker" else METHODS.get(r["method"], (None,))[0]
+        family = family_of(r)
         if family is not None and all(k in r for k in LATENCY_FIELDS):
             found.setdefault(family, {k: r[k] for k in LATENCY_FIELDS})
     return found
+
+
+def family_of(row: dict) -> str | None:
+    """The family whose file a row's size and latency are (None for the baselines without one)."""
+    return "model-maker" if row["method"] == "model-maker" else METHODS.get(row["method"], (None,))[0]
+
+
+def restamped(results: Path, fresh: dict[str, dict]) -> list[dict]:
+    """The results file's rows of the families timed in OUT whose size or latency differ from that timing: rows of
+    runs gone from OUT keep their scores and take the family's one timing (every row of a family, one run's)."""
+    return [{**r, **fresh[f]} for r in (read_json(results) if results.is_file() else [])
+            if (f := family_of(r)) in fresh and any(r.get(k) != fresh[f][k] for k in LATENCY_FIELDS)]
 
 
 def stage_seconds(out: Path) -> dict[str, float]:
@@ -317,8 +329,10 @@ def budget(task: str, method: str) -> dict:
 
 def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[list[dict], list[dict]]:
     """The finished runs' rows (the last evaluation's dev scores, one row per metric) and their cost curves; each
-    family's size and latency as measured in OUT, else as `results` recorded them."""
-    latency, stages = {**recorded(results), **measured(out)}, stage_seconds(out)
+    family's size and latency as measured in OUT, else as `results` recorded them; and the recorded rows of every
+    family timed in OUT, with that timing (`restamped`)."""
+    fresh = measured(out)
+    latency, stages = {**recorded(results), **fresh}, stage_seconds(out)
     found, curves = [], []
     for task in tasks:
         for seed in seeds:
@@ -356,6 +370,8 @@ def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[
                               "epochs": m["epochs"], **latency.get("model-maker", {})})
                 curves.append({"task": task, "method": "model-maker", "seed": seed, "metric": "accuracy",
                                "value": round(m["accuracy"], 4), "step": 0, "cpu_seconds": m["train_seconds"]})
+    keys = {(r["task"], r["method"], r["seed"], r["metric"]) for r in found}
+    found += [r for r in restamped(results, fresh) if (r["task"], r["method"], r["seed"], r["metric"]) not in keys]
     return found, curves
 
 
