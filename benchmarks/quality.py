@@ -48,8 +48,8 @@ and a fair one only at a run's end.
 
 Each family's SST-2 model of the first seed run (0 by default) is exported (fp32, parity on the whole dev set) and
 timed beside the teacher's and Model Maker's files in one `mobilekd latency` run (1 thread, sequence 128); a
-family's size and latency are given to its rows of every task, those of runs gone from OUT included. Model Maker runs in a virtual environment of its own under OUT (benchmarks/model_maker.py:
-its pins are not ours).
+family's size and latency are given to its rows of every task, those of runs gone from OUT included. Model Maker
+runs in a virtual environment of its own under OUT (benchmarks/model_maker.py: its pins are not ours).
 """
 
 from __future__ import annotations
