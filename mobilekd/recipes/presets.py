@@ -146,9 +146,9 @@ def init(argv=None):
     p.add_argument("--layers", help="with a model directory: its layers to keep (0-based), comma-separated, or "
                                     "RULE:K, e.g. spread:3 (DistilBERT's initialisation: 0,2,4,7,9,11 of 12 for "
                                     "6) or first:3 (BERT-PKD's); default all")
-    p.add_argument("--intermediate-size", type=int, metavar="N", help="with a model directory: keep this many of each FFN's "
-                   "neurons, the most important by DynaBERT's first-order estimate of the masked-LM loss without them "
-                   "(default: all)")
+    p.add_argument("--intermediate-size", type=int, metavar="N",
+                   help="with a model directory: keep this many of each FFN's neurons, the most important by "
+                        "DynaBERT's first-order estimate of the masked-LM loss without them (default: all)")
     p.add_argument("--importance-examples", type=int, default=512, metavar="N",
                    help="masked-LM examples the importance is summed over (default 512)")
     p.add_argument("--corpus", nargs="+", help="their text (default: the shipped corpora)")
