@@ -27,8 +27,10 @@ KEY = ("task", "method", "seed", "metric", "intermediate_size")
 
 
 def measure(teacher: Path, seeds: list[int], out: Path) -> None:
-    """Every row, once (OUT/rows.json marks them done: the pass is not resumed part way)."""
-    if (out / "rows.json").is_file():
+    """Every row, once (OUT/rows.json marks them done: the pass is not resumed part way, and is made again when
+    it holds other seeds than those asked)."""
+    if (out / "rows.json").is_file() and {r["seed"] for r in read_json(out / "rows.json")
+                                          if r["method"] == "random"} == set(seeds):
         return
     import torch
 
@@ -74,7 +76,8 @@ def table(results: list[dict]) -> str:
         mine = [r["value"] for r in results if (r["method"], r["intermediate_size"]) == ("importance", size)]
         rand = [r["value"] for r in results if (r["method"], r["intermediate_size"]) == ("random", size)]
         diff = f"{mine[0] - statistics.mean(rand):+.4f}" if mine and rand else "-"
-        lines.append(f"| {size} | {mine[0]:.4f} | {mean_std_cell(rand) if rand else '-'} | {diff} |")
+        lines.append(f"| {size} | {f'{mine[0]:.4f}' if mine else '-'} | {mean_std_cell(rand) if rand else '-'} | "
+                     f"{diff} |")
     every = f"; every neuron: {full:.4f}" if full is not None else ""
     return "\n".join(lines) + f"\n\nHeld-out masked-LM accuracy, no training after the cut{every}.\n"
 

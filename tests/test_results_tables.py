@@ -313,12 +313,6 @@ def test_int8_runs_of_another_student_are_refused_in_one_line(tmp_path):
     names = [j.name for j in int8.jobs(out, first, ["sst2"], [1], ["qat-int8-sym"])]
     assert "sst2/fp32/0" in names and "sst2/qat-int8-sym/1" in names  # seed 0's model: the one exported
 
-
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q"]))
-
-
-
 def test_quality_gives_every_row_of_a_family_timed_again_that_one_timing(tmp_path):
     """Rows of runs gone from OUT keep their scores but take their family's new timing, so a family's rows never mix
     two timing runs; baselines without a file, and rows already so timed, are left alone."""
@@ -326,13 +320,24 @@ def test_quality_gives_every_row_of_a_family_timed_again_that_one_timing(tmp_pat
     from mobilekd.fileio import write_json
 
     old = {"tflite_bytes": 10, "host_ms": 50.6, "pixel4_ms": 33.5}
-    rows = [{"task": "sst2", "method": "teacher", "seed": 0, "metric": "accuracy", "value": 0.89, **old},
-            {"task": "mrpc", "method": "pkt-kd", "seed": 0, "metric": "f1", "value": 0.79, **old},
+    names = {**quality.FAMILIES, "model-maker": "average word embedding"}
+    rows = [{"task": "sst2", "method": "teacher", "seed": 0, "metric": "accuracy", "value": 0.89, **old,
+             "student": names["teacher"]},
+            {"task": "mrpc", "method": "pkt-kd", "seed": 0, "metric": "f1", "value": 0.79, **old,
+             "student": names["mobilebert"]},
             {"task": "sst2", "method": "tfidf", "seed": 0, "metric": "accuracy", "value": 0.82},
-            {"task": "sst2", "method": "model-maker", "seed": 0, "metric": "accuracy", "value": 0.81, **old}]
+            {"task": "sst2", "method": "model-maker", "seed": 0, "metric": "accuracy", "value": 0.81, **old,
+             "student": names["model-maker"]}]
     write_json(tmp_path / "quality.json", rows)
     fresh = {"teacher": {**old, "host_ms": 37.8}, "mobilebert": {**old, "host_ms": 11.3, "pixel4_ms": 9.9},
              "model-maker": old}
     again = quality.restamped(tmp_path / "quality.json", fresh)
     assert [(r["method"], r["host_ms"], r["value"]) for r in again] == [("teacher", 37.8, 0.89), ("pkt-kd", 11.3, 0.79)]
+    other = {**rows[1], "student": "mobilebert_h384 (PKT), another width"}  # not the file that was timed
+    write_json(tmp_path / "quality.json", [other])
+    assert quality.restamped(tmp_path / "quality.json", fresh) == []
     assert again[1]["pixel4_ms"] == 9.9 and quality.family_of(rows[2]) is None
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
+
