@@ -37,7 +37,7 @@ def measure(teacher: Path, seeds: list[int], out: Path) -> None:
     from mobilekd.data.pretraining import DEFAULT_CACHE, load_pretraining_data
     from mobilekd.data.tokenizer import load_tokenizer
     from mobilekd.models.hf import load_pretrained
-    from mobilekd.models.narrow import narrow_ffns, neuron_importance
+    from mobilekd.models.narrow import importance_over, narrow_ffns
     from mobilekd.train.common import SHIPPED_CORPORA
     from mobilekd.train.evaluate import evaluate_pretraining
 
@@ -45,8 +45,7 @@ def measure(teacher: Path, seeds: list[int], out: Path) -> None:
     model = load_pretrained(teacher, "pretraining", require_head=True)
     data = load_pretraining_data(SHIPPED_CORPORA, load_tokenizer(teacher), 128, 0, DEFAULT_CACHE)
     start = time.perf_counter()
-    scores = neuron_importance(model, (data.train.batch(range(i, min(i + 32, EXAMPLES)))
-                                       for i in range(0, EXAMPLES, 32)))
+    scores = importance_over(model, data.train, EXAMPLES)
     seconds = round(time.perf_counter() - start, 1)
 
     def row(method, seed, size, m):

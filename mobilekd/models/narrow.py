@@ -60,12 +60,23 @@ def neuron_importance(model, batches) -> list[list[torch.Tensor]]:
     return scores
 
 
+def importance_over(model, split, examples: int, batch_size: int = 32) -> list[list[torch.Tensor]]:
+    """`neuron_importance` over the first `examples` of a `PretrainingSplit` (epoch 0's masks), `batch_size` at a
+    time."""
+    n = min(examples, len(split))
+    return neuron_importance(model, (split.batch(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)))
+
+
+def check_size(config, size: int) -> None:
+    """Refuse an FFN width outside 1..the model's own, in one line."""
+    if not 0 < size <= config.intermediate_size:
+        raise UserError(f"--intermediate-size must be in 1..{config.intermediate_size} (the model's), got {size}")
+
+
 def narrow_ffns(model, size: int, importance: list[list[torch.Tensor]]):
     """A new model of `model`'s class whose every FFN keeps its `size` most important neurons (in their order);
     `importance[l][f]`: layer l's FFN f, as `neuron_importance` returns them (for the model's own layers)."""
-    width = model.config.intermediate_size
-    if not 0 < size <= width:
-        raise UserError(f"--intermediate-size must be in 1..{width} (the model's), got {size}")
+    check_size(model.config, size)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     names = {id(m): n for n, m in model.named_modules()}
     for block, per_ffn in zip(model.mobilebert.encoder.layer, importance):

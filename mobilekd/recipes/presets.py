@@ -74,9 +74,10 @@ def _init(args) -> None:
         layers = parse_layers(args.layers, depth) if args.layers else list(range(depth))
         tokenizer = load_tokenizer(args.preset)
         at_least("--importance-examples", args.importance_examples, 1)
-        if narrowed and not 0 < args.intermediate_size <= source.config.intermediate_size:
-            raise UserError(f"--intermediate-size must be in 1..{source.config.intermediate_size} (the model's), got "
-                            f"{args.intermediate_size}")
+        if narrowed:  # before the importance pass, not after it
+            from mobilekd.models.narrow import check_size
+
+            check_size(source.config, args.intermediate_size)
         start = time.perf_counter()
         importance = neuron_scores(source, tokenizer, args) if narrowed else None
         model = take_layers(source, layers)
@@ -105,14 +106,12 @@ def neuron_scores(model, tokenizer, args) -> list:
     """DynaBERT's FFN neuron importance in `model` (every layer in place) over the first --importance-examples
     masked-LM examples of --corpus (mobilekd/models/narrow.py)."""
     from mobilekd.data.pretraining import DEFAULT_CACHE, load_pretraining_data
-    from mobilekd.models.narrow import neuron_importance
+    from mobilekd.models.narrow import importance_over
     from mobilekd.train.common import SHIPPED_CORPORA
 
     split = load_pretraining_data(args.corpus or SHIPPED_CORPORA, tokenizer, 128, args.seed,
                                   args.cache_dir or DEFAULT_CACHE).train
-    n = min(args.importance_examples, len(split))
-    batches = (split.batch(range(i, min(i + 32, n))) for i in range(0, n, 32))
-    return neuron_importance(model, batches)
+    return importance_over(model, split, args.importance_examples)
 
 
 def parse_layers(text: str, depth: int) -> list[int]:
