@@ -338,6 +338,35 @@ def test_quality_gives_every_row_of_a_family_timed_again_that_one_timing(tmp_pat
     assert quality.restamped(tmp_path / "quality.json", fresh) == []
     assert again[1]["pixel4_ms"] == 9.9 and quality.family_of(rows[2]) is None
 
+
+def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_out():
+    """Every planned run at its task and method's mean CPU-seconds times the issue's 3 seeds, a run's metric rows
+    once, every shared stage once, over 2 workers; a method with no row yet (and its stage) is named, not guessed,
+    and then the estimate is only a lower bound: "fails" past 6 hours, otherwise not judged."""
+    from benchmarks import quality
+
+    rows = [{"task": "sst2", "method": "model-maker", "seed": 0, "metric": "accuracy", "train_seconds": 300.0}]
+    for task in quality.TASKS:
+        rows.append({"task": task, "method": "tfidf", "seed": 0, "metric": "accuracy", "train_seconds": 2.0})
+        for seed, seconds in ((0, 900.0), (1, 1100.0)):
+            for metric in ("accuracy", "f1"):  # two rows of one run: counted once
+                rows += [{"task": task, "method": "teacher", "seed": seed, "metric": metric, "train_seconds": seconds,
+                          "start_seconds": 400.0},
+                         {"task": task, "method": "pkt-kd", "seed": seed, "metric": metric,
+                          "train_seconds": seconds / 2, "start_seconds": 2000.0}]
+    cpu = 5 * 3 * (1000 + 500 + 2) + 3 * 300 + 400 + 2000
+    assert quality.wall_estimate(rows, ("teacher", "pkt-kd")) == (pytest.approx(cpu / 2 / 3600), {})
+    hours, missing = quality.wall_estimate(rows, ("teacher", "pkt-kd", "tinybert-td"))
+    assert hours == pytest.approx(cpu / 2 / 3600)
+    assert missing == {"tinybert-td": list(quality.TASKS), "stages": ["tinybert4"]}
+    assert cpu / 2 / 3600 < quality.HOURS_ASKED
+    lines = quality.wall_goals(rows)
+    assert [line.rsplit("|", 2)[-2].strip() for line in lines] == ["not judged (a lower bound)"] * 2
+    assert "tinybert-td (every task)" in lines[1] and "pkt (sst2, mrpc)" in lines[0]
+    slow = [{**r, "train_seconds": r["train_seconds"] * 10} for r in rows]
+    assert [line.rsplit("|", 2)[-2].strip() for line in quality.wall_goals(slow)] == ["fails"] * 2
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
 
