@@ -383,6 +383,13 @@ def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[
     return found, curves
 
 
+def merge_curves(path: Path, curves: list[dict]) -> list[dict]:
+    """Write the cost curves of the runs found into `path`: a run found again replaces every point of its old curve,
+    so a run re-made at another budget (other steps) leaves none of its old points behind; curves of runs gone from
+    OUT are kept."""
+    return merge_rows(path, curves, order, key=("task", "method", "seed", "metric"))
+
+
 def order(r: dict):
     return (list(TASKS).index(r["task"]), metric_rank(r["task"], r["metric"]), ORDER.index(r["method"]), r["seed"],
             r.get("step", 0))
@@ -557,7 +564,7 @@ def main(argv=None):
 
     def found():
         results, curves = rows(out, args.tasks, args.seeds, REPO_ROOT / args.results)
-        merge_rows(curves_path, curves, order, key=("task", "method", "seed", "metric", "step"))
+        merge_curves(curves_path, curves)
         return results
 
     def draw(_, path):

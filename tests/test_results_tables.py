@@ -367,6 +367,21 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
     assert [line.rsplit("|", 2)[-2].strip() for line in quality.wall_goals(slow)] == ["fails"] * 2
 
 
+def test_quality_replaces_the_whole_cost_curve_of_a_run_made_again(tmp_path):
+    """A run re-made at another budget (MRPC's students went from 5 epochs to 1) leaves none of its old points: the
+    plot would otherwise average two budgets' curves; other runs' curves stay."""
+    from benchmarks import quality
+    from mobilekd.fileio import read_json, write_json
+
+    def point(seed, step):
+        return {"task": "mrpc", "method": "pkt-kd", "seed": seed, "metric": "f1", "value": 0.8, "step": step,
+                "cpu_seconds": float(step)}
+
+    write_json(tmp_path / "cost.json", [point(0, 71), point(0, 575), point(1, 71)])
+    quality.merge_curves(tmp_path / "cost.json", [point(0, 14), point(0, 115)])
+    assert sorted((r["seed"], r["step"]) for r in read_json(tmp_path / "cost.json")) == [(0, 14), (0, 115), (1, 71)]
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
 
