@@ -177,7 +177,11 @@ def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Jo
     max_len, teacher_epochs, epochs = TASKS[task]
     d = stage_dirs(out)
     teacher = run_dir(out, task, "teacher", seed)
-    every = max(1, (int(epochs) * steps_per_epoch(task)) // EVAL_POINTS)  # x (1 + AUGMENT) over an augmented set
+    per_epoch = steps_per_epoch(task)
+
+    def every(n_epochs: str) -> int:  # EVAL_POINTS evaluations over n_epochs of the task's own examples
+        return max(1, int(n_epochs) * per_epoch // EVAL_POINTS)
+
     plan = []
     for method in methods_for(task, chosen):
         family, start, flags, taught = METHODS[method]
@@ -200,8 +204,8 @@ def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Jo
             plan.append(Job(f"{task}/{method}/{seed}", [
                 "finetune", "--task", task, "--model", str(d[start]), "--epochs", student_epochs(task, method),
                 "--max-len", max_len, "--lr", STUDENT_LR, "--seed", str(seed), "--eval-every",
-                str(every * (1 + int(AUGMENT[task])) if augmented else
-                    max(1, int(student_epochs(task, method)) * steps_per_epoch(task) // EVAL_POINTS)), *flags,
+                str(every(epochs) * (1 + int(AUGMENT[task])) if augmented else  # augmented: more steps
+                    every(student_epochs(task, method))), *flags,
                 *(["--teacher", str(teacher)] if taught else []), "--out", str(r), *RESUMABLE],
                 r, [stage_of(start)] + ([f"{task}/teacher/{seed}"] if taught else [])))
     return plan
