@@ -403,3 +403,56 @@ def test_quality_replaces_the_whole_cost_curve_of_a_run_made_again(tmp_path):
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
 
+
+
+def test_cmlm_recipe_flag_is_parsed_or_refused_in_one_line(capsys):
+    from benchmarks import cmlm
+
+    assert cmlm.recipes(["correction=all,1,4,2e-4,0.2,1"]) == {
+        "correction": cmlm.Recipe(None, "1", "4", "2e-4", "0.2", "1")}
+    for bad in ("correction=all,1,4,2e-4,0.2", "translation=all,1,4,2e-4,0.2,1", "correction=all,1,4,2e-4,0.2,all",
+                "correction=-5,1,4,2e-4,0.2,1", "correction=all,one,4,2e-4,0.2,1", "correction"):
+        with pytest.raises(UserError, match="--recipe"):
+            cmlm.recipes([bad])
+    assert cmlm.main(["--collect", "--recipe", "correction=all,1,4,2e-4,0.2,0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --recipe correction=")
+
+
+def test_cmlm_collects_a_task_at_another_recipe_into_its_rows_for_that_command_only(tmp_path, capsys):
+    """A run at --recipe's settings gets that recipe in its rows (so the default recipe reads them as stale) and
+    its samples file beside its results; TASKS is the benchmark's own again afterwards."""
+    from benchmarks import cmlm
+    from mobilekd.fileio import read_json, write_json
+
+    kept = dict(cmlm.TASKS)
+    run = tmp_path / "runs" / "correction" / "ce" / "seed0"
+    run.mkdir(parents=True)
+    write_json(run / "results.json", {"complete": True, "params": 7690298, "steps": 5344,
+                                      "training": [{"seconds": 225.0}],
+                                      "metrics": {"dev": {"bleu": 68.1, "chrf": 84.05},
+                                                  "dev_copy": {"bleu": 61.42, "chrf": 83.97}}})
+    results = tmp_path / "full.json"
+    assert cmlm.main(["--collect", "--out", str(tmp_path / "runs"), "--tasks", "correction", "--seeds", "0",
+                      "--results", str(results), "--recipe", "correction=all,1,4,2e-4,0.2,1"]) == 0
+    assert "| correction | ce | - | - | 68.10 [n=1]" in capsys.readouterr().out
+    assert cmlm.TASKS == kept
+    rows = read_json(results)
+    ce = [r for r in rows if r["method"] == "ce"]
+    assert {r["metric"] for r in ce} == {"bleu_greedy", "chrf_greedy"}
+    assert all(r["train_pairs"] is None and r["epochs"] == 4.0 and r["alpha"] == 0.2 for r in ce)
+    assert not any(cmlm.current(r) for r in ce)  # the default recipe trains on 10,000 pairs
+    assert not (tmp_path / "full_samples.json").exists()  # no cmlm run: no samples to show
+
+
+def test_cmlm_samples_of_a_changed_recipe_are_not_shown(tmp_path):
+    from benchmarks import cmlm
+    from mobilekd.fileio import write_json
+
+    pair = {"source": "teh cat", "reference": "the cat", "cmlm": "the cat", "ce": "teh cat"}
+    path = tmp_path / "samples.json"
+    write_json(path, {"correction": {"recipe": cmlm.budget("correction"), "pairs": [pair]},
+                      "paraphrase": {"recipe": {**cmlm.budget("paraphrase"), "alpha": 0.9}, "pairs": [pair]}})
+    assert cmlm.samples(path) == {"correction": [pair]}
+    text = cmlm.samples_text(path, ["paraphrase", "correction"])
+    assert "correction: the first dev pairs" in text and "paraphrase:" not in text
