@@ -364,7 +364,8 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
     assert missing == {"tinybert-td": list(quality.TASKS), "stages": ["tinybert4"]}
     lines = quality.wall_goals(rows)
     assert [line.rsplit("|", 2)[-2].strip() for line in lines] == ["not judged (some runs left out)"] * 2
-    assert "tinybert-td (every task)" in lines[1] and "pkt (sst2, mrpc)" in lines[0]
+    assert "the default plan" in lines[0] and "every method" in lines[1]
+    assert "tinybert-td (every task)" in lines[0] and "pkt (" not in lines[0] and "pkt (sst2, mrpc)" in lines[1]
     slow = [{**r, "train_seconds": r["train_seconds"] * 10} for r in rows]
     assert [line.rsplit("|", 2)[-2].strip() for line in quality.wall_goals(slow)] == ["fails"] * 2
     # every run of the issue's table measured: judged, and each stage (bilstm has none) counted once
@@ -377,7 +378,8 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
     hours, missing = quality.wall_estimate(done, quality.RECIPES)
     assert missing == {} and hours == pytest.approx(
         (5 * 3 * (1000 + 500 + 3 * 100 + 2) + 3 * 300 + 400 + 2000 + 85 + 600) / 2 / 3600)
-    assert quality.wall_goals(done)[1].rsplit("|", 2)[-2].strip() == "holds (an estimate)"
+    assert [line.rsplit("|", 2)[-2].strip() for line in quality.wall_goals(done)] == [
+        "holds (an estimate)", "not judged (some runs left out)"]  # the default plan; every method (pkt unmeasured)
     assert quality.wall_goals([r for r in done if r["task"] != "rte"]) == []  # a command run on some tasks
 
 
@@ -456,3 +458,21 @@ def test_cmlm_samples_of_a_changed_recipe_are_not_shown(tmp_path):
     assert cmlm.samples(path) == {"correction": [pair]}
     text = cmlm.samples_text(path, ["paraphrase", "correction"])
     assert "correction: the first dev pairs" in text and "paraphrase:" not in text
+
+
+def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(tmp_path):
+    """The default plan is the issue's table (RECIPES: one recipe per family), not the ablations and augmented runs,
+    which `--methods all` (or by name) adds."""
+    import subprocess
+
+    from benchmarks import quality
+
+    def planned(chosen):
+        return {j.name.split("/")[1] for j in quality.jobs(tmp_path, ["mrpc"], [0], chosen)
+                if j.name.startswith("mrpc/")}
+
+    assert planned(quality.RECIPES) == set(quality.RECIPES)
+    assert {"pkt", "pkt-short-kd", "subset2-kd", "subset2-kd-aug", "pkt-kd-aug"} <= planned(tuple(quality.METHODS))
+    shown = subprocess.run([sys.executable, "-m", "benchmarks.quality", "--help"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout
+    assert "default the issue's table: " + ", ".join(quality.RECIPES) in " ".join(shown.split())
