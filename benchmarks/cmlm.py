@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -118,13 +119,6 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     return plan
 
 
-def number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return -1.0
-
-
 def recipes(items: list[str] | None) -> dict[str, Recipe]:
     """--recipe's TASK=PAIRS,TEACHER_EPOCHS,EPOCHS,TEACHER_LR,ALPHA,BEAM values as Recipes (PAIRS `all`: None); a
     malformed one is refused in one line."""
@@ -132,13 +126,20 @@ def recipes(items: list[str] | None) -> dict[str, Recipe]:
     for task, value in flags.pairs(items, "--recipe").items():
         fields = value.split(",")
         if task not in TASKS or len(fields) != len(Recipe._fields):
-            raise UserError(f"--recipe {task}={value}: expected one of {', '.join(TASKS)}=" +
-                            ",".join(f.upper() for f in Recipe._fields))
-        whole = [fields[-1]] + ([] if fields[0] == "all" else [fields[0]])
-        if not all(f.isdigit() and int(f) > 0 for f in whole) or not all(number(f) > 0 for f in fields[1:-1]):
-            raise UserError(f"--recipe {task}={value}: PAIRS (or all) and BEAM are whole numbers, the rest "
-                            "positive numbers")
-        found[task] = Recipe(None if fields[0] == "all" else fields[0], *fields[1:])
+            raise UserError(f"--recipe {task}={value}: expected TASK=" + ",".join(f.upper() for f in Recipe._fields) +
+                            f", TASK one of {', '.join(TASKS)}")
+        pairs, *numbers, beam = fields
+        try:
+            whole = [int(f) for f in ([beam] if pairs == "all" else [pairs, beam]) if f.isascii()]
+            reals = [float(f) for f in numbers]
+        except ValueError:
+            whole, reals = [], []
+        alpha = reals[-1] if reals else -1.0
+        if len(whole) != (1 if pairs == "all" else 2) or len(reals) != 4 or min(whole + reals) <= 0 or \
+                not all(math.isfinite(v) for v in reals) or alpha > 1:
+            raise UserError(f"--recipe {task}={value}: PAIRS (or all) and BEAM are whole numbers above 0, the "
+                            "epochs and learning rate finite numbers above 0, ALPHA in (0, 1]")
+        found[task] = Recipe(None if pairs == "all" else pairs, *numbers, beam)
     return found
 
 
@@ -212,16 +213,40 @@ def gpu(result: dict) -> dict:
     return {"gpu": found} if found else {}
 
 
+def recorded(result: dict, d: Path, task: str) -> dict:
+    """A finished run's results, refused in one line where what it recorded (a student's alpha and beam and at most
+    the recipe's pairs, a teacher's learning rate) is not its task's recipe: its rows would carry a recipe it did
+    not run."""
+    pairs, _, _, teacher_lr, alpha, beam = TASKS[task]
+    method, checks = result.get("method"), []
+    if method == "cmlm-teacher":
+        checks.append(("lr", result.get("lr"), float(teacher_lr)))
+    if method == "cmlm":
+        checks.append(("alpha", result.get("alpha"), float(alpha)))
+    if method in METHODS:
+        checks.append(("beam", result.get("beam"), int(beam)))
+    wrong = [(name, got, want) for name, got, want in checks if got is not None and got != want]
+    if pairs and result.get("train_pairs", 0) > int(pairs):
+        wrong.append(("train_pairs", result["train_pairs"], f"at most {pairs}"))
+    if wrong:
+        raise UserError(f"{d / 'results.json'}: run with " + ", ".join(f"{n} {g}" for n, g, _ in wrong) +
+                        f"; {task}'s recipe has " + ", ".join(f"{n} {w}" for n, _, w in wrong) +
+                        " (collect it with its own --recipe, --out and --results)")
+    return result
+
+
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     found = []
     for task in tasks:
         t = finished_results(run_dir(out, task, "teacher"))
         if t is not None:
+            t = recorded(t, run_dir(out, task, "teacher"), task)
             found += [{"task": task, "method": "teacher", "seed": 0, "metric": m, "value": round(v, 4),
                        "train_seconds": seconds(t), "cpu": training_cpu(t), **gpu(t), **budget(task)}
                       for m, v in t["metrics"]["dev"].items()]
         for seed in seeds:
             runs = {m: finished_results(run_dir(out, task, m, seed)) for m in METHODS}
+            runs = {m: r and recorded(r, run_dir(out, task, m, seed), task) for m, r in runs.items()}
             for method, r in runs.items():
                 if r is None:
                     continue
@@ -237,7 +262,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             if all(runs.values()) and all(generations_file(d, task).is_file() for d in dirs.values()):
                 p = bootstrap_p(dirs["cmlm"], dirs["ce"], task)
                 found.append({"task": task, "method": "cmlm-vs-ce", "seed": seed, "metric": "bootstrap_p",
-                              "value": round(p, 4)})
+                              "value": round(p, 4), **budget(task)})
     return found
 
 
@@ -338,6 +363,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     try:
         changed = recipes(args.recipe)
+        if changed and (args.out == p.get_default("out") or args.results == p.get_default("results")):
+            raise UserError("--recipe: give the runs and rows of another recipe their own --out and --results (the "
+                            "default ones hold the benchmark's recipe)")
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -355,6 +383,9 @@ def main(argv=None):
     try:
         return comparison(args, lambda: jobs(out, args.tasks, args.seeds), found, order,
                           lambda results: table(results) + samples_text(shown, args.tasks))
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     finally:
         TASKS.update(kept)
 

@@ -5,7 +5,7 @@ with its `.tflite` size and Pixel 4 estimate; rows to docs/results/quality.json,
 CPU-seconds it and the stages it stands on cost to docs/results/quality_cost.json, a Markdown table, the issue's
 goals as measured, and (--plot) docs/quality.png, accuracy against training cost.
 
-    python -m benchmarks.quality                               # the issue's table, resumable (wall time: docs/quality.md)
+    python -m benchmarks.quality                               # the issue's table, resumable (docs/quality.md)
     python -m benchmarks.quality --methods all                 # every method: the ablations and augmented runs too
     python -m benchmarks.quality --tasks sst2 --seeds 0        # one task, one seed
     python -m benchmarks.quality --collect                     # rows of the finished runs, run nothing
@@ -559,7 +559,8 @@ def plot(curves: list[dict], path: Path) -> None:
     save_png(fig, path)
 
 
-def main(argv=None):
+def parse(argv=None) -> argparse.Namespace:
+    """The command's flags; --methods all as every method."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.quality", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     comparison_flags(p, "runs/quality", "docs/results/quality.json", list(TASKS), TASKS, plot="docs/quality.png")
@@ -571,6 +572,11 @@ def main(argv=None):
                                                                  "2.15 into a venv of its own under OUT)")
     args = p.parse_args(argv)
     args.methods = list(METHODS) if "all" in args.methods else args.methods
+    return args
+
+
+def main(argv=None):
+    args = parse(argv)
     out = (REPO_ROOT / args.out).resolve()
     curves_path = REPO_ROOT / args.curves
 

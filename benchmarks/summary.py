@@ -172,11 +172,11 @@ def cmlm() -> list[str]:
     """C-MLM's student against the same student without distillation and copying, per task (BLEU of the task's
     recipe's final decoding, `benchmarks.cmlm.headline`; copying has no decoding): this host's rows, and for a task
     they lack, the rows run on a lent GPU at the same recipe (cmlm_h100.json; marked so)."""
-    from benchmarks.cmlm import TASKS, decoding, headline
+    from benchmarks.cmlm import TASKS, current, decoding, headline
 
     found = {}
     for name, where in (("cmlm", ""), ("cmlm_h100", " (one H100)")):
-        rows = _rows(name)
+        rows = [r for r in _rows(name) if current(r)]
         found.update({t: ([r for r in rows if r["task"] == t], where) for t in TASKS
                       if t not in found and values(rows, t, headline(t), "cmlm")})
     tasks = [t for t in TASKS if t in found]

@@ -402,9 +402,6 @@ def test_quality_replaces_the_whole_cost_curve_of_a_run_made_again(tmp_path):
         ("sst2", "accuracy", 0, 71)]
 
 
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q"]))
-
 
 
 def test_cmlm_recipe_flag_is_parsed_or_refused_in_one_line(capsys):
@@ -413,38 +410,59 @@ def test_cmlm_recipe_flag_is_parsed_or_refused_in_one_line(capsys):
     assert cmlm.recipes(["correction=all,1,4,2e-4,0.2,1"]) == {
         "correction": cmlm.Recipe(None, "1", "4", "2e-4", "0.2", "1")}
     for bad in ("correction=all,1,4,2e-4,0.2", "translation=all,1,4,2e-4,0.2,1", "correction=all,1,4,2e-4,0.2,all",
-                "correction=-5,1,4,2e-4,0.2,1", "correction=all,one,4,2e-4,0.2,1", "correction"):
+                "correction=-5,1,4,2e-4,0.2,1", "correction=all,one,4,2e-4,0.2,1", "correction",
+                "correction=all,1,4,2e-4,1.5,1", "correction=all,1,4,inf,0.2,1", "correction=\u00b2,1,4,2e-4,0.2,1"):
         with pytest.raises(UserError, match="--recipe"):
             cmlm.recipes([bad])
     assert cmlm.main(["--collect", "--recipe", "correction=all,1,4,2e-4,0.2,0.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --recipe correction=")
+    # a good recipe into the default runs and rows (which hold the benchmark's recipe): refused, nothing written
+    assert cmlm.main(["--collect", "--recipe", "correction=all,1,4,2e-4,0.2,1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "own --out and --results" in err[0]
 
 
 def test_cmlm_collects_a_task_at_another_recipe_into_its_rows_for_that_command_only(tmp_path, capsys):
-    """A run at --recipe's settings gets that recipe in its rows (so the default recipe reads them as stale) and
-    its samples file beside its results; TASKS is the benchmark's own again afterwards."""
+    """Runs at --recipe's settings get that recipe in their rows (so the default recipe reads them as stale) and
+    their samples, with the recipe, beside their results; a run that recorded other settings than the recipe is
+    refused in one line; TASKS is the benchmark's own again afterwards."""
+    import json
+
     from benchmarks import cmlm
     from mobilekd.fileio import read_json, write_json
 
     kept = dict(cmlm.TASKS)
-    run = tmp_path / "runs" / "correction" / "ce" / "seed0"
-    run.mkdir(parents=True)
-    write_json(run / "results.json", {"complete": True, "params": 7690298, "steps": 5344,
-                                      "training": [{"seconds": 225.0}],
-                                      "metrics": {"dev": {"bleu": 68.1, "chrf": 84.05},
-                                                  "dev_copy": {"bleu": 61.42, "chrf": 83.97}}})
+    pair = {"source": "teh cat sat", "reference": "the cat sat"}
+    for method, bleu, alpha in (("ce", 68.1, None), ("cmlm", 68.5, 0.2)):
+        run = tmp_path / "runs" / "correction" / method / "seed0"
+        run.mkdir(parents=True)
+        write_json(run / "results.json", {
+            "complete": True, "method": method, "alpha": alpha, "beam": 1, "train_pairs": 42731, "params": 7690298,
+            "steps": 5344, "training": [{"seconds": 225.0}],
+            "metrics": {"dev": {"bleu": bleu, "chrf": 84.05}, "dev_copy": {"bleu": 61.42, "chrf": 83.97}}})
+        (run / "dev_generations.jsonl").write_text(json.dumps({**pair, "generated": "the cat sat"}) + "\n")
     results = tmp_path / "full.json"
-    assert cmlm.main(["--collect", "--out", str(tmp_path / "runs"), "--tasks", "correction", "--seeds", "0",
-                      "--results", str(results), "--recipe", "correction=all,1,4,2e-4,0.2,1"]) == 0
+    collect = ["--collect", "--out", str(tmp_path / "runs"), "--tasks", "correction", "--seeds", "0",
+               "--results", str(results)]
+    assert cmlm.main([*collect, "--recipe", "correction=all,1,4,2e-4,0.2,1"]) == 0
     assert "| correction | ce | - | - | 68.10 [n=1]" in capsys.readouterr().out
     assert cmlm.TASKS == kept
     rows = read_json(results)
-    ce = [r for r in rows if r["method"] == "ce"]
-    assert {r["metric"] for r in ce} == {"bleu_greedy", "chrf_greedy"}
-    assert all(r["train_pairs"] is None and r["epochs"] == 4.0 and r["alpha"] == 0.2 for r in ce)
-    assert not any(cmlm.current(r) for r in ce)  # the default recipe trains on 10,000 pairs
-    assert not (tmp_path / "full_samples.json").exists()  # no cmlm run: no samples to show
+    students = [r for r in rows if r["method"] in ("ce", "cmlm", "cmlm-vs-ce")]
+    assert {r["metric"] for r in students} == {"bleu_greedy", "chrf_greedy", "bootstrap_p"}
+    assert all(r["train_pairs"] is None and r["epochs"] == 4.0 and r["alpha"] == 0.2 for r in students)
+    assert not any(cmlm.current(r) for r in students)  # the default recipe trains on 10,000 pairs
+    shown = read_json(tmp_path / "full_samples.json")
+    assert shown["correction"]["recipe"]["train_pairs"] is None and shown["correction"]["pairs"][0]["cmlm"]
+    assert cmlm.samples(tmp_path / "full_samples.json") == {}  # under the default recipe: another recipe's
+    # the same runs under the benchmark's recipe (at most 10,000 pairs) or another alpha: refused, named
+    for recipe in ([], ["--recipe", "correction=all,1,4,2e-4,0.5,1"]):
+        assert cmlm.main([*collect, "--results", str(tmp_path / "other.json"), *recipe]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "correction" in err[0] and "results.json: run with " in err[0]
+        assert not (tmp_path / "other.json").exists()
+    assert cmlm.TASKS == kept
 
 
 def test_cmlm_samples_of_a_changed_recipe_are_not_shown(tmp_path):
@@ -463,8 +481,6 @@ def test_cmlm_samples_of_a_changed_recipe_are_not_shown(tmp_path):
 def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(tmp_path):
     """The default plan is the issue's table (RECIPES: one recipe per family), not the ablations and augmented runs,
     which `--methods all` (or by name) adds."""
-    import subprocess
-
     from benchmarks import quality
 
     def planned(chosen):
@@ -473,6 +489,10 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
 
     assert planned(quality.RECIPES) == set(quality.RECIPES)
     assert {"pkt", "pkt-short-kd", "subset2-kd", "subset2-kd-aug", "pkt-kd-aug"} <= planned(tuple(quality.METHODS))
-    shown = subprocess.run([sys.executable, "-m", "benchmarks.quality", "--help"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout
-    assert "default the issue's table: " + ", ".join(quality.RECIPES) in " ".join(shown.split())
+    assert quality.parse([]).methods == list(quality.RECIPES)
+    assert quality.parse(["--methods", "all"]).methods == list(quality.METHODS)
+    assert quality.parse(["--methods", "pkt", "subset2-kd"]).methods == ["pkt", "subset2-kd"]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
