@@ -47,8 +47,9 @@ teacher's fine-tuning for KD), each charged in full to every run. A point inside
 through its learning-rate schedule, not a run trained for that budget: an upper bound on the time a budget needs,
 and a fair one only at a run's end.
 
-Each family's SST-2 model of the first seed run (0 by default) is exported (fp32, parity on the whole dev set) and
-timed beside the teacher's and Model Maker's files in one `mobilekd latency` run (1 thread, sequence 128); a
+Each family's SST-2 model of the first seed run (0 by default) is exported (fp32, parity on the whole dev set; the
+BiLSTM as the file an app ships, with TFLite's fused LSTM kernel) and timed beside the teacher's, Model Maker's and
+the files earlier invocations exported in one `mobilekd latency` run (1 thread, sequence 128); a
 family's size and latency are given to its rows of every task, those of runs gone from OUT included. Model Maker
 runs in a virtual environment of its own under OUT (benchmarks/model_maker.py: its pins are not ours).
 """
@@ -221,19 +222,32 @@ def measurement_jobs(out: Path, chosen=tuple(METHODS), seed: int = 0) -> list[Jo
     plan, tflite = [], {}
     for family, method in EXPORTED.items():
         if method not in chosen and method != "teacher":
+            if exported(out, family).is_file():  # an earlier invocation's file: timed with the others
+                tflite[family] = exported(out, family)
             continue
-        tflite[family] = out / "tflite" / family
+        tflite[family] = exported(out, family)
         plan.append(Job(f"export/{family}", [
             "export", "--model", str(run_dir(out, "sst2", method, seed)), "--seq-len", "128", "--quantize", "none",
-            "--parity-examples", "872", "--out", str(tflite[family])], tflite[family], [f"sst2/{method}/{seed}"]))
-    files = [f"{k}={v / 'model_none.tflite'}" for k, v in tflite.items()]
+            *(["--fused-lstm"] if family in FUSED else []), "--parity-examples", "872", "--out",
+            str(tflite[family].parent)], tflite[family].parent, [f"sst2/{method}/{seed}"]))
+    files = [f"{k}={v}" for k, v in tflite.items()]
     if (mm := model_maker_file(out)) is not None:
         files.append(f"model-maker={mm}")
     timed = out / "latency" / "+".join(f.split("=")[0] for f in files)  # a run per set of files timed together
     plan.append(Job("latency", ["latency", "--models", "--quantize", "none", "--threads", "1", "--devices", "pixel4",
                                 "--seq-len", "128", "--out", str(timed), "--tflite", *files],
-                    timed, [f"export/{k}" for k in tflite]))
+                    timed, [f"export/{k}" for k in tflite if any(j.name == f"export/{k}" for j in plan)]))
     return plan
+
+
+FUSED = ("bilstm",)  # families whose file is TFLite's fused LSTM kernel: the file an app ships (39 ops, not 5,884)
+
+
+def exported(out: Path, family: str) -> Path:
+    """A family's timed SST-2 file (fp32): the fused-LSTM file for a BiLSTM."""
+    if family in FUSED:
+        return out / "tflite" / f"{family}-fused" / "model_none_fused.tflite"
+    return out / "tflite" / family / "model_none.tflite"
 
 
 def model_maker_dir(out: Path, seed: int) -> Path:
@@ -268,8 +282,8 @@ def measured(out: Path) -> dict[str, dict]:
     reports = sorted((out / "latency").glob("*/report.json"), key=lambda p: (len(p.parent.name.split("+")),
                                                                            p.stat().st_mtime))
     rows = read_json(reports[-1])["rows"] if reports else {}  # the run that timed the most files together
-    sizes = {family: read_json(parity)["model_none.tflite"]["size_bytes"] for family in EXPORTED
-             if (parity := out / "tflite" / family / "parity.json").is_file()}
+    sizes = {family: read_json(parity)[exported(out, family).name]["size_bytes"] for family in EXPORTED
+             if (parity := exported(out, family).parent / "parity.json").is_file()}
     if (mm := model_maker_file(out)) is not None:
         sizes["model-maker"] = mm.stat().st_size
     return {family: dict(zip(LATENCY_FIELDS, (size, rows[family]["host"]["1"]["p50_ms"],

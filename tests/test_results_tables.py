@@ -496,3 +496,20 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_quality_times_the_fused_bilstm_file_with_every_family_exported_before(tmp_path):
+    """The BiLSTM is exported with --fused-lstm and its fused file is the one timed; files an earlier invocation
+    exported (here the PKT student's) are timed in the same run, while their export is not planned again."""
+    from benchmarks import quality
+
+    earlier = quality.exported(tmp_path, "mobilebert")
+    earlier.parent.mkdir(parents=True)
+    earlier.write_bytes(b"tflite")
+    plan = {j.name: j for j in quality.measurement_jobs(tmp_path, ("teacher", "bilstm-kd-aug"))}
+    assert set(plan) == {"export/teacher", "export/bilstm", "latency"}
+    assert "--fused-lstm" in plan["export/bilstm"].argv and "--fused-lstm" not in plan["export/teacher"].argv
+    timed = plan["latency"].argv[plan["latency"].argv.index("--tflite") + 1:]
+    assert timed == [f"teacher={quality.exported(tmp_path, 'teacher')}", f"mobilebert={earlier}",
+                     f"bilstm={tmp_path / 'tflite' / 'bilstm-fused' / 'model_none_fused.tflite'}"]
+    assert sorted(plan["latency"].needs) == ["export/bilstm", "export/teacher"]
