@@ -240,7 +240,7 @@ def measurement_jobs(out: Path, chosen=tuple(METHODS), seed: int = 0) -> list[Jo
     return plan
 
 
-FUSED = ("bilstm",)  # families whose file is TFLite's fused LSTM kernel: the file an app ships (39 ops, not 5,884)
+FUSED = ("bilstm",)  # families whose file is TFLite's fused LSTM kernel: the file an app ships (38 ops, not 6,272)
 
 
 def exported(out: Path, family: str) -> Path:
@@ -282,13 +282,16 @@ def measured(out: Path) -> dict[str, dict]:
     reports = sorted((out / "latency").glob("*/report.json"), key=lambda p: (len(p.parent.name.split("+")),
                                                                            p.stat().st_mtime))
     rows = read_json(reports[-1])["rows"] if reports else {}  # the run that timed the most files together
-    sizes = {family: read_json(parity)[exported(out, family).name]["size_bytes"] for family in EXPORTED
-             if (parity := exported(out, family).parent / "parity.json").is_file()}
+    files = {family: exported(out, family) for family in EXPORTED}
+    sizes = {family: parity[f.name]["size_bytes"] for family, f in files.items()
+             if (f.parent / "parity.json").is_file() and f.name in (parity := read_json(f.parent / "parity.json"))}
     if (mm := model_maker_file(out)) is not None:
-        sizes["model-maker"] = mm.stat().st_size
+        files["model-maker"], sizes["model-maker"] = mm, mm.stat().st_size
+    # a family's timing only where the run timed the file it ships (not an earlier form of it, e.g. the unfused BiLSTM)
     return {family: dict(zip(LATENCY_FIELDS, (size, rows[family]["host"]["1"]["p50_ms"],
                                               rows[family]["estimate_ms"]["pixel4"])))
-            for family, size in sizes.items() if family in rows}
+            for family, size in sizes.items()
+            if family in rows and Path(rows[family].get("file", "")).resolve() == files[family].resolve()}
 
 
 def recorded(results: Path) -> dict[str, dict]:

@@ -494,9 +494,6 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     assert quality.parse(["--methods", "pkt", "subset2-kd"]).methods == ["pkt", "subset2-kd"]
 
 
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q"]))
-
 
 def test_quality_times_the_fused_bilstm_file_with_every_family_exported_before(tmp_path):
     """The BiLSTM is exported with --fused-lstm and its fused file is the one timed; files an earlier invocation
@@ -513,3 +510,34 @@ def test_quality_times_the_fused_bilstm_file_with_every_family_exported_before(t
     assert timed == [f"teacher={quality.exported(tmp_path, 'teacher')}", f"mobilebert={earlier}",
                      f"bilstm={tmp_path / 'tflite' / 'bilstm-fused' / 'model_none_fused.tflite'}"]
     assert sorted(plan["latency"].needs) == ["export/bilstm", "export/teacher"]
+
+
+def test_quality_takes_a_familys_timing_only_from_the_file_it_ships(tmp_path):
+    """A BiLSTM export cut short before its fused file (parity.json without it), or a latency run that timed the
+    unfused file, gives the family no size and latency (its rows fall back to recorded ones), not a KeyError or the
+    wrong file's figures."""
+    from benchmarks import quality
+    from mobilekd.fileio import write_json
+
+    def report(files):
+        (tmp_path / "latency" / "+".join(files)).mkdir(parents=True, exist_ok=True)
+        write_json(tmp_path / "latency" / "+".join(files) / "report.json", {"rows": {
+            k: {"file": str(f), "host": {"1": {"p50_ms": 4.7}}, "estimate_ms": {"pixel4": 2.7}}
+            for k, f in files.items()}})
+
+    teacher, fused = quality.exported(tmp_path, "teacher"), quality.exported(tmp_path, "bilstm")
+    for f in (teacher, fused):
+        f.parent.mkdir(parents=True)
+    write_json(teacher.parent / "parity.json", {"model_none.tflite": {"size_bytes": 90}})
+    write_json(fused.parent / "parity.json", {"model_none.tflite": {"size_bytes": 10}})  # cut short
+    report({"teacher": teacher, "bilstm": fused})
+    assert set(quality.measured(tmp_path)) == {"teacher"}
+    write_json(fused.parent / "parity.json", {"model_none.tflite": {"size_bytes": 10},
+                                              "model_none_fused.tflite": {"size_bytes": 9}})
+    assert quality.measured(tmp_path)["bilstm"] == {"tflite_bytes": 9, "host_ms": 4.7, "pixel4_ms": 2.7}
+    report({"teacher": teacher, "bilstm": fused.parent / "model_none.tflite", "x": teacher})  # the unfused file
+    assert set(quality.measured(tmp_path)) == {"teacher"}
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
