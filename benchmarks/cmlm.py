@@ -213,10 +213,13 @@ def gpu(result: dict) -> dict:
     return {"gpu": found} if found else {}
 
 
-def recorded(result: dict, d: Path, task: str) -> dict:
-    """A finished run's results, refused in one line where what it recorded (a student's alpha and beam and at most
-    the recipe's pairs, a teacher's learning rate) is not its task's recipe: its rows would carry a recipe it did
-    not run."""
+def recorded(d: Path, task: str) -> dict | None:
+    """The results of the run in `d` once finished (None before), refused in one line where what it recorded (a
+    student's alpha and beam and at most the recipe's pairs, a teacher's learning rate) is not its task's recipe:
+    its rows would carry a recipe it did not run."""
+    result = finished_results(d)
+    if result is None:
+        return None
     pairs, _, _, teacher_lr, alpha, beam = TASKS[task]
     method, checks = result.get("method"), []
     if method == "cmlm-teacher":
@@ -238,15 +241,14 @@ def recorded(result: dict, d: Path, task: str) -> dict:
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     found = []
     for task in tasks:
-        t = finished_results(run_dir(out, task, "teacher"))
+        t = recorded(run_dir(out, task, "teacher"), task)
         if t is not None:
-            t = recorded(t, run_dir(out, task, "teacher"), task)
             found += [{"task": task, "method": "teacher", "seed": 0, "metric": m, "value": round(v, 4),
                        "train_seconds": seconds(t), "cpu": training_cpu(t), **gpu(t), **budget(task)}
                       for m, v in t["metrics"]["dev"].items()]
         for seed in seeds:
-            runs = {m: finished_results(run_dir(out, task, m, seed)) for m in METHODS}
-            runs = {m: r and recorded(r, run_dir(out, task, m, seed), task) for m, r in runs.items()}
+            dirs = {m: run_dir(out, task, m, seed) for m in METHODS}
+            runs = {m: recorded(d, task) for m, d in dirs.items()}
             for method, r in runs.items():
                 if r is None:
                     continue
@@ -258,7 +260,6 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                           (("dev_beam", ""), ("dev", "_greedy")) if split in m for k, v in m[split].items()]
                 found += [{"task": task, "method": "copy", "seed": seed, "metric": k, "value": v}
                           for k, v in m["dev_copy"].items()] if method == "ce" else []
-            dirs = {m: run_dir(out, task, m, seed) for m in METHODS}
             if all(runs.values()) and all(generations_file(d, task).is_file() for d in dirs.values()):
                 p = bootstrap_p(dirs["cmlm"], dirs["ce"], task)
                 found.append({"task": task, "method": "cmlm-vs-ce", "seed": seed, "metric": "bootstrap_p",
@@ -361,14 +362,6 @@ def main(argv=None):
                    help="run (or collect) a task at another recipe than TASKS's, e.g. correction=all,1,4,2e-4,0.2,1 "
                         "(PAIRS all: every training pair); give it its own --out and --results")
     args = p.parse_args(argv)
-    try:
-        changed = recipes(args.recipe)
-        if changed and (args.out == p.get_default("out") or args.results == p.get_default("results")):
-            raise UserError("--recipe: give the runs and rows of another recipe their own --out and --results (the "
-                            "default ones hold the benchmark's recipe)")
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     results = Path(args.results)
     out = (REPO_ROOT / args.out).resolve()
     shown = REPO_ROOT / (args.samples or results.with_name(f"{results.stem}_samples.json"))
@@ -379,8 +372,12 @@ def main(argv=None):
         return rows(out, args.tasks, args.seeds)
 
     kept = dict(TASKS)
-    TASKS.update(changed)  # every helper reads the recipes from TASKS, for this command only
     try:
+        changed = recipes(args.recipe)
+        if changed and (args.out == p.get_default("out") or args.results == p.get_default("results")):
+            raise UserError("--recipe: give the runs and rows of another recipe their own --out and --results (the "
+                            "default ones hold the benchmark's recipe)")
+        TASKS.update(changed)  # every helper reads the recipes from TASKS, for this command only
         return comparison(args, lambda: jobs(out, args.tasks, args.seeds), found, order,
                           lambda results: table(results) + samples_text(shown, args.tasks))
     except UserError as err:
@@ -388,7 +385,6 @@ def main(argv=None):
         return 2
     finally:
         TASKS.update(kept)
-
 
 if __name__ == "__main__":
     sys.exit(main())

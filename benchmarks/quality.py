@@ -219,14 +219,15 @@ def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Jo
 def measurement_jobs(out: Path, chosen=tuple(METHODS), seed: int = 0) -> list[Job]:
     """Each family's SST-2 model of `seed` exported, then all timed with Model Maker's file in one run (a file's size
     and speed are its architecture's: any seed's model stands for its family)."""
-    plan, tflite = [], {}
+    plan, tflite, exports = [], {}, []
     for family, method in EXPORTED.items():
         if method not in chosen and method != "teacher":
             if exported(out, family).is_file():  # an earlier invocation's file: timed with the others
                 tflite[family] = exported(out, family)
             continue
         tflite[family] = exported(out, family)
-        plan.append(Job(f"export/{family}", [
+        exports.append(f"export/{family}")
+        plan.append(Job(exports[-1], [
             "export", "--model", str(run_dir(out, "sst2", method, seed)), "--seq-len", "128", "--quantize", "none",
             *(["--fused-lstm"] if family in FUSED else []), "--parity-examples", "872", "--out",
             str(tflite[family].parent)], tflite[family].parent, [f"sst2/{method}/{seed}"]))
@@ -236,7 +237,7 @@ def measurement_jobs(out: Path, chosen=tuple(METHODS), seed: int = 0) -> list[Jo
     timed = out / "latency" / "+".join(f.split("=")[0] for f in files)  # a run per set of files timed together
     plan.append(Job("latency", ["latency", "--models", "--quantize", "none", "--threads", "1", "--devices", "pixel4",
                                 "--seq-len", "128", "--out", str(timed), "--tflite", *files],
-                    timed, [f"export/{k}" for k in tflite if any(j.name == f"export/{k}" for j in plan)]))
+                    timed, exports))
     return plan
 
 
