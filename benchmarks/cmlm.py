@@ -42,7 +42,7 @@ from benchmarks import teacher_value
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd import flags
-from mobilekd.rundir import finished_results, training_cpu
+from mobilekd.rundir import finished_results, training_cpu, training_gpu
 
 
 class Recipe(NamedTuple):
@@ -207,12 +207,6 @@ def seconds(result: dict) -> float:
     return round(sum(s["seconds"] for s in result["training"]), 1)
 
 
-def gpu(result: dict) -> dict:
-    """The GPU a run trained on, as its training loop recorded it ({} on a CPU)."""
-    found = next((s["gpu"] for s in result.get("training") or [] if s.get("gpu")), None)
-    return {"gpu": found} if found else {}
-
-
 def recorded(d: Path, task: str) -> dict | None:
     """The results of the run in `d` once finished (None before), refused in one line where what it recorded (a
     student's alpha and beam and at most the recipe's pairs, a teacher's learning rate) is not its task's recipe:
@@ -244,7 +238,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
         t = recorded(run_dir(out, task, "teacher"), task)
         if t is not None:
             found += [{"task": task, "method": "teacher", "seed": 0, "metric": m, "value": round(v, 4),
-                       "train_seconds": seconds(t), "cpu": training_cpu(t), **gpu(t), **budget(task)}
+                       "train_seconds": seconds(t), "cpu": training_cpu(t), **training_gpu(t), **budget(task)}
                       for m, v in t["metrics"]["dev"].items()]
         for seed in seeds:
             dirs = {m: run_dir(out, task, m, seed) for m in METHODS}
@@ -254,7 +248,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                     continue
                 m = r["metrics"]
                 shared = {"task": task, "method": method, "seed": seed, "params": r["params"], "steps": r["steps"],
-                          "train_seconds": seconds(r), "cpu": training_cpu(r), **gpu(r), **budget(task),
+                          "train_seconds": seconds(r), "cpu": training_cpu(r), **training_gpu(r), **budget(task),
                           **({"soft_target_seconds": r["soft_target_seconds"]} if r.get("soft_target_seconds") else {})}
                 found += [{**shared, "metric": f"{k}{suffix}", "value": v} for split, suffix in
                           (("dev_beam", ""), ("dev", "_greedy")) if split in m for k, v in m[split].items()]

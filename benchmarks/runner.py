@@ -20,13 +20,16 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from safetensors import safe_open
 
 from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
+from mobilekd.models.heads import HEADS
+from mobilekd.models.hf import load_config
 from mobilekd.recipes import export
-from mobilekd.rundir import finished_results, training_cpu
+from mobilekd.rundir import finished_results, training_cpu, training_gpu
 
 RESUMABLE = ["--threads", "1", "--resume"]
 
@@ -114,6 +117,12 @@ def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
 
 
 def parameters(model_dir: Path) -> int:
+    """The numbers a model directory's weights file holds; where the weights stayed on another machine (a run on a
+    lent GPU, its results and config brought back without them), those of its config's model, built on no device."""
+    if not (model_dir / "model.safetensors").is_file() and (model_dir / "config.json").is_file():
+        config, head = load_config(model_dir)
+        with torch.device("meta"):
+            return sum(t.numel() for t in HEADS[head].model_class(config).state_dict().values())
     with safe_open(str(model_dir / "model.safetensors"), "pt") as f:
         return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
 
@@ -127,7 +136,7 @@ def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> lis
         return []
     dev = next(iter((metrics or r["metrics"]).values()))
     shared = {"params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"],
-              "cpu": training_cpu(r)}
+              "cpu": training_cpu(r), **training_gpu(r)}
     names = [r["best_metric"]] + [m for m in dev if m != r["best_metric"]]
     return [{**identity, "metric": m, "value": round(dev[m], 4), **shared} for m in names]
 

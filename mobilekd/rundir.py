@@ -70,3 +70,9 @@ def training_cpu(results: dict) -> str | None:
     """The CPU a run's seconds were measured on, as its training loop recorded it (None: a run from before the
     loop recorded it)."""
     return next((s["cpu"] for s in results.get("training") or [] if s.get("cpu")), None)
+
+
+def training_gpu(results: dict) -> dict:
+    """The GPU a run trained on, as its training loop recorded it, as a row's field ({} for a run on a CPU)."""
+    found = next((s["gpu"] for s in results.get("training") or [] if s.get("gpu")), None)
+    return {"gpu": found} if found else {}

@@ -381,6 +381,28 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
     assert [line.rsplit("|", 2)[-2].strip() for line in quality.wall_goals(done)] == [
         "holds (an estimate)", "not judged (some runs left out)"]  # the default plan; every method (pkt unmeasured)
     assert quality.wall_goals([r for r in done if r["task"] != "rte"]) == []  # a command run on some tasks
+    # a lent GPU's runs are no estimate of 2 cores: its rows are left out, as if not run (here: RTE's)
+    on_gpu = [{**r, "gpu": "NVIDIA H100 80GB HBM3"} if r["task"] == "rte" else r for r in done]
+    assert quality.wall_goals(on_gpu) == []
+    assert quality.wall_goals(done + [{**r, "gpu": "NVIDIA H100 80GB HBM3", "train_seconds": 1.0} for r in done]) == \
+        quality.wall_goals(done)
+
+
+def test_quality_judges_the_student_measured_over_the_most_seeds():
+    """The issue's rule picks the best mean among students within a third of the teacher's Pixel 4 estimate; a
+    student run once, however high, does not displace one measured over three seeds, nor one over its budget."""
+    from benchmarks import quality
+
+    def run(method, values, pixel4):
+        return [{"task": "sst2", "method": method, "seed": s, "metric": "accuracy", "value": v, "pixel4_ms": pixel4}
+                for s, v in enumerate(values)]
+
+    rows = run("teacher", [0.89, 0.89, 0.89], 30.0) + run("pkt-kd", [0.84, 0.83, 0.84], 9.0) + \
+        run("bilstm-kd-aug", [0.87, 0.87, 0.86], 2.7) + run("subset2-kd", [0.88, 0.88, 0.88], 11.0)
+    assert quality.best_student(rows, "sst2", "accuracy") == "bilstm-kd-aug"  # subset2-kd: over a third
+    assert quality.best_student(rows + run("tinybert-td", [0.875], 1.0), "sst2", "accuracy") == "bilstm-kd-aug"
+    three = run("tinybert-td", [0.875, 0.87, 0.87], 1.0)
+    assert quality.best_student(rows + three, "sst2", "accuracy") == "tinybert-td"
 
 
 def test_quality_replaces_the_whole_cost_curve_of_a_run_made_again(tmp_path):

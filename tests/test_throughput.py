@@ -3,6 +3,7 @@ cut SST-2's padding; the precision probe leaves the run as it found it; a fine-t
 probe and padding; benchmarks.throughput writes its rows."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -98,6 +99,12 @@ def test_a_fine_tuning_run_records_its_precision_and_padding(student_dir, tmp_pa
     # the host its seconds were measured on, which a benchmark's rows carry beside their train_seconds
     assert stage["cpu"] == cpu_model() and stage["threads"] == 1
     assert finetune_rows(out)[0]["cpu"] == cpu_model()
+    # a run brought back from a lent GPU without its weights: the same rows, its parameters counted from its config
+    rows = finetune_rows(out)
+    away = tmp_path / "away"
+    shutil.copytree(out, away, ignore=shutil.ignore_patterns("*.safetensors", "checkpoint*"))
+    assert not (away / "model.safetensors").exists()
+    assert finetune_rows(away) == rows and rows[0]["params"] > 0 and "gpu" not in rows[0]
 
 
 def test_the_throughput_benchmark_writes_rows_per_path_and_variant(tmp_path):

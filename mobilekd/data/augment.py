@@ -74,7 +74,7 @@ class Augmentor:
         vocab = tokenizer.get_vocab()
         self.whole = np.array(sorted(i for t, i in vocab.items() if re.fullmatch("[a-z]+", t)))
         self.id_to_token = {i: t for t, i in vocab.items()}
-        table = model.mobilebert.embeddings.word_embeddings.weight.detach().float()
+        table = model.mobilebert.embeddings.word_embeddings.weight.detach().float().cpu()
         self.table = torch.nn.functional.normalize(table, dim=-1)
         self.whole_table = self.table[torch.from_numpy(self.whole)]
 
@@ -105,7 +105,8 @@ class Augmentor:
             types = torch.tensor([r[1] + [0] * (width - len(r[1])) for r in rows])
             mask = torch.tensor([[1] * len(r[0]) + [0] * (width - len(r[0])) for r in rows])
             positions = torch.tensor([[r[2]] for r in rows])
-            logits = self.model(ids, mask, types, positions).mlm_logits
+            device = next(self.model.parameters()).device
+            logits = self.model(*(t.to(device) for t in (ids, mask, types, positions))).mlm_logits.cpu()
             for q, row in zip(order[start:], torch.topk(logits.float(), self.m, dim=-1).indices.tolist()):
                 out[q] = [t for t in (self.id_to_token[i] for i in row) if not t.startswith("##")]
         return out
@@ -175,6 +176,8 @@ def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, c
     if path.is_file():
         return [TextExample(**r) for r in json.loads(path.read_text())], True
     model, tokenizer = load(model_dir)
+    if torch.cuda.is_available():  # the masked-LM candidates are most of the cost: on the GPU where there is one
+        model = model.cuda()
     result = Augmentor(model, tokenizer).augment(examples, n, seed)
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps([r.__dict__ for r in result]))

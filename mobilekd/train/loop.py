@@ -284,7 +284,7 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
     torch.manual_seed(cfg.seed)
     batches = Batches(split, cfg.global_batch_size, accelerator, cfg.grad_accum, cfg.seed, cfg.batch_order)
     writer = SummaryWriter(out_dir / "tensorboard") if accelerator.is_main_process else None
-    unwrapped = model
+    unwrapped = model.to(accelerator.device)  # on the GPU before `prepare`: the precision probe runs the model first
 
     for index, stage in enumerate(stages):
         if index < trainer["stage"]:
