@@ -49,7 +49,8 @@ and a fair one only at a run's end.
 
 Each family's SST-2 model of the first seed run (0 by default) is exported (fp32, parity on the whole dev set; the
 BiLSTM as the file an app ships, with TFLite's fused LSTM kernel) and timed beside the teacher's, Model Maker's and
-the files earlier invocations exported in one `mobilekd latency` run (1 thread, sequence 128); a
+the files earlier invocations exported in one `mobilekd latency` run (1 thread, sequence 128), the plan's
+last: nothing trains beside it; a
 family's size and latency are given to its rows of every task, those of runs gone from OUT included. Model Maker
 runs in a virtual environment of its own under OUT (benchmarks/model_maker.py: its pins are not ours).
 """
@@ -264,7 +265,9 @@ def model_maker_file(out: Path) -> Path | None:
 
 def jobs(out: Path, tasks: list[str], seeds: list[int], chosen=tuple(METHODS)) -> list[Job]:
     """The shared stages the `chosen` methods stand on, then seed by seed and task by task (partial results are
-    whole seeds), the measurements once SST-2's runs of the first seed exist."""
+    whole seeds), the exports once SST-2's runs of the first seed exist, and the timing after every run: a latency
+    run beside training reads host milliseconds up to ten times too slow (a run that failed holds it back until an
+    invocation finishes it)."""
     plan = []
     for seed in seeds:
         for task in tasks:
@@ -272,7 +275,11 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], chosen=tuple(METHODS)) -
             if seed == seeds[0] and task == "sst2":
                 plan += measurement_jobs(out, chosen, seed)
     needed = {n for j in plan for n in j.needs}
-    return [j for j in stage_jobs(out) if j.name in needed] + plan
+    plan = [j for j in stage_jobs(out) if j.name in needed] + plan
+    for job in plan:
+        if job.name == "latency":
+            job.needs += [j.name for j in plan if j.name != "latency" and j.name not in job.needs]
+    return plan
 
 
 LATENCY_FIELDS = ("tflite_bytes", "host_ms", "pixel4_ms")

@@ -532,6 +532,11 @@ def test_quality_times_the_fused_bilstm_file_with_every_family_exported_before(t
     assert timed == [f"teacher={quality.exported(tmp_path, 'teacher')}", f"mobilebert={earlier}",
                      f"bilstm={tmp_path / 'tflite' / 'bilstm-fused' / 'model_none_fused.tflite'}"]
     assert sorted(plan["latency"].needs) == ["export/bilstm", "export/teacher"]
+    # in the whole plan the timing waits for every run, the other seeds' and tasks' too: nothing trains beside it
+    whole = quality.jobs(tmp_path, ["sst2", "rte"], [0, 1], ("teacher", "bilstm-kd-aug"))
+    assert [j.name for j in whole][-1] != "latency" and "rte/bilstm-kd-aug/1" in [j.name for j in whole]
+    latency = next(j for j in whole if j.name == "latency")
+    assert set(latency.needs) == {j.name for j in whole} - {"latency"}
 
 
 def test_quality_takes_a_familys_timing_only_from_the_file_it_ships(tmp_path):
