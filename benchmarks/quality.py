@@ -124,6 +124,7 @@ EXPORTED = {"teacher": "teacher", "mobilebert": "pkt-kd", "subset2": "subset2-kd
             "bilstm": "bilstm-kd-aug"}  # family -> the method whose SST-2 model is exported and timed
 ORDER = [*METHODS, *BASELINES]
 MODEL_MAKER = "average word embedding"  # Model Maker's rows' student
+RESULTS = "docs/results/quality.json"  # the benchmark's rows (--results), relative to the repository
 
 
 def stage_dirs(out: Path) -> dict[str, Path]:
@@ -377,10 +378,11 @@ def budget(task: str, method: str) -> dict:
 def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[list[dict], list[dict]]:
     """The finished runs' rows (the last evaluation's dev scores, one row per metric, with the run's budget and the
     seconds of the shared stage it starts from, `start_seconds`) and their cost curves; each family's size and
-    latency as measured in OUT, else as `results` recorded them; and the recorded rows of every family timed in OUT,
-    with that timing (`restamped`)."""
+    latency as measured in OUT, else as `results` recorded them, else as this benchmark's own results (RESULTS)
+    did: a file's size and speed are its architecture's, wherever its rows trained (e.g. on a lent GPU, into a
+    results file of their own); and the recorded rows of every family timed in OUT, with that timing (`restamped`)."""
     fresh = measured(out)
-    latency, stages = {**recorded(results), **fresh}, stage_seconds(out)
+    latency, stages = {**recorded(REPO_ROOT / RESULTS), **recorded(results), **fresh}, stage_seconds(out)
     found, curves = [], []
     for task in tasks:
         for seed in seeds:
@@ -591,7 +593,7 @@ def parse(argv=None) -> argparse.Namespace:
     """The command's flags; --methods all as every method."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.quality", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    comparison_flags(p, "runs/quality", "docs/results/quality.json", list(TASKS), TASKS, plot="docs/quality.png")
+    comparison_flags(p, "runs/quality", RESULTS, list(TASKS), TASKS, plot="docs/quality.png")
     p.add_argument("--curves", default="docs/results/quality_cost.json", help="the cost curves' rows")
     p.add_argument("--methods", nargs="+", choices=[*METHODS, "all"], default=list(RECIPES),
                    help="the methods to run (default the issue's table: " + ", ".join(RECIPES) + "; all: every "

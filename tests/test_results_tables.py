@@ -339,6 +339,32 @@ def test_quality_gives_every_row_of_a_family_timed_again_that_one_timing(tmp_pat
     assert again[1]["pixel4_ms"] == 9.9 and quality.family_of(rows[2]) is None
 
 
+def test_quality_rows_trained_elsewhere_take_each_familys_file_from_the_benchmarks_own_rows(tmp_path, student_dir):
+    """Runs collected into a results file of their own (a lent GPU's, their weights left there) carry the GPU's
+    name, the parameters their config builds, and their family's size and latency as the benchmark's own rows
+    (docs/results/quality.json) recorded them: the file is the architecture's, wherever it trained."""
+    import shutil
+
+    from benchmarks import quality
+    from mobilekd.fileio import REPO_ROOT, write_json
+    from mobilekd.models.hf import load_pretrained
+
+    d = quality.run_dir(tmp_path / "runs", "rte", "teacher", 0)
+    d.mkdir(parents=True)
+    shutil.copy(student_dir / "config.json", d)
+    write_json(d / "results.json", {"complete": True, "metrics": {"dev": {"accuracy": 0.55}}, "best_metric": "accuracy",
+                                    "steps": 234, "lr": 5e-5, "wall_seconds": 30.2, "train_examples": 2490,
+                                    "training": [{"cpu": "Intel(R) Xeon(R) Processor",
+                                                  "gpu": "NVIDIA H100 80GB HBM3"}]})
+    found, _ = quality.rows(tmp_path / "runs", ["rte"], [0], tmp_path / "quality_gpu.json")
+    [teacher] = [r for r in found if r["method"] == "teacher"]
+    own = quality.recorded(REPO_ROOT / quality.RESULTS)["teacher"]
+    assert {k: teacher[k] for k in quality.LATENCY_FIELDS} == own and own["pixel4_ms"] > 0
+    assert teacher["gpu"] == "NVIDIA H100 80GB HBM3" and teacher["value"] == 0.55
+    assert teacher["params"] == sum(t.numel() for t in load_pretrained(student_dir).state_dict().values())
+    assert {r["method"] for r in found} == {"teacher", "tfidf", "majority"}
+
+
 def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_out():
     """Every planned run at its task and method's mean seconds times the issue's 3 seeds, a run's metric rows once,
     every shared stage once (its longest record; a 0-second stage is measured, not missing), over 2 workers; a method
