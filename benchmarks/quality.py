@@ -49,10 +49,10 @@ and a fair one only at a run's end.
 
 Each family's SST-2 model of the first seed run (0 by default) is exported (fp32, parity on the whole dev set; the
 BiLSTM as the file an app ships, with TFLite's fused LSTM kernel) and timed beside the teacher's, Model Maker's and
-the files earlier invocations exported in one `mobilekd latency` run (1 thread, sequence 128), the plan's
-last: nothing trains beside it; a
-family's size and latency are given to its rows of every task, those of runs gone from OUT included. Model Maker
-runs in a virtual environment of its own under OUT (benchmarks/model_maker.py: its pins are not ours).
+the files earlier invocations exported in one `mobilekd latency` run (1 thread, sequence 128), the plan's last:
+nothing trains beside it; a family's size and latency are given to its rows of every task, those of runs gone from
+OUT included. Model Maker runs in a virtual environment of its own under OUT (benchmarks/model_maker.py: its pins
+are not ours).
 """
 
 from __future__ import annotations
@@ -124,6 +124,7 @@ EXPORTED = {"teacher": "teacher", "mobilebert": "pkt-kd", "subset2": "subset2-kd
             "bilstm": "bilstm-kd-aug"}  # family -> the method whose SST-2 model is exported and timed
 ORDER = [*METHODS, *BASELINES]
 MODEL_MAKER = "average word embedding"  # Model Maker's rows' student
+TIMED = {**FAMILIES, "model-maker": MODEL_MAKER}  # the `student` of the rows whose file each family's timing is
 RESULTS = "docs/results/quality.json"  # the benchmark's rows (--results), relative to the repository
 
 
@@ -266,9 +267,8 @@ def model_maker_file(out: Path) -> Path | None:
 
 def jobs(out: Path, tasks: list[str], seeds: list[int], chosen=tuple(METHODS)) -> list[Job]:
     """The shared stages the `chosen` methods stand on, then seed by seed and task by task (partial results are
-    whole seeds), the exports once SST-2's runs of the first seed exist, and the timing after every run: a latency
-    run beside training reads host milliseconds up to ten times too slow (a run that failed holds it back until an
-    invocation finishes it)."""
+    whole seeds), the exports once SST-2's runs of the first seed exist, and the timing after every other run has
+    ended (done or failed): a latency run beside training reads host milliseconds up to ten times too slow."""
     plan = []
     for seed in seeds:
         for task in tasks:
@@ -279,7 +279,7 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], chosen=tuple(METHODS)) -
     plan = [j for j in stage_jobs(out) if j.name in needed] + plan
     for job in plan:
         if job.name == "latency":
-            job.needs += [j.name for j in plan if j.name != "latency" and j.name not in job.needs]
+            job.after = [j.name for j in plan if j.name != "latency" and j.name not in job.needs]
     return plan
 
 
@@ -309,8 +309,8 @@ def recorded(results: Path) -> dict[str, dict]:
     The file's rows are taken as this benchmark's, whatever OUT wrote them."""
     found = {}
     for r in read_json(results) if results.is_file() else []:
-        family = family_of(r)
-        if family is not None and all(k in r for k in LATENCY_FIELDS):
+        family = family_of(r)  # a family's older shape (another `student`) was another file
+        if family is not None and all(k in r for k in LATENCY_FIELDS) and r.get("student") == TIMED[family]:
             found.setdefault(family, {k: r[k] for k in LATENCY_FIELDS})
     return found
 
@@ -324,9 +324,8 @@ def restamped(results: Path, fresh: dict[str, dict]) -> list[dict]:
     """The results file's rows of the families timed in OUT whose size or latency differ from that timing: rows of
     runs gone from OUT keep their scores and take the family's one timing (every row of a family, one run's). Only
     rows of the student timed (their `student` is the family's as it stands): a family's older shape keeps its own."""
-    names = {**FAMILIES, "model-maker": MODEL_MAKER}
     return [{**r, **fresh[f]} for r in (read_json(results) if results.is_file() else [])
-            if (f := family_of(r)) in fresh and r.get("student") == names[f]
+            if (f := family_of(r)) in fresh and r.get("student") == TIMED[f]
             and any(r.get(k) != fresh[f][k] for k in LATENCY_FIELDS)]
 
 
@@ -459,7 +458,7 @@ def best_student(results: list[dict], task: str, metric: str) -> str | None:
     pixel = {r["method"]: r["pixel4_ms"] for r in results if r.get("pixel4_ms") is not None}
     small = [m for m in METHODS if m != "teacher" and m not in ABLATIONS and values(results, task, metric, m)
              and teacher_ms and pixel.get(m, float("inf")) <= teacher_ms / 3]
-    return max(small, key=lambda m: (len(values(results, task, metric, m)),
+    return max(small, key=lambda m: (len(by_seed(results, task, metric, m)),
                                      statistics.mean(values(results, task, metric, m)))) if small else None
 
 

@@ -27,7 +27,7 @@ from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
 from mobilekd.models.heads import HEADS
-from mobilekd.models.hf import load_config
+from mobilekd.models.hf import load_config, transformers_extras
 from mobilekd.recipes import export
 from mobilekd.rundir import finished_results, training_cpu, training_gpu
 
@@ -41,6 +41,7 @@ class Job:
     out: Path
     needs: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # set for this run only
+    after: list[str] = field(default_factory=list)  # runs once these have ended, done or failed (order, not need)
 
     def done(self) -> bool:
         if self.argv[0] in ("finetune", "fastbert", "bilstm", "qat", "multitask", "cmlm", "seq2seq"):
@@ -72,7 +73,8 @@ def with_needs(plan: list[Job], wanted) -> list[Job]:
 
 
 def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
-    """Run the jobs `workers` at a time, each when the jobs it needs are done; return the names that failed."""
+    """Run the jobs `workers` at a time, each when the jobs it needs are done and those it comes `after` have ended
+    (done or failed); return the names that failed."""
     logs.mkdir(parents=True, exist_ok=True)
     done = {j.name for j in plan if j.done()}
     failed, running = [], {}
@@ -84,6 +86,7 @@ def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
                                   env={**env, **job.env}, cwd=REPO_ROOT).returncode
 
     todo = [j for j in plan if j.name not in done]
+    names = {j.name for j in plan}
     print(f"{len(plan) - len(todo)} of {len(plan)} runs done already; {len(todo)} to run, {workers} at a time")
     with ThreadPoolExecutor(workers) as pool:
         while todo or running:
@@ -97,7 +100,9 @@ def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
             for job in [j for j in todo if j.done()]:  # finished meanwhile, e.g. by another invocation
                 done.add(job.name)
                 todo.remove(job)
-            for job in [j for j in todo if all(n in done for n in j.needs)]:
+            ended = done | set(failed)
+            for job in [j for j in todo if all(n in done for n in j.needs) and all(
+                    n in ended or n not in names for n in j.after)]:
                 if len(running) == workers:
                     break
                 print(f"{time.strftime('%H:%M:%S')} start {job.name}")
@@ -122,7 +127,8 @@ def parameters(model_dir: Path) -> int:
     if not (model_dir / "model.safetensors").is_file() and (model_dir / "config.json").is_file():
         config, head = load_config(model_dir)
         with torch.device("meta"):
-            return sum(t.numel() for t in HEADS[head].model_class(config).state_dict().values())
+            model = HEADS[head].model_class(config)
+            return sum(t.numel() for t in {**model.state_dict(), **transformers_extras(model)}.values())
     with safe_open(str(model_dir / "model.safetensors"), "pt") as f:
         return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
 

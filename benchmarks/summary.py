@@ -86,9 +86,9 @@ def custom() -> list[str]:
 
 
 def quality() -> list[str]:
-    """Per task, the student with the best mean on the full training set among those whose Pixel 4 estimate is at
-    most a third of the teacher's (the issue's rule, as benchmarks.quality's goals apply it), against the teacher
-    and the baselines."""
+    """Per task, the student on the full training set that benchmarks.quality's goals judge (`best_student`: within
+    a third of the teacher's Pixel 4 estimate, the issue's rule; of those measured over the most seeds, the best
+    mean), against the teacher and the baselines."""
     from benchmarks.quality import best_student, teacher_pixel4
     rows = _rows("quality")
     teacher_ms = teacher_pixel4(rows)

@@ -202,3 +202,19 @@ def test_a_benchmark_counts_an_export_done_only_with_every_file_it_asked_for(tmp
     assert not job.done()  # killed after its first file
     (out / "parity.json").write_text(json.dumps({"model_none.tflite": {}, "model_dynamic_int8.tflite": {}}))
     assert job.done()
+
+
+def test_a_benchmark_job_after_a_failed_one_still_runs_and_a_job_that_needs_it_does_not(tmp_path, capsys):
+    """`Job.after` orders (the quality benchmark's timing waits for every run to end), `Job.needs` depends: a run
+    that failed skips the jobs that need it, not those that only come after it, which start once it has ended."""
+    from benchmarks.runner import Job, run_all
+
+    broken = Job("broken", ["finetune", "--task", "sst2", "--model", str(tmp_path / "missing"), "--out",
+                            str(tmp_path / "broken")], tmp_path / "broken")
+    later = Job("later", ["init", "demo_student", str(tmp_path / "later")], tmp_path / "later", after=["broken"])
+    needing = Job("needing", ["init", "demo_student", str(tmp_path / "needing")], tmp_path / "needing",
+                  needs=["broken"])
+    failed = run_all([broken, later, needing], 2, tmp_path / "logs")
+    assert sorted(failed) == ["broken", "needing"] and later.done() and not needing.done()
+    log = capsys.readouterr().out
+    assert log.index("FAILED broken") < log.index("start later") and "skipped needing" in log

@@ -365,6 +365,20 @@ def test_quality_rows_trained_elsewhere_take_each_familys_file_from_the_benchmar
     assert {r["method"] for r in found} == {"teacher", "tfidf", "majority"}
 
 
+@pytest.mark.parametrize("head", ["pretraining", "classification", "cmlm", "qa"])
+def test_a_runs_parameters_are_counted_from_its_config_where_its_weights_stayed_elsewhere(tmp_path, head):
+    """Every head's count from config.json alone is the weights file's, the extras transformers reads (an untied
+    C-MLM decoder's bias) included."""
+    from mobilekd.models.heads import HEADS
+    from mobilekd.models.hf import save_pretrained
+    from mobilekd.models.presets import PRESETS
+
+    save_pretrained(HEADS[head].model_class(PRESETS["demo_student"].config), tmp_path, head=head)
+    full = runner.parameters(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    assert runner.parameters(tmp_path) == full > 0
+
+
 def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_out():
     """Every planned run at its task and method's mean seconds times the issue's 3 seeds, a run's metric rows once,
     every shared stage once (its longest record; a 0-second stage is measured, not missing), over 2 workers; a method
@@ -562,7 +576,8 @@ def test_quality_times_the_fused_bilstm_file_with_every_family_exported_before(t
     whole = quality.jobs(tmp_path, ["sst2", "rte"], [0, 1], ("teacher", "bilstm-kd-aug"))
     assert [j.name for j in whole][-1] != "latency" and "rte/bilstm-kd-aug/1" in [j.name for j in whole]
     latency = next(j for j in whole if j.name == "latency")
-    assert set(latency.needs) == {j.name for j in whole} - {"latency"}
+    assert set(latency.needs) | set(latency.after) == {j.name for j in whole} - {"latency"}
+    assert sorted(latency.needs) == ["export/bilstm", "export/teacher"]  # the others order it, a failure skips none
 
 
 def test_quality_takes_a_familys_timing_only_from_the_file_it_ships(tmp_path):
