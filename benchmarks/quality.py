@@ -546,7 +546,7 @@ def wall_goals(results: list[dict]) -> list[str]:
     default plan (the issue's table, RECIPES) and for every method (--methods all); only from rows of every task (a
     command run on some tasks prints none), and from runs on a CPU alone (a lent GPU's rows are another budget)."""
     results = [r for r in results if "gpu" not in r]
-    if not set(TASKS) <= {r["task"] for r in results}:
+    if not set(TASKS) <= {r["task"] for r in results if r["method"] in METHODS}:  # the baselines alone: no plan
         return []
     lines = []
     for name, chosen in (("the default plan (teacher, baselines, " + ", ".join(RECIPES[1:]) + ")", RECIPES),

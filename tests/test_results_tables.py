@@ -424,6 +424,8 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
     # a lent GPU's runs are no estimate of 2 cores: its rows are left out, as if not run (here: RTE's)
     on_gpu = [{**r, "gpu": "NVIDIA H100 80GB HBM3"} if r["task"] == "rte" else r for r in done]
     assert quality.wall_goals(on_gpu) == []
+    assert quality.wall_goals([{**r, "gpu": "NVIDIA H100 80GB HBM3"} if r["method"] in quality.METHODS else r
+                               for r in done]) == []  # the GPU's runs with this host's baselines beside them
     assert quality.wall_goals(done + [{**r, "gpu": "NVIDIA H100 80GB HBM3", "train_seconds": 1.0} for r in done]) == \
         quality.wall_goals(done)
 
