@@ -380,5 +380,6 @@ def main(argv=None):
     finally:
         TASKS.update(kept)
 
+
 if __name__ == "__main__":
     sys.exit(main())
