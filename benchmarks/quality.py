@@ -33,6 +33,7 @@ dev set; a row's value is the model after the last step, not one picked on dev:
     subset2-narrow-kd  the narrowed layer subset with logit KD                    (the teacher's layers, narrowed)
     subset2-kd-aug the layer subset with logit KD alone (--alpha 0) over the teacher-labelled augmented transfer
                    set (TinyBERT's augmentation, AUGMENT copies; AUGMENTED_EPOCHS epochs): small tasks only
+    subset2-narrow-kd-aug  the narrowed layer subset the same way: small tasks only
     tinybert-td    TinyBERT's two-step task distillation, over its augmented set (AUGMENT new copies an example;
                    none for SST-2, whose 67,349 sentences would take hours of masked-LM candidates) (TinyBERT family)
     bilstm-kd-aug  Tang et al.'s BiLSTM with KD over its transfer set             (BiLSTM family)
@@ -86,8 +87,9 @@ TINYBERT_STEPS = ["--layer-steps", "300", "--pd-steps", "200"]
 # 128 (subset2's 0.333, whose Pixel 4 estimate, 11.3 ms, is 0.337 of the teacher's 33.5): a tenth under the third
 NARROW_FFN = "1280"
 AUGMENT = {"sst2": "0", "mrpc": "4", "stsb": "4", "cola": "4", "rte": "4"}  # new copies per example (TinyBERT)
-AUGMENTED = ("tinybert-td", "subset2-kd-aug", "pkt-kd-aug")  # the methods that train over the augmented set where AUGMENT has one
-AUGMENTED_ONLY = ("subset2-kd-aug", "pkt-kd-aug")  # only where there is an augmented set (elsewhere: the -kd run)
+# the methods that train over the augmented set where AUGMENT has one
+AUGMENTED = ("tinybert-td", "subset2-kd-aug", "subset2-narrow-kd-aug", "pkt-kd-aug")
+AUGMENTED_ONLY = AUGMENTED[1:]  # only where there is an augmented set (elsewhere: the -kd run)
 AUGMENTED_EPOCHS = "3"  # the AUGMENTED_ONLY methods' epochs over the augmented set (a pair's set is up to 1 + 2 x 4 times the
                         # task's, 8.8 x on STS-B: 3 epochs over it are 5.3 x the steps of subset2-kd's 5)
 INTERMEDIATE_EPOCHS = {"sst2": "1"}  # TinyBERT's step 1 (default: the students' epochs)
@@ -105,6 +107,7 @@ METHODS = {
     "subset2-kd": ("subset2", "subset2", ["--method", "kd"], True),
     "subset2-kd-aug": ("subset2", "subset2", ["--method", "kd", "--alpha", "0"], True),
     "subset2-narrow-kd": ("subset2-narrow", "subset2-narrow", ["--method", "kd"], True),
+    "subset2-narrow-kd-aug": ("subset2-narrow", "subset2-narrow", ["--method", "kd", "--alpha", "0"], True),
     "tinybert-td": ("tinybert", "tinybert4", ["--method", "tinybert"], True),
     "bilstm-kd-aug": ("bilstm", None, [], True),
     "pkt": ("mobilebert", "pkt", ["--method", "ft"], False),
@@ -381,7 +384,9 @@ def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[
     did: a file's size and speed are its architecture's, wherever its rows trained (e.g. on a lent GPU, into a
     results file of their own); and the recorded rows of every family timed in OUT, with that timing (`restamped`)."""
     fresh = measured(out)
-    latency, stages = {**recorded(REPO_ROOT / RESULTS), **recorded(results), **fresh}, stage_seconds(out)
+    files = [REPO_ROOT / RESULTS] + ([results] if results.resolve() != (REPO_ROOT / RESULTS).resolve() else [])
+    latency = {k: v for f in files for k, v in recorded(f).items()} | fresh  # the later file's figures win
+    stages = stage_seconds(out)
     found, curves = [], []
     for task in tasks:
         for seed in seeds:
@@ -494,6 +499,7 @@ def goals(results: list[dict]) -> str:
                          f"{verdict([x - 0.9036 for x in v], -0.03)} |")
         for a, b, name in (("pkt-kd", "pkt", "task KD adds"), ("pkt-kd", "pkt-short-kd", "longer PKT adds"),
                            ("subset2-kd-aug", "subset2-kd", "the augmented transfer set adds"),
+                           ("subset2-narrow-kd-aug", "subset2-narrow-kd", "the augmented transfer set adds"),
                            ("pkt-kd-aug", "pkt-kd", "the augmented transfer set adds")):
             d = paired_differences(results, task, metric, a, b)
             if d:

@@ -552,7 +552,15 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
                 if j.name.startswith("mrpc/")}
 
     assert planned(quality.RECIPES) == set(quality.RECIPES)
-    assert {"pkt", "pkt-short-kd", "subset2-kd", "subset2-kd-aug", "pkt-kd-aug"} <= planned(tuple(quality.METHODS))
+    assert {"pkt", "pkt-short-kd", "subset2-kd", "subset2-kd-aug", "subset2-narrow-kd-aug",
+            "pkt-kd-aug"} <= planned(tuple(quality.METHODS))
+    # the narrowed subset over the augmented set: its own start, KD alone, TinyBERT's copies; none on SST-2
+    narrow = {j.name: j.argv for j in quality.jobs(tmp_path, ["mrpc", "sst2"], [0], ["subset2-narrow-kd-aug"])}
+    argv = narrow["mrpc/subset2-narrow-kd-aug/0"]
+    assert argv[argv.index("--model") + 1] == str(quality.stage_dirs(tmp_path)["subset2-narrow"])
+    assert argv[argv.index("--alpha") + 1] == "0" and argv[argv.index("--augment") + 1] == quality.AUGMENT["mrpc"]
+    assert argv[argv.index("--epochs") + 1] == quality.AUGMENTED_EPOCHS
+    assert not any(name.startswith("sst2/subset2-narrow") for name in narrow)
     assert quality.parse([]).methods == list(quality.RECIPES)
     assert quality.parse(["--methods", "all"]).methods == list(quality.METHODS)
     assert quality.parse(["--methods", "pkt", "subset2-kd"]).methods == ["pkt", "subset2-kd"]
