@@ -19,6 +19,7 @@ from mobilekd.finetune.multitask import multitask_loss
 from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.multitask import MultiTaskModel, TaskHead, load_multitask, save_multitask, single_task
+from mobilekd.rundir import training_cpu, training_gpu
 from mobilekd.train.loop import Batches
 
 HEADS = {"sst2": TaskHead(("negative", "positive"), ("accuracy",)), "stsb": TaskHead(None, ("pearson", "spearman")),
@@ -159,6 +160,7 @@ def test_recipe_at_micro_scale(tmp_path, tokenizer):
     run_module("mobilekd", "multitask", *common, *teachers, "--out", out)
     result = json.loads((out / "results.json").read_text())
     assert result["method"] == "multi-task-ensemble-kd" and result["steps"] == 6 and result["complete"]
+    assert training_cpu(result) and training_gpu(result) == {}  # what the rows' cpu and gpu read
     tasks = result["tasks"]
     assert set(tasks) == {"sst2", "stsb", "rte"} and all(t["train_examples"] == 40 for t in tasks.values())
     assert tasks["sst2"]["share"] == pytest.approx(5 / 15)

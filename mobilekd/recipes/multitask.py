@@ -36,7 +36,7 @@ from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.data.tasks import encode_classification, load_task, task_data, training_subset
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
-from mobilekd.fileio import write_json
+from mobilekd.fileio import read_json, write_json
 from mobilekd.finetune.ensemble import check_teacher, member_outputs, soft_targets
 from mobilekd.finetune.evaluation import DevEvaluator, write_predictions
 from mobilekd.finetune.metrics import classification_metrics
@@ -170,7 +170,8 @@ def run(args, accelerator):
             "regression_kd": args.regression_kd if teachers else None, "wall_seconds": round(time.time() - start, 1),
             "complete": True})
 
-    run_plan([stage], model, train, cfg, accelerator, resume=args.resume, on_eval=on_eval)
+    summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume, on_eval=on_eval)
+    write_json(out / "results.json", {**read_json(out / "results.json"), "training": summaries})  # its CPU, GPU
     print(f"model in {out}")
 
 
