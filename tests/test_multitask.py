@@ -160,7 +160,7 @@ def test_recipe_at_micro_scale(tmp_path, tokenizer):
     run_module("mobilekd", "multitask", *common, *teachers, "--out", out)
     result = json.loads((out / "results.json").read_text())
     assert result["method"] == "multi-task-ensemble-kd" and result["steps"] == 6 and result["complete"]
-    assert training_cpu(result) and training_gpu(result) == {}  # what the rows' cpu and gpu read
+    assert training_cpu(result) and (training_gpu(result) != {}) == torch.cuda.is_available()  # the rows' cpu, gpu
     tasks = result["tasks"]
     assert set(tasks) == {"sst2", "stsb", "rte"} and all(t["train_examples"] == 40 for t in tasks.values())
     assert tasks["sst2"]["share"] == pytest.approx(5 / 15)

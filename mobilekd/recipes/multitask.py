@@ -167,11 +167,11 @@ def run(args, accelerator):
         write_json(out / "results.json", {
             "method": method, "model": str(args.model), "tasks": scores, "steps": step, "batch_size": args.batch_size,
             "lr": args.lr, "max_len": args.max_len, "kd_combine": args.kd_combine if teachers else None,
-            "regression_kd": args.regression_kd if teachers else None, "wall_seconds": round(time.time() - start, 1),
-            "complete": True})
+            "regression_kd": args.regression_kd if teachers else None, "wall_seconds": round(time.time() - start, 1)})
 
     summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume, on_eval=on_eval)
-    write_json(out / "results.json", {**read_json(out / "results.json"), "training": summaries})  # its CPU, GPU
+    # complete last, with the training summaries (the CPU, or GPU, it trained on: benchmarks.multitask's rows)
+    write_json(out / "results.json", {**read_json(out / "results.json"), "training": summaries, "complete": True})
     print(f"model in {out}")
 
 
