@@ -42,7 +42,7 @@ from benchmarks import teacher_value
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd import flags
-from mobilekd.rundir import finished_results, training_cpu, training_gpu
+from mobilekd.rundir import finished_results, trained_on
 
 
 class Recipe(NamedTuple):
@@ -238,7 +238,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
         t = recorded(run_dir(out, task, "teacher"), task)
         if t is not None:
             found += [{"task": task, "method": "teacher", "seed": 0, "metric": m, "value": round(v, 4),
-                       "train_seconds": seconds(t), "cpu": training_cpu(t), **training_gpu(t), **budget(task)}
+                       "train_seconds": seconds(t), **trained_on(t), **budget(task)}
                       for m, v in t["metrics"]["dev"].items()]
         for seed in seeds:
             dirs = {m: run_dir(out, task, m, seed) for m in METHODS}
@@ -248,7 +248,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                     continue
                 m = r["metrics"]
                 shared = {"task": task, "method": method, "seed": seed, "params": r["params"], "steps": r["steps"],
-                          "train_seconds": seconds(r), "cpu": training_cpu(r), **training_gpu(r), **budget(task),
+                          "train_seconds": seconds(r), **trained_on(r), **budget(task),
                           **({"soft_target_seconds": r["soft_target_seconds"]} if r.get("soft_target_seconds") else {})}
                 found += [{**shared, "metric": f"{k}{suffix}", "value": v} for split, suffix in
                           (("dev_beam", ""), ("dev", "_greedy")) if split in m for k, v in m[split].items()]

@@ -40,7 +40,7 @@ from benchmarks.runner import (RESUMABLE, VERDICTS, Job, columns, comparison, co
                                judged_cell, mean_std_cell, metric_rank, paired_differences, parameters, values,
                                verdict)
 from mobilekd.fileio import REPO_ROOT, read_json
-from mobilekd.rundir import training_cpu, training_gpu
+from mobilekd.rundir import trained_on
 
 TASKS = ["sst2", "mrpc", "stsb", "rte", "cola"]
 MULTITASK = ["--max-train-examples", "10000", "--subset-seed", "0", "--epochs", "1", "--max-len", "128",
@@ -98,7 +98,7 @@ def rows(out: Path, seeds: list[int]) -> list[dict]:
             if r is None:
                 continue
             shared = {"params": parameters(d), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"],
-                      "cpu": training_cpu(r), **training_gpu(r)}
+                      **trained_on(r)}
             for task, scores in r["tasks"].items():
                 found += _metric_rows(task, method, seed, next(iter(scores["metrics"].values())), shared)
             if taught and members is None:
@@ -108,7 +108,7 @@ def rows(out: Path, seeds: list[int]) -> list[dict]:
             own = finished_results(Path(teacher["model"])) or {}
             found += _metric_rows(task, "single-task", seed, teacher["metrics"],
                                   {"train_seconds": own.get("wall_seconds"), "steps": own.get("steps"),
-                                   "cpu": training_cpu(own), **training_gpu(own)})
+                                   **trained_on(own)})
         found += _metric_rows(task, "ensemble", 0, scores["ensemble"], {"members": len(scores["teachers"])})
     sizes = _sizes(out)
     return [{**r, **sizes.get((r["method"], r["seed"]), {})} for r in found]

@@ -384,7 +384,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[
     did: a file's size and speed are its architecture's, wherever its rows trained (e.g. on a lent GPU, into a
     results file of their own); and the recorded rows of every family timed in OUT, with that timing (`restamped`)."""
     fresh = measured(out)
-    files = [REPO_ROOT / RESULTS] + ([results] if results.resolve() != (REPO_ROOT / RESULTS).resolve() else [])
+    files = dict.fromkeys(f.resolve() for f in (REPO_ROOT / RESULTS, results))  # read once where they are one
     latency = {k: v for f in files for k, v in recorded(f).items()} | fresh  # the later file's figures win
     stages = stage_seconds(out)
     found, curves = [], []

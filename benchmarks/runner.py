@@ -29,7 +29,7 @@ from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
 from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, transformers_extras
 from mobilekd.recipes import export
-from mobilekd.rundir import finished_results, training_cpu, training_gpu
+from mobilekd.rundir import finished_results, trained_on
 
 RESUMABLE = ["--threads", "1", "--resume"]
 
@@ -142,7 +142,7 @@ def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> lis
         return []
     dev = next(iter((metrics or r["metrics"]).values()))
     shared = {"params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"],
-              "cpu": training_cpu(r), **training_gpu(r)}
+              **trained_on(r)}
     names = [r["best_metric"]] + [m for m in dev if m != r["best_metric"]]
     return [{**identity, "metric": m, "value": round(dev[m], 4), **shared} for m in names]
 

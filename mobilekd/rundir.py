@@ -76,3 +76,8 @@ def training_gpu(results: dict) -> dict:
     """The GPU a run trained on, as its training loop recorded it, as a row's field ({} for a run on a CPU)."""
     found = next((s["gpu"] for s in results.get("training") or [] if s.get("gpu")), None)
     return {"gpu": found} if found else {}
+
+
+def trained_on(results: dict) -> dict:
+    """A row's fields for the machine a run trained on: its CPU, and its GPU where it had one."""
+    return {"cpu": training_cpu(results), **training_gpu(results)}
