@@ -12,7 +12,7 @@ from filelock import FileLock
 from safetensors.numpy import save_file
 
 from helpers import BERT, one_line_error, run_module
-from mobilekd.data.augment import Augmentor, words
+from mobilekd.data.augment import Augmentor, augmented, words
 from mobilekd.data.examples import TextExample
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.errors import UserError
@@ -189,6 +189,38 @@ def test_augmentation_is_deterministic_keeps_labels_and_the_original(augmentor):
     pair = [TextExample("he said it was fine", "he stated it was good", "1", "p:1")]
     out = augmentor.augment(pair, 4, seed=0)
     assert all(e.text_a == pair[0].text_a or e.text_b == pair[0].text_b for e in out)
+
+
+def test_a_run_waits_for_the_augmented_set_another_run_is_computing(tmp_path, tokenizer):
+    """Two runs of the same augmented set started together (a benchmark's seeds): the second waits on the first's
+    lock and reads its file, loading no model and computing nothing."""
+    model_dir = tmp_path / "mlm"
+    save_pretrained(MobileBertForPreTraining(BERT), model_dir, tokenizer)
+    examples = [TextExample("a dull and tedious affair", None, "negative", "t:1")]
+    loads = []
+
+    def load(path):
+        loads.append(path)
+        return load_pretrained(path, "pretraining").eval(), tokenizer
+
+    run = lambda: augmented(examples, model_dir, 3, 0, tmp_path / "cache", load)  # noqa: E731
+    mine, cached = run()  # the file, and its path: the only one under augmented/
+    assert not cached and len(loads) == 1
+    path, = (tmp_path / "cache" / "augmented").glob("*.json")
+    path.unlink()
+    first = FileLock(f"{path}.lock")
+    first.acquire()  # the first run, computing
+    second = {}
+    thread = threading.Thread(target=lambda: second.update(zip(("examples", "cached"), run())))
+    thread.start()
+    thread.join(2.0)
+    assert thread.is_alive() and not path.exists()  # waiting, not computing
+    written = [TextExample("written by the first run", None, "negative", "t:1")]
+    path.write_text(json.dumps([e.__dict__ for e in written]))
+    first.release()
+    thread.join(60)
+    assert not thread.is_alive() and second["cached"] and second["examples"] == written and len(loads) == 1
+    assert run() == (written, True)
 
 
 def test_each_candidate_word_is_replaced_with_probability_p(augmentor):
