@@ -561,6 +561,15 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     assert argv[argv.index("--alpha") + 1] == "0" and argv[argv.index("--augment") + 1] == quality.AUGMENT["mrpc"]
     assert argv[argv.index("--epochs") + 1] == quality.AUGMENTED_EPOCHS
     assert not any(name.startswith("sst2/subset2-narrow") for name in narrow)
+    # its longer run: the same argv but for twice the epochs, evaluated as often over them (EVAL_POINTS)
+    long = quality.jobs(tmp_path, ["mrpc"], [0], ["subset2-narrow-kd-aug-long"])[-1].argv
+    assert long[long.index("--epochs") + 1] == "6" == str(2 * int(quality.AUGMENTED_EPOCHS))
+    assert int(long[long.index("--eval-every") + 1]) == 2 * int(argv[argv.index("--eval-every") + 1])
+
+    def rest(a):  # the argv but for the flags the two runs differ in
+        drop = {i for f in ("--epochs", "--eval-every", "--out") for i in (a.index(f), a.index(f) + 1)}
+        return [x for i, x in enumerate(a) if i not in drop]
+    assert rest(long) == rest(argv)
     assert quality.parse([]).methods == list(quality.RECIPES)
     assert quality.parse(["--methods", "all"]).methods == list(quality.METHODS)
     assert quality.parse(["--methods", "pkt", "subset2-kd"]).methods == ["pkt", "subset2-kd"]
