@@ -20,6 +20,7 @@ from mobilekd.models.bilstm import BiLSTMClassifier, BiLSTMConfig, segment_masks
 from mobilekd.models.config import ModelConfig
 from mobilekd.models.heads import MobileBertForPreTraining
 from mobilekd.models.hf import save_pretrained
+from mobilekd.recipes.bilstm import transfer_labels
 from mobilekd.transfer.losses import logit_mse
 
 SENTENCES = ["the quick brown fox jumps over the lazy dog near the old river bank today",
@@ -166,16 +167,50 @@ def test_packed_and_unrolled_lstm_agree_on_dev_pairs(tokenizer, pooling):
     torch.testing.assert_close(h1, h2)
 
 
+MICRO_BERT = ModelConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                         hidden_act="gelu", embedding_size=64, trigram_input=False, embedding_transformation=False,
+                         use_bottleneck=False, intra_bottleneck_size=64, key_query_shared_bottleneck=False,
+                         num_feedforward_networks=1, normalization_type="layer_norm")
+
+
+def test_new_samples_take_the_teachers_class_or_score():
+    task = load_task("stsb", default_data("stsb"), eval_only=True)
+    logits = np.array([[4.2], [0.5], [3.0]], np.float32)
+    labels = transfer_labels(task, np.array([1.0, 2.0, 0.0], np.float32), logits, originals=1)
+    assert labels.tolist() == [1.0, 0.5, 3.0]  # the original keeps its gold score
+    sst2 = load_task("sst2", default_data("sst2"), eval_only=True)
+    labels = transfer_labels(sst2, np.array([1, 0, 0]), np.array([[0.1, 0.9], [2.0, -1.0], [0.0, 3.0]]), originals=1)
+    assert labels.tolist() == [1, 0, 1]
+
+
+def test_a_regression_task_distils_into_one_output_fitting_the_teachers_scores(tmp_path, tokenizer):
+    """STS-B (ours, not the paper's): one output, the new samples' targets the teacher's scores, Pearson on dev, and
+    a file that agrees with PyTorch."""
+    torch.manual_seed(0)
+    base = tmp_path / "base"
+    save_pretrained(MobileBertForPreTraining(MICRO_BERT), base, tokenizer)
+    common = ["--task", "stsb", "--max-train-examples", 48, "--max-len", 32, "--threads", 1]
+    run_module("mobilekd", "finetune", "--model", base, *common, "--epochs", 1, "--eval-every", 0,
+               "--out", tmp_path / "teacher")
+    run_module("mobilekd", "bilstm", "--teacher", tmp_path / "teacher", *common, "--augment", 3, "--max-steps", 8,
+               "--embedding-size", 16, "--hidden-size", 12, "--cache-dir", tmp_path / "cache",
+               "--out", tmp_path / "bilstm")
+    result = json.loads((tmp_path / "bilstm" / "results.json").read_text())
+    assert result["complete"] and result["best_metric"] == "pearson" and 48 < result["train_examples"] <= 48 * 4
+    assert -1 <= result["metrics"]["dev"]["pearson"] <= 1
+    assert json.loads((tmp_path / "bilstm" / "bilstm.json").read_text())["id2label"] == {"0": "score"}
+    run_module("mobilekd", "export", "--model", tmp_path / "bilstm", "--seq-len", 32, "--parity-examples", 16,
+               "--out", tmp_path / "tflite")
+    parity = json.loads((tmp_path / "tflite" / "parity.json").read_text())["model_none.tflite"]
+    assert parity["max_abs_diff"] < 1e-4
+
+
 def test_recipe_export_and_parity_at_micro_scale(tmp_path, tokenizer):
     """Fine-tune a small BERT teacher on SST-2, distil it into a BiLSTM over a transfer set, export: the file agrees
     with PyTorch on dev sentences and carries MediaPipe's metadata; bad input gives one-line errors."""
     torch.manual_seed(0)
-    bert = ModelConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                       hidden_act="gelu", embedding_size=64, trigram_input=False, embedding_transformation=False,
-                       use_bottleneck=False, intra_bottleneck_size=64, key_query_shared_bottleneck=False,
-                       num_feedforward_networks=1, normalization_type="layer_norm")
     base = tmp_path / "base"
-    save_pretrained(MobileBertForPreTraining(bert), base, tokenizer)
+    save_pretrained(MobileBertForPreTraining(MICRO_BERT), base, tokenizer)
     common = ["--task", "sst2", "--max-train-examples", 48, "--max-len", 32, "--threads", 1]
     run_module("mobilekd", "finetune", "--model", base, *common, "--epochs", 1, "--eval-every", 0,
                "--out", tmp_path / "teacher")
