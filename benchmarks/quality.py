@@ -35,6 +35,7 @@ dev set; a row's value is the model after the last step, not one picked on dev:
                    set (TinyBERT's augmentation, AUGMENT copies; AUGMENTED_EPOCHS epochs): small tasks only
     subset2-narrow-kd-aug  the narrowed layer subset the same way: small tasks only
     subset2-narrow-kd-aug-long  the same for LONG_EPOCHS epochs over the augmented set: what longer training adds
+                   (small tasks only)
     tinybert-td    TinyBERT's two-step task distillation, over its augmented set (AUGMENT new copies an example;
                    none for SST-2, whose 67,349 sentences would take hours of masked-LM candidates) (TinyBERT family)
     bilstm-kd-aug  Tang et al.'s BiLSTM with KD over its transfer set             (BiLSTM family)
@@ -91,8 +92,9 @@ AUGMENT = {"sst2": "0", "mrpc": "4", "stsb": "4", "cola": "4", "rte": "4"}  # ne
 # the methods that train over the augmented set where AUGMENT has one
 AUGMENTED = ("tinybert-td", "subset2-kd-aug", "subset2-narrow-kd-aug", "pkt-kd-aug", "subset2-narrow-kd-aug-long")
 AUGMENTED_ONLY = AUGMENTED[1:]  # only where there is an augmented set (elsewhere: the -kd run)
-AUGMENTED_EPOCHS = "3"  # the AUGMENTED_ONLY methods' epochs over the augmented set (a pair's set is up to 1 + 2 x 4 times the
-                        # task's, 8.8 x on STS-B: 3 epochs over it are 5.3 x the steps of subset2-kd's 5)
+# the AUGMENTED_ONLY methods' epochs over the augmented set (LONG_EPOCHS where named); a pair's set is up to
+# 1 + 2 x 4 times the task's, 8.8 x on STS-B: 3 epochs over it are 5.3 x the steps of subset2-kd's 5
+AUGMENTED_EPOCHS = "3"
 # subset2-narrow-kd-aug-long's epochs over the augmented set: at 3, STS-B's dev Pearson still rose over the third
 # epoch (seeds 0-2: +0.024, +0.012, +0.011 from step 3,360 to the last, 4,758), as the learning rate decayed
 LONG_EPOCHS = {"subset2-narrow-kd-aug-long": "6"}
@@ -158,9 +160,13 @@ def steps_per_epoch(task: str) -> int:
     return -(-len(load_task(task, task_data(task, None)).train) // 32)
 
 
+def augmented_epochs(method: str) -> str:
+    return LONG_EPOCHS.get(method, AUGMENTED_EPOCHS)
+
+
 def student_epochs(task: str, method: str) -> str:
     if method in AUGMENTED_ONLY:
-        return LONG_EPOCHS.get(method, AUGMENTED_EPOCHS)
+        return augmented_epochs(method)
     if method in AUGMENTED and AUGMENT[task] != "0":  # tinybert-td over its augmented set: the task's epochs
         return TASKS[task][2]
     return OWN_SET_EPOCHS.get(task, TASKS[task][2])
@@ -220,8 +226,8 @@ def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Jo
             plan.append(Job(f"{task}/{method}/{seed}", [
                 "finetune", "--task", task, "--model", str(d[start]), "--epochs", student_epochs(task, method),
                 "--max-len", max_len, "--lr", STUDENT_LR, "--seed", str(seed), "--eval-every",
-                str(every(epochs) * (1 + int(AUGMENT[task])) * int(LONG_EPOCHS.get(method, AUGMENTED_EPOCHS))
-                    // int(AUGMENTED_EPOCHS) if augmented else  # augmented: more steps
+                str(every(epochs) * (1 + int(AUGMENT[task])) * int(augmented_epochs(method)) // int(AUGMENTED_EPOCHS)
+                    if augmented else  # augmented: more steps
                     every(student_epochs(task, method))), *flags,
                 *(["--teacher", str(teacher)] if taught else []), "--out", str(r), *RESUMABLE],
                 r, [stage_of(start)] + ([f"{task}/teacher/{seed}"] if taught else [])))
@@ -477,7 +483,7 @@ def goals(results: list[dict]) -> str:
     """The issue's goals per task, seed by seed against 2 standard errors (`runner.verdict`): the best student whose
     Pixel 4 estimate is at most a third of the teacher's, against TF-IDF + LR, the majority class and its share of
     the teacher; on SST-2 against Model Maker (+6 points) and MobileBERT's published 90.36% (-3 points); and what
-    each ablation (and the augmented transfer set) adds, and what narrowing the layer subset's FFNs costs."""
+    each ablation (the augmented transfer set, and longer training over it) adds, and what narrowing the layer subset's FFNs costs."""
     lines = ["| goal | measured, seed by seed | target | verdict |", "|---|---|---|---|"]
     two_sided = False
     for task, metric in [c for c in columns(results) if metric_rank(*c) == 0]:
@@ -507,7 +513,9 @@ def goals(results: list[dict]) -> str:
                            ("subset2-kd-aug", "subset2-kd", "the augmented transfer set adds"),
                            ("subset2-narrow-kd-aug", "subset2-narrow-kd", "the augmented transfer set adds"),
                            ("pkt-kd-aug", "pkt-kd", "the augmented transfer set adds"),
-                           ("subset2-narrow-kd-aug-long", "subset2-narrow-kd-aug", "twice the epochs add")):
+                           ("subset2-narrow-kd-aug-long", "subset2-narrow-kd-aug",
+                            f"{augmented_epochs('subset2-narrow-kd-aug-long')} epochs over it against "
+                            f"{AUGMENTED_EPOCHS} add")):
             d = paired_differences(results, task, metric, a, b)
             if d:
                 lines.append(f"| {task}: {name} ({a} - {b}) | {mean_std_cell(d, signed=True)} | > 0 | {verdict(d)} |")

@@ -1,4 +1,4 @@
-"""File helpers shared by every reader and writer: text that may be gzipped, and atomic writes."""
+"""File helpers shared by every reader and writer: text that may be gzipped, atomic writes, and caches computed once."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import json
 import os
 import tempfile
 from pathlib import Path
+
+from filelock import FileLock
 
 from mobilekd.errors import located
 
@@ -81,6 +83,28 @@ def atomic_path(path):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def cached_file(path, read, make, write):
+    """The value cached in the file `path` and True, or `make()`'s value, written there and False.
+
+    `read(path)` gives the file's value, or None where it is unusable (damaged, or for other inputs); `write(value,
+    tmp)` writes a value, atomically (`atomic_path`), while holding the lock beside the file (`<path>.lock`, the
+    `filelock` library): runs started together (a benchmark's seeds) compute it once, the others wait on the lock
+    and read the file."""
+    path = Path(path)
+    found = read(path) if path.is_file() else None
+    if found is not None:
+        return found, True
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock"):
+        found = read(path) if path.is_file() else None  # written by a run that held the lock before this one
+        if found is not None:
+            return found, True
+        value = make()
+        with atomic_path(path) as tmp:
+            write(value, tmp)
+    return value, False
 
 
 def save_png(fig, path, dpi: int = 120) -> None:

@@ -204,14 +204,14 @@ def test_a_run_waits_for_the_augmented_set_another_run_is_computing(tmp_path, to
         return load_pretrained(path, "pretraining").eval(), tokenizer
 
     run = lambda: augmented(examples, model_dir, 3, 0, tmp_path / "cache", load)  # noqa: E731
-    mine, cached = run()  # the file, and its path: the only one under augmented/
+    _, cached = run()  # the file, and its path: the only one under augmented/
     assert not cached and len(loads) == 1
     path, = (tmp_path / "cache" / "augmented").glob("*.json")
     path.unlink()
     first = FileLock(f"{path}.lock")
     first.acquire()  # the first run, computing
     second = {}
-    thread = threading.Thread(target=lambda: second.update(zip(("examples", "cached"), run())))
+    thread = threading.Thread(target=lambda: second.update(zip(("examples", "cached"), run())), daemon=True)
     thread.start()
     thread.join(2.0)
     assert thread.is_alive() and not path.exists()  # waiting, not computing

@@ -33,11 +33,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from filelock import FileLock
 from tqdm.auto import tqdm
 
-from mobilekd.data.examples import TextExample
-from mobilekd.fileio import atomic_path, file_digest
+from mobilekd.data.examples import TextExample, read_examples, write_examples
+from mobilekd.fileio import cached_file, file_digest
 
 N_PER_TASK = {"sst2": 20, "cola": 30, "mrpc": 30, "stsb": 30, "rte": 30, "mnli": 10, "qqp": 10, "qnli": 20}
 M, P = 15, 0.4
@@ -171,25 +170,16 @@ def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, c
         tuple[list[TextExample], bool]:
     """`examples` augmented by the model in `model_dir` (`load(model_dir)` -> (model, tokenizer)), cached in
     `cache_dir` under a key of the model's weights, the examples, n, M, p and the seed; and whether it was cached.
-    A lock beside the file (`<key>.json.lock`, as the teacher outputs' in mobilekd/finetune/teacher_outputs.py) lets
-    one run compute it: runs of the same set started together (a benchmark's seeds) wait for it and read it."""
+    Runs of the same set started together (a benchmark's seeds) compute it once (`cached_file`)."""
     h = hashlib.sha256(file_digest(Path(model_dir) / "model.safetensors").encode())
     h.update(json.dumps([[[e.text_a, e.text_b, e.label] for e in examples], n, M, P, seed]).encode())
     path = Path(cache_dir) / "augmented" / f"{h.hexdigest()[:20]}.json"
-    if path.is_file():
-        return _read(path), True
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{path}.lock"):
-        if path.is_file():  # written by a run that held the lock before this one
-            return _read(path), True
+
+    def make():
         model, tokenizer = load(model_dir)
         if torch.cuda.is_available():  # the masked-LM candidates are most of the cost: on the GPU where there is one
             model = model.cuda()
-        result = Augmentor(model, tokenizer).augment(examples, n, seed)
-        with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps([r.__dict__ for r in result]))
-    return result, False
+        return Augmentor(model, tokenizer).augment(examples, n, seed)
+    return cached_file(path, read_examples, make, write_examples)
 
 
-def _read(path: Path) -> list[TextExample]:
-    return [TextExample(**r) for r in json.loads(path.read_text())]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 
@@ -11,3 +12,16 @@ class TextExample:
     text_b: str | None
     label: str | float | None  # a label name, a regression target, or None (unlabelled test data)
     source: str = ""  # file:line, for error messages and prediction files
+
+
+def read_examples(path) -> list[TextExample] | None:
+    """The examples a cache file holds (`write_examples`'s JSON), or None where it is damaged (made again)."""
+    try:
+        return [TextExample(**r) for r in json.loads(open(path, encoding="utf-8").read())]
+    except (ValueError, TypeError):
+        return None
+
+
+def write_examples(examples: list[TextExample], path) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump([e.__dict__ for e in examples], f)

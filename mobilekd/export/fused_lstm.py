@@ -4,7 +4,8 @@ the layer's `api_implements` function, tensorflow/compiler/mlir/lite/transforms/
 litert-torch has no LSTM lowering: it unrolls `nn.LSTM` into about 50 operators a step and direction
 (`mobilekd.models.bilstm._unrolled`), each a dispatch on a phone; this file has a few dozen in all.
 
-The graph computes what `BiLSTMClassifier.forward` computes, under the export's three int32 inputs and its softmax:
+The graph computes what `BiLSTMClassifier.forward` computes, under the export's three int32 inputs and its softmax
+(the score itself for a one-output regression model):
   1. sentence a's and b's word pieces (`segment_masks`: attended, [CLS] and [SEP] left out, by segment); a pair
      runs as a batch of two through one shared encoder (siamese);
   2. each sentence's pieces gathered to the front in order (TOPK_V2 of mask x 2T - position) for the forward LSTM,
@@ -14,7 +15,8 @@ The graph computes what `BiLSTMClassifier.forward` computes, under the export's 
      reach an earlier step;
   3. the forward direction's final state is its output at step len - 1, the backward one's likewise (the reversed
      sentence's last step is the first word); `pooling: max` takes the maximum of the outputs over steps < len;
-  4. a sentence with no word pieces pools to zeros, then f(h1, h2) for pairs, fc1, ReLU, fc2, softmax.
+  4. a sentence with no word pieces pools to zeros, then f(h1, h2) for pairs, fc1, ReLU, fc2, softmax (a
+     regression model: fc2's score).
 Keras' LSTM gates are PyTorch's (i, f, g / c, o), its kernel the transpose of weight_ih, its one bias b_ih + b_hh.
 
 One departure, for the runtime's sake: each LSTM reads one step more, first. The converter gives the fused op its

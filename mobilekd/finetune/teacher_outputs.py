@@ -18,13 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from filelock import FileLock
 from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
 from mobilekd.data.tasks import INPUTS
-from mobilekd.fileio import atomic_path, file_digest
+from mobilekd.fileio import cached_file, file_digest
 
 
 def cache_key(teacher_dir: Path, split, with_cls: bool = True) -> str:
@@ -67,21 +66,16 @@ def cached_arrays(path: Path, n: int, make) -> tuple[dict[str, np.ndarray], bool
     """The arrays (each of `n` rows) in the safetensors file `path`, or `make()`'s, written there atomically while
     holding `path`'s lock; whether they came from the file; and the seconds `make()` took (kept in the file's
     metadata, so a benchmark can charge the cache to the teacher whichever run computed it; None for a file
-    written before mobilekd recorded it)."""
-    found = _cached(path, n)
-    if found is not None:
-        return found[0], True, found[1]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{path}.lock"):
-        found = _cached(path, n)  # written by a run that held the lock before this one
-        if found is not None:
-            return found[0], True, found[1]
+    written before mobilekd recorded it). Runs started together compute it once (`cached_file`)."""
+    def timed():
         start = time.time()
-        arrays = make()
-        seconds = round(time.time() - start, 1)
-        with atomic_path(path) as tmp:
-            save_file(arrays, str(tmp), metadata={"seconds": str(seconds)})
-    return arrays, False, seconds
+        return make(), round(time.time() - start, 1)
+
+    def write(value, tmp):
+        save_file(value[0], str(tmp), metadata={"seconds": str(value[1])})
+
+    (arrays, seconds), cached = cached_file(path, lambda p: _cached(p, n), timed, write)
+    return arrays, cached, seconds
 
 
 def _cached(path: Path, n: int) -> tuple[dict[str, np.ndarray], float | None] | None:

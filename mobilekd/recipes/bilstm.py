@@ -8,7 +8,7 @@ the training examples and their masked / POS-replaced / n-gram-sampled copies (`
     mobilekd bilstm --teacher T --task mrpc --loss ce --out runs/mrpc-bilstm-ce                 # labels only
     mobilekd export --model runs/sst2-bilstm --seq-len 64                                       # the .tflite
 
-The teacher (a classifier fine-tuned on --task, `mobilekd finetune`'s OUT) gives the vocabulary and tokenizer,
+The teacher (a model fine-tuned on --task, `mobilekd finetune`'s OUT: a classifier, or STS-B's regressor) gives the vocabulary and tokenizer,
 the starting embedding table (word2vec cannot be downloaded here) and, with --loss kd, the logits over every
 transfer-set example (computed once and cached beside it). The distillation term is the squared distance of the
 logits divided by the number of classes, as distill_birnn.py's `nn.MSELoss()` averages it. The CE term reads the
@@ -55,7 +55,7 @@ from mobilekd.train.loop import Stage, run_plan
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd bilstm", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--teacher", required=True, help="a classifier fine-tuned on --task (mobilekd finetune's OUT)")
+    p.add_argument("--teacher", required=True, help="a model fine-tuned on --task (mobilekd finetune's OUT)")
     add_task_flags(p, epochs=10, lr=1e-3, warmup=0.0, what="transfer-set")
     p.add_argument("--loss", choices=["kd", "ce"], default="kd",
                    help="kd: alpha x CE + (1 - alpha) x the mean squared difference of the logits to the teacher's "
