@@ -174,6 +174,21 @@ MICRO_BERT = ModelConfig(hidden_size=64, num_hidden_layers=2, num_attention_head
                          num_feedforward_networks=1, normalization_type="layer_norm")
 
 
+def micro_teacher_and_bilstm(tmp_path, tokenizer, task: str):
+    """A small random BERT fine-tuned on 48 of `task`'s examples (tmp_path/teacher), distilled into a BiLSTM over a
+    transfer set for 8 steps (tmp_path/bilstm); the random BERT's directory and the flags both runs shared."""
+    torch.manual_seed(0)
+    base = tmp_path / "base"
+    save_pretrained(MobileBertForPreTraining(MICRO_BERT), base, tokenizer)
+    common = ["--task", task, "--max-train-examples", 48, "--max-len", 32, "--threads", 1]
+    run_module("mobilekd", "finetune", "--model", base, *common, "--epochs", 1, "--eval-every", 0,
+               "--out", tmp_path / "teacher")
+    run_module("mobilekd", "bilstm", "--teacher", tmp_path / "teacher", *common, "--augment", 3, "--max-steps", 8,
+               "--embedding-size", 16, "--hidden-size", 12, "--cache-dir", tmp_path / "cache", "--out",
+               tmp_path / "bilstm")
+    return base, common
+
+
 def test_new_samples_take_the_teachers_class_or_score():
     logits = np.array([[4.2], [0.5], [3.0]], np.float32)
     labels = transfer_labels(SimpleNamespace(is_regression=True), np.array([1.0, 2.0, 0.0], np.float32), logits, 1)
@@ -186,15 +201,7 @@ def test_new_samples_take_the_teachers_class_or_score():
 def test_a_regression_task_distils_into_one_output_fitting_the_teachers_scores(tmp_path, tokenizer):
     """STS-B (ours, not the paper's): one output, the new samples' targets the teacher's scores, Pearson on dev, and
     a file that agrees with PyTorch."""
-    torch.manual_seed(0)
-    base = tmp_path / "base"
-    save_pretrained(MobileBertForPreTraining(MICRO_BERT), base, tokenizer)
-    common = ["--task", "stsb", "--max-train-examples", 48, "--max-len", 32, "--threads", 1]
-    run_module("mobilekd", "finetune", "--model", base, *common, "--epochs", 1, "--eval-every", 0,
-               "--out", tmp_path / "teacher")
-    run_module("mobilekd", "bilstm", "--teacher", tmp_path / "teacher", *common, "--augment", 3, "--max-steps", 8,
-               "--embedding-size", 16, "--hidden-size", 12, "--cache-dir", tmp_path / "cache",
-               "--out", tmp_path / "bilstm")
+    micro_teacher_and_bilstm(tmp_path, tokenizer, "stsb")
     result = json.loads((tmp_path / "bilstm" / "results.json").read_text())
     assert result["complete"] and result["best_metric"] == "pearson" and 48 < result["train_examples"] <= 48 * 4
     assert -1 <= result["metrics"]["dev"]["pearson"] <= 1
@@ -208,15 +215,7 @@ def test_a_regression_task_distils_into_one_output_fitting_the_teachers_scores(t
 def test_recipe_export_and_parity_at_micro_scale(tmp_path, tokenizer):
     """Fine-tune a small BERT teacher on SST-2, distil it into a BiLSTM over a transfer set, export: the file agrees
     with PyTorch on dev sentences and carries MediaPipe's metadata; bad input gives one-line errors."""
-    torch.manual_seed(0)
-    base = tmp_path / "base"
-    save_pretrained(MobileBertForPreTraining(MICRO_BERT), base, tokenizer)
-    common = ["--task", "sst2", "--max-train-examples", 48, "--max-len", 32, "--threads", 1]
-    run_module("mobilekd", "finetune", "--model", base, *common, "--epochs", 1, "--eval-every", 0,
-               "--out", tmp_path / "teacher")
-    run_module("mobilekd", "bilstm", "--teacher", tmp_path / "teacher", *common, "--augment", 3, "--max-steps", 8,
-               "--embedding-size", 16, "--hidden-size", 12, "--cache-dir", tmp_path / "cache", "--out",
-               tmp_path / "bilstm")
+    base, common = micro_teacher_and_bilstm(tmp_path, tokenizer, "sst2")
     result = json.loads((tmp_path / "bilstm" / "results.json").read_text())
     assert result["complete"] and result["original_examples"] == 48 and 48 < result["train_examples"] <= 48 * 4
     assert 0.3 < result["metrics"]["dev"]["accuracy"] < 0.8  # 872 sentences after 8 steps
