@@ -483,7 +483,8 @@ def goals(results: list[dict]) -> str:
     """The issue's goals per task, seed by seed against 2 standard errors (`runner.verdict`): the best student whose
     Pixel 4 estimate is at most a third of the teacher's, against TF-IDF + LR, the majority class and its share of
     the teacher; on SST-2 against Model Maker (+6 points) and MobileBERT's published 90.36% (-3 points); and what
-    each ablation (the augmented transfer set, and longer training over it) adds, and what narrowing the layer subset's FFNs costs."""
+    each ablation (the augmented transfer set, and longer training over it) adds, and what narrowing the layer
+    subset's FFNs costs."""
     lines = ["| goal | measured, seed by seed | target | verdict |", "|---|---|---|---|"]
     two_sided = False
     for task, metric in [c for c in columns(results) if metric_rank(*c) == 0]:

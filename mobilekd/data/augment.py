@@ -181,5 +181,3 @@ def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, c
             model = model.cuda()
         return Augmentor(model, tokenizer).augment(examples, n, seed)
     return cached_file(path, read_examples, make, write_examples)
-
-

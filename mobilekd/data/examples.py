@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass
@@ -17,7 +18,7 @@ class TextExample:
 def read_examples(path) -> list[TextExample] | None:
     """The examples a cache file holds (`write_examples`'s JSON), or None where it is damaged (made again)."""
     try:
-        return [TextExample(**r) for r in json.loads(open(path, encoding="utf-8").read())]
+        return [TextExample(**r) for r in json.loads(Path(path).read_text(encoding="utf-8"))]
     except (ValueError, TypeError):
         return None
 

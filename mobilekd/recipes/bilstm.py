@@ -8,12 +8,12 @@ the training examples and their masked / POS-replaced / n-gram-sampled copies (`
     mobilekd bilstm --teacher T --task mrpc --loss ce --out runs/mrpc-bilstm-ce                 # labels only
     mobilekd export --model runs/sst2-bilstm --seq-len 64                                       # the .tflite
 
-The teacher (a model fine-tuned on --task, `mobilekd finetune`'s OUT: a classifier, or STS-B's regressor) gives the vocabulary and tokenizer,
-the starting embedding table (word2vec cannot be downloaded here) and, with --loss kd, the logits over every
-transfer-set example (computed once and cached beside it). The distillation term is the squared distance of the
-logits divided by the number of classes, as distill_birnn.py's `nn.MSELoss()` averages it. The CE term reads the
-gold label of a training example and the teacher's argmax for a new sample, which carries no label of its own (a
-one-word n-gram of a positive review is not positive; the official join_logits.py labels every row by the
+The teacher (a model fine-tuned on --task, `mobilekd finetune`'s OUT: a classifier, or STS-B's regressor) gives the
+vocabulary and tokenizer, the starting embedding table (word2vec cannot be downloaded here) and, with --loss kd, the
+logits over every transfer-set example (computed once and cached beside it). The distillation term is the squared
+distance of the logits divided by the number of classes, as distill_birnn.py's `nn.MSELoss()` averages it. The CE
+term reads the gold label of a training example and the teacher's argmax for a new sample, which carries no label of
+its own (a one-word n-gram of a positive review is not positive; the official join_logits.py labels every row by the
 teacher's argmax), so --augment needs --loss kd.
 
 A regression task (STS-B) is ours, not the paper's (its tasks are SST-2, MNLI and QQP): the student has one output,
