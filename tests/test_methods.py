@@ -13,7 +13,7 @@ from safetensors.numpy import save_file
 
 from helpers import BERT, one_line_error, run_module
 from mobilekd.data.augment import Augmentor, augmented, words
-from mobilekd.data.examples import TextExample
+from mobilekd.data.examples import TextExample, write_examples
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.errors import UserError
 from mobilekd.finetune.teacher_outputs import cache_key, teacher_outputs
@@ -216,7 +216,7 @@ def test_a_run_waits_for_the_augmented_set_another_run_is_computing(tmp_path, to
     thread.join(2.0)
     assert thread.is_alive() and not path.exists()  # waiting, not computing
     written = [TextExample("written by the first run", None, "negative", "t:1")]
-    path.write_text(json.dumps([e.__dict__ for e in written]))
+    write_examples(written, path)
     first.release()
     thread.join(60)
     assert not thread.is_alive() and second["cached"] and second["examples"] == written and len(loads) == 1

@@ -79,8 +79,6 @@ def cached_arrays(path: Path, n: int, make) -> tuple[dict[str, np.ndarray], bool
 
 
 def _cached(path: Path, n: int) -> tuple[dict[str, np.ndarray], float | None] | None:
-    if not path.is_file():
-        return None
     arrays = load_file(str(path))
     if not all(len(v) == n for v in arrays.values()):
         return None
