@@ -418,6 +418,13 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
     hours, missing = quality.wall_estimate(done, quality.RECIPES)
     assert missing == {} and hours == pytest.approx(
         (5 * 3 * (1000 + 500 + 3 * 100 + 2) + 3 * 300 + 400 + 2000 + 85 + 600) / 2 / 3600)
+    # the default plan runs the subset family's STS-B recipe (TASK_RECIPES), which no row of `done` measures yet
+    assert quality.wall_estimate(done, [quality.DEFAULT])[1] == {"subset2-narrow-kd-aug-long": ["stsb"]}
+    done.append({"task": "stsb", "method": "subset2-narrow-kd-aug-long", "seed": 0, "metric": "pearson",
+                 "train_seconds": 400.0, "start_seconds": 85.0})
+    hours, missing = quality.wall_estimate(done, [quality.DEFAULT])
+    assert missing == {} and hours == pytest.approx(
+        (5 * 3 * (1000 + 500 + 3 * 100 + 2) + 3 * (400 - 100) + 3 * 300 + 400 + 2000 + 85 + 600) / 2 / 3600)
     assert [line.rsplit("|", 2)[-2].strip() for line in quality.wall_goals(done)] == [
         "holds (an estimate)", "not judged (some runs left out)"]  # the default plan; every method (pkt unmeasured)
     assert quality.wall_goals([r for r in done if r["task"] != "rte"]) == []  # a command run on some tasks
@@ -551,7 +558,14 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
         return {j.name.split("/")[1] for j in quality.jobs(tmp_path, ["mrpc"], [0], chosen)
                 if j.name.startswith("mrpc/")}
 
-    assert planned(quality.RECIPES) == set(quality.RECIPES)
+    assert planned(quality.RECIPES) == set(quality.RECIPES) == planned([quality.DEFAULT])
+    # on STS-B the default plan's subset recipe is its measured best there (TASK_RECIPES), the named list's is not
+    stsb = {j.name.split("/")[1] for j in quality.jobs(tmp_path, ["stsb"], [0], [quality.DEFAULT])
+            if j.name.startswith("stsb/")}
+    assert stsb == set(quality.RECIPES) - {"subset2-narrow-kd"} | {"subset2-narrow-kd-aug-long"}
+    # the exports stay SST-2's: the default plan exports and times every family's file
+    assert {j.name for j in quality.jobs(tmp_path, ["sst2"], [0], [quality.DEFAULT]) if j.name.startswith("export/")
+            } == {f"export/{family}" for family, method in quality.EXPORTED.items() if method in quality.RECIPES}
     assert {"pkt", "pkt-short-kd", "subset2-kd", "subset2-kd-aug", "subset2-narrow-kd-aug",
             "pkt-kd-aug"} <= planned(tuple(quality.METHODS))
     # the narrowed subset over the augmented set: its own start, KD alone, TinyBERT's copies; none on SST-2
@@ -570,7 +584,7 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
         drop = {i for f in ("--epochs", "--eval-every", "--out") for i in (a.index(f), a.index(f) + 1)}
         return [x for i, x in enumerate(a) if i not in drop]
     assert rest(long) == rest(argv)
-    assert quality.parse([]).methods == list(quality.RECIPES)
+    assert quality.parse([]).methods == [quality.DEFAULT]
     assert quality.parse(["--methods", "all"]).methods == list(quality.METHODS)
     assert quality.parse(["--methods", "pkt", "subset2-kd"]).methods == ["pkt", "subset2-kd"]
 
