@@ -43,6 +43,8 @@ STRATEGIES = ("pkt", "akt", "jkt")
 ADAPT = flags(SETTINGS["train-teacher"])
 TRANSFER = ["--student", STUDENT, *flags(SETTINGS["distill"])]
 TASKS = {task: flags(task_flags) for task, task_flags in SETTINGS["tasks"].items()}  # fine-tuning flags per task
+# the teacher's fine-tuning flags per task, after the task's (teacher-tasks: more epochs than the students' on SST-2)
+TEACHER_TASKS = {task: flags(task_flags) for task, task_flags in SETTINGS.get("teacher-tasks", {}).items()}
 FINETUNE = flags(SETTINGS["finetune"])  # every fine-tuning run's (--eval-every 0: the last model is scored)
 TEACHER_LR, STUDENT_LR = flag_text(SETTINGS["teacher_lr"]), flag_text(SETTINGS["student_lr"])
 # The student the demo ships: the adapted teacher's own layers (init-subset) fine-tuned with task distillation
@@ -84,7 +86,7 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], stages: Path | None = No
                                                        "--out", str(d), *one,
                                                        *extra], d, needs)
             t_dir = finetune_dir(out, task, "teacher", seed)
-            plan += [ft("teacher", teacher, TEACHER_LR, ["adapt"]),
+            plan += [ft("teacher", teacher, TEACHER_LR, ["adapt"], *TEACHER_TASKS.get(task, [])),
                      ft("scratch", stages / "students" / f"scratch_seed{seed}", STUDENT_LR, [f"init/{seed}"])]
             plan += [ft("pkt", students["pkt"], STUDENT_LR, ["distill/pkt"]),
                      ft("pkt_task_kd", students["pkt"], STUDENT_LR, ["distill/pkt", f"{task}/teacher/{seed}"],

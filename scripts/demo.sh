@@ -51,15 +51,18 @@ export OMP_NUM_THREADS=1  # one thread per job: two jobs fill this 2-core machin
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # no background stage outlives the script
 
 # The settings of this mode (and of --micro) from the run configuration, as bash arrays of flags, one per recipe:
-# TRAIN_TEACHER, DISTILL, FINETUNE (every SST-2 run's), TASK_SST2, INIT_SUBSET and FINETUNE_SUBSET (the layer-subset
-# student's), EXPORT, LATENCY; and STUDENT (the student preset), TEACHER_LR, STUDENT_LR (SST-2 fine-tuning of the
-# teacher and of the PKT students), SHIP (the SST-2 run that is exported).
+# TRAIN_TEACHER, DISTILL, FINETUNE (every SST-2 run's), TASK_SST2, TEACHER_TASK_SST2 (the SST-2 teacher's, after
+# TASK_SST2), INIT_SUBSET and FINETUNE_SUBSET (the layer-subset student's), EXPORT, LATENCY; and STUDENT (the student
+# preset), TEACHER_LR, STUDENT_LR (SST-2 fine-tuning of the teacher and of the PKT students), SHIP (the SST-2 run that
+# is exported).
 OVERLAYS=()
 [ "$MICRO" = 1 ] && OVERLAYS=(--overlay micro)
 SETTINGS=$(python -m mobilekd run-config "$CONFIG" --mode "$MODE" "${OVERLAYS[@]}" --keys student teacher_lr \
-           student_lr train-teacher distill finetune tasks init-subset finetune-subset ship export latency)
+           student_lr train-teacher distill finetune tasks teacher-tasks init-subset finetune-subset ship export \
+           latency)
 eval "$SETTINGS"
 declare -p TASK_SST2 > /dev/null 2>&1 || { echo "error: $CONFIG: mode $MODE has no tasks.sst2 (the demo's task)" >&2; exit 2; }
+declare -p TEACHER_TASK_SST2 > /dev/null 2>&1 || TEACHER_TASK_SST2=()  # no teacher-tasks.sst2: the task's alone
 case "$SHIP" in student|student_task_kd|subset_task_kd|scratch|teacher) ;;
   *) echo "error: $CONFIG: ship is $SHIP; expected one of the SST-2 runs student, student_task_kd, subset_task_kd," \
           "scratch, teacher" >&2; exit 2 ;;
@@ -105,7 +108,7 @@ join_background
 
 echo "== 3/6 progressive knowledge transfer into $STUDENT -> $OUT/student"
 teacher_then_subset() {  # the SST-2 teacher, then the student of the teacher's own layers that it teaches
-  finetune teacher --model "$OUT/teacher" --lr "$TEACHER_LR"
+  finetune teacher --model "$OUT/teacher" --lr "$TEACHER_LR" "${TEACHER_TASK_SST2[@]}"
   [ -f "$OUT/subset/config.json" ] || python -m mobilekd init "$OUT/teacher" "$OUT/subset" "${INIT_SUBSET[@]}"
   finetune subset_task_kd --model "$OUT/subset" --teacher "$OUT/sst2/teacher" "${FINETUNE_SUBSET[@]}"
 }

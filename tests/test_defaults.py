@@ -45,11 +45,13 @@ def test_teacher_value_and_the_demo_take_their_settings_from_configs_demo_json(c
     assert tv.ADAPT == flags(s["train-teacher"]) == ["--init-from", tv.TEACHER]
     assert tv.TRANSFER == ["--student", s["student"], *flags(s["distill"])]
     assert tv.TASKS == {task: flags(f) for task, f in s["tasks"].items()}
+    assert tv.TEACHER_TASKS == {task: flags(f) for task, f in s["teacher-tasks"].items()} and tv.TEACHER_TASKS["sst2"]
     assert (float(tv.TEACHER_LR), float(tv.STUDENT_LR)) == (s["teacher_lr"], s["student_lr"])
     # the demo's packaged-teacher settings are the benchmark's, as bash sees them
     demo = shell_settings(capsys)
     assert demo["TRAIN_TEACHER"] == tv.ADAPT and ["--student", *demo["STUDENT"], *demo["DISTILL"]] == tv.TRANSFER
     assert demo["TASK_SST2"] == tv.TASKS["sst2"] and demo["FINETUNE"] == ["--eval-every", "0"]
+    assert demo["TEACHER_TASK_SST2"] == tv.TEACHER_TASKS["sst2"]
     assert (demo["TEACHER_LR"], demo["STUDENT_LR"]) == ([tv.TEACHER_LR], [tv.STUDENT_LR])
     assert (demo["INIT_SUBSET"], demo["FINETUNE_SUBSET"]) == (tv.INIT_SUBSET, tv.FINETUNE_SUBSET)
     assert demo["SHIP"] == ["subset_task_kd"]  # the run the demo exports, one of teacher_value's methods
@@ -57,6 +59,8 @@ def test_teacher_value_and_the_demo_take_their_settings_from_configs_demo_json(c
     from benchmarks.runner import with_needs
     plan = with_needs(tv.jobs(ROOT / "runs/x", ["sst2"], [0, 1]), lambda j: j.name.endswith("/subset_task_kd/1"))
     assert [j.name for j in plan] == ["adapt", "init/subset", "sst2/teacher/1", "sst2/subset_task_kd/1"]
+    teacher = plan[2].argv  # the teacher's own flags (teacher-tasks) after the task's, so its epochs win
+    assert teacher[-len(tv.TEACHER_TASKS["sst2"]):] == tv.TEACHER_TASKS["sst2"]
     subset = plan[-1].argv  # taught by its seed's teacher; the subset's flags last, so its epochs and rate win
     assert subset[subset.index("--teacher") + 1].endswith("sst2/teacher/seed1") and subset.count("--lr") == 1
     assert subset[-len(tv.FINETUNE_SUBSET):] == tv.FINETUNE_SUBSET
@@ -95,6 +99,7 @@ def test_a_copied_and_edited_run_configuration_changes_what_the_demo_runs(tmp_pa
     (lambda c: c["modes"]["packaged-teacher"]["distill"].update({"pd-steps": 1}), "not a flag"),
     (lambda c: c["modes"].update({"packaged-teacher": "oops"}), "mode 'packaged-teacher': expected a JSON object"),
     (lambda c: c["modes"]["packaged-teacher"].update({"tasks": 3}), "tasks: expected"),
+    (lambda c: c["modes"]["packaged-teacher"].update({"teacher-tasks": [3]}), "teacher-tasks: expected"),
     (lambda c: c["overlays"].update({"micro": 3}), "overlay 'micro': expected a JSON object"),
     (lambda c: c["modes"]["packaged-teacher"].update({"out": "elsewhere"}), "settings not read here"),
     (lambda c: c["modes"]["packaged-teacher"].update({"distill": None}), "settings missing in its first mode: distill"),
@@ -106,8 +111,8 @@ def test_a_bad_run_configuration_is_one_line(tmp_path, edit, problem):
     edit(config)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(config))
-    keys = ["student", "teacher_lr", "student_lr", "train-teacher", "distill", "finetune", "tasks", "init-subset",
-            "finetune-subset", "ship", "export", "latency"]  # what scripts/demo.sh reads
+    keys = ["student", "teacher_lr", "student_lr", "train-teacher", "distill", "finetune", "tasks", "teacher-tasks",
+            "init-subset", "finetune-subset", "ship", "export", "latency"]  # what scripts/demo.sh reads
     overlay = ["--overlay", "micro"] if "overlay" in problem else []
     proc = run_module("mobilekd", "run-config", bad, *overlay, "--keys", *keys, check=False)
     assert problem in one_line_error(proc)

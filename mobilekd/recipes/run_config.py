@@ -1,7 +1,7 @@
 """Print a run configuration's settings (configs/demo.json; `mobilekd.run_config`) as shell assignments: a
-section of flags becomes an array (`train-teacher` -> TRAIN_TEACHER=(...), each task of `tasks` TASK_NAME=(...)),
-any other setting a variable (`student_lr` -> STUDENT_LR=2e-4). scripts/demo.sh evaluates them; run it on your
-copy of the file to see what the demo will run with it.
+section of flags becomes an array (`train-teacher` -> TRAIN_TEACHER=(...), each task of `tasks` TASK_NAME=(...),
+of `teacher-tasks` TEACHER_TASK_NAME=(...)), any other setting a variable (`student_lr` -> STUDENT_LR=2e-4).
+scripts/demo.sh evaluates them; run it on your copy of the file to see what the demo will run with it.
 
     mobilekd run-config                                                     # configs/demo.json, its first mode
     mobilekd run-config my_demo.json --mode scratch-teacher --overlay micro
@@ -18,6 +18,8 @@ from mobilekd.fileio import REPO_ROOT
 from mobilekd.flags import flag_text
 from mobilekd.run_config import DEMO, flags, run_settings
 
+PER_TASK = {"tasks": "task", "teacher-tasks": "teacher_task"}  # settings of a section per task -> their names' prefix
+
 
 def shell_lines(settings: dict, where: str) -> list[str]:
     """The settings as bash assignments (names upper-cased, - to _), every value quoted for the shell."""
@@ -28,11 +30,11 @@ def shell_lines(settings: dict, where: str) -> list[str]:
         if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", key):
             raise located(where, f"{key!r}: a setting's name is letters, digits, - and _")
         name = key.upper().replace("-", "_")
-        if key == "tasks":
+        if key in PER_TASK:
             if not isinstance(value, dict):
-                raise located(where, f'tasks: expected {{"TASK": {{"--flag": value}}, ...}}, got {value!r}')
+                raise located(where, f'{key}: expected {{"TASK": {{"--flag": value}}, ...}}, got {value!r}')
             lines += [line for task, section in value.items()
-                      for line in shell_lines({f"task_{task}": section}, f"{where}: tasks")]
+                      for line in shell_lines({f"{PER_TASK[key]}_{task}": section}, f"{where}: {key}")]
         elif isinstance(value, dict):
             lines.append(f"{name}=({shlex.join(flags(value, f'{where}: {key}'))})")
         elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
