@@ -205,7 +205,7 @@ def run(args, accelerator):
         raise UserError(f"{data}: the training split has unlabelled rows")
     steps_per_epoch = math.ceil(len(train_split) / args.batch_size)
     steps = args.max_steps or max(1, round(args.epochs * steps_per_epoch))
-    fill_unset(args, method_flags(args.method, task.is_regression))
+    fill_unset(args, method_flags(args.method))
     if args.patience_weight and task.head != "classification":
         raise UserError(f"--patience-weight (BERT-PKD) needs a classification or regression task, not {task.name}")
     teacher = build_model(args.teacher, task, "teacher").to(accelerator.device).eval() if args.teacher else None
