@@ -52,15 +52,29 @@ def rows(base: Path, out: Path) -> list[dict]:
     return found
 
 
+SETTINGS = ("steps", "lr")  # a run's settings its row records: a native and an AVX2 row compare where they agree
+
+
+def ran_as(row: dict) -> tuple:
+    return tuple(row.get(k) for k in SETTINGS)
+
+
 def table(results: list[dict], native: list[dict]) -> str:
+    """Each AVX2 run beside its native twin (seed SEED), where the two rows ran with the same settings: after the
+    native runs are made again with others (configs/demo.json), the difference column says which, until this
+    benchmark runs again."""
     lines = [f"| {TASK} dev accuracy, seed {SEED} | native | AVX2 only | difference | native std over seeds | "
              "difference / std | weights bit-identical |", "|---|---|---|---|---|---|---|"]
     for method in METHODS:
         avx2 = [r for r in results if (r["task"], r["metric"], r["method"]) == (TASK, "accuracy", method)]
         seeds = by_seed(native, TASK, "accuracy", method)
-        if not avx2 or SEED not in seeds:
+        twin = [r for r in native if (r["task"], r["metric"], r["method"], r["seed"]) ==
+                (TASK, "accuracy", method, SEED)]
+        if not avx2 or SEED not in seeds or ran_as(avx2[0]) != ran_as(twin[0]):  # no twin with its settings
             cells = [f"{seeds[SEED]:.4f}" if SEED in seeds else "-", f"{avx2[0]['value']:.4f}" if avx2 else "-"]
-            lines.append(f"| {method} | {' | '.join(cells)} | - | - | - | - |")
+            other = avx2 and SEED in seeds and "other settings: " + ", ".join(
+                f"{k} {a} against {b}" for k, a, b in zip(SETTINGS, ran_as(twin[0]), ran_as(avx2[0])) if a != b)
+            lines.append(f"| {method} | {' | '.join(cells)} | {other or '-'} | - | - | - |")
             continue
         diff = avx2[0]["value"] - seeds[SEED]
         std = statistics.stdev(seeds.values()) if len(seeds) > 1 else 0.0
