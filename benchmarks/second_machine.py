@@ -53,34 +53,44 @@ def rows(base: Path, out: Path) -> list[dict]:
 
 
 SETTINGS = ("steps", "lr")  # a run's settings its row records: a native and an AVX2 row compare where they agree
+TAUGHT_BY = {"pkt_task_kd": "teacher"}  # and a taught run's only where its teacher's rows agree too
 
 
-def ran_as(row: dict) -> tuple:
-    return tuple(row.get(k) for k in SETTINGS)
+def seed_row(rows: list[dict], method: str) -> dict | None:
+    return next((r for r in rows if (r["task"], r["metric"], r["method"], r["seed"]) ==
+                 (TASK, "accuracy", method, SEED)), None)
+
+
+def other_settings(method: str, results: list[dict], native: list[dict]) -> str:
+    """How the native and AVX2 rows of `method` (and of its teacher, for a taught run) differ in SETTINGS; ''
+    where they agree: after the native runs are made again with other settings (configs/demo.json), until this
+    benchmark runs again."""
+    notes = []
+    for m, whose in ((method, ""), *([(TAUGHT_BY[method], "its teacher's ")] if method in TAUGHT_BY else [])):
+        a, b = seed_row(native, m), seed_row(results, m)
+        if a and b:
+            notes += [f"{whose}{k} {a.get(k)} against {b.get(k)}" for k in SETTINGS if a.get(k) != b.get(k)]
+    return ", ".join(notes)
 
 
 def table(results: list[dict], native: list[dict]) -> str:
-    """Each AVX2 run beside its native twin (seed SEED), where the two rows ran with the same settings: after the
-    native runs are made again with others (configs/demo.json), the difference column says which, until this
-    benchmark runs again."""
+    """Each AVX2 run beside its native twin (seed SEED), where both ran with the same settings (`other_settings`)."""
     lines = [f"| {TASK} dev accuracy, seed {SEED} | native | AVX2 only | difference | native std over seeds | "
              "difference / std | weights bit-identical |", "|---|---|---|---|---|---|---|"]
     for method in METHODS:
-        avx2 = [r for r in results if (r["task"], r["metric"], r["method"]) == (TASK, "accuracy", method)]
+        avx2 = seed_row(results, method)
         seeds = by_seed(native, TASK, "accuracy", method)
-        twin = [r for r in native if (r["task"], r["metric"], r["method"], r["seed"]) ==
-                (TASK, "accuracy", method, SEED)]
-        if not avx2 or SEED not in seeds or ran_as(avx2[0]) != ran_as(twin[0]):  # no twin with its settings
-            cells = [f"{seeds[SEED]:.4f}" if SEED in seeds else "-", f"{avx2[0]['value']:.4f}" if avx2 else "-"]
-            other = avx2 and SEED in seeds and "other settings: " + ", ".join(
-                f"{k} {a} against {b}" for k, a, b in zip(SETTINGS, ran_as(twin[0]), ran_as(avx2[0])) if a != b)
-            lines.append(f"| {method} | {' | '.join(cells)} | {other or '-'} | - | - | - |")
+        other = other_settings(method, results, native)
+        if avx2 is None or SEED not in seeds or other:
+            cells = [f"{seeds[SEED]:.4f}" if SEED in seeds else "-", f"{avx2['value']:.4f}" if avx2 else "-"]
+            lines.append(f"| {method} | {' | '.join(cells)} | {'other settings: ' + other if other else '-'} "
+                         "| - | - | - |")
             continue
-        diff = avx2[0]["value"] - seeds[SEED]
+        diff = avx2["value"] - seeds[SEED]
         std = statistics.stdev(seeds.values()) if len(seeds) > 1 else 0.0
         ratio = f"{abs(diff) / std:.1f}" if std > 0 else "-"
-        lines.append(f"| {method} | {seeds[SEED]:.4f} | {avx2[0]['value']:.4f} | {diff:+.4f} | {std:.4f} "
-                     f"(n={len(seeds)}) | {ratio} | {'yes' if avx2[0]['weights_identical_to_native'] else 'no'} |")
+        lines.append(f"| {method} | {seeds[SEED]:.4f} | {avx2['value']:.4f} | {diff:+.4f} | {std:.4f} "
+                     f"(n={len(seeds)}) | {ratio} | {'yes' if avx2['weights_identical_to_native'] else 'no'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -642,3 +642,24 @@ def test_quality_takes_a_familys_timing_only_from_the_file_it_ships(tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_second_machine_compares_only_runs_made_with_the_same_settings():
+    """An AVX2 run and its native twin are set side by side only where their rows (and, for a taught run, its
+    teacher's rows) record the same steps and learning rate: a native run made again with other settings is no
+    twin."""
+    from benchmarks import second_machine as sm
+
+    def row(method, seed, value, steps=313):
+        return {"task": "sst2", "metric": "accuracy", "method": method, "seed": seed, "value": value,
+                "steps": steps, "lr": 5e-5, "weights_identical_to_native": False}
+
+    native = [row(m, s, 0.80 + 0.01 * s) for m in sm.METHODS for s in range(3)]
+    avx2 = [row(m, 0, 0.81) for m in sm.METHODS]
+    lines = {line.split(" | ")[0].strip("| "): line for line in sm.table(avx2, native).splitlines()[2:]}
+    assert all("+0.0100" in line for line in lines.values())
+    again = [{**r, "steps": 626} if r["method"] == "teacher" else r for r in native]  # the teacher trained longer
+    lines = {line.split(" | ")[0].strip("| "): line for line in sm.table(avx2, again).splitlines()[2:]}
+    assert "other settings: steps 626 against 313" in lines["teacher"] and "+0.0100" not in lines["teacher"]
+    assert "other settings: its teacher's steps 626 against 313" in lines["pkt_task_kd"]
+    assert "+0.0100" in lines["pkt"] and "+0.0100" in lines["scratch"]
