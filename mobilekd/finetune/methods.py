@@ -15,7 +15,7 @@ fills the flags the user left unset.
               paper's Eq. 10 distils the teacher's predictions). That departs from task_distill.py, whose
               regression branch fits the labels (`loss_mse(student_logits, label_ids)`): over the augmented set a
               pair whose words were swapped carries its original's gold score, which misdescribes it. On STS-B
-              (seed 0, docs/quality.md) the labels gave 0.3858 dev Pearson, the teacher's scores 0.7387
+              (seed 0, docs/quality.md) the labels gave 0.3858 dev Pearson, the teacher's scores 0.7387.
 
 `--alpha` is the weight of the hard-label loss here (BERT-PKD's alpha weighs the soft targets: its 0.7 is our 0.3).
 """
