@@ -82,7 +82,8 @@ def teacher_job(out: Path, stages: Path, task: str, seed: int = 0) -> Job:
     tasks it has, NEW_TEACHERS' flags for the others. Seed 0's serves every student here; benchmarks.multitask
     makes ensembles of seeds 0-2."""
     t = teacher_dir(out, stages, task, seed)
-    flags = NEW_TEACHERS[task] if task in NEW_TEACHERS else teacher_value.TASKS[task]
+    flags = NEW_TEACHERS[task] if task in NEW_TEACHERS else [*teacher_value.TASKS[task],
+                                                             *teacher_value.TEACHER_TASKS.get(task, [])]
     return Job(f"{task}/teacher" + (f"/{seed}" if seed else ""),
                ["finetune", "--task", task, *flags, "--model", str(stages / "teacher"), "--lr",
                 teacher_value.TEACHER_LR, "--seed", str(seed), "--eval-every", "0", "--out", str(t), *RESUMABLE], t,

@@ -5,7 +5,7 @@ with its `.tflite` size and Pixel 4 estimate; rows to docs/results/quality.json,
 CPU-seconds it and the stages it stands on cost to docs/results/quality_cost.json, a Markdown table, the issue's
 goals as measured, and (--plot) docs/quality.png, accuracy against training cost.
 
-    python -m benchmarks.quality                               # the issue's table (RECIPES), resumable
+    python -m benchmarks.quality                               # the issue's table (--methods recipes), resumable
     python -m benchmarks.quality --methods all                 # every method: the ablations and augmented runs too
     python -m benchmarks.quality --tasks sst2 --seeds 0        # one task, one seed
     python -m benchmarks.quality --collect                     # rows of the finished runs, run nothing
@@ -125,8 +125,9 @@ METHODS = {
     "pkt-short-kd": ("mobilebert", "pkt-short", ["--method", "kd"], True),
 }
 ABLATIONS = ("pkt", "pkt-short-kd")
-# the default plan, the issue's table: the teacher and one recipe per student family; the other methods measure what
-# a change adds (--methods NAME ... or all), outside the 6 hours the issue gives the benchmark
+# the default plan, the issue's table: the teacher and one recipe per student family (with TASK_RECIPES' swaps:
+# --methods recipes); the other methods measure what a change adds (--methods NAME ... or all), outside the 6 hours
+# the issue gives the benchmark
 RECIPES = ("teacher", "pkt-kd", "subset2-narrow-kd", "tinybert-td", "bilstm-kd-aug")
 # a family's recipe on a task where measurement chose another method of the family (docs/quality.md): on STS-B the
 # narrowed subset keeps 92% of the teacher over the augmented set for 6 epochs, 52% over the task's own pairs
@@ -580,7 +581,7 @@ def wall_estimate(results: list[dict], chosen=tuple(METHODS)) -> tuple[float, di
 
 def wall_goals(results: list[dict]) -> list[str]:
     """The issue's "the whole quality benchmark within 6 hours on 2 cores", estimated by `wall_estimate` for the
-    default plan (the issue's table, RECIPES) and for every method (--methods all); only from rows of every task (a
+    default plan (the issue's table, `recipes`) and for every method (--methods all); only from rows of every task (a
     command run on some tasks prints none), and from runs on a CPU alone (a lent GPU's rows are another budget)."""
     results = [r for r in results if "gpu" not in r]
     if not set(TASKS) <= {r["task"] for r in results if r["method"] in METHODS}:  # the baselines alone: no plan

@@ -44,7 +44,7 @@ ADAPT = flags(SETTINGS["train-teacher"])
 TRANSFER = ["--student", STUDENT, *flags(SETTINGS["distill"])]
 TASKS = {task: flags(task_flags) for task, task_flags in SETTINGS["tasks"].items()}  # fine-tuning flags per task
 # the teacher's fine-tuning flags per task, after the task's (teacher-tasks: more epochs than the students' on SST-2)
-TEACHER_TASKS = {task: flags(task_flags) for task, task_flags in SETTINGS.get("teacher-tasks", {}).items()}
+TEACHER_TASKS = {task: flags(task_flags) for task, task_flags in SETTINGS["teacher-tasks"].items()}
 FINETUNE = flags(SETTINGS["finetune"])  # every fine-tuning run's (--eval-every 0: the last model is scored)
 TEACHER_LR, STUDENT_LR = flag_text(SETTINGS["teacher_lr"]), flag_text(SETTINGS["student_lr"])
 # The student the demo ships: the adapted teacher's own layers (init-subset) fine-tuned with task distillation

@@ -640,9 +640,6 @@ def test_quality_takes_a_familys_timing_only_from_the_file_it_ships(tmp_path):
     assert set(quality.measured(tmp_path)) == {"teacher"}
 
 
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q"]))
-
 
 def test_second_machine_compares_only_runs_made_with_the_same_settings():
     """An AVX2 run and its native twin are set side by side only where their rows (and, for a taught run, its
@@ -663,3 +660,7 @@ def test_second_machine_compares_only_runs_made_with_the_same_settings():
     assert "other settings: steps 626 against 313" in lines["teacher"] and "+0.0100" not in lines["teacher"]
     assert "other settings: its teacher's steps 626 against 313" in lines["pkt_task_kd"]
     assert "+0.0100" in lines["pkt"] and "+0.0100" in lines["scratch"]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
