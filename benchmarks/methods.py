@@ -34,6 +34,7 @@ layer map from 6 teacher layers onto 4, and the budget holds one shape per metho
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 from pathlib import Path
@@ -81,13 +82,14 @@ def teacher_job(out: Path, stages: Path, task: str, seed: int = 0) -> Job:
     """The teacher of `task` fine-tuned from the adapted teacher with `seed`: issue 13's run (and flags) for the
     tasks it has, NEW_TEACHERS' flags for the others. Seed 0's serves every student here; benchmarks.multitask
     makes ensembles of seeds 0-2."""
+    name = f"{task}/teacher" + (f"/{seed}" if seed else "")
+    if task not in NEW_TEACHERS:  # teacher_value's own job, in its directory under `stages`
+        job = next(j for j in teacher_value.jobs(stages, [task], [seed]) if j.name == f"{task}/teacher/{seed}")
+        return dataclasses.replace(job, name=name)
     t = teacher_dir(out, stages, task, seed)
-    flags = NEW_TEACHERS[task] if task in NEW_TEACHERS else [*teacher_value.TASKS[task],
-                                                             *teacher_value.TEACHER_TASKS.get(task, [])]
-    return Job(f"{task}/teacher" + (f"/{seed}" if seed else ""),
-               ["finetune", "--task", task, *flags, "--model", str(stages / "teacher"), "--lr",
-                teacher_value.TEACHER_LR, "--seed", str(seed), "--eval-every", "0", "--out", str(t), *RESUMABLE], t,
-               ["adapt"])
+    return Job(name, ["finetune", "--task", task, *NEW_TEACHERS[task], "--model", str(stages / "teacher"), "--lr",
+                      teacher_value.TEACHER_LR, "--seed", str(seed), "--eval-every", "0", "--out", str(t),
+                      *RESUMABLE], t, ["adapt"])
 
 
 def run_dir(out: Path, task: str, method: str, seed: int) -> Path:

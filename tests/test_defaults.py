@@ -69,7 +69,7 @@ def test_teacher_value_and_the_demo_take_their_settings_from_configs_demo_json(c
         return {f: argv[len(argv) - argv[::-1].index(f)] for f in ("--epochs", "--lr", "--max-len", "--seed",
                                                                     "--max-train-examples")}
     shared = methods.teacher_job(ROOT / "runs/m", ROOT / "runs/x", "sst2", 1)
-    assert shared.out == plan[2].out and kept(shared.argv) == kept(plan[2].argv)
+    assert shared.out == plan[2].out and kept(shared.argv) == kept(plan[2].argv) and shared.argv == plan[2].argv
     assert kept(shared.argv)["--epochs"] == tv.TEACHER_TASKS["sst2"][-1]
     assert subset[subset.index("--teacher") + 1].endswith("sst2/teacher/seed1") and subset.count("--lr") == 1
     assert subset[-len(tv.FINETUNE_SUBSET):] == tv.FINETUNE_SUBSET
