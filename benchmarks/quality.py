@@ -133,6 +133,7 @@ RECIPES = ("teacher", "pkt-kd", "subset2-narrow-kd", "tinybert-td", "bilstm-kd-a
 # narrowed subset keeps 92% of the teacher over the augmented set for 6 epochs, 52% over the task's own pairs
 TASK_RECIPES = {"stsb": {"subset2-narrow-kd": "subset2-narrow-kd-aug-long"}}
 DEFAULT = "recipes"  # --methods' name of the default plan: RECIPES, as TASK_RECIPES gives them on each task
+SWAPS = "; ".join(f"{new} for {old} on {task}" for task, swap in TASK_RECIPES.items() for old, new in swap.items())
 BASELINES = ("tfidf", "majority", "model-maker")
 FAMILIES = {"teacher": "all-MiniLM-L6-v2 (adapted), 6 x 384", "mobilebert": "mobilebert_h384 (PKT)",
             "subset2": "teacher layers 0, 5 (2 x 384)",
@@ -587,8 +588,7 @@ def wall_goals(results: list[dict]) -> list[str]:
     if not set(TASKS) <= {r["task"] for r in results if r["method"] in METHODS}:  # the baselines alone: no plan
         return []
     lines = []
-    swaps = ", ".join(f"{new} on {task}" for task, swap in TASK_RECIPES.items() for new in swap.values())
-    for name, chosen in ((f"the default plan (teacher, baselines, {', '.join(RECIPES[1:])}; {swaps})", [DEFAULT]),
+    for name, chosen in ((f"the default plan (teacher, baselines, {', '.join(RECIPES[1:])}; {SWAPS})", [DEFAULT]),
                          ("every method (--methods all: the ablations and augmented runs too)", tuple(METHODS))):
         hours, missing = wall_estimate(results, chosen)
         judged = ("fails" if hours > HOURS_ASKED else "not judged (some runs left out)" if missing else
@@ -634,9 +634,8 @@ def parse(argv=None) -> argparse.Namespace:
     comparison_flags(p, "runs/quality", RESULTS, list(TASKS), TASKS, plot="docs/quality.png")
     p.add_argument("--curves", default="docs/results/quality_cost.json", help="the cost curves' rows")
     p.add_argument("--methods", nargs="+", choices=[*METHODS, DEFAULT, "all"], default=[DEFAULT],
-                   help=f"the methods to run (default {DEFAULT}, the issue's table: " + ", ".join(RECIPES) + " (on "
-                        + "; ".join(f"{t}: {n} for {o}" for t, swap in TASK_RECIPES.items() for o, n in swap.items())
-                        + "); all: every method; the teacher always runs: it teaches the others)")
+                   help=f"the methods to run (default {DEFAULT}, the issue's table: {', '.join(RECIPES)}; {SWAPS}; "
+                        "all: every method; the teacher always runs: it teaches the others)")
     p.add_argument("--no-model-maker", action="store_true", help="leave Model Maker out (it installs TensorFlow "
                                                                  "2.15 into a venv of its own under OUT)")
     args = p.parse_args(argv)
