@@ -13,9 +13,10 @@ from mobilekd.data.cmlm import CMLMSplit, copy_masks
 from mobilekd.data.noise import add_noise
 from mobilekd.data.pairs import load_pairs
 from mobilekd.data.seq2seq import PairSplit
-from mobilekd.finetune.cmlm import copies_pass
+from mobilekd.finetune.cmlm import copies_pass, pass_precision, soft_targets
 from mobilekd.models.decoding import beam_search, greedy
 from mobilekd.models.heads import MobileBertForConditionalMLM
+from mobilekd.models.hf import save_pretrained
 from mobilekd.models.seq2seq import load_seq2seq, new_seq2seq
 from mobilekd.transfer.losses import cmlm_distillation, label_smoothed_nll, neg_log_probs
 
@@ -72,6 +73,32 @@ def test_soft_targets_are_each_position_predicted_with_its_copy_masked(tokenizer
             np.testing.assert_allclose(found["teacher_topk_logits"][i, j], values.numpy(), rtol=1e-4, atol=1e-5)
             assert np.isclose(found["gold_logprob"][i, j], logits.log_softmax(-1)[target[j]].item(), atol=1e-5)
         assert not found["teacher_topk_ids"][i, len(target):].any()  # padding stays 0
+
+
+def test_the_copies_pass_in_bf16_keeps_the_teachers_choices_and_its_soft_targets_apart(tokenizer, tmp_path):
+    torch.manual_seed(0)
+    teacher = MobileBertForConditionalMLM(BERT).eval()
+    save_pretrained(teacher, tmp_path / "teacher", tokenizer, "cmlm")
+    rng = np.random.default_rng(0)
+    sources = [rng.integers(2000, 9000, n).tolist() for n in rng.integers(3, 12, 24)]
+    split = pairs_split(tokenizer, sources, [rng.integers(2000, 9000, n).tolist() for n in rng.integers(2, 12, 24)])
+    real = split.arrays["target_ids"] != split.pad
+    fp32, bf16 = (copies_pass(teacher, split, tokenizer, k=4, precision=p) for p in ("no", "bf16"))
+    # bf16's rounding moves the logits a little and may swap near-ties, not the teacher's first choice as a rule
+    assert 0 < np.abs(fp32["teacher_topk_logits"] - bf16["teacher_topk_logits"])[real].max() < 0.1
+    assert (fp32["teacher_topk_ids"][..., 0] == bf16["teacher_topk_ids"][..., 0])[real].mean() > 0.9
+    cached = {p: soft_targets(tmp_path / "teacher", teacher, split, tokenizer, 4, p) for p in ("no", "bf16")}
+    assert not any(found[1] for found in cached.values())  # computed each, none read from the other's file
+    assert np.array_equal(cached["bf16"][0]["teacher_topk_ids"], bf16["teacher_topk_ids"])
+    assert len(list((tmp_path / "teacher" / "outputs").glob("cmlm_*.safetensors"))) == 2
+    # a flag is obeyed; auto probes once per host and pass, and keeps its choice
+    assert [pass_precision(teacher, split, tokenizer, flag)["precision"] for flag in ("no", "bf16")] == ["no", "bf16"]
+    kept = tmp_path / "precision.json"
+    first = pass_precision(teacher, split, tokenizer, "auto", kept)
+    again = pass_precision(teacher, split, tokenizer, "auto", kept)
+    assert first["precision"] in ("no", "bf16") and "cached" not in first
+    assert again == {**first, "cached": True}
+    assert ("fp32_seconds" in first) != ("fp32_matmul_gflops" in first)  # timed, or refused by the products alone
 
 
 def test_distillation_and_label_smoothed_losses_by_hand():

@@ -11,6 +11,7 @@ and k).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from pathlib import Path
@@ -24,8 +25,10 @@ from mobilekd.data.seq2seq import PairSplit
 from mobilekd.fileio import file_digest
 from mobilekd.finetune.teacher_outputs import cached_arrays
 from mobilekd.models.heads import mlm_loss
+from mobilekd.train.precision import decide_inference_precision
 
 TOPK = 8  # the soft targets' k: the official student's --kd_topk (Distill-BERT-Textgen README)
+PAIRS_PER_BATCH = 16  # pairs a teacher batch of the copies' pass holds (x 7 copies)
 
 
 def cmlm_loss(model, batch: dict) -> dict[str, torch.Tensor]:
@@ -38,13 +41,44 @@ def cmlm_loss(model, batch: dict) -> dict[str, torch.Tensor]:
     return {"loss": loss, "cmlm": loss.detach()}
 
 
+def _copies_batch(split: PairSplit, indices, tokenizer) -> tuple[list, dict]:
+    """The teacher's batch over the copies of the pairs `indices`: (rows, inputs), rows the (pair, masked
+    positions) of each copy (`copy_masks`)."""
+    rows = [(int(i), m) for i in indices for m in copy_masks(int(split.target_lengths[i]))]
+    return rows, inputs(split, rows, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id)
+
+
+def _masked_logits(teacher, b: dict) -> torch.Tensor:
+    device = next(teacher.parameters()).device
+    return teacher(*(b[key].to(device) for key in ("input_ids", "attention_mask", "token_type_ids",
+                                                    "masked_positions"))).float().cpu()
+
+
+def pass_precision(teacher, split: PairSplit, tokenizer, flag: str = "auto", cache: Path | None = None) -> dict:
+    """The precision of `copies_pass` over `split` by `--mixed-precision` `flag`; with auto, bf16 where the
+    teacher's forward over the copies of PAIRS_PER_BATCH pairs of median length runs faster in it on this host,
+    the choice kept in `cache` (`mobilekd.train.precision.decide_inference_precision`)."""
+    teacher.eval()
+
+    @functools.cache
+    def median_batch() -> dict:  # built at the probe's first pass: not at all for a kept choice or another flag
+        middle = np.argsort(split.lengths, kind="stable")
+        first = max(0, len(middle) // 2 - PAIRS_PER_BATCH // 2)
+        return _copies_batch(split, middle[first:first + PAIRS_PER_BATCH], tokenizer)[1]
+
+    return decide_inference_precision("cmlm-copies", teacher, lambda: _masked_logits(teacher, median_batch()),
+                                      next(teacher.parameters()).device, flag, cache)
+
+
 @torch.no_grad()
-def copies_pass(teacher, split: PairSplit, tokenizer, k: int = TOPK,
-                pairs_per_batch: int = 16) -> dict[str, np.ndarray]:
+def copies_pass(teacher, split: PairSplit, tokenizer, k: int = TOPK, pairs_per_batch: int = PAIRS_PER_BATCH,
+                precision: str = "no") -> dict[str, np.ndarray]:
     """Every target position's prediction by the teacher with that position masked (and every COPIES-th one beside
     it): `teacher_topk_logits` (N, T, k, float32) and `teacher_topk_ids` (N, T, k, int32) indexed like the split's
     `target_ids` (0 where padded), and per position the gold token's log-probability (`gold_logprob`) and whether
-    it is the teacher's first choice (`gold_top1`)."""
+    it is the teacher's first choice (`gold_top1`). `precision` bf16 runs the teacher under bf16 autocast (its
+    logits read in float32): a departure from the official fp32 dump (dump_teacher_hiddens.py) where this host
+    runs it faster (`pass_precision`), at the cost of bf16's rounding in the logits and so of near-ties' order."""
     teacher.eval()
     device = next(teacher.parameters()).device
     n, width = split.arrays["target_ids"].shape
@@ -53,10 +87,9 @@ def copies_pass(teacher, split: PairSplit, tokenizer, k: int = TOPK,
            "gold_logprob": np.zeros((n, width), np.float32), "gold_top1": np.zeros((n, width), np.bool_)}
     batches, _ = split.by_length(pairs_per_batch)
     for indices in tqdm(batches, desc="C-MLM teacher over the copies", leave=False):
-        rows = [(int(i), m) for i in indices for m in copy_masks(int(split.target_lengths[i]))]
-        b = inputs(split, rows, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id)
-        logits = teacher(*(b[key].to(device) for key in ("input_ids", "attention_mask", "token_type_ids",
-                                                          "masked_positions"))).float().cpu()
+        rows, b = _copies_batch(split, indices, tokenizer)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits = _masked_logits(teacher, b)
         where = np.concatenate([np.stack([np.full(len(m), i), m], 1) for i, m in rows])  # (masked, 2): pair, position
         values, ids = logits.topk(k, dim=-1)
         gold = b["masked_labels"][b["masked_labels"] >= 0]
@@ -76,17 +109,19 @@ def teacher_score(found: dict[str, np.ndarray], split: PairSplit) -> dict[str, f
             "perplexity": float(math.exp(-found["gold_logprob"][real].mean()))}
 
 
-def soft_targets(teacher_dir, teacher, split: PairSplit, tokenizer,
-                 k: int = TOPK) -> tuple[dict[str, np.ndarray], bool, float | None]:
-    """The teacher's top-k logits and ids over `split`'s targets, from `<teacher>/outputs/` or computed and cached
-    there; whether they came from the cache; and the seconds they took (`cached_arrays`)."""
-    h = hashlib.sha256(f"cmlm-top{k}:{file_digest(Path(teacher_dir) / 'model.safetensors')}".encode())
+def soft_targets(teacher_dir, teacher, split: PairSplit, tokenizer, k: int = TOPK,
+                 precision: str = "no") -> tuple[dict[str, np.ndarray], bool, float | None]:
+    """The teacher's top-k logits and ids over `split`'s targets (`copies_pass` in `precision`), from
+    `<teacher>/outputs/` or computed and cached there; whether they came from the cache; and the seconds they took
+    (`cached_arrays`). bf16's and fp32's are cached apart."""
+    kind = f"cmlm-top{k}" + ("-bf16" if precision == "bf16" else "")
+    h = hashlib.sha256(f"{kind}:{file_digest(Path(teacher_dir) / 'model.safetensors')}".encode())
     for key in ("source_ids", "target_ids"):
         h.update(np.ascontiguousarray(split.arrays[key]).tobytes())
     path = Path(teacher_dir) / "outputs" / f"cmlm_{h.hexdigest()[:20]}.safetensors"
     keep = ("teacher_topk_logits", "teacher_topk_ids")
 
     def make():
-        return {key: v for key, v in copies_pass(teacher, split, tokenizer, k).items() if key in keep}
+        return {key: v for key, v in copies_pass(teacher, split, tokenizer, k, precision=precision).items() if key in keep}
 
     return cached_arrays(path, len(split), make)

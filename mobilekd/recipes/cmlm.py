@@ -34,13 +34,14 @@ from mobilekd.data.tasks import training_subset
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import cli_entry, located
 from mobilekd.fileio import write_json
-from mobilekd.finetune.cmlm import cmlm_loss, copies_pass, teacher_score
+from mobilekd.finetune.cmlm import cmlm_loss, copies_pass, pass_precision, teacher_score
 from mobilekd.models.bilstm import is_bilstm
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained, saved_names
 from mobilekd.models.seq2seq import is_seq2seq
 from mobilekd.models.pretrained import model_dir
 from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
+from mobilekd.train.precision import describe
 
 LENGTHS = "per task: " + ", ".join(f"{task} {n}" for task, n in MAX_LEN.items()) + " word pieces a side"
 
@@ -105,14 +106,15 @@ def run(args, accelerator):
     if accelerator.is_main_process:
         out = Path(args.out)
         save_pretrained(model, out, tokenizer, "cmlm")
-        score = teacher_score(copies_pass(model.eval(), dev, tokenizer), dev)
+        precision = pass_precision(model, dev, tokenizer, args.mixed_precision, cfg.precision_cache)
+        score = teacher_score(copies_pass(model, dev, tokenizer, precision=precision["precision"]), dev)
         print(f"{task.name}: C-MLM teacher on dev targets: token accuracy {score['token_accuracy']:.4f}, "
-              f"perplexity {score['perplexity']:.2f}; in {out}")
+              f"perplexity {score['perplexity']:.2f} (its pass {describe(precision)}); in {out}")
         write_json(out / "results.json", {
             "task": task.name, "method": "cmlm-teacher", "teacher": str(args.teacher), "metrics": {"dev": score},
             "best_metric": "token_accuracy", "best_score": score["token_accuracy"], "steps": steps,
             "train_pairs": len(train), "dev_pairs": len(dev), "max_len": args.max_len, "lr": args.lr,
-            "wall_seconds": round(time.time() - start, 1), "training": summaries, "complete": True})
+            "score_precision": precision["precision"], "wall_seconds": round(time.time() - start, 1), "training": summaries, "complete": True})
 
 
 if __name__ == "__main__":

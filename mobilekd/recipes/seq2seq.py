@@ -40,7 +40,7 @@ from mobilekd.data.tasks import training_subset
 from mobilekd.data.tokenizer import DEFAULT_VOCAB, load_tokenizer
 from mobilekd.errors import cli_entry, located
 from mobilekd.fileio import read_json, write_json
-from mobilekd.finetune.cmlm import TOPK, soft_targets
+from mobilekd.finetune.cmlm import TOPK, pass_precision, soft_targets
 from mobilekd.finetune.generation import GenerationEvaluator, copies, generate, references, scores, \
     write_generations
 from mobilekd.finetune.objective import LABEL_SMOOTHING, CMLMDistillation, seq2seq_loss
@@ -50,8 +50,10 @@ from mobilekd.models.bilstm import is_bilstm
 from mobilekd.models.seq2seq import SEQ2SEQ_PRESETS, is_seq2seq, new_seq2seq, save_seq2seq
 from mobilekd.models.word_table import teacher_table
 from mobilekd.recipes.cmlm import LENGTHS
-from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
+from mobilekd.train.common import PRECISION_FILE, add_task_flags, add_training_flags, check_task_flags, run_owned, \
+    train_config
 from mobilekd.train.loop import Stage, run_plan
+from mobilekd.train.precision import describe
 
 DEFAULT_KD = CMLMDistillation()
 BEAM = 5
@@ -144,12 +146,16 @@ def run(args, accelerator):
         tokenizer = load_tokenizer(args.tokenizer or DEFAULT_VOCAB)
     train_pairs = training_subset(task.train, args.max_train_examples, args.subset_seed)
     train, train_pairs, dev, dev_pairs = encode_task(task, tokenizer, args.max_len, train_pairs)
-    kd, soft_seconds = None, None
+    kd, soft_seconds, soft_precision = None, None, None
     if teacher is not None:
-        found, cached, soft_seconds = soft_targets(args.teacher, teacher, train, tokenizer, args.topk)
+        soft_precision = pass_precision(teacher, train, tokenizer, args.mixed_precision,
+                                        Path(args.cache_dir) / PRECISION_FILE)
+        found, cached, soft_seconds = soft_targets(args.teacher, teacher, train, tokenizer, args.topk,
+                                                   soft_precision["precision"])
         train.arrays.update(found)
         print(f"C-MLM soft targets over {len(train)} training pairs: " + ("from the cache" if cached else
-                                                                         "computed and cached"))
+                                                                         "computed and cached") +
+              f"; the teacher's pass {describe(soft_precision)}")
         kd = CMLMDistillation(args.alpha, args.temperature)
         del teacher
     model = new_seq2seq(args.preset, tokenizer, max_positions=args.max_len + 1)
@@ -184,7 +190,8 @@ def run(args, accelerator):
             write_generations(out / "dev_generations_beam.jsonl", dev_pairs, refs, hyps)
         # soft_target_seconds: the teacher's pass over the training pairs, whichever run computed the cache (the
         # teacher's cost); the training loop's own seconds, whole across resumes, are the summaries'
-        result.update(wall_seconds=round(time.time() - start, 1), soft_target_seconds=soft_seconds, beam=args.beam,
+        result.update(wall_seconds=round(time.time() - start, 1), soft_target_seconds=soft_seconds,
+                      soft_target_precision=soft_precision and soft_precision["precision"], beam=args.beam,
                       training=summaries, complete=True)
         write_json(out / "results.json", result)
         m = result["metrics"]

@@ -16,6 +16,7 @@ from mobilekd.flags import add_flags, at_least, from_flags
 from mobilekd.rundir import owned
 from mobilekd.train.loop import TrainConfig, refuse_sharded
 
+PRECISION_FILE = "precision.json"  # in --cache-dir: --mixed-precision auto's choices, per host
 SHIPPED_CORPORA = ["data/corpus/brown.txt.gz", "data/corpus/austen.txt.gz"]
 
 
@@ -76,7 +77,7 @@ def train_config(args, **values) -> TrainConfig:
     """The loop's settings from the parsed flags; `values` sets the others (the run's identity, eval_every).
     --mixed-precision auto keeps its choices in --cache-dir's precision.json."""
     return from_flags(TrainConfig, args, **{"out_dir": Path(args.out),
-                                            "precision_cache": Path(args.cache_dir) / "precision.json", **values})
+                                            "precision_cache": Path(args.cache_dir) / PRECISION_FILE, **values})
 
 
 def run_owned(args, run) -> None:

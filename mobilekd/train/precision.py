@@ -58,6 +58,14 @@ def bf16_products_pay(fp32_gflops: float, bf16_gflops: float) -> bool:
     return bf16_gflops >= FASTER * fp32_gflops
 
 
+def products_refusal(fp32_gflops: float, bf16_gflops: float) -> dict | None:
+    """fp32's choice, with the two rates, where `bf16_products_pay` says no; None where a timed probe decides."""
+    if bf16_products_pay(fp32_gflops, bf16_gflops):
+        return None
+    return {"precision": "no", "why": "bf16 matrix products are slower than fp32's on this host",
+            "fp32_matmul_gflops": round(fp32_gflops, 1), "bf16_matmul_gflops": round(bf16_gflops, 1)}
+
+
 def probe_precision(loss, model, batches: list[dict], accelerator: Accelerator, matmul_first: bool = True) -> dict:
     """`--mixed-precision auto`: on a CPU whose bf16 matrix product runs at under FASTER of its fp32 one's rate,
     fp32 at once; else (or with `matmul_first` off) time a forward and backward pass of `loss` on each of `batches`
@@ -71,9 +79,8 @@ def probe_precision(loss, model, batches: list[dict], accelerator: Accelerator, 
     if device.type == "cpu" and matmul_first:
         fp32, bf16 = (float(accelerator.reduce(torch.tensor(matmul_peak(dtype, 256, 3)), "mean"))
                       for dtype in (torch.float32, torch.bfloat16))  # every process decides alike
-        if not bf16_products_pay(fp32, bf16):
-            return {"precision": "no", "why": "bf16 matrix products are slower than fp32's on this host",
-                    "fp32_matmul_gflops": round(fp32, 1), "bf16_matmul_gflops": round(bf16, 1)}
+        if refused := products_refusal(fp32, bf16):
+            return refused
     rng = torch.get_rng_state()
     times = {"no": 0.0, "bf16": 0.0}
     for i, batch in enumerate([batches[0], *batches]):
@@ -94,10 +101,41 @@ def probe_precision(loss, model, batches: list[dict], accelerator: Accelerator, 
             "bf16_seconds": round(total["bf16"], 4)}
 
 
+def probe_inference(forward, device: torch.device, flag: str = "auto", repeats: int = 2) -> dict:
+    """The precision of a pass that only reads a model (a teacher's outputs over a training set, no backward), by
+    `--mixed-precision` `flag`: `no` or `bf16` as given; `auto` as `probe_precision` decides a training step, timing
+    `forward()` (one batch of the pass, its output discarded) `repeats` times in fp32 and under bf16 autocast,
+    interleaved after one warm-up of each, bf16 chosen where its total is under FASTER x fp32's. On a CPU whose bf16
+    matrix product runs at under FASTER of its fp32 one's rate, fp32 at once. Without a backward, autocast casts
+    each weight once a batch and nothing else: on an Intel Xeon with AMX a MiniLM-shaped teacher's forward ran
+    3.4x as fast in bf16 (docs/seq2seq.md)."""
+    if flag != "auto":
+        return {"precision": "bf16" if flag == "bf16" else "no"}
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return {"precision": "no", "why": "this GPU has no bf16"}
+    if device.type == "cpu":
+        if refused := products_refusal(matmul_peak(torch.float32, 256, 3), matmul_peak(torch.bfloat16, 256, 3)):
+            return refused
+    times = {"no": 0.0, "bf16": 0.0}
+    with torch.no_grad():
+        for i in range(repeats + 1):
+            for precision in (("no", "bf16") if i % 2 else ("bf16", "no")):
+                start = time.perf_counter()
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                    forward()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                if i:
+                    times[precision] += time.perf_counter() - start
+    return {"precision": "bf16" if times["bf16"] < FASTER * times["no"] else "no", "batches": repeats, "backward": False,
+            "fp32_seconds": round(times["no"], 4), "bf16_seconds": round(times["bf16"], 4)}
+
+
 def describe(found: dict) -> str:
     """The probe's choice in one line, for the run's log."""
     if "fp32_seconds" in found:
-        why = (f"forward and backward of {found['batches']} batches: fp32 {found['fp32_seconds'] * 1000:.0f} ms, "
+        what = "forward" if found.get("backward") is False else "forward and backward"
+        why = (f"{what} of {found['batches']} batches: fp32 {found['fp32_seconds'] * 1000:.0f} ms, "
                f"bf16 {found['bf16_seconds'] * 1000:.0f} ms")
     elif "fp32_matmul_gflops" in found:
         why = (f"a matrix product ran at {found['bf16_matmul_gflops']} GFLOP/s in bf16, {found['fp32_matmul_gflops']} "
@@ -116,19 +154,41 @@ def decide_precision(stage: str, loss, model, batches: list[dict], accelerator: 
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     key = (f"{cpu_model()} | {accelerator.device.type} | {torch.get_num_threads()} threads | "
            f"{accelerator.num_processes} processes | stage {stage} | {n} parameters, {trained} trained")
+
+    def probe():
+        device = accelerator.device
+        moved = []
+        for batch in batches:
+            batch = {k: v.to(device) for k, v in batch.items()}
+            if "masked_labels" in batch:  # as the loop normalises masked-LM (one process's share is enough here)
+                batch["mlm_denominator"] = (batch["masked_labels"] >= 0).sum().float()
+            moved.append(batch)
+        model.train()
+        return probe_precision(loss, model, moved, accelerator)
+
+    return kept_choice(cache, key, probe, accelerator.is_main_process)
+
+
+def decide_inference_precision(what: str, model, forward, device: torch.device, flag: str,
+                               cache: Path | None) -> dict:
+    """The precision of a pass `what` that only reads `model` (`probe_inference` with `flag`): with `auto`, the
+    choice kept in `cache` for this host, thread count, pass and model's size, else the probe's, kept there, so
+    every run of the same pass on this host computes the same outputs."""
+    if flag != "auto":
+        return probe_inference(forward, device, flag)
+    key = (f"{cpu_model()} | {device.type} | {torch.get_num_threads()} threads | pass {what} | "
+           f"{sum(p.numel() for p in model.parameters())} parameters")
+    return kept_choice(cache, key, lambda: probe_inference(forward, device))
+
+
+def kept_choice(cache: Path | None, key: str, probe, main_process: bool = True) -> dict:
+    """The choice kept under `key` in the JSON file `cache`, else `probe()`'s, kept there (by the main process)."""
     kept = read_json(cache) if cache is not None and cache.is_file() else {}
     if isinstance(kept, dict) and isinstance(kept.get(key), dict) and kept[key].get("precision") in ("no", "bf16"):
         return {**kept[key], "cached": True}
-    device = accelerator.device
-    moved = []
-    for batch in batches:
-        batch = {k: v.to(device) for k, v in batch.items()}
-        if "masked_labels" in batch:  # as the loop normalises masked-LM (one process's share is enough here)
-            batch["mlm_denominator"] = (batch["masked_labels"] >= 0).sum().float()
-        moved.append(batch)
-    model.train()
-    found = probe_precision(loss, model, moved, accelerator)
-    if cache is not None and accelerator.is_main_process:
+    found = probe()
+    if cache is not None and main_process:
+        kept = read_json(cache) if cache.is_file() else {}  # again: another run may have kept a choice meanwhile
         cache.parent.mkdir(parents=True, exist_ok=True)
         write_json(cache, {**(kept if isinstance(kept, dict) else {}), key: found})
     return found
