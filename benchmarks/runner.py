@@ -30,6 +30,7 @@ from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, transformers_extras
 from mobilekd.recipes import export
 from mobilekd.rundir import finished_results, trained_on
+from mobilekd.train.precision import cpu_model
 
 RESUMABLE = ["--threads", "1", "--resume"]
 
@@ -87,6 +88,7 @@ def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
 
     todo = [j for j in plan if j.name not in done]
     names = {j.name for j in plan}
+    started, begun, done_before = time.time(), [], sorted(done)
     print(f"{len(plan) - len(todo)} of {len(plan)} runs done already; {len(todo)} to run, {workers} at a time")
     with ThreadPoolExecutor(workers) as pool:
         while todo or running:
@@ -107,6 +109,7 @@ def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
                     break
                 print(f"{time.strftime('%H:%M:%S')} start {job.name}")
                 running[pool.submit(launch, job)] = (job, time.time())
+                begun.append(job.name)
                 todo.remove(job)
             if not running:
                 break
@@ -118,7 +121,29 @@ def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
                 print(f"{time.strftime('%H:%M:%S')} {'done' if ok else 'FAILED'} {job.name} "
                       f"({time.time() - start:.0f} s)"
                       + ("" if ok else f"; log: {logs / (job.name.replace('/', '_') + '.log')}"))
+    record_invocation(logs, {"started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+                             "seconds": round(time.time() - started, 1), "workers": workers, "cpu": cpu_model(),
+                             "ran": begun, "done_before": done_before, "failed": failed})
     return failed
+
+
+INVOCATIONS = "invocations.json"  # in a benchmark's logs/: one entry per `run_all`, what it ran and its wall time
+
+
+def record_invocation(logs: Path, entry: dict) -> None:
+    path = logs / INVOCATIONS
+    kept = read_json(path) if path.is_file() else []
+    write_json(path, [*(kept if isinstance(kept, list) else []), entry])
+
+
+def whole_plan_wall(logs: Path, plan: list[Job]) -> dict | None:
+    """The last invocation recorded in `logs` that ran every job of `plan` itself (none done before it, none
+    failed), as `run_all` recorded it: the plan's measured wall time from nothing on one machine; None if none did."""
+    path = logs / INVOCATIONS
+    names = {j.name for j in plan}
+    whole = [e for e in (read_json(path) if path.is_file() else [])
+             if names <= set(e.get("ran", [])) and not e.get("failed")]
+    return whole[-1] if whole else None
 
 
 def parameters(model_dir: Path) -> int:

@@ -207,7 +207,8 @@ def test_a_benchmark_counts_an_export_done_only_with_every_file_it_asked_for(tmp
 def test_a_benchmark_job_after_a_failed_one_still_runs_and_a_job_that_needs_it_does_not(tmp_path, capsys):
     """`Job.after` orders (the quality benchmark's timing waits for every run to end), `Job.needs` depends: a run
     that failed skips the jobs that need it, not those that only come after it, which start once it has ended."""
-    from benchmarks.runner import Job, run_all
+    from benchmarks.runner import INVOCATIONS, Job, run_all, whole_plan_wall
+    from mobilekd.fileio import read_json
 
     broken = Job("broken", ["finetune", "--task", "sst2", "--model", str(tmp_path / "missing"), "--out",
                             str(tmp_path / "broken")], tmp_path / "broken")
@@ -218,3 +219,14 @@ def test_a_benchmark_job_after_a_failed_one_still_runs_and_a_job_that_needs_it_d
     assert sorted(failed) == ["broken", "needing"] and later.done() and not needing.done()
     log = capsys.readouterr().out
     assert log.index("FAILED broken") < log.index("start later") and "skipped needing" in log
+    # each invocation is recorded with what it ran and its wall time; only one that ran a whole plan from nothing,
+    # none failing, measures that plan
+    again = Job("again", ["init", "demo_student", str(tmp_path / "again")], tmp_path / "again")
+    assert run_all([later, again], 2, tmp_path / "logs") == []
+    first, second = read_json(tmp_path / "logs" / INVOCATIONS)
+    assert sorted(first["ran"]) == ["broken", "later"] and sorted(first["failed"]) == ["broken", "needing"]
+    assert second["ran"] == ["again"] and second["done_before"] == ["later"] and second["workers"] == 2
+    assert 0 < second["seconds"] < first["seconds"] + 60 and second["cpu"]
+    assert whole_plan_wall(tmp_path / "logs", [broken, later]) is None  # ran, but failed
+    assert whole_plan_wall(tmp_path / "logs", [later, again]) is None  # later was done before
+    assert whole_plan_wall(tmp_path / "logs", [again]) == second

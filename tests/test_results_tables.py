@@ -536,6 +536,32 @@ def test_cmlm_collects_a_task_at_another_recipe_into_its_rows_for_that_command_o
     assert cmlm.TASKS == kept
 
 
+def test_cmlm_judges_its_wall_time_only_from_an_invocation_that_ran_the_whole_plan(tmp_path):
+    from benchmarks import cmlm
+    from benchmarks.runner import INVOCATIONS
+    from mobilekd.fileio import write_json
+
+    names = [j.name for j in cmlm.jobs(tmp_path, list(cmlm.TASKS), cmlm.SEEDS)]
+    entry = {"started": "2026-11-28T08:02:31", "seconds": 6000.0, "workers": 2, "cpu": "Intel(R) Xeon(R) Processor",
+             "ran": names, "done_before": [], "failed": []}
+    (tmp_path / "logs").mkdir()
+    for recorded, found in (([{**entry, "ran": names[1:], "done_before": names[:1]}], None),  # not from nothing
+                            ([{**entry, "failed": [names[-1]]}], None),
+                            ([entry, {**entry, "seconds": 9000.0, "ran": names[1:]}], 6000.0)):
+        write_json(tmp_path / "logs" / INVOCATIONS, recorded)
+        rows = [r for r in cmlm.rows(tmp_path, list(cmlm.TASKS), cmlm.SEEDS) if r["method"] == "benchmark"]
+        assert [r["value"] for r in rows] == ([found] if found else [])
+        goal = cmlm.wall_goal(rows)
+        assert ("1.67 h on Intel(R) Xeon(R) Processor" in goal and goal.endswith("| <= 2 h | holds (one measurement) |")
+                if found else "not measured" in goal)
+    assert all(cmlm.current(r) for r in rows) and cmlm.order(rows[0]) > cmlm.order(
+        {"task": "correction", "method": "cmlm-vs-ce", "seed": 2, "metric": "bootstrap_p"})
+    changed = {**rows[0], "recipes": {**rows[0]["recipes"], "correction": {**rows[0]["recipes"]["correction"],
+                                                                          "alpha": 0.5}}}
+    assert not cmlm.current(changed)  # a recipe changed since: the measured plan is another
+    assert "fails" in cmlm.wall_goal([{**rows[0], "value": 7300.0}])
+
+
 def test_cmlm_samples_of_a_changed_recipe_are_not_shown(tmp_path):
     from benchmarks import cmlm
     from mobilekd.fileio import write_json
