@@ -8,7 +8,8 @@ at once. On an AMD EPYC without avx512_bf16 bf16's product ran at about 1 GFLOP/
 (docs/results/throughput.json), where a timed step would have cost seconds to a minute. Elsewhere a timed probe of
 the run's own step on its first batches decides. A choice is kept per host, thread count, stage and model in a
 JSON file (the recipes': `--cache-dir`/precision.json), so a repeated run trains in the same precision and repeats
-bit for bit; delete the file to probe again.
+bit for bit; delete the file to probe again. A pass that only reads a model (the C-MLM teacher's soft targets) is
+decided the same way by a forward alone (`decide_inference_precision`), its choice kept per host, pass and model.
 """
 
 from __future__ import annotations
@@ -107,8 +108,8 @@ def probe_inference(forward, device: torch.device, flag: str = "auto", repeats: 
     `forward()` (one batch of the pass, its output discarded) `repeats` times in fp32 and under bf16 autocast,
     interleaved after one warm-up of each, bf16 chosen where its total is under FASTER x fp32's. On a CPU whose bf16
     matrix product runs at under FASTER of its fp32 one's rate, fp32 at once. Without a backward, autocast casts
-    each weight once a batch and nothing else: on an Intel Xeon with AMX a MiniLM-shaped teacher's forward ran
-    3.4x as fast in bf16 (docs/seq2seq.md)."""
+    each weight once a batch and nothing else: on an Intel Xeon with AMX the C-MLM teacher (the adapted MiniLM)
+    ran its copies pass 2.3x as fast in bf16, by this probe (docs/seq2seq.md)."""
     if flag != "auto":
         return {"precision": "bf16" if flag == "bf16" else "no"}
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
