@@ -89,6 +89,7 @@ def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
     todo = [j for j in plan if j.name not in done]
     names = {j.name for j in plan}
     started, begun, done_before = time.time(), [], sorted(done)
+    existed = sorted(j.name for j in plan if j.name not in done and j.out.exists())  # to resume, or refused
     print(f"{len(plan) - len(todo)} of {len(plan)} runs done already; {len(todo)} to run, {workers} at a time")
     with ThreadPoolExecutor(workers) as pool:
         while todo or running:
@@ -123,7 +124,8 @@ def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
                       + ("" if ok else f"; log: {logs / (job.name.replace('/', '_') + '.log')}"))
     record_invocation(logs, {"started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
                              "seconds": round(time.time() - started, 1), "workers": workers, "cpu": cpu_model(),
-                             "ran": begun, "done_before": done_before, "failed": failed})
+                             "cores": os.cpu_count(), "ran": begun, "done_before": done_before, "existed": existed,
+                             "failed": failed})
     return failed
 
 
@@ -137,13 +139,24 @@ def record_invocation(logs: Path, entry: dict) -> None:
 
 
 def whole_plan_wall(logs: Path, plan: list[Job]) -> dict | None:
-    """The last invocation recorded in `logs` that ran every job of `plan` itself (none done before it, none
-    failed), as `run_all` recorded it: the plan's measured wall time from nothing on one machine; None if none did."""
+    """The last invocation recorded in `logs` that ran the jobs of `plan`, no other, from nothing (none done before
+    it, no output folder there to resume) and none failing, as `run_all` recorded it, while what it wrote is what
+    the plan's outputs still are (no file of theirs written after it ended): the plan's measured wall time on one
+    machine; None if no invocation did."""
     path = logs / INVOCATIONS
     names = {j.name for j in plan}
-    whole = [e for e in (read_json(path) if path.is_file() else [])
-             if names <= set(e.get("ran", [])) and not e.get("failed")]
-    return whole[-1] if whole else None
+    for entry in reversed(read_json(path) if path.is_file() else []):
+        if set(entry.get("ran", [])) != names or entry.get("failed") or names & set(entry.get("existed", [])):
+            continue  # (running every job of the plan, it found none done before)
+        start = time.mktime(time.strptime(entry["started"], "%Y-%m-%dT%H:%M:%S"))
+        if all(start <= written(j.out) <= start + entry["seconds"] + 1 for j in plan):
+            return entry
+    return None
+
+
+def written(folder: Path) -> float:
+    """When the newest file directly in `folder` was written (0 where there is none)."""
+    return max((f.stat().st_mtime for f in folder.glob("*") if f.is_file()), default=0.0)
 
 
 def parameters(model_dir: Path) -> int:

@@ -225,8 +225,12 @@ def test_a_benchmark_job_after_a_failed_one_still_runs_and_a_job_that_needs_it_d
     assert run_all([later, again], 2, tmp_path / "logs") == []
     first, second = read_json(tmp_path / "logs" / INVOCATIONS)
     assert sorted(first["ran"]) == ["broken", "later"] and sorted(first["failed"]) == ["broken", "needing"]
+    assert first["existed"] == second["existed"] == []  # no output folder was there to resume
     assert second["ran"] == ["again"] and second["done_before"] == ["later"] and second["workers"] == 2
-    assert 0 < second["seconds"] < first["seconds"] + 60 and second["cpu"]
+    assert 0 < second["seconds"] < 300 and second["cpu"] and second["cores"] >= 1
     assert whole_plan_wall(tmp_path / "logs", [broken, later]) is None  # ran, but failed
     assert whole_plan_wall(tmp_path / "logs", [later, again]) is None  # later was done before
     assert whole_plan_wall(tmp_path / "logs", [again]) == second
+    remade = next(f for f in again.out.iterdir() if f.is_file())
+    os.utime(remade, (time.time() + 3600,) * 2)  # written after the invocation: it no longer measures what is there
+    assert whole_plan_wall(tmp_path / "logs", [again]) is None

@@ -15,6 +15,7 @@ import importlib
 import io
 import re
 import sys
+import time
 
 import pytest
 
@@ -541,12 +542,19 @@ def test_cmlm_judges_its_wall_time_only_from_an_invocation_that_ran_the_whole_pl
     from benchmarks.runner import INVOCATIONS
     from mobilekd.fileio import write_json
 
-    names = [j.name for j in cmlm.jobs(tmp_path, list(cmlm.TASKS), cmlm.SEEDS)]
-    entry = {"started": "2026-11-28T08:02:31", "seconds": 6000.0, "workers": 2, "cpu": "Intel(R) Xeon(R) Processor",
-             "ran": names, "done_before": [], "failed": []}
+    plan = cmlm.jobs(tmp_path, list(cmlm.TASKS), cmlm.SEEDS)
+    for job in plan:  # each run's outputs, written during the invocation below
+        job.out.mkdir(parents=True, exist_ok=True)
+        (job.out / "results.json").write_text("{}")
+    names = [j.name for j in plan]
+    started = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 60))
+    entry = {"started": started, "seconds": 6000.0, "workers": 2, "cpu": "Intel(R) Xeon(R) Processor",
+             "ran": names, "done_before": [], "existed": [], "failed": []}
     (tmp_path / "logs").mkdir()
     for recorded, found in (([{**entry, "ran": names[1:], "done_before": names[:1]}], None),  # not from nothing
+                            ([{**entry, "existed": names[:1]}], None),  # resumed what an earlier one left
                             ([{**entry, "failed": [names[-1]]}], None),
+                            ([{**entry, "seconds": 30.0}], None),  # the outputs were written after it ended
                             ([entry, {**entry, "seconds": 9000.0, "ran": names[1:]}], 6000.0)):
         write_json(tmp_path / "logs" / INVOCATIONS, recorded)
         rows = [r for r in cmlm.rows(tmp_path, list(cmlm.TASKS), cmlm.SEEDS) if r["method"] == "benchmark"]
@@ -560,6 +568,7 @@ def test_cmlm_judges_its_wall_time_only_from_an_invocation_that_ran_the_whole_pl
                                                                           "alpha": 0.5}}}
     assert not cmlm.current(changed)  # a recipe changed since: the measured plan is another
     assert "fails" in cmlm.wall_goal([{**rows[0], "value": 7300.0}])
+    assert "not judged" in cmlm.wall_goal([{**rows[0], "workers": 4}])
 
 
 def test_cmlm_samples_of_a_changed_recipe_are_not_shown(tmp_path):

@@ -18,6 +18,7 @@ from mobilekd.models.decoding import beam_search, greedy
 from mobilekd.models.heads import MobileBertForConditionalMLM
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.seq2seq import load_seq2seq, new_seq2seq
+from mobilekd.train.precision import probe_inference
 from mobilekd.transfer.losses import cmlm_distillation, label_smoothed_nll, neg_log_probs
 
 
@@ -99,6 +100,16 @@ def test_the_copies_pass_in_bf16_keeps_the_teachers_choices_and_its_soft_targets
     assert first["precision"] in ("no", "bf16") and "cached" not in first
     assert again == {**first, "cached": True}
     assert ("fp32_seconds" in first) != ("fp32_matmul_gflops" in first)  # timed, or refused by the products alone
+
+
+def test_the_inference_probe_times_each_precision_under_its_own_autocast():
+    seen = []
+    timed = probe_inference(lambda: seen.append(torch.is_autocast_enabled("cpu")), torch.device("cpu"),
+                            products_first=False)
+    assert sorted(seen) == [False] * 3 + [True] * 3  # one warm-up and two timed passes each
+    assert timed["precision"] in ("no", "bf16") and timed["fp32_seconds"] >= 0 and timed["repeats"] == 2
+    assert probe_inference(lambda: seen.append(None), torch.device("cpu"), "bf16") == {
+        "precision": "bf16", "why": "--mixed-precision bf16"} and None not in seen  # a flag: nothing timed
 
 
 def test_distillation_and_label_smoothed_losses_by_hand():

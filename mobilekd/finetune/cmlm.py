@@ -113,8 +113,8 @@ def soft_targets(teacher_dir, teacher, split: PairSplit, tokenizer, k: int = TOP
                  precision: str = "no") -> tuple[dict[str, np.ndarray], bool, float | None]:
     """The teacher's top-k logits and ids over `split`'s targets (`copies_pass` in `precision`), from
     `<teacher>/outputs/` or computed and cached there; whether they came from the cache; and the seconds they took
-    (`cached_arrays`). bf16's and fp32's are cached apart."""
-    kind = f"cmlm-top{k}" + ("-bf16" if precision == "bf16" else "")
+    (`cached_arrays`). Each precision's are cached apart."""
+    kind = f"cmlm-top{k}" + ("" if precision == "no" else f"-{precision}")
     h = hashlib.sha256(f"{kind}:{file_digest(Path(teacher_dir) / 'model.safetensors')}".encode())
     for key in ("source_ids", "target_ids"):
         h.update(np.ascontiguousarray(split.arrays[key]).tobytes())
@@ -122,6 +122,7 @@ def soft_targets(teacher_dir, teacher, split: PairSplit, tokenizer, k: int = TOP
     keep = ("teacher_topk_logits", "teacher_topk_ids")
 
     def make():
-        return {key: v for key, v in copies_pass(teacher, split, tokenizer, k, precision=precision).items() if key in keep}
+        found = copies_pass(teacher, split, tokenizer, k, precision=precision)
+        return {key: v for key, v in found.items() if key in keep}
 
     return cached_arrays(path, len(split), make)

@@ -114,7 +114,8 @@ def run(args, accelerator):
             "task": task.name, "method": "cmlm-teacher", "teacher": str(args.teacher), "metrics": {"dev": score},
             "best_metric": "token_accuracy", "best_score": score["token_accuracy"], "steps": steps,
             "train_pairs": len(train), "dev_pairs": len(dev), "max_len": args.max_len, "lr": args.lr,
-            "score_precision": precision["precision"], "wall_seconds": round(time.time() - start, 1), "training": summaries, "complete": True})
+            "score_precision": precision["precision"], "wall_seconds": round(time.time() - start, 1),
+            "training": summaries, "complete": True})
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from filelock import FileLock
 
 from mobilekd.fileio import read_json, write_json
 
@@ -102,19 +103,20 @@ def probe_precision(loss, model, batches: list[dict], accelerator: Accelerator, 
             "bf16_seconds": round(total["bf16"], 4)}
 
 
-def probe_inference(forward, device: torch.device, flag: str = "auto", repeats: int = 2) -> dict:
+def probe_inference(forward, device: torch.device, flag: str = "auto", repeats: int = 2,
+                    products_first: bool = True) -> dict:
     """The precision of a pass that only reads a model (a teacher's outputs over a training set, no backward), by
-    `--mixed-precision` `flag`: `no` or `bf16` as given; `auto` as `probe_precision` decides a training step, timing
-    `forward()` (one batch of the pass, its output discarded) `repeats` times in fp32 and under bf16 autocast,
-    interleaved after one warm-up of each, bf16 chosen where its total is under FASTER x fp32's. On a CPU whose bf16
-    matrix product runs at under FASTER of its fp32 one's rate, fp32 at once. Without a backward, autocast casts
-    each weight once a batch and nothing else: on an Intel Xeon with AMX the C-MLM teacher (the adapted MiniLM)
-    ran its copies pass 2.3x as fast in bf16, by this probe (docs/seq2seq.md)."""
+    `--mixed-precision` `flag`: another flag than `auto` as given; `auto` as `probe_precision` decides a training
+    step: on a CPU whose bf16 matrix product runs at under FASTER of its fp32 one's rate (unless `products_first` is
+    off), fp32 at once; else `forward()` (one batch of the pass, its output discarded) timed `repeats` times in fp32
+    and under bf16 autocast, interleaved after one warm-up of each, and bf16 chosen where its total is under FASTER x
+    fp32's. With no backward pass there are no gradients to cast, so it can pay where a training step does not: on
+    an Intel Xeon with AMX this probe timed the C-MLM teacher's copies pass 2.3x as fast in bf16 (docs/seq2seq.md)."""
     if flag != "auto":
-        return {"precision": "bf16" if flag == "bf16" else "no"}
+        return {"precision": flag, "why": f"--mixed-precision {flag}"}
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         return {"precision": "no", "why": "this GPU has no bf16"}
-    if device.type == "cpu":
+    if device.type == "cpu" and products_first:
         if refused := products_refusal(matmul_peak(torch.float32, 256, 3), matmul_peak(torch.bfloat16, 256, 3)):
             return refused
     times = {"no": 0.0, "bf16": 0.0}
@@ -128,16 +130,18 @@ def probe_inference(forward, device: torch.device, flag: str = "auto", repeats: 
                     torch.cuda.synchronize(device)
                 if i:
                     times[precision] += time.perf_counter() - start
-    return {"precision": "bf16" if times["bf16"] < FASTER * times["no"] else "no", "batches": repeats, "backward": False,
-            "fp32_seconds": round(times["no"], 4), "bf16_seconds": round(times["bf16"], 4)}
+    return {"precision": "bf16" if times["bf16"] < FASTER * times["no"] else "no", "batches": 1, "repeats": repeats,
+            "backward": False, "fp32_seconds": round(times["no"], 4), "bf16_seconds": round(times["bf16"], 4)}
 
 
 def describe(found: dict) -> str:
     """The probe's choice in one line, for the run's log."""
+    if "why" in found and found["why"].startswith("--mixed-precision"):
+        return found["why"]  # a flag's choice, not a probe's
     if "fp32_seconds" in found:
-        what = "forward" if found.get("backward") is False else "forward and backward"
-        why = (f"{what} of {found['batches']} batches: fp32 {found['fp32_seconds'] * 1000:.0f} ms, "
-               f"bf16 {found['bf16_seconds'] * 1000:.0f} ms")
+        what = (f"{found['repeats']} forwards of one batch" if found.get("backward") is False else
+                f"forward and backward of {found['batches']} batches")
+        why = f"{what}: fp32 {found['fp32_seconds'] * 1000:.0f} ms, bf16 {found['bf16_seconds'] * 1000:.0f} ms"
     elif "fp32_matmul_gflops" in found:
         why = (f"a matrix product ran at {found['bf16_matmul_gflops']} GFLOP/s in bf16, {found['fp32_matmul_gflops']} "
                f"in fp32")
@@ -173,13 +177,19 @@ def decide_precision(stage: str, loss, model, batches: list[dict], accelerator: 
 def decide_inference_precision(what: str, model, forward, device: torch.device, flag: str,
                                cache: Path | None) -> dict:
     """The precision of a pass `what` that only reads `model` (`probe_inference` with `flag`): with `auto`, the
-    choice kept in `cache` for this host, thread count, pass and model's size, else the probe's, kept there, so
-    every run of the same pass on this host computes the same outputs."""
+    choice kept in `cache` for this host, thread count, pass and model's size (whatever the data: one choice serves
+    every task's pass), else the probe's, kept there under a lock, so that runs started together (a benchmark's
+    workers, or the processes of one run) probe once and every run of the pass on this host computes the same
+    outputs."""
     if flag != "auto":
         return probe_inference(forward, device, flag)
     key = (f"{cpu_model()} | {device.type} | {torch.get_num_threads()} threads | pass {what} | "
            f"{sum(p.numel() for p in model.parameters())} parameters")
-    return kept_choice(cache, key, lambda: probe_inference(forward, device))
+    if cache is None:
+        return probe_inference(forward, device)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{cache}.lock"):
+        return kept_choice(cache, key, lambda: probe_inference(forward, device))
 
 
 def kept_choice(cache: Path | None, key: str, probe, main_process: bool = True) -> dict:
