@@ -139,7 +139,7 @@ def describe(found: dict) -> str:
     if "why" in found and found["why"].startswith("--mixed-precision"):
         return found["why"]  # a flag's choice, not a probe's
     if "fp32_seconds" in found:
-        what = (f"{found['repeats']} forwards of one batch" if found.get("backward") is False else
+        what = (f"{found.get('repeats', found['batches'])} forwards of one batch" if found.get("backward") is False else
                 f"forward and backward of {found['batches']} batches")
         why = f"{what}: fp32 {found['fp32_seconds'] * 1000:.0f} ms, bf16 {found['bf16_seconds'] * 1000:.0f} ms"
     elif "fp32_matmul_gflops" in found:
