@@ -406,6 +406,14 @@ def budget(task: str, method: str) -> dict:
     return b
 
 
+def precisions(r: dict) -> dict:
+    """A run's precisions (each "bf16" or "no": fp32), for its rows: its training's (`--mixed-precision auto` decides
+    it per host) and, where it had them, its teacher's outputs' and its augmented set's masked-LM pass's."""
+    trained = "+".join(dict.fromkeys(s["precision"] for s in r.get("training", []) if s.get("precision")))
+    return {**({"train_precision": trained} if trained else {}),
+            **{k: r[k] for k in ("teacher_outputs_precision", "augment_precision") if r.get(k)}}
+
+
 def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[list[dict], list[dict]]:
     """The finished runs' rows (the last evaluation's dev scores, one row per metric, with the run's budget and the
     seconds of the shared stage it starts from, `start_seconds`) and their cost curves; each family's size and
@@ -428,7 +436,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[
                 history = read_json(d / "history.json") if (d / "history.json").is_file() else [
                     {"step": r["steps"], "wall_seconds": r["wall_seconds"], "metrics": r["metrics"]}]
                 start = METHODS[method][1]
-                found += [{**row, "train_examples": r.get("train_examples"), **budget(task, method),
+                found += [{**row, "train_examples": r.get("train_examples"), **budget(task, method), **precisions(r),
                            **({"start_seconds": round(stages[start], 1)} if start in stages else {}),
                            **latency.get(family, {})}
                           for row in finetune_rows(d, history[-1]["metrics"], task=task, method=method, seed=seed,

@@ -16,7 +16,7 @@ from mobilekd.data.augment import Augmentor, augmented, words
 from mobilekd.data.examples import TextExample, write_examples
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.errors import UserError
-from mobilekd.finetune.teacher_outputs import cache_key, teacher_outputs
+from mobilekd.finetune.teacher_outputs import cache_key, outputs_precision, teacher_outputs
 from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
 from mobilekd.models.hf import load_pretrained, save_pretrained
 from mobilekd.models.mobilebert import EncoderOutput
@@ -204,7 +204,7 @@ def test_a_run_waits_for_the_augmented_set_another_run_is_computing(tmp_path, to
         return load_pretrained(path, "pretraining").eval(), tokenizer
 
     run = lambda: augmented(examples, model_dir, 3, 0, tmp_path / "cache", load)  # noqa: E731
-    _, cached = run()  # the file, and its path: the only one under augmented/
+    _, cached, _ = run()  # the file, and its path: the only one under augmented/
     assert not cached and len(loads) == 1
     path, = (tmp_path / "cache" / "augmented").glob("*.json")
     path.unlink()
@@ -220,7 +220,7 @@ def test_a_run_waits_for_the_augmented_set_another_run_is_computing(tmp_path, to
     first.release()
     thread.join(60)
     assert not thread.is_alive() and second["cached"] and second["examples"] == written and len(loads) == 1
-    assert run() == (written, True)
+    assert run()[:2] == (written, True)
 
 
 def test_each_candidate_word_is_replaced_with_probability_p(augmentor):
@@ -257,6 +257,46 @@ def test_teacher_outputs_are_cached_and_invalidated_when_the_teacher_changes(tmp
     save_pretrained(model, tmp_path, tokenizer)
     changed, cached, _ = teacher_outputs(tmp_path, model, split)
     assert not cached and np.allclose(changed["teacher_logits"], first["teacher_logits"] + 1.0, atol=1e-5)
+
+
+def test_teacher_outputs_in_bf16_stay_near_fp32_are_cached_apart_and_auto_keeps_its_choice(tmp_path, tokenizer):
+    model, split = saved_teacher(tmp_path, tokenizer)
+    fp32, _, _ = teacher_outputs(tmp_path, model, split)
+    bf16, cached, _ = teacher_outputs(tmp_path, model, split, precision="bf16")
+    assert not cached and len(list((tmp_path / "outputs").glob("*.safetensors"))) == 2  # not read from fp32's file
+    scale = np.abs(fp32["teacher_logits"]).max()
+    assert 0 < np.abs(fp32["teacher_logits"] - bf16["teacher_logits"]).max() < 0.05 * scale
+    assert np.abs(fp32["teacher_cls"].astype(np.float32) - bf16["teacher_cls"].astype(np.float32)).max() < 0.1
+    assert teacher_outputs(tmp_path, model, split, precision="bf16")[1]  # then read back from its own file
+    assert [outputs_precision(model, split, flag)["precision"] for flag in ("no", "bf16")] == ["no", "bf16"]
+    kept = tmp_path / "precision.json"
+    first = outputs_precision(model, split, "auto", kept)
+    assert first["precision"] in ("no", "bf16") and "cached" not in first
+    assert outputs_precision(model, split, "auto", kept) == {**first, "cached": True}
+    assert ("fp32_seconds" in first) != ("fp32_matmul_gflops" in first)  # timed, or refused by the products alone
+
+
+def test_masked_lm_candidates_in_bf16_are_near_fp32s_and_their_augmented_set_is_cached_apart(tmp_path, tokenizer,
+                                                                                             augmentor):
+    sentences = ["the film is a wonderfully unpredictable masterpiece", "a dull and tedious affair",
+                 "he said it was fine"]
+    fp32 = augmentor.candidates(sentences)
+    bf16 = Augmentor(augmentor.model, tokenizer, precision="bf16").candidates(sentences)
+    assert [sorted(c) for c in fp32] == [sorted(c) for c in bf16]  # the same words get candidates
+    pairs = [(a, b) for f, g in zip(fp32, bf16) for a, b in ((f[i], g[i]) for i in f)]
+    assert np.mean([len(set(a) & set(b)) / len(a) for a, b in pairs]) > 0.6  # mostly the same top M
+    model_dir = tmp_path / "mlm"
+    save_pretrained(augmentor.model, model_dir, tokenizer)
+    examples = [TextExample(s, None, "negative", f"t:{i}") for i, s in enumerate(sentences)]
+    load = lambda path: (load_pretrained(path, "pretraining").eval(), tokenizer)  # noqa: E731
+    runs = {flag: augmented(examples, model_dir, 3, 0, tmp_path / "cache", load, flag) for flag in ("no", "bf16")}
+    assert [runs[f][2]["precision"] for f in ("no", "bf16")] == ["no", "bf16"] and not any(r[1] for r in runs.values())
+    assert len(list((tmp_path / "cache" / "augmented").glob("*-bf16.json"))) == 1
+    kept = tmp_path / "precision.json"
+    first = augmented(examples, model_dir, 3, 0, tmp_path / "cache", load, "auto", kept)
+    assert first[1] and first[0] == runs[first[2]["precision"]][0]  # the chosen precision's set, from the cache
+    assert augmented(examples, model_dir, 3, 0, tmp_path / "cache", load, "auto", kept)[2] == {**first[2],
+                                                                                                "cached": True}
 
 
 def test_a_run_waits_for_the_teacher_outputs_another_run_is_computing(tmp_path, tokenizer):
@@ -328,6 +368,7 @@ def test_each_recipe_end_to_end_at_micro_scale(tmp_path, small_corpus, tokenizer
     run_module("mobilekd.recipes.finetune", "--model", tmp_path / "tinybert", "--teacher", tmp_path / "t_sst2",
                "--method", "tinybert", "--augment", 2, "--augment-model", teacher, *ft, "--out", tmp_path / "tiny")
     result = json.loads((tmp_path / "tiny" / "results.json").read_text())
+    assert result["augment_precision"] in ("no", "bf16") and result["teacher_outputs_precision"] in ("no", "bf16")
     assert result["train_examples"] > 24 and result["steps"] == 2 * int(np.ceil(result["train_examples"] / 8))
     # on a regression task too its prediction step fits the teacher's outputs (alpha 0), not the labels: a departure
     # from task_distill.py (mobilekd/finetune/methods.py)

@@ -22,13 +22,18 @@ Pairs: the official `read_augment_write` augments each column of the row in turn
 keep the last augmented first sentence (the row is edited in place). Here the other column keeps its original
 text, so each new example changes one sentence. Labels are kept. Randomness comes from numpy generators seeded by
 (seed, example, column), so the same seed gives the same augmented set in any order of work.
+
+The masked-LM pass runs under bf16 autocast where this host runs it faster (`augment_precision`, `--mixed-precision
+auto`): a departure from the official fp32 pass, cached under a key of its own.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +42,7 @@ from tqdm.auto import tqdm
 
 from mobilekd.data.examples import TextExample, read_examples, write_examples
 from mobilekd.fileio import cached_file, file_digest
+from mobilekd.train.precision import decide_inference_precision
 
 N_PER_TASK = {"sst2": 20, "cola": 30, "mrpc": 30, "stsb": 30, "rte": 30, "mnli": 10, "qqp": 10, "qnli": 20}
 M, P = 15, 0.4
@@ -69,8 +75,9 @@ def eligible(word: str) -> bool:
 class Augmentor:
     """Candidates from a pre-trained model with an MLM head (`MobileBertForPreTraining`) and its tokenizer."""
 
-    def __init__(self, model, tokenizer, m: int = M, p: float = P, batch_size: int = 64):
+    def __init__(self, model, tokenizer, m: int = M, p: float = P, batch_size: int = 64, precision: str = "no"):
         self.model, self.tokenizer, self.m, self.p, self.batch_size = model.eval(), tokenizer, m, p, batch_size
+        self.precision = precision  # bf16: the masked-LM pass under bf16 autocast (`augment_precision`)
         vocab = tokenizer.get_vocab()
         self.whole = np.array(sorted(i for t, i in vocab.items() if re.fullmatch("[a-z]+", t)))
         self.id_to_token = {i: t for t, i in vocab.items()}
@@ -86,30 +93,42 @@ class Augmentor:
         return [self.id_to_token[int(self.whole[i])] for i in top]
 
     @torch.no_grad()
+    def _logits(self, chunk: list[tuple[list[int], int]]) -> torch.Tensor:
+        """The masked-LM logits (float32) at the masked position of each query of `chunk`, in `self.precision`."""
+        tok = self.tokenizer
+        rows = []
+        for pieces, at in chunk:
+            masked = pieces[:at] + [tok.mask_token_id] + pieces[at + 1:]
+            ids = [tok.cls_token_id, *masked, tok.sep_token_id, *pieces, tok.sep_token_id][:512]
+            types = [0] * (len(masked) + 2) + [1] * (len(pieces) + 1)
+            rows.append((ids, types[:len(ids)], at + 1))
+        width = max(len(r[0]) for r in rows)
+        ids = torch.tensor([r[0] + [tok.pad_token_id] * (width - len(r[0])) for r in rows])
+        types = torch.tensor([r[1] + [0] * (width - len(r[1])) for r in rows])
+        mask = torch.tensor([[1] * len(r[0]) + [0] * (width - len(r[0])) for r in rows])
+        positions = torch.tensor([[r[2]] for r in rows])
+        device = next(self.model.parameters()).device
+        with torch.autocast(device.type, dtype=torch.bfloat16) if self.precision == "bf16" else nullcontext():
+            logits = self.model(*(t.to(device) for t in (ids, mask, types, positions))).mlm_logits
+        return logits.float().cpu()
+
     def _masked_lm(self, queries: list[tuple[list[int], int]]) -> list[list[str]]:
         """Single-piece words: (sentence pieces, index of the word's piece) -> the MLM's top M, "##" dropped."""
-        tok = self.tokenizer
         order = sorted(range(len(queries)), key=lambda q: len(queries[q][0]))  # batches of like lengths
         out = [None] * len(queries)
         for start in tqdm(range(0, len(queries), self.batch_size), desc="augmentation: masked-LM candidates",
                           leave=False):
-            chunk = [queries[q] for q in order[start:start + self.batch_size]]
-            rows = []
-            for pieces, at in chunk:
-                masked = pieces[:at] + [tok.mask_token_id] + pieces[at + 1:]
-                ids = [tok.cls_token_id, *masked, tok.sep_token_id, *pieces, tok.sep_token_id][:512]
-                types = [0] * (len(masked) + 2) + [1] * (len(pieces) + 1)
-                rows.append((ids, types[:len(ids)], at + 1))
-            width = max(len(r[0]) for r in rows)
-            ids = torch.tensor([r[0] + [tok.pad_token_id] * (width - len(r[0])) for r in rows])
-            types = torch.tensor([r[1] + [0] * (width - len(r[1])) for r in rows])
-            mask = torch.tensor([[1] * len(r[0]) + [0] * (width - len(r[0])) for r in rows])
-            positions = torch.tensor([[r[2]] for r in rows])
-            device = next(self.model.parameters()).device
-            logits = self.model(*(t.to(device) for t in (ids, mask, types, positions))).mlm_logits.cpu()
-            for q, row in zip(order[start:], torch.topk(logits.float(), self.m, dim=-1).indices.tolist()):
+            logits = self._logits([queries[q] for q in order[start:start + self.batch_size]])
+            for q, row in zip(order[start:], torch.topk(logits, self.m, dim=-1).indices.tolist()):
                 out[q] = [t for t in (self.id_to_token[i] for i in row) if not t.startswith("##")]
         return out
+
+    def median_queries(self, sentences: list[str]) -> list[tuple[list[int], int]]:
+        """A batch of queries from the sentence of median length (each of its pieces masked in turn): what the
+        masked-LM pass reads in a typical batch, for timing it."""
+        pieces = sorted((self.tokenizer(s, add_special_tokens=False)["input_ids"] for s in sentences), key=len)
+        middle = pieces[len(pieces) // 2] or [self.tokenizer.unk_token_id]
+        return [(middle, i % len(middle)) for i in range(self.batch_size)]
 
     def candidates(self, sentences: list[str]) -> list[dict[int, list[str]]]:
         """For each sentence, word index -> its candidates (the word itself when none), for eligible words."""
@@ -166,18 +185,42 @@ class Augmentor:
         return out
 
 
-def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, cache_dir: Path, load) -> \
-        tuple[list[TextExample], bool]:
+def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, cache_dir: Path, load,
+              flag: str = "no", precision_cache: Path | None = None) -> tuple[list[TextExample], bool, dict]:
     """`examples` augmented by the model in `model_dir` (`load(model_dir)` -> (model, tokenizer)), cached in
-    `cache_dir` under a key of the model's weights, the examples, n, M, p and the seed; and whether it was cached.
-    Runs of the same set started together (a benchmark's seeds) compute it once (`cached_file`)."""
-    h = hashlib.sha256(file_digest(Path(model_dir) / "model.safetensors").encode())
-    h.update(json.dumps([[[e.text_a, e.text_b, e.label] for e in examples], n, M, P, seed]).encode())
-    path = Path(cache_dir) / "augmented" / f"{h.hexdigest()[:20]}.json"
-
-    def make():
+    `cache_dir` under a key of the model's weights, the examples, n, M, p, the seed and the masked-LM pass's
+    precision; whether it was cached; and that precision (`augment_precision` by `--mixed-precision` `flag`, an
+    auto choice kept in `precision_cache`). Runs of the same set started together (a benchmark's seeds) compute it
+    once (`cached_file`)."""
+    @functools.cache
+    def loaded():
         model, tokenizer = load(model_dir)
         if torch.cuda.is_available():  # the masked-LM candidates are most of the cost: on the GPU where there is one
             model = model.cuda()
-        return Augmentor(model, tokenizer).augment(examples, n, seed)
-    return cached_file(path, read_examples, make, write_examples)
+        return model, tokenizer
+
+    found = augment_precision(loaded, examples, flag, precision_cache)
+    h = hashlib.sha256(file_digest(Path(model_dir) / "model.safetensors").encode())
+    h.update(json.dumps([[[e.text_a, e.text_b, e.label] for e in examples], n, M, P, seed]).encode())
+    suffix = "-bf16" if found["precision"] == "bf16" else ""
+    path = Path(cache_dir) / "augmented" / f"{h.hexdigest()[:20]}{suffix}.json"
+
+    def make():
+        return Augmentor(*loaded(), precision=found["precision"]).augment(examples, n, seed)
+    return (*cached_file(path, read_examples, make, write_examples), found)
+
+
+def augment_precision(loaded, examples: list[TextExample], flag: str = "no", cache: Path | None = None) -> dict:
+    """The precision of the masked-LM candidates' pass by `--mixed-precision` `flag` (`loaded()` -> (model,
+    tokenizer), called under auto alone: the kept choice's key counts the model's parameters): with auto, bf16 where
+    a batch of queries from the median sentence runs faster in it on this host, the choice kept in `cache`
+    (`mobilekd.train.precision.decide_inference_precision`). bf16 departs from the official fp32
+    `_masked_language_model` where it pays: its rounding can reorder near-ties among a word's top M candidates, and
+    so change which words the draws pick."""
+    if flag != "auto":
+        return {"precision": flag, "why": f"--mixed-precision {flag}"}
+    model, tokenizer = loaded()
+    augmentor = Augmentor(model, tokenizer)  # in fp32 itself: the probe times it under its own autocast
+    queries = augmentor.median_queries([e.text_a for e in examples])
+    return decide_inference_precision("augment-mlm", model, lambda: augmentor._logits(queries),
+                                      next(model.parameters()).device, flag, cache)

@@ -1,17 +1,20 @@
 """A fine-tuned teacher's outputs over a training split, computed once and cached: its logits and every layer's
 [CLS] vector (what logit distillation and BERT-PKD's patience loss read; BERT-PKD precomputes the same,
 run_glue_benchmark.py via `eval_model_dataloader` in src/utils.py). The teacher runs in eval mode, so the cached
-values are exactly what it would give during training.
+values are exactly what it would give during training (in fp32; under bf16, below, to bf16's rounding).
 
 The cache file, `<teacher>/outputs/<key>.safetensors`, is keyed by the teacher's weights and the split's token
 arrays: every method and seed fine-tuning on the same examples reuses it, and a retrained teacher or other
-examples get a new one. A lock beside the file (`<key>.safetensors.lock`, the `filelock` library) lets one run
-compute it: runs started together (benchmarks run two at a time) wait for it and read it, instead of computing the
-same outputs again.
+examples get a new one. The pass runs under bf16 autocast where this host runs the teacher's forward faster in it
+(`outputs_precision`, `--mixed-precision auto`); those outputs are cached under a key of their own (`-bf16`), which
+every run on such a host reads. A lock beside the file (`<key>.safetensors.lock`, the `filelock` library) lets one
+run compute it: runs started together (benchmarks run two at a time) wait for it and read it, instead of computing
+the same outputs again.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from pathlib import Path
@@ -24,28 +27,57 @@ from tqdm.auto import tqdm
 
 from mobilekd.data.tasks import INPUTS
 from mobilekd.fileio import cached_file, file_digest
+from mobilekd.train.precision import decide_inference_precision
 
 
-def cache_key(teacher_dir: Path, split, with_cls: bool = True) -> str:
+def cache_key(teacher_dir: Path, split, with_cls: bool = True, precision: str = "no") -> str:
     h = hashlib.sha256(file_digest(Path(teacher_dir) / "model.safetensors").encode() + (b"" if with_cls else b"logits"))
     for k in INPUTS:
         h.update(np.ascontiguousarray(split.arrays[k]).tobytes())
-    return h.hexdigest()[:20]
+    return h.hexdigest()[:20] + ("-bf16" if precision == "bf16" else "")
+
+
+def _forward(teacher, b: dict, with_cls: bool):
+    device = next(teacher.parameters()).device
+    return teacher.logits_and_encoder(*(b[k].to(device) for k in INPUTS), output_feature_maps=with_cls)
+
+
+def outputs_precision(teacher, split, flag: str = "auto", cache: Path | None = None, batch_size: int = 64,
+                      with_cls: bool = True) -> dict:
+    """The precision of `compute` over `split` by `--mixed-precision` `flag`; with auto, bf16 where the teacher's
+    forward over `batch_size` examples of the split's median length runs faster in it on this host, the choice kept
+    in `cache` (`mobilekd.train.precision.decide_inference_precision`; on an Intel Xeon with AMX, one thread, this
+    forward of all-MiniLM-L6-v2 ran 2.7-3.4x as fast in bf16 at 16-64 tokens)."""
+    teacher.eval()
+
+    @functools.cache
+    def median_batch() -> dict:  # built at the probe's first pass: not at all for a kept choice or another flag
+        middle = np.argsort(split.lengths, kind="stable")
+        first = max(0, len(middle) // 2 - batch_size // 2)
+        return split.batch(middle[first:first + batch_size])
+
+    return decide_inference_precision("teacher-outputs", teacher, lambda: _forward(teacher, median_batch(), with_cls),
+                                      next(teacher.parameters()).device, flag, cache)
 
 
 @torch.no_grad()
-def compute(teacher, split, batch_size: int = 64, with_cls: bool = True) -> dict[str, np.ndarray]:
+def compute(teacher, split, batch_size: int = 64, with_cls: bool = True,
+            precision: str = "no") -> dict[str, np.ndarray]:
     """`teacher_logits` (N, C, float32) and, with `with_cls`, `teacher_cls` (N, layers, width, float16) over the
-    split, in order. The examples run in batches of similar length (`EncodedSplit.by_length`), so the teacher reads
-    little padding: over SST-2's 67,349 training sentences (all-MiniLM-L6-v2, one thread, AMD EPYC) the split's
-    order was on course for 22 minutes (7% done), length order took 7.6 with a third process on the two cores."""
+    split, in order; `precision` bf16 runs the teacher under bf16 autocast (its outputs read in float32): a
+    departure from BERT-PKD's fp32 `eval_model_dataloader` where this host runs it faster (`outputs_precision`), at
+    the cost of bf16's rounding (about 3 significant digits) in the logits a student fits. The examples run in
+    batches of similar length (`EncodedSplit.by_length`), so the teacher reads little padding: over SST-2's 67,349
+    training sentences (all-MiniLM-L6-v2, one thread, AMD EPYC) the split's order was on course for 22 minutes (7%
+    done), length order took 7.6 with a third process on the two cores."""
     teacher.eval()
     device = next(teacher.parameters()).device
     batches, back = split.by_length(batch_size)
     logits, cls = [], []
     for indices in tqdm(batches, desc="teacher outputs", leave=False):
         b = split.batch(indices)
-        out, enc = teacher.logits_and_encoder(*(b[k].to(device) for k in INPUTS), output_feature_maps=with_cls)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            out, enc = _forward(teacher, b, with_cls)
         logits.append(out.float().cpu().numpy())
         if with_cls:
             cls.append(torch.stack([h[:, 0] for h in enc.feature_maps], 1).half().cpu().numpy())
@@ -54,12 +86,12 @@ def compute(teacher, split, batch_size: int = 64, with_cls: bool = True) -> dict
             **({"teacher_cls": np.concatenate(cls)[back]} if with_cls else {})}
 
 
-def teacher_outputs(teacher_dir, teacher, split, with_cls: bool = True) -> tuple[dict[str, np.ndarray], bool,
-                                                                                   float | None]:
-    """The teacher's outputs over `split` (its logits alone without `with_cls`), whether they came from the
-    cache, and the seconds they took (`cached_arrays`)."""
-    path = Path(teacher_dir) / "outputs" / f"{cache_key(teacher_dir, split, with_cls)}.safetensors"
-    return cached_arrays(path, len(split), lambda: compute(teacher, split, with_cls=with_cls))
+def teacher_outputs(teacher_dir, teacher, split, with_cls: bool = True, precision: str = "no") -> \
+        tuple[dict[str, np.ndarray], bool, float | None]:
+    """The teacher's outputs over `split` (its logits alone without `with_cls`) in `precision` (`compute`), whether
+    they came from the cache, and the seconds they took (`cached_arrays`)."""
+    path = Path(teacher_dir) / "outputs" / f"{cache_key(teacher_dir, split, with_cls, precision)}.safetensors"
+    return cached_arrays(path, len(split), lambda: compute(teacher, split, with_cls=with_cls, precision=precision))
 
 
 def cached_arrays(path: Path, n: int, make) -> tuple[dict[str, np.ndarray], bool, float | None]:

@@ -45,11 +45,13 @@ from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, write_json
 from mobilekd.finetune.evaluation import DevEvaluator, fine_tuned_classifier
 from mobilekd.finetune.objective import Distillation, task_loss
-from mobilekd.finetune.teacher_outputs import teacher_outputs
+from mobilekd.finetune.teacher_outputs import outputs_precision, teacher_outputs
 from mobilekd.flags import at_least
 from mobilekd.models.bilstm import from_teacher, save_bilstm
-from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
+from mobilekd.train.common import PRECISION_FILE, add_task_flags, add_training_flags, check_task_flags, run_owned, \
+    train_config
 from mobilekd.train.loop import Stage, run_plan
+from mobilekd.train.precision import describe
 
 
 def parse_args(argv=None):
@@ -123,12 +125,16 @@ def run(args, accelerator):
                                                p_mask=args.p_mask, p_pos=args.p_pos, p_ng=args.p_ng)
         print(f"transfer set: {originals} -> {len(examples)} examples" + (" (cached)" if cached else ""))
     train = encode_classification(task, examples, tokenizer, args.max_len)
-    kd = None
+    kd, outputs_pass = None, None
     if args.loss == "kd":
-        outputs, cached, _ = teacher_outputs(args.teacher, teacher, train, with_cls=False)
+        outputs_pass = outputs_precision(teacher, train, args.mixed_precision, Path(args.cache_dir) / PRECISION_FILE,
+                                         with_cls=False)
+        outputs, cached, _ = teacher_outputs(args.teacher, teacher, train, with_cls=False,
+                                             precision=outputs_pass["precision"])
         train.arrays["teacher_logits"] = outputs["teacher_logits"]
         train.arrays["labels"] = transfer_labels(task, train.arrays["labels"], outputs["teacher_logits"], originals)
-        print(f"teacher logits over {len(train)} examples: " + ("from the cache" if cached else "computed and cached"))
+        print(f"teacher logits over {len(train)} examples: " + ("from the cache" if cached else "computed and cached") +
+              f"; the teacher's pass {describe(outputs_pass)}")
         kd = Distillation(alpha=args.alpha, logits="mse")
     pair = examples[0].text_b is not None
     model = from_teacher(teacher.cpu(), tokenizer, pair, task.id2label, args.embedding_size,
@@ -148,7 +154,8 @@ def run(args, accelerator):
     extra = {"model": "bilstm", "task": task.name, "data": str(data), "method": f"bilstm-{args.loss}",
              "teacher": str(args.teacher), "steps": steps, "train_examples": len(train),
              "original_examples": originals, "augment": args.augment, "lr": args.lr,
-             "selected_on": next(iter(task.dev))}
+             "selected_on": next(iter(task.dev)),
+             **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {})}
     run_plan([stage], model, train, cfg, accelerator, resume=args.resume,
              on_eval=lambda m, step: evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)}))
     if accelerator.is_main_process:

@@ -40,13 +40,14 @@ from mobilekd.data.augment import N_PER_TASK, augmented
 from mobilekd.finetune.methods import DEFAULTS as KD_DEFAULTS
 from mobilekd.finetune.methods import METHODS, method_flags
 from mobilekd.finetune.objective import Distillation, intermediate_loss, task_loss
-from mobilekd.finetune.teacher_outputs import teacher_outputs
+from mobilekd.finetune.teacher_outputs import outputs_precision, teacher_outputs
 from mobilekd.models.config import ModelConfig
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.transfer.layer_maps import layer_map, parse_layer_map
 from mobilekd.transfer.objectives import Match, check_matches, pkd_matches, projections_for, refuse, tinybert_matches
-from mobilekd.train.common import add_training_flags, run_owned, train_config
+from mobilekd.train.common import PRECISION_FILE, add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
+from mobilekd.train.precision import describe
 
 
 def parse_args(argv=None):
@@ -180,15 +181,18 @@ def run(args, accelerator):
             :max(1, round(args.selection_fraction * len(train_examples)))].tolist())
         splits = {"selection": [e for i, e in enumerate(train_examples) if i in held], **splits}
         train_examples = [e for i, e in enumerate(train_examples) if i not in held]
+    augment_pass = None
     if not args.eval_only and args.augment:
         if task.head == "qa":
             raise UserError("--augment (TinyBERT's) works on sentence tasks, not on SQuAD")
         if not (Path(args.augment_model) / "model.safetensors").is_file():
             raise UserError(f"{args.augment_model}: no model here (model.safetensors) for --augment-model")
         n = len(train_examples)
-        train_examples, cached = augmented(train_examples, Path(args.augment_model), args.augment, args.augment_seed,
-                                           Path(args.cache_dir), load=_mlm_model)
-        print(f"augmented: {n} -> {len(train_examples)} training examples" + (" (cached)" if cached else ""))
+        train_examples, cached, augment_pass = augmented(
+            train_examples, Path(args.augment_model), args.augment, args.augment_seed, Path(args.cache_dir),
+            load=_mlm_model, flag=args.mixed_precision, precision_cache=Path(args.cache_dir) / PRECISION_FILE)
+        print(f"augmented: {n} -> {len(train_examples)} training examples" + (" (cached)" if cached else "") +
+              f"; the masked-LM pass {describe(augment_pass)}")
     dev = {name: (examples, *encode(examples)) for name, examples in splits.items()}
     evaluator = DevEvaluator(task, dev, out, tokenizer, save_model=not args.eval_only)
     if args.eval_only:
@@ -209,11 +213,15 @@ def run(args, accelerator):
     if args.patience_weight and task.head != "classification":
         raise UserError(f"--patience-weight (BERT-PKD) needs a classification or regression task, not {task.name}")
     teacher = build_model(args.teacher, task, "teacher").to(accelerator.device).eval() if args.teacher else None
+    outputs_pass = None
     if teacher is not None and task.head != "qa":
-        outputs, cached, _ = teacher_outputs(args.teacher, teacher, train_split)
+        outputs_pass = outputs_precision(teacher, train_split, args.mixed_precision,
+                                         Path(args.cache_dir) / PRECISION_FILE)
+        outputs, cached, _ = teacher_outputs(args.teacher, teacher, train_split, precision=outputs_pass["precision"])
         train_split.arrays.update(outputs)
         print(f"teacher outputs over {len(train_split)} training examples: " +
-              ("from the cache" if cached else "computed and cached"))
+              ("from the cache" if cached else "computed and cached") +
+              f"; the teacher's pass {describe(outputs_pass)}")
     kd = None
     if teacher is not None:
         kd = Distillation(args.alpha, args.temperature, args.kd_reduction,
@@ -233,7 +241,9 @@ def run(args, accelerator):
     extra = {**identity, "method": args.method, "teacher": args.teacher, "steps": sum(st.steps for st in stages),
              "train_examples": len(train_split),
              "selected_on": "selection" if args.select_on == "train-slice" else next(iter(task.dev)),
-             "lr": args.lr, "baseline": baseline}
+             "lr": args.lr, "baseline": baseline,
+             **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}),
+             **({"augment_precision": augment_pass["precision"]} if augment_pass else {})}
 
     warm = stages[0].steps if args.intermediate else 0
 
