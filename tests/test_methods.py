@@ -2,8 +2,10 @@
 computations, their layer maps, layer-subset students, TinyBERT's augmentation, the cached teacher outputs, and
 each recipe end to end at micro scale."""
 
+import argparse
 import json
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,12 +18,14 @@ from mobilekd.data.augment import Augmentor, augmented, words
 from mobilekd.data.examples import TextExample, write_examples
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.errors import UserError
+from mobilekd.fileio import write_json
 from mobilekd.finetune.teacher_outputs import cache_key, outputs_precision, teacher_outputs
 from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
 from mobilekd.models.hf import load_pretrained, save_pretrained
 from mobilekd.models.mobilebert import EncoderOutput
 from mobilekd.models.narrow import narrow_ffns, neuron_importance
 from mobilekd.models.subset import take_layers
+from mobilekd.train.precision import pass_flag, pass_setting
 from mobilekd.transfer.layer_maps import layer_map
 from mobilekd.transfer.losses import logit_distillation, patience_loss
 from mobilekd.transfer.objectives import Features, distilbert_matches, evaluate, pkd_matches, tinybert_matches
@@ -259,44 +263,82 @@ def test_teacher_outputs_are_cached_and_invalidated_when_the_teacher_changes(tmp
     assert not cached and np.allclose(changed["teacher_logits"], first["teacher_logits"] + 1.0, atol=1e-5)
 
 
+def flipped(kept: Path) -> None:
+    """Turn every choice kept in the precision file `kept` into the other precision: what a host where the other
+    one pays would have kept."""
+    write_json(kept, {key: {**found, "precision": "no" if found["precision"] == "bf16" else "bf16"}
+                      for key, found in json.loads(kept.read_text()).items()})
+
+
 def test_teacher_outputs_in_bf16_stay_near_fp32_are_cached_apart_and_auto_keeps_its_choice(tmp_path, tokenizer):
     model, split = saved_teacher(tmp_path, tokenizer)
     fp32, _, _ = teacher_outputs(tmp_path, model, split)
     bf16, cached, _ = teacher_outputs(tmp_path, model, split, precision="bf16")
-    assert not cached and len(list((tmp_path / "outputs").glob("*.safetensors"))) == 2  # not read from fp32's file
+    assert not cached and len(list((tmp_path / "outputs").glob("*-bf16.safetensors"))) == 1  # not fp32's file
     scale = np.abs(fp32["teacher_logits"]).max()
     assert 0 < np.abs(fp32["teacher_logits"] - bf16["teacher_logits"]).max() < 0.05 * scale
     assert np.abs(fp32["teacher_cls"].astype(np.float32) - bf16["teacher_cls"].astype(np.float32)).max() < 0.1
-    assert teacher_outputs(tmp_path, model, split, precision="bf16")[1]  # then read back from its own file
-    assert [outputs_precision(model, split, flag)["precision"] for flag in ("no", "bf16")] == ["no", "bf16"]
+    flags = ("no", "bf16", "fp16")  # the pass has no fp16 branch: fp32
+    assert [outputs_precision(model, split, flag)["precision"] for flag in flags] == ["no", "bf16", "no"]
     kept = tmp_path / "precision.json"
     first = outputs_precision(model, split, "auto", kept)
     assert first["precision"] in ("no", "bf16") and "cached" not in first
     assert outputs_precision(model, split, "auto", kept) == {**first, "cached": True}
     assert ("fp32_seconds" in first) != ("fp32_matmul_gflops" in first)  # timed, or refused by the products alone
+    flipped(kept)  # the kept choice, not a new probe, decides: the other precision's outputs, from their file
+    other = outputs_precision(model, split, "auto", kept)["precision"]
+    assert other != first["precision"]
+    found, cached, _ = teacher_outputs(tmp_path, model, split, precision=other)
+    assert cached and np.array_equal(found["teacher_logits"], {"no": fp32, "bf16": bf16}[other]["teacher_logits"])
 
 
 def test_masked_lm_candidates_in_bf16_are_near_fp32s_and_their_augmented_set_is_cached_apart(tmp_path, tokenizer,
                                                                                              augmentor):
     sentences = ["the film is a wonderfully unpredictable masterpiece", "a dull and tedious affair",
                  "he said it was fine"]
-    fp32 = augmentor.candidates(sentences)
-    bf16 = Augmentor(augmentor.model, tokenizer, precision="bf16").candidates(sentences)
-    assert [sorted(c) for c in fp32] == [sorted(c) for c in bf16]  # the same words get candidates
+    in_bf16 = Augmentor(augmentor.model, tokenizer, precision="bf16")
+    queries = augmentor.median_queries(sentences)
+    fp32_logits, bf16_logits = augmentor._logits(queries), in_bf16._logits(queries)
+    assert 0 < (fp32_logits - bf16_logits).abs().max() < 0.05 * fp32_logits.abs().max()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # an fp32 augmentor leaves a probe's autocast on
+        assert torch.equal(augmentor._logits(queries), bf16_logits)
+    fp32, bf16 = augmentor.candidates(sentences), in_bf16.candidates(sentences)
     pairs = [(a, b) for f, g in zip(fp32, bf16) for a, b in ((f[i], g[i]) for i in f)]
     assert np.mean([len(set(a) & set(b)) / len(a) for a, b in pairs]) > 0.6  # mostly the same top M
     model_dir = tmp_path / "mlm"
     save_pretrained(augmentor.model, model_dir, tokenizer)
     examples = [TextExample(s, None, "negative", f"t:{i}") for i, s in enumerate(sentences)]
-    load = lambda path: (load_pretrained(path, "pretraining").eval(), tokenizer)  # noqa: E731
-    runs = {flag: augmented(examples, model_dir, 3, 0, tmp_path / "cache", load, flag) for flag in ("no", "bf16")}
+    loads = []
+
+    def load(path):
+        loads.append(path)
+        return load_pretrained(path, "pretraining").eval(), tokenizer
+
+    run = lambda flag, kept=None: augmented(examples, model_dir, 3, 0, tmp_path / "cache", load, flag, kept)  # noqa
+    runs = {flag: run(flag) for flag in ("no", "bf16")}
     assert [runs[f][2]["precision"] for f in ("no", "bf16")] == ["no", "bf16"] and not any(r[1] for r in runs.values())
-    assert len(list((tmp_path / "cache" / "augmented").glob("*-bf16.json"))) == 1
+    assert len(list((tmp_path / "cache" / "augmented").glob("*-bf16.json"))) == 1 and len(loads) == 2
     kept = tmp_path / "precision.json"
-    first = augmented(examples, model_dir, 3, 0, tmp_path / "cache", load, "auto", kept)
+    first = run("auto", kept)
     assert first[1] and first[0] == runs[first[2]["precision"]][0]  # the chosen precision's set, from the cache
-    assert augmented(examples, model_dir, 3, 0, tmp_path / "cache", load, "auto", kept)[2] == {**first[2],
-                                                                                                "cached": True}
+    assert len(loads) == 3  # loaded to probe
+    assert run("auto", kept)[2] == {**first[2], "cached": True} and len(loads) == 3  # a kept choice loads nothing
+    flipped(kept)
+    other = run("auto", kept)
+    assert other[2]["precision"] != first[2]["precision"] and other[1] and other[0] == runs[other[2]["precision"]][0]
+
+
+def test_a_resumed_run_reads_its_checkpoints_pass_precision(tmp_path):
+    args = argparse.Namespace(out=tmp_path, resume=False, mixed_precision="auto")
+    assert pass_flag(args, "teacher_outputs_precision") == "auto"  # a new run: the flag
+    assert pass_flag(argparse.Namespace(**{**vars(args), "mixed_precision": "fp16"}), "augment_precision") == "no"
+    args.resume = True
+    assert pass_flag(args, "teacher_outputs_precision") == "auto"  # nothing to resume
+    (tmp_path / "checkpoint").mkdir()
+    write_json(tmp_path / "checkpoint" / "trainer.json", {"run": {"teacher_outputs_precision": "bf16"}})
+    assert pass_flag(args, "teacher_outputs_precision") == "bf16"
+    assert pass_flag(args, "augment_precision") == "no"  # a checkpoint without the setting had the fp32 pass
+    assert pass_setting({"precision": "bf16"}) == "bf16" and pass_setting({"precision": "no"}) is None
 
 
 def test_a_run_waits_for_the_teacher_outputs_another_run_is_computing(tmp_path, tokenizer):

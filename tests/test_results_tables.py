@@ -355,14 +355,17 @@ def test_quality_rows_trained_elsewhere_take_each_familys_file_from_the_benchmar
     shutil.copy(student_dir / "config.json", d)
     write_json(d / "results.json", {"complete": True, "metrics": {"dev": {"accuracy": 0.55}}, "best_metric": "accuracy",
                                     "steps": 234, "lr": 5e-5, "wall_seconds": 30.2, "train_examples": 2490,
+                                    "teacher_outputs_precision": "bf16",  # as a taught run records them
                                     "training": [{"cpu": "Intel(R) Xeon(R) Processor",
-                                                  "gpu": "NVIDIA H100 80GB HBM3", "precision": "bf16"}]})
+                                                  "gpu": "NVIDIA H100 80GB HBM3", "precision": "bf16"},
+                                                 {"precision": "no"}, {"precision": "bf16"}]})
     found, _ = quality.rows(tmp_path / "runs", ["rte"], [0], tmp_path / "quality_gpu.json")
     [teacher] = [r for r in found if r["method"] == "teacher"]
     own = quality.recorded(REPO_ROOT / quality.RESULTS)["teacher"]
     assert {k: teacher[k] for k in quality.LATENCY_FIELDS} == own and own["pixel4_ms"] > 0
     assert teacher["gpu"] == "NVIDIA H100 80GB HBM3" and teacher["value"] == 0.55
-    assert teacher["train_precision"] == "bf16" and "teacher_outputs_precision" not in teacher  # it had no teacher
+    assert teacher["train_precision"] == "bf16+no" and teacher["teacher_outputs_precision"] == "bf16"
+    assert "augment_precision" not in teacher  # no augmented set
     assert teacher["params"] == sum(t.numel() for t in load_pretrained(student_dir).state_dict().values())
     assert {r["method"] for r in found} == {"teacher", "tfidf", "majority"}
 

@@ -32,12 +32,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import re
 from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import safe_open
 from tqdm.auto import tqdm
 
 from mobilekd.data.examples import TextExample, read_examples, write_examples
@@ -191,7 +193,7 @@ def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, c
     `cache_dir` under a key of the model's weights, the examples, n, M, p, the seed and the masked-LM pass's
     precision; whether it was cached; and that precision (`augment_precision` by `--mixed-precision` `flag`, an
     auto choice kept in `precision_cache`). Runs of the same set started together (a benchmark's seeds) compute it
-    once (`cached_file`)."""
+    once (`cached_file`); a cached set loads no model."""
     @functools.cache
     def loaded():
         model, tokenizer = load(model_dir)
@@ -199,7 +201,7 @@ def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, c
             model = model.cuda()
         return model, tokenizer
 
-    found = augment_precision(loaded, examples, flag, precision_cache)
+    found = augment_precision(loaded, Path(model_dir), examples, flag, precision_cache)
     h = hashlib.sha256(file_digest(Path(model_dir) / "model.safetensors").encode())
     h.update(json.dumps([[[e.text_a, e.text_b, e.label] for e in examples], n, M, P, seed]).encode())
     suffix = "-bf16" if found["precision"] == "bf16" else ""
@@ -210,17 +212,31 @@ def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, c
     return (*cached_file(path, read_examples, make, write_examples), found)
 
 
-def augment_precision(loaded, examples: list[TextExample], flag: str = "no", cache: Path | None = None) -> dict:
-    """The precision of the masked-LM candidates' pass by `--mixed-precision` `flag` (`loaded()` -> (model,
-    tokenizer), called under auto alone: the kept choice's key counts the model's parameters): with auto, bf16 where
-    a batch of queries from the median sentence runs faster in it on this host, the choice kept in `cache`
-    (`mobilekd.train.precision.decide_inference_precision`). bf16 departs from the official fp32
-    `_masked_language_model` where it pays: its rounding can reorder near-ties among a word's top M candidates, and
-    so change which words the draws pick."""
+PROBE_SENTENCES = 2000  # the sentences whose median length the probe's queries take
+
+
+def augment_precision(loaded, model_dir: Path, examples: list[TextExample], flag: str = "no",
+                      cache: Path | None = None) -> dict:
+    """The precision of the masked-LM candidates' pass by `--mixed-precision` `flag` (bf16, else fp32; `pass_flag`):
+    with auto, bf16 where a batch of queries from the median sentence (of the first PROBE_SENTENCES) runs faster in
+    it on this host, the choice kept in `cache` (`mobilekd.train.precision.decide_inference_precision`, keyed by
+    the model's size as its file stores it). `loaded()` -> (model, tokenizer) is called only to probe. bf16 departs
+    from the official fp32 `_masked_language_model` where it pays: its rounding can reorder near-ties among a word's
+    top M candidates, and so change which words the draws pick."""
     if flag != "auto":
-        return {"precision": flag, "why": f"--mixed-precision {flag}"}
-    model, tokenizer = loaded()
-    augmentor = Augmentor(model, tokenizer)  # in fp32 itself: the probe times it under its own autocast
-    queries = augmentor.median_queries([e.text_a for e in examples])
-    return decide_inference_precision("augment-mlm", model, lambda: augmentor._logits(queries),
-                                      next(model.parameters()).device, flag, cache)
+        return {"precision": "bf16" if flag == "bf16" else "no", "why": f"--mixed-precision {flag}"}
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    @functools.cache
+    def probe_batch():  # at the probe's first (untimed) pass, outside its autocast
+        with torch.autocast(device.type, enabled=False):
+            augmentor = Augmentor(*loaded())  # in fp32 itself: the probe times it under its own autocast
+            return augmentor, augmentor.median_queries([e.text_a for e in examples[:PROBE_SENTENCES]])
+
+    def forward():
+        augmentor, queries = probe_batch()
+        augmentor._logits(queries)
+
+    with safe_open(str(Path(model_dir) / "model.safetensors"), "pt") as f:
+        size = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    return decide_inference_precision("augment-mlm", size, forward, device, flag, cache)

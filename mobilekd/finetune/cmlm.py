@@ -25,7 +25,7 @@ from mobilekd.data.seq2seq import PairSplit
 from mobilekd.fileio import file_digest
 from mobilekd.finetune.teacher_outputs import cached_arrays
 from mobilekd.models.heads import mlm_loss
-from mobilekd.train.precision import decide_inference_precision
+from mobilekd.train.precision import decide_inference_precision, median_window, parameters
 
 TOPK = 8  # the soft targets' k: the official student's --kd_topk (Distill-BERT-Textgen README)
 PAIRS_PER_BATCH = 16  # pairs a teacher batch of the copies' pass holds (x 7 copies)
@@ -62,11 +62,10 @@ def pass_precision(teacher, split: PairSplit, tokenizer, flag: str = "auto", cac
 
     @functools.cache
     def median_batch() -> dict:  # built at the probe's first pass: not at all for a kept choice or another flag
-        middle = np.argsort(split.lengths, kind="stable")
-        first = max(0, len(middle) // 2 - PAIRS_PER_BATCH // 2)
-        return _copies_batch(split, middle[first:first + PAIRS_PER_BATCH], tokenizer)[1]
+        return _copies_batch(split, median_window(split.lengths, PAIRS_PER_BATCH), tokenizer)[1]
 
-    return decide_inference_precision("cmlm-copies", teacher, lambda: _masked_logits(teacher, median_batch()),
+    return decide_inference_precision("cmlm-copies", parameters(teacher),
+                                      lambda: _masked_logits(teacher, median_batch()),
                                       next(teacher.parameters()).device, flag, cache)
 
 

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from mobilekd.data.tasks import INPUTS
 from mobilekd.fileio import cached_file, file_digest
-from mobilekd.train.precision import decide_inference_precision
+from mobilekd.train.precision import decide_inference_precision, median_window, parameters
 
 
 def cache_key(teacher_dir: Path, split, with_cls: bool = True, precision: str = "no") -> str:
@@ -44,20 +44,20 @@ def _forward(teacher, b: dict, with_cls: bool):
 
 def outputs_precision(teacher, split, flag: str = "auto", cache: Path | None = None, batch_size: int = 64,
                       with_cls: bool = True) -> dict:
-    """The precision of `compute` over `split` by `--mixed-precision` `flag`; with auto, bf16 where the teacher's
-    forward over `batch_size` examples of the split's median length runs faster in it on this host, the choice kept
-    in `cache` (`mobilekd.train.precision.decide_inference_precision`; on an Intel Xeon with AMX, one thread, this
-    forward of all-MiniLM-L6-v2 ran 2.7-3.4x as fast in bf16 at 16-64 tokens)."""
+    """The precision of `compute` over `split` by `--mixed-precision` `flag` (bf16, else fp32; `pass_flag`); with
+    auto, bf16 where the teacher's forward over `batch_size` examples of the split's median length runs faster in
+    it on this host, the choice kept in `cache` (`mobilekd.train.precision.decide_inference_precision`; its timings
+    are in the kept choice and the run's log)."""
     teacher.eval()
 
     @functools.cache
     def median_batch() -> dict:  # built at the probe's first pass: not at all for a kept choice or another flag
-        middle = np.argsort(split.lengths, kind="stable")
-        first = max(0, len(middle) // 2 - batch_size // 2)
-        return split.batch(middle[first:first + batch_size])
+        return split.batch(median_window(split.lengths, batch_size))
 
-    return decide_inference_precision("teacher-outputs", teacher, lambda: _forward(teacher, median_batch(), with_cls),
-                                      next(teacher.parameters()).device, flag, cache)
+    return decide_inference_precision("teacher-outputs", parameters(teacher),
+                                      lambda: _forward(teacher, median_batch(), with_cls),
+                                      next(teacher.parameters()).device, flag if flag in ("auto", "bf16") else "no",
+                                      cache)
 
 
 @torch.no_grad()
@@ -66,7 +66,8 @@ def compute(teacher, split, batch_size: int = 64, with_cls: bool = True,
     """`teacher_logits` (N, C, float32) and, with `with_cls`, `teacher_cls` (N, layers, width, float16) over the
     split, in order; `precision` bf16 runs the teacher under bf16 autocast (its outputs read in float32): a
     departure from BERT-PKD's fp32 `eval_model_dataloader` where this host runs it faster (`outputs_precision`), at
-    the cost of bf16's rounding (about 3 significant digits) in the logits a student fits. The examples run in
+    the cost of bf16's rounding (8 significant bits, 2-3 decimal digits, at each product) in the logits a student
+    fits. The examples run in
     batches of similar length (`EncodedSplit.by_length`), so the teacher reads little padding: over SST-2's 67,349
     training sentences (all-MiniLM-L6-v2, one thread, AMD EPYC) the split's order was on course for 22 minutes (7%
     done), length order took 7.6 with a third process on the two cores."""

@@ -51,7 +51,7 @@ from mobilekd.models.bilstm import from_teacher, save_bilstm
 from mobilekd.train.common import PRECISION_FILE, add_task_flags, add_training_flags, check_task_flags, run_owned, \
     train_config
 from mobilekd.train.loop import Stage, run_plan
-from mobilekd.train.precision import describe
+from mobilekd.train.precision import describe, pass_flag, pass_setting
 
 
 def parse_args(argv=None):
@@ -127,8 +127,8 @@ def run(args, accelerator):
     train = encode_classification(task, examples, tokenizer, args.max_len)
     kd, outputs_pass = None, None
     if args.loss == "kd":
-        outputs_pass = outputs_precision(teacher, train, args.mixed_precision, Path(args.cache_dir) / PRECISION_FILE,
-                                         with_cls=False)
+        outputs_pass = outputs_precision(teacher, train, pass_flag(args, "teacher_outputs_precision"),
+                                         Path(args.cache_dir) / PRECISION_FILE, with_cls=False)
         outputs, cached, _ = teacher_outputs(args.teacher, teacher, train, with_cls=False,
                                              precision=outputs_pass["precision"])
         train.arrays["teacher_logits"] = outputs["teacher_logits"]
@@ -147,7 +147,8 @@ def run(args, accelerator):
     cfg = train_config(args, eval_every=0, run={
         "teacher": str(args.teacher), "task": task.name, "loss": args.loss, "alpha": args.alpha, "lr": args.lr,
         "max_len": args.max_len, "train_examples": len(train), "subset_seed": args.subset_seed,
-        "augment": args.augment, "augment_seed": args.augment_seed, "config": model.config.to_dict()})
+        "augment": args.augment, "augment_seed": args.augment_seed, "config": model.config.to_dict(),
+        "teacher_outputs_precision": pass_setting(outputs_pass)})
     dev = {name: (ex, encode_classification(task, ex, tokenizer, args.max_len), None) for name, ex in task.dev.items()}
     out = Path(args.out)
     evaluator = DevEvaluator(task, dev, out, tokenizer, save=save_bilstm)

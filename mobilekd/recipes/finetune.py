@@ -47,7 +47,7 @@ from mobilekd.transfer.layer_maps import layer_map, parse_layer_map
 from mobilekd.transfer.objectives import Match, check_matches, pkd_matches, projections_for, refuse, tinybert_matches
 from mobilekd.train.common import PRECISION_FILE, add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
-from mobilekd.train.precision import describe
+from mobilekd.train.precision import describe, pass_flag, pass_setting
 
 
 def parse_args(argv=None):
@@ -190,7 +190,8 @@ def run(args, accelerator):
         n = len(train_examples)
         train_examples, cached, augment_pass = augmented(
             train_examples, Path(args.augment_model), args.augment, args.augment_seed, Path(args.cache_dir),
-            load=_mlm_model, flag=args.mixed_precision, precision_cache=Path(args.cache_dir) / PRECISION_FILE)
+            load=_mlm_model, flag=pass_flag(args, "augment_precision"),
+            precision_cache=Path(args.cache_dir) / PRECISION_FILE)
         print(f"augmented: {n} -> {len(train_examples)} training examples" + (" (cached)" if cached else "") +
               f"; the masked-LM pass {describe(augment_pass)}")
     dev = {name: (examples, *encode(examples)) for name, examples in splits.items()}
@@ -215,7 +216,7 @@ def run(args, accelerator):
     teacher = build_model(args.teacher, task, "teacher").to(accelerator.device).eval() if args.teacher else None
     outputs_pass = None
     if teacher is not None and task.head != "qa":
-        outputs_pass = outputs_precision(teacher, train_split, args.mixed_precision,
+        outputs_pass = outputs_precision(teacher, train_split, pass_flag(args, "teacher_outputs_precision"),
                                          Path(args.cache_dir) / PRECISION_FILE)
         outputs, cached, _ = teacher_outputs(args.teacher, teacher, train_split, precision=outputs_pass["precision"])
         train_split.arrays.update(outputs)
@@ -237,7 +238,9 @@ def run(args, accelerator):
                             "kd_reduction": args.kd_reduction, "patience_weight": args.patience_weight,
                             "patience_layers": args.patience_layers, "intermediate": args.intermediate,
                             "intermediate_epochs": args.intermediate_epochs, "augment": args.augment,
-                            "augment_model": args.augment_model, "subset_seed": args.subset_seed})
+                            "augment_model": args.augment_model, "subset_seed": args.subset_seed,
+                            "augment_precision": pass_setting(augment_pass),
+                            "teacher_outputs_precision": pass_setting(outputs_pass)})
     extra = {**identity, "method": args.method, "teacher": args.teacher, "steps": sum(st.steps for st in stages),
              "train_examples": len(train_split),
              "selected_on": "selection" if args.select_on == "train-slice" else next(iter(task.dev)),

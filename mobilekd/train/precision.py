@@ -8,8 +8,10 @@ at once. On an AMD EPYC without avx512_bf16 bf16's product ran at about 1 GFLOP/
 (docs/results/throughput.json), where a timed step would have cost seconds to a minute. Elsewhere a timed probe of
 the run's own step on its first batches decides. A choice is kept per host, thread count, stage and model in a
 JSON file (the recipes': `--cache-dir`/precision.json), so a repeated run trains in the same precision and repeats
-bit for bit; delete the file to probe again. A pass that only reads a model (the C-MLM teacher's soft targets) is
-decided the same way by a forward alone (`decide_inference_precision`), its choice kept per host, pass and model.
+bit for bit; delete the file to probe again. A pass that only reads a model (a teacher's outputs over a training set,
+the augmentation's masked-LM candidates, the C-MLM teacher's soft targets) is decided the same way by a forward
+alone (`decide_inference_precision`), its choice kept per host, pass and model size; a run records it in its
+settings, so a resumed run reads what its first attempt read (`pass_flag`).
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import platform
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from accelerate import Accelerator
 from filelock import FileLock
 
 from mobilekd.fileio import read_json, write_json
+from mobilekd.train.checkpoint import find_checkpoint
 
 PROBE_BATCHES = 3  # the run's first batches, timed in each precision after a warm-up pass
 FASTER = 0.9  # bf16 must take under this share of fp32's time (and its matrix product run at least this share of
@@ -155,7 +159,7 @@ def decide_precision(stage: str, loss, model, batches: list[dict], accelerator: 
                      cache: Path | None) -> dict:
     """The precision of a run whose first stage is `stage`: the choice kept in `cache` for this host, thread count,
     stage and model, else `probe_precision` on `batches` (kept there by the main process)."""
-    n = sum(p.numel() for p in model.parameters())
+    n = parameters(model)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     key = (f"{cpu_model()} | {accelerator.device.type} | {torch.get_num_threads()} threads | "
            f"{accelerator.num_processes} processes | stage {stage} | {n} parameters, {trained} trained")
@@ -174,22 +178,53 @@ def decide_precision(stage: str, loss, model, batches: list[dict], accelerator: 
     return kept_choice(cache, key, probe, accelerator.is_main_process)
 
 
-def decide_inference_precision(what: str, model, forward, device: torch.device, flag: str,
+def inference_key(what: str, parameters: int, device: torch.device) -> str:
+    """The key of a read-only pass's kept choice: this host, thread count, pass and model size."""
+    return f"{cpu_model()} | {device.type} | {torch.get_num_threads()} threads | pass {what} | {parameters} parameters"
+
+
+def decide_inference_precision(what: str, parameters: int, forward, device: torch.device, flag: str,
                                cache: Path | None) -> dict:
-    """The precision of a pass `what` that only reads `model` (`probe_inference` with `flag`): with `auto`, the
-    choice kept in `cache` for this host, thread count, pass and model's size (whatever the data: one choice serves
+    """The precision of a pass `what` that only reads a model of `parameters` parameters (`probe_inference` with
+    `flag`): with `auto`, the choice kept in `cache` under `inference_key` (whatever the data: one choice serves
     every task's pass), else the probe's, kept there under a lock, so that runs started together (a benchmark's
     workers, or the processes of one run) probe once and every run of the pass on this host computes the same
     outputs."""
     if flag != "auto":
         return probe_inference(forward, device, flag)
-    key = (f"{cpu_model()} | {device.type} | {torch.get_num_threads()} threads | pass {what} | "
-           f"{sum(p.numel() for p in model.parameters())} parameters")
     if cache is None:
         return probe_inference(forward, device)
     cache.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{cache}.lock"):
-        return kept_choice(cache, key, lambda: probe_inference(forward, device))
+        return kept_choice(cache, inference_key(what, parameters, device), lambda: probe_inference(forward, device))
+
+
+def parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def median_window(lengths, n: int) -> np.ndarray:
+    """The indices of `n` examples of median length (a probe's typical batch): the middle of the stable order."""
+    middle = np.argsort(np.asarray(lengths), kind="stable")
+    first = max(0, len(middle) // 2 - n // 2)
+    return middle[first:first + n]
+
+
+def pass_flag(args, setting: str) -> str:
+    """The `--mixed-precision` flag of a read-only pass whose choice a run records in its settings as `setting`
+    (`pass_setting`): a resumed run takes its checkpoint's, so it reads the same outputs as its first attempt on any
+    host (a checkpoint without the setting had the fp32 pass); a new run the flag given. bf16 or fp32 alone: the
+    passes have no fp16 branch."""
+    checkpoint = find_checkpoint(args.out) if args.resume else None
+    if checkpoint is not None:
+        saved = read_json(checkpoint / "trainer.json")
+        return "bf16" if isinstance(saved, dict) and saved.get("run", {}).get(setting) == "bf16" else "no"
+    return args.mixed_precision if args.mixed_precision in ("auto", "bf16") else "no"
+
+
+def pass_setting(found: dict | None) -> str | None:
+    """A read-only pass's precision as a run's setting: bf16, or None for fp32 (what a run had before the setting)."""
+    return "bf16" if found and found["precision"] == "bf16" else None
 
 
 def kept_choice(cache: Path | None, key: str, probe, main_process: bool = True) -> dict:
