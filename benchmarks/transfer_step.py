@@ -36,7 +36,7 @@ from mobilekd.errors import cli_entry
 
 RESULTS = "docs/results/step_time.json"
 CONFIG = ("benchmark", "model", "batch", "seq_len", "thread_counts")  # a re-run of these replaces their rows
-BENCHMARKS = ("transfer_step", "teacher_step")
+BENCHMARKS = ("transfer_step", "teacher_step", "teacher_pass")
 
 
 def host() -> dict:
@@ -80,7 +80,8 @@ def ratio_row(identity: dict, times: dict, path: str, numerator: str, denominato
 def table(rows: list[dict]) -> str:
     """The step-time table: one line per ratio row, with the two times behind it."""
     if not rows:
-        return "no step-time rows yet (run python -m benchmarks.transfer_step / benchmarks.teacher_step)\n"
+        return ("no step-time rows yet (run python -m benchmarks.transfer_step / benchmarks.teacher_step / "
+                "benchmarks.teacher_pass)\n")
     cpus = sorted({r["cpu"] for r in rows})
     lines = ["| benchmark | model | batch x seq | threads | step | A / B | A (ms) | B (ms) | ratio | reading |",
              "|---|---|---|---|---|---|---|---|---|---|"]
