@@ -178,25 +178,21 @@ def decide_precision(stage: str, loss, model, batches: list[dict], accelerator: 
     return kept_choice(cache, key, probe, accelerator.is_main_process)
 
 
-def inference_key(what: str, parameters: int, device: torch.device) -> str:
-    """The key of a read-only pass's kept choice: this host, thread count, pass and model size."""
-    return f"{cpu_model()} | {device.type} | {torch.get_num_threads()} threads | pass {what} | {parameters} parameters"
-
-
-def decide_inference_precision(what: str, parameters: int, forward, device: torch.device, flag: str,
+def decide_inference_precision(what: str, size: int, forward, device: torch.device, flag: str,
                                cache: Path | None) -> dict:
-    """The precision of a pass `what` that only reads a model of `parameters` parameters (`probe_inference` with
-    `flag`): with `auto`, the choice kept in `cache` under `inference_key` (whatever the data: one choice serves
-    every task's pass), else the probe's, kept there under a lock, so that runs started together (a benchmark's
-    workers, or the processes of one run) probe once and every run of the pass on this host computes the same
-    outputs."""
+    """The precision of a pass `what` that only reads a model of `size` parameters (`probe_inference` with `flag`):
+    with `auto`, the choice kept in `cache` for this host, thread count, pass and model size (whatever the data: one
+    choice serves every task's pass), else the probe's, kept there under a lock, so that runs started together (a
+    benchmark's workers, or the processes of one run) probe once and every run of the pass on this host computes
+    the same outputs."""
     if flag != "auto":
         return probe_inference(forward, device, flag)
     if cache is None:
         return probe_inference(forward, device)
     cache.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{cache}.lock"):
-        return kept_choice(cache, inference_key(what, parameters, device), lambda: probe_inference(forward, device))
+        key = f"{cpu_model()} | {device.type} | {torch.get_num_threads()} threads | pass {what} | {size} parameters"
+        return kept_choice(cache, key, lambda: probe_inference(forward, device))
 
 
 def parameters(model) -> int:
