@@ -157,11 +157,12 @@ def run(args, accelerator):
              "original_examples": originals, "augment": args.augment, "lr": args.lr,
              "selected_on": next(iter(task.dev)),
              **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {})}
-    run_plan([stage], model, train, cfg, accelerator, resume=args.resume,
-             on_eval=lambda m, step: evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)}))
+    summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume,
+                         on_eval=lambda m, step: evaluator(m, step, {**extra,
+                                                                      "wall_seconds": round(time.time() - start, 1)}))
     if accelerator.is_main_process:
         result = read_json(out / "results.json")
-        result.update(wall_seconds=round(time.time() - start, 1), complete=True)
+        result.update(wall_seconds=round(time.time() - start, 1), complete=True, training=summaries)  # CPU, precision
         write_json(out / "results.json", result)
         metric = result["best_metric"]
         print(f"{task.name}: dev {metric} {result['best_score']:.4f} after {steps} steps; BiLSTM in {out}")
