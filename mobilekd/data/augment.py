@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 
 from mobilekd.data.examples import TextExample, read_examples, write_examples
 from mobilekd.fileio import cached_file, file_digest
-from mobilekd.train.precision import decide_inference_precision
+from mobilekd.train.precision import decide_inference_precision, read_only_flag
 
 N_PER_TASK = {"sst2": 20, "cola": 30, "mrpc": 30, "stsb": 30, "rte": 30, "mnli": 10, "qqp": 10, "qnli": 20}
 M, P = 15, 0.4
@@ -224,7 +224,7 @@ def augment_precision(loaded, model_dir: Path, examples: list[TextExample], flag
     from the official fp32 `_masked_language_model` where it pays: its rounding can reorder near-ties among a word's
     top M candidates, and so change which words the draws pick."""
     if flag != "auto":
-        return {"precision": "bf16" if flag == "bf16" else "no", "why": f"--mixed-precision {flag}"}
+        return {"precision": read_only_flag(flag), "why": f"--mixed-precision {flag}"}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
     @functools.cache

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from mobilekd.data.tasks import INPUTS
 from mobilekd.fileio import cached_file, file_digest
-from mobilekd.train.precision import decide_inference_precision, median_window, parameters
+from mobilekd.train.precision import decide_inference_precision, median_window, parameters, read_only_flag
 
 
 def cache_key(teacher_dir: Path, split, with_cls: bool = True, precision: str = "no") -> str:
@@ -56,8 +56,7 @@ def outputs_precision(teacher, split, flag: str = "auto", cache: Path | None = N
 
     return decide_inference_precision("teacher-outputs", parameters(teacher),
                                       lambda: _forward(teacher, median_batch(), with_cls),
-                                      next(teacher.parameters()).device, flag if flag in ("auto", "bf16") else "no",
-                                      cache)
+                                      next(teacher.parameters()).device, read_only_flag(flag), cache)
 
 
 @torch.no_grad()

@@ -215,7 +215,12 @@ def pass_flag(args, setting: str) -> str:
     if checkpoint is not None:
         saved = read_json(checkpoint / "trainer.json")
         return "bf16" if isinstance(saved, dict) and saved.get("run", {}).get(setting) == "bf16" else "no"
-    return args.mixed_precision if args.mixed_precision in ("auto", "bf16") else "no"
+    return read_only_flag(args.mixed_precision)
+
+
+def read_only_flag(flag: str) -> str:
+    """A `--mixed-precision` flag as a read-only pass takes it: auto or bf16, else fp32 (no fp16 branch)."""
+    return flag if flag in ("auto", "bf16") else "no"
 
 
 def pass_setting(found: dict | None) -> str | None:
