@@ -180,7 +180,7 @@ def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> lis
         return []
     dev = next(iter((metrics or r["metrics"]).values()))
     shared = {"params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"],
-              **trained_on(r)}
+              **trained_on(r), **({"set_seconds": r["set_seconds"]} if "set_seconds" in r else {})}
     names = [r["best_metric"]] + [m for m in dev if m != r["best_metric"]]
     return [{**identity, "metric": m, "value": round(dev[m], 4), **shared} for m in names]
 

@@ -442,6 +442,28 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
         quality.wall_goals(done)
 
 
+def test_quality_wall_estimate_counts_a_shared_training_set_once_a_task():
+    """A set the runs of a task share through the cache (the augmented set; the BiLSTM's transfer set, apart) counts
+    once a task, at its most expensive making (`set_seconds`), not in every seed; a row without the field counts its
+    set in every seed, as before runs recorded it."""
+    from benchmarks import quality
+
+    def run(method, seed, seconds, **more):
+        return {"task": "cola", "method": method, "seed": seed, "metric": "matthews_corr", "train_seconds": seconds,
+                **more}
+
+    chosen = ("tinybert-td", "subset2-narrow-kd-aug", "bilstm-kd-aug")
+    base, _ = quality.wall_estimate([], chosen)
+    made = [run("tinybert-td", 0, 1300.0, set_seconds=300.0), run("tinybert-td", 1, 1000.0, set_seconds=0.0),
+            run("subset2-narrow-kd-aug", 0, 700.0, set_seconds=0.0),  # read the set tinybert-td made
+            run("bilstm-kd-aug", 0, 500.0, set_seconds=200.0)]
+    hours, _ = quality.wall_estimate(made, chosen)
+    assert (hours - base) * 2 * 3600 == pytest.approx(3 * (1000 + 700 + 300) + 300 + 200)
+    unrecorded = [{k: v for k, v in r.items() if k != "set_seconds"} for r in made]
+    hours, _ = quality.wall_estimate(unrecorded, chosen)
+    assert (hours - base) * 2 * 3600 == pytest.approx(3 * (1150 + 700 + 500))
+
+
 def test_quality_judges_the_student_measured_over_the_most_seeds():
     """The issue's rule picks the best mean among students within a third of the teacher's Pixel 4 estimate; a
     student run once, however high, does not displace one measured over three seeds, nor one over its budget."""

@@ -181,17 +181,18 @@ def run(args, accelerator):
             :max(1, round(args.selection_fraction * len(train_examples)))].tolist())
         splits = {"selection": [e for i, e in enumerate(train_examples) if i in held], **splits}
         train_examples = [e for i, e in enumerate(train_examples) if i not in held]
-    augment_pass = None
+    augment_pass, set_seconds = None, None  # set_seconds: making the augmented set this run (0: read from the cache)
     if not args.eval_only and args.augment:
         if task.head == "qa":
             raise UserError("--augment (TinyBERT's) works on sentence tasks, not on SQuAD")
         if not (Path(args.augment_model) / "model.safetensors").is_file():
             raise UserError(f"{args.augment_model}: no model here (model.safetensors) for --augment-model")
-        n = len(train_examples)
+        n, made = len(train_examples), time.time()
         train_examples, cached, augment_pass = augmented(
             train_examples, Path(args.augment_model), args.augment, args.augment_seed, Path(args.cache_dir),
             load=_mlm_model, flag=pass_flag(args, "augment_precision"),
             precision_cache=Path(args.cache_dir) / PRECISION_FILE)
+        set_seconds = 0.0 if cached else round(time.time() - made, 1)
         print(f"augmented: {n} -> {len(train_examples)} training examples" + (" (cached)" if cached else "") +
               f"; the masked-LM pass {describe(augment_pass)}")
     dev = {name: (examples, *encode(examples)) for name, examples in splits.items()}
@@ -246,7 +247,8 @@ def run(args, accelerator):
              "selected_on": "selection" if args.select_on == "train-slice" else next(iter(task.dev)),
              "lr": args.lr, "baseline": baseline,
              **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}),
-             **({"augment_precision": augment_pass["precision"]} if augment_pass else {})}
+             **({"augment_precision": augment_pass["precision"]} if augment_pass else {}),
+             **({"set_seconds": set_seconds} if set_seconds is not None else {})}
 
     warm = stages[0].steps if args.intermediate else 0
 
