@@ -172,6 +172,23 @@ def methods_for(task: str, chosen=tuple(METHODS)) -> list[str]:
             and (m not in AUGMENTED_ONLY or AUGMENT[task] != "0")]
 
 
+def shared_set(method: str) -> str:
+    """The training set the runs of a task share through the cache that `method` trains over: the BiLSTM's transfer
+    set, else the augmented set (AUGMENTED methods; the others record no `set_seconds`)."""
+    return "transfer" if METHODS[method][0] == "bilstm" else "augmented"
+
+
+def set_costs(found: list[dict]) -> dict[tuple[str, str], float]:
+    """(task, `shared_set`) -> what making that set cost, the most any run or row recorded (`set_seconds`; a run
+    that read it from the cache records 0)."""
+    costs = {}
+    for r in found:
+        if r.get("set_seconds") is not None and r["method"] in METHODS:
+            key = (r["task"], shared_set(r["method"]))
+            costs[key] = max(costs.get(key, 0.0), r["set_seconds"])
+    return costs
+
+
 def steps_per_epoch(task: str) -> int:
     from mobilekd.data.tasks import load_task, task_data
     return -(-len(load_task(task, task_data(task, None)).train) // 32)
@@ -443,9 +460,11 @@ def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[
                                                    student=FAMILIES[family])]
                 extra = charged(out, task, method, seed, stages)
                 if extra is not None:
+                    reads_set = r.get("set_seconds")  # its shared set's cost: charged below, to every run of it
                     curves += [{"task": task, "method": method, "seed": seed, "metric": r["best_metric"],
                                 "value": round(next(iter(h["metrics"].values()))[r["best_metric"]], 4),
-                                "step": h["step"], "cpu_seconds": round(h["wall_seconds"] + extra, 1)}
+                                "step": h["step"], "cpu_seconds": h["wall_seconds"] + extra - (reads_set or 0),
+                                **({"set": shared_set(method)} if reads_set is not None else {})}
                                for h in history if h.get("wall_seconds") is not None]
             if not any(r["task"] == task and r["seed"] == seed for r in found):
                 continue  # the baselines stand beside a seed's runs, not alone
@@ -465,6 +484,9 @@ def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[
                                "value": round(m["accuracy"], 4), "step": 0, "cpu_seconds": m["train_seconds"]})
     keys = {(r["task"], r["method"], r["seed"], r["metric"]) for r in found}
     found += [r for r in restamped(results, fresh) if (r["task"], r["method"], r["seed"], r["metric"]) not in keys]
+    made = set_costs(found)  # a run that read its set from the cache is charged what making it cost, as the first
+    for c in curves:
+        c["cpu_seconds"] = round(c["cpu_seconds"] + made.get((c["task"], c.pop("set", None)), 0.0), 1)
     return found, curves
 
 
@@ -563,14 +585,12 @@ def wall_estimate(results: list[dict], chosen=tuple(METHODS)) -> tuple[float, di
     WORKERS runs at a time, from the seconds its rows recorded: every planned run (and the TF-IDF and Model Maker
     baselines) at the mean `train_seconds` of its task and method's measured seeds, every shared stage once
     (`start_seconds`), the sum spread over the workers; and what no row records yet (method -> its tasks, "stages"
-    -> their names), which it leaves out. Its bias has no known sign: rows timed beside other work, and a first
-    run's one-off costs (an augmented set's masked-LM candidates, cached for the next seeds) counted for every seed,
-    make it larger; what it leaves out, exports and timing, Model Maker's install and its runs before the others,
-    and the wait for the stages, make it smaller. A training set the runs of a task share through the cache (the
-    augmented set of the AUGMENTED methods, the BiLSTM's transfer set) counts once a task where rows record what
-    making it cost (`set_seconds`, 0 where a run read it): its most expensive making; a row without the field
-    (made before runs recorded it) counts its set in every seed."""
-    cpu, missing, starts, sets = 0.0, {}, set(), {}
+    -> their names), which it leaves out. A training set the runs of a task share through the cache (`shared_set`)
+    counts once a task, at its most expensive making (`set_costs`), where rows record it (`set_seconds`). Its bias
+    has no known sign: rows timed beside other work, and rows made before runs recorded `set_seconds`, which count
+    their set's making in every seed, make it larger; what it leaves out, exports and timing, Model Maker's install
+    and its runs before the others, and the wait for the stages, make it smaller."""
+    cpu, missing, starts, planned = 0.0, {}, set(), []
     for task in TASKS:
         for method in [*methods_for(task, chosen), "tfidf", *(["model-maker"] if task == "sst2" else [])]:
             measured = {r["seed"]: r for r in results
@@ -580,11 +600,10 @@ def wall_estimate(results: list[dict], chosen=tuple(METHODS)) -> tuple[float, di
             if not measured:
                 missing.setdefault(method, []).append(task)
                 continue
-            cpu += SEEDS_ASKED * statistics.mean(r["train_seconds"] - r.get("set_seconds", 0) for r in measured.values())
-            for r in measured.values():
-                shared = (task, "transfer" if method == "bilstm-kd-aug" else "augmented")
-                sets[shared] = max(sets.get(shared, 0.0), r.get("set_seconds", 0.0))
-    cpu += sum(sets.values())
+            cpu += SEEDS_ASKED * statistics.mean(r["train_seconds"] - r.get("set_seconds", 0)
+                                                 for r in measured.values())
+            planned += measured.values()
+    cpu += sum(set_costs(planned).values())
     for start in sorted(starts):
         seconds = [r["start_seconds"] for r in results if r.get("start_seconds") is not None
                    and r["method"] in METHODS and METHODS[r["method"]][1] == start]

@@ -370,6 +370,37 @@ def test_quality_rows_trained_elsewhere_take_each_familys_file_from_the_benchmar
     assert {r["method"] for r in found} == {"teacher", "tfidf", "majority"}
 
 
+def test_quality_cost_curves_charge_every_run_of_a_shared_set_what_making_it_cost(tmp_path, student_dir):
+    """A run that read its augmented set from the cache is charged, on the cost curves, what the run that made it
+    spent making it (`set_seconds`), so a seed's curve does not depend on which run came first; the rows keep each
+    run's own seconds."""
+    import shutil
+
+    from benchmarks import quality
+    from mobilekd.fileio import write_json
+
+    out = tmp_path / "runs"
+    stages = quality.stage_dirs(out)
+    for name, seconds in (("adapt", 100.0), ("tinybert4", 50.0)):
+        stages[name].mkdir(parents=True)
+        write_json(stages[name] / "summary.json", {"wall_seconds": seconds})
+    for method, seed, wall, made in (("teacher", 0, 200.0, None), ("teacher", 1, 200.0, None),
+                                     ("tinybert-td", 0, 1000.0, 300.0), ("tinybert-td", 1, 700.0, 0.0)):
+        d = quality.run_dir(out, "rte", method, seed)
+        d.mkdir(parents=True)
+        shutil.copy(student_dir / "config.json", d)
+        write_json(d / "results.json", {"complete": True, "metrics": {"dev": {"accuracy": 0.55}}, "steps": 10,
+                                        "best_metric": "accuracy", "lr": 1e-4, "wall_seconds": wall,
+                                        **({"set_seconds": made} if made is not None else {})})
+    found, curves = quality.rows(out, ["rte"], [0, 1], tmp_path / "quality.json")
+    charged = {c["seed"]: c["cpu_seconds"] for c in curves if c["method"] == "tinybert-td"}
+    assert charged == {0: 1000.0 + 100 + 50 + 200, 1: 700.0 + 300 + 100 + 50 + 200}
+    assert {r["seed"]: (r["train_seconds"], r["set_seconds"]) for r in found if r["method"] == "tinybert-td"} == {
+        0: (1000.0, 300.0), 1: (700.0, 0.0)}
+    teacher = [c["cpu_seconds"] for c in curves if c["method"] == "teacher"]
+    assert teacher == [300.0, 300.0]  # no set: its own seconds and the adaptation's
+
+
 @pytest.mark.parametrize("head", ["pretraining", "classification", "cmlm", "qa"])
 def test_a_runs_parameters_are_counted_from_its_config_where_its_weights_stayed_elsewhere(tmp_path, head):
     """Every head's count from config.json alone is the weights file's, the extras transformers reads (an untied
