@@ -172,20 +172,19 @@ def methods_for(task: str, chosen=tuple(METHODS)) -> list[str]:
             and (m not in AUGMENTED_ONLY or AUGMENT[task] != "0")]
 
 
-def shared_set(method: str) -> str:
-    """The training set the runs of a task share through the cache that `method` trains over: the BiLSTM's transfer
-    set, else the augmented set (AUGMENTED methods; the others record no `set_seconds`)."""
-    return "transfer" if METHODS[method][0] == "bilstm" else "augmented"
+def own_seconds(r: dict) -> float:
+    """A run's seconds without those it spent getting its cached set, where what making the set cost is known (so
+    that it is counted once, `set_costs`): its own work, the same whichever run made the set."""
+    return r["train_seconds"] - (r["set_seconds"] if r.get("set_made_seconds") is not None else 0.0)
 
 
-def set_costs(found: list[dict]) -> dict[tuple[str, str], float]:
-    """(task, `shared_set`) -> what making that set cost, the most any run or row recorded (`set_seconds`; a run
-    that read it from the cache records 0)."""
+def set_costs(found: list[dict]) -> dict[str, float]:
+    """Each cached set the runs of `found` shared (`shared_set`: the augmented set, the BiLSTM's transfer set) ->
+    what making it cost (`set_made_seconds`, whichever run made it)."""
     costs = {}
     for r in found:
-        if r.get("set_seconds") is not None and r["method"] in METHODS:
-            key = (r["task"], shared_set(r["method"]))
-            costs[key] = max(costs.get(key, 0.0), r["set_seconds"])
+        if r.get("set_made_seconds") is not None:
+            costs[r["shared_set"]] = max(costs.get(r["shared_set"], 0.0), r["set_made_seconds"])
     return costs
 
 
@@ -459,12 +458,12 @@ def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[
                           for row in finetune_rows(d, history[-1]["metrics"], task=task, method=method, seed=seed,
                                                    student=FAMILIES[family])]
                 extra = charged(out, task, method, seed, stages)
-                if extra is not None:
-                    reads_set = r.get("set_seconds")  # its shared set's cost: charged below, to every run of it
+                if extra is not None:  # a run that read its cached set is charged making it, as its maker was
+                    made = r.get("set_made_seconds")
+                    extra += made - r["set_seconds"] if made is not None else 0.0
                     curves += [{"task": task, "method": method, "seed": seed, "metric": r["best_metric"],
                                 "value": round(next(iter(h["metrics"].values()))[r["best_metric"]], 4),
-                                "step": h["step"], "cpu_seconds": h["wall_seconds"] + extra - (reads_set or 0),
-                                **({"set": shared_set(method)} if reads_set is not None else {})}
+                                "step": h["step"], "cpu_seconds": round(h["wall_seconds"] + extra, 1)}
                                for h in history if h.get("wall_seconds") is not None]
             if not any(r["task"] == task and r["seed"] == seed for r in found):
                 continue  # the baselines stand beside a seed's runs, not alone
@@ -484,9 +483,6 @@ def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[
                                "value": round(m["accuracy"], 4), "step": 0, "cpu_seconds": m["train_seconds"]})
     keys = {(r["task"], r["method"], r["seed"], r["metric"]) for r in found}
     found += [r for r in restamped(results, fresh) if (r["task"], r["method"], r["seed"], r["metric"]) not in keys]
-    made = set_costs(found)  # a run that read its set from the cache is charged what making it cost, as the first
-    for c in curves:
-        c["cpu_seconds"] = round(c["cpu_seconds"] + made.get((c["task"], c.pop("set", None)), 0.0), 1)
     return found, curves
 
 
@@ -585,11 +581,11 @@ def wall_estimate(results: list[dict], chosen=tuple(METHODS)) -> tuple[float, di
     WORKERS runs at a time, from the seconds its rows recorded: every planned run (and the TF-IDF and Model Maker
     baselines) at the mean `train_seconds` of its task and method's measured seeds, every shared stage once
     (`start_seconds`), the sum spread over the workers; and what no row records yet (method -> its tasks, "stages"
-    -> their names), which it leaves out. A training set the runs of a task share through the cache (`shared_set`)
-    counts once a task, at its most expensive making (`set_costs`), where rows record it (`set_seconds`). Its bias
-    has no known sign: rows timed beside other work, and rows made before runs recorded `set_seconds`, which count
-    their set's making in every seed, make it larger; what it leaves out, exports and timing, Model Maker's install
-    and its runs before the others, and the wait for the stages, make it smaller."""
+    -> their names), which it leaves out. A cached set the planned runs share (TinyBERT's augmented set, the
+    BiLSTM's transfer set) counts once, at what making it cost (`set_costs`), where rows record that (`own_seconds`).
+    Its bias has no known sign: rows timed beside other work, and rows that do not record it (runs before mobilekd
+    kept it), which count their set's making in every seed, make it larger; what it leaves out, exports and timing,
+    Model Maker's install and its runs before the others, and the wait for the stages, make it smaller."""
     cpu, missing, starts, planned = 0.0, {}, set(), []
     for task in TASKS:
         for method in [*methods_for(task, chosen), "tfidf", *(["model-maker"] if task == "sst2" else [])]:
@@ -600,8 +596,7 @@ def wall_estimate(results: list[dict], chosen=tuple(METHODS)) -> tuple[float, di
             if not measured:
                 missing.setdefault(method, []).append(task)
                 continue
-            cpu += SEEDS_ASKED * statistics.mean(r["train_seconds"] - r.get("set_seconds", 0)
-                                                 for r in measured.values())
+            cpu += SEEDS_ASKED * statistics.mean(own_seconds(r) for r in measured.values())
             planned += measured.values()
     cpu += sum(set_costs(planned).values())
     for start in sorted(starts):

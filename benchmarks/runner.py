@@ -33,6 +33,7 @@ from mobilekd.rundir import finished_results, trained_on
 from mobilekd.train.precision import cpu_model
 
 RESUMABLE = ["--threads", "1", "--resume"]
+SHARED_SET = ("shared_set", "set_seconds", "set_made_seconds")  # a run's record of its cached set (`Made.record`)
 
 
 @dataclass
@@ -180,7 +181,7 @@ def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> lis
         return []
     dev = next(iter((metrics or r["metrics"]).values()))
     shared = {"params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"],
-              **trained_on(r), **({"set_seconds": r["set_seconds"]} if "set_seconds" in r else {})}
+              **trained_on(r), **{k: r[k] for k in SHARED_SET if k in r}}
     names = [r["best_metric"]] + [m for m in dev if m != r["best_metric"]]
     return [{**identity, "metric": m, "value": round(dev[m], 4), **shared} for m in names]
 

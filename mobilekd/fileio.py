@@ -8,7 +8,9 @@ import gzip
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
+from typing import NamedTuple
 
 from filelock import FileLock
 
@@ -105,6 +107,50 @@ def cached_file(path, read, make, write):
         with atomic_path(path) as tmp:
             write(value, tmp)
     return value, False
+
+
+class Made(NamedTuple):
+    """How a run got a value `cached_timed` keeps: from the file or made here, what making it cost whichever run
+    made it, and the file's name (what the runs that share it share)."""
+    cached: bool
+    seconds: float | None  # None for a file made before mobilekd kept the seconds
+    name: str
+
+    def record(self, seconds: float) -> dict:
+        """A run's record of the shared file it trained over: `shared_set` (the file), `set_seconds` (the `seconds`
+        this run spent getting it: making it, or waiting for it and reading it) and, where known,
+        `set_made_seconds` (what making it cost, whichever run made it)."""
+        return {"shared_set": self.name, "set_seconds": round(seconds, 1),
+                **({"set_made_seconds": self.seconds} if self.seconds is not None else {})}
+
+
+def cached_timed(path, read, make, write) -> tuple[object, Made]:
+    """`cached_file`, also giving what making the value cost, whichever run made it: `make()`'s seconds, kept beside
+    the file (`<path>.seconds`, written before the file appears), so a run that reads the file can charge its
+    making as the run that made it did (a benchmark's cost per run)."""
+    path = Path(path)
+    kept = Path(f"{path}.seconds")  # JSON, named so that no glob of the cache files finds it
+
+    def timed():
+        start = time.time()
+        return make(), round(time.time() - start, 1)
+
+    def write_timed(made, tmp):
+        write_json(kept, {"seconds": made[1]})
+        write(made[0], tmp)
+
+    def read_timed(p):
+        value = read(p)
+        if value is None:
+            return None
+        try:
+            seconds = float(json.loads(kept.read_text())["seconds"])
+        except (OSError, ValueError, KeyError, TypeError):  # made before the seconds were kept, or damaged
+            seconds = None
+        return value, seconds
+
+    (value, seconds), cached = cached_file(path, read_timed, timed, write_timed)
+    return value, Made(cached, seconds, f"{path.parent.name}/{path.stem}")
 
 
 def save_png(fig, path, dpi: int = 120) -> None:

@@ -371,9 +371,9 @@ def test_quality_rows_trained_elsewhere_take_each_familys_file_from_the_benchmar
 
 
 def test_quality_cost_curves_charge_every_run_of_a_shared_set_what_making_it_cost(tmp_path, student_dir):
-    """A run that read its augmented set from the cache is charged, on the cost curves, what the run that made it
-    spent making it (`set_seconds`), so a seed's curve does not depend on which run came first; the rows keep each
-    run's own seconds."""
+    """A run that read its augmented set from the cache, or waited for it, is charged on the cost curves what making
+    it cost (`set_made_seconds`), as the run that made it is, so a seed's curve does not depend on which run came
+    first (nor on which seeds one invocation collects); the rows keep each run's own seconds."""
     import shutil
 
     from benchmarks import quality
@@ -384,19 +384,22 @@ def test_quality_cost_curves_charge_every_run_of_a_shared_set_what_making_it_cos
     for name, seconds in (("adapt", 100.0), ("tinybert4", 50.0)):
         stages[name].mkdir(parents=True)
         write_json(stages[name] / "summary.json", {"wall_seconds": seconds})
-    for method, seed, wall, made in (("teacher", 0, 200.0, None), ("teacher", 1, 200.0, None),
-                                     ("tinybert-td", 0, 1000.0, 300.0), ("tinybert-td", 1, 700.0, 0.0)):
+    for method, seed, wall, got in (("teacher", 0, 200.0, None), ("teacher", 1, 200.0, None),
+                                    ("tinybert-td", 0, 1000.0, 300.0), ("tinybert-td", 1, 700.0, 0.5)):
         d = quality.run_dir(out, "rte", method, seed)
         d.mkdir(parents=True)
         shutil.copy(student_dir / "config.json", d)
         write_json(d / "results.json", {"complete": True, "metrics": {"dev": {"accuracy": 0.55}}, "steps": 10,
                                         "best_metric": "accuracy", "lr": 1e-4, "wall_seconds": wall,
-                                        **({"set_seconds": made} if made is not None else {})})
+                                        **({"shared_set": "augmented/a", "set_seconds": got,
+                                            "set_made_seconds": 300.0} if got is not None else {})})
+    found, curves = quality.rows(out, ["rte"], [1], tmp_path / "quality.json")  # seed 1 alone: its maker unseen
+    assert [c["cpu_seconds"] for c in curves if c["method"] == "tinybert-td"] == [700.0 - 0.5 + 300 + 100 + 50 + 200]
     found, curves = quality.rows(out, ["rte"], [0, 1], tmp_path / "quality.json")
     charged = {c["seed"]: c["cpu_seconds"] for c in curves if c["method"] == "tinybert-td"}
-    assert charged == {0: 1000.0 + 100 + 50 + 200, 1: 700.0 + 300 + 100 + 50 + 200}
+    assert charged == {0: 1000.0 + 100 + 50 + 200, 1: 700.0 - 0.5 + 300 + 100 + 50 + 200}
     assert {r["seed"]: (r["train_seconds"], r["set_seconds"]) for r in found if r["method"] == "tinybert-td"} == {
-        0: (1000.0, 300.0), 1: (700.0, 0.0)}
+        0: (1000.0, 300.0), 1: (700.0, 0.5)}
     teacher = [c["cpu_seconds"] for c in curves if c["method"] == "teacher"]
     assert teacher == [300.0, 300.0]  # no set: its own seconds and the adaptation's
 
@@ -473,26 +476,27 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
         quality.wall_goals(done)
 
 
-def test_quality_wall_estimate_counts_a_shared_training_set_once_a_task():
-    """A set the runs of a task share through the cache (the augmented set; the BiLSTM's transfer set, apart) counts
-    once a task, at its most expensive making (`set_seconds`), not in every seed; a row without the field counts its
-    set in every seed, as before runs recorded it."""
+def test_quality_wall_estimate_counts_a_shared_cached_set_once():
+    """A cached set the planned runs share counts once, at what making it cost, whichever run (planned or not) made
+    it; a run's own seconds leave out those it spent getting the set (making it, or waiting for it); a row that
+    does not record the cost counts its seconds as they are, as rows did before runs recorded it."""
     from benchmarks import quality
 
-    def run(method, seed, seconds, **more):
+    def run(method, seed, seconds, got=None, made=None, name="augmented/a"):
         return {"task": "cola", "method": method, "seed": seed, "metric": "matthews_corr", "train_seconds": seconds,
-                **more}
+                **({"shared_set": name, "set_seconds": got, "set_made_seconds": made} if got is not None else {})}
 
-    chosen = ("tinybert-td", "subset2-narrow-kd-aug", "bilstm-kd-aug")
-    base, _ = quality.wall_estimate([], chosen)
-    made = [run("tinybert-td", 0, 1300.0, set_seconds=300.0), run("tinybert-td", 1, 1000.0, set_seconds=0.0),
-            run("subset2-narrow-kd-aug", 0, 700.0, set_seconds=0.0),  # read the set tinybert-td made
-            run("bilstm-kd-aug", 0, 500.0, set_seconds=200.0)]
-    hours, _ = quality.wall_estimate(made, chosen)
-    assert (hours - base) * 2 * 3600 == pytest.approx(3 * (1000 + 700 + 300) + 300 + 200)
-    unrecorded = [{k: v for k, v in r.items() if k != "set_seconds"} for r in made]
+    chosen = ("tinybert-td", "bilstm-kd-aug")
+    rows = [run("subset2-narrow-kd-aug", 0, 1300.0, 300.0, 300.0),  # not planned: it made the set
+            run("tinybert-td", 0, 1250.0, 250.0, 300.0),  # started with it: waited 250 s on its lock
+            run("tinybert-td", 1, 1000.0, 1.0, 300.0),  # read it
+            run("bilstm-kd-aug", 0, 500.0, 200.0, 200.0, name="transfer_set/b")]
+    hours, _ = quality.wall_estimate(rows, chosen)
+    assert hours * 2 * 3600 == pytest.approx(3 * (1000 + 999) / 2 + 300 + 3 * 300 + 200)
+    unrecorded = [{k: v for k, v in r.items() if k not in ("shared_set", "set_seconds", "set_made_seconds")}
+                  for r in rows]
     hours, _ = quality.wall_estimate(unrecorded, chosen)
-    assert (hours - base) * 2 * 3600 == pytest.approx(3 * (1150 + 700 + 500))
+    assert hours * 2 * 3600 == pytest.approx(3 * (1250 + 1000) / 2 + 3 * 500)
 
 
 def test_quality_judges_the_student_measured_over_the_most_seeds():

@@ -43,7 +43,7 @@ from safetensors import safe_open
 from tqdm.auto import tqdm
 
 from mobilekd.data.examples import TextExample, read_examples, write_examples
-from mobilekd.fileio import cached_file, file_digest
+from mobilekd.fileio import Made, cached_timed, file_digest
 from mobilekd.train.precision import decide_inference_precision, read_only_flag
 
 N_PER_TASK = {"sst2": 20, "cola": 30, "mrpc": 30, "stsb": 30, "rte": 30, "mnli": 10, "qqp": 10, "qnli": 20}
@@ -188,12 +188,12 @@ class Augmentor:
 
 
 def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, cache_dir: Path, load,
-              flag: str = "no", precision_cache: Path | None = None) -> tuple[list[TextExample], bool, dict]:
+              flag: str = "no", precision_cache: Path | None = None) -> tuple[list[TextExample], Made, dict]:
     """`examples` augmented by the model in `model_dir` (`load(model_dir)` -> (model, tokenizer)), cached in
     `cache_dir` under a key of the model's weights, the examples, n, M, p, the seed and the masked-LM pass's
-    precision; whether it was cached; and that precision (`augment_precision` by `--mixed-precision` `flag`, an
-    auto choice kept in `precision_cache`). Runs of the same set started together (a benchmark's seeds) compute it
-    once (`cached_file`); a cached set loads no model."""
+    precision; whether it was cached and what making it cost (`Made`); and that precision (`augment_precision` by
+    `--mixed-precision` `flag`, an auto choice kept in `precision_cache`). Runs of the same set started together (a
+    benchmark's seeds) compute it once (`cached_timed`); a cached set loads no model."""
     @functools.cache
     def loaded():
         model, tokenizer = load(model_dir)
@@ -209,7 +209,7 @@ def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, c
 
     def make():
         return Augmentor(*loaded(), precision=found["precision"]).augment(examples, n, seed)
-    return (*cached_file(path, read_examples, make, write_examples), found)
+    return (*cached_timed(path, read_examples, make, write_examples), found)
 
 
 PROBE_SENTENCES = 2000  # the sentences whose median length the probe's queries take

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from mobilekd.data.examples import TextExample, read_examples, write_examples
 from mobilekd.errors import UserError
-from mobilekd.fileio import cached_file
+from mobilekd.fileio import Made, cached_timed
 
 P_MASK, P_POS, P_NG, N_ITER, MAX_N = 0.1, 0.1, 0.25, 20, 5
 MASK = "[MASK]"
@@ -145,13 +145,13 @@ def transfer_set(examples: list[TextExample], tagger, n_iter: int = N_ITER, seed
 
 
 def cached_transfer_set(examples: list[TextExample], n_iter: int, seed: int, cache_dir: Path, **probabilities) -> \
-        tuple[list[TextExample], bool]:
+        tuple[list[TextExample], Made]:
     """`transfer_set` cached in `cache_dir` under a key of the examples, n_iter, the probabilities, the seed and
-    the tagger's version (a damaged file made again); and whether it came from the cache. Runs started together
-    compute it once (`cached_file`)."""
+    the tagger's version (a damaged file made again); and whether it came from the cache and what making it cost
+    (`Made`). Runs started together compute it once (`cached_timed`)."""
     tagger = load_tagger()  # its absence is named before any work
     h = hashlib.sha256(json.dumps([[[e.text_a, e.text_b, e.label] for e in examples], n_iter, seed,
                                    sorted(probabilities.items()), tagger.meta["version"], spacy_version()]).encode())
     path = Path(cache_dir) / "transfer_set" / f"{h.hexdigest()[:20]}.json"
-    return cached_file(path, read_examples, lambda: transfer_set(examples, tagger, n_iter, seed, **probabilities),
+    return cached_timed(path, read_examples, lambda: transfer_set(examples, tagger, n_iter, seed, **probabilities),
                        write_examples)

@@ -119,12 +119,12 @@ def run(args, accelerator):
     teacher = fine_tuned_classifier(args.teacher, task, "teacher").to(accelerator.device).eval()
     tokenizer = load_tokenizer(args.teacher)
     examples = training_subset(task.train, args.max_train_examples, args.subset_seed)
-    originals, made, set_seconds = len(examples), time.time(), None  # set_seconds: making the transfer set this run
+    originals, began, shared = len(examples), time.time(), {}  # shared: the transfer set's record (`Made.record`)
     if args.augment:
-        examples, cached = cached_transfer_set(examples, args.augment, args.augment_seed, Path(args.cache_dir),
-                                               p_mask=args.p_mask, p_pos=args.p_pos, p_ng=args.p_ng)
-        set_seconds = 0.0 if cached else round(time.time() - made, 1)  # 0: read from the cache
-        print(f"transfer set: {originals} -> {len(examples)} examples" + (" (cached)" if cached else ""))
+        examples, made = cached_transfer_set(examples, args.augment, args.augment_seed, Path(args.cache_dir),
+                                             p_mask=args.p_mask, p_pos=args.p_pos, p_ng=args.p_ng)
+        shared = made.record(time.time() - began)
+        print(f"transfer set: {originals} -> {len(examples)} examples" + (" (cached)" if made.cached else ""))
     train = encode_classification(task, examples, tokenizer, args.max_len)
     kd, outputs_pass = None, None
     if args.loss == "kd":
@@ -157,14 +157,14 @@ def run(args, accelerator):
              "teacher": str(args.teacher), "steps": steps, "train_examples": len(train),
              "original_examples": originals, "augment": args.augment, "lr": args.lr,
              "selected_on": next(iter(task.dev)),
-             **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}),
-             **({"set_seconds": set_seconds} if set_seconds is not None else {})}
+             **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}), **shared}
     summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume,
                          on_eval=lambda m, step: evaluator(m, step, {**extra,
                                                                       "wall_seconds": round(time.time() - start, 1)}))
     if accelerator.is_main_process:
         result = read_json(out / "results.json")
-        result.update(wall_seconds=round(time.time() - start, 1), complete=True, training=summaries)  # CPU, precision
+        result.update(wall_seconds=round(time.time() - start, 1), complete=True, training=summaries,  # CPU, precision
+                      **shared)  # this attempt's seconds, a resumed run's too
         write_json(out / "results.json", result)
         metric = result["best_metric"]
         print(f"{task.name}: dev {metric} {result['best_score']:.4f} after {steps} steps; BiLSTM in {out}")

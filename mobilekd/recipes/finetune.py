@@ -181,19 +181,19 @@ def run(args, accelerator):
             :max(1, round(args.selection_fraction * len(train_examples)))].tolist())
         splits = {"selection": [e for i, e in enumerate(train_examples) if i in held], **splits}
         train_examples = [e for i, e in enumerate(train_examples) if i not in held]
-    augment_pass, set_seconds = None, None  # set_seconds: making the augmented set this run (0: read from the cache)
+    augment_pass, shared = None, {}  # shared: the augmented set's record (`Made.record`)
     if not args.eval_only and args.augment:
         if task.head == "qa":
             raise UserError("--augment (TinyBERT's) works on sentence tasks, not on SQuAD")
         if not (Path(args.augment_model) / "model.safetensors").is_file():
             raise UserError(f"{args.augment_model}: no model here (model.safetensors) for --augment-model")
-        n, made = len(train_examples), time.time()
-        train_examples, cached, augment_pass = augmented(
+        n, began = len(train_examples), time.time()
+        train_examples, made, augment_pass = augmented(
             train_examples, Path(args.augment_model), args.augment, args.augment_seed, Path(args.cache_dir),
             load=_mlm_model, flag=pass_flag(args, "augment_precision"),
             precision_cache=Path(args.cache_dir) / PRECISION_FILE)
-        set_seconds = 0.0 if cached else round(time.time() - made, 1)
-        print(f"augmented: {n} -> {len(train_examples)} training examples" + (" (cached)" if cached else "") +
+        shared = made.record(time.time() - began)
+        print(f"augmented: {n} -> {len(train_examples)} training examples" + (" (cached)" if made.cached else "") +
               f"; the masked-LM pass {describe(augment_pass)}")
     dev = {name: (examples, *encode(examples)) for name, examples in splits.items()}
     evaluator = DevEvaluator(task, dev, out, tokenizer, save_model=not args.eval_only)
@@ -247,8 +247,7 @@ def run(args, accelerator):
              "selected_on": "selection" if args.select_on == "train-slice" else next(iter(task.dev)),
              "lr": args.lr, "baseline": baseline,
              **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}),
-             **({"augment_precision": augment_pass["precision"]} if augment_pass else {}),
-             **({"set_seconds": set_seconds} if set_seconds is not None else {})}
+             **({"augment_precision": augment_pass["precision"]} if augment_pass else {}), **shared}
 
     warm = stages[0].steps if args.intermediate else 0
 
@@ -260,8 +259,8 @@ def run(args, accelerator):
     summaries = run_plan(stages, model, train_split, cfg, accelerator, resume=args.resume, on_eval=on_eval)
     if accelerator.is_main_process:
         result = read_json(out / "results.json")
-        result.update(wall_seconds=round(time.time() - start, 1), complete=True, training=summaries)
-        write_json(out / "results.json", result)
+        result.update(wall_seconds=round(time.time() - start, 1), complete=True, training=summaries, **shared)
+        write_json(out / "results.json", result)  # this attempt's seconds, a resumed run's too
         dev_score = result["metrics"].get(next(iter(task.dev)), {}).get(result["best_metric"])  # None: unlabelled
         print(f"{task.name}: best {result['best_metric']} {result['best_score']:.4f} on {result['selected_on']} at "
               f"step {result['best_step']} of {extra['steps']}; model in {out}" +
