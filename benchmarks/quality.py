@@ -50,7 +50,8 @@ on STS-B); the other methods measure what a change adds (docs/quality.md).
 Fine-tuning runs evaluate on dev every EVAL_POINTS-th of their steps; the evaluations (mobilekd/finetune/evaluation.py
 writes them to history.json) are the cost curves: each point's CPU-seconds are the run's own wall seconds (one
 thread) at that step plus the stages it stands on (teacher adaptation, task-agnostic distillation, the task
-teacher's fine-tuning for KD), each charged in full to every run. A point inside a run is that run's model part way
+teacher's fine-tuning for KD) and making the cached set it trains over (`set_made_seconds`, whichever run made it, in
+place of its own seconds getting the set), each charged in full to every run. A point inside a run is that run's model part way
 through its learning-rate schedule, not a run trained for that budget: an upper bound on the time a budget needs,
 and a fair one only at a run's end.
 
