@@ -120,7 +120,7 @@ class Made(NamedTuple):
         """A run's record of the shared file it trained over: `shared_set` (the file), `set_seconds` (the `seconds`
         this run spent getting it: making it, or waiting for it and reading it) and, where known,
         `set_made_seconds` (what making it cost, whichever run made it)."""
-        return {"shared_set": self.name, "set_seconds": round(seconds, 1),
+        return {"shared_set": self.name, "set_seconds": round(seconds, 3),
                 **({"set_made_seconds": self.seconds} if self.seconds is not None else {})}
 
 
@@ -133,7 +133,7 @@ def cached_timed(path, read, make, write) -> tuple[object, Made]:
 
     def timed():
         start = time.time()
-        return make(), round(time.time() - start, 1)
+        return make(), round(time.time() - start, 3)  # a small set is made in milliseconds
 
     def write_timed(made, tmp):
         write_json(kept, {"seconds": made[1]})
