@@ -680,6 +680,15 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
         drop = {i for f in ("--epochs", "--eval-every", "--out") for i in (a.index(f), a.index(f) + 1)}
         return [x for i, x in enumerate(a) if i not in drop]
     assert rest(long) == rest(argv)
+    # TinyBERT at a smaller budget: tinybert-td's argv but for 2 epochs of layer matching and 3 of prediction; none on
+    # SST-2 (no augmented set there)
+    tiny = {j.name: j.argv for j in quality.jobs(tmp_path, ["mrpc", "sst2"], [0], ["tinybert-td", "tinybert-td-short"])}
+    full, short = tiny["mrpc/tinybert-td/0"], tiny["mrpc/tinybert-td-short/0"]
+    assert (full[full.index("--epochs") + 1], short[short.index("--epochs") + 1]) == ("5", "3")
+    assert "--intermediate-epochs" not in full and short[short.index("--intermediate-epochs") + 1] == "2"
+    i = short.index("--intermediate-epochs")
+    assert rest(short[:i] + short[i + 2:]) == rest(full)
+    assert "sst2/tinybert-td-short/0" not in tiny and "sst2/tinybert-td/0" in tiny
     assert quality.parse([]).methods == [quality.DEFAULT]
     assert quality.parse(["--methods", "all"]).methods == list(quality.METHODS)
     assert quality.parse(["--methods", "pkt", "subset2-kd"]).methods == ["pkt", "subset2-kd"]
