@@ -109,6 +109,12 @@ def cached_file(path, read, make, write):
     return value, False
 
 
+def timed(make) -> tuple[object, float]:
+    """`make()` and the seconds it took, to the millisecond (a small set is made in a few)."""
+    start = time.time()
+    return make(), round(time.time() - start, 3)
+
+
 class Made(NamedTuple):
     """How a run got a value `cached_timed` keeps: from the file or made here, what making it cost whichever run
     made it, and the file's name (what the runs that share it share)."""
@@ -131,10 +137,6 @@ def cached_timed(path, read, make, write) -> tuple[object, Made]:
     path = Path(path)
     kept = Path(f"{path}.seconds")  # JSON, named so that no glob of the cache files finds it
 
-    def timed():
-        start = time.time()
-        return make(), round(time.time() - start, 3)  # a small set is made in milliseconds
-
     def write_timed(made, tmp):
         write_json(kept, {"seconds": made[1]})
         write(made[0], tmp)
@@ -149,7 +151,7 @@ def cached_timed(path, read, make, write) -> tuple[object, Made]:
             seconds = None
         return value, seconds
 
-    (value, seconds), cached = cached_file(path, read_timed, timed, write_timed)
+    (value, seconds), cached = cached_file(path, read_timed, lambda: timed(make), write_timed)
     return value, Made(cached, seconds, f"{path.parent.name}/{path.stem}")
 
 

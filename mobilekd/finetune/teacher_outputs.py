@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
 from mobilekd.data.tasks import INPUTS
-from mobilekd.fileio import cached_file, file_digest
+from mobilekd.fileio import cached_file, file_digest, timed
 from mobilekd.train.precision import decide_inference_precision, median_window, parameters, read_only_flag
 
 
@@ -99,14 +98,10 @@ def cached_arrays(path: Path, n: int, make) -> tuple[dict[str, np.ndarray], bool
     holding `path`'s lock; whether they came from the file; and the seconds `make()` took (kept in the file's
     metadata, so a benchmark can charge the cache to the teacher whichever run computed it; None for a file
     written before mobilekd recorded it). Runs started together compute it once (`cached_file`)."""
-    def timed():
-        start = time.time()
-        return make(), round(time.time() - start, 1)
-
     def write(value, tmp):
         save_file(value[0], str(tmp), metadata={"seconds": str(value[1])})
 
-    (arrays, seconds), cached = cached_file(path, lambda p: _cached(p, n), timed, write)
+    (arrays, seconds), cached = cached_file(path, lambda p: _cached(p, n), lambda: timed(make), write)
     return arrays, cached, seconds
 
 
