@@ -534,6 +534,16 @@ def best_student(results: list[dict], task: str, metric: str) -> str | None:
                                      statistics.mean(values(results, task, metric, m)))) if small else None
 
 
+def teacher_shares(results: list[dict], task: str, metric: str, method: str) -> list[float]:
+    """`method`'s score over its teacher's, seed by seed: over the teacher that taught the run (`teacher_value`, which
+    runs record: `mobilekd.rundir.teacher_record`) where its row has it, else over the seed's teacher row (rows of
+    runs from before; a seed's teacher made again replaces that row, so theirs may be another teacher's)."""
+    teacher = by_seed(results, task, metric, "teacher")
+    rows = {r["seed"]: r for r in results if (r["task"], r["metric"], r["method"]) == (task, metric, method)}
+    over = {s: r.get("teacher_value", teacher.get(s)) for s, r in rows.items()}
+    return [rows[s]["value"] / over[s] for s in sorted(rows) if over[s] is not None and over[s] > 0]
+
+
 def goals(results: list[dict]) -> str:
     """The issue's goals per task, seed by seed against 2 standard errors (`runner.verdict`): the best student whose
     Pixel 4 estimate is at most a third of the teacher's, against TF-IDF + LR, the majority class and its share of
@@ -551,8 +561,7 @@ def goals(results: list[dict]) -> str:
             if d:
                 lines.append(f"| {task}: {best} - {base} | {mean_std_cell(d, signed=True)} | > 0 | "
                              f"{verdict(d, above)} |")
-        mine, teacher = by_seed(results, task, metric, best), by_seed(results, task, metric, "teacher")
-        share = [mine[s] / teacher[s] for s in sorted(set(mine) & set(teacher)) if teacher[s] > 0]
+        share = teacher_shares(results, task, metric, best)
         if share:
             lines.append(f"| {task}: {best} / teacher | {mean_std_cell(share)} | >= {KEEP[task]:g} | "
                          f"{verdict(share, KEEP[task])} |")

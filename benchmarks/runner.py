@@ -183,7 +183,10 @@ def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> lis
     shared = {"params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"],
               **trained_on(r), **{k: r[k] for k in SHARED_SET if k in r}}
     names = [r["best_metric"]] + [m for m in dev if m != r["best_metric"]]
-    return [{**identity, "metric": m, "value": round(dev[m], 4), **shared} for m in names]
+    taught = {k: r[k] for k in ("teacher_digest",) if k in r}  # the teacher that taught it (`teacher_record`)
+    return [{**identity, "metric": m, "value": round(dev[m], 4), **shared, **taught,
+             **({"teacher_value": round(r["teacher_dev"][m], 4)} if m in r.get("teacher_dev", {}) else {})}
+            for m in names]
 
 
 def metric_rank(task: str, metric: str) -> int:

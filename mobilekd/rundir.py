@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from mobilekd.errors import located
-from mobilekd.fileio import read_json
+from mobilekd.fileio import file_digest, read_json
 
 LOCK = ".mobilekd.lock"
 
@@ -64,6 +64,19 @@ def finished_results(run_dir) -> dict | None:
     path = Path(run_dir) / "results.json"
     r = read_json(path) if path.is_file() else {}
     return r if r.get("complete") else None
+
+
+def teacher_record(teacher) -> dict:
+    """What a student's results.json says of the teacher that taught it: its weights' SHA-256 (`teacher_digest`,
+    the first 16 hex digits) and, where the teacher is a finished fine-tuning run, its dev scores (`teacher_dev`,
+    {metric: value} of its first dev split), so that a student's share of its teacher stays that teacher's after the
+    teacher is made again."""
+    weights = Path(teacher) / "model.safetensors"
+    record = {"teacher_digest": file_digest(weights)[:16]} if weights.is_file() else {}
+    done = finished_results(teacher)
+    if done is not None and done.get("metrics"):
+        record["teacher_dev"] = next(iter(done["metrics"].values()))
+    return record
 
 
 def training_cpu(results: dict) -> str | None:

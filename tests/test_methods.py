@@ -407,6 +407,11 @@ def test_each_recipe_end_to_end_at_micro_scale(tmp_path, small_corpus, tokenizer
     assert "computed and cached" in proc.stdout
     result = json.loads((tmp_path / "pkd" / "results.json").read_text())
     assert result["method"] == "pkd-skip" and result["complete"]
+    taught_by = json.loads((tmp_path / "t_sst2" / "results.json").read_text())["metrics"]["dev"]
+    assert result["teacher_dev"] == taught_by and len(result["teacher_digest"]) == 16  # the teacher that taught it
+    from benchmarks.runner import finetune_rows
+    assert {r["metric"]: r["teacher_value"] for r in finetune_rows(tmp_path / "pkd")} == {
+        m: round(v, 4) for m, v in taught_by.items()}
     proc = run_module("mobilekd.recipes.finetune", "--model", tmp_path / "distilbert", "--teacher",
                       tmp_path / "t_sst2", "--method", "kd", *ft, "--out", tmp_path / "kd")
     assert "from the cache" in proc.stdout  # one teacher pass per training set, whatever the method

@@ -516,6 +516,18 @@ def test_quality_judges_the_student_measured_over_the_most_seeds():
     assert quality.best_student(rows + three, "sst2", "accuracy") == "tinybert-td"
 
 
+def test_quality_shares_of_the_teacher_are_over_the_teacher_that_taught_each_run():
+    """A seed's teacher made again replaces that seed's teacher row; a run records the teacher that taught it
+    (`teacher_value`), and its share is over that one; a row from before runs recorded it, over the seed's row."""
+    from benchmarks import quality
+    rows = [{"task": "mrpc", "method": "teacher", "seed": s, "metric": "f1", "value": 0.8} for s in range(3)]
+    rows += [{"task": "mrpc", "method": "pkt-kd", "seed": 0, "metric": "f1", "value": 0.76},  # before the record
+             {"task": "mrpc", "method": "pkt-kd", "seed": 1, "metric": "f1", "value": 0.76, "teacher_value": 0.8},
+             {"task": "mrpc", "method": "pkt-kd", "seed": 2, "metric": "f1", "value": 0.76, "teacher_value": 0.95}]
+    assert quality.teacher_shares(rows, "mrpc", "f1", "pkt-kd") == pytest.approx([0.95, 0.95, 0.8])
+    assert quality.teacher_shares(rows[1:], "mrpc", "f1", "pkt-kd") == pytest.approx([0.95, 0.8])  # no seed-0 teacher
+
+
 def test_quality_replaces_the_whole_cost_curve_of_a_run_made_again(tmp_path):
     """A run re-made at another budget (MRPC's students went from 5 epochs to 1) leaves none of its old points: the
     plot would otherwise average two budgets' curves; other runs' curves stay."""

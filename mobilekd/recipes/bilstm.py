@@ -48,6 +48,7 @@ from mobilekd.finetune.objective import Distillation, task_loss
 from mobilekd.finetune.teacher_outputs import outputs_precision, teacher_outputs
 from mobilekd.flags import at_least
 from mobilekd.models.bilstm import from_teacher, save_bilstm
+from mobilekd.rundir import teacher_record
 from mobilekd.train.common import PRECISION_FILE, add_task_flags, add_training_flags, check_task_flags, run_owned, \
     train_config
 from mobilekd.train.loop import Stage, run_plan
@@ -157,7 +158,8 @@ def run(args, accelerator):
              "teacher": str(args.teacher), "steps": steps, "train_examples": len(train),
              "original_examples": originals, "augment": args.augment, "lr": args.lr,
              "selected_on": next(iter(task.dev)),
-             **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}), **shared}
+             **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}),
+             **teacher_record(args.teacher), **shared}
     summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume,
                          on_eval=lambda m, step: evaluator(m, step, {**extra,
                                                                       "wall_seconds": round(time.time() - start, 1)}))

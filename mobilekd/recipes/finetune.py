@@ -43,6 +43,7 @@ from mobilekd.finetune.objective import Distillation, intermediate_loss, task_lo
 from mobilekd.finetune.teacher_outputs import outputs_precision, teacher_outputs
 from mobilekd.models.config import ModelConfig
 from mobilekd.models.hf import load_config, load_pretrained
+from mobilekd.rundir import teacher_record
 from mobilekd.transfer.layer_maps import layer_map, parse_layer_map
 from mobilekd.transfer.objectives import Match, check_matches, pkd_matches, projections_for, refuse, tinybert_matches
 from mobilekd.train.common import PRECISION_FILE, add_training_flags, run_owned, train_config
@@ -247,7 +248,8 @@ def run(args, accelerator):
              "selected_on": "selection" if args.select_on == "train-slice" else next(iter(task.dev)),
              "lr": args.lr, "baseline": baseline,
              **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}),
-             **({"augment_precision": augment_pass["precision"]} if augment_pass else {}), **shared}
+             **({"augment_precision": augment_pass["precision"]} if augment_pass else {}),
+             **(teacher_record(args.teacher) if args.teacher else {}), **shared}
 
     warm = stages[0].steps if args.intermediate else 0
 
