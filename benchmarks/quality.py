@@ -415,6 +415,14 @@ def charged(out: Path, task: str, method: str, seed: int, stages: dict[str, floa
     return cost
 
 
+def intermediate_epochs(task: str, method: str) -> str | None:
+    """The epochs of TinyBERT's step 1 (layer-by-layer matching) in a TinyBERT method's run; None for the others."""
+    if METHODS[method][0] != "tinybert":
+        return None
+    return SHORT_INTERMEDIATE_EPOCHS if method == "tinybert-td-short" else INTERMEDIATE_EPOCHS.get(
+        task, student_epochs(task, method))
+
+
 def budget(task: str, method: str) -> dict:
     """The budget a row was trained with, recorded in it."""
     max_len, teacher_epochs, _ = TASKS[task]
@@ -429,6 +437,8 @@ def budget(task: str, method: str) -> dict:
         b["intermediate_size"] = int(NARROW_FFN)
     if method in AUGMENTED:
         b["augment"] = int(AUGMENT[task])
+    if intermediate_epochs(task, method) is not None:
+        b["intermediate_epochs"] = float(intermediate_epochs(task, method))
     if family == "bilstm":
         b["augment"] = int(TRANSFER[task])
     return b
@@ -579,8 +589,9 @@ def goals(results: list[dict]) -> str:
                            ("subset2-narrow-kd-aug", "subset2-narrow-kd", "the augmented transfer set adds"),
                            ("pkt-kd-aug", "pkt-kd", "the augmented transfer set adds"),
                            ("tinybert-td", "tinybert-td-short",
-                            f"{int(TASKS[task][2])} + {int(TASKS[task][2])} epochs of TinyBERT's two steps against "
-                            f"{SHORT_INTERMEDIATE_EPOCHS} + {AUGMENTED_EPOCHS} add"),
+                            f"{intermediate_epochs(task, 'tinybert-td')} + {student_epochs(task, 'tinybert-td')} "
+                            f"epochs of TinyBERT's two steps against {intermediate_epochs(task, 'tinybert-td-short')}"
+                            f" + {student_epochs(task, 'tinybert-td-short')} add"),
                            ("subset2-narrow-kd-aug-long", "subset2-narrow-kd-aug",
                             f"{augmented_epochs('subset2-narrow-kd-aug-long')} epochs over it against "
                             f"{AUGMENTED_EPOCHS} add")):

@@ -528,6 +528,21 @@ def test_quality_shares_of_the_teacher_are_over_the_teacher_that_taught_each_run
     assert quality.teacher_shares(rows[1:], "mrpc", "f1", "pkt-kd") == pytest.approx([0.95, 0.8])  # no seed-0 teacher
 
 
+def test_a_students_teacher_record_holds_that_teachers_dev_scores_on_the_same_task(tmp_path):
+    """`teacher_record`: the teacher's weights' digest, and its dev scores only from a finished run on the student's
+    task, not its held-out training slice ("selection", first where a run selected on it)."""
+    from mobilekd.fileio import write_json
+    from mobilekd.rundir import teacher_record
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    write_json(tmp_path / "results.json", {"complete": True, "task": "rte", "metrics": {
+        "selection": {"accuracy": 0.9}, "dev": {"accuracy": 0.55}}})
+    record = teacher_record(tmp_path, "rte")
+    assert record["teacher_dev"] == {"accuracy": 0.55} and len(record["teacher_digest"]) == 16
+    assert "teacher_dev" not in teacher_record(tmp_path, "qnli")  # a teacher of another task: no share over it
+    write_json(tmp_path / "results.json", {"task": "rte", "metrics": {"dev": {"accuracy": 0.55}}})
+    assert "teacher_dev" not in teacher_record(tmp_path, "rte")  # not finished
+
+
 def test_quality_replaces_the_whole_cost_curve_of_a_run_made_again(tmp_path):
     """A run re-made at another budget (MRPC's students went from 5 epochs to 1) leaves none of its old points: the
     plot would otherwise average two budgets' curves; other runs' curves stay."""
@@ -701,6 +716,9 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     i = short.index("--intermediate-epochs")
     assert rest(short[:i] + short[i + 2:]) == rest(full)
     assert "sst2/tinybert-td-short/0" not in tiny and "sst2/tinybert-td/0" in tiny
+    assert [quality.budget(t, m).get("intermediate_epochs") for t, m in (
+        ("mrpc", "tinybert-td-short"), ("mrpc", "tinybert-td"), ("sst2", "tinybert-td"), ("mrpc", "pkt-kd"))] == [
+        2.0, 5.0, 1.0, None]  # the rows record step 1's epochs
     assert quality.parse([]).methods == [quality.DEFAULT]
     assert quality.parse(["--methods", "all"]).methods == list(quality.METHODS)
     assert quality.parse(["--methods", "pkt", "subset2-kd"]).methods == ["pkt", "subset2-kd"]

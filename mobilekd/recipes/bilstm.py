@@ -154,19 +154,20 @@ def run(args, accelerator):
     dev = {name: (ex, encode_classification(task, ex, tokenizer, args.max_len), None) for name, ex in task.dev.items()}
     out = Path(args.out)
     evaluator = DevEvaluator(task, dev, out, tokenizer, save=save_bilstm)
+    taught = teacher_record(args.teacher, task.name)  # restated at the end, as a resumed run's best may be older
     extra = {"model": "bilstm", "task": task.name, "data": str(data), "method": f"bilstm-{args.loss}",
              "teacher": str(args.teacher), "steps": steps, "train_examples": len(train),
              "original_examples": originals, "augment": args.augment, "lr": args.lr,
              "selected_on": next(iter(task.dev)),
              **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}),
-             **teacher_record(args.teacher), **shared}
+             **taught, **shared}
     summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume,
                          on_eval=lambda m, step: evaluator(m, step, {**extra,
                                                                       "wall_seconds": round(time.time() - start, 1)}))
     if accelerator.is_main_process:
         result = read_json(out / "results.json")
         result.update(wall_seconds=round(time.time() - start, 1), complete=True, training=summaries,  # CPU, precision
-                      **shared)  # this attempt's seconds, a resumed run's too
+                      **taught, **shared)  # this attempt's seconds, a resumed run's too
         write_json(out / "results.json", result)
         metric = result["best_metric"]
         print(f"{task.name}: dev {metric} {result['best_score']:.4f} after {steps} steps; BiLSTM in {out}")

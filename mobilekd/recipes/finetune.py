@@ -243,13 +243,14 @@ def run(args, accelerator):
                             "augment_model": args.augment_model, "subset_seed": args.subset_seed,
                             "augment_precision": pass_setting(augment_pass),
                             "teacher_outputs_precision": pass_setting(outputs_pass)})
+    taught = teacher_record(args.teacher, task.name) if args.teacher else {}  # restated at the end: a resumed run's
     extra = {**identity, "method": args.method, "teacher": args.teacher, "steps": sum(st.steps for st in stages),
              "train_examples": len(train_split),
              "selected_on": "selection" if args.select_on == "train-slice" else next(iter(task.dev)),
              "lr": args.lr, "baseline": baseline,
              **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}),
              **({"augment_precision": augment_pass["precision"]} if augment_pass else {}),
-             **(teacher_record(args.teacher) if args.teacher else {}), **shared}
+             **taught, **shared}
 
     warm = stages[0].steps if args.intermediate else 0
 
@@ -261,7 +262,8 @@ def run(args, accelerator):
     summaries = run_plan(stages, model, train_split, cfg, accelerator, resume=args.resume, on_eval=on_eval)
     if accelerator.is_main_process:
         result = read_json(out / "results.json")
-        result.update(wall_seconds=round(time.time() - start, 1), complete=True, training=summaries, **shared)
+        result.update(wall_seconds=round(time.time() - start, 1), complete=True, training=summaries, **taught,
+                      **shared)
         write_json(out / "results.json", result)  # this attempt's seconds, a resumed run's too
         dev_score = result["metrics"].get(next(iter(task.dev)), {}).get(result["best_metric"])  # None: unlabelled
         print(f"{task.name}: best {result['best_metric']} {result['best_score']:.4f} on {result['selected_on']} at "
