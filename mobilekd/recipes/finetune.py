@@ -243,7 +243,8 @@ def run(args, accelerator):
                             "augment_model": args.augment_model, "subset_seed": args.subset_seed,
                             "augment_precision": pass_setting(augment_pass),
                             "teacher_outputs_precision": pass_setting(outputs_pass)})
-    taught = teacher_record(args.teacher, task.name) if args.teacher else {}  # restated at the end: a resumed run's
+    # the teacher that taught it, restated at the end (a resumed run's best, and so its results, may be older)
+    taught = teacher_record(args.teacher, task.name) if args.teacher else {}
     extra = {**identity, "method": args.method, "teacher": args.teacher, "steps": sum(st.steps for st in stages),
              "train_examples": len(train_split),
              "selected_on": "selection" if args.select_on == "train-slice" else next(iter(task.dev)),
