@@ -130,8 +130,7 @@ METHODS = {
     "subset2-narrow-kd-aug": ("subset2-narrow", "subset2-narrow", ["--method", "kd", "--alpha", "0"], True),
     "subset2-narrow-kd-aug-long": ("subset2-narrow", "subset2-narrow", ["--method", "kd", "--alpha", "0"], True),
     "tinybert-td": ("tinybert", "tinybert4", ["--method", "tinybert"], True),
-    "tinybert-td-short": ("tinybert", "tinybert4", ["--method", "tinybert", "--intermediate-epochs",
-                                                    SHORT_INTERMEDIATE_EPOCHS], True),
+    "tinybert-td-short": ("tinybert", "tinybert4", ["--method", "tinybert"], True),
     "bilstm-kd-aug": ("bilstm", None, [], True),
     "pkt": ("mobilebert", "pkt", ["--method", "ft"], False),
     "pkt-short-kd": ("mobilebert", "pkt-short", ["--method", "kd"], True),
@@ -217,6 +216,14 @@ def student_epochs(task: str, method: str) -> str:
     return OWN_SET_EPOCHS.get(task, TASKS[task][2])
 
 
+def intermediate_epochs(task: str, method: str) -> str | None:
+    """The epochs of TinyBERT's step 1 (layer-by-layer matching) in a TinyBERT method's run; None for the others."""
+    if METHODS[method][0] != "tinybert":
+        return None
+    return SHORT_INTERMEDIATE_EPOCHS if method == "tinybert-td-short" else INTERMEDIATE_EPOCHS.get(
+        task, student_epochs(task, method))
+
+
 def stage_jobs(out: Path) -> list[Job]:
     d = stage_dirs(out)
     teacher = d["adapt"]
@@ -266,8 +273,9 @@ def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Jo
             augmented = method in AUGMENTED and AUGMENT[task] != "0"
             if augmented:
                 flags = [*flags, "--augment", AUGMENT[task], "--augment-model", str(d["adapt"])]
-            if method == "tinybert-td" and task in INTERMEDIATE_EPOCHS:
-                flags = [*flags, "--intermediate-epochs", INTERMEDIATE_EPOCHS[task]]
+            step1 = intermediate_epochs(task, method)
+            if step1 is not None and step1 != student_epochs(task, method):  # finetune's default: --epochs
+                flags = [*flags, "--intermediate-epochs", step1]
             plan.append(Job(f"{task}/{method}/{seed}", [
                 "finetune", "--task", task, "--model", str(d[start]), "--epochs", student_epochs(task, method),
                 "--max-len", max_len, "--lr", STUDENT_LR, "--seed", str(seed), "--eval-every",
@@ -413,14 +421,6 @@ def charged(out: Path, task: str, method: str, seed: int, stages: dict[str, floa
             return None
         cost += t["wall_seconds"]
     return cost
-
-
-def intermediate_epochs(task: str, method: str) -> str | None:
-    """The epochs of TinyBERT's step 1 (layer-by-layer matching) in a TinyBERT method's run; None for the others."""
-    if METHODS[method][0] != "tinybert":
-        return None
-    return SHORT_INTERMEDIATE_EPOCHS if method == "tinybert-td-short" else INTERMEDIATE_EPOCHS.get(
-        task, student_epochs(task, method))
 
 
 def budget(task: str, method: str) -> dict:
