@@ -1,6 +1,7 @@
 """The benchmarks' job runner: each run is a subprocess of the toolkit's own recipes (`python -m mobilekd VERB`),
 one thread each, `workers` at a time, started when the runs it needs are done; a finished run (its summary.json,
-or a complete results.json) is skipped and an interrupted one resumes from its checkpoint. And the rows a
+or a complete results.json) is skipped and an interrupted one resumes from its checkpoint; a run that another
+invocation on the same --out is running (a shared stage, a seed's teacher) is waited for, not started twice. And the rows a
 fine-tuning run contributes to a results file, merged into what the file already holds; the command line the
 comparison benchmarks share (run, or only --collect the finished runs, or only print the --table; --write puts the
 table into its pages, --plot draws the benchmark's figure); the one verdict every goal table gives a difference
@@ -9,6 +10,7 @@ table into its pages, --plot draws the benchmark's figure); the one verdict ever
 
 from __future__ import annotations
 
+import fcntl
 import math
 import os
 import re
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from safetensors import safe_open
 
 from mobilekd.data.glue import TASKS as GLUE_TASKS
@@ -74,12 +77,28 @@ def with_needs(plan: list[Job], wanted) -> list[Job]:
     return [j for j in plan if j.name in keep]
 
 
-def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
+def claim(logs: Path, job: Job) -> int | None:
+    """Claim `job` for this invocation: an open descriptor holding an exclusive `fcntl.flock` on `logs/NAME.lock`
+    (close it to release; the system releases it when the process ends in any way), or None while another
+    invocation holds it. The runs lock their own --out too (`mobilekd.rundir.owned`), but a run started on a held
+    one fails; the claim lets a second invocation on the same --out (another task, another seed) wait for the
+    stages and teachers the two share, then read them."""
+    fd = os.open(logs / (job.name.replace("/", "_") + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0) -> list[str]:
     """Run the jobs `workers` at a time, each when the jobs it needs are done and those it comes `after` have ended
-    (done or failed); return the names that failed."""
+    (done or failed); return the names that failed. A job another invocation has claimed (`claim`) is looked at
+    again every `poll` seconds: done there, it is done here; ended there unfinished, it runs here."""
     logs.mkdir(parents=True, exist_ok=True)
     done = {j.name for j in plan if j.done()}
-    failed, running = [], {}
+    failed, running, elsewhere = [], {}, set()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
 
     def launch(job: Job) -> int:
@@ -104,20 +123,40 @@ def run_all(plan: list[Job], workers: int, logs: Path) -> list[str]:
             for job in [j for j in todo if j.done()]:  # finished meanwhile, e.g. by another invocation
                 done.add(job.name)
                 todo.remove(job)
-            ended = done | set(failed)
+                if job.name in elsewhere:
+                    print(f"{time.strftime('%H:%M:%S')} done {job.name} (by another invocation)")
+            ended, waiting, again = done | set(failed), False, False
             for job in [j for j in todo if all(n in done for n in j.needs) and all(
                     n in ended or n not in names for n in j.after)]:
                 if len(running) == workers:
                     break
+                fd = claim(logs, job)
+                if fd is None:
+                    if job.name not in elsewhere:
+                        print(f"{time.strftime('%H:%M:%S')} waiting for {job.name}: another invocation is running it")
+                    elsewhere.add(job.name)
+                    waiting = True
+                    continue
+                if job.done():  # the invocation that held it finished it between our two looks
+                    os.close(fd)
+                    again = True  # look again at once: what needs it may start
+                    continue
                 print(f"{time.strftime('%H:%M:%S')} start {job.name}")
-                running[pool.submit(launch, job)] = (job, time.time())
+                running[pool.submit(launch, job)] = (job, time.time(), fd)
                 begun.append(job.name)
                 todo.remove(job)
-            if not running:
+            if again:
+                continue
+            if not running and not waiting:
                 break
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            if running:
+                finished, _ = wait(running, timeout=poll if waiting else None, return_when=FIRST_COMPLETED)
+            else:
+                finished = ()
+                time.sleep(poll)
             for future in finished:
-                job, start = running.pop(future)
+                job, start, fd = running.pop(future)
+                os.close(fd)
                 ok = future.result() == 0 and job.done()
                 (done.add(job.name) if ok else failed.append(job.name))
                 print(f"{time.strftime('%H:%M:%S')} {'done' if ok else 'FAILED'} {job.name} "
@@ -134,9 +173,11 @@ INVOCATIONS = "invocations.json"  # in a benchmark's logs/: one entry per `run_a
 
 
 def record_invocation(logs: Path, entry: dict) -> None:
+    """Append `entry` to the invocations file, under its lock: two invocations on one --out may end together."""
     path = logs / INVOCATIONS
-    kept = read_json(path) if path.is_file() else []
-    write_json(path, [*(kept if isinstance(kept, list) else []), entry])
+    with FileLock(f"{path}.lock"):
+        kept = read_json(path) if path.is_file() else []
+        write_json(path, [*(kept if isinstance(kept, list) else []), entry])
 
 
 def whole_plan_wall(logs: Path, plan: list[Job]) -> dict | None:

@@ -234,3 +234,49 @@ def test_a_benchmark_job_after_a_failed_one_still_runs_and_a_job_that_needs_it_d
     remade = next(f for f in again.out.iterdir() if f.is_file())
     os.utime(remade, (time.time() + 3600,) * 2)  # written after the invocation: it no longer measures what is there
     assert whole_plan_wall(tmp_path / "logs", [again]) is None
+
+
+def test_a_run_another_invocation_is_running_is_waited_for_not_started_twice(tmp_path, capsys):
+    """Two invocations on one --out share their stages: a job the other has claimed is waited for; done there, it
+    is done here and what needs it starts; ended there unfinished, it runs here."""
+    import threading
+
+    from benchmarks.runner import Job, claim, run_all
+    from mobilekd.fileio import read_json
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    def job(name, **kw):
+        return Job(name, ["init", "demo_student", str(tmp_path / name)], tmp_path / name, **kw)
+
+    shared, needing = job("shared"), job("needing", needs=["shared"])
+    other = claim(logs, shared)  # the other invocation holds it
+    assert other is not None and claim(logs, shared) is None
+    result, printed = [], []
+    here = threading.Thread(target=lambda: result.append(run_all([shared, needing], 2, logs, poll=0.2)))
+    here.start()
+    deadline = time.time() + 60
+    while "waiting for shared" not in "".join(printed) and time.time() < deadline:
+        time.sleep(0.2)
+        printed.append(capsys.readouterr().out)
+    assert "waiting for shared: another invocation is running it" in "".join(printed)
+    assert not (tmp_path / "needing").exists()  # what needs it waits too
+    run_module("mobilekd", "init", "demo_student", tmp_path / "shared")  # the other invocation finishes it
+    os.close(other)
+    here.join(120)
+    printed.append(capsys.readouterr().out)
+    log = "".join(printed)
+    assert result == [[]] and needing.done() and "done shared (by another invocation)" in log
+    assert "start shared" not in log and read_json(logs / "invocations.json")[-1]["ran"] == ["needing"]
+
+    # held, then let go unfinished (the other invocation was stopped): this one runs it
+    again = job("again")
+    other = claim(logs, again)
+    here = threading.Thread(target=lambda: result.append(run_all([again], 1, logs, poll=0.2)))
+    here.start()
+    time.sleep(1.0)
+    assert not again.out.exists()
+    os.close(other)
+    here.join(120)
+    assert result[-1] == [] and again.done() and read_json(logs / "invocations.json")[-1]["ran"] == ["again"]
