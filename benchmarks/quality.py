@@ -521,8 +521,10 @@ def order(r: dict):
 
 
 def table(results: list[dict]) -> str:
-    """Mean +- std over seeds per task (official metric) and method, each with its share of the teacher's mean."""
-    return method_table(results, ORDER, share_of="teacher")
+    """Mean +- std over seeds per task (official metric) and method, each with its mean share of the teacher that
+    taught each run (`teacher_shares`, as the goal table's)."""
+    return method_table(results, ORDER, shares=lambda task, metric, method: [] if method == "teacher" else
+                        teacher_shares(results, task, metric, method))
 
 
 KEEP = {"sst2": 0.97, "mrpc": 0.95, "stsb": 0.95, "cola": 0.90, "rte": 0.90}  # the issue's share of the teacher

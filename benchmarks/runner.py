@@ -268,10 +268,11 @@ def mean_std_cell(values: list[float], note: str = "", signed: bool = False, dig
     return f"{mean}{spread}{note} [n={len(values)}]"
 
 
-def method_table(results: list[dict], methods: list[str], share_of: str | None = None) -> str:
+def method_table(results: list[dict], methods: list[str], shares=None) -> str:
     """A comparison of methods: one line per method of `methods` that has rows (its student, parameters, .tflite
     size, host latency and Pixel 4 estimate from its first row), mean +- std over seeds per task on its official
-    metric; with `share_of`, each cell also gives its mean as a share of that method's mean."""
+    metric; with `shares(task, metric, method)` (its runs' scores as fractions of something, e.g. of the teacher
+    that taught each), each cell also gives their mean as a percentage (none where it gives none)."""
     cols = [c for c in columns(results) if metric_rank(*c) == 0]
     lines = ["| method | student | params | .tflite MB | host ms | Pixel 4 ms (est.) | " +
              " | ".join(f"{t} ({m})" for t, m in cols) + " |", "|---|---|---|---|---|---|" + "---|" * len(cols)]
@@ -288,9 +289,8 @@ def method_table(results: list[dict], methods: list[str], share_of: str | None =
 
         cells = []
         for c in cols:
-            mine_values, base = values(results, *c, method), values(results, *c, share_of) if share_of else []
-            share = f" ({100 * statistics.mean(mine_values) / statistics.mean(base):.0f}%)" \
-                if mine_values and base and method != share_of and statistics.mean(base) > 0 else ""
+            mine_values, fractions = values(results, *c, method), shares(*c, method) if shares else []
+            share = f" ({100 * statistics.mean(fractions):.0f}%)" if mine_values and fractions else ""
             cells.append(mean_std_cell(mine_values, share) if mine_values else "-")
         params = f"{r0['params'] / 1e6:.1f}M" if r0.get("params") else "-"
         lines.append(f"| {method} | {r0.get('student', '-')} | {params} | {fmt('tflite_bytes', 1e6)} | "
