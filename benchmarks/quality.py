@@ -26,6 +26,7 @@ Per task and seed (the seed draws the data order, the classifier's start and dro
 dev set; a row's value is the model after the last step, not one picked on dev:
 
     teacher        the adapted teacher fine-tuned on the whole training set (it is also the seed's KD teacher)
+    teacher-long   the same for TEACHER_LONG's epochs (SST-2: 3 against 1), a stronger teacher (on request)
     pkt-kd         the PKT student with logit KD from the seed's teacher          (MobileBERT family)
     pkt-kd-aug     the PKT student with logit KD alone over the augmented transfer set, as subset2-kd-aug
                    (MobileBERT family): small tasks only
@@ -38,6 +39,8 @@ dev set; a row's value is the model after the last step, not one picked on dev:
                    (small tasks only)
     tinybert-td    TinyBERT's two-step task distillation, over its augmented set (AUGMENT new copies an example;
                    none for SST-2, whose 67,349 sentences would take hours of masked-LM candidates) (TinyBERT family)
+    tinybert-td-teacher-long  tinybert-td taught by teacher-long: what a stronger teacher adds (on request, where
+                   TEACHER_LONG has the task)
     tinybert-td-short  the same at a smaller budget: SHORT_INTERMEDIATE_EPOCHS epochs of layer matching and
                    AUGMENTED_EPOCHS of prediction (TinyBERT's own), against the task's 5 and 5: what that saves and
                    costs (small tasks only)
@@ -97,10 +100,13 @@ TINYBERT_STEPS = ["--layer-steps", "300", "--pd-steps", "200"]
 # 128 (subset2's 0.333, whose Pixel 4 estimate, 11.3 ms, is 0.337 of the teacher's 33.5): a tenth under the third
 NARROW_FFN = "1280"
 AUGMENT = {"sst2": "0", "mrpc": "4", "stsb": "4", "cola": "4", "rte": "4"}  # new copies per example (TinyBERT)
+AUGMENTED_ONLY = ("subset2-kd-aug", "subset2-narrow-kd-aug", "pkt-kd-aug", "subset2-narrow-kd-aug-long",
+                  "tinybert-td-short")  # only where there is an augmented set (elsewhere: the -kd run)
 # the methods that train over the augmented set where AUGMENT has one
-AUGMENTED = ("tinybert-td", "subset2-kd-aug", "subset2-narrow-kd-aug", "pkt-kd-aug", "subset2-narrow-kd-aug-long",
-             "tinybert-td-short")
-AUGMENTED_ONLY = AUGMENTED[1:]  # only where there is an augmented set (elsewhere: the -kd run)
+AUGMENTED = ("tinybert-td", "tinybert-td-teacher-long", *AUGMENTED_ONLY)
+# teacher-long's epochs, and the tasks it and the students it teaches run on: SST-2's teacher is fine-tuned for 1
+# epoch (the others for 3), and the students keep 97.6% of it (tinybert-td): a stronger teacher may lift them
+TEACHER_LONG = {"sst2": "3"}
 # the AUGMENTED_ONLY methods' epochs over the augmented set (LONG_EPOCHS where named); a pair's set is up to
 # 1 + 2 x 4 times the task's, 8.8 x on STS-B: 3 epochs over it are 5.3 x the steps of subset2-kd's 5
 AUGMENTED_EPOCHS = "3"
@@ -119,22 +125,27 @@ PLOT_TASKS = ("sst2", "mrpc")  # the cost curves drawn: SST-2 and a pair task (a
 TEACHER_LR, STUDENT_LR = teacher_value.TEACHER_LR, teacher_value.STUDENT_LR
 BILSTM = ["--epochs", "10", "--embedding-size", "64", "--loss", "kd"]
 
-# method -> (student family, its start (a stage), finetune flags beyond the shared ones, task KD from the teacher)
+# method -> (student family, its start (a stage), finetune flags beyond the shared ones, the teacher method whose
+# run of the same task and seed teaches it task KD, or None)
 METHODS = {
-    "teacher": ("teacher", "adapt", [], False),
-    "pkt-kd": ("mobilebert", "pkt", ["--method", "kd"], True),
-    "pkt-kd-aug": ("mobilebert", "pkt", ["--method", "kd", "--alpha", "0"], True),
-    "subset2-kd": ("subset2", "subset2", ["--method", "kd"], True),
-    "subset2-kd-aug": ("subset2", "subset2", ["--method", "kd", "--alpha", "0"], True),
-    "subset2-narrow-kd": ("subset2-narrow", "subset2-narrow", ["--method", "kd"], True),
-    "subset2-narrow-kd-aug": ("subset2-narrow", "subset2-narrow", ["--method", "kd", "--alpha", "0"], True),
-    "subset2-narrow-kd-aug-long": ("subset2-narrow", "subset2-narrow", ["--method", "kd", "--alpha", "0"], True),
-    "tinybert-td": ("tinybert", "tinybert4", ["--method", "tinybert"], True),
-    "tinybert-td-short": ("tinybert", "tinybert4", ["--method", "tinybert"], True),
-    "bilstm-kd-aug": ("bilstm", None, [], True),
-    "pkt": ("mobilebert", "pkt", ["--method", "ft"], False),
-    "pkt-short-kd": ("mobilebert", "pkt-short", ["--method", "kd"], True),
+    "teacher": ("teacher", "adapt", [], None),
+    "teacher-long": ("teacher", "adapt", [], None),
+    "pkt-kd": ("mobilebert", "pkt", ["--method", "kd"], "teacher"),
+    "pkt-kd-aug": ("mobilebert", "pkt", ["--method", "kd", "--alpha", "0"], "teacher"),
+    "subset2-kd": ("subset2", "subset2", ["--method", "kd"], "teacher"),
+    "subset2-kd-aug": ("subset2", "subset2", ["--method", "kd", "--alpha", "0"], "teacher"),
+    "subset2-narrow-kd": ("subset2-narrow", "subset2-narrow", ["--method", "kd"], "teacher"),
+    "subset2-narrow-kd-aug": ("subset2-narrow", "subset2-narrow", ["--method", "kd", "--alpha", "0"], "teacher"),
+    "subset2-narrow-kd-aug-long": ("subset2-narrow", "subset2-narrow", ["--method", "kd", "--alpha", "0"],
+                                   "teacher"),
+    "tinybert-td": ("tinybert", "tinybert4", ["--method", "tinybert"], "teacher"),
+    "tinybert-td-teacher-long": ("tinybert", "tinybert4", ["--method", "tinybert"], "teacher-long"),
+    "tinybert-td-short": ("tinybert", "tinybert4", ["--method", "tinybert"], "teacher"),
+    "bilstm-kd-aug": ("bilstm", None, [], "teacher"),
+    "pkt": ("mobilebert", "pkt", ["--method", "ft"], None),
+    "pkt-short-kd": ("mobilebert", "pkt-short", ["--method", "kd"], "teacher"),
 }
+TEACHER_LONG_ONLY = ("teacher-long", "tinybert-td-teacher-long")  # on TEACHER_LONG's tasks alone
 ABLATIONS = ("pkt", "pkt-short-kd")
 # the default plan, the issue's table: the teacher and one recipe per student family (with TASK_RECIPES' swaps:
 # --methods recipes); the other methods measure what a change adds (--methods NAME ... or all), outside the 6 hours
@@ -175,12 +186,19 @@ def recipes(task: str) -> list[str]:
 
 
 def methods_for(task: str, chosen=tuple(METHODS)) -> list[str]:
-    """The methods run on `task` (the ablations on ABLATION_TASKS only, AUGMENTED_ONLY where AUGMENT has a set), of
-    those `chosen` (DEFAULT among them: the task's `recipes`; the teacher always: every KD student learns from it)."""
+    """The methods run on `task` (the ablations on ABLATION_TASKS only, AUGMENTED_ONLY where AUGMENT has a set,
+    TEACHER_LONG_ONLY on TEACHER_LONG's tasks), of those `chosen` (DEFAULT among them: the task's `recipes`), and the
+    teachers they learn from."""
     if DEFAULT in chosen:
         chosen = [*chosen, *recipes(task)]
-    return [m for m in METHODS if (m not in ABLATIONS or task in ABLATION_TASKS) and (m in chosen or m == "teacher")
-            and (m not in AUGMENTED_ONLY or AUGMENT[task] != "0")]
+
+    def runs_on(m):
+        return ((m not in ABLATIONS or task in ABLATION_TASKS) and (m not in AUGMENTED_ONLY or AUGMENT[task] != "0")
+                and (m not in TEACHER_LONG_ONLY or task in TEACHER_LONG))
+
+    wanted = {m for m in chosen if m in METHODS and runs_on(m)}
+    wanted |= {METHODS[m][3] for m in wanted if METHODS[m][3]}
+    return [m for m in METHODS if m in wanted]
 
 
 def own_seconds(r: dict) -> float:
@@ -216,6 +234,11 @@ def student_epochs(task: str, method: str) -> str:
     return OWN_SET_EPOCHS.get(task, TASKS[task][2])
 
 
+def teacher_epochs(task: str, method: str) -> str:
+    """A teacher method's fine-tuning epochs on `task`."""
+    return TEACHER_LONG.get(task, TASKS[task][1]) if method == "teacher-long" else TASKS[task][1]
+
+
 def intermediate_epochs(task: str, method: str) -> str | None:
     """The epochs of TinyBERT's step 1 (layer-by-layer matching) in a TinyBERT method's run; None for the others."""
     if METHODS[method][0] != "tinybert":
@@ -248,9 +271,8 @@ def stage_of(name: str) -> str:
 
 
 def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Job]:
-    max_len, teacher_epochs, epochs = TASKS[task]
+    max_len, _, epochs = TASKS[task]
     d = stage_dirs(out)
-    teacher = run_dir(out, task, "teacher", seed)
     per_epoch = steps_per_epoch(task)
 
     def every(n_epochs: str) -> int:  # EVAL_POINTS evaluations over n_epochs of the task's own examples
@@ -260,15 +282,16 @@ def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Jo
     for method in methods_for(task, chosen):
         family, start, flags, taught = METHODS[method]
         r = run_dir(out, task, method, seed)
-        if method == "teacher":
-            plan.append(Job(f"{task}/teacher/{seed}", [
-                "finetune", "--task", task, "--model", str(d["adapt"]), "--epochs", teacher_epochs, "--max-len",
-                max_len, "--lr", TEACHER_LR, "--seed", str(seed), "--eval-every", "0", "--out", str(r), *RESUMABLE],
-                r, ["adapt"]))
+        teacher = run_dir(out, task, taught, seed) if taught else None
+        if family == "teacher":
+            plan.append(Job(f"{task}/{method}/{seed}", [
+                "finetune", "--task", task, "--model", str(d["adapt"]), "--epochs", teacher_epochs(task, method),
+                "--max-len", max_len, "--lr", TEACHER_LR, "--seed", str(seed), "--eval-every", "0", "--out", str(r),
+                *RESUMABLE], r, ["adapt"]))
         elif family == "bilstm":
             plan.append(Job(f"{task}/{method}/{seed}", [
                 "bilstm", "--teacher", str(teacher), "--task", task, *BILSTM, "--augment", TRANSFER[task],
-                "--max-len", max_len, "--seed", str(seed), "--out", str(r), *RESUMABLE], r, [f"{task}/teacher/{seed}"]))
+                "--max-len", max_len, "--seed", str(seed), "--out", str(r), *RESUMABLE], r, [f"{task}/{taught}/{seed}"]))
         else:
             augmented = method in AUGMENTED and AUGMENT[task] != "0"
             if augmented:
@@ -283,7 +306,7 @@ def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Jo
                     if augmented else  # augmented: more steps
                     every(student_epochs(task, method))), *flags,
                 *(["--teacher", str(teacher)] if taught else []), "--out", str(r), *RESUMABLE],
-                r, [stage_of(start)] + ([f"{task}/teacher/{seed}"] if taught else [])))
+                r, [stage_of(start)] + ([f"{task}/{taught}/{seed}"] if taught else [])))
     return plan
 
 
@@ -305,6 +328,8 @@ def measurement_jobs(out: Path, chosen=tuple(METHODS), seed: int = 0) -> list[Jo
     files = [f"{k}={v}" for k, v in tflite.items()]
     if (mm := model_maker_file(out)) is not None:
         files.append(f"model-maker={mm}")
+    if not files:  # nothing exported here, now or before
+        return plan
     timed = out / "latency" / "+".join(f.split("=")[0] for f in files)  # a run per set of files timed together
     plan.append(Job("latency", ["latency", "--models", "--quantize", "none", "--threads", "1", "--devices", "pixel4",
                                 "--seq-len", "128", "--out", str(timed), "--tflite", *files],
@@ -416,7 +441,7 @@ def charged(out: Path, task: str, method: str, seed: int, stages: dict[str, floa
         return None
     cost = sum(stages[n] for n in names)
     if taught:
-        t = finished_results(run_dir(out, task, "teacher", seed))
+        t = finished_results(run_dir(out, task, taught, seed))
         if t is None:
             return None
         cost += t["wall_seconds"]
@@ -425,9 +450,9 @@ def charged(out: Path, task: str, method: str, seed: int, stages: dict[str, floa
 
 def budget(task: str, method: str) -> dict:
     """The budget a row was trained with, recorded in it."""
-    max_len, teacher_epochs, _ = TASKS[task]
+    max_len = TASKS[task][0]
     family, start, _, _ = METHODS[method]
-    b = {"epochs": float(teacher_epochs if method == "teacher" else
+    b = {"epochs": float(teacher_epochs(task, method) if family == "teacher" else
                          BILSTM[BILSTM.index("--epochs") + 1] if family == "bilstm" else student_epochs(task, method)),
          "max_len": int(max_len)}
     steps = {"pkt": PKT_STEPS, "pkt-short": PKT_SHORT_STEPS, "tinybert4": TINYBERT_STEPS}.get(start)
@@ -540,7 +565,7 @@ def best_student(results: list[dict], task: str, metric: str) -> str | None:
     Of those, only the ones measured over the most seeds: a single run does not displace a verdict over three."""
     teacher_ms = teacher_pixel4(results)
     pixel = {r["method"]: r["pixel4_ms"] for r in results if r.get("pixel4_ms") is not None}
-    small = [m for m in METHODS if m != "teacher" and m not in ABLATIONS and values(results, task, metric, m)
+    small = [m for m in METHODS if METHODS[m][0] != "teacher" and m not in ABLATIONS and values(results, task, metric, m)
              and teacher_ms and pixel.get(m, float("inf")) <= teacher_ms / 3]
     return max(small, key=lambda m: (len(by_seed(results, task, metric, m)),
                                      statistics.mean(values(results, task, metric, m)))) if small else None
@@ -590,6 +615,11 @@ def goals(results: list[dict]) -> str:
                            ("subset2-kd-aug", "subset2-kd", "the augmented transfer set adds"),
                            ("subset2-narrow-kd-aug", "subset2-narrow-kd", "the augmented transfer set adds"),
                            ("pkt-kd-aug", "pkt-kd", "the augmented transfer set adds"),
+                           ("teacher-long", "teacher", f"{teacher_epochs(task, 'teacher-long')} epochs of the "
+                            f"teacher against {teacher_epochs(task, 'teacher')} add"),
+                           ("tinybert-td-teacher-long", "tinybert-td", f"a teacher of "
+                            f"{teacher_epochs(task, 'teacher-long')} epochs against {teacher_epochs(task, 'teacher')}"
+                            f" adds its student"),
                            ("tinybert-td", "tinybert-td-short",
                             f"{intermediate_epochs(task, 'tinybert-td')} + {student_epochs(task, 'tinybert-td')} "
                             f"epochs of TinyBERT's two steps against {intermediate_epochs(task, 'tinybert-td-short')}"

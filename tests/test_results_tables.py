@@ -514,6 +514,14 @@ def test_quality_judges_the_student_measured_over_the_most_seeds():
     assert quality.best_student(rows + run("tinybert-td", [0.875], 1.0), "sst2", "accuracy") == "bilstm-kd-aug"
     three = run("tinybert-td", [0.875, 0.87, 0.87], 1.0)
     assert quality.best_student(rows + three, "sst2", "accuracy") == "tinybert-td"
+    # a stronger teacher is a teacher, not a student, and what it adds its student is judged seed by seed
+    stronger = run("teacher-long", [0.90, 0.91, 0.90], 1.0) + run("tinybert-td-teacher-long", [0.885, 0.88, 0.88], 1.0)
+    assert quality.best_student(rows + three + stronger, "sst2", "accuracy") == "tinybert-td-teacher-long"
+    goals = quality.goals(rows + three + stronger)
+    assert "| sst2: 3 epochs of the teacher against 1 add (teacher-long - teacher) | +0.0133 ± 0.0058 [n=3] | > 0 | " \
+           "holds |" in goals
+    assert "| sst2: a teacher of 3 epochs against 1 adds its student (tinybert-td-teacher-long - tinybert-td) | " \
+           "+0.0100 ± 0.0000 [n=3] | > 0 | holds |" in goals
 
 
 def test_quality_shares_of_the_teacher_are_over_the_teacher_that_taught_each_run():
@@ -723,6 +731,18 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     assert [quality.budget(t, m).get("intermediate_epochs") for t, m in (
         ("mrpc", "tinybert-td-short"), ("mrpc", "tinybert-td"), ("sst2", "tinybert-td"), ("mrpc", "pkt-kd"))] == [
         2.0, 5.0, 1.0, None]  # the rows record step 1's epochs
+    # a stronger teacher: teacher-long (SST-2 only) is fine-tuned for 3 epochs against 1, and teaches its student,
+    # which is tinybert-td's argv but for its teacher; the 1-epoch teacher is not planned, nor a timing with no file
+    strong = {j.name: j for j in quality.jobs(tmp_path, ["sst2", "mrpc"], [0], ["tinybert-td-teacher-long"])}
+    assert set(strong) == {"adapt", "distill/tinybert4", "sst2/teacher-long/0", "sst2/tinybert-td-teacher-long/0"}
+    teacher, student = strong["sst2/teacher-long/0"].argv, strong["sst2/tinybert-td-teacher-long/0"].argv
+    one = tiny["sst2/tinybert-td/0"]
+    assert teacher[teacher.index("--epochs") + 1] == "3" and quality.budget("sst2", "teacher-long")["epochs"] == 3.0
+    assert student[student.index("--teacher") + 1] == str(quality.run_dir(tmp_path, "sst2", "teacher-long", 0))
+    assert strong["sst2/tinybert-td-teacher-long/0"].needs == ["distill/tinybert4", "sst2/teacher-long/0"]
+    drop = ("--teacher", "--out")
+    assert [x for i, x in enumerate(student) if i - 1 not in {student.index(f) for f in drop}] == [
+        x for i, x in enumerate(one) if i - 1 not in {one.index(f) for f in drop}]
     assert quality.parse([]).methods == [quality.DEFAULT]
     assert quality.parse(["--methods", "all"]).methods == list(quality.METHODS)
     assert quality.parse(["--methods", "pkt", "subset2-kd"]).methods == ["pkt", "subset2-kd"]
