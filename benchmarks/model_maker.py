@@ -53,11 +53,20 @@ def data_files(out: Path) -> tuple[Path, Path]:
 
 def run(out: Path, seeds: list[int]) -> list[int]:
     """Train every seed that has no results yet (one thread, as our runs); return the seeds that failed. A seed's
-    results.json is written last, once its model.tflite is in place: a run without it is unfinished."""
-    todo = [s for s in seeds if not (out / f"sst2_seed{s}" / "results.json").is_file()]
+    results.json is written last, once its model.tflite is in place: a run without it is unfinished. One invocation
+    at a time (a lock in OUT): another on the same OUT waits for it, then finds its seeds done."""
+    if all((out / f"sst2_seed{s}" / "results.json").is_file() for s in seeds):
+        return []
+    from filelock import FileLock  # here: this file also runs in Model Maker's venv, which need not have it
+
+    out.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out / ".lock")):
+        return _run(out, [s for s in seeds if not (out / f"sst2_seed{s}" / "results.json").is_file()])
+
+
+def _run(out: Path, todo: list[int]) -> list[int]:
     if not todo:
         return []
-    out.mkdir(parents=True, exist_ok=True)
     python, (train_csv, dev_csv) = venv(out), data_files(out)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
            "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}

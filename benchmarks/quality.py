@@ -11,8 +11,8 @@ goals as measured, and (--plot) docs/quality.png, accuracy against training cost
     python -m benchmarks.quality --collect                     # rows of the finished runs, run nothing
     python -m benchmarks.quality --table --write --plot        # table into docs/quality.md, draw docs/quality.png
 
-The teacher is the demo's (all-MiniLM-L6-v2 adapted by `train-teacher --init-from`, configs/demo.json); every
-student learns from it. Task-agnostic stages run once and serve every task and seed:
+The teacher is the demo's (all-MiniLM-L6-v2 adapted by `train-teacher --init-from`, configs/demo.json), fine-tuned
+on each task; every student learns from it. Task-agnostic stages run once and serve every task and seed:
 
     pkt           `mobilebert_h384` by progressive knowledge transfer, PKT_STEPS (the demo's 6 x 50 + 200 is
                   `pkt-short`, kept to measure what the longer transfer adds)
@@ -573,9 +573,10 @@ def best_student(results: list[dict], task: str, metric: str) -> str | None:
 
 def teacher_shares(results: list[dict], task: str, metric: str, method: str) -> list[float]:
     """`method`'s score over its teacher's, seed by seed: over the teacher that taught the run (`teacher_value`, which
-    runs record: `mobilekd.rundir.teacher_record`) where its row has it, else over the seed's teacher row (rows of
-    runs from before; a seed's teacher made again replaces that row, so theirs may be another teacher's)."""
-    teacher = by_seed(results, task, metric, "teacher")
+    runs record: `mobilekd.rundir.teacher_record`) where its row has it, else over the seed's row of the method's
+    teacher (rows of runs from before; a seed's teacher made again replaces that row, so theirs may be another
+    teacher's)."""
+    teacher = by_seed(results, task, metric, METHODS.get(method, (None,) * 4)[3] or "teacher")
     rows = {r["seed"]: r for r in results if (r["task"], r["metric"], r["method"]) == (task, metric, method)}
     over = {s: r.get("teacher_value", teacher.get(s)) for s, r in rows.items()}
     return [rows[s]["value"] / over[s] for s in sorted(rows) if over[s] is not None and over[s] > 0]
@@ -731,7 +732,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--curves", default="docs/results/quality_cost.json", help="the cost curves' rows")
     p.add_argument("--methods", nargs="+", choices=[*METHODS, DEFAULT, "all"], default=[DEFAULT],
                    help=f"the methods to run (default {DEFAULT}, the issue's table: {', '.join(RECIPES)}; {SWAPS}; "
-                        "all: every method; the teacher always runs: it teaches the others)")
+                        "all: every method; a method's teacher runs with it)")
     p.add_argument("--no-model-maker", action="store_true", help="leave Model Maker out (it installs TensorFlow "
                                                                  "2.15 into a venv of its own under OUT)")
     args = p.parse_args(argv)

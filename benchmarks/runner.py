@@ -10,6 +10,7 @@ table into its pages, --plot draws the benchmark's figure); the one verdict ever
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import math
 import os
@@ -77,13 +78,14 @@ def with_needs(plan: list[Job], wanted) -> list[Job]:
     return [j for j in plan if j.name in keep]
 
 
-def claim(logs: Path, job: Job) -> int | None:
-    """Claim `job` for this invocation: an open descriptor holding an exclusive `fcntl.flock` on `logs/NAME.lock`
-    (close it to release; the system releases it when the process ends in any way), or None while another
-    invocation holds it. The runs lock their own --out too (`mobilekd.rundir.owned`), but a run started on a held
-    one fails; the claim lets a second invocation on the same --out (another task, another seed) wait for the
-    stages and teachers the two share, then read them."""
-    fd = os.open(logs / (job.name.replace("/", "_") + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+def claim(job: Job) -> int | None:
+    """Claim `job` for this invocation: an open descriptor holding an exclusive `fcntl.flock` on `.OUT.claim` beside
+    the job's output folder OUT (close it to release; the system releases it when every process holding it has
+    ended, in any way), or None while another invocation holds it. The runs lock their own folder too
+    (`mobilekd.rundir.owned`), but a run started on a held one fails; the claim lets a second invocation (another
+    task, another seed, another benchmark sharing a stage) wait for the runs the two share, then read them."""
+    job.out.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(job.out.parent / f".{job.out.name}.claim", os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -101,17 +103,18 @@ def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0) -> li
     failed, running, elsewhere = [], {}, set()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
 
-    def launch(job: Job) -> int:
+    def launch(job: Job, fd: int) -> int:  # the run holds its claim too: it outlives an invocation killed under it
         with open(logs / (job.name.replace("/", "_") + ".log"), "w") as log:
             return subprocess.run([sys.executable, "-m", "mobilekd", *job.argv], stdout=log, stderr=subprocess.STDOUT,
-                                  env={**env, **job.env}, cwd=REPO_ROOT).returncode
+                                  env={**env, **job.env}, cwd=REPO_ROOT, pass_fds=(fd,)).returncode
 
     todo = [j for j in plan if j.name not in done]
     names = {j.name for j in plan}
     started, begun, done_before = time.time(), [], sorted(done)
     existed = sorted(j.name for j in plan if j.name not in done and j.out.exists())  # to resume, or refused
     print(f"{len(plan) - len(todo)} of {len(plan)} runs done already; {len(todo)} to run, {workers} at a time")
-    with ThreadPoolExecutor(workers) as pool:
+    with ThreadPoolExecutor(workers) as pool, contextlib.ExitStack() as held:
+        held.callback(lambda: [os.close(fd) for _, _, fd in running.values()])  # the claims of runs still going
         while todo or running:
             blocked = True
             while blocked:  # a job whose needs failed (or were skipped) is skipped, and so on down the chain
@@ -130,7 +133,7 @@ def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0) -> li
                     n in ended or n not in names for n in j.after)]:
                 if len(running) == workers:
                     break
-                fd = claim(logs, job)
+                fd = claim(job)
                 if fd is None:
                     if job.name not in elsewhere:
                         print(f"{time.strftime('%H:%M:%S')} waiting for {job.name}: another invocation is running it")
@@ -142,7 +145,7 @@ def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0) -> li
                     again = True  # look again at once: what needs it may start
                     continue
                 print(f"{time.strftime('%H:%M:%S')} start {job.name}")
-                running[pool.submit(launch, job)] = (job, time.time(), fd)
+                running[pool.submit(launch, job, fd)] = (job, time.time(), fd)
                 begun.append(job.name)
                 todo.remove(job)
             if again:
@@ -373,9 +376,10 @@ def merge_rows(path: Path, found: list[dict], order, key=ROW_KEY) -> list[dict]:
         return tuple(tuple(v) if isinstance(v, list) else v for v in (row.get(k) for k in key))
 
     new = {ident(f) for f in found}
-    kept = [r for r in (read_json(path) if path.is_file() else []) if ident(r) not in new]
-    rows = sorted(kept + found, key=order)
-    write_json(path, rows)
+    with FileLock(f"{path}.lock"):  # two invocations may end together
+        kept = [r for r in (read_json(path) if path.is_file() else []) if ident(r) not in new]
+        rows = sorted(kept + found, key=order)
+        write_json(path, rows)
     return rows
 
 

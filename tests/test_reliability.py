@@ -251,8 +251,8 @@ def test_a_run_another_invocation_is_running_is_waited_for_not_started_twice(tmp
         return Job(name, ["init", "demo_student", str(tmp_path / name)], tmp_path / name, **kw)
 
     shared, needing = job("shared"), job("needing", needs=["shared"])
-    other = claim(logs, shared)  # the other invocation holds it
-    assert other is not None and claim(logs, shared) is None
+    other = claim(shared)  # the other invocation holds it (another benchmark's, say: it is keyed by OUT)
+    assert other is not None and claim(shared) is None
     result, printed = [], []
     here = threading.Thread(target=lambda: result.append(run_all([shared, needing], 2, logs, poll=0.2)))
     here.start()
@@ -272,7 +272,7 @@ def test_a_run_another_invocation_is_running_is_waited_for_not_started_twice(tmp
 
     # held, then let go unfinished (the other invocation was stopped): this one runs it
     again = job("again")
-    other = claim(logs, again)
+    other = claim(again)
     here = threading.Thread(target=lambda: result.append(run_all([again], 1, logs, poll=0.2)))
     here.start()
     time.sleep(1.0)

@@ -534,6 +534,10 @@ def test_quality_shares_of_the_teacher_are_over_the_teacher_that_taught_each_run
              {"task": "mrpc", "method": "pkt-kd", "seed": 2, "metric": "f1", "value": 0.76, "teacher_value": 0.95}]
     assert quality.teacher_shares(rows, "mrpc", "f1", "pkt-kd") == pytest.approx([0.95, 0.95, 0.8])
     assert quality.teacher_shares(rows[1:], "mrpc", "f1", "pkt-kd") == pytest.approx([0.95, 0.8])  # no seed-0 teacher
+    # a row from before of a method another teacher teaches: over that teacher's row
+    strong = [{"task": "mrpc", "method": "teacher-long", "seed": 0, "metric": "f1", "value": 0.95},
+              {"task": "mrpc", "method": "tinybert-td-teacher-long", "seed": 0, "metric": "f1", "value": 0.76}]
+    assert quality.teacher_shares(rows + strong, "mrpc", "f1", "tinybert-td-teacher-long") == pytest.approx([0.8])
     # the results table gives the same shares' mean (90%), not the ratio of the means (0.76 / 0.8: 95%)
     line = next(x for x in quality.table(rows).splitlines() if x.startswith("| pkt-kd "))
     assert "0.7600 ± 0.0000 (90%) [n=3]" in line
