@@ -291,7 +291,8 @@ def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Jo
         elif family == "bilstm":
             plan.append(Job(f"{task}/{method}/{seed}", [
                 "bilstm", "--teacher", str(teacher), "--task", task, *BILSTM, "--augment", TRANSFER[task],
-                "--max-len", max_len, "--seed", str(seed), "--out", str(r), *RESUMABLE], r, [f"{task}/{taught}/{seed}"]))
+                "--max-len", max_len, "--seed", str(seed), "--out", str(r), *RESUMABLE], r,
+                [f"{task}/{taught}/{seed}"]))
         else:
             augmented = method in AUGMENTED and AUGMENT[task] != "0"
             if augmented:
@@ -565,8 +566,8 @@ def best_student(results: list[dict], task: str, metric: str) -> str | None:
     Of those, only the ones measured over the most seeds: a single run does not displace a verdict over three."""
     teacher_ms = teacher_pixel4(results)
     pixel = {r["method"]: r["pixel4_ms"] for r in results if r.get("pixel4_ms") is not None}
-    small = [m for m in METHODS if METHODS[m][0] != "teacher" and m not in ABLATIONS and values(results, task, metric, m)
-             and teacher_ms and pixel.get(m, float("inf")) <= teacher_ms / 3]
+    small = [m for m in METHODS if METHODS[m][0] != "teacher" and m not in ABLATIONS
+             and values(results, task, metric, m) and teacher_ms and pixel.get(m, float("inf")) <= teacher_ms / 3]
     return max(small, key=lambda m: (len(by_seed(results, task, metric, m)),
                                      statistics.mean(values(results, task, metric, m)))) if small else None
 

@@ -1,7 +1,7 @@
 """The benchmarks' job runner: each run is a subprocess of the toolkit's own recipes (`python -m mobilekd VERB`),
 one thread each, `workers` at a time, started when the runs it needs are done; a finished run (its summary.json,
 or a complete results.json) is skipped and an interrupted one resumes from its checkpoint; a run that another
-invocation on the same --out is running (a shared stage, a seed's teacher) is waited for, not started twice. And the rows a
+invocation is running (a shared stage, a seed's teacher: `claim`) is waited for, not started twice. And the rows a
 fine-tuning run contributes to a results file, merged into what the file already holds; the command line the
 comparison benchmarks share (run, or only --collect the finished runs, or only print the --table; --write puts the
 table into its pages, --plot draws the benchmark's figure); the one verdict every goal table gives a difference
