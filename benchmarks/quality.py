@@ -41,9 +41,11 @@ dev set; a row's value is the model after the last step, not one picked on dev:
                    none for SST-2, whose 67,349 sentences would take hours of masked-LM candidates) (TinyBERT family)
     tinybert-td-teacher-long  tinybert-td taught by teacher-long: what a stronger teacher adds (on request, where
                    TEACHER_LONG has the task)
-    tinybert-td-short  the same at a smaller budget: SHORT_INTERMEDIATE_EPOCHS epochs of layer matching and
+    tinybert-td-short  tinybert-td at a smaller budget: SHORT_INTERMEDIATE_EPOCHS epochs of layer matching and
                    AUGMENTED_EPOCHS of prediction (TinyBERT's own), against the task's 5 and 5: what that saves and
                    costs (small tasks only)
+    tinybert-td-long  tinybert-td with LONG_INTERMEDIATE_EPOCHS epochs of layer matching (SST-2: 3 against 1): what
+                   longer matching adds (on request, where LONG_INTERMEDIATE_EPOCHS has the task)
     bilstm-kd-aug  Tang et al.'s BiLSTM with KD over its transfer set             (BiLSTM family)
     pkt            the PKT student on the labels alone   (ABLATION_TASKS only: what task KD adds)
     pkt-short-kd   the demo's shorter PKT student + KD   (ABLATION_TASKS only: what longer transfer adds)
@@ -103,7 +105,7 @@ AUGMENT = {"sst2": "0", "mrpc": "4", "stsb": "4", "cola": "4", "rte": "4"}  # ne
 AUGMENTED_ONLY = ("subset2-kd-aug", "subset2-narrow-kd-aug", "pkt-kd-aug", "subset2-narrow-kd-aug-long",
                   "tinybert-td-short")  # only where there is an augmented set (elsewhere: the -kd run)
 # the methods that train over the augmented set where AUGMENT has one
-AUGMENTED = ("tinybert-td", "tinybert-td-teacher-long", *AUGMENTED_ONLY)
+AUGMENTED = ("tinybert-td", "tinybert-td-teacher-long", "tinybert-td-long", *AUGMENTED_ONLY)
 # teacher-long's epochs, and the tasks it and the students it teaches run on: SST-2's teacher is fine-tuned for 1
 # epoch (the others for 3), and the students keep 97.6% of it (tinybert-td): a stronger teacher may lift them
 TEACHER_LONG = {"sst2": "3"}
@@ -114,6 +116,11 @@ AUGMENTED_EPOCHS = "3"
 # epoch (seeds 0-2: +0.024, +0.012, +0.011 from step 3,360 to the last, 4,758), as the learning rate decayed
 LONG_EPOCHS = {"subset2-narrow-kd-aug-long": "6"}
 INTERMEDIATE_EPOCHS = {"sst2": "1"}  # TinyBERT's step 1 (default: the students' epochs)
+# tinybert-td-long's step 1, and the tasks it runs on: SST-2's 1 epoch of layer matching is the shortest of the
+# plan's (the others match for 5 over their augmented sets; TinyBERT's README, huawei-noah/Pretrained-Language-Model
+# TinyBERT/README.md, task distillation step 1: `--num_train_epochs 10`), and its dev accuracy was flat over the last
+# third of the prediction step: longer matching may lift the student where longer prediction would not
+LONG_INTERMEDIATE_EPOCHS = {"sst2": "3"}
 # tinybert-td-short's step 1 (its step 2: AUGMENTED_EPOCHS, the 3 of TinyBERT's README, huawei-noah/Pretrained-
 # Language-Model TinyBERT/README.md, task distillation, `--pred_distill ... --num_train_epochs 3`; its step 1 there
 # is 10 epochs over a set of about 20 copies an example): tinybert-td's 5 + 5 over the pair tasks' 9-fold sets are
@@ -140,12 +147,15 @@ METHODS = {
                                    "teacher"),
     "tinybert-td": ("tinybert", "tinybert4", ["--method", "tinybert"], "teacher"),
     "tinybert-td-teacher-long": ("tinybert", "tinybert4", ["--method", "tinybert"], "teacher-long"),
+    "tinybert-td-long": ("tinybert", "tinybert4", ["--method", "tinybert"], "teacher"),
     "tinybert-td-short": ("tinybert", "tinybert4", ["--method", "tinybert"], "teacher"),
     "bilstm-kd-aug": ("bilstm", None, [], "teacher"),
     "pkt": ("mobilebert", "pkt", ["--method", "ft"], None),
     "pkt-short-kd": ("mobilebert", "pkt-short", ["--method", "kd"], "teacher"),
 }
-TEACHER_LONG_ONLY = ("teacher-long", "tinybert-td-teacher-long")  # on TEACHER_LONG's tasks alone
+# the methods that run only on some tasks (on request): method -> those tasks
+ONLY_ON = {"teacher-long": TEACHER_LONG, "tinybert-td-teacher-long": TEACHER_LONG,
+           "tinybert-td-long": LONG_INTERMEDIATE_EPOCHS}
 ABLATIONS = ("pkt", "pkt-short-kd")
 # the default plan, the issue's table: the teacher and one recipe per student family (with TASK_RECIPES' swaps:
 # --methods recipes); the other methods measure what a change adds (--methods NAME ... or all), outside the 6 hours
@@ -187,14 +197,14 @@ def recipes(task: str) -> list[str]:
 
 def methods_for(task: str, chosen=tuple(METHODS)) -> list[str]:
     """The methods run on `task` (the ablations on ABLATION_TASKS only, AUGMENTED_ONLY where AUGMENT has a set,
-    TEACHER_LONG_ONLY on TEACHER_LONG's tasks), of those `chosen` (DEFAULT among them: the task's `recipes`), and the
+    ONLY_ON's methods on their tasks), of those `chosen` (DEFAULT among them: the task's `recipes`), and the
     teachers they learn from."""
     if DEFAULT in chosen:
         chosen = [*chosen, *recipes(task)]
 
     def runs_on(m):
         return ((m not in ABLATIONS or task in ABLATION_TASKS) and (m not in AUGMENTED_ONLY or AUGMENT[task] != "0")
-                and (m not in TEACHER_LONG_ONLY or task in TEACHER_LONG))
+                and task in ONLY_ON.get(m, TASKS))
 
     wanted = {m for m in chosen if m in METHODS and runs_on(m)}
     wanted |= {METHODS[m][3] for m in wanted if METHODS[m][3]}
@@ -243,8 +253,11 @@ def intermediate_epochs(task: str, method: str) -> str | None:
     """The epochs of TinyBERT's step 1 (layer-by-layer matching) in a TinyBERT method's run; None for the others."""
     if METHODS[method][0] != "tinybert":
         return None
-    return SHORT_INTERMEDIATE_EPOCHS if method == "tinybert-td-short" else INTERMEDIATE_EPOCHS.get(
-        task, student_epochs(task, method))
+    if method == "tinybert-td-short":
+        return SHORT_INTERMEDIATE_EPOCHS
+    if method == "tinybert-td-long" and task in LONG_INTERMEDIATE_EPOCHS:
+        return LONG_INTERMEDIATE_EPOCHS[task]
+    return INTERMEDIATE_EPOCHS.get(task, student_epochs(task, method))
 
 
 def stage_jobs(out: Path) -> list[Job]:
@@ -622,6 +635,9 @@ def goals(results: list[dict]) -> str:
                            ("tinybert-td-teacher-long", "tinybert-td", f"a teacher of "
                             f"{teacher_epochs(task, 'teacher-long')} epochs against {teacher_epochs(task, 'teacher')}"
                             f" adds its student"),
+                           ("tinybert-td-long", "tinybert-td",
+                            f"{intermediate_epochs(task, 'tinybert-td-long')} epochs of TinyBERT's layer matching "
+                            f"against {intermediate_epochs(task, 'tinybert-td')} add"),
                            ("tinybert-td", "tinybert-td-short",
                             f"{intermediate_epochs(task, 'tinybert-td')} + {student_epochs(task, 'tinybert-td')} "
                             f"epochs of TinyBERT's two steps against {intermediate_epochs(task, 'tinybert-td-short')}"

@@ -732,6 +732,16 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     i = short.index("--intermediate-epochs")
     assert rest(short[:i] + short[i + 2:]) == rest(full)
     assert "sst2/tinybert-td-short/0" not in tiny and "sst2/tinybert-td/0" in tiny
+    # longer layer matching: tinybert-td-long (SST-2 only) is tinybert-td's argv but for 3 epochs of step 1 against 1
+    longer = {j.name: j.argv for j in quality.jobs(tmp_path, ["sst2", "mrpc"], [0], ["tinybert-td-long"])}
+    assert set(longer) == {"adapt", "distill/tinybert4", "sst2/teacher/0", "sst2/tinybert-td-long/0", "export/teacher",
+                           "latency"}
+    step1 = longer["sst2/tinybert-td-long/0"]
+    i = step1.index("--intermediate-epochs")
+    one = tiny["sst2/tinybert-td/0"]
+    j = one.index("--intermediate-epochs")
+    assert (one[j + 1], step1[i + 1]) == ("1", "3") and rest(one[:j] + one[j + 2:]) == rest(step1[:i] + step1[i + 2:])
+    assert quality.budget("sst2", "tinybert-td-long")["intermediate_epochs"] == 3.0
     assert [quality.budget(t, m).get("intermediate_epochs") for t, m in (
         ("mrpc", "tinybert-td-short"), ("mrpc", "tinybert-td"), ("sst2", "tinybert-td"), ("mrpc", "pkt-kd"))] == [
         2.0, 5.0, 1.0, None]  # the rows record step 1's epochs
