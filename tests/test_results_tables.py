@@ -444,7 +444,8 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
     lines = quality.wall_goals(rows)
     assert [line.rsplit("|", 2)[-2].strip() for line in lines] == ["not judged (some runs left out)"] * 2
     assert "the default plan" in lines[0] and "every method" in lines[1]
-    assert "tinybert-td (every task)" in lines[0] and "pkt (" not in lines[0] and "pkt (sst2, mrpc)" in lines[1]
+    assert "tinybert-td (mrpc, stsb, cola, rte)" in lines[0] and "tinybert-td-long (sst2)" in lines[0]
+    assert "pkt (" not in lines[0] and "pkt (sst2, mrpc)" in lines[1]
     slow = [{**r, "train_seconds": r["train_seconds"] * 10} for r in rows]
     assert [line.rsplit("|", 2)[-2].strip() for line in quality.wall_goals(slow)] == ["fails"] * 2
     # every run of the issue's table measured: judged, and each stage (bilstm has none) counted once
@@ -457,13 +458,18 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
     hours, missing = quality.wall_estimate(done, quality.RECIPES)
     assert missing == {} and hours == pytest.approx(
         (5 * 3 * (1000 + 500 + 3 * 100 + 2) + 3 * 300 + 400 + 2000 + 85 + 600) / 2 / 3600)
-    # the default plan runs the subset family's STS-B recipe (TASK_RECIPES), which no row of `done` measures yet
-    assert quality.wall_estimate(done, [quality.DEFAULT])[1] == {"subset2-narrow-kd-aug-long": ["stsb"]}
-    done.append({"task": "stsb", "method": "subset2-narrow-kd-aug-long", "seed": 0, "metric": "pearson",
-                 "train_seconds": 400.0, "start_seconds": 85.0})
+    # the default plan runs the subset family's STS-B recipe and TinyBERT's SST-2 one (TASK_RECIPES), which no row of
+    # `done` measures yet
+    assert quality.wall_estimate(done, [quality.DEFAULT])[1] == {"subset2-narrow-kd-aug-long": ["stsb"],
+                                                                 "tinybert-td-long": ["sst2"]}
+    done += [{"task": "stsb", "method": "subset2-narrow-kd-aug-long", "seed": 0, "metric": "pearson",
+              "train_seconds": 400.0, "start_seconds": 85.0},
+             {"task": "sst2", "method": "tinybert-td-long", "seed": 0, "metric": "accuracy",
+              "train_seconds": 250.0, "start_seconds": 600.0}]
     hours, missing = quality.wall_estimate(done, [quality.DEFAULT])
     assert missing == {} and hours == pytest.approx(
-        (5 * 3 * (1000 + 500 + 3 * 100 + 2) + 3 * (400 - 100) + 3 * 300 + 400 + 2000 + 85 + 600) / 2 / 3600)
+        (5 * 3 * (1000 + 500 + 3 * 100 + 2) + 3 * (400 - 100) + 3 * (250 - 100) + 3 * 300 + 400 + 2000 + 85 + 600)
+        / 2 / 3600)
     assert [line.rsplit("|", 2)[-2].strip() for line in quality.wall_goals(done)] == [
         "holds (an estimate)", "not judged (some runs left out)"]  # the default plan; every method (pkt unmeasured)
     assert quality.wall_goals([r for r in done if r["task"] != "rte"]) == []  # a command run on some tasks
@@ -705,6 +711,10 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     # the exports stay SST-2's: the default plan exports and times every family's file
     assert {j.name for j in quality.jobs(tmp_path, ["sst2"], [0], [quality.DEFAULT]) if j.name.startswith("export/")
             } == {f"export/{family}" for family, method in quality.EXPORTED.items() if method in quality.RECIPES}
+    # ... each from the family's SST-2 recipe: TinyBERT's longer layer matching there, tinybert-td where only it runs
+    assert [[j.needs for j in quality.jobs(tmp_path, ["sst2"], [0], chosen) if j.name == "export/tinybert"]
+            for chosen in ([quality.DEFAULT], ["tinybert-td"])] == [[["sst2/tinybert-td-long/0"]],
+                                                                    [["sst2/tinybert-td/0"]]]
     assert {"pkt", "pkt-short-kd", "subset2-kd", "subset2-kd-aug", "subset2-narrow-kd-aug",
             "pkt-kd-aug"} <= planned(tuple(quality.METHODS))
     # the narrowed subset over the augmented set: its own start, KD alone, TinyBERT's copies; none on SST-2
@@ -735,7 +745,7 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     # longer layer matching: tinybert-td-long (SST-2 only) is tinybert-td's argv but for 3 epochs of step 1 against 1
     longer = {j.name: j.argv for j in quality.jobs(tmp_path, ["sst2", "mrpc"], [0], ["tinybert-td-long"])}
     assert set(longer) == {"adapt", "distill/tinybert4", "sst2/teacher/0", "sst2/tinybert-td-long/0", "export/teacher",
-                           "latency"}
+                           "export/tinybert", "latency"}  # TinyBERT's SST-2 recipe (TASK_RECIPES): its file exported
     step1 = longer["sst2/tinybert-td-long/0"]
     i = step1.index("--intermediate-epochs")
     one = tiny["sst2/tinybert-td/0"]
