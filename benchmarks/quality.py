@@ -45,7 +45,8 @@ dev set; a row's value is the model after the last step, not one picked on dev:
                    AUGMENTED_EPOCHS of prediction (TinyBERT's own), against the task's 5 and 5: what that saves and
                    costs (small tasks only)
     tinybert-td-long  tinybert-td with LONG_INTERMEDIATE_EPOCHS epochs of layer matching (SST-2: 3 against 1): what
-                   longer matching adds (on request, where LONG_INTERMEDIATE_EPOCHS has the task)
+                   longer matching adds (where LONG_INTERMEDIATE_EPOCHS has the task; TASK_RECIPES' TinyBERT recipe on
+                   SST-2)
     bilstm-kd-aug  Tang et al.'s BiLSTM with KD over its transfer set             (BiLSTM family)
     pkt            the PKT student on the labels alone   (ABLATION_TASKS only: what task KD adds)
     pkt-short-kd   the demo's shorter PKT student + KD   (ABLATION_TASKS only: what longer transfer adds)
@@ -119,7 +120,7 @@ INTERMEDIATE_EPOCHS = {"sst2": "1"}  # TinyBERT's step 1 (default: the students'
 # tinybert-td-long's step 1, and the tasks it runs on: SST-2's 1 epoch of layer matching is the shortest of the
 # plan's (the others match for 5 over their augmented sets; TinyBERT's README, huawei-noah/Pretrained-Language-Model
 # TinyBERT/README.md, task distillation step 1: `--num_train_epochs 10`), and its dev accuracy was flat over the last
-# third of the prediction step: longer matching may lift the student where longer prediction would not
+# third of the prediction step: 3 epochs added 0.50 +- 0.36 points over 1 (3 seeds, docs/quality.md)
 LONG_INTERMEDIATE_EPOCHS = {"sst2": "3"}
 # tinybert-td-short's step 1 (its step 2: AUGMENTED_EPOCHS, the 3 of TinyBERT's README, huawei-noah/Pretrained-
 # Language-Model TinyBERT/README.md, task distillation, `--pred_distill ... --num_train_epochs 3`; its step 1 there
@@ -153,7 +154,7 @@ METHODS = {
     "pkt": ("mobilebert", "pkt", ["--method", "ft"], None),
     "pkt-short-kd": ("mobilebert", "pkt-short", ["--method", "kd"], "teacher"),
 }
-# the methods that run only on some tasks (on request): method -> those tasks
+# the methods that run only on some tasks: method -> those tasks
 ONLY_ON = {"teacher-long": TEACHER_LONG, "tinybert-td-teacher-long": TEACHER_LONG,
            "tinybert-td-long": LONG_INTERMEDIATE_EPOCHS}
 ABLATIONS = ("pkt", "pkt-short-kd")
@@ -175,7 +176,8 @@ FAMILIES = {"teacher": "all-MiniLM-L6-v2 (adapted), 6 x 384", "mobilebert": "mob
             "bilstm": "BiLSTM (Tang et al.)"}
 EXPORTED = {"teacher": "teacher", "mobilebert": "pkt-kd", "subset2": "subset2-kd",
             "subset2-narrow": "subset2-narrow-kd", "tinybert": "tinybert-td",
-            "bilstm": "bilstm-kd-aug"}  # family -> the method whose SST-2 model is exported and timed
+            "bilstm": "bilstm-kd-aug"}  # family -> the method whose SST-2 model is exported and timed, but for
+# TASK_RECIPES' SST-2 swap where it is planned (measurement_jobs)
 ORDER = [*METHODS, *BASELINES]
 MODEL_MAKER = "average word embedding"  # Model Maker's rows' student
 TIMED = {**FAMILIES, "model-maker": MODEL_MAKER}  # the `student` of the rows whose file each family's timing is
@@ -328,7 +330,9 @@ def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Jo
 
 def measurement_jobs(out: Path, chosen=tuple(METHODS), seed: int = 0) -> list[Job]:
     """Each family's SST-2 model of `seed` exported, then all timed with Model Maker's file in one run (a file's size
-    and speed are its architecture's: any seed's model stands for its family)."""
+    and speed are its architecture's: any seed's model stands for its family, so a file an earlier invocation exported
+    from another method of the family, e.g. `tinybert-td` before TASK_RECIPES swapped in `tinybert-td-long`, is kept:
+    its parity is that model's)."""
     plan, tflite, exports, planned = [], {}, [], methods_for("sst2", chosen)
     for family, method in EXPORTED.items():
         # the family's SST-2 recipe where measurement chose another (TASK_RECIPES) and it is planned, else EXPORTED's

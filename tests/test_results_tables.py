@@ -528,6 +528,10 @@ def test_quality_judges_the_student_measured_over_the_most_seeds():
            "holds |" in goals
     assert "| sst2: a teacher of 3 epochs against 1 adds its student (tinybert-td-teacher-long - tinybert-td) | " \
            "+0.0100 ± 0.0000 [n=3] | > 0 | holds |" in goals
+    # longer layer matching: judged seed by seed against tinybert-td
+    longer = quality.goals(rows + three + run("tinybert-td-long", [0.88, 0.87, 0.875], 1.0))
+    assert "| sst2: 3 epochs of TinyBERT's layer matching against 1 add (tinybert-td-long - tinybert-td) | " \
+           "+0.0033 ± 0.0029 [n=3] | > 0 | tie |" in longer
 
 
 def test_quality_shares_of_the_teacher_are_over_the_teacher_that_taught_each_run():
@@ -708,6 +712,9 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     stsb = {j.name.split("/")[1] for j in quality.jobs(tmp_path, ["stsb"], [0], [quality.DEFAULT])
             if j.name.startswith("stsb/")}
     assert stsb == set(quality.RECIPES) - {"subset2-narrow-kd"} | {"subset2-narrow-kd-aug-long"}
+    # every swap runs on its task, in place of the family's recipe
+    assert all(new in quality.methods_for(task, [quality.DEFAULT]) and old not in quality.methods_for(
+        task, [quality.DEFAULT]) for task, swap in quality.TASK_RECIPES.items() for old, new in swap.items())
     # the exports stay SST-2's: the default plan exports and times every family's file
     assert {j.name for j in quality.jobs(tmp_path, ["sst2"], [0], [quality.DEFAULT]) if j.name.startswith("export/")
             } == {f"export/{family}" for family, method in quality.EXPORTED.items() if method in quality.RECIPES}
