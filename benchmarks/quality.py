@@ -108,7 +108,7 @@ AUGMENTED_ONLY = ("subset2-kd-aug", "subset2-narrow-kd-aug", "pkt-kd-aug", "subs
 # the methods that train over the augmented set where AUGMENT has one
 AUGMENTED = ("tinybert-td", "tinybert-td-teacher-long", "tinybert-td-long", *AUGMENTED_ONLY)
 # teacher-long's epochs, and the tasks it and the students it teaches run on: SST-2's teacher is fine-tuned for 1
-# epoch (the others for 3), and the students keep 97.6% of it (tinybert-td): a stronger teacher may lift them
+# epoch (the others for 3); 3 epochs gave +1.0 points and its TinyBERT student -1.0 (3 seeds, docs/quality.md)
 TEACHER_LONG = {"sst2": "3"}
 # the AUGMENTED_ONLY methods' epochs over the augmented set (LONG_EPOCHS where named); a pair's set is up to
 # 1 + 2 x 4 times the task's, 8.8 x on STS-B: 3 epochs over it are 5.3 x the steps of subset2-kd's 5
