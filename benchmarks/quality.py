@@ -194,9 +194,14 @@ def run_dir(out: Path, task: str, method: str, seed: int) -> Path:
     return out / "finetune" / task / method / f"seed{seed}"
 
 
+def recipe(task: str, method: str) -> str:
+    """The method that stands for `method` on `task`: TASK_RECIPES' swap where it names one, else `method`."""
+    return TASK_RECIPES.get(task, {}).get(method, method)
+
+
 def recipes(task: str) -> list[str]:
     """The default plan's methods on `task`: RECIPES, a family's replaced where TASK_RECIPES names another."""
-    return [TASK_RECIPES.get(task, {}).get(m, m) for m in RECIPES]
+    return [recipe(task, m) for m in RECIPES]
 
 
 def methods_for(task: str, chosen=tuple(METHODS)) -> list[str]:
@@ -336,7 +341,7 @@ def measurement_jobs(out: Path, chosen=tuple(METHODS), seed: int = 0) -> list[Jo
     plan, tflite, exports, planned = [], {}, [], methods_for("sst2", chosen)
     for family, method in EXPORTED.items():
         # the family's SST-2 recipe where measurement chose another (TASK_RECIPES) and it is planned, else EXPORTED's
-        method = next((m for m in (TASK_RECIPES.get("sst2", {}).get(method), method) if m in planned), None)
+        method = next((m for m in (recipe("sst2", method), method) if m in planned), None)
         if method is None:
             if exported(out, family).is_file():  # an earlier invocation's file: timed with the others
                 tflite[family] = exported(out, family)
