@@ -532,6 +532,19 @@ def test_quality_judges_the_student_measured_over_the_most_seeds():
     longer = quality.goals(rows + three + run("tinybert-td-long", [0.88, 0.87, 0.875], 1.0))
     assert "| sst2: 3 epochs of TinyBERT's layer matching against 1 add (tinybert-td-long - tinybert-td) | " \
            "+0.0033 ± 0.0029 [n=3] | > 0 | tie |" in longer
+    # and the shorter prediction step, against tinybert-td-long
+    shorter = quality.goals(rows + three + run("tinybert-td-long", [0.88, 0.87, 0.875], 1.0)
+                            + run("tinybert-td-long-pred1", [0.89, 0.88, 0.885], 1.0))
+    assert "| sst2: 1 epoch of TinyBERT's prediction step against 2 adds (tinybert-td-long-pred1 - tinybert-td-long) " \
+           "| +0.0100 ± 0.0000 [n=3] | > 0 | holds |" in shorter
+    # the narrowed subset: TinyBERT's two steps against logit KD, and 3 epochs of its layer matching against 1
+    subset = quality.goals(rows + three + run("subset2-narrow-kd", [0.86, 0.87, 0.865], 10.2)
+                           + run("subset2-narrow-td", [0.87, 0.88, 0.875], 10.2)
+                           + run("subset2-narrow-td-long", [0.875, 0.885, 0.88], 10.2))
+    assert "| sst2: TinyBERT's two steps against logit KD add (subset2-narrow-td - subset2-narrow-kd) | " \
+           "+0.0100 ± 0.0000 [n=3] | > 0 | holds |" in subset
+    assert "| sst2: 3 epochs of TinyBERT's layer matching against 1 add (subset2-narrow-td-long - subset2-narrow-td) " \
+           "| +0.0050 ± 0.0000 [n=3] | > 0 | holds |" in subset
 
 
 def test_quality_shares_of_the_teacher_are_over_the_teacher_that_taught_each_run():
@@ -586,6 +599,13 @@ def test_quality_replaces_the_whole_cost_curve_of_a_run_made_again(tmp_path):
     assert sorted((r["task"], r["metric"], r["seed"], r["step"]) for r in read_json(tmp_path / "cost.json")) == [
         ("mrpc", "accuracy", 0, 71), ("mrpc", "f1", 0, 14), ("mrpc", "f1", 0, 115), ("mrpc", "f1", 1, 71),
         ("sst2", "accuracy", 0, 71)]
+    # a curve of a method this code does not know (an invocation of a newer version wrote it beside this one) is kept,
+    # after the known methods, not a crash at the end of a long run
+    newer = {**point(0, 71), "method": "a-newer-method"}
+    write_json(tmp_path / "cost.json", [newer, point(0, 71)])
+    quality.merge_curves(tmp_path / "cost.json", [point(1, 14)])
+    assert [(r["method"], r["seed"]) for r in read_json(tmp_path / "cost.json")] == [
+        ("pkt-kd", 0), ("pkt-kd", 1), ("a-newer-method", 0)]
 
 
 
@@ -759,6 +779,28 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     j = one.index("--intermediate-epochs")
     assert (one[j + 1], step1[i + 1]) == ("1", "3") and rest(one[:j] + one[j + 2:]) == rest(step1[:i] + step1[i + 2:])
     assert quality.budget("sst2", "tinybert-td-long")["intermediate_epochs"] == 3.0
+    # a shorter prediction step: tinybert-td-long-pred1 (SST-2 only) is tinybert-td-long's argv but for 1 epoch of
+    # step 2 against 2, evaluated as often over it (EVAL_POINTS)
+    pred1 = {j.name: j.argv for j in quality.jobs(tmp_path, ["sst2", "mrpc"], [0], ["tinybert-td-long-pred1"])}
+    assert not any(name.startswith("mrpc/tinybert") for name in pred1)
+    step2 = pred1["sst2/tinybert-td-long-pred1/0"]
+    assert (step1[step1.index("--epochs") + 1], step2[step2.index("--epochs") + 1]) == ("2", "1")
+    assert int(step1[step1.index("--eval-every") + 1]) == 2 * int(step2[step2.index("--eval-every") + 1])
+    assert rest(step2) == rest(step1) and step2[step2.index("--intermediate-epochs") + 1] == "3"
+    assert {k: quality.budget("sst2", "tinybert-td-long-pred1")[k] for k in ("epochs", "intermediate_epochs")} == {
+        "epochs": 1.0, "intermediate_epochs": 3.0}
+    # the narrowed subset by TinyBERT's two steps (SST-2 only): subset2-narrow-kd's argv but for TinyBERT's method and
+    # 1 epoch of layer matching (3 in its -long run)
+    td = {j.name: j.argv for j in quality.jobs(tmp_path, ["sst2", "mrpc"], [0],
+                                               ["subset2-narrow-kd", "subset2-narrow-td", "subset2-narrow-td-long"])}
+    assert not any(name.startswith("mrpc/subset2-narrow-td") for name in td)
+    kd = td["sst2/subset2-narrow-kd/0"]
+    for method, matching in (("subset2-narrow-td", "1"), ("subset2-narrow-td-long", "3")):
+        a = td[f"sst2/{method}/0"]
+        i = a.index("--intermediate-epochs")
+        assert a[i + 1] == matching and a[a.index("--method") + 1] == "tinybert"
+        assert a[a.index("--epochs") + 1] == kd[kd.index("--epochs") + 1] == "2"  # the prediction step: KD's epochs
+        assert [x if x != "tinybert" else "kd" for x in rest(a[:i] + a[i + 2:])] == rest(kd)
     assert [quality.budget(t, m).get("intermediate_epochs") for t, m in (
         ("mrpc", "tinybert-td-short"), ("mrpc", "tinybert-td"), ("sst2", "tinybert-td"), ("mrpc", "pkt-kd"))] == [
         2.0, 5.0, 1.0, None]  # the rows record step 1's epochs
