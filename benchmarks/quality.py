@@ -680,8 +680,8 @@ def goals(results: list[dict]) -> str:
                            ("subset2-kd-aug", "subset2-kd", "the augmented transfer set adds"),
                            ("subset2-narrow-kd-aug", "subset2-narrow-kd", "the augmented transfer set adds"),
                            ("pkt-kd-aug", "pkt-kd", "the augmented transfer set adds"),
-                           ("teacher-long", "teacher", f"{teacher_epochs(task, 'teacher-long')} epochs of the "
-                            f"teacher against {teacher_epochs(task, 'teacher')} add"),
+                           ("teacher-long", "teacher", epochs_against(teacher_epochs(task, "teacher-long"),
+                                                                      "the teacher", teacher_epochs(task, "teacher"))),
                            ("tinybert-td-teacher-long", "tinybert-td", f"a teacher of "
                             f"{teacher_epochs(task, 'teacher-long')} epochs against {teacher_epochs(task, 'teacher')}"
                             f" adds its student"),
