@@ -444,7 +444,7 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
     lines = quality.wall_goals(rows)
     assert [line.rsplit("|", 2)[-2].strip() for line in lines] == ["not judged (some runs left out)"] * 2
     assert "the default plan" in lines[0] and "every method" in lines[1]
-    assert "tinybert-td (mrpc, stsb, cola, rte)" in lines[0] and "tinybert-td-long (sst2)" in lines[0]
+    assert "tinybert-td (mrpc, stsb, cola, rte)" in lines[0] and "tinybert-td-aug (sst2)" in lines[0]
     assert "pkt (" not in lines[0] and "pkt (sst2, mrpc)" in lines[1]
     slow = [{**r, "train_seconds": r["train_seconds"] * 10} for r in rows]
     assert [line.rsplit("|", 2)[-2].strip() for line in quality.wall_goals(slow)] == ["fails"] * 2
@@ -461,10 +461,10 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
     # the default plan runs the subset family's STS-B recipe and TinyBERT's SST-2 one (TASK_RECIPES), which no row of
     # `done` measures yet
     assert quality.wall_estimate(done, [quality.DEFAULT])[1] == {"subset2-narrow-kd-aug-long": ["stsb"],
-                                                                 "tinybert-td-long": ["sst2"]}
+                                                                 "tinybert-td-aug": ["sst2"]}
     done += [{"task": "stsb", "method": "subset2-narrow-kd-aug-long", "seed": 0, "metric": "pearson",
               "train_seconds": 400.0, "start_seconds": 85.0},
-             {"task": "sst2", "method": "tinybert-td-long", "seed": 0, "metric": "accuracy",
+             {"task": "sst2", "method": "tinybert-td-aug", "seed": 0, "metric": "accuracy",
               "train_seconds": 250.0, "start_seconds": 600.0}]
     hours, missing = quality.wall_estimate(done, [quality.DEFAULT])
     assert missing == {} and hours == pytest.approx(
@@ -545,6 +545,13 @@ def test_quality_judges_the_student_measured_over_the_most_seeds():
            "+0.0100 ± 0.0000 [n=3] | > 0 | holds |" in subset
     assert "| sst2: 3 epochs of TinyBERT's layer matching against 1 add (subset2-narrow-td-long - subset2-narrow-td) " \
            "| +0.0050 ± 0.0000 [n=3] | > 0 | holds |" in subset
+    # TinyBERT's augmentation on SST-2: against tinybert-td (the same epochs), tinybert-td-long (near its steps)
+    augmented = quality.goals(rows + three + run("tinybert-td-long", [0.88, 0.87, 0.875], 1.0)
+                              + run("tinybert-td-aug", [0.885, 0.88, 0.885], 1.0))
+    assert "| sst2: TinyBERT's augmented set (2 new copies an example) adds (tinybert-td-aug - tinybert-td) | " \
+           "+0.0117 ± 0.0029 [n=3] | > 0 | holds |" in augmented
+    assert "| sst2: the augmented set against 3 epochs of layer matching over the task's own examples adds " \
+           "(tinybert-td-aug - tinybert-td-long) | +0.0083 ± 0.0029 [n=3] | > 0 | holds |" in augmented
 
 
 def test_quality_shares_of_the_teacher_are_over_the_teacher_that_taught_each_run():
@@ -738,9 +745,9 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     # the exports stay SST-2's: the default plan exports and times every family's file
     assert {j.name for j in quality.jobs(tmp_path, ["sst2"], [0], [quality.DEFAULT]) if j.name.startswith("export/")
             } == {f"export/{family}" for family, method in quality.EXPORTED.items() if method in quality.RECIPES}
-    # ... each from the family's SST-2 recipe: TinyBERT's longer layer matching there, tinybert-td where only it runs
+    # ... each from the family's SST-2 recipe: TinyBERT over the augmented set there, tinybert-td where only it runs
     assert [[j.needs for j in quality.jobs(tmp_path, ["sst2"], [0], chosen) if j.name == "export/tinybert"]
-            for chosen in ([quality.DEFAULT], ["tinybert-td"])] == [[["sst2/tinybert-td-long/0"]],
+            for chosen in ([quality.DEFAULT], ["tinybert-td"])] == [[["sst2/tinybert-td-aug/0"]],
                                                                     [["sst2/tinybert-td/0"]]]
     assert {"pkt", "pkt-short-kd", "subset2-kd", "subset2-kd-aug", "subset2-narrow-kd-aug",
             "pkt-kd-aug"} <= planned(tuple(quality.METHODS))
@@ -772,7 +779,7 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     # longer layer matching: tinybert-td-long (SST-2 only) is tinybert-td's argv but for 3 epochs of step 1 against 1
     longer = {j.name: j.argv for j in quality.jobs(tmp_path, ["sst2", "mrpc"], [0], ["tinybert-td-long"])}
     assert set(longer) == {"adapt", "distill/tinybert4", "sst2/teacher/0", "sst2/tinybert-td-long/0", "export/teacher",
-                           "export/tinybert", "latency"}  # TinyBERT's SST-2 recipe (TASK_RECIPES): its file exported
+                           "latency"}  # not TinyBERT's SST-2 recipe (TASK_RECIPES): its file is not exported
     step1 = longer["sst2/tinybert-td-long/0"]
     i = step1.index("--intermediate-epochs")
     one = tiny["sst2/tinybert-td/0"]
@@ -789,6 +796,17 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     assert rest(step2) == rest(step1) and step2[step2.index("--intermediate-epochs") + 1] == "3"
     assert {k: quality.budget("sst2", "tinybert-td-long-pred1")[k] for k in ("epochs", "intermediate_epochs")} == {
         "epochs": 1.0, "intermediate_epochs": 3.0}
+    # TinyBERT's augmentation on SST-2 (there only): tinybert-td's argv but for the augmented set (2 new copies an
+    # example, from the adapted teacher's masked LM), evaluated as often over its 3-fold steps
+    aug = {j.name: j.argv for j in quality.jobs(tmp_path, ["sst2", "mrpc"], [0], ["tinybert-td-aug"])}
+    assert not any(name.startswith("mrpc/tinybert") for name in aug) and "export/tinybert" in aug  # SST-2's recipe
+    a, one = aug["sst2/tinybert-td-aug/0"], tiny["sst2/tinybert-td/0"]
+    i = a.index("--augment")
+    assert a[i:i + 4] == ["--augment", "2", "--augment-model", str(quality.stage_dirs(tmp_path)["adapt"])]
+    assert int(a[a.index("--eval-every") + 1]) == 3 * int(one[one.index("--eval-every") + 1])
+    assert rest(a[:i] + a[i + 4:]) == rest(one)
+    assert [quality.budget("sst2", m)["augment"] for m in ("tinybert-td-aug", "tinybert-td", "tinybert-td-long")] == [
+        2, 0, 0]  # the rows record the copies an example
     # the narrowed subset by TinyBERT's two steps (SST-2 only): subset2-narrow-kd's argv but for TinyBERT's method and
     # 1 epoch of layer matching (3 in its -long run)
     td = {j.name: j.argv for j in quality.jobs(tmp_path, ["sst2", "mrpc"], [0],
