@@ -805,6 +805,7 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     assert a[i:i + 4] == ["--augment", "2", "--augment-model", str(quality.stage_dirs(tmp_path)["adapt"])]
     assert int(a[a.index("--eval-every") + 1]) == 3 * int(one[one.index("--eval-every") + 1])
     assert rest(a[:i] + a[i + 4:]) == rest(one)
+    assert a[a.index("--epochs") + 1] == one[one.index("--epochs") + 1] == "2"  # the prediction step's, over the set
     assert [quality.budget("sst2", m)["augment"] for m in ("tinybert-td-aug", "tinybert-td", "tinybert-td-long")] == [
         2, 0, 0]  # the rows record the copies an example
     # the narrowed subset by TinyBERT's two steps (SST-2 only): subset2-narrow-kd's argv but for TinyBERT's method and
