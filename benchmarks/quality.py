@@ -92,7 +92,7 @@ from benchmarks import teacher_value
 from benchmarks.baselines import baseline_rows
 from benchmarks.runner import (RESUMABLE, VERDICTS, WITHIN, Job, by_seed, columns, comparison, comparison_flags,
                                finetune_rows, finished_results, mean_std_cell, merge_rows, method_table, metric_rank,
-                               paired_differences, task_panels, values, verdict, within)
+                               paired_differences, task_panels, values, verdict, with_needs, within)
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json, save_png
 
@@ -451,8 +451,10 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], chosen=tuple(METHODS)) -
             plan += task_jobs(out, task, seed, chosen)
             if seed == seeds[0] and task == "sst2":
                 plan += measurement_jobs(out, chosen, seed)
-    needed = {n for j in plan for n in j.needs}
-    plan = [j for j in stage_jobs(out) if j.name in needed] + plan
+    stages = {j.name for j in stage_jobs(out)}
+    # the stages the runs stand on, and those the stages stand on: `distill/pkt` needs `adapt`, which no run needs
+    # itself when the plan has no teacher (--methods pkt)
+    plan = with_needs(stage_jobs(out) + plan, lambda j: j.name not in stages)
     for job in plan:
         if job.name == "latency":
             job.after = [j.name for j in plan if j.name != "latency" and j.name not in job.needs]

@@ -97,7 +97,8 @@ def claim(job: Job) -> int | None:
 def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0) -> list[str]:
     """Run the jobs `workers` at a time, each when the jobs it needs are done and those it comes `after` have ended
     (done or failed); return the names that failed. A job another invocation has claimed (`claim`) is looked at
-    again every `poll` seconds: done there, it is done here; ended there unfinished, it runs here."""
+    again every `poll` seconds: done there, it is done here; ended there unfinished, it runs here. A job that needs
+    one the plan does not hold is skipped and counted as failed, as are the jobs that need it."""
     logs.mkdir(parents=True, exist_ok=True)
     done = {j.name for j in plan if j.done()}
     failed, running, elsewhere = [], {}, set()
@@ -113,6 +114,11 @@ def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0) -> li
     started, begun, done_before = time.time(), [], sorted(done)
     existed = sorted(j.name for j in plan if j.name not in done and j.out.exists())  # to resume, or refused
     print(f"{len(plan) - len(todo)} of {len(plan)} runs done already; {len(todo)} to run, {workers} at a time")
+    for job in todo:  # a need the plan does not run can never be met: said, not waited on in silence
+        if missing := [n for n in job.needs if n not in names]:
+            failed.append(job.name)
+            print(f"skipped {job.name}: it needs {', '.join(missing)}, which this plan does not run")
+    todo = [j for j in todo if j.name not in failed]
     with ThreadPoolExecutor(workers) as pool, contextlib.ExitStack() as held:
         held.callback(lambda: [os.close(fd) for _, _, fd in running.values()])  # the claims of runs still going
         while todo or running:

@@ -204,6 +204,19 @@ def test_a_benchmark_counts_an_export_done_only_with_every_file_it_asked_for(tmp
     assert job.done()
 
 
+def test_a_benchmark_job_that_needs_a_run_its_plan_lacks_is_reported_not_waited_on(tmp_path, capsys):
+    """A job whose need no job of the plan makes can never start: the invocation says so and counts it (and what
+    needs it) as failed, instead of ending with nothing run and nothing failed."""
+    from benchmarks.runner import Job, run_all
+
+    orphan = Job("orphan", ["init", "demo_student", str(tmp_path / "orphan")], tmp_path / "orphan", needs=["adapt"])
+    after = Job("after", ["init", "demo_student", str(tmp_path / "after")], tmp_path / "after", needs=["orphan"])
+    assert sorted(run_all([orphan, after], 2, tmp_path / "logs", poll=0.2)) == ["after", "orphan"]
+    log = capsys.readouterr().out
+    assert "skipped orphan: it needs adapt, which this plan does not run" in log and "skipped after" in log
+    assert not orphan.out.exists() and not after.out.exists()
+
+
 def test_a_benchmark_job_after_a_failed_one_still_runs_and_a_job_that_needs_it_does_not(tmp_path, capsys):
     """`Job.after` orders (the quality benchmark's timing waits for every run to end), `Job.needs` depends: a run
     that failed skips the jobs that need it, not those that only come after it, which start once it has ended."""

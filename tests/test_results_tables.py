@@ -724,6 +724,21 @@ def test_cmlm_samples_of_a_changed_recipe_are_not_shown(tmp_path):
     assert "correction: the first dev pairs" in text and "paraphrase:" not in text
 
 
+def test_every_quality_plan_holds_every_run_its_runs_need(tmp_path):
+    """A method asked for alone plans the stages its start stands on, and the stages those stand on: `--methods pkt`
+    has no teacher, yet its PKT stage distils from the adapted teacher (`adapt`), which the plan once left out, so
+    that nothing could start and the invocation ended at once with no run and no failure."""
+    from benchmarks import quality
+
+    assert [j.name for j in quality.jobs(tmp_path, ["mrpc"], [0], ["pkt"])] == ["adapt", "distill/pkt", "mrpc/pkt/0"]
+    for method in [*quality.METHODS, quality.DEFAULT]:
+        plan = quality.jobs(tmp_path, list(quality.TASKS), [0], [method])
+        names = [j.name for j in plan]
+        assert len(names) == len(set(names)), method
+        for i, job in enumerate(plan):  # every need is planned, and before the job that needs it
+            assert all(n in names[:i] for n in job.needs), (method, job.name, job.needs)
+
+
 def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(tmp_path):
     """The default plan is the issue's table (RECIPES: one recipe per family), not the ablations and augmented runs,
     which `--methods all` (or by name) adds."""
