@@ -451,10 +451,11 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], chosen=tuple(METHODS)) -
             plan += task_jobs(out, task, seed, chosen)
             if seed == seeds[0] and task == "sst2":
                 plan += measurement_jobs(out, chosen, seed)
-    stages = {j.name for j in stage_jobs(out)}
+    stages = stage_jobs(out)
+    names = {j.name for j in stages}
     # the stages the runs stand on, and those the stages stand on: `distill/pkt` needs `adapt`, which no run needs
     # itself when the plan has no teacher (--methods pkt)
-    plan = with_needs(stage_jobs(out) + plan, lambda j: j.name not in stages)
+    plan = with_needs(stages + plan, lambda j: j.name not in names)
     for job in plan:
         if job.name == "latency":
             job.after = [j.name for j in plan if j.name != "latency" and j.name not in job.needs]
