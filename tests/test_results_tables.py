@@ -781,6 +781,19 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
         drop = {i for f in ("--epochs", "--eval-every", "--out") for i in (a.index(f), a.index(f) + 1)}
         return [x for i, x in enumerate(a) if i not in drop]
     assert rest(long) == rest(argv)
+    # its wider run (STS-B only): -long's argv but for WIDE_AUGMENT's copies over fewer epochs, so that its steps
+    # (copies + 1 an example an epoch, up to the pairs' two columns) stay within a tenth of -long's
+    wide = {j.name: j.argv for j in quality.jobs(tmp_path, ["stsb", "mrpc"], [0],
+                                                  ["subset2-narrow-kd-aug-long", "subset2-narrow-kd-aug-wide"])}
+    assert "mrpc/subset2-narrow-kd-aug-wide/0" not in wide
+    w, lng = wide["stsb/subset2-narrow-kd-aug-wide/0"], wide["stsb/subset2-narrow-kd-aug-long/0"]
+    n_w, n_l = (int(a[a.index("--augment") + 1]) for a in (w, lng))
+    e_w, e_l = (int(a[a.index("--epochs") + 1]) for a in (w, lng))
+    assert n_w > n_l and abs((1 + 2 * n_w) * e_w / ((1 + 2 * n_l) * e_l) - 1) < 0.1
+    def without_copies(a):
+        i = a.index("--augment")
+        return a[:i] + a[i + 2:]
+    assert rest(without_copies(w)) == rest(without_copies(lng))
     # TinyBERT at a smaller budget: tinybert-td's argv but for 2 epochs of layer matching and 3 of prediction; none on
     # SST-2 (no augmented set there)
     tiny = {j.name: j.argv for j in quality.jobs(tmp_path, ["mrpc", "sst2"], [0], ["tinybert-td", "tinybert-td-short"])}
