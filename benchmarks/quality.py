@@ -42,7 +42,7 @@ dev set; a row's value is the model after the last step, not one picked on dev:
     subset2-narrow-kd-aug-long  the same for SET_EPOCHS' epochs over the augmented set: what longer training adds
                    (small tasks only)
     subset2-narrow-kd-aug-wide  the same over a wider augmented set, WIDE_AUGMENT's new copies an example, for
-                   SET_EPOCHS' epochs (as many steps as -long's): what more pairs add at the same training steps
+                   SET_EPOCHS' epochs (0.9 times -long's steps): what more pairs add at about the same steps
                    (where WIDE_AUGMENT has the task; TASK_RECIPES' narrowed-subset recipe on STS-B)
     tinybert-td    TinyBERT's two-step task distillation, over its augmented set (AUGMENT new copies an example;
                    none for SST-2: there the plan runs tinybert-td-aug) (TinyBERT family)
@@ -115,8 +115,9 @@ TINYBERT_STEPS = ["--layer-steps", "300", "--pd-steps", "200"]
 # 128 (subset2's 0.333, whose Pixel 4 estimate, 11.3 ms, is 0.337 of the teacher's 33.5): a tenth under the third
 NARROW_FFN = "1280"
 AUGMENT = {"sst2": "0", "mrpc": "4", "stsb": "4", "cola": "4", "rte": "4"}  # new copies per example (TinyBERT)
+# only where there is an augmented set (elsewhere: the -kd run)
 AUGMENTED_ONLY = ("subset2-kd-aug", "subset2-narrow-kd-aug", "pkt-kd-aug", "subset2-narrow-kd-aug-long",
-                  "subset2-narrow-kd-aug-wide", "tinybert-td-short")  # only where there is an augmented set (elsewhere: the -kd run)
+                  "subset2-narrow-kd-aug-wide", "tinybert-td-short")
 # tinybert-td-aug's new copies an example, and the tasks it runs on: TinyBERT augments SST-2 too (20 copies,
 # huawei-noah/Pretrained-Language-Model TinyBERT/data_augmentation.py, `main`); 2 copies make SST-2's set 178,183
 # sentences, 2.65 times its own, so its 1 epoch of layer matching takes close to tinybert-td-long's 3 epochs' steps;
@@ -126,7 +127,7 @@ AUGMENTED_ONLY = ("subset2-kd-aug", "subset2-narrow-kd-aug", "pkt-kd-aug", "subs
 TD_AUGMENT = {"sst2": "2"}
 # subset2-narrow-kd-aug-wide's new copies an example, and the tasks it runs on: over AUGMENT's 4 the 6-epoch runs'
 # STS-B dev Pearson was flat over their last 1,676 steps (docs/quality.md); TinyBERT makes 30 on the small tasks
-# (TinyBERT/data_augmentation.py, `main`). 12 make the set about 2.8 times as large, so its 2 epochs take close to
+# (TinyBERT/data_augmentation.py, `main`). 12 make the set about 2.7 times as large, so its 2 epochs take close to
 # -long's 6 epochs' steps over AUGMENT's: more distinct pairs, not more steps
 WIDE_AUGMENT = {"stsb": "12"}
 # method -> its new copies an example by task, where it is not AUGMENT's (`copies`)
