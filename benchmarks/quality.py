@@ -746,7 +746,7 @@ def goals(results: list[dict]) -> str:
                             f"{AUGMENTED_EPOCHS} add"),
                            ("subset2-narrow-kd-aug-wide", "subset2-narrow-kd-aug-long",
                             f"{copies(task, 'subset2-narrow-kd-aug-wide')} new copies an example against "
-                            f"{AUGMENT[task]}, at close to the same steps, add")):
+                            f"{copies(task, 'subset2-narrow-kd-aug-long')}, at close to the same steps, add")):
             d = paired_differences(results, task, metric, a, b)
             if d:
                 lines.append(f"| {task}: {name} ({a} - {b}) | {mean_std_cell(d, signed=True)} | > 0 | {verdict(d)} |")
