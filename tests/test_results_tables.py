@@ -795,6 +795,12 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
         i = a.index("--augment")
         return a[:i] + a[i + 2:]
     assert rest(without_copies(w)) == rest(without_copies(lng))
+    # a third epoch over the wider set (STS-B only): -wide's argv but for 3 epochs against 2, evaluated as often
+    wider = {j.name: j.argv for j in quality.jobs(tmp_path, ["stsb", "mrpc"], [0], ["subset2-narrow-kd-aug-wide-long"])}
+    assert "mrpc/subset2-narrow-kd-aug-wide-long/0" not in wider
+    w3 = wider["stsb/subset2-narrow-kd-aug-wide-long/0"]
+    assert (w[w.index("--epochs") + 1], w3[w3.index("--epochs") + 1]) == ("2", "3") and rest(w3) == rest(w)
+    assert abs(int(w3[w3.index("--eval-every") + 1]) / int(w[w.index("--eval-every") + 1]) - 1.5) < 0.01
     # TinyBERT at a smaller budget: tinybert-td's argv but for 2 epochs of layer matching and 3 of prediction; none on
     # SST-2 (no augmented set there)
     tiny = {j.name: j.argv for j in quality.jobs(tmp_path, ["mrpc", "sst2"], [0], ["tinybert-td", "tinybert-td-short"])}
