@@ -164,6 +164,7 @@ LONG_INTERMEDIATE_EPOCHS = {"sst2": "3"}
 # -0.46 +- 0.50 points against 2 (a tie, 3 seeds, docs/quality.md): the peaks were the dev set's noise, and the
 # recipe keeps 2. It runs where tinybert-td-long does.
 PRED_EPOCHS = {"sst2": "1"}
+STEP_EPOCHS = {"tinybert-td-long-pred1": PRED_EPOCHS}  # method -> its students' epochs by task, where set apart
 LONG_MATCHING = ("tinybert-td-long", "tinybert-td-long-pred1", "subset2-narrow-td-long")  # LONG_INTERMEDIATE_EPOCHS'
 # the narrowed subset by TinyBERT's two steps: the tasks it runs on (over the task's own examples; SST-2 has no
 # augmented set), with and without longer matching, so that the -long run has its 1-epoch run beside it
@@ -316,8 +317,10 @@ def augmented_epochs(method: str) -> str:
 
 
 def student_epochs(task: str, method: str) -> str:
-    if method == "tinybert-td-long-pred1" and task in PRED_EPOCHS:
-        return PRED_EPOCHS[task]
+    """The epochs of `method`'s student training on `task` (TinyBERT's: its prediction step): STEP_EPOCHS' where it
+    names them, else SET_EPOCHS' or AUGMENTED_EPOCHS over an augmented set alone, else the task's."""
+    if task in STEP_EPOCHS.get(method, {}):
+        return STEP_EPOCHS[method][task]
     if method in AUGMENTED_ONLY:
         return augmented_epochs(method)
     if copies(task, method) != "0":  # tinybert-td over its augmented set: the task's epochs
