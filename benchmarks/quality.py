@@ -74,8 +74,9 @@ set on STS-B, TinyBERT over SST-2's augmented set); the other methods measure wh
 Fine-tuning runs evaluate on dev every EVAL_POINTS-th of their steps; the evaluations (mobilekd/finetune/evaluation.py
 writes them to history.json) are the cost curves: each point's CPU-seconds are the run's own wall seconds (one
 thread) at that step plus the stages it stands on (teacher adaptation, task-agnostic distillation, the task
-teacher's fine-tuning for KD) and making the cached set it trains over (`set_made_seconds`, whichever run made it, in
-place of its own seconds getting the set), each charged in full to every run. A point inside a run is that run's
+teacher's fine-tuning for KD) and making the cached set it trains over and its teacher's outputs over that set
+(`set_made_seconds`, `outputs_made_seconds`, whichever run made them, in place of its own seconds getting them),
+each charged in full to every run. A point inside a run is that run's
 model part way through its learning-rate schedule, not a run trained for that budget: an upper bound on the time a
 budget needs, and a fair one only at a run's end.
 
@@ -100,7 +101,7 @@ from benchmarks.runner import (RESUMABLE, VERDICTS, WITHIN, Job, by_seed, column
                                finetune_rows, finished_results, mean_std_cell, merge_rows, method_table, metric_rank,
                                paired_differences, task_panels, values, verdict, with_needs, within)
 from mobilekd.errors import UserError
-from mobilekd.fileio import REPO_ROOT, read_json, save_png
+from mobilekd.fileio import RECORDED, REPO_ROOT, read_json, save_png
 
 # task -> (--max-len, the teacher's epochs, the students' epochs); SST-2's 67,349 examples are 2,105 steps an epoch
 TASKS = {"sst2": ("64", "1", "2"), "mrpc": ("128", "3", "5"), "stsb": ("64", "3", "5"), "cola": ("64", "3", "5"),
@@ -286,18 +287,30 @@ def methods_for(task: str, chosen=tuple(METHODS)) -> list[str]:
 
 
 def own_seconds(r: dict) -> float:
-    """A run's seconds without those it spent getting its cached set, where what making the set cost is known (so
-    that it is counted once, `set_costs`): its own work, the same whichever run made the set."""
-    return r["train_seconds"] - (r["set_seconds"] if r.get("set_made_seconds") is not None else 0.0)
+    """A run's seconds without those it spent getting each cached file it shared (`RECORDED`: its set, the teacher's
+    outputs over it), where what making the file cost is known (so that it is counted once, `set_costs`): its own
+    work, the same whichever run made the file."""
+    return r["train_seconds"] - sum(r[f"{kind}_seconds"] for kind in RECORDED
+                                    if r.get(f"{kind}_made_seconds") is not None)
+
+
+def unshared_seconds(r: dict) -> float:
+    """What making the cached files a run read cost, beyond what it spent getting them (`own_seconds`' files): the
+    making a run that read a file is charged, as the run that made it was."""
+    return sum(r[f"{kind}_made_seconds"] - r[f"{kind}_seconds"] for kind in RECORDED
+               if r.get(f"{kind}_made_seconds") is not None)
 
 
 def set_costs(found: list[dict]) -> dict[str, float]:
-    """Each cached set the runs of `found` shared (`shared_set`: the augmented set, the BiLSTM's transfer set) ->
-    what making it cost (`set_made_seconds`, whichever run made it)."""
+    """Each cached file the runs of `found` shared (`shared_set`: the augmented set, the BiLSTM's transfer set;
+    `shared_outputs`: the teacher's outputs over it) -> what making it cost (`set_made_seconds`,
+    `outputs_made_seconds`, whichever run made it)."""
     costs = {}
     for r in found:
-        if r.get("set_made_seconds") is not None:
-            costs[r["shared_set"]] = max(costs.get(r["shared_set"], 0.0), r["set_made_seconds"])
+        for kind in RECORDED:
+            if r.get(f"{kind}_made_seconds") is not None:
+                name = r[f"shared_{kind}"]
+                costs[name] = max(costs.get(name, 0.0), r[f"{kind}_made_seconds"])
     return costs
 
 
@@ -620,9 +633,8 @@ def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[
                           for row in finetune_rows(d, history[-1]["metrics"], task=task, method=method, seed=seed,
                                                    student=FAMILIES[family])]
                 extra = charged(out, task, method, seed, stages)
-                if extra is not None:  # a run that read its cached set is charged making it, as its maker was
-                    made = r.get("set_made_seconds")
-                    extra += made - r["set_seconds"] if made is not None else 0.0
+                if extra is not None:  # a run that read a cached file is charged making it, as its maker was
+                    extra += unshared_seconds(r)
                     curves += [{"task": task, "method": method, "seed": seed, "metric": r["best_metric"],
                                 "value": round(next(iter(h["metrics"].values()))[r["best_metric"]], 4),
                                 "step": h["step"], "cpu_seconds": round(h["wall_seconds"] + extra, 1)}
@@ -785,9 +797,11 @@ def wall_estimate(results: list[dict], chosen=tuple(METHODS)) -> tuple[float, di
     WORKERS runs at a time, from the seconds its rows recorded: every planned run (and the TF-IDF and Model Maker
     baselines) at the mean `train_seconds` of its task and method's measured seeds, every shared stage once
     (`start_seconds`), the sum spread over the workers; and what no row records yet (method -> its tasks, "stages"
-    -> their names), which it leaves out. A cached set the planned runs share (TinyBERT's augmented set, the
-    BiLSTM's transfer set) counts once, at what making it cost (`set_costs`), where rows record that (`own_seconds`).
-    Its bias has no known sign: rows timed beside other work, and rows that do not record it (runs before mobilekd
+    -> their names), which it leaves out. A cached file the planned runs share (TinyBERT's augmented set, the
+    BiLSTM's transfer set, a seed's teacher's outputs over a set) counts once, at what making it cost (`set_costs`),
+    where rows record that (`own_seconds`), whichever run made it, in the plan or not. A teacher's outputs are its
+    seed's: where a run is measured on fewer seeds than asked, only its measured seeds' count. Its bias has no known
+    sign: rows timed beside other work, and rows that do not record it (runs before mobilekd
     kept it), which count their set's making in every seed, make it larger; what it leaves out, exports and timing,
     Model Maker's install and its runs before the others, and the wait for the stages, make it smaller."""
     cpu, missing, starts, planned = 0.0, {}, set(), []

@@ -29,7 +29,7 @@ from safetensors import safe_open
 
 from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.errors import UserError
-from mobilekd.fileio import REPO_ROOT, atomic_path, read_json, write_json
+from mobilekd.fileio import RECORDED, REPO_ROOT, atomic_path, read_json, write_json
 from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, transformers_extras
 from mobilekd.recipes import export
@@ -37,7 +37,8 @@ from mobilekd.rundir import finished_results, trained_on
 from mobilekd.train.precision import cpu_model
 
 RESUMABLE = ["--threads", "1", "--resume"]
-SHARED_SET = ("shared_set", "set_seconds", "set_made_seconds")  # a run's record of its cached set (`Made.record`)
+# a run's record of the cached files it shared (`Made.record`): its training set and the teacher's outputs over it
+SHARED = tuple(k for kind in RECORDED for k in (f"shared_{kind}", f"{kind}_seconds", f"{kind}_made_seconds"))
 
 
 @dataclass
@@ -231,7 +232,7 @@ def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> lis
         return []
     dev = next(iter((metrics or r["metrics"]).values()))
     shared = {"params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"],
-              **trained_on(r), **{k: r[k] for k in SHARED_SET if k in r}}
+              **trained_on(r), **{k: r[k] for k in SHARED if k in r}}
     names = [r["best_metric"]] + [m for m in dev if m != r["best_metric"]]
     taught = {k: r[k] for k in ("teacher_digest",) if k in r}  # the teacher that taught it (`teacher_record`)
     return [{**identity, "metric": m, "value": round(dev[m], 4), **shared, **taught,

@@ -122,12 +122,18 @@ class Made(NamedTuple):
     seconds: float | None  # None for a file made before mobilekd kept the seconds
     name: str
 
-    def record(self, seconds: float) -> dict:
-        """A run's record of the shared file it trained over: `shared_set` (the file), `set_seconds` (the `seconds`
-        this run spent getting it: making it, or waiting for it and reading it) and, where known,
-        `set_made_seconds` (what making it cost, whichever run made it)."""
-        return {"shared_set": self.name, "set_seconds": round(seconds, 3),
-                **({"set_made_seconds": self.seconds} if self.seconds is not None else {})}
+    def record(self, seconds: float, kind: str = "set") -> dict:
+        """A run's record of a shared file it trained over, by its `kind` (`RECORDED`): `shared_set` (the file),
+        `set_seconds` (the `seconds` this run spent getting it: making it, or waiting for it and reading it) and,
+        where known, `set_made_seconds` (what making it cost, whichever run made it); `shared_outputs`, ... for the
+        teacher's outputs over it."""
+        return {f"shared_{kind}": self.name, f"{kind}_seconds": round(seconds, 3),
+                **({f"{kind}_made_seconds": self.seconds} if self.seconds is not None else {})}
+
+
+# the kinds of shared file a run records (`Made.record`): its training set (augmented, or the BiLSTM's transfer set)
+# and the teacher's outputs over it
+RECORDED = ("set", "outputs")
 
 
 def cached_timed(path, read, make, write) -> tuple[object, Made]:

@@ -220,6 +220,7 @@ def test_recipe_export_and_parity_at_micro_scale(tmp_path, tokenizer):
     assert result["complete"] and result["original_examples"] == 48 and 48 < result["train_examples"] <= 48 * 4
     assert result["training"][0]["cpu"] and result["training"][0]["precision"] in ("no", "bf16")  # its rows' CPU
     assert result["teacher_outputs_precision"] in ("no", "bf16") and result["set_made_seconds"] > 0  # made its set
+    assert result["shared_outputs"].startswith("outputs/") and result["outputs_made_seconds"] > 0  # and the logits
     assert result["teacher_dev"] == json.loads((tmp_path / "teacher" / "results.json").read_text())["metrics"]["dev"]
     assert 0.3 < result["metrics"]["dev"]["accuracy"] < 0.8  # 872 sentences after 8 steps
     predictions = (tmp_path / "bilstm" / "dev_predictions.tsv").read_text().splitlines()

@@ -248,20 +248,22 @@ def saved_teacher(out, tokenizer):
 
 def test_teacher_outputs_are_cached_and_invalidated_when_the_teacher_changes(tmp_path, tokenizer):
     model, split = saved_teacher(tmp_path, tokenizer)
-    first, cached, seconds = teacher_outputs(tmp_path, model, split)
-    assert not cached and seconds >= 0 and first["teacher_logits"].shape == (10, 2) and first["teacher_cls"].shape == (10, 4, 96)
+    first, made = teacher_outputs(tmp_path, model, split)
+    assert not made.cached and made.seconds >= 0 and made.name.startswith("outputs/")
+    assert first["teacher_logits"].shape == (10, 2) and first["teacher_cls"].shape == (10, 4, 96)
     with torch.no_grad():
         logits = model(*(torch.from_numpy(split.arrays[k]) for k in ("input_ids", "attention_mask",
                                                                       "token_type_ids")))
     assert np.allclose(first["teacher_logits"], logits.numpy(), atol=1e-5)
-    again, cached, again_seconds = teacher_outputs(tmp_path, model, split)
-    assert cached and np.array_equal(again["teacher_cls"], first["teacher_cls"])
-    assert again_seconds == seconds  # the computing run's seconds, read back from the file
+    again, read = teacher_outputs(tmp_path, model, split)
+    assert read.cached and np.array_equal(again["teacher_cls"], first["teacher_cls"])
+    assert (read.seconds, read.name) == (made.seconds, made.name)  # the computing run's seconds, read back
     with torch.no_grad():
         model.classifier.bias += 1.0
     save_pretrained(model, tmp_path, tokenizer)
-    changed, cached, _ = teacher_outputs(tmp_path, model, split)
-    assert not cached and np.allclose(changed["teacher_logits"], first["teacher_logits"] + 1.0, atol=1e-5)
+    changed, remade = teacher_outputs(tmp_path, model, split)
+    assert not remade.cached and remade.name != made.name
+    assert np.allclose(changed["teacher_logits"], first["teacher_logits"] + 1.0, atol=1e-5)
 
 
 def flipped(kept: Path) -> None:
@@ -273,9 +275,9 @@ def flipped(kept: Path) -> None:
 
 def test_teacher_outputs_in_bf16_stay_near_fp32_are_cached_apart_and_auto_keeps_its_choice(tmp_path, tokenizer):
     model, split = saved_teacher(tmp_path, tokenizer)
-    fp32, _, _ = teacher_outputs(tmp_path, model, split)
-    bf16, cached, _ = teacher_outputs(tmp_path, model, split, precision="bf16")
-    assert not cached and len(list((tmp_path / "outputs").glob("*-bf16.safetensors"))) == 1  # not fp32's file
+    fp32, _ = teacher_outputs(tmp_path, model, split)
+    bf16, made = teacher_outputs(tmp_path, model, split, precision="bf16")
+    assert not made.cached and len(list((tmp_path / "outputs").glob("*-bf16.safetensors"))) == 1  # not fp32's file
     scale = np.abs(fp32["teacher_logits"]).max()
     assert 0 < np.abs(fp32["teacher_logits"] - bf16["teacher_logits"]).max() < 0.05 * scale
     assert np.abs(fp32["teacher_cls"].astype(np.float32) - bf16["teacher_cls"].astype(np.float32)).max() < 0.1
@@ -289,8 +291,8 @@ def test_teacher_outputs_in_bf16_stay_near_fp32_are_cached_apart_and_auto_keeps_
     flipped(kept)  # the kept choice, not a new probe, decides: the other precision's outputs, from their file
     other = outputs_precision(model, split, "auto", kept)["precision"]
     assert other != first["precision"]
-    found, cached, _ = teacher_outputs(tmp_path, model, split, precision=other)
-    assert cached and np.array_equal(found["teacher_logits"], {"no": fp32, "bf16": bf16}[other]["teacher_logits"])
+    found, made = teacher_outputs(tmp_path, model, split, precision=other)
+    assert made.cached and np.array_equal(found["teacher_logits"], {"no": fp32, "bf16": bf16}[other]["teacher_logits"])
 
 
 def test_masked_lm_candidates_in_bf16_are_near_fp32s_and_their_augmented_set_is_cached_apart(tmp_path, tokenizer,
@@ -352,7 +354,7 @@ def test_a_run_waits_for_the_teacher_outputs_another_run_is_computing(tmp_path, 
     first = FileLock(f"{path}.lock")
     first.acquire()  # the first run, computing
     second = {}
-    thread = threading.Thread(target=lambda: second.update(zip(("arrays", "cached", "seconds"),
+    thread = threading.Thread(target=lambda: second.update(zip(("arrays", "made"),
                                                                 teacher_outputs(tmp_path, model, split))))
     thread.start()
     thread.join(2.0)
@@ -361,7 +363,7 @@ def test_a_run_waits_for_the_teacher_outputs_another_run_is_computing(tmp_path, 
     save_file(written, str(path))
     first.release()
     thread.join(60)
-    assert not thread.is_alive() and second["cached"] and second["seconds"] is None  # a file without the time
+    assert not thread.is_alive() and second["made"].cached and second["made"].seconds is None  # a file without the time
     assert np.array_equal(second["arrays"]["teacher_logits"], written["teacher_logits"])
 
 
@@ -415,6 +417,9 @@ def test_each_recipe_end_to_end_at_micro_scale(tmp_path, small_corpus, tokenizer
     proc = run_module("mobilekd.recipes.finetune", "--model", tmp_path / "distilbert", "--teacher",
                       tmp_path / "t_sst2", "--method", "kd", *ft, "--out", tmp_path / "kd")
     assert "from the cache" in proc.stdout  # one teacher pass per training set, whatever the method
+    made, read = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("pkd", "kd"))
+    assert made["shared_outputs"] == read["shared_outputs"] and made["outputs_made_seconds"] > 0  # its cost kept ...
+    assert read["outputs_made_seconds"] == made["outputs_made_seconds"] > read["outputs_seconds"]  # ... read back
     run_module("mobilekd.recipes.finetune", "--model", tmp_path / "tinybert", "--teacher", tmp_path / "t_sst2",
                "--method", "tinybert", "--augment", 2, "--augment-model", teacher, *ft, "--out", tmp_path / "tiny")
     result = json.loads((tmp_path / "tiny" / "results.json").read_text())

@@ -392,12 +392,17 @@ def test_quality_cost_curves_charge_every_run_of_a_shared_set_what_making_it_cos
         write_json(d / "results.json", {"complete": True, "metrics": {"dev": {"accuracy": 0.55}}, "steps": 10,
                                         "best_metric": "accuracy", "lr": 1e-4, "wall_seconds": wall,
                                         **({"shared_set": "augmented/a", "set_seconds": got,
-                                            "set_made_seconds": 300.0} if got is not None else {})})
+                                            "set_made_seconds": 300.0} if got is not None else {}),
+                                        # seed 1 read its teacher's outputs over the set, which took another run 80 s
+                                        **({"shared_outputs": "outputs/s1", "outputs_seconds": 0.5,
+                                            "outputs_made_seconds": 80.0} if (method, seed) == ("tinybert-td", 1)
+                                           else {})})
     found, curves = quality.rows(out, ["rte"], [1], tmp_path / "quality.json")  # seed 1 alone: its maker unseen
-    assert [c["cpu_seconds"] for c in curves if c["method"] == "tinybert-td"] == [700.0 - 0.5 + 300 + 100 + 50 + 200]
+    seed1 = 700.0 - 0.5 + 300 + 100 + 50 + 200 + 80 - 0.5
+    assert [c["cpu_seconds"] for c in curves if c["method"] == "tinybert-td"] == [seed1]
     found, curves = quality.rows(out, ["rte"], [0, 1], tmp_path / "quality.json")
     charged = {c["seed"]: c["cpu_seconds"] for c in curves if c["method"] == "tinybert-td"}
-    assert charged == {0: 1000.0 + 100 + 50 + 200, 1: 700.0 - 0.5 + 300 + 100 + 50 + 200}
+    assert charged == {0: 1000.0 + 100 + 50 + 200, 1: seed1}
     assert {r["seed"]: (r["train_seconds"], r["set_seconds"]) for r in found if r["method"] == "tinybert-td"} == {
         0: (1000.0, 300.0), 1: (700.0, 0.5)}
     teacher = [c["cpu_seconds"] for c in curves if c["method"] == "teacher"]
@@ -504,6 +509,12 @@ def test_quality_wall_estimate_counts_a_shared_cached_set_once():
                   for r in rows]
     hours, _ = quality.wall_estimate(unrecorded, chosen)
     assert hours * 2 * 3600 == pytest.approx(3 * (1250 + 1000) / 2 + 3 * 500)
+    # the teacher's outputs over the set, a file of each seed's teacher, the same way: seed 0's run computed its
+    # teacher's (40 s), seed 1's read its teacher's from the cache a run outside the plan filled (60 s there)
+    outputs = [{**rows[1], "shared_outputs": "outputs/s0", "outputs_seconds": 40.0, "outputs_made_seconds": 40.0},
+               {**rows[2], "shared_outputs": "outputs/s1", "outputs_seconds": 0.5, "outputs_made_seconds": 60.0}]
+    hours, _ = quality.wall_estimate([rows[0], *outputs, rows[3]], chosen)
+    assert hours * 2 * 3600 == pytest.approx(3 * (960 + 998.5) / 2 + 300 + 40 + 60 + 3 * 300 + 200)
 
 
 def test_quality_judges_the_student_measured_over_the_most_seeds():

@@ -40,9 +40,9 @@ def member_outputs(teacher_dirs: list[Path], task: Task, splits: list, device="c
     for d in teacher_dirs:
         teacher = fine_tuned_classifier(d, task, "teacher").to(device).eval()
         for out, split in zip(logits, splits):
-            arrays, hit, _ = teacher_outputs(d, teacher, split, with_cls=False)
+            arrays, made = teacher_outputs(d, teacher, split, with_cls=False)
             out.append(arrays["teacher_logits"])
-            cached += hit
+            cached += made.cached
     return [np.stack(x) for x in logits], cached
 
 

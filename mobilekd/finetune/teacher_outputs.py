@@ -25,7 +25,7 @@ from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
 from mobilekd.data.tasks import INPUTS
-from mobilekd.fileio import cached_file, file_digest, timed
+from mobilekd.fileio import Made, cached_file, file_digest, timed
 from mobilekd.train.precision import decide_inference_precision, median_window, parameters, read_only_flag
 
 
@@ -86,11 +86,14 @@ def compute(teacher, split, batch_size: int = 64, with_cls: bool = True,
 
 
 def teacher_outputs(teacher_dir, teacher, split, with_cls: bool = True, precision: str = "no") -> \
-        tuple[dict[str, np.ndarray], bool, float | None]:
-    """The teacher's outputs over `split` (its logits alone without `with_cls`) in `precision` (`compute`), whether
-    they came from the cache, and the seconds they took (`cached_arrays`)."""
+        tuple[dict[str, np.ndarray], Made]:
+    """The teacher's outputs over `split` (its logits alone without `with_cls`) in `precision` (`compute`), and how
+    this run got them: from the cache or computed, the seconds computing them took whichever run did
+    (`cached_arrays`), and the cache file's name (`outputs/<key>`, what the runs that read it share)."""
     path = Path(teacher_dir) / "outputs" / f"{cache_key(teacher_dir, split, with_cls, precision)}.safetensors"
-    return cached_arrays(path, len(split), lambda: compute(teacher, split, with_cls=with_cls, precision=precision))
+    arrays, cached, seconds = cached_arrays(path, len(split), lambda: compute(teacher, split, with_cls=with_cls,
+                                                                              precision=precision))
+    return arrays, Made(cached, seconds, f"outputs/{path.stem}")
 
 
 def cached_arrays(path: Path, n: int, make) -> tuple[dict[str, np.ndarray], bool, float | None]:

@@ -120,7 +120,7 @@ def run(args, accelerator):
     teacher = fine_tuned_classifier(args.teacher, task, "teacher").to(accelerator.device).eval()
     tokenizer = load_tokenizer(args.teacher)
     examples = training_subset(task.train, args.max_train_examples, args.subset_seed)
-    originals, began, shared = len(examples), time.time(), {}  # shared: the transfer set's record (`Made.record`)
+    originals, began, shared = len(examples), time.time(), {}  # shared: the transfer set's and outputs' records
     if args.augment:
         examples, made = cached_transfer_set(examples, args.augment, args.augment_seed, Path(args.cache_dir),
                                              p_mask=args.p_mask, p_pos=args.p_pos, p_ng=args.p_ng)
@@ -131,11 +131,14 @@ def run(args, accelerator):
     if args.loss == "kd":
         outputs_pass = outputs_precision(teacher, train, pass_flag(args, "teacher_outputs_precision"),
                                          Path(args.cache_dir) / PRECISION_FILE, with_cls=False)
-        outputs, cached, _ = teacher_outputs(args.teacher, teacher, train, with_cls=False,
-                                             precision=outputs_pass["precision"])
+        began = time.time()
+        outputs, made = teacher_outputs(args.teacher, teacher, train, with_cls=False,
+                                        precision=outputs_pass["precision"])
+        shared = {**shared, **made.record(time.time() - began, "outputs")}
         train.arrays["teacher_logits"] = outputs["teacher_logits"]
         train.arrays["labels"] = transfer_labels(task, train.arrays["labels"], outputs["teacher_logits"], originals)
-        print(f"teacher logits over {len(train)} examples: " + ("from the cache" if cached else "computed and cached") +
+        print(f"teacher logits over {len(train)} examples: " +
+              ("from the cache" if made.cached else "computed and cached") +
               f"; the teacher's pass {describe(outputs_pass)}")
         kd = Distillation(alpha=args.alpha, logits="mse")
     pair = examples[0].text_b is not None

@@ -182,7 +182,7 @@ def run(args, accelerator):
             :max(1, round(args.selection_fraction * len(train_examples)))].tolist())
         splits = {"selection": [e for i, e in enumerate(train_examples) if i in held], **splits}
         train_examples = [e for i, e in enumerate(train_examples) if i not in held]
-    augment_pass, shared = None, {}  # shared: the augmented set's record (`Made.record`)
+    augment_pass, shared = None, {}  # shared: the augmented set's and the teacher's outputs' records (`Made.record`)
     if not args.eval_only and args.augment:
         if task.head == "qa":
             raise UserError("--augment (TinyBERT's) works on sentence tasks, not on SQuAD")
@@ -220,10 +220,12 @@ def run(args, accelerator):
     if teacher is not None and task.head != "qa":
         outputs_pass = outputs_precision(teacher, train_split, pass_flag(args, "teacher_outputs_precision"),
                                          Path(args.cache_dir) / PRECISION_FILE)
-        outputs, cached, _ = teacher_outputs(args.teacher, teacher, train_split, precision=outputs_pass["precision"])
+        began = time.time()
+        outputs, made = teacher_outputs(args.teacher, teacher, train_split, precision=outputs_pass["precision"])
+        shared = {**shared, **made.record(time.time() - began, "outputs")}
         train_split.arrays.update(outputs)
         print(f"teacher outputs over {len(train_split)} training examples: " +
-              ("from the cache" if cached else "computed and cached") +
+              ("from the cache" if made.cached else "computed and cached") +
               f"; the teacher's pass {describe(outputs_pass)}")
     kd = None
     if teacher is not None:
