@@ -148,8 +148,8 @@ TEACHER_LONG = {"sst2": "3"}
 AUGMENTED_EPOCHS = "3"
 # subset2-narrow-kd-aug-long's epochs over the augmented set: at 3, STS-B's dev Pearson still rose over the third
 # epoch (seeds 0-2: +0.024, +0.012, +0.011 from step 3,360 to the last, 4,758), as the learning rate decayed
-# subset2-narrow-kd-aug-wide-long's: over -wide's 2, STS-B's dev Pearson still rose over the last of -wide's 8
-# evaluations (seeds 0-2: +0.44, +0.70, +0.68 points from step 6,790 to 8,548)
+# subset2-narrow-kd-aug-wide-long's: over -wide's 2, STS-B's dev Pearson still rose over its last two evaluations
+# (seeds 0-2: +0.44, +0.70, +0.68 points from step 6,790 to 8,548)
 SET_EPOCHS = {"subset2-narrow-kd-aug-long": "6", "subset2-narrow-kd-aug-wide": "2",
               "subset2-narrow-kd-aug-wide-long": "3"}
 INTERMEDIATE_EPOCHS = {"sst2": "1"}  # TinyBERT's step 1 (default: the students' epochs)
@@ -302,16 +302,24 @@ def unshared_seconds(r: dict) -> float:
 
 
 def set_costs(found: list[dict]) -> dict[str, float]:
-    """Each cached file the runs of `found` shared (`shared_set`: the augmented set, the BiLSTM's transfer set;
-    `shared_outputs`: the teacher's outputs over it) -> what making it cost (`set_made_seconds`,
-    `outputs_made_seconds`, whichever run made it)."""
+    """Each cached set the runs of `found` shared (`shared_set`: the augmented set, the BiLSTM's transfer set) -> what
+    making it cost (`set_made_seconds`, whichever run made it)."""
     costs = {}
     for r in found:
-        for kind in RECORDED:
-            if r.get(f"{kind}_made_seconds") is not None:
-                name = r[f"shared_{kind}"]
-                costs[name] = max(costs.get(name, 0.0), r[f"{kind}_made_seconds"])
+        if r.get("set_made_seconds") is not None:
+            costs[r["shared_set"]] = max(costs.get(r["shared_set"], 0.0), r["set_made_seconds"])
     return costs
+
+
+def outputs_costs(found: list[dict]) -> float:
+    """The teachers' passes over the training sets of the runs of `found` (`outputs_made_seconds`, whichever run
+    made them), each file once, for SEEDS_ASKED seeds: a file is one seed's teacher's over one set, read by every
+    run of that seed over it, so per task SEEDS_ASKED times the mean over the measured seeds of the seed's files."""
+    files: dict[str, dict[int, dict[str, float]]] = {}
+    for r in found:
+        if r.get("outputs_made_seconds") is not None:
+            files.setdefault(r["task"], {}).setdefault(r["seed"], {})[r["shared_outputs"]] = r["outputs_made_seconds"]
+    return sum(SEEDS_ASKED * statistics.mean(sum(f.values()) for f in seeds.values()) for seeds in files.values())
 
 
 def steps_per_epoch(task: str) -> int:
@@ -797,11 +805,10 @@ def wall_estimate(results: list[dict], chosen=tuple(METHODS)) -> tuple[float, di
     WORKERS runs at a time, from the seconds its rows recorded: every planned run (and the TF-IDF and Model Maker
     baselines) at the mean `train_seconds` of its task and method's measured seeds, every shared stage once
     (`start_seconds`), the sum spread over the workers; and what no row records yet (method -> its tasks, "stages"
-    -> their names), which it leaves out. A cached file the planned runs share (TinyBERT's augmented set, the
-    BiLSTM's transfer set, a seed's teacher's outputs over a set) counts once, at what making it cost (`set_costs`),
-    where rows record that (`own_seconds`), whichever run made it, in the plan or not. A teacher's outputs are its
-    seed's: where a run is measured on fewer seeds than asked, only its measured seeds' count. Its bias has no known
-    sign: rows timed beside other work, and rows that do not record it (runs before mobilekd
+    -> their names), which it leaves out. A cached set the planned runs share (TinyBERT's augmented set, the
+    BiLSTM's transfer set) counts once, at what making it cost (`set_costs`), and a seed's teacher's outputs over a
+    set once a seed (`outputs_costs`), where rows record that (`own_seconds`), whichever run made them, in the plan
+    or not. Its bias has no known sign: rows timed beside other work, and rows that do not record it (runs before mobilekd
     kept it), which count their set's making in every seed, make it larger; what it leaves out, exports and timing,
     Model Maker's install and its runs before the others, and the wait for the stages, make it smaller."""
     cpu, missing, starts, planned = 0.0, {}, set(), []
@@ -816,7 +823,7 @@ def wall_estimate(results: list[dict], chosen=tuple(METHODS)) -> tuple[float, di
                 continue
             cpu += SEEDS_ASKED * statistics.mean(own_seconds(r) for r in measured.values())
             planned += measured.values()
-    cpu += sum(set_costs(planned).values())
+    cpu += sum(set_costs(planned).values()) + outputs_costs(planned)
     for start in sorted(starts):
         seconds = [r["start_seconds"] for r in results if r.get("start_seconds") is not None
                    and r["method"] in METHODS and METHODS[r["method"]][1] == start]

@@ -116,8 +116,9 @@ def timed(make) -> tuple[object, float]:
 
 
 class Made(NamedTuple):
-    """How a run got a value `cached_timed` keeps: from the file or made here, what making it cost whichever run
-    made it, and the file's name (what the runs that share it share)."""
+    """How a run got a value a cache file keeps (`cached_timed`'s, or the teacher's outputs: `teacher_outputs`): from
+    the file or made here, what making it cost whichever run made it, and the file's name (what the runs that share
+    it share)."""
     cached: bool
     seconds: float | None  # None for a file made before mobilekd kept the seconds
     name: str

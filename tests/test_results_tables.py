@@ -509,12 +509,16 @@ def test_quality_wall_estimate_counts_a_shared_cached_set_once():
                   for r in rows]
     hours, _ = quality.wall_estimate(unrecorded, chosen)
     assert hours * 2 * 3600 == pytest.approx(3 * (1250 + 1000) / 2 + 3 * 500)
-    # the teacher's outputs over the set, a file of each seed's teacher, the same way: seed 0's run computed its
-    # teacher's (40 s), seed 1's read its teacher's from the cache a run outside the plan filled (60 s there)
+    # the teacher's outputs over a set, a file of each seed's teacher, once a seed: seed 0's TinyBERT run computed
+    # its teacher's (40 s) and another planned run of seed 0 read the same file; seed 1's read its teacher's from
+    # the cache a run outside the plan filled (60 s there); seed 2, unmeasured, at their mean
     outputs = [{**rows[1], "shared_outputs": "outputs/s0", "outputs_seconds": 40.0, "outputs_made_seconds": 40.0},
-               {**rows[2], "shared_outputs": "outputs/s1", "outputs_seconds": 0.5, "outputs_made_seconds": 60.0}]
-    hours, _ = quality.wall_estimate([rows[0], *outputs, rows[3]], chosen)
-    assert hours * 2 * 3600 == pytest.approx(3 * (960 + 998.5) / 2 + 300 + 40 + 60 + 3 * 300 + 200)
+               {**rows[2], "shared_outputs": "outputs/s1", "outputs_seconds": 0.5, "outputs_made_seconds": 60.0},
+               {**run("pkt-kd", 0, 500.0), "shared_outputs": "outputs/s0", "outputs_seconds": 0.2,
+                "outputs_made_seconds": 40.0}]
+    hours, _ = quality.wall_estimate([rows[0], *outputs, rows[3]], (*chosen, "pkt-kd"))
+    assert hours * 2 * 3600 == pytest.approx(3 * (960 + 998.5) / 2 + 300 + 3 * (500 - 0.2) + 3 * (40 + 60) / 2
+                                             + 3 * 300 + 200)
 
 
 def test_quality_judges_the_student_measured_over_the_most_seeds():
