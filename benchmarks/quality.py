@@ -288,8 +288,8 @@ def methods_for(task: str, chosen=tuple(METHODS)) -> list[str]:
 
 def own_seconds(r: dict) -> float:
     """A run's seconds without those it spent getting each cached file it shared (`RECORDED`: its set, the teacher's
-    outputs over it), where what making the file cost is known (so that it is counted once, `set_costs`): its own
-    work, the same whichever run made the file."""
+    outputs over it), where what making the file cost is known (so that it is counted once: `set_costs`,
+    `outputs_costs`): its own work, the same whichever run made the file."""
     return r["train_seconds"] - sum(r[f"{kind}_seconds"] for kind in RECORDED
                                     if r.get(f"{kind}_made_seconds") is not None)
 
