@@ -101,7 +101,7 @@ from benchmarks.runner import (RESUMABLE, VERDICTS, WITHIN, Job, by_seed, column
                                finetune_rows, finished_results, mean_std_cell, merge_rows, method_table, metric_rank,
                                paired_differences, task_panels, values, verdict, with_needs, within)
 from mobilekd.errors import UserError
-from mobilekd.fileio import RECORDED, REPO_ROOT, read_json, save_png
+from mobilekd.fileio import RECORDED, REPO_ROOT, read_json, record_keys, save_png
 
 # task -> (--max-len, the teacher's epochs, the students' epochs); SST-2's 67,349 examples are 2,105 steps an epoch
 TASKS = {"sst2": ("64", "1", "2"), "mrpc": ("128", "3", "5"), "stsb": ("64", "3", "5"), "cola": ("64", "3", "5"),
@@ -290,15 +290,20 @@ def own_seconds(r: dict) -> float:
     """A run's seconds without those it spent getting each cached file it shared (`RECORDED`: its set, the teacher's
     outputs over it), where what making the file cost is known (so that it is counted once: `set_costs`,
     `outputs_costs`): its own work, the same whichever run made the file."""
-    return r["train_seconds"] - sum(r[f"{kind}_seconds"] for kind in RECORDED
-                                    if r.get(f"{kind}_made_seconds") is not None)
+    return r["train_seconds"] - sum(got for got, _ in shared_files(r))
 
 
 def unshared_seconds(r: dict) -> float:
     """What making the cached files a run read cost, beyond what it spent getting them (`own_seconds`' files): the
     making a run that read a file is charged, as the run that made it was."""
-    return sum(r[f"{kind}_made_seconds"] - r[f"{kind}_seconds"] for kind in RECORDED
-               if r.get(f"{kind}_made_seconds") is not None)
+    return sum(made - got for got, made in shared_files(r))
+
+
+def shared_files(r: dict) -> list[tuple[float, float]]:
+    """For each cached file a run (its row or results) records what making it cost (`RECORDED`): the seconds the run
+    spent getting it, and what making it cost, whichever run made it."""
+    keys = [record_keys(kind)[1:] for kind in RECORDED]
+    return [(r[got], r[made]) for got, made in keys if r.get(made) is not None]
 
 
 def set_costs(found: list[dict]) -> dict[str, float]:
@@ -315,10 +320,11 @@ def outputs_costs(found: list[dict]) -> float:
     """The teachers' passes over the training sets of the runs of `found` (`outputs_made_seconds`, whichever run
     made them), each file once, for SEEDS_ASKED seeds: a file is one seed's teacher's over one set, read by every
     run of that seed over it, so per task SEEDS_ASKED times the mean over the measured seeds of the seed's files."""
+    name, _, made = record_keys("outputs")
     files: dict[str, dict[int, dict[str, float]]] = {}
     for r in found:
-        if r.get("outputs_made_seconds") is not None:
-            files.setdefault(r["task"], {}).setdefault(r["seed"], {})[r["shared_outputs"]] = r["outputs_made_seconds"]
+        if r.get(made) is not None:
+            files.setdefault(r["task"], {}).setdefault(r["seed"], {})[r[name]] = r[made]
     return sum(SEEDS_ASKED * statistics.mean(sum(f.values()) for f in seeds.values()) for seeds in files.values())
 
 
@@ -808,9 +814,10 @@ def wall_estimate(results: list[dict], chosen=tuple(METHODS)) -> tuple[float, di
     -> their names), which it leaves out. A cached set the planned runs share (TinyBERT's augmented set, the
     BiLSTM's transfer set) counts once, at what making it cost (`set_costs`), and a seed's teacher's outputs over a
     set once a seed (`outputs_costs`), where rows record that (`own_seconds`), whichever run made them, in the plan
-    or not. Its bias has no known sign: rows timed beside other work, and rows that do not record it (runs before mobilekd
-    kept it), which count their set's making in every seed, make it larger; what it leaves out, exports and timing,
-    Model Maker's install and its runs before the others, and the wait for the stages, make it smaller."""
+    or not. Its bias has no known sign: rows timed beside other work, and rows that do not record it (runs before
+    mobilekd kept it), which count their set's making in every seed, make it larger; what it leaves out, exports
+    and timing, Model Maker's install and its runs before the others, and the wait for the stages, make it
+    smaller."""
     cpu, missing, starts, planned = 0.0, {}, set(), []
     for task in TASKS:
         for method in [*methods_for(task, chosen), "tfidf", *(["model-maker"] if task == "sst2" else [])]:

@@ -29,7 +29,7 @@ from safetensors import safe_open
 
 from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.errors import UserError
-from mobilekd.fileio import RECORDED, REPO_ROOT, atomic_path, read_json, write_json
+from mobilekd.fileio import RECORDED, REPO_ROOT, atomic_path, read_json, record_keys, write_json
 from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, transformers_extras
 from mobilekd.recipes import export
@@ -38,7 +38,7 @@ from mobilekd.train.precision import cpu_model
 
 RESUMABLE = ["--threads", "1", "--resume"]
 # a run's record of the cached files it shared (`Made.record`): its training set and the teacher's outputs over it
-SHARED = tuple(k for kind in RECORDED for k in (f"shared_{kind}", f"{kind}_seconds", f"{kind}_made_seconds"))
+SHARED = tuple(k for kind in RECORDED for k in record_keys(kind))
 
 
 @dataclass

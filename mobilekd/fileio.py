@@ -128,13 +128,19 @@ class Made(NamedTuple):
         `set_seconds` (the `seconds` this run spent getting it: making it, or waiting for it and reading it) and,
         where known, `set_made_seconds` (what making it cost, whichever run made it); `shared_outputs`, ... for the
         teacher's outputs over it."""
-        return {f"shared_{kind}": self.name, f"{kind}_seconds": round(seconds, 3),
-                **({f"{kind}_made_seconds": self.seconds} if self.seconds is not None else {})}
+        name, got, made = record_keys(kind)
+        return {name: self.name, got: round(seconds, 3), **({made: self.seconds} if self.seconds is not None else {})}
 
 
 # the kinds of shared file a run records (`Made.record`): its training set (augmented, or the BiLSTM's transfer set)
 # and the teacher's outputs over it
 RECORDED = ("set", "outputs")
+
+
+def record_keys(kind: str) -> tuple[str, str, str]:
+    """The keys of a run's record of a shared file of `kind` (`Made.record`): the file's name, the seconds the run
+    spent getting it, and what making it cost (e.g. `shared_set`, `set_seconds`, `set_made_seconds`)."""
+    return f"shared_{kind}", f"{kind}_seconds", f"{kind}_made_seconds"
 
 
 def cached_timed(path, read, make, write) -> tuple[object, Made]:
