@@ -816,6 +816,10 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     w3 = wider["stsb/subset2-narrow-kd-aug-wide-long/0"]
     assert (w[w.index("--epochs") + 1], w3[w3.index("--epochs") + 1]) == ("2", "3") and rest(w3) == rest(w)
     assert abs(int(w3[w3.index("--eval-every") + 1]) / int(w[w.index("--eval-every") + 1]) - 1.5) < 0.01
+    # and a fourth: -wide-long's argv but for 4 epochs against 3
+    w4 = {j.name: j.argv for j in quality.jobs(tmp_path, ["stsb"], [0], ["subset2-narrow-kd-aug-wide-longer"])}[
+        "stsb/subset2-narrow-kd-aug-wide-longer/0"]
+    assert (w4[w4.index("--epochs") + 1], rest(w4)) == ("4", rest(w3))
     # TinyBERT at a smaller budget: tinybert-td's argv but for 2 epochs of layer matching and 3 of prediction; none on
     # SST-2 (no augmented set there)
     tiny = {j.name: j.argv for j in quality.jobs(tmp_path, ["mrpc", "sst2"], [0], ["tinybert-td", "tinybert-td-short"])}
