@@ -30,7 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mobilekd.errors import UserError, located
-from mobilekd.fileio import current_umask, read_lines
+from mobilekd.fileio import current_umask, file_digest, read_lines
 
 FORMAT_VERSION = 3  # 3: lines longer than an example are cut into pieces; held-out documents never train
 HELDOUT_EVERY = 20  # every 20th document is held out for evaluation
@@ -58,18 +58,10 @@ def read_documents(path):
         yield doc
 
 
-def _file_digest(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def cache_key(corpora, tokenizer, seq_len: int, seed: int) -> str:
     h = hashlib.sha256()
     for path in corpora:
-        h.update(_file_digest(path).encode())
+        h.update(file_digest(path).encode())
     vocab = sorted(tokenizer.get_vocab().items())
     h.update(json.dumps([vocab, tokenizer.do_lower_case if hasattr(tokenizer, "do_lower_case") else None,
                          seq_len, seed, FORMAT_VERSION, HELDOUT_EVERY, MAX_DOC_LINES]).encode())
