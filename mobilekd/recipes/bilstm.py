@@ -42,7 +42,7 @@ from mobilekd.data.tasks import encode_classification, load_task, task_data, tra
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.data.transfer_set import N_ITER, P_MASK, P_NG, P_POS, cached_transfer_set
 from mobilekd.errors import UserError, cli_entry
-from mobilekd.fileio import read_json, write_json
+from mobilekd.fileio import read_json, timed, write_json
 from mobilekd.finetune.evaluation import DevEvaluator, fine_tuned_classifier
 from mobilekd.finetune.objective import Distillation, task_loss
 from mobilekd.finetune.teacher_outputs import outputs_precision, teacher_outputs
@@ -120,21 +120,21 @@ def run(args, accelerator):
     teacher = fine_tuned_classifier(args.teacher, task, "teacher").to(accelerator.device).eval()
     tokenizer = load_tokenizer(args.teacher)
     examples = training_subset(task.train, args.max_train_examples, args.subset_seed)
-    originals, began, shared = len(examples), time.time(), {}  # shared: the transfer set's and outputs' records
+    originals, shared = len(examples), {}  # shared: the transfer set's and outputs' records (`Made.record`)
     if args.augment:
-        examples, made = cached_transfer_set(examples, args.augment, args.augment_seed, Path(args.cache_dir),
-                                             p_mask=args.p_mask, p_pos=args.p_pos, p_ng=args.p_ng)
-        shared = made.record(time.time() - began)
+        (examples, made), got = timed(lambda: cached_transfer_set(
+            examples, args.augment, args.augment_seed, Path(args.cache_dir), p_mask=args.p_mask, p_pos=args.p_pos,
+            p_ng=args.p_ng))
+        shared = made.record(got)
         print(f"transfer set: {originals} -> {len(examples)} examples" + (" (cached)" if made.cached else ""))
     train = encode_classification(task, examples, tokenizer, args.max_len)
     kd, outputs_pass = None, None
     if args.loss == "kd":
         outputs_pass = outputs_precision(teacher, train, pass_flag(args, "teacher_outputs_precision"),
                                          Path(args.cache_dir) / PRECISION_FILE, with_cls=False)
-        began = time.time()
-        outputs, made = teacher_outputs(args.teacher, teacher, train, with_cls=False,
-                                        precision=outputs_pass["precision"])
-        shared = {**shared, **made.record(time.time() - began, "outputs")}
+        (outputs, made), got = timed(lambda: teacher_outputs(args.teacher, teacher, train, with_cls=False,
+                                                             precision=outputs_pass["precision"]))
+        shared = {**shared, **made.record(got, "outputs")}
         train.arrays["teacher_logits"] = outputs["teacher_logits"]
         train.arrays["labels"] = transfer_labels(task, train.arrays["labels"], outputs["teacher_logits"], originals)
         print(f"teacher logits over {len(train)} examples: " +

@@ -32,7 +32,7 @@ from mobilekd.data.tasks import (DEFAULTS, TASK_NAMES, default_lr, defaults_text
                                  load_task, task_data, training_subset)
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
-from mobilekd.fileio import read_json, write_json
+from mobilekd.fileio import read_json, timed, write_json
 from mobilekd.flags import at_least, fill_unset
 from mobilekd.finetune.baseline import bag_of_words_baseline
 from mobilekd.finetune.evaluation import DevEvaluator, build_model, require_labels
@@ -188,12 +188,12 @@ def run(args, accelerator):
             raise UserError("--augment (TinyBERT's) works on sentence tasks, not on SQuAD")
         if not (Path(args.augment_model) / "model.safetensors").is_file():
             raise UserError(f"{args.augment_model}: no model here (model.safetensors) for --augment-model")
-        n, began = len(train_examples), time.time()
-        train_examples, made, augment_pass = augmented(
+        n = len(train_examples)
+        (train_examples, made, augment_pass), got = timed(lambda: augmented(
             train_examples, Path(args.augment_model), args.augment, args.augment_seed, Path(args.cache_dir),
             load=_mlm_model, flag=pass_flag(args, "augment_precision"),
-            precision_cache=Path(args.cache_dir) / PRECISION_FILE)
-        shared = made.record(time.time() - began)
+            precision_cache=Path(args.cache_dir) / PRECISION_FILE))
+        shared = made.record(got)
         print(f"augmented: {n} -> {len(train_examples)} training examples" + (" (cached)" if made.cached else "") +
               f"; the masked-LM pass {describe(augment_pass)}")
     dev = {name: (examples, *encode(examples)) for name, examples in splits.items()}
@@ -220,9 +220,9 @@ def run(args, accelerator):
     if teacher is not None and task.head != "qa":
         outputs_pass = outputs_precision(teacher, train_split, pass_flag(args, "teacher_outputs_precision"),
                                          Path(args.cache_dir) / PRECISION_FILE)
-        began = time.time()
-        outputs, made = teacher_outputs(args.teacher, teacher, train_split, precision=outputs_pass["precision"])
-        shared = {**shared, **made.record(time.time() - began, "outputs")}
+        (outputs, made), got = timed(lambda: teacher_outputs(args.teacher, teacher, train_split,
+                                                             precision=outputs_pass["precision"]))
+        shared = {**shared, **made.record(got, "outputs")}
         train_split.arrays.update(outputs)
         print(f"teacher outputs over {len(train_split)} training examples: " +
               ("from the cache" if made.cached else "computed and cached") +
