@@ -569,6 +569,34 @@ def test_quality_judges_the_student_measured_over_the_most_seeds():
            "(tinybert-td-aug - tinybert-td-long) | +0.0083 ± 0.0029 [n=3] | > 0 | holds |" in augmented
 
 
+def test_quality_ship_table_gives_each_tasks_judged_student_and_names_the_goals_it_misses():
+    """The table a user reads first: per task, the student the goals judge, its score, share of the teacher and
+    margin over TF-IDF seed by seed, its file and Pixel 4 estimate, and which of its task's goals do not hold."""
+    from benchmarks import quality
+
+    def run(task, metric, method, values, **extra):
+        return [{"task": task, "method": method, "seed": s, "metric": metric, "value": v, **extra}
+                for s, v in enumerate(values)]
+
+    timed = {"pixel4_ms": 5.4, "tflite_bytes": 24_200_000, "student": "tinybert4_h156"}
+    rows = (run("sst2", "accuracy", "teacher", [0.90, 0.90, 0.90], pixel4_ms=33.0)
+            + run("sst2", "accuracy", "tinybert-td", [0.88, 0.89, 0.885], **timed)
+            + run("sst2", "accuracy", "tfidf", [0.82] * 3) + run("sst2", "accuracy", "majority", [0.51] * 3)
+            + run("sst2", "accuracy", "model-maker", [0.82] * 3)
+            + run("cola", "matthews_corr", "teacher", [0.26, 0.24, 0.28])
+            + run("cola", "matthews_corr", "tinybert-td", [0.18, 0.19, 0.19], **timed)
+            + run("cola", "matthews_corr", "tfidf", [0.15] * 3))
+    lines = quality.ship_table(rows).splitlines()
+    assert lines[2] == ("| sst2 (accuracy) | tinybert4_h156 | `tinybert-td` | 0.8850 ± 0.0050 [n=3] | 98.3 ± 0.6% | "
+                        "+6.5 ± 0.5 | 24.2 | 5.4 | 4 of 5 hold (model-maker tie) |")
+    assert lines[3] == ("| cola (matthews_corr) | tinybert4_h156 | `tinybert-td` | 0.1867 ± 0.0058 [n=3] | "
+                        "72.1 ± 6.2% | +3.7 ± 0.6 | 24.2 | 5.4 | 1 of 2 hold (the share of the teacher fails) |")
+    # the same goals, judged the same way, stand in the goal table
+    goals = quality.goals(rows)
+    assert "| sst2: tinybert-td - model-maker | +0.0650 ± 0.0050 [n=3] | > 0.06 | tie |" in goals
+    assert "| cola: tinybert-td / teacher | 0.7208 ± 0.0617 [n=3] | >= 0.9 | fails |" in goals
+
+
 def test_quality_shares_of_the_teacher_are_over_the_teacher_that_taught_each_run():
     """A seed's teacher made again replaces that seed's teacher row; a run records the teacher that taught it
     (`teacher_value`), and its share is over that one; a row from before runs recorded it, over the seed's row."""
