@@ -38,7 +38,7 @@ from mobilekd.train.precision import cpu_model
 
 RESUMABLE = ["--threads", "1", "--resume"]
 # a run's record of the cached files it shared (`Made.record`): its training set and the teacher's outputs over it
-SHARED = tuple(k for kind in RECORDED for k in record_keys(kind))
+SHARED_RECORD = tuple(k for kind in RECORDED for k in record_keys(kind))
 
 
 @dataclass
@@ -232,7 +232,7 @@ def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> lis
         return []
     dev = next(iter((metrics or r["metrics"]).values()))
     shared = {"params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"],
-              **trained_on(r), **{k: r[k] for k in SHARED if k in r}}
+              **trained_on(r), **{k: r[k] for k in SHARED_RECORD if k in r}}
     names = [r["best_metric"]] + [m for m in dev if m != r["best_metric"]]
     taught = {k: r[k] for k in ("teacher_digest",) if k in r}  # the teacher that taught it (`teacher_record`)
     return [{**identity, "metric": m, "value": round(dev[m], 4), **shared, **taught,
