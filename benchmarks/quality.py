@@ -779,12 +779,6 @@ def student_goals(results: list[dict], task: str, metric: str, student: str) -> 
     return found
 
 
-def points(fractions: list[float], signed: bool = False) -> str:
-    """Fractions as points (x 100): mean ± std to one decimal, the mean alone for a single run."""
-    mean = f"{100 * statistics.mean(fractions):{'+' if signed else ''}.1f}"
-    return f"{mean} ± {100 * statistics.stdev(fractions):.1f}" if len(fractions) > 1 else mean
-
-
 def ship_table(results: list[dict]) -> str:
     """What to ship, task by task: the student the goals judge (`best_student`: the best mean among the students
     measured over the most seeds whose Pixel 4 estimate is at most a third of the teacher's), its dev score, its
@@ -792,6 +786,9 @@ def ship_table(results: list[dict]) -> str:
     many of its task's goals (`student_goals`) hold, naming those that do not."""
     lines = ["| task (metric) | student to ship | its recipe | dev, mean ± std | of the teacher | over TF-IDF "
              "(points) | .tflite MB | Pixel 4 ms (est.) | goals |", "|---|---|---|---|---|---|---|---|---|"]
+    def points(fractions, note="", signed=False):  # as points (x 100), the number of runs left to the score's cell
+        return mean_std_cell([100 * f for f in fractions], note, signed=signed, digits=1, runs=False)
+
     for task, metric in [c for c in columns(results) if metric_rank(*c) == 0]:
         best = best_student(results, task, metric)
         if best is None:
@@ -804,7 +801,7 @@ def ship_table(results: list[dict]) -> str:
                            for g in found.values() if g.verdict != "holds")
         held = sum(g.verdict == "holds" for g in found.values())
         cells = [mean_std_cell(values(results, task, metric, best)),
-                 f"{points(share.measured)}%" if share else "-", points(over.measured, signed=True) if over else "-",
+                 points(share.measured, "%") if share else "-", points(over.measured, signed=True) if over else "-",
                  f"{timed['tflite_bytes'] / 1e6:.1f}" if timed.get("tflite_bytes") else "-",
                  f"{timed['pixel4_ms']:.1f}" if timed else "-",
                  f"{held} of {len(found)} hold" + (f" ({missed})" if missed else "")]

@@ -271,11 +271,12 @@ def paired_differences(results: list[dict], task: str, metric: str, method: str,
     return list(paired_by_seed(results, task, metric, method, base).values())
 
 
-def mean_std_cell(values: list[float], note: str = "", signed: bool = False, digits: int = 4) -> str:
-    """A table cell: mean +- std over seeds, a note, and the number of runs (a single run: its value, no spread)."""
+def mean_std_cell(values: list[float], note: str = "", signed: bool = False, digits: int = 4, runs: bool = True) -> str:
+    """A table cell: mean +- std over seeds, a note, and (`runs`) the number of runs (a single run: its value, no
+    spread)."""
     mean = f"{statistics.mean(values):{'+' if signed else ''}.{digits}f}"
     spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
-    return f"{mean}{spread}{note} [n={len(values)}]"
+    return f"{mean}{spread}{note}" + (f" [n={len(values)}]" if runs else "")
 
 
 def method_table(results: list[dict], methods: list[str], shares=None) -> str:
