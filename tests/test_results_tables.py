@@ -567,6 +567,13 @@ def test_quality_judges_the_student_measured_over_the_most_seeds():
            "+0.0117 ± 0.0029 [n=3] | > 0 | holds |" in augmented
     assert "| sst2: the augmented set against 3 epochs of layer matching over the task's own examples adds " \
            "(tinybert-td-aug - tinybert-td-long) | +0.0083 ± 0.0029 [n=3] | > 0 | holds |" in augmented
+    # TinyBERT's own copies on CoLA, at close to the same steps: judged there against tinybert-td
+
+    def on_cola(rows_):
+        return [{**r, "task": "cola", "metric": "matthews_corr"} for r in rows_]
+    wide = quality.goals(on_cola(rows + three + run("tinybert-td-wide", [0.865, 0.87, 0.875], 1.0)))
+    assert "| cola: TinyBERT's own 30 new copies an example against 4, 1 + 1 epochs against 5 + 5, add " \
+           "(tinybert-td-wide - tinybert-td) | -0.0017 ± 0.0076 [n=3] | > 0 | tie |" in wide
 
 
 def test_quality_ship_table_gives_each_tasks_judged_student_and_names_the_goals_it_misses():
@@ -889,6 +896,17 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     assert a[a.index("--epochs") + 1] == one[one.index("--epochs") + 1] == "2"  # the prediction step's, over the set
     assert [quality.budget("sst2", m)["augment"] for m in ("tinybert-td-aug", "tinybert-td", "tinybert-td-long")] == [
         2, 0, 0]  # the rows record the copies an example
+    # TinyBERT over a wider augmented set (CoLA only): tinybert-td's argv but for TinyBERT's own 30 new copies an
+    # example over 1 epoch of each step against 5, its prediction step evaluated as often (EVAL_POINTS)
+    wide = {j.name: j.argv for j in quality.jobs(tmp_path, ["cola", "mrpc"], [0], ["tinybert-td", "tinybert-td-wide"])}
+    assert "mrpc/tinybert-td-wide/0" not in wide
+    w, td5 = wide["cola/tinybert-td-wide/0"], wide["cola/tinybert-td/0"]
+    assert [(a[a.index("--augment") + 1], a[a.index("--epochs") + 1]) for a in (w, td5)] == [("30", "1"), ("4", "5")]
+    assert "--intermediate-epochs" not in w  # step 1 runs step 2's epochs: 1
+    assert abs(int(w[w.index("--eval-every") + 1]) * 5 * 5 / (31 * int(td5[td5.index("--eval-every") + 1])) - 1) < 0.01
+    assert rest(without_copies(w)) == rest(without_copies(td5))
+    assert {k: quality.budget("cola", "tinybert-td-wide")[k] for k in ("augment", "epochs", "intermediate_epochs")} == {
+        "augment": 30, "epochs": 1.0, "intermediate_epochs": 1.0}
     # the narrowed subset by TinyBERT's two steps (SST-2 only): subset2-narrow-kd's argv but for TinyBERT's method and
     # 1 epoch of layer matching (3 in its -long run)
     td = {j.name: j.argv for j in quality.jobs(tmp_path, ["sst2", "mrpc"], [0],
