@@ -328,26 +328,28 @@ def shared_files(r: dict) -> list[tuple[float, float]]:
     return [(r[got], r[made]) for got, made in keys if r.get(made) is not None]
 
 
-def set_costs(found: list[dict]) -> dict[str, float]:
-    """Each cached set the runs of `found` shared (`shared_set`: the augmented set, the BiLSTM's transfer set) -> what
-    making it cost (`set_made_seconds`, whichever run made it)."""
+def set_costs(found: list[dict]) -> dict[tuple[str, str], float]:
+    """Each cached set the runs of `found` shared (`shared_set`: the augmented set, the BiLSTM's transfer set), as
+    (its task, its name) -> what making it cost (`set_made_seconds`, whichever run made it)."""
     costs = {}
     for r in found:
         if r.get("set_made_seconds") is not None:
-            costs[r["shared_set"]] = max(costs.get(r["shared_set"], 0.0), r["set_made_seconds"])
+            key = (r["task"], r["shared_set"])
+            costs[key] = max(costs.get(key, 0.0), r["set_made_seconds"])
     return costs
 
 
-def outputs_costs(found: list[dict]) -> float:
+def outputs_costs(found: list[dict]) -> dict[str, float]:
     """The teachers' passes over the training sets of the runs of `found` (`outputs_made_seconds`, whichever run
-    made them), each file once, for SEEDS_ASKED seeds: a file is one seed's teacher's over one set, read by every
-    run of that seed over it, so per task SEEDS_ASKED times the mean over the measured seeds of the seed's files."""
+    made them), each file once, for SEEDS_ASKED seeds, by task: a file is one seed's teacher's over one set, read by
+    every run of that seed over it, so SEEDS_ASKED times the mean over the measured seeds of the seed's files."""
     name, _, made = record_keys("outputs")
     files: dict[str, dict[int, dict[str, float]]] = {}
     for r in found:
         if r.get(made) is not None:
             files.setdefault(r["task"], {}).setdefault(r["seed"], {})[r[name]] = r[made]
-    return sum(SEEDS_ASKED * statistics.mean(sum(f.values()) for f in seeds.values()) for seeds in files.values())
+    return {task: SEEDS_ASKED * statistics.mean(sum(f.values()) for f in seeds.values())
+            for task, seeds in files.items()}
 
 
 def steps_per_epoch(task: str) -> int:
@@ -894,27 +896,29 @@ def goals(results: list[dict]) -> str:
 
 
 def report(results: list[dict]) -> str:
-    """The command's tables: what to ship per task, every method's scores, and the goals as measured."""
-    return f"{ship_table(results)}\n{table(results)}\n{goals(results)}"
+    """The command's tables: what to ship per task, every method's scores, the goals as measured, and where the
+    default plan's hours go."""
+    costs = costs_table(results)
+    return f"{ship_table(results)}\n{table(results)}\n{goals(results)}" + (f"\n{costs}" if costs else "")
 
 
 SEEDS_ASKED, HOURS_ASKED = 3, 6.0  # the issue's: 3 seeds, "within 6 hours on 2 cores"
 WORKERS = 2  # runs at a time on 2 cores: the --workers default (benchmarks/runner.py, comparison_flags)
 
 
-def wall_estimate(results: list[dict], chosen=tuple(METHODS)) -> tuple[float, dict[str, list[str]]]:
-    """An estimate of the wall hours of `python -m benchmarks.quality --methods chosen` over SEEDS_ASKED seeds with
-    WORKERS runs at a time, from the seconds its rows recorded: every planned run (and the TF-IDF and Model Maker
-    baselines) at the mean `train_seconds` of its task and method's measured seeds, every shared stage once
-    (`start_seconds`), the sum spread over the workers; and what no row records yet (method -> its tasks, "stages"
-    -> their names), which it leaves out. A cached set the planned runs share (TinyBERT's augmented set, the
-    BiLSTM's transfer set) counts once, at what making it cost (`set_costs`), and a seed's teacher's outputs over a
-    set once a seed (`outputs_costs`), where rows record that (`own_seconds`), whichever run made them, in the plan
-    or not. Its bias has no known sign: rows timed beside other work, and rows that do not record it (runs before
-    mobilekd kept it), which count their set's making in every seed, make it larger; what it leaves out, exports
-    and timing, Model Maker's install and its runs before the others, and the wait for the stages, make it
-    smaller."""
-    cpu, missing, starts, planned = 0.0, {}, set(), []
+SETS, OUTPUTS, STAGES = "cached sets", "teachers' outputs", "shared stages"  # plan_seconds' items beside the runs
+
+
+def plan_seconds(results: list[dict], chosen=tuple(METHODS)) -> tuple[dict[str, dict[str, float]],
+                                                                        dict[str, list[str]]]:
+    """The single-thread seconds of `python -m benchmarks.quality --methods chosen` over SEEDS_ASKED seeds, from the
+    seconds its rows recorded, by what spends them -> task -> seconds: every planned run (and the TF-IDF and Model
+    Maker baselines) at the mean of its task and method's measured seeds (`own_seconds`), times SEEDS_ASKED; a
+    cached set the planned runs share (TinyBERT's augmented set, the BiLSTM's transfer set) once, at what making it
+    cost (SETS: `set_costs`), and a seed's teacher's outputs over a set once a seed (OUTPUTS: `outputs_costs`), where
+    rows record that, whichever run made them, in the plan or not; every shared stage once (STAGES, under "all":
+    `start_seconds`); and what no row records yet (method -> its tasks, "stages" -> their names), left out."""
+    spent, missing, starts, planned = {}, {}, set(), []
     for task in TASKS:
         for method in [*methods_for(task, chosen), "tfidf", *(["model-maker"] if task == "sst2" else [])]:
             measured = {r["seed"]: r for r in results
@@ -924,25 +928,65 @@ def wall_estimate(results: list[dict], chosen=tuple(METHODS)) -> tuple[float, di
             if not measured:
                 missing.setdefault(method, []).append(task)
                 continue
-            cpu += SEEDS_ASKED * statistics.mean(own_seconds(r) for r in measured.values())
+            spent.setdefault(method, {})[task] = SEEDS_ASKED * statistics.mean(
+                own_seconds(r) for r in measured.values())
             planned += measured.values()
-    cpu += sum(set_costs(planned).values()) + outputs_costs(planned)
+    for (task, _), seconds in set_costs(planned).items():
+        spent.setdefault(SETS, {})[task] = spent.get(SETS, {}).get(task, 0.0) + seconds
+    if outputs := outputs_costs(planned):
+        spent[OUTPUTS] = outputs
     for start in sorted(starts):
         seconds = [r["start_seconds"] for r in results if r.get("start_seconds") is not None
                    and r["method"] in METHODS and METHODS[r["method"]][1] == start]
         if seconds:
-            cpu += max(seconds)
+            spent.setdefault(STAGES, {})["all"] = spent.get(STAGES, {}).get("all", 0.0) + max(seconds)
         else:
             missing.setdefault("stages", []).append(start)
-    return cpu / WORKERS / 3600, missing
+    return spent, missing
+
+
+def wall_estimate(results: list[dict], chosen=tuple(METHODS)) -> tuple[float, dict[str, list[str]]]:
+    """An estimate of the wall hours of `python -m benchmarks.quality --methods chosen` over SEEDS_ASKED seeds with
+    WORKERS runs at a time: `plan_seconds`' sum spread over the workers, and what it leaves out. Its bias has no
+    known sign: rows timed beside other work, and rows that do not record their cached set's making (runs before
+    mobilekd kept it), which count it in every seed, make it larger; what it leaves out, exports and timing, Model
+    Maker's install and its runs before the others, and the wait for the stages, make it smaller."""
+    spent, missing = plan_seconds(results, chosen)
+    return sum(sum(by_task.values()) for by_task in spent.values()) / WORKERS / 3600, missing
+
+
+def costs_table(results: list[dict]) -> str:
+    """Where the default plan's hours go: `plan_seconds` in single-thread hours by item and task, its total, and
+    the wall estimate over WORKERS (`wall_estimate`); empty where the rows are no plan (`plan_rows`)."""
+    results = plan_rows(results)
+    if not results:
+        return ""
+    spent, _ = plan_seconds(results, [DEFAULT])
+    cols = [*TASKS, "all"]
+    lines = [f"| single-thread hours, {SEEDS_ASKED} seeds | " + " | ".join(cols) + " | total |",
+             "|---|" + "---|" * (len(cols) + 1)]
+    for item, by_task in sorted(spent.items(), key=lambda kv: -sum(kv[1].values())):
+        cells = [f"{by_task[c] / 3600:.2f}" if c in by_task else "-" for c in cols]
+        lines.append(f"| {item} | " + " | ".join(cells) + f" | {sum(by_task.values()) / 3600:.2f} |")
+    total = sum(sum(by_task.values()) for by_task in spent.values()) / 3600
+    lines.append(f"| all, over {WORKERS} workers (the wall estimate) | " + " | ".join("" for _ in cols) +
+                 f" | {total:.2f} / {WORKERS} = {total / WORKERS:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plan_rows(results: list[dict]) -> list[dict]:
+    """The rows a plan's wall time is estimated from: runs on a CPU alone (a lent GPU's rows are another budget), and
+    none unless the methods' rows cover every task (a command run on some tasks, or the baselines alone, is no plan)."""
+    results = [r for r in results if "gpu" not in r]
+    return results if set(TASKS) <= {r["task"] for r in results if r["method"] in METHODS} else []
 
 
 def wall_goals(results: list[dict]) -> list[str]:
     """The issue's "the whole quality benchmark within 6 hours on 2 cores", estimated by `wall_estimate` for the
     default plan (the issue's table, `recipes`) and for every method (--methods all); only from rows of every task (a
     command run on some tasks prints none), and from runs on a CPU alone (a lent GPU's rows are another budget)."""
-    results = [r for r in results if "gpu" not in r]
-    if not set(TASKS) <= {r["task"] for r in results if r["method"] in METHODS}:  # the baselines alone: no plan
+    results = plan_rows(results)
+    if not results:
         return []
     lines = []
     for name, chosen in ((f"the default plan (teacher, baselines, {', '.join(RECIPES[1:])}; {SWAPS})", [DEFAULT]),

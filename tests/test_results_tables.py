@@ -478,6 +478,17 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
         / 2 / 3600)
     assert [line.rsplit("|", 2)[-2].strip() for line in quality.wall_goals(done)] == [
         "holds (an estimate)", "not judged (some runs left out)"]  # the default plan; every method (pkt unmeasured)
+    # where the hours go: each item by task (the stages under "all"), costliest first, its total, and the estimate
+    costs = quality.costs_table(done).splitlines()
+    assert costs[0] == "| single-thread hours, 3 seeds | sst2 | mrpc | stsb | cola | rte | all | total |"
+    assert [line.split(" | ")[0] for line in costs[2:]] == [
+        "| teacher", "| pkt-kd", "| shared stages", "| bilstm-kd-aug", "| subset2-narrow-kd", "| tinybert-td",
+        "| subset2-narrow-kd-aug-wide-longer", "| model-maker", "| tinybert-td-aug", "| tfidf",
+        "| all, over 2 workers (the wall estimate)"]
+    assert costs[2] == "| teacher | 0.83 | 0.83 | 0.83 | 0.83 | 0.83 | - | 4.17 |"  # 3 x 1,000 s a task
+    assert costs[4] == "| shared stages | - | - | - | - | - | 0.86 | 0.86 |"  # 400 + 2,000 + 85 + 600 s
+    assert costs[-1].endswith(f" | {2 * hours:.2f} / 2 = {hours:.2f} |")
+    assert quality.costs_table([r for r in done if r["task"] != "rte"]) == ""  # no plan: no table
     assert quality.wall_goals([r for r in done if r["task"] != "rte"]) == []  # a command run on some tasks
     # a lent GPU's runs are no estimate of 2 cores: its rows are left out, as if not run (here: RTE's)
     on_gpu = [{**r, "gpu": "NVIDIA H100 80GB HBM3"} if r["task"] == "rte" else r for r in done]
@@ -519,6 +530,8 @@ def test_quality_wall_estimate_counts_a_shared_cached_set_once():
     hours, _ = quality.wall_estimate([rows[0], *outputs, rows[3]], (*chosen, "pkt-kd"))
     assert hours * 2 * 3600 == pytest.approx(3 * (960 + 998.5) / 2 + 300 + 3 * (500 - 0.2) + 3 * (40 + 60) / 2
                                              + 3 * 300 + 200)
+    spent, _ = quality.plan_seconds([rows[0], *outputs, rows[3]], (*chosen, "pkt-kd"))
+    assert (spent[quality.SETS], spent[quality.OUTPUTS]) == ({"cola": 300 + 200}, {"cola": 3 * (40 + 60) / 2})
 
 
 def test_quality_judges_the_student_measured_over_the_most_seeds():
