@@ -35,8 +35,9 @@ from mobilekd.transfer.strategies import Distiller, PlanSettings, copy_shared_we
 from mobilekd.errors import cli_entry
 
 RESULTS = "docs/results/step_time.json"
-CONFIG = ("benchmark", "model", "batch", "seq_len", "thread_counts")  # a re-run of these replaces their rows
-BENCHMARKS = ("transfer_step", "teacher_step", "teacher_pass")
+# a re-run of these replaces their rows (precision: where a benchmark's rows carry one, as matching_step's do)
+CONFIG = ("benchmark", "model", "batch", "seq_len", "thread_counts", "precision")
+BENCHMARKS = ("transfer_step", "teacher_step", "teacher_pass", "matching_step")
 
 
 def host() -> dict:
@@ -81,7 +82,7 @@ def table(rows: list[dict]) -> str:
     """The step-time table: one line per ratio row, with the two times behind it."""
     if not rows:
         return ("no step-time rows yet (run python -m benchmarks.transfer_step / benchmarks.teacher_step / "
-                "benchmarks.teacher_pass)\n")
+                "benchmarks.teacher_pass / benchmarks.matching_step)\n")
     cpus = sorted({r["cpu"] for r in rows})
     lines = ["| benchmark | model | batch x seq | threads | step | A / B | A (ms) | B (ms) | ratio | reading |",
              "|---|---|---|---|---|---|---|---|---|---|"]

@@ -97,3 +97,24 @@ def test_step_rows_merge_by_configuration(tmp_path):
     assert table.count("| teacher_step |") == 2 and "| transfer_step |" not in table and "2 threads" in table
     table = run_module("benchmarks.transfer_step", "--table", "--results", results).stdout
     assert table.count("| transfer_step |") == 4 and "a PD step costs" in table  # stages 0 and 3, their sum; PD
+
+
+def test_matching_step_times_tinyberts_layer_matching_with_and_without_the_teacher(tmp_path):
+    """benchmarks.matching_step: the whole step, the step with the teacher's outputs given (its loss checked equal
+    before timing) and the teacher's forward, with their two ratios; a run in the other precision is kept beside."""
+    results = tmp_path / "step_time.json"
+    small = ["--batch", "2", "--seq-len", "8", "--rounds", "1", "--threads", "1", "--results", results]
+    out = run_module("benchmarks.matching_step", *small).stdout
+    assert "both losses" in out
+    rows = json.loads(results.read_text())
+    times = {r["variant"]: r["value"] for r in rows if r["metric"] == "seconds_per_step"}
+    assert set(times) == {"whole step", "step, teacher's outputs given", "teacher's forward"}
+    assert all(t > 0 for t in times.values())
+    ratios = {r["variant"]: r for r in rows if r["metric"] == "ratio"}
+    share = ratios["teacher's forward / whole step"]
+    assert abs(share["value"] - share["numerator_s"] / share["denominator_s"]) < 0.01 and share["precision"] == "bf16"
+    run_module("benchmarks.matching_step", *small, "--precision", "no")
+    both = json.loads(results.read_text())
+    assert len(both) == 2 * len(rows) and {r["precision"] for r in both} == {"bf16", "fp32"}
+    table = run_module("benchmarks.matching_step", "--table", "--results", results).stdout
+    assert table.count("| matching_step |") == 4 and "TinyBERT layer matching (fp32)" in table
