@@ -28,7 +28,7 @@ from contextlib import nullcontext
 
 import torch
 
-from benchmarks.transfer_step import finish, host, interleaved, ratio_row, shared_flags
+from benchmarks.transfer_step import CONFIG, finish, host, interleaved, ratio_row, shared_flags
 from mobilekd.data.tasks import INPUTS
 from mobilekd.errors import cli_entry
 from mobilekd.finetune.objective import intermediate_loss
@@ -40,6 +40,7 @@ from mobilekd.transfer.layer_maps import layer_map
 from mobilekd.transfer.objectives import projections_for, tinybert_matches
 
 TEACHER, STUDENT = "all-minilm-l6-v2", "tinybert4_h156"
+KEY = (*CONFIG, "precision")  # a run in one precision keeps the other's rows
 
 
 class GivenOutputs:
@@ -112,7 +113,7 @@ def main(argv=None):
     shared_flags(p)
     args = p.parse_args(argv)
     if args.table:
-        return finish(args, [])
+        return finish(args, [], KEY)
     torch.set_num_threads(args.threads)
     start = time.time()
     runs, about = steps(args.batch, args.seq_len, args.precision)
@@ -135,7 +136,7 @@ def main(argv=None):
     print(f"{found[-2]['reading']}; {found[-1]['reading']} (both losses {about['loss']:.5f} before timing)")
     wall = round(time.time() - start)
     print(f"took {wall} s")
-    return finish(args, [{**r, "run_seconds": wall} for r in found])
+    return finish(args, [{**r, "run_seconds": wall} for r in found], KEY)
 
 
 if __name__ == "__main__":

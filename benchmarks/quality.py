@@ -952,29 +952,41 @@ def wall_estimate(results: list[dict], chosen=tuple(METHODS)) -> tuple[float, di
     mobilekd kept it), which count it in every seed, make it larger; what it leaves out, exports and timing, Model
     Maker's install and its runs before the others, and the wait for the stages, make it smaller."""
     spent, missing = plan_seconds(results, chosen)
-    return sum(sum(by_task.values()) for by_task in spent.values()) / WORKERS / 3600, missing
+    return single_thread_hours(spent) / WORKERS, missing
+
+
+def single_thread_hours(spent: dict[str, dict[str, float]]) -> float:
+    """The sum of `plan_seconds`' seconds, in hours."""
+    return sum(sum(by_task.values()) for by_task in spent.values()) / 3600
+
+
+def left_out(missing: dict[str, list[str]]) -> str:
+    """What `plan_seconds` left out (no row records it yet), as a phrase: method (its tasks), stages (their names)."""
+    return "; ".join(f"{m} ({'every task' if m != 'stages' and len(t) == len(TASKS) else ', '.join(t)})"
+                     for m, t in missing.items())
 
 
 def costs_table(results: list[dict]) -> str:
-    """Where the default plan's hours go: `plan_seconds` in single-thread hours by item and task, its total, and
-    the wall estimate over WORKERS (`wall_estimate`); empty where the rows are no plan (`plan_rows`)."""
-    results = plan_rows(results)
+    """Where the default plan's hours go: `plan_seconds` in single-thread hours by item and task, costliest first,
+    their total, and that total over WORKERS (`wall_estimate`), then what it leaves out, if anything; empty where the
+    rows are no plan (`estimable_rows`)."""
+    results = estimable_rows(results)
     if not results:
         return ""
-    spent, _ = plan_seconds(results, [DEFAULT])
+    spent, missing = plan_seconds(results, [DEFAULT])
     cols = [*TASKS, "all"]
     lines = [f"| single-thread hours, {SEEDS_ASKED} seeds | " + " | ".join(cols) + " | total |",
              "|---|" + "---|" * (len(cols) + 1)]
     for item, by_task in sorted(spent.items(), key=lambda kv: -sum(kv[1].values())):
         cells = [f"{by_task[c] / 3600:.2f}" if c in by_task else "-" for c in cols]
         lines.append(f"| {item} | " + " | ".join(cells) + f" | {sum(by_task.values()) / 3600:.2f} |")
-    total = sum(sum(by_task.values()) for by_task in spent.values()) / 3600
+    total = single_thread_hours(spent)
     lines.append(f"| all, over {WORKERS} workers (the wall estimate) | " + " | ".join("" for _ in cols) +
                  f" | {total:.2f} / {WORKERS} = {total / WORKERS:.2f} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + (f"\nLeft out, no row records them yet: {left_out(missing)}.\n" if missing else "")
 
 
-def plan_rows(results: list[dict]) -> list[dict]:
+def estimable_rows(results: list[dict]) -> list[dict]:
     """The rows a plan's wall time is estimated from: runs on a CPU alone (a lent GPU's rows are another budget), and
     none unless the methods' rows cover every task (a command run on some tasks, or the baselines alone, is no plan)."""
     results = [r for r in results if "gpu" not in r]
@@ -983,9 +995,8 @@ def plan_rows(results: list[dict]) -> list[dict]:
 
 def wall_goals(results: list[dict]) -> list[str]:
     """The issue's "the whole quality benchmark within 6 hours on 2 cores", estimated by `wall_estimate` for the
-    default plan (the issue's table, `recipes`) and for every method (--methods all); only from rows of every task (a
-    command run on some tasks prints none), and from runs on a CPU alone (a lent GPU's rows are another budget)."""
-    results = plan_rows(results)
+    default plan (the issue's table, `recipes`) and for every method (--methods all), from `estimable_rows`."""
+    results = estimable_rows(results)
     if not results:
         return []
     lines = []
@@ -994,9 +1005,7 @@ def wall_goals(results: list[dict]) -> list[str]:
         hours, missing = wall_estimate(results, chosen)
         judged = ("fails" if hours > HOURS_ASKED else "not judged (some runs left out)" if missing else
                   "holds (an estimate)")
-        left = "; ".join(f"{m} ({'every task' if m != 'stages' and len(t) == len(TASKS) else ', '.join(t)})"
-                         for m, t in missing.items())
-        left = f"; left out, no row records them yet: {left}" if missing else ""
+        left = f"; left out, no row records them yet: {left_out(missing)}" if missing else ""
         lines.append(f"| wall time of {name}, {SEEDS_ASKED} seeds on {WORKERS} cores | about {hours:.1f} h "
                      f"(an estimate from the rows' seconds{left}) | <= {HOURS_ASKED:g} h | {judged} |")
     return lines

@@ -35,8 +35,7 @@ from mobilekd.transfer.strategies import Distiller, PlanSettings, copy_shared_we
 from mobilekd.errors import cli_entry
 
 RESULTS = "docs/results/step_time.json"
-# a re-run of these replaces their rows (precision: where a benchmark's rows carry one, as matching_step's do)
-CONFIG = ("benchmark", "model", "batch", "seq_len", "thread_counts", "precision")
+CONFIG = ("benchmark", "model", "batch", "seq_len", "thread_counts")  # a re-run of these replaces their rows
 BENCHMARKS = ("transfer_step", "teacher_step", "teacher_pass", "matching_step")
 
 
@@ -62,11 +61,11 @@ def interleaved(steps: dict, rounds: int, threads: dict | None = None) -> dict:
     return {n: (statistics.median(times[n]), losses[n]) for n in names}
 
 
-def merge(path, found: list[dict]) -> list[dict]:
-    """Write `found` into the rows at `path`, replacing the rows of the same configuration (CONFIG)."""
-    return merge_rows(path, found, key=CONFIG, order=lambda r: (BENCHMARKS.index(r["benchmark"]), r["model"],
-                                                                r["batch"], r["seq_len"], r["thread_counts"],
-                                                                r["metric"] != "ratio"))
+def merge(path, found: list[dict], key=CONFIG) -> list[dict]:
+    """Write `found` into the rows at `path`, replacing the rows of the same configuration (`key`: CONFIG)."""
+    return merge_rows(path, found, key=key, order=lambda r: (BENCHMARKS.index(r["benchmark"]), r["model"],
+                                                             r["batch"], r["seq_len"], r["thread_counts"],
+                                                             r["metric"] != "ratio"))
 
 
 def ratio_row(identity: dict, times: dict, path: str, numerator: str, denominator: str, reading: str,
@@ -98,12 +97,12 @@ def table(rows: list[dict]) -> str:
                                f"interleaved in one run.\n")
 
 
-def finish(args, found: list[dict]) -> int:
-    """Merge this run's rows (unless --table), print the table of this benchmark's rows in the file, and with
-    --write put it into its pages' blocks (benchmarks.runner.write_block)."""
+def finish(args, found: list[dict], key=CONFIG) -> int:
+    """Merge this run's rows (unless --table; `key`: what makes a configuration, `merge`), print the table of this
+    benchmark's rows in the file, and with --write put it into its pages' blocks (benchmarks.runner.write_block)."""
     path = REPO_ROOT / args.results
     if not args.table:
-        merge(path, found)
+        merge(path, found, key)
         print(f"{len(found)} rows of this run in {path}")
     return show_table(args, path, lambda rows: table([r for r in rows if r["benchmark"] == args.benchmark]))
 
