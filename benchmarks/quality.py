@@ -255,7 +255,7 @@ RECIPES = ("teacher", "pkt-kd", "subset2-narrow-kd", "tinybert-td", "bilstm-kd-a
 # augmented set (TD_AUGMENT) adds 0.89 +- 0.61 points over 3 epochs of layer matching on the task's own sentences
 # (tinybert-td-long, itself +0.37 +- 0.42 over 1, a tie; 5 seeds each); on CoLA TinyBERT over TinyBERT's own 30
 # copies a sentence (TD_WIDE_AUGMENT) has the higher mean, +1.5 +- 1.7 Matthews points over AUGMENT's 4 seed by seed
-# (a tie, 3 seeds) at close to the same steps and cost, and keeps 75% of the teacher against 70%; on RTE, where
+# (a tie, 3 seeds) at close to the same steps and cost, and keeps 75% of the teacher against 71%; on RTE, where
 # TinyBERT's student sits at the majority class at any budget measured, 2 + 3 epochs of its two steps
 # (tinybert-td-short) tie 5 + 5 (+0.36 +- 0.62 points, 3 seeds) at 0.43 of the seconds a run of their own
 TASK_RECIPES = {"stsb": {"subset2-narrow-kd": "subset2-narrow-kd-aug-wide-longer"},
