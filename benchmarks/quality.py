@@ -392,6 +392,11 @@ def teacher_epochs(task: str, method: str) -> str:
     return TEACHER_LONG.get(task, TASKS[task][1]) if method == "teacher-long" else TASKS[task][1]
 
 
+def two_steps(task: str, method: str) -> str:
+    """A run of TinyBERT's task distillation's epochs, "step 1 + step 2"."""
+    return f"{intermediate_epochs(task, method)} + {student_epochs(task, method)}"
+
+
 def epochs_against(n: str, what: str, m: str) -> str:
     """A goal line's "N epochs of WHAT against M add", in the singular where N is 1."""
     one = n == "1"
@@ -466,9 +471,9 @@ def task_jobs(out: Path, task: str, seed: int, chosen=tuple(METHODS)) -> list[Jo
             plan.append(Job(f"{task}/{method}/{seed}", [
                 "finetune", "--task", task, "--model", str(d[start]), "--epochs", student_epochs(task, method),
                 "--max-len", max_len, "--lr", STUDENT_LR, "--seed", str(seed), "--eval-every",
-                str(every(epochs) * (1 + int(copies(task, method))) * int(augmented_epochs(method))
-                    // int(AUGMENTED_EPOCHS) * int(STEP_EPOCHS.get(method, {}).get(task, epochs)) // int(epochs)
-                    if augmented else  # augmented: more steps (STEP_EPOCHS': fewer epochs of them)
+                str(every(epochs) * (1 + int(copies(task, method))) * int(student_epochs(task, method))
+                    // int(AUGMENTED_EPOCHS if method in AUGMENTED_ONLY else epochs)
+                    if augmented else  # augmented: more steps, over its own epochs
                     every(student_epochs(task, method))), *flags,
                 *(["--teacher", str(teacher)] if taught else []), "--out", str(r), *RESUMABLE],
                 r, [stage_of(start)] + ([f"{task}/{taught}/{seed}"] if taught else [])))
@@ -867,16 +872,14 @@ def goals(results: list[dict]) -> str:
                             f" own examples adds"),
                            ("tinybert-td-wide", "tinybert-td", f"TinyBERT's own {copies(task, 'tinybert-td-wide')} "
                             f"new copies an example against {copies(task, 'tinybert-td')}, "
-                            f"{intermediate_epochs(task, 'tinybert-td-wide')} + "
-                            f"{student_epochs(task, 'tinybert-td-wide')} epochs against "
-                            f"{intermediate_epochs(task, 'tinybert-td')} + {student_epochs(task, 'tinybert-td')}, add"),
+                            f"{two_steps(task, 'tinybert-td-wide')} epochs against {two_steps(task, 'tinybert-td')}, "
+                            f"add"),
                            ("tinybert-td-long-pred1", "tinybert-td-long",
                             epochs_against(student_epochs(task, "tinybert-td-long-pred1"),
                                            "TinyBERT's prediction step", student_epochs(task, "tinybert-td-long"))),
                            ("tinybert-td", "tinybert-td-short",
-                            f"{intermediate_epochs(task, 'tinybert-td')} + {student_epochs(task, 'tinybert-td')} "
-                            f"epochs of TinyBERT's two steps against {intermediate_epochs(task, 'tinybert-td-short')}"
-                            f" + {student_epochs(task, 'tinybert-td-short')} add"),
+                            f"{two_steps(task, 'tinybert-td')} epochs of TinyBERT's two steps against "
+                            f"{two_steps(task, 'tinybert-td-short')} add"),
                            ("subset2-narrow-kd-aug-long", "subset2-narrow-kd-aug",
                             f"{augmented_epochs('subset2-narrow-kd-aug-long')} epochs over it against "
                             f"{AUGMENTED_EPOCHS} add"),
@@ -938,14 +941,16 @@ def plan_seconds(results: list[dict], chosen=tuple(METHODS)) -> tuple[dict[str, 
                 own_seconds(r) for r in measured.values())
             planned += measured.values()
     for (task, _), seconds in set_costs(planned).items():
-        spent.setdefault(SETS, {})[task] = spent.get(SETS, {}).get(task, 0.0) + seconds
+        sets = spent.setdefault(SETS, {})
+        sets[task] = sets.get(task, 0.0) + seconds
     if outputs := outputs_costs(planned):
         spent[OUTPUTS] = outputs
     for start in sorted(starts):
         seconds = [r["start_seconds"] for r in results if r.get("start_seconds") is not None
                    and r["method"] in METHODS and METHODS[r["method"]][1] == start]
         if seconds:
-            spent.setdefault(STAGES, {})["all"] = spent.get(STAGES, {}).get("all", 0.0) + max(seconds)
+            stages = spent.setdefault(STAGES, {})
+            stages["all"] = stages.get("all", 0.0) + max(seconds)
         else:
             missing.setdefault("stages", []).append(start)
     return spent, missing
