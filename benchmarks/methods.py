@@ -190,18 +190,26 @@ ORDERINGS = [("kd", "ft", "KD >= FT"), ("pkd-skip", "kd", "PKD-Skip >= KD"), ("p
              ("distilbert", "ft", "DistilBERT init + distillation >= first-layers FT")]
 
 
-def orderings(results: list[dict]) -> str:
+def orderings(results: list[dict], resolve=lambda task, method: method, title: str = "ordering",
+              legend: bool = True) -> str:
     """The source documents' orderings, per task on its official metric: the paired difference (seed by seed) and
-    its verdict (`runner.verdict`: above zero by more than two standard errors)."""
+    its verdict (`runner.verdict`: above zero by more than two standard errors). `resolve(task, method)`: the method
+    of `results` that stands for one of METHODS on a task (benchmarks.quality's names for its full-set runs), or
+    None where none does; a task where no ordering has a pair is left out, and with none left, "" (no table).
+    `legend`: end with VERDICTS, what the verdicts mean (not where the page gives it already)."""
     cols = [c for c in columns(results) if metric_rank(*c) == 0]
-    lines = ["| ordering | " + " | ".join(t for t, _ in cols) + " |", "|---|" + "---|" * len(cols)]
+    cells = {}
     for a, b, name in ORDERINGS:
-        cells = []
-        for c in cols:
-            d = paired_differences(results, *c, a, b)
-            cells.append(judged_cell(d) if d else "-")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + f"\n\n{VERDICTS}\n"
+        for task, metric in cols:
+            pair = resolve(task, a), resolve(task, b)
+            d = paired_differences(results, task, metric, *pair) if None not in pair else []
+            cells[name, task] = judged_cell(d) if d else "-"
+    cols = [(t, m) for t, m in cols if any(cells[name, t] != "-" for _, _, name in ORDERINGS)]
+    if not cols:
+        return ""
+    lines = [f"| {title} | " + " | ".join(t for t, _ in cols) + " |", "|---|" + "---|" * len(cols)]
+    lines += [f"| {name} | " + " | ".join(cells[name, t] for t, _ in cols) + " |" for _, _, name in ORDERINGS]
+    return "\n".join(lines) + (f"\n\n{VERDICTS}\n" if legend else "\n")
 
 
 def plot(results: list[dict], path: Path) -> None:

@@ -22,6 +22,9 @@ on each task; every student learns from it. Task-agnostic stages run once and se
                   (`init ... --intermediate-size`, DynaBERT's importance: mobilekd/models/narrow.py), so that its
                   Pixel 4 estimate fits a third of the teacher's (subset2's is 0.1 ms over it)
     tinybert4     `tinybert4_h156` by TinyBERT's general distillation, TINYBERT_STEPS
+    bert3         the teacher's first 3 layers (`init --layers first:3`, BERT-PKD's start; --methods family)
+    distilbert    the teacher's layers 0, 3, 5 (`init --layers spread:3`) by DistilBERT's triple loss,
+                  DISTILBERT_STEPS (--methods family)
 
 Per task and seed (the seed draws the data order, the classifier's start and dropout), every run scored on the full
 dev set; a row's value is the model after the last step, not one picked on dev:
@@ -70,12 +73,17 @@ dev set; a row's value is the model after the last step, not one picked on dev:
     bilstm-kd-aug  Tang et al.'s BiLSTM with KD over its transfer set             (BiLSTM family)
     pkt            the PKT student on the labels alone   (ABLATION_TASKS only: what task KD adds)
     pkt-short-kd   the demo's shorter PKT student + KD   (ABLATION_TASKS only: what longer transfer adds)
+    bert3-ft, bert3-kd, bert3-pkd-skip, bert3-pkd-last  BERT-PKD's student fine-tuned on the labels, with logit KD,
+                   with PKD-Skip's and PKD-Last's patience loss (--methods family, FAMILY_METHODS)
+    distilbert-ft  DistilBERT's student fine-tuned on the labels (--methods family)
     tfidf, majority, model-maker (SST-2): the baselines, on the same training examples
 
 The default plan (`--methods recipes`) is the teacher, the baselines and one recipe per student family, RECIPES,
 each family's own on a task where measurement chose it (TASK_RECIPES: the narrowed subset over the wider augmented
 set on STS-B, TinyBERT over SST-2's augmented set and over CoLA's wider one, and at a smaller budget on RTE); the
-other methods measure what a change adds (docs/quality.md).
+other methods measure what a change adds (docs/quality.md). `--methods family` runs the source documents' family
+(FAMILY_METHODS) at these budgets, beside TinyBERT's and MobileBERT's runs, and the report judges benchmarks.methods'
+orderings over them (`family_orderings`).
 
 Fine-tuning runs evaluate on dev every EVAL_POINTS-th of their steps; the evaluations (mobilekd/finetune/evaluation.py
 writes them to history.json) are the cost curves: each point's CPU-seconds are the run's own wall seconds (one
@@ -122,6 +130,9 @@ ABLATION_TASKS = ("sst2", "mrpc")
 PKT_STEPS = ["--layer-steps", "500", "--pd-steps", "500"]
 PKT_SHORT_STEPS = teacher_value.TRANSFER[2:]  # the demo's: --layer-steps 50 --pd-steps 200
 TINYBERT_STEPS = ["--layer-steps", "300", "--pd-steps", "200"]
+# DistilBERT's triple loss into the teacher's layers 0, 3 and 5 (the family's runs, FAMILY_METHODS): TINYBERT_STEPS'
+# flags, 3 x 300 + 200 = 1,100 steps (benchmarks.methods ran 500)
+DISTILBERT_STEPS = TINYBERT_STEPS
 # subset2-narrow's FFN width: at 1,280 of 1,536 neurons its forward pass is 0.298 of the teacher's FLOPs at sequence
 # 128 (subset2's 0.333, whose Pixel 4 estimate, 11.3 ms, is 0.337 of the teacher's 33.5): a tenth under the third
 NARROW_FFN = "1280"
@@ -233,7 +244,22 @@ METHODS = {
     "bilstm-kd-aug": ("bilstm", None, [], "teacher"),
     "pkt": ("mobilebert", "pkt", ["--method", "ft"], None),
     "pkt-short-kd": ("mobilebert", "pkt-short", ["--method", "kd"], "teacher"),
+    "bert3-ft": ("bert3", "bert3", ["--method", "ft"], None),
+    "bert3-kd": ("bert3", "bert3", ["--method", "kd"], "teacher"),
+    "bert3-pkd-skip": ("bert3", "bert3", ["--method", "pkd-skip"], "teacher"),
+    "bert3-pkd-last": ("bert3", "bert3", ["--method", "pkd-last"], "teacher"),
+    "distilbert-ft": ("distilbert", "distilbert", ["--method", "ft"], None),
 }
+# the source documents' family at these budgets (--methods family; benchmarks.methods ran it on 1,000 examples a
+# task): BERT-PKD's students, the teacher's first 3 layers by FT, KD, PKD-Skip and PKD-Last, and DistilBERT's,
+# layers 0, 3, 5 distilled task-agnostically then fine-tuned; TinyBERT and MobileBERT are their families' rows above.
+# Not timed (no SST-2 run): 3 x 384 students are half the teacher's Pixel 4 estimate (docs/methods.md), above the
+# third the issue's goals allow
+FAMILY_METHODS = ("bert3-ft", "bert3-kd", "bert3-pkd-skip", "bert3-pkd-last", "distilbert-ft")
+FAMILY = "family"  # --methods' name of FAMILY_METHODS
+# benchmarks.methods' methods -> the runs here that stand for them (`family_method`)
+AS_METHODS = {"ft": "bert3-ft", "kd": "bert3-kd", "pkd-skip": "bert3-pkd-skip", "pkd-last": "bert3-pkd-last",
+              "distilbert": "distilbert-ft", "tinybert-aug": "tinybert-td", "mobilebert": "pkt"}
 # the methods that run only on some tasks: method -> those tasks
 ONLY_ON = {"teacher-long": TEACHER_LONG, "tinybert-td-teacher-long": TEACHER_LONG,
            "tinybert-td-long": LONG_INTERMEDIATE_EPOCHS,
@@ -267,7 +293,8 @@ BASELINES = ("tfidf", "majority", "model-maker")
 FAMILIES = {"teacher": "all-MiniLM-L6-v2 (adapted), 6 x 384", "mobilebert": "mobilebert_h384 (PKT)",
             "subset2": "teacher layers 0, 5 (2 x 384)",
             "subset2-narrow": f"teacher layers 0, 5, FFN {NARROW_FFN} of 1536 (2 x 384)", "tinybert": "tinybert4_h156",
-            "bilstm": "BiLSTM (Tang et al.)"}
+            "bilstm": "BiLSTM (Tang et al.)", "bert3": "teacher layers 0-2 (3 x 384)",
+            "distilbert": "teacher layers 0, 3, 5 by DistilBERT (3 x 384)"}
 EXPORTED = {"teacher": "teacher", "mobilebert": "pkt-kd", "subset2": "subset2-kd",
             "subset2-narrow": "subset2-narrow-kd", "tinybert": "tinybert-td",
             "bilstm": "bilstm-kd-aug"}  # family -> the method whose SST-2 model is exported and timed, but for
@@ -281,7 +308,8 @@ RESULTS = "docs/results/quality.json"  # the benchmark's rows (--results), relat
 def stage_dirs(out: Path) -> dict[str, Path]:
     s = out / "students"
     return {"adapt": out / "teacher", "pkt": s / "pkt", "pkt-short": s / "pkt_short", "subset2": s / "subset2",
-            "subset2-narrow": s / f"subset2_ffn{NARROW_FFN}", "tinybert4": s / "tinybert4"}
+            "subset2-narrow": s / f"subset2_ffn{NARROW_FFN}", "tinybert4": s / "tinybert4", "bert3": s / "bert3",
+            "spread3": s / "spread3", "distilbert": s / "distilbert"}
 
 
 def run_dir(out: Path, task: str, method: str, seed: int) -> Path:
@@ -430,11 +458,18 @@ def stage_jobs(out: Path) -> list[Job]:
                                         "--intermediate-size", NARROW_FFN], d["subset2-narrow"], ["adapt"]),
             Job("distill/tinybert4", [*distill, "tinybert", "--student", "tinybert4_h156", "--layer-map", "uniform",
                                       *TINYBERT_STEPS, "--out", str(d["tinybert4"]), *RESUMABLE], d["tinybert4"],
-                ["adapt"])]
+                ["adapt"]),
+            Job("init/bert3", ["init", str(teacher), str(d["bert3"]), "--layers", "first:3"], d["bert3"], ["adapt"]),
+            Job("init/spread3", ["init", str(teacher), str(d["spread3"]), "--layers", "spread:3"], d["spread3"],
+                ["adapt"]),
+            Job("distill/distilbert", [*distill, "distilbert", "--student", str(d["spread3"]), *DISTILBERT_STEPS,
+                                       "--out", str(d["distilbert"]), *RESUMABLE], d["distilbert"],
+                ["adapt", "init/spread3"])]
 
 
 def stage_of(name: str) -> str:
-    return {"adapt": "adapt", "subset2": "init/subset2", "subset2-narrow": "init/subset2-narrow"}.get(
+    return {"adapt": "adapt", "subset2": "init/subset2", "subset2-narrow": "init/subset2-narrow", "bert3": "init/bert3",
+            "spread3": "init/spread3"}.get(
         name, f"distill/{name}")
 
 
@@ -632,7 +667,8 @@ def budget(task: str, method: str) -> dict:
     b = {"epochs": float(teacher_epochs(task, method) if family == "teacher" else
                          BILSTM[BILSTM.index("--epochs") + 1] if family == "bilstm" else student_epochs(task, method)),
          "max_len": int(max_len)}
-    steps = {"pkt": PKT_STEPS, "pkt-short": PKT_SHORT_STEPS, "tinybert4": TINYBERT_STEPS}.get(start)
+    steps = {"pkt": PKT_STEPS, "pkt-short": PKT_SHORT_STEPS, "tinybert4": TINYBERT_STEPS,
+             "distilbert": DISTILBERT_STEPS}.get(start)
     if steps:
         b["agnostic_steps"] = f"{steps[1]} a layer + {steps[3]} PD"
     if start == "subset2-narrow":
@@ -904,11 +940,31 @@ def goals(results: list[dict]) -> str:
     return "\n".join(lines) + f"\n\n{VERDICTS}" + (f" {WITHIN}" if two_sided else "") + "\n"
 
 
+def family_method(task: str, method: str) -> str | None:
+    """The method of this benchmark that stands on `task` for benchmarks.methods' `method`, for the source documents'
+    orderings at these budgets (`family_orderings`), or None: the same student and task step over the full training
+    set (AS_METHODS); TinyBERT with augmentation as TASK_RECIPES gives it (augmented on every task), without only
+    where `tinybert-td` has no augmented set (SST-2: the same epochs, as benchmarks.methods' pair); MobileBERT's PKT
+    student fine-tuned on the labels (`pkt`, on ABLATION_TASKS)."""
+    if method == "tinybert":
+        return "tinybert-td" if copies(task, "tinybert-td") == "0" else None
+    return recipe(task, AS_METHODS[method]) if method in AS_METHODS else None
+
+
+def family_orderings(results: list[dict]) -> str:
+    """benchmarks.methods' orderings of the source documents' family over this benchmark's full-set runs
+    (`family_method`), where both methods of a pair ran; "" where none did. The goals' table above it says what
+    the verdicts mean."""
+    from benchmarks import methods
+    return methods.orderings(results, family_method, title="ordering (full training sets)", legend=False)
+
+
 def report(results: list[dict]) -> str:
-    """The command's tables: what to ship per task, every method's scores, the goals as measured, and where the
-    default plan's hours go."""
-    costs = costs_table(results)
-    return f"{ship_table(results)}\n{table(results)}\n{goals(results)}" + (f"\n{costs}" if costs else "")
+    """The command's tables: what to ship per task, every method's scores, the goals as measured, the source
+    documents' orderings at these budgets, and where the default plan's hours go."""
+    costs, family = costs_table(results), family_orderings(results)
+    return (f"{ship_table(results)}\n{table(results)}\n{goals(results)}" + (f"\n{family}" if family else "")
+            + (f"\n{costs}" if costs else ""))
 
 
 SEEDS_ASKED, HOURS_ASKED = 3, 6.0  # the issue's: 3 seeds, "within 6 hours on 2 cores"
@@ -1058,13 +1114,14 @@ def parse(argv=None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     comparison_flags(p, "runs/quality", RESULTS, list(TASKS), TASKS, plot="docs/quality.png")
     p.add_argument("--curves", default="docs/results/quality_cost.json", help="the cost curves' rows")
-    p.add_argument("--methods", nargs="+", choices=[*METHODS, DEFAULT, "all"], default=[DEFAULT],
+    p.add_argument("--methods", nargs="+", choices=[*METHODS, DEFAULT, FAMILY, "all"], default=[DEFAULT],
                    help=f"the methods to run (default {DEFAULT}, the issue's table: {', '.join(RECIPES)}; {SWAPS}; "
-                        "all: every method; a method's teacher runs with it)")
+                        f"{FAMILY}: {', '.join(FAMILY_METHODS)}; all: every method; a method's teacher runs with it)")
     p.add_argument("--no-model-maker", action="store_true", help="leave Model Maker out (it installs TensorFlow "
                                                                  "2.15 into a venv of its own under OUT)")
     args = p.parse_args(argv)
-    args.methods = list(METHODS) if "all" in args.methods else args.methods
+    args.methods = list(METHODS) if "all" in args.methods else [
+        m for name in args.methods for m in (FAMILY_METHODS if name == FAMILY else [name])]
     return args
 
 

@@ -1036,3 +1036,39 @@ def test_second_machine_compares_only_runs_made_with_the_same_settings():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_quality_runs_the_family_at_its_budgets_and_judges_the_source_documents_orderings_there(tmp_path):
+    """`--methods family` plans BERT-PKD's and DistilBERT's students over the full sets (their stages first, the
+    seed's teacher before its KD runs); the orderings of benchmarks.methods are judged over those runs seed by seed,
+    TinyBERT without augmentation only where tinybert-td has no augmented set, and a task with no pair is left out."""
+    from benchmarks import methods, quality
+
+    args = quality.parse(["--methods", "family", "pkt"])
+    assert args.methods == [*quality.FAMILY_METHODS, "pkt"]
+    plan = {j.name: j for j in quality.jobs(tmp_path, ["mrpc"], [0], args.methods)}
+    assert plan["distill/distilbert"].needs == ["adapt", "init/spread3"]
+    assert plan["mrpc/distilbert-ft/0"].needs == ["distill/distilbert"]
+    assert plan["mrpc/bert3-pkd-skip/0"].needs == ["init/bert3", "mrpc/teacher/0"]
+    argv = plan["mrpc/bert3-pkd-skip/0"].argv
+    assert argv[argv.index("--method") + 1] == "pkd-skip" and "--teacher" in argv and "--augment" not in argv
+    assert "--teacher" not in plan["mrpc/bert3-ft/0"].argv
+    assert quality.budget("mrpc", "distilbert-ft")["agnostic_steps"] == "300 a layer + 200 PD"
+
+    def run(task, method, values):
+        metric = {"mrpc": "f1", "sst2": "accuracy", "rte": "accuracy"}[task]
+        return [{"task": task, "method": method, "seed": s, "metric": metric, "value": v} for s, v in enumerate(values)]
+
+    rows = (run("mrpc", "bert3-ft", [0.80, 0.81, 0.82]) + run("mrpc", "bert3-kd", [0.83, 0.83, 0.84])
+            + run("mrpc", "tinybert-td", [0.82, 0.83, 0.83]) + run("sst2", "tinybert-td", [0.85, 0.86, 0.86])
+            + run("sst2", "tinybert-td-aug", [0.87, 0.87, 0.88]) + run("rte", "teacher", [0.55, 0.56, 0.57]))
+    assert quality.family_method("mrpc", "tinybert") is None  # MRPC's tinybert-td is augmented
+    assert [quality.family_method(t, "tinybert-aug") for t in ("sst2", "mrpc", "cola")] == [
+        "tinybert-td-aug", "tinybert-td", "tinybert-td-wide"]
+    lines = quality.family_orderings(rows).splitlines()
+    assert lines[0] == "| ordering (full training sets) | mrpc | sst2 |"  # RTE: no pair
+    assert "| KD >= FT | +0.0233 ± 0.0058 [n=3] holds | - |" in lines
+    assert "| TinyBERT aug >= no aug | - | +0.0167 ± 0.0058 [n=3] holds |" in lines
+    assert len(lines) == 2 + len(methods.ORDERINGS) and runner.VERDICTS not in quality.family_orderings(rows)
+    assert quality.family_orderings(run("rte", "teacher", [0.55])) == ""
+    assert quality.report(rows).count(runner.VERDICTS) == 1
