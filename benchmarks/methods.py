@@ -29,6 +29,10 @@ student was (6 x 50 layer steps + 200 PD steps):
 
 The 4-layer students of the teacher's width that issue 16 also names are not run: PKD-Skip has no every-other
 layer map from 6 teacher layers onto 4, and the budget holds one shape per method.
+
+At the full training sets (issue 34's budgets), `python -m benchmarks.quality --methods family` runs BERT-PKD's and
+DistilBERT's students beside that benchmark's TinyBERT and MobileBERT runs, and its report judges ORDERINGS over
+them (`quality.family_orderings`, docs/quality.md).
 """
 
 from __future__ import annotations
