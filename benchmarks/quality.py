@@ -112,7 +112,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import teacher_value
+from benchmarks import methods, teacher_value
 from benchmarks.baselines import baseline_rows
 from benchmarks.runner import (RESUMABLE, VERDICTS, WITHIN, Job, by_seed, columns, comparison, comparison_flags,
                                finetune_rows, finished_results, mean_std_cell, merge_rows, method_table, metric_rank,
@@ -963,7 +963,6 @@ def family_orderings(results: list[dict]) -> str:
     """benchmarks.methods' orderings of the source documents' family over this benchmark's full-set runs
     (`family_method`), where both methods of a pair ran; "" where none did. The goals' table above it says what
     the verdicts mean."""
-    from benchmarks import methods
     return methods.orderings(results, family_method, title="ordering (full training sets)", legend=False)
 
 
