@@ -100,6 +100,17 @@ def run_dir(out: Path, task: str, method: str, seed: int) -> Path:
     return out / "finetune" / task / method / f"seed{seed}"
 
 
+def family_stages(teacher: Path, bert3: Path, spread3: Path, distilbert: Path, steps: list[str]) -> list[Job]:
+    """BERT-PKD's and DistilBERT's starts from the adapted `teacher`: its first 3 layers (`init/bert3`), its layers
+    0, 3 and 5 (`init/spread3`), and those distilled by DistilBERT's triple loss for `steps` (`distill/distilbert`).
+    Shared with benchmarks.quality, which runs them at its own steps."""
+    return [Job("init/bert3", ["init", str(teacher), str(bert3), "--layers", "first:3"], bert3, ["adapt"]),
+            Job("init/spread3", ["init", str(teacher), str(spread3), "--layers", "spread:3"], spread3, ["adapt"]),
+            Job("distill/distilbert", ["distill", "--teacher", str(teacher), "--student", str(spread3), "--strategy",
+                                       "distilbert", *steps, "--out", str(distilbert), *RESUMABLE], distilbert,
+                ["adapt", "init/spread3"])]
+
+
 def jobs(out: Path, stages: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     """Every run in the order it should start: the shared stages, then seed by seed (partial results are whole
     seeds), then the exports and the latency report."""
@@ -108,13 +119,7 @@ def jobs(out: Path, stages: Path, tasks: list[str], seeds: list[int]) -> list[Jo
     s = out / "students"
     students = {"teacher": None, "bert3": s / "bert3", "distilbert": s / "distilbert", "tinybert4": s / "tinybert4",
                 "mobilebert": stages / "students" / "pkt"}
-    plan += [Job("init/bert3", ["init", str(base), str(s / "bert3"), "--layers", "first:3"], s / "bert3", ["adapt"]),
-             Job("init/spread3", ["init", str(base), str(s / "spread3"), "--layers", "spread:3"], s / "spread3",
-                 ["adapt"]),
-             Job("distill/distilbert", ["distill", "--teacher", str(base), "--student", str(s / "spread3"),
-                                        "--strategy", "distilbert", *GENERAL["distilbert"], "--out",
-                                        str(students["distilbert"]), *RESUMABLE], students["distilbert"],
-                 ["adapt", "init/spread3"]),
+    plan += [*family_stages(base, s / "bert3", s / "spread3", students["distilbert"], GENERAL["distilbert"]),
              Job("distill/tinybert", ["distill", "--teacher", str(base), "--student", "tinybert4_h156", "--strategy",
                                       "tinybert", "--layer-map", "uniform", *GENERAL["tinybert"], "--out",
                                       str(students["tinybert4"]), *RESUMABLE], students["tinybert4"], ["adapt"])]

@@ -467,12 +467,7 @@ def stage_jobs(out: Path) -> list[Job]:
             Job("distill/tinybert4", [*distill, "tinybert", "--student", "tinybert4_h156", "--layer-map", "uniform",
                                       *TINYBERT_STEPS, "--out", str(d["tinybert4"]), *RESUMABLE], d["tinybert4"],
                 ["adapt"]),
-            Job("init/bert3", ["init", str(teacher), str(d["bert3"]), "--layers", "first:3"], d["bert3"], ["adapt"]),
-            Job("init/spread3", ["init", str(teacher), str(d["spread3"]), "--layers", "spread:3"], d["spread3"],
-                ["adapt"]),
-            Job("distill/distilbert", [*distill, "distilbert", "--student", str(d["spread3"]), *DISTILBERT_STEPS,
-                                       "--out", str(d["distilbert"]), *RESUMABLE], d["distilbert"],
-                ["adapt", "init/spread3"])]
+            *methods.family_stages(teacher, d["bert3"], d["spread3"], d["distilbert"], DISTILBERT_STEPS)]
 
 
 def stage_of(name: str) -> str:
