@@ -470,7 +470,8 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
     assert quality.wall_estimate(done, [quality.DEFAULT])[1] == {subset_on_stsb: ["stsb"],
                                                                  "tinybert-td-aug": ["sst2"],
                                                                  "tinybert-td-wide": ["cola"],
-                                                                 "tinybert-td-short": ["rte"]}
+                                                                 "tinybert-td-short": ["rte"],
+                                                                 "bilstm-kd-aug-short": ["rte"]}
     done += [{"task": "stsb", "method": subset_on_stsb, "seed": 0, "metric": "pearson",
               "train_seconds": 400.0, "start_seconds": 85.0},
              {"task": "sst2", "method": "tinybert-td-aug", "seed": 0, "metric": "accuracy",
@@ -478,20 +479,23 @@ def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_
              {"task": "cola", "method": "tinybert-td-wide", "seed": 0, "metric": "matthews_corr",
               "train_seconds": 150.0, "start_seconds": 600.0},
              {"task": "rte", "method": "tinybert-td-short", "seed": 0, "metric": "accuracy",
-              "train_seconds": 40.0, "start_seconds": 600.0}]
+              "train_seconds": 40.0, "start_seconds": 600.0},
+             {"task": "rte", "method": "bilstm-kd-aug-short", "seed": 0, "metric": "accuracy",
+              "train_seconds": 30.0}]
     hours, missing = quality.wall_estimate(done, [quality.DEFAULT])
     assert missing == {} and hours == pytest.approx(
         (5 * 3 * (1000 + 500 + 3 * 100 + 2) + 3 * (400 - 100) + 3 * (250 - 100) + 3 * (150 - 100) + 3 * (40 - 100)
-         + 3 * 300 + 400 + 2000 + 85 + 600) / 2 / 3600)
+         + 3 * (30 - 100) + 3 * 300 + 400 + 2000 + 85 + 600) / 2 / 3600)
     assert [line.rsplit("|", 2)[-2].strip() for line in quality.wall_goals(done)] == [
         "holds (an estimate)", "not judged (some runs left out)"]  # the default plan; every method (pkt unmeasured)
     # where the hours go: each item by task (the stages under "all"), costliest first, its total, and the estimate
     costs = quality.costs_table(done).splitlines()
     assert costs[0] == "| single-thread hours, 3 seeds | sst2 | mrpc | stsb | cola | rte | all | total |"
     assert [line.split(" | ")[0] for line in costs[2:]] == [
-        "| teacher", "| pkt-kd", "| shared stages", "| bilstm-kd-aug", "| subset2-narrow-kd",
+        "| teacher", "| pkt-kd", "| shared stages", "| subset2-narrow-kd", "| bilstm-kd-aug",
         "| subset2-narrow-kd-aug-wide-longer", "| model-maker", "| tinybert-td-aug", "| tinybert-td",
-        "| tinybert-td-wide", "| tinybert-td-short", "| tfidf", "| all, over 2 workers (the wall estimate)"]
+        "| tinybert-td-wide", "| tinybert-td-short", "| bilstm-kd-aug-short", "| tfidf",
+        "| all, over 2 workers (the wall estimate)"]  # equal totals (1,200 s) in the plan's order
     assert costs[2] == "| teacher | 0.83 | 0.83 | 0.83 | 0.83 | 0.83 | - | 4.17 |"  # 3 x 1,000 s a task
     assert costs[4] == "| shared stages | - | - | - | - | - | 0.86 | 0.86 |"  # 400 + 2,000 + 85 + 600 s
     assert costs[-1].endswith(f" | {2 * hours:.2f} / 2 = {hours:.2f} |")
