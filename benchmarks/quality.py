@@ -216,8 +216,8 @@ PLOT_TASKS = ("sst2", "mrpc")  # the cost curves drawn: SST-2 and a pair task (a
 TEACHER_LR, STUDENT_LR = teacher_value.TEACHER_LR, teacher_value.STUDENT_LR
 BILSTM = ["--embedding-size", "64", "--loss", "kd"]
 # the BiLSTM's epochs over its transfer set, per method: 10 (`mobilekd bilstm`'s default; the official configs'
-# 30, confs/birnn_sst2.json, are over a set 10-20 times the training set); -short: 3, what the BiLSTM's 6.1 of the
-# default plan's 31.3 single-thread hours (docs/quality.md) can spare
+# 30, confs/birnn_sst2.json, are over a set 10-20 times the training set); -short: 3, to measure what the BiLSTM's
+# 6.1 of the default plan's 31.3 single-thread hours before it (docs/quality.md) can spare
 BILSTM_EPOCHS = {"bilstm-kd-aug": "10", "bilstm-kd-aug-short": "3"}
 
 TASK_DISTILLATION = ["--method", "tinybert"]  # TinyBERT's two steps: layer matching, then the prediction layer
@@ -299,9 +299,9 @@ RECIPES = ("teacher", "pkt-kd", "subset2-narrow-kd", "tinybert-td", "bilstm-kd-a
 # (a tie, 3 seeds) at close to the same steps and cost, and keeps 75% of the teacher against 71%; on RTE, where
 # TinyBERT's student sits at the majority class at any budget measured, 2 + 3 epochs of its two steps
 # (tinybert-td-short) tie 5 + 5 (+0.36 +- 0.62 points, 3 seeds) at 0.43 of the seconds a run of their own, and the
-# BiLSTM's 3 epochs over its transfer set (bilstm-kd-aug-short) are 0.60 +- 0.24 points above its 10 (3 seeds) at
+# BiLSTM's 3 epochs over its transfer set (bilstm-kd-aug-short) are 0.60 +- 0.42 points above its 10 (3 seeds) at
 # 0.36 of a run's seconds (the 10 on an Intel Xeon); on MRPC and CoLA 3 epochs tie 10 with lower means (-1.2 and
-# -3.1 points), on SST-2 and STS-B they cost 0.9 +- 0.1 and 1.1 +- 0.3 points (holds): there the BiLSTM keeps 10
+# -3.1 points), on SST-2 and STS-B they cost 0.9 +- 0.1 and 1.1 +- 0.5 points (holds): there the BiLSTM keeps 10
 TASK_RECIPES = {"stsb": {"subset2-narrow-kd": "subset2-narrow-kd-aug-wide-longer"},
                 "sst2": {"tinybert-td": "tinybert-td-aug"}, "cola": {"tinybert-td": "tinybert-td-wide"},
                 "rte": {"tinybert-td": "tinybert-td-short", "bilstm-kd-aug": "bilstm-kd-aug-short"}}
@@ -927,7 +927,7 @@ def goals(results: list[dict]) -> str:
                             epochs_against(student_epochs(task, "tinybert-td-long-pred1"),
                                            "TinyBERT's prediction step", student_epochs(task, "tinybert-td-long"))),
                            ("bilstm-kd-aug", "bilstm-kd-aug-short", epochs_against(
-                               BILSTM_EPOCHS["bilstm-kd-aug"], "the BiLSTM's transfer set",
+                               BILSTM_EPOCHS["bilstm-kd-aug"], "the BiLSTM's training over its transfer set",
                                BILSTM_EPOCHS["bilstm-kd-aug-short"])),
                            ("tinybert-td", "tinybert-td-short",
                             f"{two_steps(task, 'tinybert-td')} epochs of TinyBERT's two steps against "
