@@ -25,7 +25,7 @@ from mobilekd.errors import UserError, cli_entry, last_line, located
 from mobilekd.export.parity import TFLiteRunner
 from mobilekd.export.seq2seq import SentenceTiming, is_seq2seq_file
 from mobilekd.fileio import read_json, write_json
-from mobilekd.train.precision import cpu_model  # noqa: F401 (the benchmarks read it here)
+from mobilekd.host import identity
 
 
 def _status_mb(field: str) -> float:
@@ -97,7 +97,7 @@ def measure(paths: list, threads: list[int], runs: int, warmup: int) -> dict:
         for path, model_times in zip(paths, interleaved(runners, runs, warmup)):
             results[str(path)]["by_threads"].append(_stats(model_times, t))
         del runners
-    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "models": results,
+    return {"cpu": identity()["cpu"], "cpu_count": os.cpu_count(), "host": identity(), "models": results,
             "peak_rss_mb": round(_status_mb("VmHWM"), 1),
             "start_rss_mb": round(_START_RSS, 1)}
 

@@ -31,7 +31,7 @@ from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.finetune.baseline import bag_of_words_baseline
 from mobilekd.finetune.metrics import classification_metrics
 from mobilekd.recipes import finetune
-from mobilekd.train.precision import cpu_model
+from mobilekd.host import cpu_model, identity
 
 # benchmark -> (its results file, its fine-tuning flags per task (the students' where teacher and students differ),
 # its order of tasks (None: by name) and of methods, as the benchmark sorts its file)
@@ -67,7 +67,7 @@ def baseline_rows(task_name: str, flags: list[str], seed: int) -> list[dict]:
     task, train, dev = examples(task_name, flags, seed)
     tfidf, cpu = bag_of_words_baseline(task, train, dev, seed), cpu_model()
     found = [{"task": task_name, "method": "tfidf", "seed": seed, "metric": m, "value": round(v, 4),
-              "train_examples": len(train), "train_seconds": tfidf["seconds"], "cpu": cpu}
+              "train_examples": len(train), "train_seconds": tfidf["seconds"], "cpu": cpu, "host": identity()["id"]}
              for m, v in tfidf["metrics"].items()]
     always = majority(task, train, dev)
     found += [{"task": task_name, "method": "majority", "seed": seed, "metric": m, "value": round(v, 4),

@@ -37,10 +37,11 @@ from typing import NamedTuple
 
 from benchmarks.quality import stage_dirs as quality_stages
 from benchmarks.runner import RESUMABLE, VERDICTS, Job, by_seed, comparison, comparison_flags, mean_std_cell, \
-    paired_by_seed, paired_differences, verdict, whole_plan_wall
+    paired_by_seed, paired_differences, verdict, whole_plan_wall, write_rows
 from benchmarks import teacher_value
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
+from mobilekd.host import UNKNOWN
 from mobilekd import flags
 from mobilekd.rundir import finished_results, trained_on
 
@@ -181,7 +182,7 @@ def current(row: dict) -> bool:
 def drop_stale(path: Path) -> None:
     """Rows of a recipe the benchmark no longer runs leave the results file: a changed setting re-runs the task."""
     if path.is_file():
-        write_json(path, [r for r in read_json(path) if current(r)])
+        write_rows(path, [r for r in read_json(path) if current(r)])
 
 
 def generations_file(d: Path, task: str) -> Path:
@@ -269,6 +270,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     if wall is not None:
         found.append({"task": None, "method": "benchmark", "seed": None, "metric": "wall_seconds",
                       "value": wall["seconds"], "workers": wall["workers"], "cpu": wall["cpu"],
+                      "host": wall.get("host", UNKNOWN), **{k: wall[k] for k in ("host_fields",) if k in wall},
                       "started": wall["started"], "runs": len(wall["ran"]), "recipes": {t: budget(t) for t in TASKS}})
     return found
 

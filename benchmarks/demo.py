@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.runner import show_table, table_flags
+from benchmarks.runner import host_of, show_table, table_flags, write_rows
 from mobilekd.errors import cli_entry
-from mobilekd.fileio import REPO_ROOT, read_json, write_json
+from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.recipes.demo_report import feature_map_terms
 
 OUT = "runs/demo_benchmark"
@@ -36,7 +36,7 @@ def rows_of(report: dict, wall: float | None) -> list[dict]:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                             text=True).stdout.strip() if wall is not None else None
     host = report["latency"]["host"]
-    shared = {"seed": 0, "cpu": host["cpu"], "cpu_count": host["cpu_count"], "commit": commit or None}
+    shared = {"seed": 0, "cpu": host["cpu"], "cpu_count": host["cpu_count"], **host_of(host), "commit": commit or None}
     rows = []
 
     def row(task, method, metric, value, **more):
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
                 print(f"error: scripts/demo.sh failed (exit {code}); its logs are in {run}/logs", file=sys.stderr)
                 return 1
             wall = time.time() - start
-        write_json(results, rows_of(read_json(run / "report.json"), wall))
+        write_rows(results, rows_of(read_json(run / "report.json"), wall))
         print(f"rows in {results}" + (f"; the demo took {wall:.0f} s" if wall else ""))
     return show_table(args, results, table)
 

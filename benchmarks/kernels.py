@@ -130,7 +130,7 @@ def rows(out: Path, threads: list[int], runs: int, models=(*TRAINED, PRESET)) ->
     from mobilekd.export.graph import read_graph, subgraph_names
     from mobilekd.export.litert import mean_over_lengths, signature_length
     from mobilekd.export.parity import xnnpack_undelegated
-    from mobilekd.train.precision import cpu_model
+    from mobilekd.host import cpu_model, identity
 
     efficiency = cost.calibrate(cost.op_costs(read_graph(export_preset("mobilebert", "none", 128, CACHE))))
     pixel4 = cost.load_profile("pixel4")
@@ -140,7 +140,7 @@ def rows(out: Path, threads: list[int], runs: int, models=(*TRAINED, PRESET)) ->
 
     def row(model, form, seq, metric, value, **extra):
         found.append({"task": "sst2", "method": f"{model} {form}", "seed": 0, "model": model, "form": form,
-                      "seq": str(seq), "metric": metric, "value": round(value, 3), "cpu": cpu_model(),
+                      "seq": str(seq), "metric": metric, "value": round(value, 3), "cpu": cpu_model(), "host": identity()["id"],
                       "file": paths[model, form].name, **extra})
 
     # PRESET's dev shares: the student's, the same SST-2 dev sentences in the same word pieces

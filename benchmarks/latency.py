@@ -30,8 +30,8 @@ from pathlib import Path
 
 from android_bench.models import PAPER_MODELS
 from android_bench.report import DEVICES, GOAL_RULE, claims, goals
-from benchmarks.runner import show_table, table_flags
-from mobilekd.fileio import REPO_ROOT, read_json, write_json
+from benchmarks.runner import host_of, show_table, table_flags, write_rows
+from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.errors import cli_entry
 
 RESULTS = "docs/results/latency.json"
@@ -63,7 +63,7 @@ def rows_of(report: dict, wall_seconds: float | None = None) -> list[dict]:
     """The rows of a latency report (runs/latency/report.json as `mobilekd latency` writes it)."""
     host = report["host"]
     peaks = {kind: {str(t): v for t, v in by_t.items()} for kind, by_t in host["peak_gflops"].items()}
-    shared = {"cpu": host["cpu"], "cpu_count": host["cpu_count"], "seq_len": report["seq_len"], "runs": host["runs"],
+    shared = {"cpu": host["cpu"], "cpu_count": host["cpu_count"], **host_of(host), "seq_len": report["seq_len"], "runs": host["runs"],
               "interleaved": host.get("interleaved", False), "omp_wait_policy": host.get("omp_wait_policy")}
     if wall_seconds is not None:
         shared["run_seconds"] = round(wall_seconds)
@@ -200,7 +200,7 @@ def main(argv=None):
             wall = run_recipe(out)
             report = read_json(out / "report.json")
         rows = rows_of(report, wall)
-        write_json(results, rows)
+        write_rows(results, rows)
         print(f"{len(rows)} rows in {results}" + (f"; the run took {wall:.0f} s" if wall else ""))
     return show_table(args, results, table)
 

@@ -33,7 +33,7 @@ import torch
 from benchmarks.runner import Job, merge_rows, run_all, show_table, table_flags
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json
-from mobilekd.train.precision import cpu_model
+from mobilekd.host import cpu_model
 
 TEACHER_SCHEDULE = {"steps": 125_000, "batch": 4096}  # teacher_ib_bert/configs/ib_bert_large.json
 LAYERS = 24  # MobileBERT's blocks, one PKT stage each

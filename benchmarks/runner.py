@@ -34,7 +34,7 @@ from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, transformers_extras
 from mobilekd.recipes import export
 from mobilekd.rundir import finished_results, trained_on
-from mobilekd.train.precision import cpu_model
+from mobilekd.host import UNKNOWN, cpu_model, identity
 
 RESUMABLE = ["--threads", "1", "--resume"]
 # a run's record of the cached files it shared (`Made.record`): its training set and the teacher's outputs over it
@@ -173,7 +173,8 @@ def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0) -> li
                       f"({time.time() - start:.0f} s)"
                       + ("" if ok else f"; log: {logs / (job.name.replace('/', '_') + '.log')}"))
     record_invocation(logs, {"started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-                             "seconds": round(time.time() - started, 1), "workers": workers, "cpu": cpu_model(),
+                             "seconds": round(time.time() - started, 1), "workers": workers, "cpu": cpu_model(), "host": identity()["id"],
+                             "host_fields": identity(),
                              "cores": os.cpu_count(), "ran": begun, "done_before": done_before, "existed": existed,
                              "failed": failed})
     return failed
@@ -251,12 +252,18 @@ def columns(results: list[dict]) -> list[tuple[str, str]]:
 
 
 def values(results: list[dict], task: str, metric: str, method: str) -> list[float]:
+    """A method's values in a (task, metric) column, one per row (a run: a seed run on two hosts counts twice)."""
     return [r["value"] for r in results if (r["task"], r["metric"], r["method"]) == (task, metric, method)]
 
 
 def by_seed(results: list[dict], task: str, metric: str, method: str) -> dict[int, float]:
-    """A method's values in a (task, metric) column, by seed."""
-    return {r["seed"]: r["value"] for r in results if (r["task"], r["metric"], r["method"]) == (task, metric, method)}
+    """A method's values in a (task, metric) column, by seed, in the rows' order; where a seed was run on several
+    hosts (`merge_rows` keeps each), the mean of its runs, so every run counts and none outweighs a seed."""
+    runs: dict[int, list[float]] = {}
+    for r in results:
+        if (r["task"], r["metric"], r["method"]) == (task, metric, method):
+            runs.setdefault(r["seed"], []).append(r["value"])
+    return {seed: v[0] if len(v) == 1 else statistics.fmean(v) for seed, v in runs.items()}
 
 
 def paired_by_seed(results: list[dict], task: str, metric: str, method: str, base: str) -> dict[int, float]:
@@ -374,15 +381,52 @@ def row_order(methods: list[str], tasks: list[str] | None = None):
 
 
 ROW_KEY = ("task", "method", "seed", "metric", "threshold", "model", "threads")
+HOSTS = "hosts.json"  # beside the results files: {host id: its fields (`mobilekd.host.identity`)}
+
+
+def register_hosts(folder: Path, rows: list[dict]) -> list[dict]:
+    """`rows` ready to write into a results file in `folder`: each row's "host_fields" (`trained_on`) moved into
+    the folder's hosts file under its id, as are this machine's fields where a row names its id; the rows keep the
+    id alone."""
+    here = identity()
+    found = {r["host"]: r["host_fields"] for r in rows if isinstance(r.get("host_fields"), dict)}
+    if any(r.get("host") == here["id"] for r in rows):
+        found.setdefault(here["id"], here)
+    if found:
+        path = folder / HOSTS
+        with FileLock(f"{path}.lock"):
+            known = read_json(path) if path.is_file() else {}
+            fresh = {k: {f: v for f, v in fields.items() if f != "id"} for k, fields in found.items() if k not in known}
+            if fresh:
+                write_json(path, dict(sorted({**known, **fresh}.items())))
+    return [{k: v for k, v in r.items() if k != "host_fields"} for r in rows]
+
+
+def host_of(report_host: dict) -> dict:
+    """A latency report's "host" (`android_bench.report`) as a row's fields: its id and fields ("unknown" for a
+    report from before hosts were recorded)."""
+    fields = report_host.get("identity")
+    return {"host": fields["id"], "host_fields": fields} if fields else {"host": UNKNOWN}
+
+
+def write_rows(path: Path, rows: list[dict]) -> list[dict]:
+    """Write a results file (its hosts registered, `register_hosts`) and return the rows as written."""
+    rows = register_hosts(path.parent, rows)
+    write_json(path, rows)
+    return rows
 
 
 def merge_rows(path: Path, found: list[dict], order, key=ROW_KEY) -> list[dict]:
     """Write `found` into the results file at `path`, keeping its rows of other `key` (by default task, method,
-    seed, metric and, where rows have them, threshold, model and thread count): a row whose key is among the new
-    rows' is replaced."""
+    seed, metric and, where rows have them, threshold, model and thread count) or of another host: a row whose
+    key and host are among the new rows' is replaced (the same run collected again), while a run on another
+    machine stays beside it, so no host's run is lost to another's (the tables pool them: `by_seed`)."""
+    key = (*key, "host")
+
     def ident(row):
         return tuple(tuple(v) if isinstance(v, list) else v for v in (row.get(k) for k in key))
 
+    found = register_hosts(path.parent, found)
     new = {ident(f) for f in found}
     with FileLock(f"{path}.lock"):  # two invocations may end together
         kept = [r for r in (read_json(path) if path.is_file() else []) if ident(r) not in new]

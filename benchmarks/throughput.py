@@ -62,7 +62,7 @@ import torch
 from accelerate import Accelerator
 from torch.profiler import ProfilerActivity, profile
 
-from android_bench.host import cpu_model
+from mobilekd.host import cpu_model, identity
 from benchmarks.runner import (VERDICTS, WITHIN, mean_std_cell, merge_rows, show_table, table_flags, verdict,
                                within)
 from mobilekd.data.pretraining import load_pretraining_data
@@ -118,7 +118,7 @@ ACCURACY_PATHS = {"finetune": "", "finetune_scratch": ", from random initialisat
 
 
 def host(threads: int) -> dict:
-    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": threads,
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "host": identity()["id"], "threads": threads,
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
 
 

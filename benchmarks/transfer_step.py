@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from android_bench.host import cpu_model
+from mobilekd.host import cpu_model, identity
 from benchmarks.runner import merge_rows, show_table, table_flags
 from mobilekd.fileio import REPO_ROOT
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
@@ -40,7 +40,7 @@ BENCHMARKS = ("transfer_step", "teacher_step", "teacher_pass", "matching_step")
 
 
 def host() -> dict:
-    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "host": identity()["id"], "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
 
 
 def interleaved(steps: dict, rounds: int, threads: dict | None = None) -> dict:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from mobilekd.errors import located
 from mobilekd.fileio import file_digest, read_json
+from mobilekd.host import UNKNOWN
 
 LOCK = ".mobilekd.lock"
 
@@ -94,6 +95,16 @@ def training_gpu(results: dict) -> dict:
     return {"gpu": found} if found else {}
 
 
+def training_host(results: dict) -> dict | None:
+    """The host identity (`mobilekd.host.identity`) a run's training loop recorded (None: a run from before the
+    loop recorded it)."""
+    return next((s["host"] for s in results.get("training") or [] if isinstance(s.get("host"), dict)), None)
+
+
 def trained_on(results: dict) -> dict:
-    """A row's fields for the machine a run trained on: its CPU, and its GPU where it had one."""
-    return {"cpu": training_cpu(results), **training_gpu(results)}
+    """A row's fields for the machine a run trained on: its CPU, its host id ("unknown" for a run from before hosts
+    were recorded) with the id's fields under "host_fields" (the results writer moves them into the hosts file),
+    and its GPU where it had one."""
+    host = training_host(results)
+    return {"cpu": training_cpu(results), "host": host["id"] if host else UNKNOWN,
+            **({"host_fields": host} if host else {}), **training_gpu(results)}

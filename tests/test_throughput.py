@@ -16,7 +16,8 @@ from mobilekd.data.tasks import encode_classification, load_task, task_data, tra
 from mobilekd.finetune.evaluation import build_model
 from mobilekd.finetune.objective import task_loss
 from mobilekd.train.loop import POOL_BATCHES, Batches
-from mobilekd.train.precision import cpu_model, probe_precision
+from mobilekd.host import cpu_flags, cpu_model, identity
+from mobilekd.train.precision import probe_precision
 
 
 def _sst2(tokenizer, n=3000):
@@ -98,7 +99,9 @@ def test_a_fine_tuning_run_records_its_precision_and_padding(student_dir, tmp_pa
     assert stage["batch_order"] == "length-grouped" and 0 <= stage["padding_share"] < 0.3
     # the host its seconds were measured on, which a benchmark's rows carry beside their train_seconds
     assert stage["cpu"] == cpu_model() and stage["threads"] == 1
+    assert stage["host"] == identity() and stage["host"]["cpu_flags"] == cpu_flags()
     assert finetune_rows(out)[0]["cpu"] == cpu_model()
+    assert finetune_rows(out)[0]["host"] == identity()["id"] and finetune_rows(out)[0]["host_fields"] == identity()
     # a run brought back from a lent GPU without its weights: the same rows, its parameters counted from its config
     rows = finetune_rows(out)
     away = tmp_path / "away"

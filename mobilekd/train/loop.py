@@ -48,7 +48,8 @@ from mobilekd.errors import UserError
 from mobilekd.train.checkpoint import find_checkpoint, load_checkpoint, read_trainer_state, save_checkpoint
 from mobilekd.train.lamb import Lamb
 from mobilekd.train.lazy_adamw import LazyAdamW, clip_grad_norm
-from mobilekd.train.precision import PROBE_BATCHES, cpu_model, decide_precision, describe
+from mobilekd.host import cpu_model, identity
+from mobilekd.train.precision import PROBE_BATCHES, decide_precision, describe
 
 
 def _everything(name: str) -> bool:
@@ -444,7 +445,7 @@ def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, 
             "tokens_per_second": round(tokens / max(elapsed, 1e-9), 1),
             "padding_share": round(1 - tokens / padded, 4) if padded else None, "batch_order": cfg.batch_order,
             "precision": precision, **({} if index else {"precision_probe": trainer["precision"]}),
-            "cpu": cpu_model(), "threads": torch.get_num_threads(),  # the host the seconds were measured on
+            "cpu": cpu_model(), "host": identity(_accelerator_info(accelerator.device).get("gpu")), "threads": torch.get_num_threads(),  # where the seconds were measured
             **_accelerator_info(accelerator.device),
             "start": trainer.get("stage_start") or {}, "end": last_terms,
             "mean": {k: v / max(steps_run, 1) for k, v in totals.items()}}

@@ -6,7 +6,8 @@ with avx512_bf16, where the casts cost more than the products save), so it is me
 cannot gain (autocast on a CPU moves the matrix products to bf16 and leaves the rest in fp32) and fp32 is chosen
 at once. On an AMD EPYC without avx512_bf16 bf16's product ran at about 1 GFLOP/s against fp32's 60
 (docs/results/throughput.json), where a timed step would have cost seconds to a minute. Elsewhere a timed probe of
-the run's own step on its first batches decides. A choice is kept per host, thread count, stage and model in a
+the run's own step on its first batches decides. A choice is kept per host (`mobilekd.host`'s id: the CPU's model name and its kernel flags, since one
+name covers CPUs with and without bf16), thread count, stage and model in a
 JSON file (the recipes': `--cache-dir`/precision.json), so a repeated run trains in the same precision and repeats
 bit for bit; delete the file to probe again. A pass that only reads a model (a teacher's outputs over a training set,
 the augmentation's masked-LM candidates, the C-MLM teacher's soft targets) is decided the same way by a forward
@@ -16,7 +17,6 @@ settings, so a resumed run reads what its first attempt read (`pass_flag`).
 
 from __future__ import annotations
 
-import platform
 import time
 from pathlib import Path
 
@@ -26,22 +26,12 @@ from accelerate import Accelerator
 from filelock import FileLock
 
 from mobilekd.fileio import read_json, write_json
+from mobilekd.host import identity
 from mobilekd.train.checkpoint import find_checkpoint
 
 PROBE_BATCHES = 3  # the run's first batches, timed in each precision after a warm-up pass
 FASTER = 0.9  # bf16 must take under this share of fp32's time (and its matrix product run at least this share of
 # fp32's rate before the step is timed at all): a gain within timing noise is not worth rounding
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), or what `platform` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def matmul_peak(dtype: torch.dtype, n: int = 1024, repeats: int = 12) -> float:
@@ -161,7 +151,7 @@ def decide_precision(stage: str, loss, model, batches: list[dict], accelerator: 
     stage and model, else `probe_precision` on `batches` (kept there by the main process)."""
     n = parameters(model)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    key = (f"{cpu_model()} | {accelerator.device.type} | {torch.get_num_threads()} threads | "
+    key = (f"{identity()['id']} | {accelerator.device.type} | {torch.get_num_threads()} threads | "
            f"{accelerator.num_processes} processes | stage {stage} | {n} parameters, {trained} trained")
 
     def probe():
@@ -191,7 +181,7 @@ def decide_inference_precision(what: str, size: int, forward, device: torch.devi
         return probe_inference(forward, device)
     cache.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{cache}.lock"):
-        key = f"{cpu_model()} | {device.type} | {torch.get_num_threads()} threads | pass {what} | {size} parameters"
+        key = f"{identity()['id']} | {device.type} | {torch.get_num_threads()} threads | pass {what} | {size} parameters"
         return kept_choice(cache, key, lambda: probe_inference(forward, device))
 
 
