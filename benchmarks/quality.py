@@ -830,13 +830,27 @@ class Goal:
 
 
 MODEL_MAKER_MARGIN, PUBLISHED_MOBILEBERT, PUBLISHED_MARGIN = 0.06, 0.9036, -0.03  # the issue's SST-2 goals
+TRIVIAL = ("majority", "tfidf")  # a share of the teacher that these keep too says nothing of a student
+
+
+def share_verdict(results: list[dict], task: str, metric: str, share: list[float]) -> str:
+    """`runner.verdict` of a student's shares of its teacher against KEEP, unless a trivial model (`TRIVIAL`) keeps
+    that share too (its mean share at least KEEP, as the majority class does on MRPC's F1 and RTE): then the goal
+    cannot tell a student from no model and is not judged."""
+    for base in TRIVIAL:
+        theirs = teacher_shares(results, task, metric, base)
+        if theirs and statistics.mean(theirs) >= KEEP[task]:
+            return f"not judged ({base} keeps {100 * statistics.mean(theirs):.1f}% too)"
+    return verdict(share, KEEP[task])
+
 
 
 def student_goals(results: list[dict], task: str, metric: str, student: str) -> list[Goal]:
     """The issue's goals for `student` on `task`, each where its rows allow, in the goal table's order: above
     TF-IDF + LR and the majority class, seed by seed; at least KEEP's share of the teacher that taught each run
     (`teacher_shares`); on SST-2, above Model Maker's average-word-embedding classifier by MODEL_MAKER_MARGIN and
-    within PUBLISHED_MARGIN of MobileBERT's published 90.36% (Model Maker's MobileBERT, as the issue quotes it)."""
+    within PUBLISHED_MARGIN of MediaPipe Model Maker's published MobileBERT, 90.36% (not the paper's figure, which is
+    92.8 on GLUE's test set: Sun et al., 2020, Table 4)."""
     found = []
     for base in ("tfidf", "majority"):
         d = paired_differences(results, task, metric, student, base)
@@ -844,13 +858,14 @@ def student_goals(results: list[dict], task: str, metric: str, student: str) -> 
             found.append(Goal(student, base, d, "> 0", verdict(d)))
     share = teacher_shares(results, task, metric, student)
     if share:
-        found.append(Goal(student, "teacher", share, f">= {KEEP[task]:g}", verdict(share, KEEP[task])))
+        found.append(Goal(student, "teacher", share, f">= {KEEP[task]:g}", share_verdict(results, task, metric,
+                                                                                        share)))
     if task == "sst2":
         d = paired_differences(results, task, metric, student, "model-maker")
         if d:
             found.append(Goal(student, "model-maker", d, f"> {MODEL_MAKER_MARGIN:g}", verdict(d, MODEL_MAKER_MARGIN)))
         gap = [x - PUBLISHED_MOBILEBERT for x in values(results, task, metric, student)]
-        found.append(Goal(student, f"MobileBERT's published {PUBLISHED_MOBILEBERT}", gap, f"> {PUBLISHED_MARGIN:g}",
+        found.append(Goal(student, f"Model Maker's published MobileBERT {PUBLISHED_MOBILEBERT}", gap, f"> {PUBLISHED_MARGIN:g}",
                           verdict(gap, PUBLISHED_MARGIN)))
     return found
 
@@ -1085,11 +1100,13 @@ def wall_goals(results: list[dict]) -> list[str]:
     for name, chosen in ((f"the default plan (teacher, baselines, {', '.join(RECIPES[1:])}; {SWAPS})", [DEFAULT]),
                          ("every method (--methods all: the ablations and augmented runs too)", tuple(METHODS))):
         hours, missing = wall_estimate(results, chosen)
-        judged = ("fails" if hours > HOURS_ASKED else "not judged (some runs left out)" if missing else
-                  "holds (an estimate)")
+        judged = ("fails (an estimate)" if hours > HOURS_ASKED else "not judged (some runs left out)" if missing
+                  else "holds (an estimate)")
         left = f"; left out, no row records them yet: {left_out(missing)}" if missing else ""
+        hosts = ", ".join(f"`{h}`" for h in sorted({str(r.get("host")) for r in results if r.get("train_seconds")}))
         lines.append(f"| wall time of {name}, {SEEDS_ASKED} seeds on {WORKERS} cores | about {hours:.1f} h "
-                     f"(an estimate from the rows' seconds{left}) | <= {HOURS_ASKED:g} h | {judged} |")
+                     f"(an estimate: the rows' seconds summed over the hosts {hosts}, in the precision each chose; "
+                     f"the plan has never run whole{left}) | <= {HOURS_ASKED:g} h | {judged} |")
     return lines
 
 
