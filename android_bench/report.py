@@ -27,6 +27,7 @@ from mobilekd.export.graph import read_graph, subgraph_names
 from mobilekd.export.litert import mean_over_lengths, signature_length
 from mobilekd.export.seq2seq import is_seq2seq_file, sentence_graph, sentence_tokens
 from mobilekd.fileio import read_json, save_png
+from mobilekd.host import describe
 
 DEVICES = ("pixel4", "pixel6", "pixel8")
 PAPER_RATIOS = {  # from the Pixel 4 latencies of Table 4 (pixel4.json)
@@ -227,7 +228,8 @@ def markdown(report: dict, title: bool = True) -> str:
     host, threads = report["host"], report["host"]["threads"]
     devices = list(next(iter(report["rows"].values()))["estimate_ms"])
     lines = [f"# Latency at sequence {report['seq_len']}", ""] if title else [""]
-    lines += [f"Host (measured, this run): {host['cpu']}, {host['cpu_count']} CPUs, LiteRT interpreter + XNNPACK; "
+    named = describe(host["identity"]) if host.get("identity") else f"{host['cpu']}, {host['cpu_count']} CPUs"
+    lines += [f"Host (measured, this run): {named}, LiteRT interpreter + XNNPACK; "
              f"matmul peak fp32 " + ", ".join(f"{v} GFLOP/s at {t} thr" for t, v in host["peak_gflops"]["fp32"].items())
              + "; int8 " + ", ".join(f"{v} GOP/s at {t} thr" for t, v in host["peak_gflops"]["int8"].items()) + ".",
              f"Pixel columns are ESTIMATES (4 threads, cost model calibrated once: "

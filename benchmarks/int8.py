@@ -314,11 +314,12 @@ def table(results: list[dict]) -> str:
                          f"{f'{size / 1e6:.1f}' if size else '-'} | {'-' if islands is None else islands} | "
                          f"{_cell(mine, 2, metric='host_ms', threads=1)} | "
                          f"{_cell(mine, 2, metric='host_ms', threads=2)} | {_cell(mine, 1, metric='pixel4_ms')} |")
+    hosts = ", ".join(f"`{h}`" for h in sorted({str(r.get("host")) for r in results if r.get("model") == "host"}))
     peaks = " · ".join(f"{kind} {_cell(results, 0, model='host', method=f'{kind}-peak', threads=t)} GOP/s at {t} thr"
                        for kind in ("fp32", "int8") for t in (1, 2))
     return "\n".join(lines) + (f"\n\nA student is named by its weights' digest (`student_digest`); *earlier* is the "
-                               f"demo student of the rows before the digest was recorded. This host's matrix-product "
-                               f"peaks: {peaks}.\n")
+                               f"demo student of the rows before the digest was recorded. The matrix-product peaks "
+                               f"of the host that timed them ({hosts}): {peaks}.\n")
 
 
 def goals(results: list[dict]) -> str:
