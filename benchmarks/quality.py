@@ -728,14 +728,15 @@ def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[
                 found += [{**row, "train_examples": r.get("train_examples"), **budget(task, method), **precisions(r),
                            **({"start_seconds": round(stages[start], 1)} if start in stages else {}),
                            **latency.get(family, {})}
-                          for row in finetune_rows(d, history[-1]["metrics"], task=task, method=method, seed=seed,
-                                                   student=FAMILIES[family])]
+                          for row in finetune_rows(d, None if r.get("selected_on") == "validation" else
+                                                   history[-1]["metrics"], task=task, method=method, seed=seed,
+                                                   student=FAMILIES[family])]  # chosen on validation: dev once
                 extra = charged(out, task, method, seed, stages)
                 if extra is not None:  # a run that read a cached file is charged making it, as its maker was
                     extra += unshared_seconds(r)
                     curves += [{"task": task, "method": method, "seed": seed, "metric": r["best_metric"],
                                 "value": round(next(iter(h["metrics"].values()))[r["best_metric"]], 4),
-                                "step": h["step"], "cpu_seconds": round(h["wall_seconds"] + extra, 1)}
+                                "split": next(iter(h["metrics"])), "step": h["step"], "cpu_seconds": round(h["wall_seconds"] + extra, 1)}
                                for h in history if h.get("wall_seconds") is not None]
             if not any(r["task"] == task and r["seed"] == seed for r in found):
                 continue  # the baselines stand beside a seed's runs, not alone

@@ -226,7 +226,7 @@ def parameters(model_dir: Path) -> int:
 
 def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> list[dict]:
     """A finished fine-tuning run's rows, one per dev metric (the task's official one first, e.g. MRPC's F1 then its
-    accuracy): its dev scores after the last step, or `metrics` ({split: {metric: value}}, e.g. one evaluation of
+    accuracy): its dev scores (of the model it kept; `val_value`: that model's validation score where it chose on one), or `metrics` ({split: {metric: value}}, e.g. one evaluation of
     its history) where given (no rows while unfinished)."""
     r = finished_results(run_dir)
     if r is None:
@@ -236,7 +236,9 @@ def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> lis
               **trained_on(r), **{k: r[k] for k in SHARED_RECORD if k in r}}
     names = [r["best_metric"]] + [m for m in dev if m != r["best_metric"]]
     taught = {k: r[k] for k in ("teacher_digest",) if k in r}  # the teacher that taught it (`teacher_record`)
+    validation = (r["metrics"].get("validation") or {}) if metrics is None else {}
     return [{**identity, "metric": m, "value": round(dev[m], 4), **shared, **taught,
+             **({"val_value": round(validation[m], 4)} if m in validation else {}),
              **({"teacher_value": round(r["teacher_dev"][m], 4)} if m in r.get("teacher_dev", {}) else {})}
             for m in names]
 

@@ -20,9 +20,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: data/ and .cach
 
 
 def open_binary(path):
-    """Open a file for reading bytes, transparently gunzipping `*.gz`; a missing file is a UserError."""
+    """Open a file (or a named pipe) for reading bytes, transparently gunzipping `*.gz`; a missing file is a
+    UserError."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() or path.is_dir():
         raise located(path, "no such file")
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 

@@ -70,14 +70,15 @@ def finished_results(run_dir) -> dict | None:
 def teacher_record(teacher, task: str) -> dict:
     """What a student's results.json says of the teacher that taught it: its weights' SHA-256 (`teacher_digest`,
     the first 16 hex digits) and, where the teacher is a finished fine-tuning run on the same `task`, its dev scores
-    (`teacher_dev`, {metric: value} of its first dev split; not its held-out training slice, `--select-on
-    train-slice`'s "selection"), so that a student's share of its teacher stays that teacher's after the teacher is
+    (`teacher_dev`, {metric: value} of its first dev split; not its validation split carved from the training data,
+    "validation", nor "selection" as runs before named it), so that a student's share of its teacher stays that teacher's after the teacher is
     made again."""
     weights = Path(teacher) / "model.safetensors"
     record = {"teacher_digest": file_digest(weights)[:16]} if weights.is_file() else {}
     done = finished_results(teacher)
     if done is not None and done.get("task") == task:
-        dev = [scores for split, scores in (done.get("metrics") or {}).items() if split != "selection"]
+        dev = [scores for split, scores in (done.get("metrics") or {}).items()
+               if split not in ("selection", "validation")]
         if dev:
             record["teacher_dev"] = dev[0]
     return record

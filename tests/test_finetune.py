@@ -66,7 +66,10 @@ def test_sst2_with_task_distillation(student_dir, demo_teacher_dir, tmp_path):
     assert result["task"] == "sst2" and result["teacher"] == str(teacher) and result["best_step"] in (8, 16)
     history = json.loads((out / "history.json").read_text())  # every evaluation, kept best or not: the cost curves
     assert [h["step"] for h in history] == [8, 16] and 0 < history[0]["wall_seconds"] <= history[1]["wall_seconds"]
-    assert next(h for h in history if h["step"] == result["best_step"])["metrics"] == result["metrics"]
+    # every evaluation is of the validation split; the step it chose is the one whose model dev scored, once
+    assert all(list(h["metrics"]) == ["validation"] for h in history) and list(result["metrics"]) == ["dev", "validation"]
+    assert next(h for h in history if h["step"] == result["best_step"])["metrics"]["validation"] == \
+        result["metrics"]["validation"] == {"accuracy": result["best_score"]}
     rows = [line.split("\t") for line in (out / "dev_predictions.tsv").read_text().splitlines()[1:]]
     assert len(rows) == 872
     assert result["metrics"]["dev"]["accuracy"] == pytest.approx(
@@ -97,7 +100,8 @@ def test_squad_fine_tuning_on_a_fixture(student_dir, tmp_path, task, v2):
         (data / f"{split}.json").write_text(json.dumps(_squad(v2)))
     out = tmp_path / "qa"
     finetune("--model", student_dir, "--task", task, "--data", data, "--out", out, "--max-steps", 4,
-             "--batch-size", 4, "--max-len", 96, "--stride", 32)
+             "--batch-size", 4, "--max-len", 96, "--stride", 32,
+             "--select-on", "dev")  # one or two questions: none to spare for a validation split
     result = json.loads((out / "results.json").read_text())
     assert set(result["metrics"]["dev"]) == {"exact_match", "f1"}
     answers = json.loads((out / "dev_predictions.json").read_text())
@@ -130,7 +134,11 @@ def test_bad_input_is_one_line(student_dir, tmp_path):
     (empty / "dev.tsv").write_text("sentence\tlabel\n")
     line = one_line_error(finetune("--model", student_dir, "--task", "sst2", "--data", empty, "--out", tmp_path / "b",
                                    check=False))
-    assert "dev.tsv: no examples" in line
+    assert "1 training examples leave none to train on once 1 are held out for validation" in line
+    (empty / "train.tsv").write_text("sentence\tlabel\ngood\t1\nbad\t0\nfine\t1\nawful\t0\n")
+    line = one_line_error(finetune("--model", student_dir, "--task", "sst2", "--data", empty, "--out", tmp_path / "b",
+                                   "--max-steps", 1, check=False))  # dev is read once, after every choice
+    assert "dev.tsv: no examples" in line and f"the model chosen on validation is complete in {tmp_path / 'b'}" in line
     line = one_line_error(finetune("--model", student_dir, "--task", "sst2", "--max-len", 1024, "--out",
                                    tmp_path / "c", "--eval-only", check=False))
     assert "--max-len 1024 exceeds the model's 512 positions" in line

@@ -169,15 +169,18 @@ def test_own_task_gets_a_sized_lr_a_baseline_held_out_selection_and_its_own_pari
     data = _custom_task(tmp_path / "mine")
     out = tmp_path / "ft"
     proc = run_module(FINETUNE, "--model", student_dir, "--task", "custom", "--data", data, "--out", out,
-                      "--max-steps", 6, "--batch-size", 16, "--max-len", 32, "--select-on", "train-slice",
-                      "--eval-every", 3, "--threads", 1)
+                      "--max-steps", 6, "--batch-size", 16, "--max-len", 32, "--eval-every", 3, "--threads", 1)
     result = json.loads((out / "results.json").read_text())
     assert result["lr"] == 5e-4 and "--lr not given: 0.0005 for a model of 2.3M parameters" in proc.stdout
     baseline = result["baseline"]
     assert baseline["method"] == "tfidf+logreg" and baseline["train_examples"] == result["train_examples"] == 270
     assert baseline["dev_examples"] == 120 and 0.4 < baseline["metrics"]["accuracy"] <= 1.0
-    assert result["selected_on"] == "selection" and set(result["metrics"]) == {"selection", "dev"}
-    assert result["best_score"] == result["metrics"]["selection"]["accuracy"]
+    # chosen on a validation split of the training data (the default), dev scored once after
+    assert result["selected_on"] == "validation" and list(result["metrics"]) == ["dev", "validation"]
+    assert result["best_score"] == result["metrics"]["validation"]["accuracy"]
+    assert result["validation_split"] == {"rule": "stratified by label", "fraction": 0.1, "cap": 2000, "seed": 0,
+                                          "size": 30, "train_size": 270}
+    assert result["dev_scored"].startswith("once")
     assert "bag-of-words baseline" in proc.stdout
     config = json.loads((out / "config.json").read_text())
     assert config["id2label"] == {"0": "bad", "1": "good"}  # the user's names, in sorted order

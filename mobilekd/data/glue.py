@@ -67,7 +67,7 @@ def get_task(name: str) -> GlueTask:
 def find_split(directory, split: str) -> Path:
     """`split.tsv` or `split.tsv.gz` in a task directory."""
     for name in (f"{split}.tsv", f"{split}.tsv.gz"):
-        if (Path(directory) / name).is_file():
+        if (Path(directory) / name).exists() and not (Path(directory) / name).is_dir():
             return Path(directory) / name
     raise located(Path(directory) / f"{split}.tsv", "no such file (nor .tsv.gz)")
 

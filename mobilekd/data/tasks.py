@@ -4,6 +4,7 @@ and export's parity check draw from."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,29 @@ def defaults_text() -> str:
         f"; models under {SMALL_MODEL_PARAMS / 1e6:g}M parameters (the demo's): lr {flag_text(SMALL_MODEL_LR)}"
 
 
+class LazySplits(Mapping):
+    """Split name -> examples, read on the first access to any split's examples; the names are known without
+    reading. A run that selects on a validation split (`mobilekd.finetune.selection`) reads its dev files only when
+    it scores its final model, so nothing that chooses can have seen them."""
+
+    def __init__(self, names: list[str], read):
+        self._names, self._read, self._loaded = list(names), read, None
+
+    def _splits(self) -> dict[str, list]:
+        if self._loaded is None:
+            self._loaded = {name: self._read(name) for name in self._names}
+        return self._loaded
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __getitem__(self, name: str) -> list:
+        return self._splits()[name]
+
+
 @dataclass
 class Task:
     name: str
@@ -61,7 +85,7 @@ class Task:
     labels: list[str] | None  # class names; None for regression and QA
     metrics: tuple[str, ...]
     train: list | None
-    dev: dict[str, list]  # split name -> examples (MNLI has two dev sets)
+    dev: Mapping[str, list]  # split name -> examples (MNLI has two dev sets), read when first used (`LazySplits`)
     version: str | None = None  # SQuAD 1.1 / 2.0
     file_labels: list[str] | None = None  # the label values in the files, where `labels` names them otherwise
 
@@ -121,7 +145,7 @@ def training_subset(examples: list, n: int | None, seed: int) -> list:
 def _find(directory: Path, stem: str, suffixes) -> Path:
     for suffix in suffixes:
         for name in (f"{stem}{suffix}", f"{stem}{suffix}.gz"):
-            if (directory / name).is_file():
+            if (directory / name).exists() and not (directory / name).is_dir():
                 return directory / name
     raise located(directory / f"{stem}{suffixes[0]}", f"no such file (looked for {stem} with {', '.join(suffixes)})")
 
@@ -139,25 +163,32 @@ def load_task(name: str, data: Path, eval_only: bool = False, regression: bool =
             return [dataclasses.replace(e, label=named.get(e.label, e.label)) for e in
                     read_glue(spec, find_split(data, split))]
 
-        dev = {f.split(".")[0]: read(f.split(".")[0]) for f in spec.dev_files}
+        splits = [f.split(".")[0] for f in spec.dev_files]
+        for split in splits:  # a missing file is named now; its rows are read when the split is first used
+            find_split(data, split)
+        dev = LazySplits(splits, read)
         train = None if eval_only else read("train")
         labels = list(spec.label_names) if spec.labels else None
         return Task(name, "classification", labels, spec.metrics, train, dev,
                     file_labels=list(spec.labels) if spec.names else None)
     if name in ("squad1", "squad2"):
-        dev, version = read_squad(_find(data, "dev", [".json"]))
-        train = None if eval_only else read_squad(_find(data, "train", [".json"]))[0]
+        dev_path = _find(data, "dev", [".json"])
+        train, version = (None, None) if eval_only else read_squad(_find(data, "train", [".json"]))
+        if version is None:
+            version = read_squad(dev_path)[1]
         if name == "squad1" and version == "2.0":
             raise located(data, "holds SQuAD v2.0 data (is_impossible fields); use --task squad2")
-        return Task(name, "qa", None, ("exact_match", "f1"), train, {"dev": dev}, "2.0" if name == "squad2" else "1.1")
+        return Task(name, "qa", None, ("exact_match", "f1"), train,
+                    LazySplits(["dev"], lambda _: read_squad(dev_path)[0]), "2.0" if name == "squad2" else "1.1")
     if name == "custom":
         suffixes = [".csv", ".tsv", ".jsonl"]
         train = None if eval_only else read_custom(_find(data, "train", suffixes), regression=regression)
         labels = None
         if not regression:
             labels = sorted({e.label for e in (train or []) if e.label is not None})
-        dev = {"dev": read_custom(_find(data, "dev", suffixes), labels if labels else None, regression)}
-        if not regression and not labels:
+        dev_path = _find(data, "dev", suffixes)
+        dev = LazySplits(["dev"], lambda _: read_custom(dev_path, labels if labels else None, regression))
+        if not regression and not labels:  # evaluation only: the labels are dev's
             labels = sorted({e.label for e in dev["dev"] if e.label is not None})
         return Task(name, "classification", labels, ("pearson", "spearman") if regression else ("accuracy",), train,
                     dev)

@@ -161,7 +161,7 @@ def run(args, accelerator):
     extra = {"model": "bilstm", "task": task.name, "data": str(data), "method": f"bilstm-{args.loss}",
              "teacher": str(args.teacher), "steps": steps, "train_examples": len(train),
              "original_examples": originals, "augment": args.augment, "lr": args.lr,
-             "selected_on": next(iter(task.dev)),
+             "selected_on": "none (the last step: dev is scored once, after training)",
              **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}),
              **taught, **shared}
     summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume,

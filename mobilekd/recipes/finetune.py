@@ -12,9 +12,11 @@ distillation from a fine-tuned teacher (Hinton's logit KD; TinyBERT's prediction
     accelerate launch -m mobilekd.recipes.finetune --model M --task mnli --data glue/MNLI ...
 
 Defaults per task (mobilekd.data.tasks.DEFAULTS: the paper's for SQuAD, BERT's usual choice for GLUE) are listed
-below. The best checkpoint by the task's first metric on dev (or, with --select-on train-slice, on a
-held-out slice of the training set) is kept in OUT; results.json has every split's metrics and, for
-classification and regression, a TF-IDF bag-of-words baseline trained on the same examples.
+below. The best checkpoint by the task's first metric on a validation split carved from the training data
+(mobilekd.finetune.selection: seeded, stratified, its rule in results.json) is kept in OUT, and only then is the
+dev set read, once, to score it: the dev score is not a maximum over checkpoints. (--select-on dev picks the step
+on dev itself, as runs before the protocol did; that score is optimistic.) results.json has the dev and validation
+metrics and, for classification and regression, a TF-IDF bag-of-words baseline trained on the same examples.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from mobilekd.data.tasks import (DEFAULTS, TASK_NAMES, default_lr, defaults_text, encode_classification, encode_qa,
@@ -35,11 +36,12 @@ from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, timed, write_json
 from mobilekd.flags import at_least, fill_unset
 from mobilekd.finetune.baseline import bag_of_words_baseline
-from mobilekd.finetune.evaluation import DevEvaluator, build_model, require_labels
+from mobilekd.finetune.evaluation import DevEvaluator, build_model, require_labels, write_predictions
 from mobilekd.data.augment import N_PER_TASK, augmented
 from mobilekd.finetune.methods import DEFAULTS as KD_DEFAULTS
 from mobilekd.finetune.methods import METHODS, method_flags
 from mobilekd.finetune.objective import Distillation, intermediate_loss, task_loss
+from mobilekd.finetune.selection import CAP, FRACTION, VALIDATION, carve
 from mobilekd.finetune.teacher_outputs import outputs_precision, teacher_outputs
 from mobilekd.models.config import ModelConfig
 from mobilekd.models.hf import load_config, load_pretrained
@@ -101,14 +103,16 @@ def parse_args(argv=None):
     p.add_argument("--max-train-examples", type=int, help="use a seeded random subset of the training set")
     p.add_argument("--subset-seed", type=int, help="the seed that draws that subset (default: --seed; fix it to give "
                                                    "every seed the same examples)")
-    p.add_argument("--eval-every", type=int, help="evaluate on dev every N steps (default: once per epoch; 0: only "
-                                                 "after the last step, so the model kept is the last one)")
-    p.add_argument("--select-on", choices=["dev", "train-slice"], default="dev",
-                   help="which split picks the best checkpoint: the dev set (default; its best score is optimistic) "
-                        "or a held-out slice of the training set (--selection-fraction), whose selected model's "
-                        "dev score is then an unbiased estimate")
-    p.add_argument("--selection-fraction", type=float, default=0.1,
-                   help="with --select-on train-slice: the share of training examples held out (default 0.1)")
+    p.add_argument("--eval-every", type=int, help="evaluate on the selection split every N steps (default: once per "
+                                                 "epoch; 0: only after the last step, so the model kept is the last)")
+    p.add_argument("--select-on", choices=["validation", "dev", "train-slice"], default="validation",
+                   help="which split picks the best checkpoint: a validation split carved from the training data "
+                        "(default; dev is read once, after, to score the model chosen) or the dev set itself (its "
+                        "best score is then optimistic); train-slice is validation's former name")
+    p.add_argument("--validation-fraction", "--selection-fraction", dest="validation_fraction", type=float,
+                   default=FRACTION, help=f"the share of training examples held out for validation (default "
+                                          f"{FRACTION:g}, at most {CAP:,} examples; --selection-fraction is its "
+                                          f"former name)")
     p.add_argument("--dropout", type=float, help="override the model's hidden dropout")
     p.add_argument("--classifier-dropout", type=float, default=0.1,
                    help="dropout before the classifier (default 0.1, the official run_classifier.py's)")
@@ -130,8 +134,11 @@ def parse_args(argv=None):
     if args.method == "ft" and args.teacher:
         raise UserError("--method ft fine-tunes on the labels alone: drop --teacher (or choose kd)")
     at_least("--intermediate-epochs", args.intermediate_epochs, 0, strictly=True)
-    if not 0 < args.selection_fraction < 1:
-        raise UserError(f"--selection-fraction must be between 0 and 1, got {args.selection_fraction}")
+    if not 0 < args.validation_fraction < 1:
+        raise UserError(f"--validation-fraction must be between 0 and 1, got {args.validation_fraction}")
+    if args.select_on == "train-slice":
+        print("--select-on train-slice is now called --select-on validation (the default)")
+        args.select_on = "validation"
     train_config(args)  # bad training flags are refused before any work
     # the learning rate's default depends on the model's size, known once it is loaded (default_lr)
     return fill_unset(args, {k: v for k, v in DEFAULTS[args.task].items() if k != "lr"})
@@ -173,15 +180,17 @@ def run(args, accelerator):
 
     identity = {"model": str(args.model), "task": task.name, "data": str(data), "regression": args.regression}
     start = time.time()
-    train_examples, splits = task.train, dict(task.dev)
+    train_examples, carved = task.train, None
     if not args.eval_only:
         train_examples = training_subset(train_examples, args.max_train_examples,
                                          args.seed if args.subset_seed is None else args.subset_seed)
-    if not args.eval_only and args.select_on == "train-slice":  # the slice picks the checkpoint, never trains
-        held = set(np.random.default_rng((args.seed, 1)).permutation(len(train_examples))[
-            :max(1, round(args.selection_fraction * len(train_examples)))].tolist())
-        splits = {"selection": [e for i, e in enumerate(train_examples) if i in held], **splits}
-        train_examples = [e for i, e in enumerate(train_examples) if i not in held]
+    if not args.eval_only and args.select_on == "validation":  # it picks the checkpoint and never trains
+        carved = carve(task, train_examples, args.seed, args.validation_fraction)
+        train_examples = carved.train
+        print(f"validation split: {carved.record['size']} of {carved.record['size'] + carved.record['train_size']} "
+              f"training examples held out ({carved.record['rule']}); dev is read once, after training, to score "
+              f"the model chosen")
+    splits = {VALIDATION: carved.validation} if carved else dict(task.dev)
     augment_pass, shared = None, {}  # shared: the augmented set's and the teacher's outputs' records (`Made.record`)
     if not args.eval_only and args.augment:
         if task.head == "qa":
@@ -201,12 +210,6 @@ def run(args, accelerator):
     if args.eval_only:
         print(f"{task.name}: {evaluator(model, 0, {**identity, 'steps': 0})}")
         return
-    dev_examples = next(iter(task.dev.values()))
-    baseline = None
-    if task.head == "classification" and all(e.label is not None for e in dev_examples):
-        baseline = bag_of_words_baseline(task, train_examples, dev_examples, args.seed)
-        print(f"bag-of-words baseline ({baseline['method']}, same training examples): " +
-              ", ".join(f"dev {k} {v:.4f}" for k, v in baseline["metrics"].items()))
     train_split, _ = encode(train_examples)
     if task.head == "classification" and "labels" not in train_split.arrays:
         raise UserError(f"{data}: the training split has unlabelled rows")
@@ -249,8 +252,8 @@ def run(args, accelerator):
     taught = teacher_record(args.teacher, task.name) if args.teacher else {}
     extra = {**identity, "method": args.method, "teacher": args.teacher, "steps": sum(st.steps for st in stages),
              "train_examples": len(train_split),
-             "selected_on": "selection" if args.select_on == "train-slice" else next(iter(task.dev)),
-             "lr": args.lr, "baseline": baseline,
+             "selected_on": VALIDATION if carved else next(iter(task.dev)),
+             **({"validation_split": carved.record} if carved else {}), "lr": args.lr,
              **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}),
              **({"augment_precision": augment_pass["precision"]} if augment_pass else {}),
              **taught, **shared}
@@ -264,16 +267,38 @@ def run(args, accelerator):
 
     summaries = run_plan(stages, model, train_split, cfg, accelerator, resume=args.resume, on_eval=on_eval)
     if accelerator.is_main_process:
+        wall = round(time.time() - start, 1)  # training and selection; dev's one scoring is not a training cost
         result = read_json(out / "results.json")
-        result.update(wall_seconds=round(time.time() - start, 1), complete=True, training=summaries, **taught,
-                      **shared)
+        if carved:  # every choice is made: now, and only now, dev is read and scored once
+            dev_metrics = score_once(task, out, tokenizer, encode, accelerator.device)
+            result["metrics"] = {**dev_metrics, **{k: v for k, v in result["metrics"].items() if k == VALIDATION}}
+            result["dev_scored"] = "once, the model chosen on validation"
+        dev_examples = next(iter(task.dev.values()))
+        baseline = None
+        if task.head == "classification" and all(e.label is not None for e in dev_examples):
+            baseline = bag_of_words_baseline(task, train_examples, dev_examples, args.seed)
+        result.update(wall_seconds=wall, complete=True, training=summaries, baseline=baseline, **taught, **shared)
         write_json(out / "results.json", result)  # this attempt's seconds, a resumed run's too
         dev_score = result["metrics"].get(next(iter(task.dev)), {}).get(result["best_metric"])  # None: unlabelled
         print(f"{task.name}: best {result['best_metric']} {result['best_score']:.4f} on {result['selected_on']} at "
               f"step {result['best_step']} of {extra['steps']}; model in {out}" +
-              (f"; its dev {result['best_metric']} {dev_score:.4f}"
-               if result["selected_on"] == "selection" and dev_score is not None else "") +
-              (f"; bag-of-words baseline {baseline['metrics'][result['best_metric']]:.4f}" if baseline else ""))
+              (f"; its dev {result['best_metric']} {dev_score:.4f}" if carved and dev_score is not None else "") +
+              (f"; bag-of-words baseline ({baseline['method']}, same training examples) "
+               f"{baseline['metrics'][result['best_metric']]:.4f}" if baseline else ""))
+
+
+def score_once(task, out: Path, tokenizer, encode, device) -> dict:
+    """The dev metrics of the model a run chose on its validation split, as saved in OUT: the first and only time
+    the run reads dev (its predictions written beside the model)."""
+    model = build_model(out, task).to(device)
+    try:
+        dev = {name: (examples, *encode(examples)) for name, examples in task.dev.items()}
+    except UserError as err:  # a bad dev file is found only now: the model it would score is complete
+        raise UserError(f"{err} (the model chosen on validation is complete in {out}; score it with --eval-only "
+                        f"--model {out} once dev is fixed)") from None
+    metrics, predictions = DevEvaluator(task, dev, out, tokenizer, save_model=False).score(model)
+    write_predictions(out, predictions, qa=task.head == "qa")
+    return metrics
 
 
 def _mlm_model(model_dir):

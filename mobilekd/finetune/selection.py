@@ -1,0 +1,70 @@
+"""The selection protocol: every choice a run makes (the checkpoint step here; in `ship`'s search the student, its
+recipe, epochs, learning rate and KD settings) is made on a validation split carved from the training data, and
+the dev set is scored once per final model, by nothing that chooses. GLUE's dev sets thereby serve as test sets:
+a dev score picked as the best of several runs on that same dev set is optimistic (the maximum of noisy
+estimates), one scored once after every choice is not.
+
+The split (`carve`) is seeded, stratified where the task allows (by label for classification, by quantile bin of
+the score for regression, plain random for SQuAD) and capped in size, and its rule is recorded beside the results
+(`Carved.record`) so a reader knows what chose the model. Stratified splitting is scikit-learn's
+`train_test_split`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+
+from mobilekd.data.tasks import Task
+from mobilekd.errors import UserError
+
+VALIDATION = "validation"  # the split's name in results.json, history.json and the rows
+FRACTION, CAP = 0.1, 2000  # a tenth of the training examples, at most 2,000 (a GLUE dev set's size: 277-1,500)
+SCORE_BINS = 5  # regression: stratified by the score's quintile
+
+
+@dataclass
+class Carved:
+    train: list
+    validation: list
+    record: dict  # the rule, its fraction, cap and seed, and the sizes: results.json's "validation_split"
+
+
+def _strata(task: Task, examples: list) -> np.ndarray | None:
+    """What the split is stratified by: the label, the score's quantile bin, or None (SQuAD, or a class too rare to
+    appear on both sides)."""
+    if task.head != "classification" or any(e.label is None for e in examples):
+        return None
+    if task.is_regression:
+        scores = task.targets(examples)
+        edges = np.quantile(scores, np.linspace(0, 1, SCORE_BINS + 1)[1:-1])
+        strata = np.digitize(scores, edges)
+    else:
+        strata = task.targets(examples)
+    return strata if np.unique(strata, return_counts=True)[1].min() >= 2 else None
+
+
+def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap: int = CAP) -> Carved:
+    """Hold out `fraction` of `examples` (at most `cap`, at least 1) as the validation split, drawn by `seed`,
+    stratified where `_strata` allows; the rest trains. Refused in one line when too few examples are left to train
+    on or to validate with."""
+    if not 0 < fraction < 1:
+        raise UserError(f"--validation-fraction must be between 0 and 1, got {fraction}")
+    n = len(examples)
+    size = min(cap, max(1, round(fraction * n)))
+    if n - size < 1:
+        raise UserError(f"{n} training examples leave none to train on once {size} are held out for validation")
+    strata = _strata(task, examples)
+    if strata is not None and size < len(np.unique(strata)):  # too small to hold every class: not stratified
+        strata = None
+    index = np.arange(n)
+    rest, held = train_test_split(index, test_size=size, random_state=seed, shuffle=True, stratify=strata)
+    rule = ("stratified by label" if strata is not None and not task.is_regression else
+            f"stratified by the score's {SCORE_BINS} quantile bins" if strata is not None else "random")
+    held_set = set(held.tolist())
+    return Carved(train=[e for i, e in enumerate(examples) if i not in held_set],
+                  validation=[examples[i] for i in sorted(held_set)],
+                  record={"rule": rule, "fraction": fraction, "cap": cap, "seed": seed, "size": len(held_set),
+                          "train_size": n - len(held_set)})

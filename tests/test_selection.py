@@ -1,0 +1,101 @@
+"""The selection protocol (`mobilekd.finetune.selection`): choices read a validation split carved from the training
+data, and dev is read once, after every choice, to score the model chosen."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import ROOT
+from helpers import env
+from mobilekd.data.glue import read_glue
+from mobilekd.data.tasks import load_task
+from mobilekd.errors import UserError
+from mobilekd.finetune.selection import carve
+
+
+def _write_task(directory, train=300, dev=120):
+    """SST-2 sentences as a user's CSV task with the labels 'bad' and 'good'; returns dev's text."""
+    directory.mkdir()
+    texts = {}
+    for split, n in (("train", train), ("dev", dev)):
+        rows = read_glue("sst2", ROOT / "data/glue/SST-2" / f"{split}.tsv.gz")[:n]
+        with open(directory / f"{split}.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["text", "label"])
+            writer.writerows([e.text_a, {"0": "bad", "1": "good"}[e.label]] for e in rows)
+        texts[split] = (directory / f"{split}.csv").read_text()
+    return texts["dev"]
+
+
+def test_the_validation_split_is_seeded_stratified_disjoint_and_recorded(tmp_path):
+    _write_task(tmp_path / "t", train=300)
+    task = load_task("custom", tmp_path / "t")
+    a, b, c = carve(task, task.train, 0), carve(task, task.train, 0), carve(task, task.train, 1)
+    assert [e.text_a for e in a.validation] == [e.text_a for e in b.validation]  # seeded
+    assert [e.text_a for e in a.validation] != [e.text_a for e in c.validation]
+    assert len(a.validation) == 30 and len(a.train) == 270
+    assert {id(e) for e in a.train}.isdisjoint({id(e) for e in a.validation})
+    share = Counter(e.label for e in task.train)["good"] / 300
+    assert abs(Counter(e.label for e in a.validation)["good"] / 30 - share) <= 1 / 30  # stratified by label
+    assert a.record["rule"] == "stratified by label" and a.record["size"] == 30
+    assert len(carve(task, task.train, 0, fraction=0.5, cap=40).validation) == 40  # capped
+    with pytest.raises(UserError, match="between 0 and 1"):
+        carve(task, task.train, 0, fraction=1.0)
+    stsb = load_task("stsb", ROOT / "data/glue/STS-B")
+    assert "quantile" in carve(stsb, stsb.train[:200], 0).record["rule"]
+
+
+def test_loading_a_task_reads_its_dev_file_only_when_a_dev_split_is_used(tmp_path):
+    _write_task(tmp_path / "t")
+    (tmp_path / "t" / "dev.csv").write_text("not,a,valid\ncsv row with no label\n")
+    task = load_task("custom", tmp_path / "t")  # a broken dev file is not read yet
+    assert list(task.dev) == ["dev"] and len(task.train) == 300
+    with pytest.raises(UserError, match="dev.csv"):
+        task.dev["dev"]
+
+
+def test_a_run_whose_dev_file_is_unreadable_until_the_end_still_makes_every_choice(student_dir, tmp_path):
+    """dev.csv is a named pipe: any read blocks until the test writes it, which it does only once the run has
+    trained, evaluated every checkpoint on validation and kept its best; then the run scores dev once."""
+    data = tmp_path / "t"
+    dev_text = _write_task(data)
+    (data / "dev.csv").unlink()
+    os.mkfifo(data / "dev.csv")
+    out = tmp_path / "ft"
+    proc = subprocess.Popen([sys.executable, "-m", "mobilekd.recipes.finetune", "--model", str(student_dir),
+                             "--task", "custom", "--data", str(data), "--out", str(out), "--max-steps", "6",
+                             "--batch-size", "16", "--max-len", "32", "--eval-every", "2", "--threads", "1"],
+                            cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, fd = time.time() + 300, None
+        while fd is None:  # the pipe opens for writing only once the run opens it for reading
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.time() < deadline, "the run never read dev"
+            try:
+                fd = os.open(data / "dev.csv", os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                time.sleep(0.2)
+        # the run waits on dev: by now every choice is made, from validation alone
+        before = json.loads((out / "results.json").read_text())
+        history = json.loads((out / "history.json").read_text())
+        assert before["selected_on"] == "validation" and list(before["metrics"]) == ["validation"]
+        assert [h["step"] for h in history] == [2, 4, 6] and all(list(h["metrics"]) == ["validation"]
+                                                                 for h in history)
+        assert (out / "model.safetensors").is_file()
+        os.set_blocking(fd, True)
+        os.write(fd, dev_text.encode())
+        os.close(fd)
+        assert proc.wait(timeout=300) == 0, proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    after = json.loads((out / "results.json").read_text())
+    assert after["best_step"] == before["best_step"] and list(after["metrics"]) == ["dev", "validation"]
+    assert 0 <= after["metrics"]["dev"]["accuracy"] <= 1 and after["dev_scored"].startswith("once")
+    assert (out / "dev_predictions.tsv").read_text().count("\n") == 121  # the model chosen, over all of dev
