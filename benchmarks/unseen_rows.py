@@ -76,7 +76,8 @@ def corpus_vocabulary(tokenizer) -> tuple[np.ndarray, float]:
 def row_statistics(teacher: Path, seen: np.ndarray) -> dict[str, float]:
     """The trained table's rows of tokens the pre-training corpus never shows against those it shows."""
     with safe_open(str(teacher / "model.safetensors"), "pt") as f:
-        table = f.get_tensor(WORD_EMBEDDINGS)
+        table = f.get_tensor(next(k for k in (WORD_EMBEDDINGS, "bert." + WORD_EMBEDDINGS.removeprefix("mobilebert."))
+                                  if k in f.keys()))  # a BERT-layout teacher is saved under transformers' names
     unseen = table[torch.from_numpy(~seen)]
     unit = torch.nn.functional.normalize(unseen, dim=1)
     n = len(unit)

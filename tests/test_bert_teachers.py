@@ -90,8 +90,9 @@ def test_adaptation_fits_the_missing_heads(tmp_path, small_corpus, tokenizer):
                            after.mobilebert.encoder.layer[0].output.dense.weight)  # the encoder trained too
     table = "mobilebert.embeddings.word_embeddings.weight"  # but not the word table (a small corpus would skew it)
     assert torch.equal(before.state_dict()[table], after.state_dict()[table])
-    # transformers cannot hold a BERT-layout model as MobileBERT, so it refuses the directory cleanly
-    assert json.loads((out / "config.json").read_text())["model_type"] == "ib_bert"
+    # the adapted BERT is saved as what it is, a transformers BERT with its pre-training heads
+    assert json.loads((out / "config.json").read_text())["model_type"] == "bert"
+    assert type(transformers.AutoModelForPreTraining.from_pretrained(out)).__name__ == "BertForPreTraining"
 
     proc = run_module("mobilekd.recipes.train_teacher", "--freeze-encoder", "--out", tmp_path / "x", check=False)
     assert "--freeze-encoder, --train-word-embeddings and --head-lr-scale need --init-from" in one_line_error(proc)

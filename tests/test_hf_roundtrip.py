@@ -26,6 +26,14 @@ HEAD_OF_CASE = {"regression": "classification"}
 # the trigram at equal widths (its MLM head then has an empty extra matrix) and a LayerNorm MobileBERT with
 # transformers' hard-coded epsilon
 SHAPES = {name: p.config for name, p in PRESETS.items()} | {
+    "bert_base": PRESETS["bert_base"].config.replace(num_hidden_layers=2),  # BERT_BASE's widths, 2 of its layers
+    # the packaged teacher's shape (all-MiniLM-L6-v2, a transformers BERT), and the demo's student of its layers 0
+    # and 5 with every FFN narrowed to 1,280 neurons: BERT layouts, saved as BERT
+    "minilm_l6": PRESETS["bert_base"].config.replace(hidden_size=384, embedding_size=384, num_hidden_layers=6,
+                                                     num_attention_heads=12, intermediate_size=1536),
+    "minilm_subset_narrow": PRESETS["bert_base"].config.replace(hidden_size=384, embedding_size=384,
+                                                                num_hidden_layers=2, num_attention_heads=12,
+                                                                intermediate_size=1280),
     "trigram_at_equal_widths": PRESETS["demo_student"].config.replace(embedding_size=128),
     "layer_norm_eps_1e-5": PRESETS["demo_student"].config.replace(normalization_type="layer_norm",
                                                                   hidden_act="gelu", layer_norm_eps=1e-5),
@@ -81,7 +89,8 @@ def test_transformers_computes_our_logits_or_refuses_the_checkpoint(shape, case,
     sentence pairs; or the directory is not labelled as a transformers model and transformers refuses it."""
     head = HEAD_OF_CASE.get(case, case)
     config = SHAPES[shape].replace(**HEAD_CASES[case])
-    if not config.hf_compatible:  # the label alone decides what transformers does: no weights needed
+    bert = not config.hf_compatible and config.bert_incompatibility is None  # BERT's own layout: saved as BERT
+    if not config.hf_compatible and not bert:  # the label alone decides what transformers does: no weights needed
         saved = config_json(config, head)
         (tmp_path / "config.json").write_text(json.dumps(saved))
         assert saved["model_type"] not in transformers.CONFIG_MAPPING
@@ -93,7 +102,9 @@ def test_transformers_computes_our_logits_or_refuses_the_checkpoint(shape, case,
     ours = _randomize(HEADS[head].model_class(config))
     save_pretrained(ours, tmp_path, tokenizer)
     theirs, info = AUTO[head].from_pretrained(tmp_path, output_loading_info=True)
-    assert type(theirs).__name__ == HEADS[head].hf_architecture
+    architecture = HEADS[head].hf_architecture
+    assert type(theirs).__name__ == ("Bert" + architecture.removeprefix("MobileBert") if bert else architecture)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == ("bert" if bert else "mobilebert")
     assert not any(info.values()), info  # no missing, unexpected or mismatched key
     if config.id2label:
         assert theirs.config.id2label == config.id2label and theirs.config.problem_type == config.problem_type
@@ -167,3 +178,28 @@ def test_transformers_bert_checkpoints_load_as_family_members(tmp_path):
     ids = torch.randint(1000, 2000, (2, 12))
     with torch.no_grad():
         assert (ours(ids) - bert(input_ids=ids).logits).abs().max() <= 1e-5
+
+
+def test_a_bert_layout_classifier_runs_in_transformers_pipeline_with_our_labels_on_all_of_sst2_dev(tmp_path,
+                                                                                                   tokenizer):
+    """The demo's student is a BERT layout (two of its teacher's layers): fine-tuned briefly by `mobilekd finetune`
+    and saved with its tokenizer, it runs in `pipeline("text-classification", model=DIR)` with no other argument,
+    and labels every SST-2 dev sentence as our own prediction does."""
+    from conftest import ROOT
+    from helpers import run_module
+    from mobilekd.data.tasks import encode_classification, load_task
+    from mobilekd.finetune.evaluation import predict
+
+    run_module("mobilekd", "init", "all-minilm-l6-v2", tmp_path / "start", "--layers", "0,5")  # the packaged BERT's
+    run_module("mobilekd.recipes.finetune", "--model", tmp_path / "start", "--task", "sst2", "--out", tmp_path / "ft",
+               "--max-train-examples", 1000, "--max-steps", 40, "--batch-size", 32, "--max-len", 64, "--lr", 4e-4,
+               "--eval-every", 0, "--threads", 1)
+    assert json.loads((tmp_path / "ft" / "config.json").read_text())["model_type"] == "bert"
+    task = load_task("sst2", ROOT / "data/glue/SST-2", eval_only=True)
+    dev = task.dev["dev"]
+    ours = load_pretrained(tmp_path / "ft").eval()
+    expected = [task.labels[i] for i in predict(ours, encode_classification(task, dev, tokenizer, 128)).argmax(-1)]
+    classify = transformers.pipeline("text-classification", model=str(tmp_path / "ft"), device="cpu")
+    got = [r["label"] for r in classify([e.text_a for e in dev], batch_size=64, truncation=True, max_length=128)]
+    assert len(got) == len(dev) == 872 and got == expected
+    assert min(expected.count(label) for label in task.labels) > 50  # both labels occur: the comparison can fail

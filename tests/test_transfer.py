@@ -16,7 +16,8 @@ from mobilekd.models.presets import PRESETS
 from mobilekd.train.loop import TrainConfig, run_plan
 from mobilekd.transfer.losses import (attention_transfer, cosine_hidden, feature_map_transfer, logit_distillation,
                                       mean_transfer, variance_transfer)
-from mobilekd.transfer.strategies import Distiller, PlanSettings, check_pair, copy_shared_weights, plan
+from mobilekd.transfer.strategies import (Distiller, PlanSettings, TransferWeights, check_pair, copy_shared_weights,
+                                          plan)
 
 T = torch.tensor([[[1.0, 2.0, 3.0], [0.0, 0.0, 3.0]]])
 S = torch.tensor([[[2.0, 2.0, 2.0], [1.0, -1.0, 3.0]]])
@@ -250,3 +251,27 @@ def test_kept_layer_inputs_give_the_terms_of_passes_from_the_embeddings(small_co
     assert kept.inputs.hits == 6  # PD's teacher runs no block: the last stage kept its output
     for name in ("mlm", "mlm_kd", "nsp", "loss"):
         assert a[name].item() == pytest.approx(b[name].item(), rel=1e-5), name
+
+
+def test_distilbert_strategy_trains_at_the_temperature_asked_and_refuses_alpha(small_corpus, tokenizer, tmp_path):
+    """`--temperature` under --strategy distilbert is the one its soft targets use (DistilBERT's 2.0 by default);
+    `--alpha`, which its triple loss has no use for, is refused in one line before any work."""
+    weights = TransferWeights()
+    assert (weights.for_strategy("pkt").alpha, weights.for_strategy("pkt").temperature) == (0.5, 1.0)
+    assert weights.for_strategy("distilbert").temperature == 2.0
+    assert TransferWeights(temperature=4.0).for_strategy("distilbert").temperature == 4.0
+    with pytest.raises(UserError, match="--alpha"):
+        TransferWeights(alpha=0.3).for_strategy("distilbert")
+    torch.manual_seed(0)
+    teacher = MobileBertForPreTraining(PRESETS["demo_teacher"].config)
+    student = MobileBertForPreTraining(PRESETS["demo_student"].config).eval()
+    batch = load_pretraining_data([small_corpus], tokenizer, 32, 0, tmp_path / "cache").train.batch(range(4))
+    ce = {}
+    for t in (None, 2.0, 4.0):
+        settings = PlanSettings(weights=TransferWeights(temperature=t))
+        distiller = Distiller(teacher, [0, 1, 2, 3], settings, student.config, "distilbert")
+        ce[t] = distiller.distilbert_terms(student, batch)["kd_ce"].item()
+    assert ce[None] == ce[2.0] != ce[4.0]
+    proc = run_module("mobilekd.recipes.distill", "--strategy", "distilbert", "--alpha", "0.3", "--teacher",
+                      tmp_path / "none", "--out", tmp_path / "out", check=False)
+    assert proc.returncode != 0 and "drop --alpha" in one_line_error(proc) and not (tmp_path / "out").exists()

@@ -108,6 +108,25 @@ class ModelConfig:
         return None
 
     @property
+    def bert_incompatibility(self) -> str | None:
+        """Why transformers' BERT classes would not compute this model, in one line; None for BERT's own layout
+        (the teachers a user brings, their layer subsets, FFNs narrowed to one width, TinyBERT's shapes): one
+        LayerNorm'd FFN per block, no bottleneck, no lift of the embeddings, every LayerNorm at layer_norm_eps
+        (transformers' models/bert/modeling_bert.py builds each with config.layer_norm_eps), an additive mask.
+        Such a model is saved as `model_type: "bert"` (`mobilekd.models.hf.config_json`)."""
+        if self.use_bottleneck or self.num_feedforward_networks != 1:
+            return "MobileBERT's bottlenecks or stacked FFNs"
+        if self.normalization_type != "layer_norm":
+            return f"{self.normalization_type} instead of LayerNorm"
+        if self.embedding_transformation or self.trigram_input or self.embedding_size != self.hidden_size:
+            return "a lift of the embeddings"
+        if self.masked_score is not None or self.score_clip is not None:
+            return "the official TF1 attention mask or score clip"
+        if not self.classifier_activation:
+            return "a pooler without its tanh"
+        return None
+
+    @property
     def hf_compatible(self) -> bool:
         """Whether transformers' MobileBERT classes compute exactly this model (`hf_incompatibility` is None)."""
         return self.hf_incompatibility is None

@@ -7,7 +7,10 @@ as is, with our logits (tests/test_hf_roundtrip.py): our parameter names are the
 (its weight is the word embedding, its bias `cls.predictions.bias`). Any other model (the IB-BERT teachers, BERT
 layouts, `mobilebert_no_opt`'s 1e-12 LayerNorms, `mobilebert_h384`'s lift at equal widths) is saved the same way
 under `model_type: "ib_bert"`, which transformers refuses by name instead of loading it into a model that
-computes something else; `mobilekd_transformers_note` in its config.json says why in one line.
+computes something else; `mobilekd_transformers_note` in its config.json says why in one line. A model of BERT's
+own layout (`ModelConfig.bert_incompatibility` is None: a user's BERT teacher, its layer subsets, narrowed FFNs,
+TinyBERT's shapes) is saved as what it is, `model_type: "bert"` with transformers' BERT names (`bert.` for our
+`mobilebert.`), and loads into `AutoModelFor...` as a `BertFor...` with our logits.
 """
 
 from __future__ import annotations
@@ -28,12 +31,25 @@ from mobilekd.models.heads import HEADS, head_of, head_of_architectures
 TRANSFORMERS_NOTE = "mobilekd_transformers_note"
 
 
-def config_json(config: ModelConfig, head: str) -> dict:
+def saved_as(config: ModelConfig, refused: str | None = None) -> str:
+    """The model_type a model is saved under: "mobilebert" where transformers' MobileBERT computes it, "bert" for
+    BERT's own layout, else "ib_bert" (refused by transformers; so is any model `refused` names a reason for)."""
+    if refused is not None:
+        return "ib_bert"
+    if config.hf_compatible:
+        return "mobilebert"
+    return "bert" if config.bert_incompatibility is None else "ib_bert"
+
+
+def config_json(config: ModelConfig, head: str, refused: str | None = None) -> dict:
+    """The config.json of a model of `config` with `head` (`refused`: why transformers must not load it, where
+    its config alone would let it, e.g. a multi-task model's encoder)."""
     d = config.to_dict()
-    reason = config.hf_incompatibility
-    d["model_type"] = "mobilebert" if reason is None else "ib_bert"
-    d["architectures"] = [HEADS[head].hf_architecture if reason is None else "IBBert"]
-    if reason is not None:
+    reason, d["model_type"] = refused or config.hf_incompatibility, saved_as(config, refused)
+    architecture = HEADS[head].hf_architecture
+    d["architectures"] = [{"mobilebert": architecture, "bert": "Bert" + architecture.removeprefix("MobileBert"),
+                           "ib_bert": "IBBert"}[d["model_type"]]]
+    if d["model_type"] == "ib_bert":
         d[TRANSFORMERS_NOTE] = (f"not a transformers MobileBERT: {reason}; load it with "
                                 f"mobilekd.models.hf.load_pretrained")
     d["mobilekd_head"] = head
@@ -47,16 +63,18 @@ def config_json(config: ModelConfig, head: str) -> dict:
     return d
 
 
-def save_weights(model: torch.nn.Module, out_dir, tokenizer=None, extra: dict | None = None) -> Path:
+def save_weights(model: torch.nn.Module, out_dir, tokenizer=None, extra: dict | None = None,
+                 encoder: str = "mobilebert") -> Path:
     """Write model.safetensors (atomically) and the tokenizer files when given, into `out_dir` (made if missing).
     A distillation's `projections` submodule (the student's side of its matches, trained beside it) is left out:
-    it is never part of a saved model. `extra`: tensors saved beside the state dict."""
+    it is never part of a saved model. `extra`: tensors saved beside the state dict; `encoder`: the name the
+    encoder's tensors are saved under (transformers' BERT calls it `bert`)."""
     from mobilekd.data.tokenizer import save_tokenizer
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
-             if not k.startswith("projections.")}
+    state = {(encoder + k.removeprefix("mobilebert") if k.startswith("mobilebert.") else k):
+             v.detach().contiguous().cpu() for k, v in model.state_dict().items() if not k.startswith("projections.")}
     state.update(extra or {})
     with atomic_path(out_dir / "model.safetensors") as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
@@ -66,7 +84,7 @@ def save_weights(model: torch.nn.Module, out_dir, tokenizer=None, extra: dict | 
 
 
 def transformers_extras(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Tensors transformers' MobileBERT expects that our model has none of: at embedding_size == hidden_size its
+    """Tensors transformers' MobileBERT (or BERT) expects that our model has none of: at embedding_size == hidden_size its
     `MobileBertLMPredictionHead.dense` is an empty (0, vocab) matrix (ours: no module), which it would report
     missing from the file; and an untied decoder's bias, which transformers ties to `cls.predictions.bias` only
     while the decoder is tied. Our loader ignores both."""
@@ -76,15 +94,17 @@ def transformers_extras(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     if (config.hf_compatible and "cls.predictions.bias" in state and "cls.predictions.dense.weight" not in state
             and config.hidden_size == config.embedding_size):
         extras["cls.predictions.dense.weight"] = torch.zeros(0, config.vocab_size)
-    if config.hf_compatible and "cls.predictions.decoder.weight" in state:  # an untied decoder (the C-MLM teacher):
+    if saved_as(config) != "ib_bert" and "cls.predictions.decoder.weight" in state:  # an untied decoder (C-MLM's):
         extras["cls.predictions.decoder.bias"] = state["cls.predictions.bias"].clone()  # where transformers reads it
     return extras
 
 
-def save_pretrained(model: torch.nn.Module, out_dir, tokenizer=None, head: str | None = None) -> Path:
-    """`save_weights`, then config.json (atomically)."""
-    out_dir = save_weights(model, out_dir, tokenizer, transformers_extras(model))
-    write_json(out_dir / "config.json", config_json(model.config, head or head_of(model)))
+def save_pretrained(model: torch.nn.Module, out_dir, tokenizer=None, head: str | None = None,
+                    refused: str | None = None) -> Path:
+    """`save_weights`, then config.json (atomically); `refused`: see `config_json`."""
+    out_dir = save_weights(model, out_dir, tokenizer, transformers_extras(model),
+                           encoder="bert" if saved_as(model.config, refused) == "bert" else "mobilebert")
+    write_json(out_dir / "config.json", config_json(model.config, head or head_of(model), refused))
     return out_dir
 
 

@@ -86,7 +86,8 @@ def is_multitask(model_dir) -> bool:
 
 
 def save_multitask(model: MultiTaskModel, out_dir, tokenizer=None) -> Path:
-    out_dir = save_pretrained(model, out_dir, tokenizer, head="pretraining")
+    out_dir = save_pretrained(model, out_dir, tokenizer, head="pretraining",
+                              refused="a multi-task model (one encoder, a classifier per task, MT-DNN)")
     write_json(out_dir / SETTINGS, {"tasks": {name: {"labels": None if t.labels is None else list(t.labels),
                                                      "metrics": list(t.metrics)} for name, t in model.tasks.items()},
                                     "dropout": model.dropout.p})

@@ -17,6 +17,7 @@ through grouped heads (`mobilekd.transfer.objectives.group_heads`), one of anoth
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -65,6 +66,9 @@ def parse_args(argv=None):
     add_training_flags(p, out="runs/student", batch_size=32, seq_len=64, optimizer="adamw")
     args = p.parse_args(argv)
     args.settings = from_flags(PlanSettings, args, weights=from_flags(TransferWeights, args))  # refused here if bad
+    for strategy in [args.strategy, *(s.strip() for s in (args.compare or "").split(",") if s.strip())]:
+        if strategy in STRATEGIES:  # a weight a strategy has no use for is refused before any work
+            args.settings.weights.for_strategy(strategy)
     train_config(args)  # so are bad training flags
     return args
 
@@ -75,8 +79,8 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
     student = student_model(args.student, args.masked_score)
     config = student.config
     n_layers = config.num_hidden_layers
-    settings = args.settings
-    w = settings.weights
+    settings = dataclasses.replace(args.settings, weights=args.settings.weights.for_strategy(strategy))
+    w = settings.weights  # as this strategy trains with them, so its summary records what was used
     run = {"student": config.to_dict(), "teacher": str(teacher_dir), "seq_len": args.seq_len, "data": data.path.name,
            "strategy": strategy, "freeze": settings.freeze, "lr": settings.lr, "layer_lr": settings.layer_lr,
            "alpha": w.alpha, "temperature": w.temperature, "layer_map": args.layer_map,

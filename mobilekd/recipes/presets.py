@@ -63,10 +63,13 @@ def _init(args) -> None:
     from mobilekd.data.tokenizer import load_tokenizer
     from mobilekd.models.heads import MobileBertForPreTraining
     from mobilekd.models.hf import load_pretrained, save_pretrained
-    from mobilekd.models.presets import get_preset
+    from mobilekd.models.presets import PRESETS, get_preset
+    from mobilekd.models.pretrained import model_dir
     from mobilekd.models.subset import take_layers
 
     torch.manual_seed(args.seed)
+    if args.preset not in PRESETS:  # a packaged checkpoint's name (all-minilm-l6-v2) is its directory
+        args.preset = str(model_dir(args.preset))
     if Path(args.preset).is_dir():
         narrowed = args.intermediate_size is not None  # its importance needs the model's trained masked-LM head
         source = load_pretrained(args.preset, "pretraining", require_head=narrowed)

@@ -52,6 +52,7 @@ REREADING = ("pkt", "jkt")  # plans of several stages, whose stages reread one b
 # DistilBERT's loss weights and temperature: the README's training command (examples/research_projects/
 # distillation/README.md: --alpha_ce 5.0 --alpha_mlm 2.0 --alpha_cos 1.0; train.py --temperature 2.0)
 DISTILBERT = {"ce": 5.0, "mlm": 2.0, "cos": 1.0, "temperature": 2.0}
+PD_ALPHA, PD_TEMPERATURE = 0.5, 1.0  # pre-training distillation's defaults (eq. 4 with the hard and soft MLM halved)
 
 
 @dataclass(kw_only=True)
@@ -64,8 +65,26 @@ class TransferWeights:
                                                "help": "mean transfer weight (official: 5000; 0 = off)"})
     var: float = field(default=0.0, metadata={"flag": "--var-weight",
                                               "help": "variance transfer weight (official: 5; 0 = off)"})
-    alpha: float = field(default=0.5, metadata={"help": "PD: weight of the hard MLM loss, eq. (4)"})
-    temperature: float = field(default=1.0, metadata={"help": "PD: distillation temperature"})
+    alpha: float | None = field(default=None, metadata={
+        "type": float, "default_help": "0.5", "help": "PD: weight of the hard MLM loss, eq. (4); not under "
+                                                       "--strategy distilbert, whose triple loss has its own weights"})
+    temperature: float | None = field(default=None, metadata={
+        "type": float, "default_help": "1 for PD, 2 under --strategy distilbert (DistilBERT's train.py)",
+        "help": "distillation temperature of the MLM head's soft targets"})
+
+    def for_strategy(self, strategy: str) -> "TransferWeights":
+        """These weights as `strategy` trains with them (what its run records): PD's alpha and temperature default
+        to 0.5 and 1 (eq. 4); DistilBERT's temperature to its 2.0 (DISTILBERT), and --alpha, which its triple
+        loss has no use for, is refused in one line rather than ignored."""
+        if strategy == "distilbert":
+            if self.alpha is not None:
+                raise UserError("--alpha weighs PD's hard MLM loss; --strategy distilbert's triple loss has fixed "
+                                f"weights (ce {DISTILBERT['ce']:g}, mlm {DISTILBERT['mlm']:g}, cos "
+                                f"{DISTILBERT['cos']:g}): drop --alpha")
+            return dataclasses.replace(self, temperature=DISTILBERT["temperature"] if self.temperature is None
+                                       else self.temperature)
+        return dataclasses.replace(self, alpha=PD_ALPHA if self.alpha is None else self.alpha,
+                                   temperature=PD_TEMPERATURE if self.temperature is None else self.temperature)
 
 
 @dataclass(kw_only=True)
@@ -200,6 +219,7 @@ class Distiller:
 
     def __init__(self, teacher, layer_map: list[int], settings: PlanSettings, student_config: ModelConfig,
                  strategy: str = "pkt"):
+        settings = dataclasses.replace(settings, weights=settings.weights.for_strategy(strategy))
         self.teacher, self.layer_map, self.s, self.strategy = teacher.eval(), layer_map, settings, strategy
         # teachers of another width pair through learned projections of the student's feature maps
         self.projected = teacher.config.hidden_size != student_config.hidden_size
@@ -289,7 +309,8 @@ class Distiller:
 
     def distilbert_terms(self, student, batch) -> dict[str, torch.Tensor]:
         """DistilBERT's triple loss (distiller.py, `Distiller.step`: `alpha_ce * loss_ce + alpha_mlm * loss_mlm +
-        alpha_cos * loss_cos`), weights and temperature `DISTILBERT`, NSP dropped as DistilBERT drops it.
+        alpha_cos * loss_cos`), weights `DISTILBERT`, temperature the run's (DistilBERT's 2.0 unless --temperature
+        says otherwise: `TransferWeights.for_strategy`), NSP dropped as DistilBERT drops it.
 
         Two departures: the soft-target KL covers the masked positions only (the official `--restrict_ce_to_mask`),
         not every non-padding token (its default), since our MLM head computes logits at masked positions only;
@@ -301,7 +322,7 @@ class Distiller:
         d, mask = DISTILBERT, batch["attention_mask"]
         cos = evaluate(self.distilbert_matches(), Features(t.encoder, attention_mask=mask),
                        Features(out.encoder, attention_mask=mask))
-        ce = logit_distillation(t.mlm_logits, out.mlm_logits, d["temperature"])
+        ce = logit_distillation(t.mlm_logits, out.mlm_logits, self.s.weights.temperature)
         mlm = mlm_loss(out.mlm_logits, batch)
         return {"loss": d["ce"] * ce + d["mlm"] * mlm + d["cos"] * cos["loss"], "kd_ce": ce.detach(),
                 "mlm": mlm.detach(), "cos": cos["loss"].detach()}
