@@ -29,6 +29,7 @@ from pathlib import Path
 
 from android_bench.host import load_runner, random_inputs
 from mobilekd.errors import UserError, last_line, located
+from mobilekd.host import identity
 
 FREQUENCY = 1000  # samples per second of CPU time
 COVERAGE = (0.8, 1.25)  # the samples' CPU time over the process's own count: outside, the profile is refused
@@ -157,7 +158,7 @@ def profile(path, threads: int = 1, seconds: float = 5.0, warmup: int = 3) -> di
             "sampled_cpu_fraction": round(coverage, 3), "cpu_ms_per_invocation": round(total * ms, 3),
             "process_cpu_ms_per_invocation": round(1000 * cpu / invocations, 3),
             "wall_ms_per_invocation": round(1000 * wall / invocations, 3),
-            "families": ranked(families), "kernels": ranked(counts)}
+            "families": ranked(families), "kernels": ranked(counts), "host": identity()}
 
 
 def format_profile(result: dict, top: int = 8) -> str:

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.runner import (Job, comparison, comparison_flags, judged_cell, mean_std_cell,
-                               paired_differences)
+                               paired_differences, recorded_host)
 from mobilekd.data.custom import read_custom
 from mobilekd.fileio import REPO_ROOT, atomic_path, read_json
 
@@ -155,14 +155,15 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             found += [
                 {**shared, "method": "teacher", "value": round(s["teacher"]["dev"][metric], 4),
                  "train_seconds": s["teacher"]["train_seconds"],
-                 "cpu": s["teacher"].get("cpu"), "epochs": b["teacher_epochs"]},
+                 "cpu": s["teacher"].get("cpu"), "epochs": b["teacher_epochs"], **recorded_host(s["teacher"])},
                 {**shared, "method": "ship", "value": round(s["student"]["dev"][metric], 4),
                  "params": s["student"]["params"], "train_seconds": s["student"]["train_seconds"],
-                 "cpu": s["student"].get("cpu"),
+                 "cpu": s["student"].get("cpu"), **recorded_host(s["student"]),
                  "epochs": b["student_epochs"], "lr": b["student_lr"], "layers": b["layers"],
                  "tflite_bytes": int8.get("size_bytes")},
                 {**shared, "method": "tfidf", "value": round(s["baseline"]["metrics"][metric], 4),
-                 "train_seconds": s["baseline"]["seconds"], "cpu": s["student"].get("cpu")},
+                 "train_seconds": s["baseline"]["seconds"], "cpu": s["student"].get("cpu"),
+                 **recorded_host(s["student"])},
                 {**shared, "method": "majority", "value": round(majority(out / "data" / task), 4)}]
     return found
 

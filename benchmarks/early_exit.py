@@ -26,7 +26,8 @@ from pathlib import Path
 
 from benchmarks import teacher_value
 from benchmarks.runner import (RESUMABLE, VERDICTS, WITHIN, Job, comparison, comparison_flags, finished_results,
-                               mean_std_cell, metric_rank, run_all, task_panels, verdict, within)
+                               host_fields, mean_std_cell, metric_rank, recorded_host, run_all, task_panels, verdict,
+                               within)
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.fileio import REPO_ROOT, read_json, save_png, write_json
@@ -96,7 +97,8 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                                   "full_host_ms": round(timing["full_ms"], 3), "threads": timing["threads"],
                                   "same_exit_as_torch": parity["thresholds"][key]["same_exit"],
                                   "same_prediction_as_torch": parity["thresholds"][key]["same_prediction"],
-                                  "train_seconds": r["wall_seconds"], "seq_len": r["max_len"]})
+                                  "train_seconds": r["wall_seconds"], "seq_len": r["max_len"], **host_fields(r),
+                                  "latency_host": recorded_host(timing)["host"]})
     return found
 
 

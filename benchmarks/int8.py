@@ -45,7 +45,7 @@ from pathlib import Path
 from android_bench.kernels import FAMILIES, OTHER, unavailable
 from android_bench.models import CACHE, preset_path
 from benchmarks.runner import (RESUMABLE, ROW_KEY, WITHIN, Job, comparison, comparison_flags, finished_results,
-                               mean_std_cell, within)
+                               host_fields, host_of, mean_std_cell, recorded_host, within)
 from benchmarks.teacher_value import STUDENT_LR
 from benchmarks.teacher_value import TASKS as FINETUNE
 from mobilekd.data.glue import TASKS as GLUE_TASKS
@@ -183,7 +183,7 @@ def kernel_rows(out: Path) -> list[dict]:
     found = []
     for profile in read_json(path):
         identity = {"model": PROFILED, "task": None, "method": profile["name"], "seed": 0,
-                    "threads": profile["threads"]}
+                    "threads": profile["threads"], **recorded_host(profile)}
         found += [{**identity, "metric": PROFILE_METRICS[0], "kernel_family": f["name"], "value": f["cpu_ms"]}
                   for f in profile["families"]]
         found.append({**identity, "metric": PROFILE_METRICS[1], "value": profile["wall_ms_per_invocation"]})
@@ -191,12 +191,14 @@ def kernel_rows(out: Path) -> list[dict]:
 
 
 def timing_rows(report: dict, key: str, **identity) -> list[dict]:
-    """A timed file's rows: host latency per thread count, the Pixel 4 estimate, its GFLOPs in the graph."""
+    """A timed file's rows: host latency per thread count (with the host that timed it), the Pixel 4 estimate, its
+    GFLOPs in the graph."""
     r = report["rows"].get(key)
     if r is None:
         return []
     found = [{**identity, "metric": "host_ms", "value": r["host"][t]["p50_ms"], "threads": int(t),
-              "fraction_of_peak": r["host"][t]["fraction_of_peak"]} for t in THREADS if t in r["host"]]
+              "fraction_of_peak": r["host"][t]["fraction_of_peak"], **host_of(report["host"])}
+             for t in THREADS if t in r["host"]]
     found.append({**identity, "metric": "pixel4_ms", "value": r["estimate_ms"]["pixel4"]})
     found.append({**identity, "metric": "gflops", "value": r["gflops"]})
     return [{**f, "tflite_bytes": round(r["size_mb"] * 1e6)} for f in found]
@@ -215,7 +217,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             r = finished_results(fp32_dir(out, task, seed))  # the size of its exported file
             size = {"tflite_bytes": exported["size_bytes"]} if seed == 0 and exported else {}
             found += [{**base, "method": "fp32", "seed": seed, "metric": m, "value": round(v, 4),
-                       "train_seconds": r["wall_seconds"], **size}
+                       "train_seconds": r["wall_seconds"], **size, **host_fields(r)}
                       for m, v in (r["metrics"]["dev"] if r else {}).items()]
         for method, name in FILES.items():  # seed 0's files, scored by the LiteRT interpreter (fp32: agreement only)
             if name not in parity:
@@ -240,7 +242,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                                 f"models: move it away")
             identity = {**base, "method": method, "seed": seed, "fp32_seed": source}
             shared = {"tflite_bytes": r["tflite_bytes"], "float_islands": (r["float_islands"] or {}).get("islands"),
-                      "train_seconds": r["wall_seconds"], "steps": r["steps"]}
+                      "train_seconds": r["wall_seconds"], "steps": r["steps"], **host_fields(r)}
             found += [{**identity, "metric": m, "value": round(v, 4), **shared} for m, v in r["metrics_int8"].items()]
             found += [{**identity, "metric": f"{m}_fake_quant", "value": round(v, 4), **shared}
                       for m, v in r["metrics_fake_quant"].items()]
@@ -255,7 +257,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             found += timing_rows(report, key, model=preset, task=None, method=method, seed=0)
     for kind, by_threads in report["host"].get("peak_gflops", {}).items():
         found += [{"model": "host", "task": None, "method": f"{kind}-peak", "seed": 0, "metric": "gop_s",
-                   "value": v, "threads": int(t)} for t, v in by_threads.items()]
+                   "value": v, "threads": int(t), **host_of(report["host"])} for t, v in by_threads.items()]
     return found + kernel_rows(out)
 
 

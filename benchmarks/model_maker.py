@@ -78,6 +78,10 @@ def _run(out: Path, todo: list[int]) -> list[int]:
             rc = subprocess.run([str(python), __file__, "--train", str(train_csv), "--dev", str(dev_csv), "--seed",
                                  str(seed), "--run", str(d)], stdout=log, stderr=subprocess.STDOUT, env=env).returncode
         ok = rc == 0 and (d / "results.json").is_file()
+        if ok:  # the machine its seconds were measured on (its venv has no mobilekd to ask)
+            from mobilekd.host import identity
+            result = json.loads((d / "results.json").read_text())
+            (d / "results.json").write_text(json.dumps({**result, "host": identity()}, indent=2) + "\n")
         print(f"model-maker seed {seed}: " + ("done" if ok else f"FAILED; log: {d / 'log.txt'}"))
         failed += [] if ok else [seed]
     return failed

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from benchmarks.runner import comparison, comparison_flags, mean_std_cell
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
+from mobilekd.host import identity
 
 SIZES = (1280, 1024, 768)
 EXAMPLES = 512
@@ -56,7 +57,8 @@ def measure(teacher: Path, seeds: list[int], out: Path) -> None:
 
     found = [row("full", 0, model.config.intermediate_size, model)]
     for size in SIZES:
-        found.append({**row("importance", 0, size, narrow_ffns(model, size, scores)), "importance_seconds": seconds})
+        found.append({**row("importance", 0, size, narrow_ffns(model, size, scores)), "importance_seconds": seconds,
+                      "host": identity()["id"], "host_fields": identity()})
         for seed in seeds:
             g = torch.Generator().manual_seed(seed)
             drawn = [[torch.rand(s.shape, generator=g) for s in layer] for layer in scores]

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.runner import Job, merge_rows, run_all, show_table, table_flags
+from benchmarks.runner import Job, host_fields, merge_rows, run_all, show_table, table_flags
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.host import cpu_model
@@ -79,12 +79,13 @@ def steady(stages: list[dict]) -> tuple[float, int]:
 
 
 def method_rows(method: str, stages: list[dict], batch: int, schedule: dict, device: str) -> list[dict]:
+    """A method's step time and throughput rows, with the host its stages recorded ("unknown" before hosts were)."""
     seconds, steps = steady(stages)
     per_step = seconds / steps
     per_second = batch / per_step
     identity = {"task": "pretraining", "method": method, "seed": 0, "device": device, "batch": batch,
                 "seq_len": SEQ_LEN, "steps": sum(s["steps"] for s in stages), "precision": stages[0]["precision"],
-                "threads": stages[0]["threads"],
+                "threads": stages[0]["threads"], **host_fields({"training": stages}),
                 "paper_steps": schedule["steps"], "paper_batch": schedule["batch"]}
     found = {"seconds_per_step": round(per_step, 4), "examples_per_second": round(per_second, 1),
              "first_step_seconds": round(max(s["first_step_seconds"] for s in stages), 2),

@@ -117,8 +117,9 @@ from pathlib import Path
 from benchmarks import methods, teacher_value
 from benchmarks.baselines import baseline_rows
 from benchmarks.runner import (RESUMABLE, VERDICTS, WITHIN, Job, by_seed, columns, comparison, comparison_flags,
-                               finetune_rows, finished_results, mean_std_cell, merge_rows, method_table, metric_rank,
-                               paired_differences, task_panels, values, verdict, with_needs, within)
+                               finetune_rows, finished_results, host_fields, mean_std_cell, merge_rows, method_table,
+                               metric_rank, paired_differences, recorded_host, task_panels, values, verdict,
+                               with_needs, within)
 from mobilekd.errors import UserError
 from mobilekd.fileio import RECORDED, REPO_ROOT, read_json, record_keys, save_png
 
@@ -728,22 +729,23 @@ def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[
                 found += [{**row, "train_examples": r.get("train_examples"), **budget(task, method), **precisions(r),
                            **({"start_seconds": round(stages[start], 1)} if start in stages else {}),
                            **latency.get(family, {})}
-                          for row in finetune_rows(d, None if r.get("selected_on") == "validation" else
-                                                   history[-1]["metrics"], task=task, method=method, seed=seed,
-                                                   student=FAMILIES[family])]  # chosen on validation: dev once
+                          for row in finetune_rows(d, None if dev_once(r) else history[-1]["metrics"], task=task,
+                                                   method=method, seed=seed, student=FAMILIES[family])]
                 extra = charged(out, task, method, seed, stages)
                 if extra is not None:  # a run that read a cached file is charged making it, as its maker was
                     extra += unshared_seconds(r)
+                    if dev_once(r):  # one point: its dev score, read once after training (validation is no dev)
+                        history = [{"step": r["steps"], "wall_seconds": r["wall_seconds"], "metrics": r["metrics"]}]
                     curves += [{"task": task, "method": method, "seed": seed, "metric": r["best_metric"],
                                 "value": round(next(iter(h["metrics"].values()))[r["best_metric"]], 4),
-                                "split": next(iter(h["metrics"])), "step": h["step"], "cpu_seconds": round(h["wall_seconds"] + extra, 1)}
+                                "step": h["step"], **host_fields(r), "cpu_seconds": round(h["wall_seconds"] + extra, 1)}
                                for h in history if h.get("wall_seconds") is not None]
             if not any(r["task"] == task and r["seed"] == seed for r in found):
                 continue  # the baselines stand beside a seed's runs, not alone
             for b in baseline_rows(task, ["--max-len", TASKS[task][0]], seed):
                 found.append(b)
                 if b["method"] == "tfidf" and metric_rank(task, b["metric"]) == 0:
-                    curves.append({**{k: b[k] for k in ("task", "method", "seed", "metric", "value")},
+                    curves.append({**{k: b[k] for k in ("task", "method", "seed", "metric", "value", "host")},
                                    "step": 0, "cpu_seconds": b["train_seconds"]})
             mm = model_maker_dir(out, seed) / "results.json"
             if task == "sst2" and mm.is_file():
@@ -751,12 +753,19 @@ def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[
                 found.append({"task": task, "method": "model-maker", "seed": seed, "metric": "accuracy",
                               "value": round(m["accuracy"], 4), "student": MODEL_MAKER,
                               "train_seconds": m["train_seconds"], "train_examples": m["train_examples"],
-                              "epochs": m["epochs"], **latency.get("model-maker", {})})
+                              "epochs": m["epochs"], **latency.get("model-maker", {}), **recorded_host(m)})
                 curves.append({"task": task, "method": "model-maker", "seed": seed, "metric": "accuracy",
-                               "value": round(m["accuracy"], 4), "step": 0, "cpu_seconds": m["train_seconds"]})
+                               "value": round(m["accuracy"], 4), "step": 0, "cpu_seconds": m["train_seconds"],
+                               **recorded_host(m)})
     keys = {(r["task"], r["method"], r["seed"], r["metric"]) for r in found}
     found += [r for r in restamped(results, fresh) if (r["task"], r["method"], r["seed"], r["metric"]) not in keys]
     return found, curves
+
+
+def dev_once(r: dict) -> bool:
+    """Whether a run read dev once, after its last choice (`mobilekd.finetune.selection`): its results' dev metrics
+    are its kept model's, and its history holds no dev score."""
+    return r.get("selected_on") == "validation" or str(r.get("selected_on")).startswith("none")
 
 
 def merge_curves(path: Path, curves: list[dict]) -> list[dict]:
@@ -805,9 +814,13 @@ def teacher_shares(results: list[dict], task: str, metric: str, method: str) -> 
     teacher (rows of runs from before; a seed's teacher made again replaces that row, so theirs may be another
     teacher's)."""
     teacher = by_seed(results, task, metric, METHODS.get(method, (None,) * 4)[3] or "teacher")
-    rows = {r["seed"]: r for r in results if (r["task"], r["metric"], r["method"]) == (task, metric, method)}
-    over = {s: r.get("teacher_value", teacher.get(s)) for s, r in rows.items()}
-    return [rows[s]["value"] / over[s] for s in sorted(rows) if over[s] is not None and over[s] > 0]
+    shares: dict[int, list[float]] = {}  # a seed run on several hosts: the mean of its runs' shares (`by_seed`)
+    for r in results:
+        if (r["task"], r["metric"], r["method"]) == (task, metric, method):
+            over = r.get("teacher_value", teacher.get(r["seed"]))
+            if over is not None and over > 0:
+                shares.setdefault(r["seed"], []).append(r["value"] / over)
+    return [statistics.fmean(v) for _, v in sorted(shares.items())]
 
 
 @dataclass

@@ -231,7 +231,10 @@ def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> lis
     r = finished_results(run_dir)
     if r is None:
         return []
-    dev = next(iter((metrics or r["metrics"]).values()))
+    # the first dev split: not the validation split carved from training (nor "selection", its former name)
+    dev = next((v for k, v in (metrics or r["metrics"]).items() if k not in ("selection", "validation")), None)
+    if dev is None:  # an unlabelled dev set: no scores
+        return []
     shared = {"params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"],
               **trained_on(r), **{k: r[k] for k in SHARED_RECORD if k in r}}
     names = [r["best_metric"]] + [m for m in dev if m != r["best_metric"]]
@@ -254,8 +257,9 @@ def columns(results: list[dict]) -> list[tuple[str, str]]:
 
 
 def values(results: list[dict], task: str, metric: str, method: str) -> list[float]:
-    """A method's values in a (task, metric) column, one per row (a run: a seed run on two hosts counts twice)."""
-    return [r["value"] for r in results if (r["task"], r["metric"], r["method"]) == (task, metric, method)]
+    """A method's values in a (task, metric) column, one per seed (`by_seed`: a seed run on two hosts is the mean
+    of its runs)."""
+    return list(by_seed(results, task, metric, method).values())
 
 
 def by_seed(results: list[dict], task: str, metric: str, method: str) -> dict[int, float]:
@@ -411,6 +415,18 @@ def host_of(report_host: dict) -> dict:
     return {"host": fields["id"], "host_fields": fields} if fields else {"host": UNKNOWN}
 
 
+def host_fields(results: dict) -> dict:
+    """A row's host fields for a finished run's results (`trained_on`'s, less the CPU name)."""
+    return {k: v for k, v in trained_on(results).items() if k in ("host", "host_fields")}
+
+
+def recorded_host(result: dict) -> dict:
+    """A row's host fields for a file that recorded `mobilekd.host.identity` under "host" ("unknown" for one
+    from before hosts were recorded)."""
+    fields = result.get("host")
+    return {"host": fields["id"], "host_fields": fields} if isinstance(fields, dict) else {"host": UNKNOWN}
+
+
 def write_rows(path: Path, rows: list[dict]) -> list[dict]:
     """Write a results file (its hosts registered, `register_hosts`) and return the rows as written."""
     rows = register_hosts(path.parent, rows)
@@ -422,13 +438,17 @@ def merge_rows(path: Path, found: list[dict], order, key=ROW_KEY) -> list[dict]:
     """Write `found` into the results file at `path`, keeping its rows of other `key` (by default task, method,
     seed, metric and, where rows have them, threshold, model and thread count) or of another host: a row whose
     key and host are among the new rows' is replaced (the same run collected again), while a run on another
-    machine stays beside it, so no host's run is lost to another's (the tables pool them: `by_seed`)."""
-    key = (*key, "host")
+    machine stays beside it, so no host's run is lost to another's (the tables pool them: `by_seed`). Hosts that
+    were never recorded, or back-filled from evidence (an "evidence" field in the hosts file), count as one: a run
+    from before hosts were recorded, collected again, names none and replaces its own back-filled rows."""
+    found = register_hosts(path.parent, found)
+    hosts = read_json(path.parent / HOSTS) if (path.parent / HOSTS).is_file() else {}
+    unrecorded = {None, UNKNOWN} | {h for h, fields in hosts.items() if "evidence" in fields}
 
     def ident(row):
-        return tuple(tuple(v) if isinstance(v, list) else v for v in (row.get(k) for k in key))
+        host = UNKNOWN if row.get("host") in unrecorded else row.get("host")
+        return (*(tuple(v) if isinstance(v, list) else v for v in (row.get(k) for k in key)), host)
 
-    found = register_hosts(path.parent, found)
     new = {ident(f) for f in found}
     with FileLock(f"{path}.lock"):  # two invocations may end together
         kept = [r for r in (read_json(path) if path.is_file() else []) if ident(r) not in new]

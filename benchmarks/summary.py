@@ -58,7 +58,9 @@ def demo() -> list[str]:
         timed = (f"| `scripts/demo.sh` on a fresh clone, set-up included (commit {w['commit']}, `{w['host']}`, one run) "
                  f"| {w['value'] / 60:.1f} min; ")
     else:
-        w = next(r for r in rows if (r["task"], r["metric"]) == ("demo", "wall_seconds"))
+        w = next((r for r in rows if (r["task"], r["metric"]) == ("demo", "wall_seconds")), None)
+        if w is None:  # a demo collected from its report alone (--from-report): no wall time of its own
+            return []
         timed = (f"| `scripts/demo.sh` end to end, set-up not counted (commit {w.get('commit') or 'unrecorded'}, "
                  f"`{w.get('host', 'unknown')}`, one run) | {w['value'] / 60:.1f} min; ")
     return [timed + f"the student it ships ({name}) {student[0]['value']:.4f} SST-2 accuracy [n=1] "

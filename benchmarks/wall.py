@@ -59,7 +59,7 @@ def time_command(what: str, log: Path) -> dict:
         seconds = time.time() - start
     here = identity()
     row = {"task": what, "method": COMMANDS[what], "seed": None, "metric": "wall_seconds", "value": round(seconds, 1),
-           "exit_code": code, "setup_included": True, "commit": commit, "dirty": bool(_git("status", "--porcelain")),
+           "exit_code": code, "setup_included": True, "commit": commit,
            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)), "load_at_start": round(load, 2),
            "cpu": here["cpu"], "host": here["id"], "host_fields": here}
     if what == "tests":
@@ -74,7 +74,7 @@ def table(rows: list[dict], hosts: dict) -> str:
     for r in rows:
         result = ("ok" if r["exit_code"] == 0 else f"failed (exit {r['exit_code']})") + (
             ", " + ", ".join(f"{n} {k}" for k, n in r["pytest"].items()) if r.get("pytest") else "")
-        lines.append(f"| `{r['method']}` (fresh clone, set-up included) | {r['commit']}{' + changes' * r['dirty']} | "
+        lines.append(f"| `{r['method']}` (fresh clone, set-up included) | {r['commit']} | "
                      f"{r['started']} | {describe({'id': r['host'], **hosts.get(r['host'], {})})} | "
                      f"{r['load_at_start']:.2f} | {r['value'] / 60:.1f} min | {result} |")
     return "\n".join(lines)

@@ -62,7 +62,8 @@ def make_id(fields: dict) -> str:
     tag = (fields.get("cpu_flags") or ["baseline"])[0].replace("_", "")
     digest = hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:6]
     gpu = fields.get("gpu")
-    prefix = f"{gpu.split()[-1].lower()}-" if gpu else ""
+    model = next((w for w in (gpu or "").split() if any(c.isdigit() for c in w)), (gpu or "gpu").split()[-1])
+    prefix = f"{model.lower()}-" if gpu else ""  # "NVIDIA H100 80GB HBM3" -> h100-
     return f"{prefix}{vendor}-{tag}-{fields['cpu_count']}c-{digest}"
 
 

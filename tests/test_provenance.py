@@ -38,17 +38,26 @@ def test_a_run_on_another_host_stays_beside_the_first(tmp_path):
     rows = merge_rows(path, second, order=lambda r: r["seed"])
     assert len(rows) == 3 and all("host_fields" not in r for r in json.loads(path.read_text()))
     assert set(json.loads((tmp_path / HOSTS).read_text())) == {other_id, here}
-    assert sorted(values(rows, "sst2", "accuracy", "kd")) == [0.80, 0.81, 0.84]
     assert by_seed(rows, "sst2", "accuracy", "kd") == {0: pytest.approx(0.82), 1: 0.81}  # runs pooled, not replaced
+    assert values(rows, "sst2", "accuracy", "kd") == [pytest.approx(0.82), 0.81]  # one value a seed
     # the same run collected again replaces its own rows only
     rows = merge_rows(path, [{**second[0], "value": 0.85}], order=lambda r: r["seed"])
-    assert len(rows) == 3 and sorted(values(rows, "sst2", "accuracy", "kd")) == [0.80, 0.81, 0.85]
+    assert len(rows) == 3 and sorted(r["value"] for r in rows) == [0.80, 0.81, 0.85]
+    # a run from before hosts were recorded, collected again, names none: it replaces its back-filled rows
+    hosts = json.loads((tmp_path / HOSTS).read_text())
+    (tmp_path / HOSTS).write_text(json.dumps({**hosts, "old-backfilled": {"cpu": "AMD EPYC", "cpu_flags": None,
+                                                                          "evidence": "back-filled"}}))
+    merge_rows(path, [{**first[1], "host": "old-backfilled", "host_fields": None}], order=lambda r: r["seed"])
+    rows = merge_rows(path, [{**first[1], "host": "unknown", "host_fields": None, "value": 0.79}],
+                      order=lambda r: r["seed"])
+    assert sorted((r["seed"], r["host"], r["value"]) for r in rows if r["seed"] == 1) == [
+        (1, other_id, 0.81), (1, "unknown", 0.79)]
     assert unhosted(tmp_path) == [] and other_id in table(tmp_path) and "avx2" in table(tmp_path)
     # a timed row with no host, or a host nobody registered, is named
     path.write_text(json.dumps([*rows, {"task": "sst2", "method": "x", "seed": 0, "metric": "host_ms", "value": 1},
                                 {"task": "sst2", "method": "y", "seed": 0, "metric": "accuracy", "value": 0.5,
                                  "train_seconds": 3, "host": "nowhere-1"}]))
-    assert unhosted(tmp_path) == ["rows: row 3 (host_ms)", "rows: row 4 (accuracy)"]
+    assert unhosted(tmp_path) == ["rows: row 4 (host_ms)", "rows: row 5 (accuracy)"]
 
 
 def test_every_committed_timing_row_names_a_known_host():

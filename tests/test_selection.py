@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -60,17 +61,17 @@ def test_loading_a_task_reads_its_dev_file_only_when_a_dev_split_is_used(tmp_pat
         task.dev["dev"]
 
 
-def test_a_run_whose_dev_file_is_unreadable_until_the_end_still_makes_every_choice(student_dir, tmp_path):
-    """dev.csv is a named pipe: any read blocks until the test writes it, which it does only once the run has
-    trained, evaluated every checkpoint on validation and kept its best; then the run scores dev once."""
+def _run_with_dev_a_pipe(student_dir, tmp_path, *flags) -> tuple[dict, list, dict, Path]:
+    """Fine-tune on a CSV task whose dev.csv is a named pipe: any read blocks until this writes it, which it does
+    only once the run opens it. Returns results.json and history.json as they were then, results.json after."""
     data = tmp_path / "t"
     dev_text = _write_task(data)
     (data / "dev.csv").unlink()
     os.mkfifo(data / "dev.csv")
     out = tmp_path / "ft"
     proc = subprocess.Popen([sys.executable, "-m", "mobilekd.recipes.finetune", "--model", str(student_dir),
-                             "--task", "custom", "--data", str(data), "--out", str(out), "--max-steps", "6",
-                             "--batch-size", "16", "--max-len", "32", "--eval-every", "2", "--threads", "1"],
+                             "--task", "custom", "--data", str(data), "--out", str(out), "--batch-size", "16",
+                             "--max-len", "32", "--threads", "1", *flags],
                             cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline, fd = time.time() + 300, None
@@ -81,12 +82,8 @@ def test_a_run_whose_dev_file_is_unreadable_until_the_end_still_makes_every_choi
                 fd = os.open(data / "dev.csv", os.O_WRONLY | os.O_NONBLOCK)
             except OSError:
                 time.sleep(0.2)
-        # the run waits on dev: by now every choice is made, from validation alone
-        before = json.loads((out / "results.json").read_text())
+        before = json.loads((out / "results.json").read_text())  # the run waits on dev: every choice is made
         history = json.loads((out / "history.json").read_text())
-        assert before["selected_on"] == "validation" and list(before["metrics"]) == ["validation"]
-        assert [h["step"] for h in history] == [2, 4, 6] and all(list(h["metrics"]) == ["validation"]
-                                                                 for h in history)
         assert (out / "model.safetensors").is_file()
         os.set_blocking(fd, True)
         os.write(fd, dev_text.encode())
@@ -95,7 +92,36 @@ def test_a_run_whose_dev_file_is_unreadable_until_the_end_still_makes_every_choi
     finally:
         if proc.poll() is None:
             proc.kill()
-    after = json.loads((out / "results.json").read_text())
+    return before, history, json.loads((out / "results.json").read_text()), out
+
+
+def test_a_run_whose_dev_file_is_unreadable_until_the_end_still_makes_every_choice(student_dir, tmp_path):
+    """dev.csv is a named pipe that the test fills only once the run has trained, evaluated every checkpoint on
+    validation and kept its best; then the run scores dev once."""
+    before, history, after, out = _run_with_dev_a_pipe(student_dir, tmp_path, "--max-steps", "6", "--eval-every", "2")
+    assert before["selected_on"] == "validation" and list(before["metrics"]) == ["validation"]
+    assert [h["step"] for h in history] == [2, 4, 6] and all(list(h["metrics"]) == ["validation"] for h in history)
     assert after["best_step"] == before["best_step"] and list(after["metrics"]) == ["dev", "validation"]
     assert 0 <= after["metrics"]["dev"]["accuracy"] <= 1 and after["dev_scored"].startswith("once")
     assert (out / "dev_predictions.tsv").read_text().count("\n") == 121  # the model chosen, over all of dev
+
+
+def test_a_run_that_chooses_nothing_trains_on_every_example_and_reads_dev_once_at_the_end(student_dir, tmp_path):
+    """With --eval-every 0 there is no checkpoint to choose: no validation split is carved (auto), the last step's
+    model is kept, and dev is still read only after it is."""
+    before, history, after, _ = _run_with_dev_a_pipe(student_dir, tmp_path, "--max-steps", "4", "--eval-every", "0")
+    assert before["selected_on"] == after["selected_on"] == "none (the last step)" and before["metrics"] == {}
+    assert [h["step"] for h in history] == [4] and after["train_examples"] == 300  # none held out
+    assert list(after["metrics"]) == ["dev"] and after["best_score"] == after["metrics"]["dev"]["accuracy"]
+
+
+def test_select_on_none_keeps_the_last_model_however_often_it_evaluates(student_dir, tmp_path):
+    _write_task(tmp_path / "t")
+    out = tmp_path / "ft"
+    subprocess.run([sys.executable, "-m", "mobilekd.recipes.finetune", "--model", str(student_dir), "--task", "custom",
+                    "--data", str(tmp_path / "t"), "--out", str(out), "--batch-size", "16", "--max-len", "32",
+                    "--threads", "1", "--max-steps", "6", "--eval-every", "2", "--select-on", "none"],
+                   cwd=ROOT, env=env(), check=True, capture_output=True)
+    result = json.loads((out / "results.json").read_text())
+    assert result["best_step"] == 6 and result["selected_on"] == "none (the last step)"
+    assert list(result["metrics"]) == ["dev"] and result["train_examples"] == 300

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from mobilekd.errors import UserError
+from mobilekd.host import identity
 from mobilekd.export.litert import INPUT_NAMES, convert_signatures, sample_inputs
 from mobilekd.models.early_exit import EarlyExitClassifier, predictions_at, uncertainty
 from mobilekd.models.flops import flops_of
@@ -166,4 +167,4 @@ def time_early_exit(path, full_path, arrays: dict[str, np.ndarray], thresholds, 
             if r:  # round 0 is the warm-up
                 times[key].append((time.perf_counter() - start) * 1000 / n)
     return {"examples": n, "threads": threads, "rounds": rounds, "full_ms": float(np.median(times["full"])),
-            "ms": {str(t): float(np.median(times[t])) for t in thresholds}}
+            "ms": {str(t): float(np.median(times[t])) for t in thresholds}, "host": identity()}

@@ -119,8 +119,8 @@ class DevEvaluator:
             history = read_json(self.history_path) if self.history_path.is_file() else []
             write_json(self.history_path, [h for h in history if h["step"] < step] + [
                 {"step": step, "wall_seconds": (extra or {}).get("wall_seconds"), "metrics": metrics}])
-        if self.best is not None and not score > self.best:
-            return metrics
+        if metrics and self.best is not None and not score > self.best:  # no metrics: nothing to choose on,
+            return metrics  # so the latest model is the one kept (--select-on none)
         self.best = score
         if self.save_model:
             self.save(model, self.out, self.tokenizer)

@@ -55,7 +55,8 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
     n = len(examples)
     size = min(cap, max(1, round(fraction * n)))
     if n - size < 1:
-        raise UserError(f"{n} training examples leave none to train on once {size} are held out for validation")
+        raise UserError(f"{n} training examples leave none to train on once {size} are held out for validation "
+                        f"(--select-on none keeps them all and the last step's model)")
     strata = _strata(task, examples)
     if strata is not None and size < len(np.unique(strata)):  # too small to hold every class: not stratified
         strata = None

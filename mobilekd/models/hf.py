@@ -50,8 +50,9 @@ def config_json(config: ModelConfig, head: str, refused: str | None = None) -> d
     d["architectures"] = [{"mobilebert": architecture, "bert": "Bert" + architecture.removeprefix("MobileBert"),
                            "ib_bert": "IBBert"}[d["model_type"]]]
     if d["model_type"] == "ib_bert":
-        d[TRANSFORMERS_NOTE] = (f"not a transformers MobileBERT: {reason}; load it with "
-                                f"mobilekd.models.hf.load_pretrained")
+        d[TRANSFORMERS_NOTE] = (f"not a transformers MobileBERT: {reason}" + ("" if refused else
+                                f"; nor a BERT: {config.bert_incompatibility}") +
+                                "; load it with mobilekd.models.hf.load_pretrained")
     d["mobilekd_head"] = head
     d["tie_word_embeddings"] = HEADS[head].tied
     if config.id2label:

@@ -105,10 +105,12 @@ def parse_args(argv=None):
                                                    "every seed the same examples)")
     p.add_argument("--eval-every", type=int, help="evaluate on the selection split every N steps (default: once per "
                                                  "epoch; 0: only after the last step, so the model kept is the last)")
-    p.add_argument("--select-on", choices=["validation", "dev", "train-slice"], default="validation",
+    p.add_argument("--select-on", choices=["auto", "validation", "none", "dev", "train-slice"], default="auto",
                    help="which split picks the best checkpoint: a validation split carved from the training data "
-                        "(default; dev is read once, after, to score the model chosen) or the dev set itself (its "
-                        "best score is then optimistic); train-slice is validation's former name")
+                        "(dev is read once, after, to score the model chosen); none (the last step's model, all of "
+                        "the training data, dev scored once); or the dev set itself (its best score is then "
+                        "optimistic). auto (default): validation, or none with --eval-every 0, where there is no "
+                        "checkpoint to choose. train-slice is validation's former name")
     p.add_argument("--validation-fraction", "--selection-fraction", dest="validation_fraction", type=float,
                    default=FRACTION, help=f"the share of training examples held out for validation (default "
                                           f"{FRACTION:g}, at most {CAP:,} examples; --selection-fraction is its "
@@ -137,8 +139,10 @@ def parse_args(argv=None):
     if not 0 < args.validation_fraction < 1:
         raise UserError(f"--validation-fraction must be between 0 and 1, got {args.validation_fraction}")
     if args.select_on == "train-slice":
-        print("--select-on train-slice is now called --select-on validation (the default)")
+        print("--select-on train-slice is now called --select-on validation")
         args.select_on = "validation"
+    if args.select_on == "auto":  # a split to choose on only where there is a choice to make
+        args.select_on = "none" if args.eval_every == 0 else "validation"
     train_config(args)  # bad training flags are refused before any work
     # the learning rate's default depends on the model's size, known once it is loaded (default_lr)
     return fill_unset(args, {k: v for k, v in DEFAULTS[args.task].items() if k != "lr"})
@@ -190,7 +194,8 @@ def run(args, accelerator):
         print(f"validation split: {carved.record['size']} of {carved.record['size'] + carved.record['train_size']} "
               f"training examples held out ({carved.record['rule']}); dev is read once, after training, to score "
               f"the model chosen")
-    splits = {VALIDATION: carved.validation} if carved else dict(task.dev)
+    splits = ({VALIDATION: carved.validation} if carved else {} if args.select_on == "none" and not args.eval_only
+              else dict(task.dev))  # none: nothing is scored before the last step's model is kept
     augment_pass, shared = None, {}  # shared: the augmented set's and the teacher's outputs' records (`Made.record`)
     if not args.eval_only and args.augment:
         if task.head == "qa":
@@ -246,13 +251,16 @@ def run(args, accelerator):
                             "patience_layers": args.patience_layers, "intermediate": args.intermediate,
                             "intermediate_epochs": args.intermediate_epochs, "augment": args.augment,
                             "augment_model": args.augment_model, "subset_seed": args.subset_seed,
+                            "select_on": args.select_on,
+                            "validation_fraction": args.validation_fraction if carved else None,
                             "augment_precision": pass_setting(augment_pass),
                             "teacher_outputs_precision": pass_setting(outputs_pass)})
     # the teacher that taught it, restated at the end (a resumed run's best, and so its results, may be older)
     taught = teacher_record(args.teacher, task.name) if args.teacher else {}
     extra = {**identity, "method": args.method, "teacher": args.teacher, "steps": sum(st.steps for st in stages),
              "train_examples": len(train_split),
-             "selected_on": VALIDATION if carved else next(iter(task.dev)),
+             "selected_on": VALIDATION if carved else "none (the last step)" if args.select_on == "none" else
+             next(iter(task.dev)),
              **({"validation_split": carved.record} if carved else {}), "lr": args.lr,
              **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}),
              **({"augment_precision": augment_pass["precision"]} if augment_pass else {}),
@@ -269,22 +277,27 @@ def run(args, accelerator):
     if accelerator.is_main_process:
         wall = round(time.time() - start, 1)  # training and selection; dev's one scoring is not a training cost
         result = read_json(out / "results.json")
-        if carved:  # every choice is made: now, and only now, dev is read and scored once
+        if args.select_on != "dev":  # every choice is made: now, and only now, dev is read and scored once
             dev_metrics = score_once(task, out, tokenizer, encode, accelerator.device)
             result["metrics"] = {**dev_metrics, **{k: v for k, v in result["metrics"].items() if k == VALIDATION}}
-            result["dev_scored"] = "once, the model chosen on validation"
+            result["dev_scored"] = f"once, the model {'chosen on validation' if carved else 'of the last step'}"
+            if not carved:  # the score the kept model is known by
+                result["best_score"] = next(iter(dev_metrics.values()), {}).get(result["best_metric"])
         dev_examples = next(iter(task.dev.values()))
         baseline = None
         if task.head == "classification" and all(e.label is not None for e in dev_examples):
             baseline = bag_of_words_baseline(task, train_examples, dev_examples, args.seed)
         result.update(wall_seconds=wall, complete=True, training=summaries, baseline=baseline, **taught, **shared)
         write_json(out / "results.json", result)  # this attempt's seconds, a resumed run's too
-        dev_score = result["metrics"].get(next(iter(task.dev)), {}).get(result["best_metric"])  # None: unlabelled
-        print(f"{task.name}: best {result['best_metric']} {result['best_score']:.4f} on {result['selected_on']} at "
-              f"step {result['best_step']} of {extra['steps']}; model in {out}" +
-              (f"; its dev {result['best_metric']} {dev_score:.4f}" if carved and dev_score is not None else "") +
+        metric = result["best_metric"]
+        dev_score = result["metrics"].get(next(iter(task.dev)), {}).get(metric)  # None: unlabelled
+        chosen = (f"the last step's model ({extra['steps']} steps)" if args.select_on == "none" else
+                  f"best {metric} {result['best_score']:.4f} on {result['selected_on']} at step {result['best_step']} "
+                  f"of {extra['steps']}")
+        print(f"{task.name}: {chosen}; model in {out}" +
+              (f"; its dev {metric} {dev_score:.4f}" if args.select_on != "dev" and dev_score is not None else "") +
               (f"; bag-of-words baseline ({baseline['method']}, same training examples) "
-               f"{baseline['metrics'][result['best_metric']]:.4f}" if baseline else ""))
+               f"{baseline['metrics'][metric]:.4f}" if baseline else ""))
 
 
 def score_once(task, out: Path, tokenizer, encode, device) -> dict:

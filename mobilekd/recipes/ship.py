@@ -45,7 +45,7 @@ import numpy as np
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.litert import QUANTIZATIONS, tflite_name
 from mobilekd.fileio import read_json, write_json
-from mobilekd.rundir import finished_results, training_cpu
+from mobilekd.rundir import finished_results, training_cpu, training_host
 from mobilekd.run_config import DEMO, run_settings
 
 LENGTHS = (32, 64, 128)  # the --max-len choices
@@ -130,9 +130,9 @@ def summary(out: Path, b: dict) -> dict:
     parity = read_json(out / "student" / "tflite" / "parity.json")
     return {"budget": b, "metric": next(iter(student["metrics"]["dev"])),
             "teacher": {"dev": teacher["metrics"]["dev"], "train_seconds": teacher["wall_seconds"],
-                        "cpu": training_cpu(teacher)},
+                        "cpu": training_cpu(teacher), "host": training_host(teacher)},
             "student": {"dev": student["metrics"]["dev"], "train_seconds": student["wall_seconds"],
-                        "cpu": training_cpu(student),
+                        "cpu": training_cpu(student), "host": training_host(student),
                         "params": student["training"][0]["trainable_params"]},
             "baseline": student["baseline"],
             "tflite": {name: {k: r[k] for k in ("size_bytes", "agreement", "accuracy_exported") if k in r}
