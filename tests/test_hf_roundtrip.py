@@ -203,3 +203,30 @@ def test_a_bert_layout_classifier_runs_in_transformers_pipeline_with_our_labels_
     got = [r["label"] for r in classify([e.text_a for e in dev], batch_size=64, truncation=True, max_length=128)]
     assert len(got) == len(dev) == 872 and got == expected
     assert min(expected.count(label) for label in task.labels) > 50  # both labels occur: the comparison can fail
+
+
+def test_a_users_transformers_mobilebert_is_a_start_and_a_teacher(tmp_path, tokenizer):
+    """A transformers MobileBERT directory (as a user's copy of the public pre-trained one is laid out; here a small
+    one built from a transformers config) loads with transformers' logits, fine-tunes, and teaches a student."""
+    from helpers import run_module
+
+    config = transformers.MobileBertConfig(vocab_size=30522, hidden_size=128, embedding_size=64, num_hidden_layers=2,
+                                           num_attention_heads=4, intermediate_size=128, intra_bottleneck_size=64,
+                                           true_hidden_size=64, num_feedforward_networks=2)
+    torch.manual_seed(0)
+    theirs = transformers.MobileBertForPreTraining(config).eval()
+    theirs.save_pretrained(tmp_path / "mobilebert")
+    tokenizer.save_pretrained(str(tmp_path / "mobilebert"))
+    ours = load_pretrained(tmp_path / "mobilebert").eval()
+    ids = torch.randint(1000, 2000, (2, 12))
+    with torch.no_grad():
+        expected = theirs(input_ids=ids).prediction_logits
+        got = ours(ids, masked_positions=torch.arange(12).expand(2, -1)).mlm_logits.view(2, 12, -1)
+    assert (expected - got).abs().max() <= 1e-4
+    common = ["--task", "sst2", "--max-train-examples", 200, "--max-steps", 4, "--batch-size", 16, "--max-len", 32,
+              "--eval-every", 0, "--threads", 1]
+    run_module("mobilekd.recipes.finetune", "--model", tmp_path / "mobilebert", "--out", tmp_path / "teacher", *common)
+    run_module("mobilekd.recipes.finetune", "--model", tmp_path / "mobilebert", "--teacher", tmp_path / "teacher",
+               "--out", tmp_path / "student", *common)
+    student = json.loads((tmp_path / "student" / "results.json").read_text())
+    assert student["teacher"] == str(tmp_path / "teacher") and "dev" in student["metrics"]
