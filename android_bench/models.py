@@ -18,7 +18,8 @@ import torch
 
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.data.tokenizer import load_tokenizer
-from mobilekd.export.litert import INPUT_NAMES, convert, quantized_copy, sample_inputs
+from mobilekd.export.litert import convert, quantized_copy, sample_inputs
+from mobilekd.export.signatures import INPUT_NAMES
 from mobilekd.export.qat import convert_qat, freeze_ranges, prepare_qat, quantization
 from mobilekd.fileio import REPO_ROOT, atomic_path
 from mobilekd.models.heads import MobileBertForSequenceClassification

@@ -24,7 +24,8 @@ from android_bench.peak import FLOPS as PEAK_FLOPS
 from android_bench.peak import peak_models
 from mobilekd.errors import UserError, located
 from mobilekd.export.graph import read_graph, subgraph_names
-from mobilekd.export.litert import mean_over_lengths, signature_length
+from mobilekd.export.litert import mean_over_lengths
+from mobilekd.export.signatures import signature_length
 from mobilekd.export.seq2seq import is_seq2seq_file, sentence_graph, sentence_tokens
 from mobilekd.fileio import read_json, save_png
 from mobilekd.host import describe

@@ -128,7 +128,8 @@ def rows(out: Path, threads: list[int], runs: int, models=(*TRAINED, PRESET)) ->
     from android_bench.host import SIGNATURE_MARK, measure
     from android_bench.models import CACHE, export_preset
     from mobilekd.export.graph import read_graph, subgraph_names
-    from mobilekd.export.litert import mean_over_lengths, signature_length
+    from mobilekd.export.litert import mean_over_lengths
+    from mobilekd.export.signatures import signature_length
     from mobilekd.export.parity import xnnpack_undelegated
     from mobilekd.host import cpu_model, identity
 

@@ -88,7 +88,8 @@ from mobilekd.run_config import flags, run_settings
 from mobilekd.train.common import SHIPPED_CORPORA
 from mobilekd.train.loop import (Batches, Stage, TrainConfig, freeze_for_stage, make_optimizer, make_schedule,
                                  sparse_embeddings, train_step)
-from mobilekd.train.precision import PROBE_BATCHES, bf16_products_pay, decide_precision, matmul_peak
+from mobilekd.bf16 import bf16_products_pay, matmul_peak
+from mobilekd.train.precision import PROBE_BATCHES, decide_precision
 from mobilekd.transfer.strategies import Distiller, PlanSettings, copy_shared_weights, plan
 
 RESULTS = "docs/results/throughput.json"

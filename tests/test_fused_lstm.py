@@ -13,7 +13,7 @@ import torch
 from helpers import one_line_error, run_module
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.export.graph import op_histogram, read_graph
-from mobilekd.export.litert import INPUT_NAMES
+from mobilekd.export.signatures import INPUT_NAMES
 from mobilekd.export.fused_lstm import convert_fused
 from mobilekd.export.parity import TFLiteRunner, parity_report, run_tflite
 from mobilekd.models.bilstm import BiLSTMClassifier, BiLSTMConfig, load_bilstm, save_bilstm

@@ -149,3 +149,34 @@ def test_no_library_module_imports_a_program_and_layers_hold():
                 if module.startswith("mobilekd.export") and name.startswith("mobilekd.finetune"):
                     bad.append(f"{module} imports {name}")  # export reads tasks from mobilekd.data
     assert bad == []
+
+
+# The library's inner floors, lowest first: a module imports from its own floor's package, from lower floors, and
+# from the ground floor (mobilekd/*.py: errors, fileio, flags, host, bf16, ...), never from a floor above; train and
+# export share a floor and import nothing of each other.
+FLOORS = {"data": 0, "models": 1, "train": 2, "export": 2, "transfer": 3, "finetune": 4, "recipes": 5}
+
+
+def _back_up_imports(package_root) -> list[str]:
+    bad = []
+    for path in sorted(package_root.rglob("*.py")):
+        parts = path.relative_to(package_root.parent).with_suffix("").parts
+        if len(parts) < 3 or parts[1] not in FLOORS:
+            continue
+        for name in _imports(path):
+            other = name.split(".")[1] if name.startswith("mobilekd.") and name.count(".") >= 1 else None
+            if other in FLOORS and other != parts[1] and FLOORS[other] >= FLOORS[parts[1]]:
+                bad.append(f"{'.'.join(parts)} imports {name}")
+    return bad
+
+
+def test_inner_floors_import_only_downwards(tmp_path):
+    assert _back_up_imports(ROOT / "mobilekd") == []
+    # the check sees a back-up import between inner floors, as the one data/augment.py had into train/
+    package = tmp_path / "mobilekd"
+    (package / "data").mkdir(parents=True)
+    (package / "data" / "augment.py").write_text("from mobilekd.train.precision import read_only_flag\n")
+    (package / "export").mkdir()
+    (package / "export" / "x.py").write_text("import mobilekd.train.loop\n")
+    assert _back_up_imports(package) == ["mobilekd.data.augment imports mobilekd.train.precision",
+                                         "mobilekd.export.x imports mobilekd.train.loop"]

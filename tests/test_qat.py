@@ -14,7 +14,8 @@ from android_bench.models import trained_like
 from helpers import one_line_error, run_module
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.export.graph import float_islands, op_histogram, read_graph
-from mobilekd.export.litert import INPUT_NAMES, ExportWrapper
+from mobilekd.export.litert import ExportWrapper
+from mobilekd.export.signatures import INPUT_NAMES
 from mobilekd.export.parity import run_tflite, xnnpack_undelegated
 from mobilekd.export.qat import convert_qat, freeze_ranges, int8_rows, prepare_qat, quantization
 from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification

@@ -18,7 +18,7 @@ from mobilekd.models.decoding import beam_search, greedy
 from mobilekd.models.heads import MobileBertForConditionalMLM
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.seq2seq import load_seq2seq, new_seq2seq
-from mobilekd.train.precision import probe_inference
+from mobilekd.bf16 import probe_inference
 from mobilekd.transfer.losses import cmlm_distillation, label_smoothed_nll, neg_log_probs
 
 

@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 
 from mobilekd.data.examples import TextExample, read_examples, write_examples
 from mobilekd.fileio import Made, cached_timed, file_digest
-from mobilekd.train.precision import decide_inference_precision, read_only_flag
+from mobilekd.bf16 import decide_inference_precision, read_only_flag
 
 N_PER_TASK = {"sst2": 20, "cola": 30, "mrpc": 30, "stsb": 30, "rte": 30, "mnli": 10, "qqp": 10, "qnli": 20}
 M, P = 15, 0.4

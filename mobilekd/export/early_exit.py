@@ -22,7 +22,8 @@ from torch import nn
 
 from mobilekd.errors import UserError
 from mobilekd.host import identity
-from mobilekd.export.litert import INPUT_NAMES, convert_signatures, sample_inputs
+from mobilekd.export.litert import convert_signatures, sample_inputs
+from mobilekd.export.signatures import INPUT_NAMES
 from mobilekd.models.early_exit import EarlyExitClassifier, predictions_at, uncertainty
 from mobilekd.models.flops import flops_of
 from mobilekd.models.mobilebert import additive_mask

@@ -174,7 +174,7 @@ def convert_fused(model, seq_len: int, out_path, quantize: str = "none", metadat
 
     from mobilekd.errors import UserError
     from mobilekd.export.graph import edit
-    from mobilekd.export.litert import DEFAULT_SIGNATURE, length_signature
+    from mobilekd.export.signatures import DEFAULT_SIGNATURE, length_signature
     from mobilekd.fileio import atomic_path
 
     if quantize not in FUSED:
@@ -227,7 +227,7 @@ def _litert_layout(tree, schema) -> None:
     read), the others by length; the TensorFlow converter names the inputs serving_default_input_ids:0, orders them
     by name, and orders the subgraphs by signature name. The graph has no control flow: no subgraph refers to
     another, so they may move."""
-    from mobilekd.export.litert import DEFAULT_SIGNATURE, INPUT_NAMES, signature_length
+    from mobilekd.export.signatures import DEFAULT_SIGNATURE, INPUT_NAMES, signature_length
 
     tree.signatureDefs.sort(key=lambda s: (s.signatureKey.decode() != DEFAULT_SIGNATURE,
                                            signature_length(s.signatureKey.decode()) or 0))

@@ -14,6 +14,8 @@ import torch
 
 from mobilekd.errors import UserError
 from mobilekd.export.graph import float_outputs, shared_products
+from mobilekd.export.metadata import add_metadata
+from mobilekd.export.signatures import DEFAULT_SIGNATURE, INPUT_NAMES, length_signature
 from mobilekd.fileio import atomic_path
 from mobilekd.models.heads import HEADS
 
@@ -48,25 +50,6 @@ class ExportWrapper(torch.nn.Module):
         outputs = HEADS[self.head].app_outputs(self.model, input_ids.long(), attention_mask.long(),
                                                token_type_ids.long())
         return outputs[0] if len(outputs) == 1 else outputs
-
-
-INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
-
-
-DEFAULT_SIGNATURE = "serving_default"  # a one-signature file's, and a length-aware file's longest (--seq-len)
-
-
-def length_signature(n: int) -> str:
-    """The signature of input length `n` in a length-aware file (`mobilekd export --lengths`): the same weights at a
-    shorter static length, which an app picks when the text fits; the file's longest length is DEFAULT_SIGNATURE,
-    the one MediaPipe's and the Task Library's BERT tasks run."""
-    return f"seq_{n}"
-
-
-def signature_length(name: str) -> int | None:
-    """The input length of a length-aware file's signature `name` (`length_signature`'s inverse), else None."""
-    prefix, _, n = name.partition("_")
-    return int(n) if prefix == "seq" and n.isdigit() else None
 
 
 def mean_over_lengths(share: dict, per_length: dict) -> float:
@@ -122,8 +105,6 @@ def convert_module(module: torch.nn.Module, config, seq_len: int, out_path, quan
         if quantize != "none":
             quantize_file(tmp, quantize, calibration)
         if metadata is not None:
-            from mobilekd.export.metadata import add_metadata
-
             add_metadata(tmp, head, *metadata)
     return out_path
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mobilekd.errors import UserError
 from mobilekd.export.graph import inline_buffers
-from mobilekd.export.litert import DEFAULT_SIGNATURE, INPUT_NAMES
+from mobilekd.export.signatures import DEFAULT_SIGNATURE, INPUT_NAMES
 from mobilekd.models.heads import HEADS
 
 TENSOR_NAMES = {role: f"{DEFAULT_SIGNATURE}_{name}" for role, name in zip(("ids", "mask", "segment"), INPUT_NAMES)}

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from mobilekd.errors import UserError
-from mobilekd.export.litert import INPUT_NAMES, convert_module
+from mobilekd.export.litert import convert_module
+from mobilekd.export.signatures import INPUT_NAMES
 from mobilekd.export.parity import TFLiteRunner, parity_report
 from mobilekd.models.multitask import MultiTaskModel, single_task
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from mobilekd.errors import UserError
-from mobilekd.export.litert import INPUT_NAMES, ExportWrapper, sample_inputs
+from mobilekd.export.litert import ExportWrapper, sample_inputs
+from mobilekd.export.signatures import INPUT_NAMES
 from mobilekd.fileio import atomic_path
 from mobilekd.models.heads import HEADS
 

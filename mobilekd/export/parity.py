@@ -6,7 +6,8 @@ import numpy as np
 import torch
 
 from mobilekd.errors import UserError
-from mobilekd.export.litert import DEFAULT_SIGNATURE, INPUT_NAMES, ExportWrapper
+from mobilekd.export.litert import ExportWrapper
+from mobilekd.export.signatures import DEFAULT_SIGNATURE, INPUT_NAMES
 
 
 class TFLiteRunner:

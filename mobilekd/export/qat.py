@@ -32,7 +32,8 @@ from pathlib import Path
 
 import torch
 
-from mobilekd.export.litert import INPUT_NAMES, ExportWrapper, sample_inputs
+from mobilekd.export.litert import ExportWrapper, sample_inputs
+from mobilekd.export.signatures import INPUT_NAMES
 from mobilekd.fileio import atomic_path
 
 

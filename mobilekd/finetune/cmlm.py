@@ -25,7 +25,8 @@ from mobilekd.data.seq2seq import PairSplit
 from mobilekd.fileio import file_digest
 from mobilekd.finetune.teacher_outputs import cached_arrays
 from mobilekd.models.heads import mlm_loss
-from mobilekd.train.precision import decide_inference_precision, median_window, parameters
+from mobilekd.bf16 import decide_inference_precision
+from mobilekd.train.precision import median_window, parameters
 
 TOPK = 8  # the soft targets' k: the official student's --kd_topk (Distill-BERT-Textgen README)
 PAIRS_PER_BATCH = 16  # pairs a teacher batch of the copies' pass holds (x 7 copies)

@@ -26,7 +26,8 @@ from tqdm.auto import tqdm
 
 from mobilekd.data.tasks import INPUTS
 from mobilekd.fileio import Made, cached_file, file_digest, timed
-from mobilekd.train.precision import decide_inference_precision, median_window, parameters, read_only_flag
+from mobilekd.bf16 import decide_inference_precision, read_only_flag
+from mobilekd.train.precision import median_window, parameters
 
 
 def cache_key(teacher_dir: Path, split, with_cls: bool = True, precision: str = "no") -> str:

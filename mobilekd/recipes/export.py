@@ -53,8 +53,9 @@ from mobilekd.data.tasks import TASK_NAMES, default_data, encode_classification,
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import float_islands, foreign_ops, nonfinite_constants, op_histogram, read_graph
-from mobilekd.export.litert import (CALIBRATED, DEFAULT_SIGNATURE, INPUT_NAMES, QUANTIZATIONS, convert,
-                                    length_signature, mean_over_lengths, quantized_copy, tflite_name)
+from mobilekd.export.litert import (CALIBRATED, QUANTIZATIONS, convert, mean_over_lengths, quantized_copy,
+                                    tflite_name)
+from mobilekd.export.signatures import DEFAULT_SIGNATURE, INPUT_NAMES, length_signature
 from mobilekd.export.parity import parity_report, run_tflite, xnnpack_undelegated
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.flags import at_least

@@ -35,7 +35,7 @@ from mobilekd.data.tasks import encode_classification, load_task, task_data, tra
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import float_islands, read_graph
-from mobilekd.export.litert import INPUT_NAMES
+from mobilekd.export.signatures import INPUT_NAMES
 from mobilekd.export.parity import run_tflite, xnnpack_undelegated
 from mobilekd.export.qat import convert_qat, freeze_ranges, int8_lookup_tables, prepare_qat, quantization
 from mobilekd.fileio import write_json
