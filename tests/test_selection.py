@@ -125,3 +125,19 @@ def test_select_on_none_keeps_the_last_model_however_often_it_evaluates(student_
     result = json.loads((out / "results.json").read_text())
     assert result["best_step"] == 6 and result["selected_on"] == "none (the last step)"
     assert list(result["metrics"]) == ["dev"] and result["train_examples"] == 300
+
+
+def test_squad_questions_are_held_out_by_paragraph(tmp_path):
+    """Validation never reads a context that training saw: a paragraph's questions stay on one side."""
+    data = [{"title": f"t{a}", "paragraphs": [{"context": f"Paragraph {a}.{p} says the answer is {a}{p}.", "qas": [
+        {"id": f"{a}.{p}.{q}", "question": f"What does paragraph {a}.{p} say, {q}?",
+         "answers": [{"text": f"{a}{p}", "answer_start": len(f"Paragraph {a}.{p} says the answer is ")}]}
+        for q in range(3)]} for p in range(4)]} for a in range(5)]
+    (tmp_path / "squad").mkdir()
+    for split in ("train", "dev"):
+        (tmp_path / "squad" / f"{split}.json").write_text(json.dumps({"version": "1.1", "data": data}))
+    task = load_task("squad1", tmp_path / "squad")
+    carved = carve(task, task.train, 0, fraction=0.2)
+    held, kept = {e.context for e in carved.validation}, {e.context for e in carved.train}
+    assert held and kept and not held & kept and carved.record["rule"] == "random paragraphs"
+    assert len(carved.validation) % 3 == 0 and len(carved.validation) + len(carved.train) == 60

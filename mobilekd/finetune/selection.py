@@ -5,9 +5,10 @@ a dev score picked as the best of several runs on that same dev set is optimisti
 estimates), one scored once after every choice is not.
 
 The split (`carve`) is seeded, stratified where the task allows (by label for classification, by quantile bin of
-the score for regression, plain random for SQuAD) and capped in size, and its rule is recorded beside the results
+the score for regression), for SQuAD drawn by paragraph (a paragraph's questions all on one side, so validation
+never reads a context training saw) and capped in size, and its rule is recorded beside the results
 (`Carved.record`) so a reader knows what chose the model. Stratified splitting is scikit-learn's
-`train_test_split`.
+`train_test_split`, the grouped one its `GroupShuffleSplit`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.model_selection import train_test_split
+from sklearn.model_selection import GroupShuffleSplit, train_test_split
 
 from mobilekd.data.tasks import Task
 from mobilekd.errors import UserError
@@ -61,9 +62,17 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
     if strata is not None and size < len(np.unique(strata)):  # too small to hold every class: not stratified
         strata = None
     index = np.arange(n)
-    rest, held = train_test_split(index, test_size=size, random_state=seed, shuffle=True, stratify=strata)
-    rule = ("stratified by label" if strata is not None and not task.is_regression else
-            f"stratified by the score's {SCORE_BINS} quantile bins" if strata is not None else "random")
+    if task.head == "qa":  # by paragraph: its questions share the context, so they stay on one side
+        groups = np.unique([e.context for e in examples], return_inverse=True)[1]
+        held = next(GroupShuffleSplit(1, test_size=size / n, random_state=seed).split(index, groups=groups))[1]
+        if len(held) in (0, n):
+            raise UserError(f"{n} training questions over {groups.max() + 1} paragraph(s) leave no paragraph to "
+                            f"hold out for validation (--select-on none keeps them all)")
+        rule = "random paragraphs"
+    else:
+        rest, held = train_test_split(index, test_size=size, random_state=seed, shuffle=True, stratify=strata)
+        rule = ("stratified by label" if strata is not None and not task.is_regression else
+                f"stratified by the score's {SCORE_BINS} quantile bins" if strata is not None else "random")
     held_set = set(held.tolist())
     return Carved(train=[e for i, e in enumerate(examples) if i not in held_set],
                   validation=[examples[i] for i in sorted(held_set)],
