@@ -89,8 +89,8 @@ def table(rows: list[dict]) -> str:
     wall = _get(rows, "demo", "scripts/demo.sh", "wall_seconds")
     lines = ["One run of `scripts/demo.sh` on a fresh output directory, seed 0, "
              + (f"at commit {first['commit']} " if first["commit"] else "")
-             + f"on {first['cpu']} ({first['cpu_count']} cores)"
-             + (f": {wall // 60:.0f} min {wall % 60:.0f} s in all." if wall else "."), "",
+             + f"on `{first.get('host', 'unknown')}` ({first['cpu']}, {first['cpu_count']} cores)"
+             + (f": {wall // 60:.0f} min {wall % 60:.0f} s in all, the venv already set up." if wall else "."), "",
              "| model | held-out MLM accuracy | unigram baseline | NSP accuracy | NSP majority | wall time |",
              "|---|---|---|---|---|---|"]
     for method in dict.fromkeys(r["method"] for r in rows if r["task"] == "pretraining"):
