@@ -99,8 +99,8 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
         rows[label] = row
     for name, path in (tflite or {}).items():
         rows.update(at_dev_lengths(name, Path(path), rows))
-    return {"host": {"cpu": timed["cpu"], "cpu_count": timed["cpu_count"], "identity": timed["host"], "threads": threads,
-                     "runs": runs, "interleaved": True,
+    return {"host": {"cpu": timed["cpu"], "cpu_count": timed["cpu_count"], "identity": timed["host"],
+                     "threads": threads, "runs": runs, "interleaved": True,
                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                      "peak_gflops": {k: {t: round(v, 1) for t, v in p.items()} for k, p in peaks.items()}},
             "seq_len": seq_len, "estimate": {"threads": 4, "efficiency": round(efficiency, 3),

@@ -141,7 +141,8 @@ def rows(out: Path, threads: list[int], runs: int, models=(*TRAINED, PRESET)) ->
 
     def row(model, form, seq, metric, value, **extra):
         found.append({"task": "sst2", "method": f"{model} {form}", "seed": 0, "model": model, "form": form,
-                      "seq": str(seq), "metric": metric, "value": round(value, 3), "cpu": cpu_model(), "host": identity()["id"],
+                      "seq": str(seq), "metric": metric, "value": round(value, 3), "cpu": cpu_model(),
+                      "host": identity()["id"],
                       "file": paths[model, form].name, **extra})
 
     # PRESET's dev shares: the student's, the same SST-2 dev sentences in the same word pieces

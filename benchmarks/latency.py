@@ -63,7 +63,8 @@ def rows_of(report: dict, wall_seconds: float | None = None) -> list[dict]:
     """The rows of a latency report (runs/latency/report.json as `mobilekd latency` writes it)."""
     host = report["host"]
     peaks = {kind: {str(t): v for t, v in by_t.items()} for kind, by_t in host["peak_gflops"].items()}
-    shared = {"cpu": host["cpu"], "cpu_count": host["cpu_count"], **host_of(host), "seq_len": report["seq_len"], "runs": host["runs"],
+    shared = {"cpu": host["cpu"], "cpu_count": host["cpu_count"], **host_of(host), "seq_len": report["seq_len"],
+              "runs": host["runs"],
               "interleaved": host.get("interleaved", False), "omp_wait_policy": host.get("omp_wait_policy")}
     if wall_seconds is not None:
         shared["run_seconds"] = round(wall_seconds)

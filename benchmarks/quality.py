@@ -879,7 +879,8 @@ def student_goals(results: list[dict], task: str, metric: str, student: str) -> 
         if d:
             found.append(Goal(student, "model-maker", d, f"> {MODEL_MAKER_MARGIN:g}", verdict(d, MODEL_MAKER_MARGIN)))
         gap = [x - PUBLISHED_MOBILEBERT for x in values(results, task, metric, student)]
-        found.append(Goal(student, f"Model Maker's published MobileBERT {PUBLISHED_MOBILEBERT}", gap, f"> {PUBLISHED_MARGIN:g}",
+        found.append(Goal(student, f"Model Maker's published MobileBERT {PUBLISHED_MOBILEBERT}", gap,
+                          f"> {PUBLISHED_MARGIN:g}",
                           verdict(gap, PUBLISHED_MARGIN)))
     return found
 

@@ -173,8 +173,8 @@ def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0) -> li
                       f"({time.time() - start:.0f} s)"
                       + ("" if ok else f"; log: {logs / (job.name.replace('/', '_') + '.log')}"))
     record_invocation(logs, {"started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-                             "seconds": round(time.time() - started, 1), "workers": workers, "cpu": cpu_model(), "host": identity()["id"],
-                             "host_fields": identity(),
+                             "seconds": round(time.time() - started, 1), "workers": workers, "cpu": cpu_model(),
+                             "host": identity()["id"], "host_fields": identity(),
                              "cores": os.cpu_count(), "ran": begun, "done_before": done_before, "existed": existed,
                              "failed": failed})
     return failed
@@ -226,8 +226,9 @@ def parameters(model_dir: Path) -> int:
 
 def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> list[dict]:
     """A finished fine-tuning run's rows, one per dev metric (the task's official one first, e.g. MRPC's F1 then its
-    accuracy): its dev scores (of the model it kept; `val_value`: that model's validation score where it chose on one), or `metrics` ({split: {metric: value}}, e.g. one evaluation of
-    its history) where given (no rows while unfinished)."""
+    accuracy): its dev scores (of the model it kept; `val_value`: that model's validation score where it chose on
+    one), or `metrics` ({split: {metric: value}}, e.g. one evaluation of its history) where given (no rows while
+    unfinished)."""
     r = finished_results(run_dir)
     if r is None:
         return []

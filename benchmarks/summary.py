@@ -55,7 +55,8 @@ def demo() -> list[str]:
     wall = [r for r in _rows("wall") if r["task"] == "demo" and r["exit_code"] == 0]
     if wall:
         w = wall[-1]
-        timed = (f"| `scripts/demo.sh` on a fresh clone, set-up included (commit {w['commit']}, `{w['host']}`, one run) "
+        timed = (f"| `scripts/demo.sh` on a fresh clone, set-up included (commit {w['commit']}, `{w['host']}`, "
+                 f"one run) "
                  f"| {w['value'] / 60:.1f} min; ")
     else:
         w = next((r for r in rows if (r["task"], r["metric"]) == ("demo", "wall_seconds")), None)
@@ -276,7 +277,8 @@ def kernels() -> list[str]:
     if ("fp32", 1) not in speedup or ("fp32", None) not in speedup:
         return []
     return [f"| the demo-shaped student as a length-aware file, at SST-2's dev lengths against 128 tokens (one run) | "
-            f"{speedup['fp32', 1]:.2f}x faster on {_hosts([r for r in rows if r['metric'] == 'speedup' and r.get('threads')])} "
+            f"{speedup['fp32', 1]:.2f}x faster on "
+            f"{_hosts([r for r in rows if r['metric'] == 'speedup' and r.get('threads')])} "
             f"(fp32, 1 thread), "
             f"{speedup.get(('dynamic-int8', 1), float('nan')):.2f}x in dynamic-range int8; Pixel 4 estimate "
             f"{speedup['fp32', None]:.2f}x | the same file at 128 | [export](docs/export.md#length-aware-files-the-"
