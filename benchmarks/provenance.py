@@ -60,9 +60,9 @@ def unhosted(folder: Path = RESULTS) -> list[str]:
             for i, r in enumerate(rows) if timed(r) and r.get("host") not in known]
 
 
-def table(folder: Path = RESULTS) -> str:
-    """One line per host: what it is, and how many timed rows of each results file it holds."""
-    hosts = read_json(folder / HOSTS) if (folder / HOSTS).is_file() else {}
+def table(hosts: dict, folder: Path = RESULTS) -> str:
+    """One line per host of the hosts file `hosts` or the rows: what it is, and how many timed rows of each results
+    file it holds."""
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for name, rows in result_files(folder).items():
         for r in rows:
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         missing = unhosted(folder)
         print("\n".join(missing) or "every timed row names a known host")
         return 1 if missing else 0
-    return show_table(args, folder / HOSTS, lambda hosts: table(folder))
+    return show_table(args, folder / HOSTS, lambda hosts: table(hosts, folder))
 
 
 if __name__ == "__main__":

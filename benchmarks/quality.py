@@ -763,9 +763,9 @@ def rows(out: Path, tasks: list[str], seeds: list[int], results: Path) -> tuple[
 
 
 def dev_once(r: dict) -> bool:
-    """Whether a run read dev once, after its last choice (`mobilekd.finetune.selection`): its results' dev metrics
-    are its kept model's, and its history holds no dev score."""
-    return r.get("selected_on") == "validation" or str(r.get("selected_on")).startswith("none")
+    """Whether a run read dev once, after its last choice (finetune's `dev_scored`, `mobilekd.finetune.selection`):
+    its results' dev metrics are its kept model's, and its history holds no dev score."""
+    return "dev_scored" in r
 
 
 def merge_curves(path: Path, curves: list[dict]) -> list[dict]:

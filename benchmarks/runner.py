@@ -33,7 +33,7 @@ from mobilekd.fileio import RECORDED, REPO_ROOT, atomic_path, read_json, record_
 from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, transformers_extras
 from mobilekd.recipes import export
-from mobilekd.rundir import finished_results, trained_on
+from mobilekd.rundir import HELD_OUT, dev_scores, finished_results, trained_on
 from mobilekd.host import UNKNOWN, cpu_model, identity
 
 RESUMABLE = ["--threads", "1", "--resume"]
@@ -232,15 +232,14 @@ def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> lis
     r = finished_results(run_dir)
     if r is None:
         return []
-    # the first dev split: not the validation split carved from training (nor "selection", its former name)
-    dev = next((v for k, v in (metrics or r["metrics"]).items() if k not in ("selection", "validation")), None)
+    dev = dev_scores(metrics or r["metrics"])
     if dev is None:  # an unlabelled dev set: no scores
         return []
     shared = {"params": parameters(run_dir), "train_seconds": r["wall_seconds"], "steps": r["steps"], "lr": r["lr"],
               **trained_on(r), **{k: r[k] for k in SHARED_RECORD if k in r}}
     names = [r["best_metric"]] + [m for m in dev if m != r["best_metric"]]
     taught = {k: r[k] for k in ("teacher_digest",) if k in r}  # the teacher that taught it (`teacher_record`)
-    validation = (r["metrics"].get("validation") or {}) if metrics is None else {}
+    validation = (r["metrics"].get(HELD_OUT[0]) or {}) if metrics is None else {}
     return [{**identity, "metric": m, "value": round(dev[m], 4), **shared, **taught,
              **({"val_value": round(validation[m], 4)} if m in validation else {}),
              **({"teacher_value": round(r["teacher_dev"][m], 4)} if m in r.get("teacher_dev", {}) else {})}

@@ -67,20 +67,28 @@ def finished_results(run_dir) -> dict | None:
     return r if r.get("complete") else None
 
 
+HELD_OUT = ("validation", "selection")  # results.json's splits carved from training (`mobilekd.finetune.selection`;
+# "selection" is what runs before named it): never dev
+
+
+def dev_scores(metrics: dict) -> dict | None:
+    """A run's results.json `metrics` ({split: {metric: value}}): its first dev split's, not a split held out of the
+    training data (HELD_OUT); None where it has none (an unlabelled dev set)."""
+    return next((scores for split, scores in (metrics or {}).items() if split not in HELD_OUT), None)
+
+
 def teacher_record(teacher, task: str) -> dict:
     """What a student's results.json says of the teacher that taught it: its weights' SHA-256 (`teacher_digest`,
     the first 16 hex digits) and, where the teacher is a finished fine-tuning run on the same `task`, its dev scores
-    (`teacher_dev`, {metric: value} of its first dev split; not its validation split carved from the training data,
-    "validation", nor "selection" as runs before named it), so that a student's share of its teacher stays that teacher's after the teacher is
+    (`teacher_dev`, `dev_scores`), so that a student's share of its teacher stays that teacher's after the teacher is
     made again."""
     weights = Path(teacher) / "model.safetensors"
     record = {"teacher_digest": file_digest(weights)[:16]} if weights.is_file() else {}
     done = finished_results(teacher)
     if done is not None and done.get("task") == task:
-        dev = [scores for split, scores in (done.get("metrics") or {}).items()
-               if split not in ("selection", "validation")]
+        dev = dev_scores(done.get("metrics"))
         if dev:
-            record["teacher_dev"] = dev[0]
+            record["teacher_dev"] = dev
     return record
 
 

@@ -173,13 +173,16 @@ def load_task(name: str, data: Path, eval_only: bool = False, regression: bool =
                     file_labels=list(spec.labels) if spec.names else None)
     if name in ("squad1", "squad2"):
         dev_path = _find(data, "dev", [".json"])
-        train, version = (None, None) if eval_only else read_squad(_find(data, "train", [".json"]))
-        if version is None:
-            version = read_squad(dev_path)[1]
+        if eval_only:  # evaluation only: dev is what it reads, and its version is the data's
+            dev, version = read_squad(dev_path)
+            splits = LazySplits(["dev"], lambda _: dev)
+        else:
+            train, version = read_squad(_find(data, "train", [".json"]))
+            splits = LazySplits(["dev"], lambda _: read_squad(dev_path)[0])
         if name == "squad1" and version == "2.0":
             raise located(data, "holds SQuAD v2.0 data (is_impossible fields); use --task squad2")
-        return Task(name, "qa", None, ("exact_match", "f1"), train,
-                    LazySplits(["dev"], lambda _: read_squad(dev_path)[0]), "2.0" if name == "squad2" else "1.1")
+        return Task(name, "qa", None, ("exact_match", "f1"), None if eval_only else train, splits,
+                    "2.0" if name == "squad2" else "1.1")
     if name == "custom":
         suffixes = [".csv", ".tsv", ".jsonl"]
         train = None if eval_only else read_custom(_find(data, "train", suffixes), regression=regression)

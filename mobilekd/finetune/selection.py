@@ -20,8 +20,9 @@ from sklearn.model_selection import GroupShuffleSplit, train_test_split
 
 from mobilekd.data.tasks import Task
 from mobilekd.errors import UserError
+from mobilekd.rundir import HELD_OUT
 
-VALIDATION = "validation"  # the split's name in results.json, history.json and the rows
+VALIDATION = HELD_OUT[0]  # the split's name in results.json, history.json and the rows
 FRACTION, CAP = 0.1, 2000  # a tenth of the training examples, at most 2,000 (a GLUE dev set's size: 277-1,500)
 SCORE_BINS = 5  # regression: stratified by the score's quintile
 

@@ -439,13 +439,14 @@ def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, 
     bar.close()
     elapsed = time.time() - start
     steps_run = stage.steps - first
+    accelerated = _accelerator_info(accelerator.device)
     return {"stage": stage.name, "steps": stage.steps, "trainable_params": n_trainable, **stage.info,
             "seconds": round(earlier + elapsed, 1), **({"resumed_at_step": first} if first else {}),
             **({"first_step_seconds": round(first_seconds, 3)} if steps_run else {}),
             "tokens_per_second": round(tokens / max(elapsed, 1e-9), 1),
             "padding_share": round(1 - tokens / padded, 4) if padded else None, "batch_order": cfg.batch_order,
             "precision": precision, **({} if index else {"precision_probe": trainer["precision"]}),
-            "cpu": cpu_model(), "host": identity(_accelerator_info(accelerator.device).get("gpu")), "threads": torch.get_num_threads(),  # where the seconds were measured
-            **_accelerator_info(accelerator.device),
+            "cpu": cpu_model(), "host": identity(accelerated.get("gpu")),  # where the seconds were measured
+            "threads": torch.get_num_threads(), **accelerated,
             "start": trainer.get("stage_start") or {}, "end": last_terms,
             "mean": {k: v / max(steps_run, 1) for k, v in totals.items()}}
