@@ -18,6 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from android_bench import estimate as cost
+from android_bench.budget import efficiency as calibrated
 from android_bench.host import SIGNATURE_MARK, measure_in_child, peak_memory, split_entry
 from android_bench.models import export_preset, export_transformers_mobilebert
 from android_bench.peak import FLOPS as PEAK_FLOPS
@@ -70,8 +71,7 @@ def collect(*, models: list[str], quantize: list[str], seq_len: int, threads: li
     peaks = {kind: {t: PEAK_FLOPS / (timing[path][t]["min_ms"] / 1000) / 1e9 for t in threads}
              for kind, path in peak_files.items()}  # a ceiling: the best run
 
-    # the published figure is MobileBERT at sequence 128, whatever length this report is for
-    efficiency = cost.calibrate(cost.op_costs(read_graph(export_preset("mobilebert", "none", 128, cache))))
+    efficiency = calibrated(cache)
     profiles = {d: cost.load_profile(d) for d in devices}
     rows = {}
     for label, (name, quantize, path) in tqdm(files.items(), desc="memory + estimate", unit="model"):

@@ -18,8 +18,9 @@ def _texts(examples) -> list[str]:
     return [e.text_a if e.text_b is None else f"{e.text_a} [SEP] {e.text_b}" for e in examples]
 
 
-def bag_of_words_baseline(task: Task, train, dev, seed: int = 0) -> dict:
-    """Metrics of TF-IDF + logistic/ridge regression on `dev` after training on `train` (lists of examples)."""
+def bag_of_words_baseline(task: Task, train, dev, seed: int = 0, keep_predictions: bool = False) -> dict:
+    """Metrics of TF-IDF + logistic/ridge regression on `dev` after training on `train` (lists of examples); with
+    `keep_predictions`, its prediction for each dev example too (a paired comparison's other side)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression, Ridge
 
@@ -37,4 +38,5 @@ def bag_of_words_baseline(task: Task, train, dev, seed: int = 0) -> dict:
         predictions = model.fit(x_train, y).predict(x_dev)
     return {"method": method, "train_examples": len(train), "dev_examples": len(dev),
             "metrics": classification_metrics(task.metrics, labels, predictions),
-            "seconds": round(time.time() - start, 2)}
+            "seconds": round(time.time() - start, 2),
+            **({"predictions": predictions.tolist()} if keep_predictions else {})}

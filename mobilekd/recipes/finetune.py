@@ -115,6 +115,9 @@ def parse_args(argv=None):
                    default=FRACTION, help=f"the share of training examples held out for validation (default "
                                           f"{FRACTION:g}, at most {CAP:,} examples; --selection-fraction is its "
                                           f"former name)")
+    p.add_argument("--skip-dev", action="store_true",
+                   help="never read dev: the run trains and chooses on validation only (a search's trial, scored "
+                        "later, once, if chosen: --eval-only --model OUT)")
     p.add_argument("--dropout", type=float, help="override the model's hidden dropout")
     p.add_argument("--classifier-dropout", type=float, default=0.1,
                    help="dropout before the classifier (default 0.1, the official run_classifier.py's)")
@@ -141,6 +144,8 @@ def parse_args(argv=None):
     if args.select_on == "train-slice":
         print("--select-on train-slice is now called --select-on validation")
         args.select_on = "validation"
+    if args.skip_dev and (args.eval_only or args.select_on == "dev"):
+        raise UserError("--skip-dev trains without reading dev: drop --eval-only and --select-on dev")
     if args.select_on == "auto":  # a split to choose on only where there is a choice to make
         args.select_on = "none" if args.eval_every == 0 else "validation"
     train_config(args)  # bad training flags are refused before any work
@@ -277,20 +282,22 @@ def run(args, accelerator):
     if accelerator.is_main_process:
         wall = round(time.time() - start, 1)  # training and selection; dev's one scoring is not a training cost
         result = read_json(out / "results.json")
-        if args.select_on != "dev":  # every choice is made: now, and only now, dev is read and scored once
+        if args.skip_dev:
+            result["dev_scored"] = "never (--skip-dev)"
+        elif args.select_on != "dev":  # every choice is made: now, and only now, dev is read and scored once
             dev_metrics = score_once(task, out, tokenizer, encode, accelerator.device)
             result["metrics"] = {**dev_metrics, **{k: v for k, v in result["metrics"].items() if k == VALIDATION}}
             result["dev_scored"] = f"once, the model {'chosen on validation' if carved else 'of the last step'}"
             if not carved:  # the score the kept model is known by
                 result["best_score"] = next(iter(dev_metrics.values()), {}).get(result["best_metric"])
-        dev_examples = next(iter(task.dev.values()))
+        dev_examples = [] if args.skip_dev else next(iter(task.dev.values()))
         baseline = None
-        if task.head == "classification" and all(e.label is not None for e in dev_examples):
+        if dev_examples and task.head == "classification" and all(e.label is not None for e in dev_examples):
             baseline = bag_of_words_baseline(task, train_examples, dev_examples, args.seed)
         result.update(wall_seconds=wall, complete=True, training=summaries, baseline=baseline, **taught, **shared)
         write_json(out / "results.json", result)  # this attempt's seconds, a resumed run's too
         metric = result["best_metric"]
-        dev_score = result["metrics"].get(next(iter(task.dev)), {}).get(metric)  # None: unlabelled
+        dev_score = None if args.skip_dev else result["metrics"].get(next(iter(task.dev)), {}).get(metric)
         chosen = (f"the last step's model ({extra['steps']} steps)" if args.select_on == "none" else
                   f"best {metric} {result['best_score']:.4f} on {result['selected_on']} at step {result['best_step']} "
                   f"of {extra['steps']}")

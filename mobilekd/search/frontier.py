@@ -1,0 +1,38 @@
+"""The search's picture: every trial's validation score against its Pixel 4 estimate, by family, the budget as a
+line and the chosen student marked; pruned trials hollow (their score is the last evaluation they reached)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mobilekd.fileio import save_png
+
+MARKERS = {"subset": "o", "tinybert": "s", "mobilebert": "D", "bilstm": "^"}
+
+
+def plot(rows: list[dict], budget_ms: float, metric: str, path: Path, title: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    scored = [r for r in rows if r["val_value"] is not None and r["pixel4_ms_est"] is not None]
+    for i, family in enumerate(sorted({r["family"] for r in scored})):
+        color = f"C{i}"
+        for state, face in (("complete", color), ("pruned", "none")):
+            rs = [r for r in scored if r["family"] == family and r["state"] == state]
+            if rs:
+                ax.scatter([r["pixel4_ms_est"] for r in rs], [r["val_value"] for r in rs], marker=MARKERS.get(family, "o"),
+                           facecolors=face, edgecolors=color, label=f"{family} ({state})")
+    for r in scored:
+        if r["chosen"]:
+            ax.scatter([r["pixel4_ms_est"]], [r["val_value"]], marker="*", s=260, color="gold", edgecolors="black",
+                       zorder=5, label=f"chosen: trial {r['trial']}")
+    ax.axvline(budget_ms, color="grey", linestyle="--", label=f"budget {budget_ms:.1f} ms")
+    ax.set_xlabel("Pixel 4 latency, ms (ESTIMATE, cost model)")
+    ax.set_ylabel(f"validation {metric} (a split of train)")
+    ax.set_title(title or "ship's search: every trial")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    save_png(fig, path)

@@ -1,0 +1,123 @@
+"""What `mobilekd ship` searches, read from a configuration file (configs/ship.json): the student families, the
+shapes each may take, the stage that makes a shape's start, and each family's search space as finetune flags.
+
+A *candidate* is one shape of one family, priced by its Pixel estimate before any training (the caller's
+`estimate`); only candidates within the latency budget enter the search. A *trial* draws a candidate and its
+family's flags through Optuna's define-by-run API, so a flag of one family is never drawn for another.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from mobilekd.errors import located
+from mobilekd.fileio import REPO_ROOT, read_json
+from mobilekd.models.config import ModelConfig
+
+CONFIG = REPO_ROOT / "configs" / "ship.json"
+BATCH_SIZE = 32  # every trial's batch: examples_seen / BATCH_SIZE is its --max-steps
+MAX_EPOCHS = 10  # a trial sees at most this many epochs of the task's training examples
+SEEN = "examples_seen"  # the space's one entry that is not a finetune flag
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A family's shape: its name in the search (`family/shape`), its config (for the estimate), the argv of the
+    `mobilekd` stage that makes its start in `start_dir`, and its Pixel estimate."""
+    family: str
+    shape: str
+    config: ModelConfig
+    start: tuple[str, ...]
+    start_dir: Path
+    estimate: dict
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}/{self.shape}"
+
+
+def load_space(path: Path = CONFIG) -> dict:
+    """The configuration file, checked: a family without shapes, a start or a space is named here."""
+    config = read_json(path)
+    if not isinstance(config.get("families"), dict) or not config["families"]:
+        raise located(path, "has no families")
+    for name, family in config["families"].items():
+        missing = [k for k in ("shapes", "start", "space") if k not in family]
+        if missing:
+            raise located(path, f"family {name!r} lacks {', '.join(missing)}")
+        for flag, spec in family["space"].items():
+            if not ("choices" in spec or {"low", "high"} <= set(spec)):
+                raise located(path, f"family {name!r}: {flag} needs choices, or low and high")
+    for key in ("trials", "rungs", "reduction_factor"):
+        if not isinstance(config.get("search", {}).get(key), int) or config["search"][key] < 1:
+            raise located(path, f"search.{key} must be a whole number of at least 1")
+    return config
+
+
+def shapes(family: str, spec: dict, teacher: ModelConfig) -> list[tuple[str, ModelConfig, dict]]:
+    """(shape name, its config, its placeholders) for each shape of `family` a teacher of this config allows:
+    `layers` x `ffn_share` of the teacher's own layers (fewer than it has), or `preset`s."""
+    from mobilekd.models.presets import get_preset
+
+    s = spec["shapes"]
+    if "preset" in s:
+        return [(p, get_preset(p).config, {"preset": p}) for p in s["preset"]]
+    found = []
+    for layers in (n for n in s["layers"] if n < teacher.num_hidden_layers):
+        for share in s.get("ffn_share", [1.0]):
+            ffn = None if share >= 1 else int(round(teacher.intermediate_size * share / 64) * 64)
+            config = teacher.replace(num_hidden_layers=layers, intermediate_size=ffn or teacher.intermediate_size)
+            found.append((f"{layers}x{teacher.hidden_size}" + (f"-ffn{ffn}" if ffn else ""), config,
+                          {"layers": layers, "ffn": ffn}))
+    return found
+
+
+def start_argv(spec: dict, teacher: Path, start: Path, values: dict) -> tuple[str, ...]:
+    """The family's start stage with the shape's placeholders filled; a flag whose value is None is left out."""
+    fill = {"teacher": str(teacher), "start": str(start), **values}
+    argv = []
+    for word in spec["start"]:
+        value = word.format(**fill) if "{" in word else word
+        if word.startswith("{") and fill.get(word.strip("{}")) is None:  # e.g. {ffn}: the FFN kept whole
+            argv.pop()  # its flag too
+            continue
+        argv.append(value)
+    return tuple(argv)
+
+
+def needs_head(spec: dict, values: dict) -> bool:
+    """Whether this shape's start needs the teacher's masked-LM head."""
+    return bool(spec.get("needs_mlm_head")) or values.get("ffn") is not None
+
+
+def training_steps(examples_seen: int, train_examples: int) -> int:
+    """A trial's --max-steps: `examples_seen` examples at BATCH_SIZE, at most MAX_EPOCHS epochs."""
+    return max(1, math.ceil(min(examples_seen, MAX_EPOCHS * train_examples) / BATCH_SIZE))
+
+
+def suggest(trial, family: str, spec: dict, teacher: Path, has_head: bool,
+            train_examples: int) -> tuple[list[str], dict]:
+    """The finetune flags of one trial of `family` (its fixed ones, then those drawn from its space), and the
+    drawn values by name. Over an augmented set only the teacher's soft targets teach (--alpha 0): TinyBERT's
+    augmented examples carry no label of their own (Jiao et al. 2020, Section 3.1; quality's -kd-aug recipes)."""
+    drawn = {}
+    for flag, s in sorted(spec["space"].items(), key=lambda kv: kv[0] != "--augment"):  # --alpha depends on it
+        if flag == "--augment" and not has_head:
+            continue  # augmentation draws its words from the teacher's masked LM
+        if flag == "--alpha" and drawn.get("--augment"):
+            drawn[flag] = 0.0
+            continue
+        name = f"{family}:{flag.lstrip('-')}"
+        drawn[flag] = (trial.suggest_categorical(name, s["choices"]) if "choices" in s else
+                       trial.suggest_float(name, s["low"], s["high"], log=s.get("log", False)))
+    flags = [str(x) for k, v in spec.get("finetune", {}).items() for x in (k, v)]
+    for flag, value in drawn.items():
+        if flag == SEEN:
+            flags += ["--max-steps", str(training_steps(value, train_examples)), "--batch-size", str(BATCH_SIZE)]
+        elif flag == "--augment":
+            flags += ["--augment", str(value), "--augment-model", str(teacher)] if value else []
+        else:
+            flags += [flag, f"{value:.3g}" if isinstance(value, float) else str(value)]
+    return flags, drawn

@@ -1,0 +1,210 @@
+"""The search of `mobilekd ship`: an Optuna study whose trials are `mobilekd finetune` runs of candidate students,
+each scored on the validation split carved from the training data (dev is never read: --skip-dev), cut short by
+successive halving.
+
+- Sampler: Optuna's TPE (Bergstra et al. 2011), seeded by --seed; the candidate (family and shape) is one of its
+  parameters, each family's flags are drawn only in that family's trials (define-by-run).
+- Multi-fidelity: Optuna's `SuccessiveHalvingPruner` (asynchronous successive halving, Li et al. 2020, "A System for
+  Massively Parallel Hyperparameter Tuning", Algorithm 2; optuna/pruners/_successive_halving.py). A trial evaluates
+  on validation `rungs` times; its i-th evaluation is reported at resource i, and a trial not in the top
+  1/reduction_factor of those that reached rung i is stopped there. The fidelity is the share of a trial's own
+  training done, so the short runs are the first parts of longer ones (with their learning rate not yet decayed).
+- Storage: a journal file (`optuna.storages.JournalStorage` over `JournalFileBackend`), which several processes, on
+  this machine or on machines sharing the file system, read and append to at once: the study resumes from it,
+  and `--workers N` runs N processes over it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+from filelock import FileLock
+
+from mobilekd.errors import UserError
+from mobilekd.fileio import read_json
+from mobilekd.host import identity
+from mobilekd.search.space import Candidate, suggest
+
+STUDY = "ship"
+JOURNAL = "search.journal"  # in OUT
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
+POLL_SECONDS = 1.0
+
+
+class TrialFailed(Exception):
+    """A trial's run exited with an error: the trial is recorded as failed and the search goes on."""
+
+
+def open_study(out: Path, seed: int, reduction_factor: int, worker: int = 0) -> optuna.Study:
+    """The study in OUT/search.journal, created or resumed, as worker `worker` sees it: each worker's sampler has
+    its own seed (seed + 1000 x worker; the same seed would draw the same trials in every worker) and, while other
+    trials run, counts them at their worst value (TPE's constant liar, optuna/samplers/_tpe/sampler.py), so that
+    workers do not draw the same region at once."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / JOURNAL)))
+    return optuna.create_study(study_name=STUDY, storage=storage, direction="maximize", load_if_exists=True,
+                               sampler=optuna.samplers.TPESampler(seed=seed + 1000 * worker, constant_liar=True),
+                               pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1,
+                                                                             reduction_factor=reduction_factor))
+
+
+def fail_stale(study: optuna.Study) -> int:
+    """Mark the trials an interrupted search left running as failed (call only while no worker runs)."""
+    stale = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]
+    for t in stale:
+        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+    return len(stale)
+
+
+def finished(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+class Objective:
+    """One trial: draw a candidate and its flags, make the candidate's start once (shared, under a lock), run
+    `mobilekd finetune` on it and report each validation evaluation to the pruner."""
+
+    def __init__(self, out: Path, candidates: list[Candidate], families: dict, teacher: Path, fine_tuned: Path,
+                 task_flags: list[str], has_head: bool, train_examples: int, rungs: int):
+        self.out, self.candidates, self.families = out, {c.name: c for c in candidates}, families
+        self.teacher, self.fine_tuned, self.task_flags = teacher, fine_tuned, task_flags
+        self.has_head, self.train_examples, self.rungs = has_head, train_examples, rungs
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        candidate = self.candidates[trial.suggest_categorical("candidate", list(self.candidates))]
+        spec = self.families[candidate.family]
+        flags, _ = suggest(trial, candidate.family, spec, self.teacher, self.has_head, self.train_examples)
+        steps = int(flags[flags.index("--max-steps") + 1])
+        run_dir = self.out / "trials" / f"{trial.number:04d}"
+        trial.set_user_attr("family", candidate.family)
+        trial.set_user_attr("shape", candidate.shape)
+        trial.set_user_attr("pixel_ms_est", candidate.estimate["ms"])
+        trial.set_user_attr("params_m", candidate.estimate["params_m"])
+        trial.set_user_attr("flags", flags)
+        trial.set_user_attr("dir", str(run_dir))
+        trial.set_user_attr("host", identity()["id"])
+        trial.set_user_attr("worker", os.getpid())
+        start = time.time()
+        start_dir = make_start(candidate)
+        trial.set_user_attr("start", str(start_dir))
+        argv = ["finetune", *self.task_flags, "--model", str(start_dir), "--teacher", str(self.fine_tuned),
+                *flags, "--eval-every", str(max(1, -(-steps // self.rungs))), "--select-on", "validation",
+                "--skip-dev", "--out", str(run_dir)]
+        try:
+            return run_trial(trial, argv, run_dir)
+        finally:
+            trial.set_user_attr("wall_seconds", round(time.time() - start, 1))
+
+
+def make_start(candidate: Candidate) -> Path:
+    """The candidate's start directory, made by its stage once (other workers wait on the lock)."""
+    start = candidate.start_dir
+    start.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(start) + ".lock"):
+        if not (start / "model.safetensors").is_file():
+            code = subprocess.run([sys.executable, "-m", "mobilekd", *candidate.start], env=os.environ,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if code.returncode != 0:
+                raise TrialFailed(f"the start of {candidate.name} failed: {code.stdout.strip()[-500:]}")
+    return start
+
+
+def run_trial(trial: optuna.Trial, argv: list[str], run_dir: Path) -> float:
+    """Run one `mobilekd finetune`, reporting its validation evaluations; returns the best (the checkpoint it
+    keeps), or stops it when the pruner says so."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = open(run_dir / "trial.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "mobilekd", *argv], env=os.environ, stdout=log,
+                            stderr=subprocess.STDOUT)
+    reported = 0
+    try:
+        while True:
+            done = proc.poll() is not None
+            for value in validation_values(run_dir / "history.json")[reported:]:
+                reported += 1
+                trial.report(value, reported)
+                if not done and trial.should_prune():
+                    proc.terminate()
+                    proc.wait()
+                    raise optuna.TrialPruned(f"pruned at evaluation {reported}")
+            if done:
+                break
+            time.sleep(POLL_SECONDS)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    if proc.returncode != 0:
+        tail = (run_dir / "trial.log").read_text().strip().splitlines()[-1:] or ["no output"]
+        trial.set_user_attr("error", tail[0][:300])
+        raise TrialFailed(tail[0])
+    result = read_json(run_dir / "results.json")
+    trial.set_user_attr("metric", result["best_metric"])
+    trial.set_user_attr("best_step", result["best_step"])
+    return float(result["best_score"])
+
+
+def validation_values(history: Path) -> list[float]:
+    """The validation scores of a run's evaluations so far (its task's first metric), in order."""
+    try:
+        entries = json.loads(history.read_text()) if history.is_file() else []
+    except json.JSONDecodeError:  # written atomically, but read between replace and rename on some filesystems
+        return []
+    values = []
+    for e in entries:
+        metrics = e.get("metrics", {}).get("validation")
+        if metrics:
+            values.append(float(next(iter(metrics.values()))))
+    return values
+
+
+def search(study: optuna.Study, objective: Objective, trials: int, timeout: float | None, progress=None) -> None:
+    """Run trials in this process until `trials` have finished in the study (any worker's count) or `timeout`
+    seconds have passed (trials under way finish)."""
+    stop = optuna.study.MaxTrialsCallback(trials, states=FINISHED)
+    callbacks = [stop] + ([lambda s, t: progress(finished(s))] if progress else [])
+    if finished(study) >= trials:
+        return
+    study.optimize(objective, timeout=timeout, callbacks=callbacks, catch=(TrialFailed,))
+
+
+def wall_seconds(study: optuna.Study) -> float:
+    """The search's wall time: from its first trial's start to its last one's end (every worker, every resume)."""
+    trials = study.get_trials(deepcopy=False, states=FINISHED)
+    if not trials:
+        return 0.0
+    return (max(t.datetime_complete for t in trials) - min(t.datetime_start for t in trials)).total_seconds()
+
+
+def ended(study: optuna.Study) -> float:
+    """When the search's last trial ended (seconds since the epoch)."""
+    return max(t.datetime_complete for t in study.get_trials(deepcopy=False, states=FINISHED)).timestamp()
+
+
+def chosen_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
+    """The complete trial with the best validation score."""
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if not complete:
+        raise UserError("the search finished no trial (every one failed or was cut: see OUT/trials/*/trial.log)")
+    return max(complete, key=lambda t: t.value)
+
+
+def trial_rows(study: optuna.Study, chosen: int | None) -> list[dict]:
+    """One row per finished trial: its candidate, flags, validation score, state, Pixel estimate, seconds, host."""
+    rows = []
+    for t in study.get_trials(deepcopy=False, states=FINISHED):
+        a = t.user_attrs
+        values = list(t.intermediate_values.values())
+        rows.append({"trial": t.number, "family": a.get("family"), "shape": a.get("shape"),
+                     "recipe": " ".join(a.get("flags", [])), "state": t.state.name.lower(),
+                     "val_value": t.value if t.value is not None else (values[-1] if values else None),
+                     "evaluations": len(values), "pixel4_ms_est": a.get("pixel_ms_est"),
+                     "params_m": a.get("params_m"), "wall_seconds": a.get("wall_seconds"), "host": a.get("host"),
+                     "chosen": t.number == chosen, **({"error": a["error"]} if "error" in a else {})})
+    return rows
