@@ -2,10 +2,15 @@
 (the one command itself runs in test_readme_commands.py, as the README prints it)."""
 
 import csv
+import json
+import os
+import subprocess
+import sys
+import time
 from collections import Counter
 
 from conftest import ROOT
-from helpers import one_line_error, run_module
+from helpers import env, one_line_error, run_module
 
 
 def write_csv(path, rows):
@@ -30,16 +35,52 @@ def test_budgets_follow_the_data_size_and_its_lengths(tmp_path):
     from mobilekd.models.pretrained import model_dir
     from mobilekd.recipes.ship import budget, measure
 
+    data = sst2_csv(tmp_path, 3000)
+    (data / "dev.csv").write_text("not,a,valid\nrow\n")  # the budget is measured without reading dev
     # SST-2's training phrases under the packaged teacher's tokenizer: short, so 32 or 64 word pieces, not 128
-    b = measure(model_dir("all-minilm-l6-v2"), sst2_csv(tmp_path, 3000), regression=False)
-    assert b["train_examples"] == 3000 and b["classes"] == 2 and b["dev_examples"] == 50
+    b = measure(model_dir("all-minilm-l6-v2"), data, regression=False)
+    assert b["train_examples"] == 3000 and b["classes"] == 2
     assert b["max_len"] in (32, 64) and b["length_p95"] <= b["max_len"]
-    assert (b["teacher_epochs"], b["student_epochs"]) == (3, 7)  # 3,000 examples: 7 epochs to see about 20,000
-    # the demo's measured settings (configs/demo.json) are the student's
-    assert b["layers"] == "spread:2" and b["student_lr"] == 4e-4 and b["teacher_lr"] == 5e-5
-    assert budget(10_000, [40] * 10)["student_epochs"] == 2  # the demo's 10,000 SST-2 examples: 2 epochs
+    assert b["teacher_epochs"] == 3 and b["teacher_lr"] == 5e-5  # the demo's measured setting (configs/demo.json)
     large = budget(67_349, [200] * 10)
-    assert (large["teacher_epochs"], large["student_epochs"], large["max_len"]) == (1, 1, 128)
+    assert (large["teacher_epochs"], large["max_len"]) == (1, 128)
+
+
+def test_the_search_space_prices_shapes_and_draws_each_familys_own_flags(tmp_path):
+    """configs/ship.json as shipped: every family's shapes, a trial's flags drawn from its own family's space (its
+    --alpha 0 over an augmented set), and its length in steps capped at ten epochs."""
+    import optuna
+
+    from mobilekd.models.hf import load_config
+    from mobilekd.models.pretrained import model_dir
+    from mobilekd.search.space import load_space, needs_head, shapes, start_argv, suggest, training_steps
+
+    space = load_space()
+    teacher = model_dir("all-minilm-l6-v2")
+    config, _ = load_config(teacher)
+    subset = shapes("subset", space["families"]["subset"], config)
+    assert [c.num_hidden_layers for _, c, _ in subset][:3] == [1, 1, 1] and len(subset) == 12
+    name, narrow, values = subset[1]
+    assert name == "1x384-ffn1280" and narrow.intermediate_size == 1280 and needs_head(space["families"]["subset"],
+                                                                                          values)
+    argv = start_argv(space["families"]["subset"], teacher, tmp_path / "s", subset[0][2])
+    assert argv[:2] == ("init", str(teacher)) and "--intermediate-size" not in argv and "spread:1" in argv
+    assert shapes("tinybert", space["families"]["tinybert"], config)[0][1].hidden_size == 156
+    assert training_steps(80_000, 500) == 157 and training_steps(20_000, 100_000) == 625
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=0))
+    drawn = []
+    for _ in range(12):
+        trial = study.ask()
+        flags, values = suggest(trial, "subset", space["families"]["subset"], teacher, True, 5000)
+        drawn.append(values)
+        assert flags[:2] == ["--method", "kd"] and "--max-steps" in flags
+        assert not any(k.startswith("tinybert:") for k in trial.params)
+        if values["--augment"]:
+            assert values["--alpha"] == 0.0 and flags[flags.index("--augment-model") + 1] == str(teacher)
+        study.tell(trial, 0.5)
+    assert {v["--augment"] for v in drawn} == {0, 4}
+    headless = suggest(study.ask(), "subset", space["families"]["subset"], teacher, False, 5000)[1]
+    assert "--augment" not in headless  # augmentation draws its words from a masked LM the teacher lacks
 
 
 def test_bad_input_is_one_line(tmp_path):
@@ -50,37 +91,101 @@ def test_bad_input_is_one_line(tmp_path):
     no_data = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data",
                                         tmp_path / "missing", "--out", tmp_path / "out", check=False))
     assert "missing" in no_data
-    write_csv(data / "dev.csv", [("a fine film", "positive"), ("a film", "neutral")])  # a label train never has
-    unknown = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
-                                        "--out", tmp_path / "out", check=False))
-    assert "dev.csv" in unknown and "neutral" in unknown
+    family = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
+                                       "--families", "gpt", "--out", tmp_path / "out", check=False))
+    assert "ship.json" in family and "gpt" in family and "subset" in family
+    config = tmp_path / "space.json"
+    config.write_text('{"search": {"trials": 2, "rungs": 1, "reduction_factor": 2}, "families": {"subset": '
+                      '{"shapes": {"layers": [1]}, "start": ["init"]}}}')
+    broken = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
+                                       "--config", config, "--out", tmp_path / "out", check=False))
+    assert "space.json" in broken and "lacks space" in broken
+    tight = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
+                                      "--latency-ms", "0.1", "--families", "subset", "--out", tmp_path / "out",
+                                      check=False))
+    assert "no student shape fits 0.1 ms" in tight
     assert not (tmp_path / "out").exists()  # refused before any stage ran
-    data = sst2_csv(tmp_path / "again", 20)
-    layers = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
-                                       "--layers", "0,9", "--out", tmp_path / "out", check=False))
-    assert "0-5" in layers and "0,9" in layers and not (tmp_path / "out").exists()  # before the teacher's training
     other = tmp_path / "other"
     other.mkdir()
-    (other / "plan.json").write_text('[["finetune", "--task", "custom"]]')  # a run with other settings lives there
+    (other / "plan.json").write_text('{"teacher": []}')  # a run with other settings lives there
     reused = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
-                                       "--out", other, check=False))
+                                       "--families", "subset", "--out", other, check=False))
     assert "other settings" in reused and not (other / "teacher").exists()
 
 
-def test_the_plan_asks_for_every_file_checked_on_the_whole_dev_set(tmp_path):
-    from mobilekd.recipes.ship import budget, stages
+def _writer(fifo):
+    """The pipe's write end once a reader has opened it (None before: then wait a little)."""
+    try:
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        time.sleep(0.2)
+        return None
 
-    b = budget(500, [30] * 10) | {"dev_examples": 872}
-    plan = {name: (argv, done) for name, argv, done in
-            stages(ROOT / "t", ROOT / "d", tmp_path, b, 0, False, ["none", "dynamic-int8"])}
-    export, exported = plan["export"]
-    assert export[export.index("--parity-examples") + 1] == "872" and export[export.index("--seq-len") + 1] == "32"
-    parity = tmp_path / "student" / "tflite" / "parity.json"
-    parity.parent.mkdir(parents=True)
-    parity.write_text('{"model_none.tflite": {}}')  # interrupted after the first file
-    assert not exported()
-    parity.write_text('{"model_none.tflite": {}, "model_dynamic_int8.tflite": {}}')
-    assert exported()
+
+def test_a_search_on_two_workers_chooses_without_reading_dev(tmp_path):
+    """ship's whole path on SST-2 sentences as a CSV, with two processes running trials over one study, and a dev
+    file that is a named pipe the test fills only when the run first opens it: by then the teacher is trained, every
+    trial has run and the student is chosen. Then dev is scored once, and the files and rows are all there."""
+    data = sst2_csv(tmp_path, 240, n_dev=60)
+    dev_text = (data / "dev.csv").read_text()
+    (data / "dev.csv").unlink()
+    os.mkfifo(data / "dev.csv")
+    config = tmp_path / "space.json"
+    config.write_text(json.dumps({"search": {"trials": 4, "rungs": 2, "reduction_factor": 2}, "families": {
+        "subset": {"shapes": {"layers": [1, 2]}, "start": ["init", "{teacher}", "{start}", "--layers",
+                                                             "spread:{layers}"],
+                   "finetune": {"--method": "kd"},
+                   "space": {"--lr": {"low": 2e-4, "high": 8e-4, "log": True}, "--alpha": {"choices": [0.0, 0.5]},
+                             "examples_seen": {"choices": [160, 320]}}}}}))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data",
+                             str(data), "--config", str(config), "--workers", "2", "--threads", "1", "--out",
+                             str(out)], cwd=ROOT, env=env(), stdout=open(tmp_path / "ship.log", "w"),
+                            stderr=subprocess.STDOUT)
+    try:
+        deadline, fd = time.time() + 900, None
+        while fd is None:  # the pipe opens for writing only once the run opens it for reading
+            assert proc.poll() is None, (tmp_path / "ship.log").read_text()[-3000:]
+            assert time.time() < deadline, "the run never read dev"
+            fd = _writer(data / "dev.csv")
+        import optuna
+
+        from mobilekd.search.study import FINISHED, open_study
+
+        trials = open_study(out, 0, 2).get_trials(states=FINISHED)
+        assert len(trials) >= 4 and (out / "student" / "model.safetensors").is_file()  # every choice is made
+        assert not (out / "student" / "dev").exists()
+        (data / "dev.csv").unlink()  # every later reader (the scorings, the parity, the baseline) finds a file
+        (data / "dev.csv").write_text(dev_text)
+        os.set_blocking(fd, True)
+        os.write(fd, dev_text.encode())  # and the first reader gets dev through the pipe it opened
+        os.close(fd)
+        proc.wait(timeout=600)
+        assert proc.returncode == 0, (tmp_path / "ship.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    s = json.loads((out / "ship.json").read_text())
+    rows = s["trials"]
+    assert len({t.user_attrs["worker"] for t in trials}) == 2  # both processes ran trials, each its own draws
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == len(trials)
+    complete = [r for r in rows if r["state"] == "complete"]
+    chosen = [r for r in rows if r["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["val_value"] == max(r["val_value"] for r in complete)
+    assert all(r["pixel4_ms_est"] <= s["budget"]["latency_ms"] and r["host"] for r in rows)
+    assert s["budget"]["latency_ms"] == round(s["budget"]["teacher_pixel4_ms_est"] / 3, 2)
+    assert 0 <= s["student"]["dev"]["accuracy"] <= 1 and s["student"]["dev_examples"] == 60
+    results = json.loads((out / "trials" / f"{chosen[0]['trial']:04d}" / "results.json").read_text())
+    assert results["dev_scored"].startswith("never") and list(results["metrics"]) == ["validation"]
+    parity = json.loads((out / "student/tflite/parity.json").read_text())
+    assert parity["model_none.tflite"]["agreement"] == 1.0
+    assert (out / "frontier.png").stat().st_size > 10_000 and "validation" in (out / "student/README.md").read_text()
+    assert optuna.trial.TrialState.PRUNED in {t.state for t in trials} or len(complete) == len(rows)
+    again = subprocess.run([sys.executable, "-m", "mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data",
+                            str(data), "--config", str(config), "--workers", "2", "--threads", "1", "--out",
+                            str(out)], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]  # resumed: the same search, nothing trained again
+    assert json.loads((out / "ship.json").read_text())["trials"] == rows and "== the" not in again.stdout
 
 
 def test_custom_tasks_from_shipped_text_split_cleanly():

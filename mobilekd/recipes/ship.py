@@ -1,78 +1,76 @@
-"""From your BERT and your data to a phone-ready `.tflite`, in one command: fine-tune the BERT on your task (the
-teacher), take a student of its own layers, fine-tune the student with task distillation from the teacher, export
-it with metadata and check it against PyTorch on your dev set.
+"""From your BERT and your data to the most accurate phone-ready `.tflite` your latency budget allows, in one
+command, chosen without reading your dev set.
 
     mobilekd ship --teacher path/to/your-bert --data my_data --out runs/my
-    mobilekd ship --teacher all-minilm-l6-v2 --data my_data --out runs/my --dry-run   # the plan, nothing run
+    mobilekd ship --teacher T --data D --out O --latency-ms 5 --hours 1 --workers 2
+    mobilekd ship --teacher T --data D --out O --dry-run        # the budgets and the candidates, nothing trained
 
 DATA holds train and dev files (.csv with a header `text,label` or `text,text_pair,label`, .tsv, or .jsonl with the
-same keys; `--regression` for numeric labels), as `mobilekd finetune --task custom` reads them. The stages are
-`mobilekd` recipes run one after another, each in its own process, each skipped when its output is complete and
-resumed from its checkpoint when interrupted:
+same keys; `--regression` for numeric labels), as `mobilekd finetune --task custom` reads them. What it does, each
+stage skipped when its output is complete, so the same command resumes:
 
-  OUT/teacher   finetune --model BERT                                   the teacher, fine-tuned on your task
-  OUT/init      init BERT --layers spread:2                              the student: the BERT's layers 0 and last
-  OUT/student   finetune --model OUT/init --teacher OUT/teacher --method kd   task distillation (Hinton et al.)
-  OUT/student/tflite   export --quantize none dynamic-int8               .tflite files, parity on all of dev
+  OUT/teacher        your BERT fine-tuned on the task (the teacher; its last step's model, dev scored once)
+  OUT/trials/NNNN    the search: an Optuna study over the student families of configs/ship.json (the teacher's
+                     own layers with narrowed FFNs, TinyBERT's student, a MobileBERT-shaped one) and their flags,
+                     every candidate shape priced by its Pixel estimate first and trained only if it fits the
+                     budget; each trial is `mobilekd finetune` with task distillation from the teacher, scored on a
+                     validation split carved from the training data (seeded, stratified; dev is never read), cut
+                     short by successive halving when its early evaluations trail (mobilekd/search/study.py)
+  OUT/student        the trial with the best validation score, its checkpoint chosen on validation; dev read once,
+                     now, to score it; README.md is its model card
+  OUT/student/tflite its .tflite files (export, parity with PyTorch on all of dev)
+  OUT/ship.json      the budget, what was chosen and why, every trial, the teacher's and TF-IDF's dev scores
+  OUT/frontier.png   every trial's validation score against its Pixel 4 estimate
 
-and OUT/ship.json gathers the budgets, both models' dev scores, the TF-IDF + logistic regression baseline on the
-same examples (which every fine-tuning run computes), and the files. Each model is scored after its last step
-(--eval-every 0), not at a step picked on dev, so the dev score is an honest estimate.
-
-Budgets from the data (`budget`), each from a measurement on this repo's shipped tasks (docs/quality.md):
-  --max-len         the 95th percentile of the training texts' word pieces, rounded up to 32, 64 or 128
-  teacher epochs    3 up to 20,000 training examples (GLUE's small tasks), else 1 (SST-2's 67,349: 0.8911)
-  student epochs    enough for about 20,000 examples seen (2 epochs of 10,000), at most 10
-  learning rates    the demo's (configs/demo.json): the teacher's teacher_lr, the student's finetune-subset --lr
-  student layers    the demo's init-subset (spread:2: DistilBERT's initialisation, first and last layer)
-The demo's shipped student (configs/demo.json) is this recipe on 10,000 SST-2 examples but for its teacher's
-epochs, 2 there: on seeds 0-1 the 3-epoch teacher's students scored 0.8222 and 0.8291 against 0.8360 and 0.8257
-(docs/teachers.md), a direction, not a verdict. The student trades the teacher's depth for speed: 2 of a 6-layer
-teacher's layers run at about a third of its Pixel 4 latency.
+The budget: --latency-ms (default: a third of the teacher's own Pixel 4 estimate at the task's sequence length),
+--trials (configs/ship.json's), --hours (a wall limit on the search: trials under way finish). The families that
+need the teacher's masked-LM head (narrowing, augmentation, task-agnostic distillation) are left out, with a line
+saying so, for a teacher without one (a transformers BertModel: fit them with scripts/train_teacher.sh --init-from).
+Sequence length and the teacher's epochs come from the data (`budget`); Pixel figures are ESTIMATES of a cost model
+(android_bench/estimate.py), not measurements on a phone.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.litert import QUANTIZATIONS, tflite_name
-from mobilekd.fileio import read_json, write_json
-from mobilekd.rundir import finished_results, training_cpu, training_host
+from mobilekd.fileio import atomic_path, read_json, write_json
+from mobilekd.host import identity
+from mobilekd.rundir import finished_results, training_host
 from mobilekd.run_config import DEMO, run_settings
+from mobilekd.search.space import CONFIG, Candidate, load_space, needs_head, shapes, start_argv
 
 LENGTHS = (32, 64, 128)  # the --max-len choices
 SMALL_TASK = 20_000  # up to this many training examples the teacher trains 3 epochs, above it 1
-EXAMPLES_SEEN = 20_000  # the student's epochs: about this many examples seen, at least 1 epoch, at most 10
 LENGTH_SAMPLE = 2_000  # training texts tokenized to measure the length distribution
-
-
-def demo_settings() -> dict:
-    """The learning rates and the student's layers, from the demo's run configuration (their one home)."""
-    s = run_settings(DEMO, "packaged-teacher")
-    return {"teacher_lr": float(s["teacher_lr"]), "student_lr": float(s["finetune-subset"]["--lr"]),
-            "layers": s["init-subset"]["--layers"]}
+SHARE = 1 / 3  # the default budget: this share of the teacher's own Pixel 4 estimate
+MODEL_FILES = ("config.json", "model.safetensors", "results.json", "history.json", "dev_predictions.tsv")
 
 
 def budget(train_examples: int, lengths: list[int]) -> dict:
-    """Sequence length and epochs for a task of `train_examples` examples whose word-piece lengths (special tokens
-    included) are `lengths` (a sample of them)."""
+    """Sequence length and the teacher's epochs for a task of `train_examples` examples whose word-piece lengths
+    (special tokens included) are `lengths` (a sample of them); the teacher's learning rate is the demo's
+    (configs/demo.json, its one home)."""
     p95 = float(np.percentile(lengths, 95))
-    return {"max_len": next((l for l in LENGTHS if l >= p95), LENGTHS[-1]),
+    return {"max_len": next((n for n in LENGTHS if n >= p95), LENGTHS[-1]),
             "teacher_epochs": 3 if train_examples <= SMALL_TASK else 1,
-            "student_epochs": min(10, max(1, math.ceil(EXAMPLES_SEEN / train_examples))),
-            "length_p95": round(p95, 1), "train_examples": train_examples, **demo_settings()}
+            "teacher_lr": float(run_settings(DEMO, "packaged-teacher")["teacher_lr"]),
+            "length_p95": round(p95, 1), "train_examples": train_examples}
 
 
 def measure(teacher: Path, data: Path, regression: bool) -> dict:
-    """The budget of this data: its size, its classes and its texts' lengths under the teacher's tokenizer."""
+    """The budget of this data from its training split alone (dev is not read): its size, its classes, its texts'
+    lengths under the teacher's tokenizer."""
     from mobilekd.data.tasks import load_task
     from mobilekd.data.tokenizer import load_tokenizer
 
@@ -81,132 +79,313 @@ def measure(teacher: Path, data: Path, regression: bool) -> dict:
     rng = np.random.default_rng(0)
     sample = [task.train[i] for i in rng.choice(len(task.train), min(LENGTH_SAMPLE, len(task.train)), replace=False)]
     lengths = [len(tokenizer(e.text_a, e.text_b)["input_ids"]) for e in sample]
-    return budget(len(task.train), lengths) | {"classes": len(task.labels) if task.labels else None,
-                                               "dev_examples": len(task.dev["dev"])}
+    return budget(len(task.train), lengths) | {"classes": len(task.labels) if task.labels else None}
 
 
-def stages(teacher: Path, data: Path, out: Path, b: dict, seed: int, regression: bool, quantize: list[str]):
-    """(name, mobilekd argv, done?) for each stage, in order."""
-    task = ["--task", "custom", "--data", str(data), "--max-len", str(b["max_len"]), "--seed", str(seed),
-            "--eval-every", "0", *(["--regression"] if regression else [])]
-
-    def finished(d):
-        return lambda: finished_results(d) is not None
-
-    def exported():  # every file asked for is written and checked (export writes parity.json after each)
-        parity = out / "student" / "tflite" / "parity.json"
-        files = {tflite_name(q) for q in quantize}
-        return parity.is_file() and files <= set(read_json(parity))
-
-    return [
-        ("teacher", ["finetune", *task, "--model", str(teacher), "--epochs", str(b["teacher_epochs"]),
-                     "--lr", str(b["teacher_lr"]), "--out", str(out / "teacher"), "--resume"],
-         finished(out / "teacher")),
-        ("student init", ["init", str(teacher), str(out / "init"), "--layers", b["layers"]],
-         lambda: (out / "init" / "config.json").is_file()),
-        ("student", ["finetune", *task, "--model", str(out / "init"), "--teacher", str(out / "teacher"),
-                     "--method", "kd", "--epochs", str(b["student_epochs"]), "--lr", str(b["student_lr"]),
-                     "--out", str(out / "student"), "--resume"],
-         finished(out / "student")),
-        ("export", ["export", "--model", str(out / "student"), "--quantize", *quantize, "--seq-len",
-                    str(b["max_len"]), "--parity-examples", str(b["dev_examples"]),
-                    "--out", str(out / "student" / "tflite")],
-         exported),
-    ]
+def task_flags(data: Path, b: dict, seed: int, regression: bool, threads: int | None) -> list[str]:
+    return ["--task", "custom", "--data", str(data), "--max-len", str(b["max_len"]), "--seed", str(seed),
+            *(["--regression"] if regression else []), *(["--threads", str(threads)] if threads else [])]
 
 
-def keep_plan(out: Path, commands: list[list[str]]) -> None:
-    """OUT/plan.json records the stages' commands: a later run into OUT with other settings (data, layers, seed,
-    budgets) would otherwise skip the stages it finds finished and report the old models under the new settings."""
+def head_problem(teacher: Path) -> str | None:
+    """Why the teacher's masked-LM head cannot serve (None: it can)."""
+    from mobilekd.models.hf import load_pretrained
+
+    try:
+        load_pretrained(teacher, "pretraining", require_head=True)
+    except UserError as err:
+        return str(err)
+    return None
+
+
+def candidates(space: dict, families: list[str], teacher: Path, out: Path, seq_len: int, device: str,
+               limit_ms: float, has_head: bool) -> tuple[list[Candidate], list[str]]:
+    """Every shape of the asked families, priced; those within `limit_ms`, and a line for each family left out."""
+    from android_bench.budget import estimate_shape
+    from mobilekd.models.hf import load_config
+
+    config, _ = load_config(teacher)
+    fits, left = [], []
+    for family in families:
+        spec = space["families"][family]
+        priced = []
+        for shape, shape_config, values in shapes(family, spec, config):
+            if needs_head(spec, values) and not has_head:
+                continue
+            start = out / "starts" / f"{family}-{shape}"
+            priced.append(Candidate(family, shape, shape_config, start_argv(spec, teacher, start, values), start,
+                                    estimate_shape(shape_config, seq_len, device)))
+        if not priced:
+            left.append(f"{family}: needs the teacher's masked-LM head")
+            continue
+        within = [c for c in priced if c.estimate["ms"] <= limit_ms]
+        if not within:
+            smallest = min(priced, key=lambda c: c.estimate["ms"])
+            left.append(f"{family}: its smallest shape, {smallest.shape}, is {smallest.estimate['ms']:.1f} ms")
+        fits += within
+    return fits, left
+
+
+def run_stage(name: str, argv: list[str], out: Path) -> None:
+    print(f"== {name}: mobilekd {' '.join(argv)}", flush=True)
+    code = subprocess.run([sys.executable, "-m", "mobilekd", *argv], env=os.environ).returncode
+    if code != 0:
+        raise UserError(f"{out}: the {name} stage failed (exit {code}; its error is above); run the same command "
+                        f"again to resume")
+
+
+def keep_plan(out: Path, plan: dict) -> None:
+    """OUT/plan.json records the settings a search runs under: a later run into OUT with others (data, seed,
+    budget, families) would otherwise resume the old study under the new settings."""
     path = out / "plan.json"
-    if path.is_file() and read_json(path) != commands:
+    if path.is_file() and read_json(path) != plan:
         raise located(out, "holds a run with other settings (its plan.json); use another --out, or delete it")
-    write_json(path, commands)
+    write_json(path, plan)
 
 
-def summary(out: Path, b: dict) -> dict:
-    """OUT/ship.json: the budgets, the dev scores of teacher, student and baseline, the files."""
-    teacher, student = (read_json(out / name / "results.json") for name in ("teacher", "student"))
-    parity = read_json(out / "student" / "tflite" / "parity.json")
-    return {"budget": b, "metric": next(iter(student["metrics"]["dev"])),
-            "teacher": {"dev": teacher["metrics"]["dev"], "train_seconds": teacher["wall_seconds"],
-                        "cpu": training_cpu(teacher), "host": training_host(teacher)},
-            "student": {"dev": student["metrics"]["dev"], "train_seconds": student["wall_seconds"],
-                        "cpu": training_cpu(student), "host": training_host(student),
-                        "params": student["training"][0]["trainable_params"]},
-            "baseline": student["baseline"],
-            "tflite": {name: {k: r[k] for k in ("size_bytes", "agreement", "accuracy_exported") if k in r}
-                       for name, r in parity.items()}}
+def take_chosen(trial_dir: Path, student: Path) -> None:
+    """OUT/student: the chosen trial's model and records, copied beside it and renamed into place whole."""
+    tmp = Path(tempfile.mkdtemp(prefix=".student.", dir=student.parent))
+    try:
+        for f in sorted(trial_dir.iterdir()):
+            if f.is_file() and f.name not in MODEL_FILES and not f.name.endswith(".log"):
+                shutil.copy2(f, tmp / f.name)  # tokenizer files
+        for name in MODEL_FILES:
+            if (trial_dir / name).is_file():
+                shutil.copy2(trial_dir / name, tmp / name)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, student)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def scored(model: Path) -> bool:
+    """Whether `model` has had its one dev scoring (OUT/MODEL/dev/results.json)."""
+    path = model / "dev" / "results.json"
+    return path.is_file() and "dev" in read_json(path).get("metrics", {})
+
+
+def model_card(s: dict) -> str:
+    """OUT/student/README.md: what the model is, how it was chosen, what it scores, what it costs."""
+    c, metric = s["chosen"], s["metric"]
+    return "\n".join([
+        "---", "library_name: transformers", "pipeline_tag: text-classification",
+        "tags: [mobilekd, knowledge-distillation, tflite]", "---", "",
+        f"# {c['family']} student ({c['shape']}), distilled by mobilekd ship", "",
+        f"A {c['params_m']:.1f}M-parameter student of `{s['teacher']['model']}` fine-tuned on `{s['data']}`, "
+        f"chosen by `mobilekd ship` among {len(s['trials'])} trials as the best validation {metric} within a "
+        f"Pixel 4 budget of {s['budget']['latency_ms']:.1f} ms (an ESTIMATE of a cost model, not a measurement "
+        f"on a phone).", "",
+        "| | dev " + metric + " | note |", "|---|---|---|",
+        f"| this student | {s['student']['dev'][metric]:.4f} | dev read once, after every choice; validation "
+        f"{c['val_value']:.4f} chose it |",
+        f"| teacher | {s['teacher']['dev'][metric]:.4f} | its last step's model |",
+        *([f"| TF-IDF + LR | {s['baseline']['metrics'][metric]:.4f} | the same training examples |"]
+          if s.get("baseline") else []), "",
+        f"- Recipe: `mobilekd finetune {c['recipe']}` from `{c['start']}`.",
+        f"- Pixel 4 estimate: {c['pixel4_ms_est']:.1f} ms at sequence {s['budget']['max_len']} "
+        f"(the teacher's: {s['budget']['teacher_pixel4_ms_est']:.1f} ms).",
+        f"- Trained on host `{s['host']['id']}` ({s['host']['cpu']}).",
+        "- Files: `tflite/` (with metadata: the labels and the vocabulary); this directory loads in transformers "
+        "where the shape has a transformers layout.",
+        "- Limits: scores are on the user's dev set, one seed; the search saw a validation split of the training "
+        "data only.", ""])
 
 
 def report(s: dict) -> str:
-    metric = s["metric"]
-    t, st, base = s["teacher"]["dev"][metric], s["student"]["dev"][metric], s["baseline"]["metrics"][metric]
-    files = "; ".join(f"{name} {r['size_bytes'] / 1e6:.1f} MB" for name, r in s["tflite"].items())
-    lines = [f"| model | dev {metric} | training |", "|---|---|---|",
-             f"| teacher (your BERT, fine-tuned) | {t:.4f} | {s['teacher']['train_seconds']:.0f} s |",
-             f"| student ({s['budget']['layers']} of its layers + task distillation, "
-             f"{s['student']['params'] / 1e6:.1f}M) | {st:.4f} | {s['student']['train_seconds']:.0f} s |",
-             f"| bag of words ({s['baseline']['method']}, the same {s['baseline']['train_examples']} examples) | "
-             f"{base:.4f} | {s['baseline']['seconds']:.0f} s |",
-             "", f"files: {files}",
-             f"the student is {'above' if st > base else 'NOT above'} the bag-of-words baseline by "
-             f"{st - base:+.4f}" + ("" if st > base else " (try --layers spread:3: more of the teacher's layers)")]
+    metric, c = s["metric"], s["chosen"]
+    t, st = s["teacher"]["dev"][metric], s["student"]["dev"][metric]
+    base = s["baseline"]["metrics"][metric] if s.get("baseline") else None
+    counts = {state: sum(r["state"] == state for r in s["trials"]) for state in ("complete", "pruned", "fail")}
+    lines = [f"| model | dev {metric} | Pixel 4 (est.) |", "|---|---|---|",
+             f"| teacher (your BERT, fine-tuned) | {t:.4f} | {s['budget']['teacher_pixel4_ms_est']:.1f} ms |",
+             f"| student: {c['family']} {c['shape']} ({c['params_m']:.1f}M), validation {c['val_value']:.4f} | "
+             f"{st:.4f} | {c['pixel4_ms_est']:.1f} ms |",
+             *([f"| bag of words ({s['baseline']['method']}) | {base:.4f} | - |"] if base is not None else []), "",
+             f"search: {len(s['trials'])} trials ({counts['complete']} complete, {counts['pruned']} cut short, "
+             f"{counts['fail']} failed) in {s['search_seconds'] / 60:.1f} min; budget {s['budget']['latency_ms']:.1f} "
+             f"ms (est.)"]
+    if base is not None:
+        lines.append(f"the student is {'above' if st > base else 'NOT above'} the bag-of-words baseline by "
+                     f"{st - base:+.4f}")
     return "\n".join(lines)
 
 
-@cli_entry
-def main(argv=None):
+def parse_args(argv):
     p = argparse.ArgumentParser(prog="mobilekd ship", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", required=True,
                    help="your BERT: a transformers BERT directory, one of ours, or all-minilm-l6-v2 (packaged)")
     p.add_argument("--data", required=True, help="directory with train and dev files (.csv, .tsv or .jsonl)")
-    p.add_argument("--out", required=True, help="output directory (teacher/, init/, student/, ship.json)")
+    p.add_argument("--out", required=True, help="output directory (teacher/, trials/, student/, ship.json)")
     p.add_argument("--regression", action="store_true", help="numeric labels (scored by Pearson correlation)")
-    p.add_argument("--layers", help="the student's layers of the teacher, e.g. spread:3 or 0,5 (default: the "
-                                    "demo's init-subset)")
+    p.add_argument("--latency-ms", type=float, help="the student's latency budget on --device, ms (estimated; "
+                                                    "default: a third of the teacher's own estimate)")
+    p.add_argument("--device", default="pixel4", help="the phone the budget is for (android_bench/profiles; "
+                                                      "default pixel4)")
+    p.add_argument("--families", nargs="+", help="the student families to search (default: all of --config's)")
+    p.add_argument("--trials", type=int, help="trials in the search (default: --config's search.trials)")
+    p.add_argument("--hours", type=float, help="a wall limit on the search, hours (trials under way finish)")
+    p.add_argument("--workers", type=int, default=1, help="processes running trials at once over the study's "
+                                                          "journal (default 1; each trial gets --threads)")
+    p.add_argument("--threads", type=int, help="threads per trial (default: torch's)")
+    p.add_argument("--config", default=str(CONFIG), help="the search's families and spaces (default "
+                                                         "configs/ship.json)")
     p.add_argument("--quantize", nargs="+", choices=list(QUANTIZATIONS), default=["none", "dynamic-int8"],
                    help="the .tflite forms to export (default none dynamic-int8)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dry-run", action="store_true", help="print the budgets and the stages, run nothing")
+    p.add_argument("--seed", type=int, default=0, help="the seed of the teacher, the validation split, the "
+                                                       "sampler and every trial (default 0)")
+    p.add_argument("--dry-run", action="store_true", help="print the budgets and the candidates, train nothing")
+    p.add_argument("--join", type=int, default=0, help=argparse.SUPPRESS)  # worker N of --workers: trials only
     args = p.parse_args(argv)
+    if args.workers < 1 or (args.trials is not None and args.trials < 1):
+        raise UserError("--workers and --trials must be at least 1")
+    return args
+
+
+@cli_entry
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
     from mobilekd.models.hf import load_config
     from mobilekd.models.pretrained import model_dir
-    from mobilekd.recipes.presets import parse_layers
+    from mobilekd.search import study as search
 
     teacher, data, out = model_dir(args.teacher), Path(args.data), Path(args.out)
     if not (teacher / "config.json").is_file():
         raise located(teacher, "not a model directory (no config.json)")
-    config, _ = load_config(teacher)  # a BERT (ours or transformers'), or one line saying why not
+    load_config(teacher)  # a BERT (ours or transformers'), or one line saying why not
+    space = load_space(Path(args.config))
+    families = args.families or list(space["families"])
+    unknown = [f for f in families if f not in space["families"]]
+    if unknown:
+        raise located(args.config, f"has no family {', '.join(unknown)} (it has {', '.join(space['families'])})")
     b = measure(teacher, data, args.regression)
-    if args.layers:
-        b["layers"] = args.layers
-    depth = config.num_hidden_layers  # the layers are checked now, not after the teacher's fine-tuning
-    if not all(0 <= l < depth for l in parse_layers(b["layers"], depth)):
-        raise located(teacher, f"has layers 0-{depth - 1}; --layers {b['layers']} asks for others")
-    print(f"budget from the data ({b['train_examples']} training examples, "
-          + (f"{b['classes']} classes, " if b["classes"] else "")
-          + f"95% of them within {b['length_p95']:.0f} word pieces): --max-len {b['max_len']}; teacher "
-          f"{b['teacher_epochs']} epochs at lr {b['teacher_lr']:g}; student ({b['layers']}) {b['student_epochs']} "
-          f"epochs at lr {b['student_lr']:g}")
-    plan = stages(teacher, data, out, b, args.seed, args.regression, args.quantize)
-    if not args.dry_run:
-        keep_plan(out, [argv_ for _, argv_, _ in plan])
-    for name, argv_, done in plan:
-        print(f"== {name}: mobilekd {' '.join(argv_)}" + ("  (done already)" if done() else ""))
-        if args.dry_run or done():
-            continue
-        code = subprocess.run([sys.executable, "-m", "mobilekd", *argv_], env=os.environ).returncode
-        if code != 0:
-            raise UserError(f"{out}: the {name} stage failed (exit {code}; its error is above); run the same "
-                            f"command again to resume")
+    from android_bench.budget import estimate_shape
+
+    teacher_ms = estimate_shape(load_config(teacher)[0], b["max_len"], args.device)["ms"]
+    limit = args.latency_ms or round(teacher_ms * SHARE, 2)
+    b |= {"latency_ms": limit, "device": args.device, "teacher_pixel4_ms_est": teacher_ms}
+    problem = head_problem(teacher)
+    found, left = candidates(space, families, teacher, out, b["max_len"], args.device, limit, problem is None)
+    if not args.join:
+        print(f"budget from the data ({b['train_examples']} training examples, "
+              + (f"{b['classes']} classes, " if b["classes"] else "")
+              + f"95% of them within {b['length_p95']:.0f} word pieces): --max-len {b['max_len']}; teacher "
+              f"{b['teacher_epochs']} epochs at lr {b['teacher_lr']:g}; students within {limit:.1f} ms on "
+              f"{args.device} (est.; the teacher's {teacher_ms:.1f} ms)")
+        for c in found:
+            print(f"  candidate {c.name}: {c.estimate['params_m']:.1f}M parameters, {c.estimate['ms']:.1f} ms (est.)")
+        for line in left:
+            print(f"  left out: {line}" + (f" ({problem})" if "masked-LM" in line and problem else ""))
+    if not found:
+        raise UserError(f"{args.config}: no student shape fits {limit:.1f} ms on {args.device} (est.); raise "
+                        f"--latency-ms or add smaller shapes")
+    trials = args.trials or space["search"]["trials"]
+    flags = task_flags(data, b, args.seed, args.regression, args.threads)  # a trial's
+    # the stages no trial runs beside (the teacher, the scorings) get every worker's threads
+    whole = task_flags(data, b, args.seed, args.regression, args.threads and args.threads * args.workers)
+    teacher_argv = ["finetune", *whole, "--model", str(teacher), "--epochs", str(b["teacher_epochs"]), "--lr",
+                    str(b["teacher_lr"]), "--eval-every", "0", "--skip-dev", "--out", str(out / "teacher"), "--resume"]
     if args.dry_run:
+        print(f"== teacher: mobilekd {' '.join(teacher_argv)}\n== search: {trials} trials over "
+              f"{len(found)} candidates, then the chosen student scored on dev once and exported")
         return
-    s = summary(out, b)
+    if not args.join:
+        keep_plan(out, {"teacher": teacher_argv, "candidates": [c.name for c in found], "seed": args.seed,
+                        "config": read_json(args.config), "latency_ms": limit})
+        if finished_results(out / "teacher") is None:
+            run_stage("teacher", teacher_argv, out)
+    study = search.open_study(out, args.seed, space["search"]["reduction_factor"], args.join)
+    objective = search.Objective(out, found, space["families"], teacher, out / "teacher", flags, problem is None,
+                                 b["train_examples"], space["search"]["rungs"])
+    timeout = args.hours * 3600 if args.hours else None
+    if args.join:
+        search.search(study, objective, trials, timeout)
+        return
+    stale = search.fail_stale(study)  # no worker runs yet: any trial left running was interrupted
+    if stale:
+        print(f"{stale} trial(s) an interrupted search left running marked failed; the search resumes")
+    workers = [subprocess.Popen([sys.executable, "-m", "mobilekd", "ship", *argv, "--join", str(k)], env=os.environ)
+               for k in range(1, args.workers)]
+    from tqdm import tqdm
+
+    with tqdm(total=trials, initial=min(trials, search.finished(study)), desc="search", unit="trial") as bar:
+        search.search(study, objective, trials, timeout, progress=lambda n: bar.update(min(trials, n) - bar.n))
+        for w in workers:
+            w.wait()
+        bar.update(min(trials, search.finished(study)) - bar.n)
+    finish(args, study, out, data, teacher, b, whole, search.wall_seconds(study))
+
+
+def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: list[str], seconds: float) -> None:
+    """The chosen trial's model into OUT/student, dev scored once, exported with parity, card and summary."""
+    from mobilekd.search import study as search
+    from mobilekd.search.frontier import plot
+
+    chosen = search.chosen_trial(study)
+    rows = search.trial_rows(study, chosen.number)
+    student = out / "student"
+    if not scored(student):
+        if student.exists():
+            shutil.rmtree(student)
+        take_chosen(Path(chosen.user_attrs["dir"]), student)
+    for name, model in (("teacher", out / "teacher"), ("student", student)):  # every choice is made: dev, once
+        if not scored(model):
+            run_stage(f"the {name} on dev, once", ["finetune", *flags, "--model", str(model), "--eval-only",
+                                                  "--out", str(model / "dev")], out)
+    parity = student / "tflite" / "parity.json"
+    if not (parity.is_file() and {tflite_name(q) for q in args.quantize} <= set(read_json(parity))):
+        run_stage("export", ["export", "--model", str(student), "--quantize", *args.quantize, "--seq-len",
+                             str(b["max_len"]), "--parity-examples", "1000000", "--out", str(student / "tflite")],
+                  out)
+    # the scorings and the export: from the search's last trial to the last file's parity (any invocation's)
+    final = round(parity.stat().st_mtime - search.ended(study), 1)
+    s = summary(out, data, teacher, b, chosen, rows, seconds, final)
     write_json(out / "ship.json", s)
+    with atomic_path(student / "README.md") as tmp:
+        tmp.write_text(model_card(s))
+    plot(rows, b["latency_ms"], s["metric"], out / "frontier.png", title=f"ship: {data.name}")
     print(report(s))
-    print(f"summary: {out / 'ship.json'}; the app's file: {out / 'student' / 'tflite'}")
+    print(f"summary: {out / 'ship.json'}; the app's file: {student / 'tflite'}; the search: {out / 'frontier.png'}")
+
+
+def summary(out: Path, data: Path, teacher: Path, b: dict, chosen, rows: list[dict], seconds: float,
+            final: float) -> dict:
+    """OUT/ship.json: the budget, what was chosen and why, every trial, the dev scores, the files."""
+    from mobilekd.data.tasks import load_task
+    from mobilekd.finetune.baseline import bag_of_words_baseline
+
+    t = read_json(out / "teacher" / "results.json")
+    t_dev, dev = (read_json(out / m / "dev" / "results.json") for m in ("teacher", "student"))
+    metric = chosen.user_attrs["metric"]
+    row = next(r for r in rows if r["chosen"])
+    task = load_task("custom", data)
+    dev_examples = task.dev["dev"]
+    baseline = (bag_of_words_baseline(task, task.train, dev_examples, 0, keep_predictions=True)
+                if task.head == "classification" else None)
+    if baseline:  # beside the models' dev predictions, for paired comparisons (benchmarks.ship)
+        names = task.labels or []
+        with atomic_path(out / "baseline_dev_predictions.tsv") as tmp:
+            tmp.write_text("label\tprediction\n" + "".join(
+                f"{e.label}\t{names[int(p)] if names and not task.is_regression else p}\n"
+                for e, p in zip(dev_examples, baseline.pop("predictions"))))
+    parity = read_json(out / "student" / "tflite" / "parity.json")
+    wall = {"teacher": t["wall_seconds"], "search": round(seconds, 1), "final": final}
+    return {"data": str(data), "budget": b, "metric": metric, "search_seconds": round(seconds, 1),
+            "wall_seconds": {**wall, "total": round(sum(wall.values()), 1)},
+            "host": identity(),
+            "chosen": {**row, "metric": metric, "start": chosen.user_attrs["start"],
+                       "why": f"the best validation {metric} of the {sum(r['state'] == 'complete' for r in rows)} "
+                              f"complete trials within {b['latency_ms']:.1f} ms (est.)"},
+            "teacher": {"model": str(teacher), "dev": t_dev["metrics"]["dev"], "train_seconds": t["wall_seconds"],
+                        "host": training_host(t)},
+            "student": {"dev": dev["metrics"]["dev"], "dev_scored": "once, after the search chose it",
+                        "dev_examples": len(dev_examples)},
+            "baseline": baseline, "trials": rows,
+            "tflite": {name: {k: r[k] for k in ("size_bytes", "agreement", "accuracy_exported") if k in r}
+                       for name, r in parity.items()}}
 
 
 if __name__ == "__main__":
