@@ -52,6 +52,24 @@ def test_the_validation_split_is_seeded_stratified_disjoint_and_recorded(tmp_pat
     assert "quantile" in carve(stsb, stsb.train[:200], 0).record["rule"]
 
 
+def test_a_text_that_recurs_in_training_is_never_on_both_sides(tmp_path):
+    """STS-B's first sentences recur across its pairs: as a one-sentence task, a random split would score
+    validation on sentences training saw."""
+    import csv as csv_
+
+    with open(tmp_path / "train.csv", "w", newline="") as f:
+        writer = csv_.writer(f)
+        writer.writerow(["text", "label"])
+        for e in load_task("stsb", ROOT / "data/glue/STS-B").train[:1500]:
+            writer.writerow([e.text_a, "high" if e.label >= 2.5 else "low"])
+    (tmp_path / "dev.csv").write_text("text,label\na,high\nb,low\n")
+    task = load_task("custom", tmp_path)
+    assert len({e.text_a for e in task.train}) < len(task.train)  # the texts do recur
+    carved = carve(task, task.train, 0)
+    assert not {e.text_a for e in carved.validation} & {e.text_a for e in carved.train}
+    assert "one side" in carved.record["rule"] and 100 <= carved.record["size"] <= 200
+
+
 def test_loading_a_task_reads_its_dev_file_only_when_a_dev_split_is_used(tmp_path):
     _write_task(tmp_path / "t")
     (tmp_path / "t" / "dev.csv").write_text("not,a,valid\ncsv row with no label\n")

@@ -6,7 +6,8 @@ estimates), one scored once after every choice is not.
 
 The split (`carve`) is seeded, stratified where the task allows (by label for classification, by quantile bin of
 the score for regression), for SQuAD drawn by paragraph (a paragraph's questions all on one side, so validation
-never reads a context training saw) and capped in size, and its rule is recorded beside the results
+never reads a context training saw), with a text that recurs in the training data kept on one side (so validation
+never scores a sentence training saw: StratifiedGroupKFold's first fold) and capped in size, and its rule is recorded beside the results
 (`Carved.record`) so a reader knows what chose the model. Stratified splitting is scikit-learn's
 `train_test_split`, the grouped one its `GroupShuffleSplit`.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.model_selection import GroupShuffleSplit, train_test_split
+from sklearn.model_selection import GroupKFold, GroupShuffleSplit, StratifiedGroupKFold, train_test_split
 
 from mobilekd.data.tasks import Task
 from mobilekd.errors import UserError
@@ -71,9 +72,17 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
                             f"hold out for validation (--select-on none keeps them all)")
         rule = "random paragraphs"
     else:
-        rest, held = train_test_split(index, test_size=size, random_state=seed, shuffle=True, stratify=strata)
+        texts = np.unique([f"{e.text_a}\t{e.text_b}" for e in examples], return_inverse=True)[1]
         rule = ("stratified by label" if strata is not None and not task.is_regression else
                 f"stratified by the score's {SCORE_BINS} quantile bins" if strata is not None else "random")
+        if texts.max() + 1 < n:  # a text repeated (STS-B's sentences recur across pairs): all its copies on one side
+            folds = max(2, round(n / size))
+            splitter = (StratifiedGroupKFold(folds, shuffle=True, random_state=seed) if strata is not None else
+                        GroupKFold(folds, shuffle=True, random_state=seed))
+            held = next(splitter.split(index, strata, groups=texts))[1]
+            rule += ", a repeated text's copies on one side"
+        else:
+            rest, held = train_test_split(index, test_size=size, random_state=seed, shuffle=True, stratify=strata)
     held_set = set(held.tolist())
     return Carved(train=[e for i, e in enumerate(examples) if i not in held_set],
                   validation=[examples[i] for i in sorted(held_set)],
