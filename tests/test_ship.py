@@ -9,6 +9,8 @@ import sys
 import time
 from collections import Counter
 
+import numpy as np
+
 from conftest import ROOT
 from helpers import env, one_line_error, run_module
 
@@ -203,3 +205,19 @@ def test_custom_tasks_from_shipped_text_split_cleanly():
     assert len(brown["train"]) == custom.TRAIN["brown-genre"] and len(Counter(l for _, l in brown["train"])) == 10
     fulton = {label for text, label in brown["train"] + brown["dev"] if "Fulton County" in text}
     assert fulton == {"press reportage"}  # document ca01, the corpus's first, is press reportage
+
+
+def test_the_paired_bootstrap_counts_the_dev_sets_noise_and_the_seeds():
+    from benchmarks.intervals import cell, paired_bootstrap
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 400)
+    better = np.where(rng.random((3, 400)) < 0.9, labels, 1 - labels)  # 3 seeds at about 90%
+    worse = np.tile(np.where(rng.random(400) < 0.8, labels, 1 - labels), (3, 1))  # one run at 80%, every seed
+    gap = paired_bootstrap(labels, better, worse, replicates=500)
+    assert 0.05 < gap["mean"] < 0.15 and 0 < gap["low"] < gap["mean"] < gap["high"] and gap["seeds"] == 3
+    assert cell(gap).endswith("above [n=3]")
+    same = paired_bootstrap(labels, better, better, replicates=200)
+    assert same["mean"] == same["low"] == same["high"] == 0 and cell(same).endswith("tie [n=3]")
+    small = paired_bootstrap(labels[:40], better[:, :40], worse[:, :40], replicates=500)
+    assert small["high"] - small["low"] > gap["high"] - gap["low"]  # fewer dev examples, a wider interval

@@ -44,16 +44,18 @@ import numpy as np
 
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.litert import QUANTIZATIONS, tflite_name
-from mobilekd.fileio import atomic_path, read_json, write_json
+from mobilekd.fileio import atomic_path, file_digest, read_json, write_json
 from mobilekd.host import identity
 from mobilekd.rundir import finished_results, training_host
 from mobilekd.run_config import DEMO, run_settings
+from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.search.space import CONFIG, Candidate, load_space, needs_head, shapes, start_argv
 
 LENGTHS = (32, 64, 128)  # the --max-len choices
 SMALL_TASK = 20_000  # up to this many training examples the teacher trains 3 epochs, above it 1
 LENGTH_SAMPLE = 2_000  # training texts tokenized to measure the length distribution
 SHARE = 1 / 3  # the default budget: this share of the teacher's own Pixel 4 estimate
+STARTS = ".cache/mobilekd/starts"  # relative to the working directory, as the other caches
 MODEL_FILES = ("config.json", "model.safetensors", "results.json", "history.json", "dev_predictions.tsv")
 
 
@@ -68,13 +70,13 @@ def budget(train_examples: int, lengths: list[int]) -> dict:
             "length_p95": round(p95, 1), "train_examples": train_examples}
 
 
-def measure(teacher: Path, data: Path, regression: bool) -> dict:
+def measure(teacher: Path, task_name: str, data: Path, regression: bool) -> dict:
     """The budget of this data from its training split alone (dev is not read): its size, its classes, its texts'
     lengths under the teacher's tokenizer."""
     from mobilekd.data.tasks import load_task
     from mobilekd.data.tokenizer import load_tokenizer
 
-    task = load_task("custom", data, regression=regression)
+    task = load_task(task_name, data, regression=regression)
     tokenizer = load_tokenizer(teacher)
     rng = np.random.default_rng(0)
     sample = [task.train[i] for i in rng.choice(len(task.train), min(LENGTH_SAMPLE, len(task.train)), replace=False)]
@@ -82,8 +84,8 @@ def measure(teacher: Path, data: Path, regression: bool) -> dict:
     return budget(len(task.train), lengths) | {"classes": len(task.labels) if task.labels else None}
 
 
-def task_flags(data: Path, b: dict, seed: int, regression: bool, threads: int | None) -> list[str]:
-    return ["--task", "custom", "--data", str(data), "--max-len", str(b["max_len"]), "--seed", str(seed),
+def task_flags(task: str, data: Path, b: dict, seed: int, regression: bool, threads: int | None) -> list[str]:
+    return ["--task", task, "--data", str(data), "--max-len", str(b["max_len"]), "--seed", str(seed),
             *(["--regression"] if regression else []), *(["--threads", str(threads)] if threads else [])]
 
 
@@ -98,9 +100,10 @@ def head_problem(teacher: Path) -> str | None:
     return None
 
 
-def candidates(space: dict, families: list[str], teacher: Path, out: Path, seq_len: int, device: str,
+def candidates(space: dict, families: list[str], teacher: Path, starts: Path, seq_len: int, device: str,
                limit_ms: float, has_head: bool) -> tuple[list[Candidate], list[str]]:
-    """Every shape of the asked families, priced; those within `limit_ms`, and a line for each family left out."""
+    """Every shape of the asked families, priced; those within `limit_ms`, and a line for each family left out.
+    A shape's start is made in `starts`, which every task and seed of this teacher shares."""
     from android_bench.budget import estimate_shape
     from mobilekd.models.hf import load_config
 
@@ -112,7 +115,7 @@ def candidates(space: dict, families: list[str], teacher: Path, out: Path, seq_l
         for shape, shape_config, values in shapes(family, spec, config):
             if needs_head(spec, values) and not has_head:
                 continue
-            start = out / "starts" / f"{family}-{shape}"
+            start = starts / f"{family}-{shape}"
             priced.append(Candidate(family, shape, shape_config, start_argv(spec, teacher, start, values), start,
                                     estimate_shape(shape_config, seq_len, device)))
         if not priced:
@@ -124,6 +127,12 @@ def candidates(space: dict, families: list[str], teacher: Path, out: Path, seq_l
             left.append(f"{family}: its smallest shape, {smallest.shape}, is {smallest.estimate['ms']:.1f} ms")
         fits += within
     return fits, left
+
+
+def teacher_starts(teacher: Path) -> Path:
+    """The default --starts: a folder per teacher (by its weights' digest), so that a start a task-agnostic stage
+    made once serves every task and seed of that teacher."""
+    return Path(STARTS) / file_digest(teacher / "model.safetensors")[:16]
 
 
 def run_stage(name: str, argv: list[str], out: Path) -> None:
@@ -217,7 +226,10 @@ def parse_args(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", required=True,
                    help="your BERT: a transformers BERT directory, one of ours, or all-minilm-l6-v2 (packaged)")
-    p.add_argument("--data", required=True, help="directory with train and dev files (.csv, .tsv or .jsonl)")
+    p.add_argument("--data", help="directory with train and dev files (.csv, .tsv or .jsonl); default: the shipped "
+                                  "copy of a GLUE --task")
+    p.add_argument("--task", default="custom", choices=["custom", *(t for t in GLUE_TASKS if t != "mnli")],
+                   help="custom (your --data, the default) or a shipped GLUE task read as the toolkit reads it")
     p.add_argument("--out", required=True, help="output directory (teacher/, trials/, student/, ship.json)")
     p.add_argument("--regression", action="store_true", help="numeric labels (scored by Pearson correlation)")
     p.add_argument("--latency-ms", type=float, help="the student's latency budget on --device, ms (estimated; "
@@ -232,6 +244,9 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, help="threads per trial (default: torch's)")
     p.add_argument("--config", default=str(CONFIG), help="the search's families and spaces (default "
                                                          "configs/ship.json)")
+    p.add_argument("--starts", help="where the students' starts are made (the teacher's layers, task-agnostic "
+                                    "distillation), shared by every task and seed of one teacher (default "
+                                    f"{STARTS}/<the teacher's digest>)")
     p.add_argument("--quantize", nargs="+", choices=list(QUANTIZATIONS), default=["none", "dynamic-int8"],
                    help="the .tflite forms to export (default none dynamic-int8)")
     p.add_argument("--seed", type=int, default=0, help="the seed of the teacher, the validation split, the "
@@ -252,7 +267,9 @@ def main(argv=None):
     from mobilekd.models.pretrained import model_dir
     from mobilekd.search import study as search
 
-    teacher, data, out = model_dir(args.teacher), Path(args.data), Path(args.out)
+    from mobilekd.data.tasks import task_data
+
+    teacher, data, out = model_dir(args.teacher), task_data(args.task, args.data), Path(args.out)
     if not (teacher / "config.json").is_file():
         raise located(teacher, "not a model directory (no config.json)")
     load_config(teacher)  # a BERT (ours or transformers'), or one line saying why not
@@ -261,14 +278,15 @@ def main(argv=None):
     unknown = [f for f in families if f not in space["families"]]
     if unknown:
         raise located(args.config, f"has no family {', '.join(unknown)} (it has {', '.join(space['families'])})")
-    b = measure(teacher, data, args.regression)
+    b = measure(teacher, args.task, data, args.regression)
     from android_bench.budget import estimate_shape
 
     teacher_ms = estimate_shape(load_config(teacher)[0], b["max_len"], args.device)["ms"]
     limit = args.latency_ms or round(teacher_ms * SHARE, 2)
     b |= {"latency_ms": limit, "device": args.device, "teacher_pixel4_ms_est": teacher_ms}
     problem = head_problem(teacher)
-    found, left = candidates(space, families, teacher, out, b["max_len"], args.device, limit, problem is None)
+    starts = Path(args.starts) if args.starts else teacher_starts(teacher)
+    found, left = candidates(space, families, teacher, starts, b["max_len"], args.device, limit, problem is None)
     if not args.join:
         print(f"budget from the data ({b['train_examples']} training examples, "
               + (f"{b['classes']} classes, " if b["classes"] else "")
@@ -283,9 +301,9 @@ def main(argv=None):
         raise UserError(f"{args.config}: no student shape fits {limit:.1f} ms on {args.device} (est.); raise "
                         f"--latency-ms or add smaller shapes")
     trials = args.trials or space["search"]["trials"]
-    flags = task_flags(data, b, args.seed, args.regression, args.threads)  # a trial's
+    flags = task_flags(args.task, data, b, args.seed, args.regression, args.threads)  # a trial's
     # the stages no trial runs beside (the teacher, the scorings) get every worker's threads
-    whole = task_flags(data, b, args.seed, args.regression, args.threads and args.threads * args.workers)
+    whole = task_flags(args.task, data, b, args.seed, args.regression, args.threads and args.threads * args.workers)
     teacher_argv = ["finetune", *whole, "--model", str(teacher), "--epochs", str(b["teacher_epochs"]), "--lr",
                     str(b["teacher_lr"]), "--eval-every", "0", "--skip-dev", "--out", str(out / "teacher"), "--resume"]
     if args.dry_run:
@@ -342,7 +360,7 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
                   out)
     # the scorings and the export: from the search's last trial to the last file's parity (any invocation's)
     final = round(parity.stat().st_mtime - search.ended(study), 1)
-    s = summary(out, data, teacher, b, chosen, rows, seconds, final)
+    s = summary(out, args.task, data, args.regression, teacher, b, chosen, rows, seconds, final)
     write_json(out / "ship.json", s)
     with atomic_path(student / "README.md") as tmp:
         tmp.write_text(model_card(s))
@@ -351,8 +369,8 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
     print(f"summary: {out / 'ship.json'}; the app's file: {student / 'tflite'}; the search: {out / 'frontier.png'}")
 
 
-def summary(out: Path, data: Path, teacher: Path, b: dict, chosen, rows: list[dict], seconds: float,
-            final: float) -> dict:
+def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Path, b: dict, chosen,
+            rows: list[dict], seconds: float, final: float) -> dict:
     """OUT/ship.json: the budget, what was chosen and why, every trial, the dev scores, the files."""
     from mobilekd.data.tasks import load_task
     from mobilekd.finetune.baseline import bag_of_words_baseline
@@ -361,8 +379,8 @@ def summary(out: Path, data: Path, teacher: Path, b: dict, chosen, rows: list[di
     t_dev, dev = (read_json(out / m / "dev" / "results.json") for m in ("teacher", "student"))
     metric = chosen.user_attrs["metric"]
     row = next(r for r in rows if r["chosen"])
-    task = load_task("custom", data)
-    dev_examples = task.dev["dev"]
+    task = load_task(task_name, data, regression=regression)
+    dev_examples = next(iter(task.dev.values()))
     baseline = (bag_of_words_baseline(task, task.train, dev_examples, 0, keep_predictions=True)
                 if task.head == "classification" else None)
     if baseline:  # beside the models' dev predictions, for paired comparisons (benchmarks.ship)
