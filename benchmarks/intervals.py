@@ -1,13 +1,15 @@
-"""Intervals that count the dev set's own sampling noise as well as the seeds': a paired, two-stage bootstrap.
+"""Intervals that count the dev set's own sampling noise as well as the seeds': a paired bootstrap over both.
 
 Two methods scored on the same dev examples over the same seeds are compared by the difference of their metric.
-Each replicate draws seeds with replacement, then dev examples with replacement (one draw of examples shared by
-both methods and every seed drawn: the pairing), and computes the mean over the drawn seeds of metric(method a) -
-metric(method b) on the drawn examples; the interval is the replicates' 2.5th and 97.5th percentiles. This is the
-two-stage (cluster) bootstrap of Davison and Hinkley, "Bootstrap Methods and their Application" (1997), Section
-3.8, with seeds as the clusters, crossed with a paired bootstrap over test examples as Koehn, "Statistical
-Significance Tests for Machine Translation Evaluation" (EMNLP 2004), Section 4, uses for two systems. With one seed
-only the dev examples vary: the interval then says nothing of another seed's noise, and the table says [n=1].
+Each replicate draws seeds with replacement and, independently, dev examples with replacement (one draw of
+examples shared by both methods and every seed drawn: the pairing), and computes the mean over the drawn seeds of
+metric(method a) - metric(method b) on the drawn examples; the interval is the replicates' 2.5th and 97.5th
+percentiles. Seeds and examples are crossed factors (every seed scores every example), and resampling both
+independently is the "pigeonhole" bootstrap of Owen, "The pigeonhole bootstrap" (Annals of Applied Statistics,
+2007), which is conservative (its variance errs high by the interaction term) where a naive bootstrap over
+examples alone would ignore the seeds. Over examples it is the paired bootstrap Koehn, "Statistical Significance
+Tests for Machine Translation Evaluation" (EMNLP 2004), Section 4, uses for two systems. With one seed only the
+dev examples vary: the interval then says nothing of another seed's noise, and the table says [n=1].
 """
 
 from __future__ import annotations

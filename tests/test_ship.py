@@ -40,7 +40,7 @@ def test_budgets_follow_the_data_size_and_its_lengths(tmp_path):
     data = sst2_csv(tmp_path, 3000)
     (data / "dev.csv").write_text("not,a,valid\nrow\n")  # the budget is measured without reading dev
     # SST-2's training phrases under the packaged teacher's tokenizer: short, so 32 or 64 word pieces, not 128
-    b = measure(model_dir("all-minilm-l6-v2"), data, regression=False)
+    b = measure(model_dir("all-minilm-l6-v2"), "custom", data, regression=False)
     assert b["train_examples"] == 3000 and b["classes"] == 2
     assert b["max_len"] in (32, 64) and b["length_p95"] <= b["max_len"]
     assert b["teacher_epochs"] == 3 and b["teacher_lr"] == 5e-5  # the demo's measured setting (configs/demo.json)

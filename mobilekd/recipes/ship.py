@@ -33,6 +33,8 @@ Sequence length and the teacher's epochs come from the data (`budget`); Pixel fi
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -46,7 +48,7 @@ from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.litert import QUANTIZATIONS, tflite_name
 from mobilekd.fileio import atomic_path, file_digest, read_json, write_json
 from mobilekd.host import identity
-from mobilekd.rundir import finished_results, training_host
+from mobilekd.rundir import finished_results, owned, training_host
 from mobilekd.run_config import DEMO, run_settings
 from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.search.space import CONFIG, Candidate, load_space, needs_head, shapes, start_argv
@@ -115,8 +117,11 @@ def candidates(space: dict, families: list[str], teacher: Path, starts: Path, se
         for shape, shape_config, values in shapes(family, spec, config):
             if needs_head(spec, values) and not has_head:
                 continue
-            start = starts / f"{family}-{shape}"
-            priced.append(Candidate(family, shape, shape_config, start_argv(spec, teacher, start, values), start,
+            # the start's name says what made it: its stage's words (an edited stage makes another start)
+            stage = hashlib.sha256(json.dumps([spec["start"], values]).encode()).hexdigest()[:8]
+            start = starts / f"{family}-{shape}-{stage}"
+            partial = start.with_name(start.name + ".partial")  # renamed to `start` once made (study.make_start)
+            priced.append(Candidate(family, shape, shape_config, start_argv(spec, teacher, partial, values), start,
                                     estimate_shape(shape_config, seq_len, device)))
         if not priced:
             left.append(f"{family}: needs the teacher's masked-LM head")
@@ -143,9 +148,16 @@ def run_stage(name: str, argv: list[str], out: Path) -> None:
                         f"again to resume")
 
 
+def without_threads(argv: list[str]) -> list[str]:
+    """`argv` less its --threads and value: how many threads a run uses does not change what it computes."""
+    i = argv.index("--threads") if "--threads" in argv else None
+    return argv if i is None else argv[:i] + argv[i + 2:]
+
+
 def keep_plan(out: Path, plan: dict) -> None:
     """OUT/plan.json records the settings a search runs under: a later run into OUT with others (data, seed,
-    budget, families) would otherwise resume the old study under the new settings."""
+    budget, families) would otherwise resume the old study under the new settings; threads, workers and --trials
+    (a search extended) may change."""
     path = out / "plan.json"
     if path.is_file() and read_json(path) != plan:
         raise located(out, "holds a run with other settings (its plan.json); use another --out, or delete it")
@@ -190,7 +202,7 @@ def model_card(s: dict) -> str:
         f"| this student | {s['student']['dev'][metric]:.4f} | dev read once, after every choice; validation "
         f"{c['val_value']:.4f} chose it |",
         f"| teacher | {s['teacher']['dev'][metric]:.4f} | its last step's model |",
-        *([f"| TF-IDF + LR | {s['baseline']['metrics'][metric]:.4f} | the same training examples |"]
+        *([f"| TF-IDF + LR | {s['baseline']['metrics'][metric]:.4f} | all of the training examples |"]
           if s.get("baseline") else []), "",
         f"- Recipe: `mobilekd finetune {c['recipe']}` from `{c['start']}`.",
         f"- Pixel 4 estimate: {c['pixel4_ms_est']:.1f} ms at sequence {s['budget']['max_len']} "
@@ -310,31 +322,44 @@ def main(argv=None):
         print(f"== teacher: mobilekd {' '.join(teacher_argv)}\n== search: {trials} trials over "
               f"{len(found)} candidates, then the chosen student scored on dev once and exported")
         return
-    if not args.join:
-        keep_plan(out, {"teacher": teacher_argv, "candidates": [c.name for c in found], "seed": args.seed,
-                        "config": read_json(args.config), "latency_ms": limit})
+    timeout = args.hours * 3600 if args.hours else None
+
+    def study_and_objective():
+        study = search.open_study(out, args.seed, space["search"]["reduction_factor"], args.join,
+                                  startup=max(2, trials // 3))
+        return study, search.Objective(out, found, space["families"], teacher, out / "teacher", flags,
+                                       problem is None, b["train_examples"], space["search"]["rungs"])
+
+    if args.join:  # a worker of the parent below, which holds OUT
+        search.search(*study_and_objective(), trials, timeout)
+        return
+    with owned(out):  # one ship at a time in OUT: a second would fail the first's running trials as stale
+        keep_plan(out, {"teacher": without_threads(teacher_argv),
+                        "candidates": [c.name for c in found], "seed": args.seed, "config": read_json(args.config),
+                        "latency_ms": limit, "trials": trials})
         if finished_results(out / "teacher") is None:
             run_stage("teacher", teacher_argv, out)
-    study = search.open_study(out, args.seed, space["search"]["reduction_factor"], args.join)
-    objective = search.Objective(out, found, space["families"], teacher, out / "teacher", flags, problem is None,
-                                 b["train_examples"], space["search"]["rungs"])
-    timeout = args.hours * 3600 if args.hours else None
-    if args.join:
-        search.search(study, objective, trials, timeout)
-        return
-    stale = search.fail_stale(study)  # no worker runs yet: any trial left running was interrupted
-    if stale:
-        print(f"{stale} trial(s) an interrupted search left running marked failed; the search resumes")
-    workers = [subprocess.Popen([sys.executable, "-m", "mobilekd", "ship", *argv, "--join", str(k)], env=os.environ)
-               for k in range(1, args.workers)]
-    from tqdm import tqdm
+        study, objective = study_and_objective()
+        stale = search.fail_stale(study)  # no worker runs yet: any trial left running was interrupted
+        if stale:
+            print(f"{stale} trial(s) an interrupted search left running marked failed; the search resumes")
+        workers = [subprocess.Popen([sys.executable, "-m", "mobilekd", "ship", *argv, "--join", str(k)],
+                                    env=os.environ) for k in range(1, args.workers)]
+        from tqdm import tqdm
 
-    with tqdm(total=trials, initial=min(trials, search.finished(study)), desc="search", unit="trial") as bar:
-        search.search(study, objective, trials, timeout, progress=lambda n: bar.update(min(trials, n) - bar.n))
-        for w in workers:
-            w.wait()
-        bar.update(min(trials, search.finished(study)) - bar.n)
-    finish(args, study, out, data, teacher, b, whole, search.wall_seconds(study))
+        try:
+            with tqdm(total=trials, initial=min(trials, search.finished(study)), desc="search", unit="trial") as bar:
+                search.search(study, objective, trials, timeout,
+                              progress=lambda n: bar.update(min(trials, n) - bar.n))
+                for w in workers:
+                    w.wait()
+                bar.update(min(trials, search.finished(study)) - bar.n)
+        finally:  # interrupted: no worker outlives its parent
+            for w in workers:
+                if w.poll() is None:
+                    w.terminate()
+                    w.wait()
+        finish(args, study, out, data, teacher, b, whole, search.wall_seconds(study))
 
 
 def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: list[str], seconds: float) -> None:
@@ -345,10 +370,12 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
     chosen = search.chosen_trial(study)
     rows = search.trial_rows(study, chosen.number)
     student = out / "student"
-    if not scored(student):
-        if student.exists():
+    kept = student / "trial.json"
+    if not (scored(student) and kept.is_file() and read_json(kept)["trial"] == chosen.number):
+        if student.exists():  # half made, or another trial's (a search extended by --trials)
             shutil.rmtree(student)
         take_chosen(Path(chosen.user_attrs["dir"]), student)
+        write_json(kept, {"trial": chosen.number, "dir": chosen.user_attrs["dir"]})
     for name, model in (("teacher", out / "teacher"), ("student", student)):  # every choice is made: dev, once
         if not scored(model):
             run_stage(f"the {name} on dev, once", ["finetune", *flags, "--model", str(model), "--eval-only",

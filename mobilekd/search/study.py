@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -41,17 +42,28 @@ class TrialFailed(Exception):
     """A trial's run exited with an error: the trial is recorded as failed and the search goes on."""
 
 
-def open_study(out: Path, seed: int, reduction_factor: int, worker: int = 0) -> optuna.Study:
-    """The study in OUT/search.journal, created or resumed, as worker `worker` sees it: each worker's sampler has
-    its own seed (seed + 1000 x worker; the same seed would draw the same trials in every worker) and, while other
-    trials run, counts them at their worst value (TPE's constant liar, optuna/samplers/_tpe/sampler.py), so that
-    workers do not draw the same region at once."""
+def open_study(out: Path, seed: int, reduction_factor: int, worker: int = 0, startup: int = 4) -> optuna.Study:
+    """The study in OUT/search.journal, created or resumed, as worker `worker` sees it. TPE draws its first
+    `startup` trials at random, then from its density model of the trials so far. Each worker's sampler has its
+    own seed, moved on by the trials the study already holds (the same seed would draw the same trials in every
+    worker, and on every resume), and, while other trials run, counts them at their worst value (TPE's constant
+    liar, optuna/samplers/_tpe/sampler.py), so that workers do not draw the same region at once."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(out / JOURNAL)))
+    held = _trials_held(storage)
     return optuna.create_study(study_name=STUDY, storage=storage, direction="maximize", load_if_exists=True,
-                               sampler=optuna.samplers.TPESampler(seed=seed + 1000 * worker, constant_liar=True),
+                               sampler=optuna.samplers.TPESampler(seed=seed + 1000 * worker + 100_000 * held,
+                                                                  constant_liar=True, n_startup_trials=startup),
                                pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1,
                                                                              reduction_factor=reduction_factor))
+
+
+def _trials_held(storage) -> int:
+    """How many trials the study in `storage` holds (0 before it exists)."""
+    try:
+        return len(storage.get_all_trials(storage.get_study_id_from_name(STUDY), deepcopy=False))
+    except KeyError:
+        return 0
 
 
 def fail_stale(study: optuna.Study) -> int:
@@ -91,33 +103,43 @@ class Objective:
         trial.set_user_attr("host", identity()["id"])
         trial.set_user_attr("worker", os.getpid())
         start = time.time()
-        start_dir = make_start(candidate)
+        try:
+            start_dir = make_start(candidate)
+        except TrialFailed as err:
+            trial.set_user_attr("error", str(err)[:300])
+            trial.set_user_attr("wall_seconds", round(time.time() - start, 1))
+            raise
         trial.set_user_attr("start", str(start_dir))
         argv = ["finetune", *self.task_flags, "--model", str(start_dir), "--teacher", str(self.fine_tuned),
                 *flags, "--eval-every", str(max(1, -(-steps // self.rungs))), "--select-on", "validation",
                 "--skip-dev", "--out", str(run_dir)]
         try:
-            return run_trial(trial, argv, run_dir)
+            return run_trial(trial, argv, run_dir, self.rungs)
         finally:
             trial.set_user_attr("wall_seconds", round(time.time() - start, 1))
 
 
 def make_start(candidate: Candidate) -> Path:
-    """The candidate's start directory, made by its stage once (other workers wait on the lock)."""
+    """The candidate's start directory, made by its stage once (other workers wait on the lock): the stage writes
+    into START.partial (`Candidate.start` names it), renamed to START when it succeeds, so an interrupted stage
+    leaves no directory that looks finished."""
     start = candidate.start_dir
+    partial = start.with_name(start.name + ".partial")
     start.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(start) + ".lock"):
-        if not (start / "model.safetensors").is_file():
+        if not start.is_dir():
+            shutil.rmtree(partial, ignore_errors=True)  # an interrupted stage's: begun again
             code = subprocess.run([sys.executable, "-m", "mobilekd", *candidate.start], env=os.environ,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            if code.returncode != 0:
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+            if code.returncode != 0 or not (partial / "model.safetensors").is_file():
                 raise TrialFailed(f"the start of {candidate.name} failed: {code.stdout.strip()[-500:]}")
+            os.replace(partial, start)
     return start
 
 
-def run_trial(trial: optuna.Trial, argv: list[str], run_dir: Path) -> float:
+def run_trial(trial: optuna.Trial, argv: list[str], run_dir: Path, rungs: int) -> float:
     """Run one `mobilekd finetune`, reporting its validation evaluations; returns the best (the checkpoint it
-    keeps), or stops it when the pruner says so."""
+    keeps), or stops it when the pruner says so (never at its last evaluation: the run is then trained)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log = open(run_dir / "trial.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "mobilekd", *argv], env=os.environ, stdout=log,
@@ -129,7 +151,7 @@ def run_trial(trial: optuna.Trial, argv: list[str], run_dir: Path) -> float:
             for value in validation_values(run_dir / "history.json")[reported:]:
                 reported += 1
                 trial.report(value, reported)
-                if not done and trial.should_prune():
+                if not done and reported < rungs and trial.should_prune():
                     proc.terminate()
                     proc.wait()
                     raise optuna.TrialPruned(f"pruned at evaluation {reported}")
