@@ -1,12 +1,11 @@
-"""A user's own data, the default path (issue 34, item 5): `mobilekd ship` run on classification tasks built from
-text the repo ships, each against TF-IDF + logistic regression and the majority class on the same examples; rows
-to docs/results/custom.json, the table into docs/quality.md.
+"""Classification tasks a user might bring, built from text the repo ships (and, for docstring-library, the text of
+installed packages), as CSVs `mobilekd ship --data` reads; and the table of the rows `ship` made on them before its
+search (issue 34, item 5: one fixed recipe, the teacher's layers 0 and 5 with logit KD, docs/results/custom.json),
+kept as the reference of the cost of honesty. `python -m benchmarks.ship` runs today's `ship` on them.
 
-    python -m benchmarks.custom                         # build the tasks' CSVs, run `mobilekd ship` on each, table
-    python -m benchmarks.custom --tasks stsb-genre --seeds 0 1 2
-    python -m benchmarks.custom --table [--write]       # the table from the results file only
+    python -m benchmarks.custom --table [--write]       # the earlier rows' table (docs/quality.md)
 
-The tasks (CSV files written to OUT/data/TASK/{train,dev}.csv with a `text,label` header; labels are words):
+The tasks (CSV files written to DATA/TASK/{train,dev}.csv with a `text,label` header; labels are words):
   stsb-genre    STS-B's first sentences -> their genre (news, captions, forum): 3 classes, short texts; train and
                 dev are GLUE's splits, dev sentences also in train removed
   austen-novel  a paragraph of Jane Austen -> its novel (6 classes), long texts (paragraphs of 8 words or more);
@@ -16,11 +15,13 @@ The tasks (CSV files written to OUT/data/TASK/{train,dev}.csv with a `text,label
                 categories (press reportage, editorial, reviews, religion, skills and hobbies, popular lore, belles
                 lettres, government documents, learned) and fiction (the six imaginative ones merged): 10 classes;
                 dev is every tenth document, train 6,000 sentences of the others drawn with seed 0
+  cola-source   a linguistics example sentence -> the book or article it comes from (CoLA's eight largest sources):
+                8 classes, 7,308 / 458 short sentences, GLUE's splits (issue 74, item 5)
+  docstring-library  the first paragraph of a public function's or class's docstring -> its library (numpy, scipy,
+                scikit-learn, torch, matplotlib, transformers, as constraints.txt pins them): 6 classes, 2,160
+                training examples, long texts; dev from other source files (issue 74, item 5)
 The Brown documents' categories follow from their order in the corpus (corpus/brown.txt.gz holds the 500 documents
 in the standard order ca01..cr09, a blank line between documents) and the standard counts per category.
-
-Each run is `mobilekd ship --teacher all-minilm-l6-v2` (the packaged BERT, as a user's) with its defaults: budgets
-picked from the data, the teacher's layers 0 and 5 distilled, the last models scored on the whole dev set.
 """
 
 from __future__ import annotations
@@ -30,23 +31,18 @@ import csv
 import gzip
 import statistics
 import sys
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.runner import (Job, comparison, comparison_flags, judged_cell, mean_std_cell,
-                               paired_differences, recorded_host)
-from mobilekd.data.custom import read_custom
-from mobilekd.fileio import REPO_ROOT, atomic_path, read_json
+from benchmarks.runner import judged_cell, mean_std_cell, paired_differences, show_table, table_flags
+from mobilekd.fileio import REPO_ROOT, atomic_path
 
-TEACHER = "all-minilm-l6-v2"
 BROWN_CATEGORIES = [("press reportage", 44), ("editorial", 27), ("reviews", 17), ("religion", 17),
                     ("skills and hobbies", 36), ("popular lore", 48), ("belles lettres", 75),
                     ("government documents", 30), ("learned", 80), ("fiction", 29 + 24 + 6 + 29 + 29 + 9)]
 TRAIN = {"austen-novel": 3_000, "brown-genre": 6_000}  # training examples drawn (seed 0): the
 # whole sets (8,470 and 46,130) cost hours of teacher fine-tuning on 2 cores at `mobilekd ship`'s budgets
-METHODS = ("teacher", "ship", "tfidf", "majority")  # ship: the student `mobilekd ship` exports
 
 
 def _split_blocks(path: Path) -> list[list[str]]:
@@ -102,7 +98,63 @@ def brown_genre() -> dict[str, list[tuple[str, str]]]:
     return {"train": _draw(train, TRAIN["brown-genre"]), "dev": dev}
 
 
-TASKS = {"stsb-genre": stsb_genre, "austen-novel": austen_novel, "brown-genre": brown_genre}
+# cola-source's classes: the eight largest in-domain sources of CoLA (data/glue/CoLA/README.cola_public, section 6)
+COLA_SOURCES = {"ks08": "Kim and Sells (2008)", "l-93": "Levin (1993)", "r-67": "Ross (1967)",
+                "ad03": "Adger (2003)", "c_13": "Carnie (2013)", "bc01": "Baltin and Collins (2001)",
+                "sks13": "Sportiche et al. (2013)", "m_02": "Miller (2002)"}
+
+
+def cola_source() -> dict[str, list[tuple[str, str]]]:
+    """A linguistics example sentence -> the book or article it was taken from: CoLA's train and dev splits, their
+    sentences from the eight largest sources (a source is a topic: Levin's verb alternations, Ross's islands)."""
+    def read(split):
+        rows = csv.reader(gzip.open(REPO_ROOT / f"data/glue/CoLA/{split}.tsv.gz", "rt", encoding="utf-8"),
+                          delimiter="\t", quoting=csv.QUOTE_NONE)
+        return [(r[3], COLA_SOURCES[r[0]]) for r in rows if r[0] in COLA_SOURCES]
+    train = read("train")
+    seen = {t for t, _ in train}
+    return {"train": train, "dev": [(t, g) for t, g in read("dev") if t not in seen]}
+
+
+# docstring-library's classes: installed packages (their versions pinned in constraints.txt), read as text (ast),
+# never imported
+LIBRARIES = {"numpy": "numpy", "scipy": "scipy", "sklearn": "scikit-learn", "torch": "torch",
+             "matplotlib": "matplotlib", "transformers": "transformers"}
+DOCSTRINGS = 400  # drawn a library (seed 0): 2,400 examples in all, a tenth of them dev
+SOURCE_FILES = 200  # files read a library, evenly spaced in path order (reading all of torch's and transformers'
+# takes minutes)
+
+
+def docstring_library() -> dict[str, list[tuple[str, str]]]:
+    """The first paragraph of a public function's or class's docstring (8 words or more) -> the library it
+    documents, from SOURCE_FILES of its files; dev is the docstrings of every tenth of them, train the others'."""
+    import ast
+    import importlib.util
+
+    train, dev = [], []
+    for module, label in LIBRARIES.items():
+        root = Path(importlib.util.find_spec(module).origin).parent
+        mine = {"train": [], "dev": []}
+        files = [p for p in sorted(root.rglob("*.py")) if "test" not in p.relative_to(root).as_posix()]
+        for i, path in enumerate(files[::max(1, len(files) // SOURCE_FILES)]):
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8"))
+            except (SyntaxError, UnicodeDecodeError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                    text = " ".join((ast.get_docstring(node) or "").split("\n\n")[0].split())
+                    if len(text.split()) >= 8:
+                        mine["dev" if i % 10 == 9 else "train"].append((text, label))
+        for split, n in (("train", DOCSTRINGS * 9 // 10), ("dev", DOCSTRINGS // 10)):
+            pool = sorted(set(mine[split]))
+            (train if split == "train" else dev).extend(_draw(pool, min(n, len(pool))))
+    seen = {t for t, _ in train}
+    return {"train": train, "dev": [(t, g) for t, g in dev if t not in seen]}
+
+
+TASKS = {"stsb-genre": stsb_genre, "austen-novel": austen_novel, "brown-genre": brown_genre,
+         "cola-source": cola_source, "docstring-library": docstring_library}
 
 
 def write_task(name: str, data: Path) -> Path:
@@ -116,56 +168,6 @@ def write_task(name: str, data: Path) -> Path:
                 writer.writerow(["text", "label"])
                 writer.writerows(examples)
     return d
-
-
-def run_dir(out: Path, task: str, seed: int) -> Path:
-    return out / task / f"seed{seed}"
-
-
-def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
-    return [Job(f"{task}/ship/{seed}", ["ship", "--teacher", TEACHER, "--data", str(write_task(task, out / "data")),
-                                       "--seed", str(seed), "--out", str(run_dir(out, task, seed))],
-                run_dir(out, task, seed))
-            for seed in seeds for task in tasks]
-
-
-def majority(data: Path) -> float:
-    """Dev accuracy of always answering the training set's most frequent label."""
-    def labels(split):
-        return [e.label for e in read_custom(data / f"{split}.csv")]
-    top = Counter(labels("train")).most_common(1)[0][0]
-    dev = labels("dev")
-    return sum(label == top for label in dev) / len(dev)
-
-
-def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
-    found = []
-    for task in tasks:
-        for seed in seeds:
-            path = run_dir(out, task, seed) / "ship.json"
-            if not path.is_file():
-                continue
-            s = read_json(path)
-            b = s["budget"]
-            metric = s["metric"]
-            shared = {"task": task, "seed": seed, "metric": metric, "classes": b["classes"],
-                      "train_examples": b["train_examples"], "dev_examples": b["dev_examples"],
-                      "max_len": b["max_len"]}
-            int8 = s["tflite"].get("model_dynamic_int8.tflite", {})
-            found += [
-                {**shared, "method": "teacher", "value": round(s["teacher"]["dev"][metric], 4),
-                 "train_seconds": s["teacher"]["train_seconds"],
-                 "cpu": s["teacher"].get("cpu"), "epochs": b["teacher_epochs"], **recorded_host(s["teacher"])},
-                {**shared, "method": "ship", "value": round(s["student"]["dev"][metric], 4),
-                 "params": s["student"]["params"], "train_seconds": s["student"]["train_seconds"],
-                 "cpu": s["student"].get("cpu"), **recorded_host(s["student"]),
-                 "epochs": b["student_epochs"], "lr": b["student_lr"], "layers": b["layers"],
-                 "tflite_bytes": int8.get("size_bytes")},
-                {**shared, "method": "tfidf", "value": round(s["baseline"]["metrics"][metric], 4),
-                 "train_seconds": s["baseline"]["seconds"], "cpu": s["student"].get("cpu"),
-                 **recorded_host(s["student"])},
-                {**shared, "method": "majority", "value": round(majority(out / "data" / task), 4)}]
-    return found
 
 
 def table(results: list[dict]) -> str:
@@ -190,12 +192,9 @@ def table(results: list[dict]) -> str:
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.custom", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    comparison_flags(p, "runs/custom", "docs/results/custom.json", list(TASKS), TASKS)
+    table_flags(p, "docs/results/custom.json")
     args = p.parse_args(argv)
-    out = (REPO_ROOT / args.out).resolve()
-    tasks = list(TASKS)
-    return comparison(args, lambda: jobs(out, args.tasks, args.seeds), lambda: rows(out, args.tasks, args.seeds),
-                      lambda r: (tasks.index(r["task"]), METHODS.index(r["method"]), r["seed"]), table)
+    return show_table(args, REPO_ROOT / args.results, table)
 
 
 if __name__ == "__main__":
