@@ -75,8 +75,11 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
         texts = np.unique([f"{e.text_a}\t{e.text_b}" for e in examples], return_inverse=True)[1]
         rule = ("stratified by label" if strata is not None and not task.is_regression else
                 f"stratified by the score's {SCORE_BINS} quantile bins" if strata is not None else "random")
-        if texts.max() + 1 < n:  # a text repeated (STS-B's sentences recur across pairs): all its copies on one side
-            folds = max(2, round(n / size))
+        if texts.max() == 0:
+            raise UserError(f"the {n} training examples are one text repeated: nothing to hold out for validation "
+                            f"that training does not see (--select-on none keeps them all)")
+        if texts.max() + 1 < n:  # a text repeated (a sentence recurring across examples): all its copies on one side
+            folds = min(max(2, round(n / size)), texts.max() + 1)  # no more folds than distinct texts
             splitter = (StratifiedGroupKFold(folds, shuffle=True, random_state=seed) if strata is not None else
                         GroupKFold(folds, shuffle=True, random_state=seed))
             held = next(splitter.split(index, strata, groups=texts))[1]
