@@ -3,7 +3,7 @@ latency budget (a third of the teacher's Pixel 4 estimate), seeds declared up fr
 split of the training data and dev scored once per seed; rows to docs/results/ship.json, the table into docs/ship.md.
 
     python -m benchmarks.ship --tasks stsb-genre --seeds 0 1 2     # resumable; --collect gathers finished runs
-    python -m benchmarks.ship --table --write                      # the table from the rows
+    python -m benchmarks.ship --table --write --plot               # the table and docs/ship.png from the rows
 
 The tasks are CSVs built from text the repo ships (benchmarks/custom.py), handed to `ship` as a user's `--data`.
 The teacher is the demo's: all-MiniLM-L6-v2 adapted (`train-teacher --init-from`, teacher_ib_bert/adaptation.json)
@@ -31,7 +31,7 @@ import numpy as np
 
 from benchmarks import intervals
 from benchmarks.custom import TASKS, write_task
-from benchmarks.runner import Job, comparison, comparison_flags, mean_std_cell, recorded_host
+from benchmarks.runner import Job, comparison, comparison_flags, mean_std_cell, recorded_host, task_panels
 from mobilekd.fileio import REPO_ROOT, read_json
 
 # what the benchmark's runs search: ship's default but for the MobileBERT-shaped family, whose start (PKT, about
@@ -150,6 +150,23 @@ def table(results: list[dict]) -> str:
                                "ESTIMATES of a cost model.\n")
 
 
+def plot(results: list[dict], path: Path) -> None:
+    """One panel per task: the first seed's trials, validation score against Pixel 4 estimate (the frontier)."""
+    from mobilekd.fileio import save_png
+    from mobilekd.search.frontier import draw
+
+    trials = [r for r in results if r["method"] == "ship-trial"]
+    panels = task_panels(trials, 5.5, 4.2)
+    if panels is None:
+        return
+    fig, axes = panels
+    for ax, task in axes:
+        seed = min(r["seed"] for r in trials if r["task"] == task)
+        mine = [r for r in trials if r["task"] == task and r["seed"] == seed]
+        draw(ax, mine, mine[0]["latency_ms"], mine[0]["metric"], f"{task}, seed {seed}")
+    save_png(fig, path)
+
+
 def interval_cell(results: list[dict], task: str) -> str:
     """ship - TF-IDF's paired interval, as `found` stored it."""
     stored = [r for r in results if r["task"] == task and r["method"] == "ship-tfidf-interval"]
@@ -159,7 +176,7 @@ def interval_cell(results: list[dict], task: str) -> str:
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.ship", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    comparison_flags(p, "runs/ship", "docs/results/ship.json", list(TASKS), TASKS)
+    comparison_flags(p, "runs/ship", "docs/results/ship.json", list(TASKS), TASKS, plot="docs/ship.png")
     args = p.parse_args(argv)
     out = (REPO_ROOT / args.out).resolve()
     tasks = list(TASKS)
@@ -178,7 +195,7 @@ def main(argv=None):
     return comparison(args, lambda: jobs(out, args.tasks, args.seeds), found,
                       lambda r: (tasks.index(r["task"]), METHODS.index(r["method"]) if r["method"] in METHODS
                                  else len(METHODS), r.get("seed") or 0, r.get("trial", -1)),
-                      table, key=("task", "method", "seed", "metric", "trial"))
+                      table, draw=plot, key=("task", "method", "seed", "metric", "trial"))
 
 
 if __name__ == "__main__":

@@ -10,13 +10,8 @@ from mobilekd.fileio import save_png
 MARKERS = {"subset": "o", "tinybert": "s", "mobilebert": "D", "bilstm": "^"}
 
 
-def plot(rows: list[dict], budget_ms: float, metric: str, path: Path, title: str = "") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+def draw(ax, rows: list[dict], budget_ms: float, metric: str, title: str = "") -> None:
+    """Every trial of `rows` (ship.json's "trials") on `ax`: validation score against Pixel 4 estimate."""
     scored = [r for r in rows if r["val_value"] is not None and r["pixel4_ms_est"] is not None]
     for i, family in enumerate(sorted({r["family"] for r in scored})):
         color = f"C{i}"
@@ -35,4 +30,15 @@ def plot(rows: list[dict], budget_ms: float, metric: str, path: Path, title: str
     ax.set_title(title or "ship's search: every trial")
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
+
+
+def plot(rows: list[dict], budget_ms: float, metric: str, path: Path, title: str = "") -> None:
+    """OUT/frontier.png: `draw` on a figure of its own."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    draw(ax, rows, budget_ms, metric, title)
     save_png(fig, path)
