@@ -114,7 +114,8 @@ def ship() -> list[str]:
         return "; ".join(f"{t} {_cell(rows, t, 'accuracy', method)}" for t in tasks)
     gaps = "; ".join(f"{t} {cell(r['interval'])}" for t in tasks for r in rows
                      if r["task"] == t and r["method"] == "ship-tfidf-interval")
-    return [f"| `mobilekd ship` on your own CSV ({len(tasks)} tasks built from shipped text), accuracy, dev scored "
+    return [f"| `mobilekd ship` on your own CSV ({len(tasks)} task{'s' * (len(tasks) > 1)} built from shipped text), "
+            f"accuracy, dev scored "
             f"once after a search on validation | {cells('ship')} | TF-IDF + LR {cells('tfidf')} (ship - TF-IDF: "
             f"{gaps}); teacher {cells('teacher')} | [ship](docs/ship.md) |"]
 
