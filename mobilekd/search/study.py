@@ -129,10 +129,13 @@ def make_start(candidate: Candidate) -> Path:
     with FileLock(str(start) + ".lock"):
         if not start.is_dir():
             shutil.rmtree(partial, ignore_errors=True)  # an interrupted stage's: begun again
-            code = subprocess.run([sys.executable, "-m", "mobilekd", *candidate.start], env=os.environ,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-            if code.returncode != 0 or not (partial / "model.safetensors").is_file():
-                raise TrialFailed(f"the start of {candidate.name} failed: {code.stdout.strip()[-500:]}")
+            log = start.with_name(start.name + ".log")  # its progress, to follow a task-agnostic stage's minutes
+            with open(log, "w") as f:
+                code = subprocess.run([sys.executable, "-m", "mobilekd", *candidate.start], env=os.environ,
+                                      stdout=f, stderr=subprocess.STDOUT, check=False).returncode
+            if code != 0 or not (partial / "model.safetensors").is_file():
+                tail = log.read_text().strip().splitlines()[-1:] or ["no output"]
+                raise TrialFailed(f"the start of {candidate.name} failed ({log}): {tail[0][:300]}")
             os.replace(partial, start)
     return start
 
