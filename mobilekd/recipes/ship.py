@@ -9,7 +9,7 @@ DATA holds train and dev files (.csv with a header `text,label` or `text,text_pa
 same keys; `--regression` for numeric labels), as `mobilekd finetune --task custom` reads them. What it does, each
 stage skipped when its output is complete, so the same command resumes:
 
-  OUT/teacher        your BERT fine-tuned on the task (the teacher; its last step's model, dev scored once)
+  OUT/teacher        your BERT fine-tuned on the task (the teacher: its last step's model; dev scored after the search)
   OUT/trials/NNNN    the search: an Optuna study over the student families of configs/ship.json (the teacher's
                      own layers with narrowed FFNs, TinyBERT's student, a MobileBERT-shaped one) and their flags,
                      every candidate shape priced by its Pixel estimate first and trained only if it fits the
