@@ -183,8 +183,8 @@ def main(argv=None):
 
     def found():
         got = rows(out, args.tasks, args.seeds)
-        for task in args.tasks:  # the interval as data too, so the table needs no run directory
-            seeds = sorted({r["seed"] for r in got if r["task"] == task and r["method"] == "ship"})
+        for task in args.tasks:  # the interval as data too, so the table needs no run directory; over every seed
+            seeds = sorted(int(d.name[4:]) for d in (out / task).glob("seed*") if (d / "ship.json").is_file())
             p_ = predictions(out, task, seeds) if seeds else None
             if p_ is not None:
                 got.append({"task": task, "method": "ship-tfidf-interval", "seed": None, "metric": "accuracy",
