@@ -91,18 +91,17 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                 {**shared, "method": "teacher", "value": round(s["teacher"]["dev"][metric], 4),
                  "pixel4_ms_est": b["teacher_pixel4_ms_est"], "wall_seconds": s["teacher"]["train_seconds"],
                  **recorded_host({"host": s["teacher"]["host"]})},
-                {**shared, "method": "majority", "value": round(majority(run), 4)}]
+                {**shared, "method": "majority", "value": round(majority(Path(s["data"])), 4)}]
             if s.get("baseline"):
                 found.append({**shared, "method": "tfidf", "value": round(s["baseline"]["metrics"][metric], 4),
                               "wall_seconds": s["baseline"]["seconds"], **host})
     return found
 
 
-def majority(run: Path) -> float:
-    """Dev accuracy of always answering the training set's most frequent label (the data the run was given)."""
+def majority(data: Path) -> float:
+    """Dev accuracy of always answering the training set's most frequent label (the data a run was given)."""
     from mobilekd.data.custom import read_custom
 
-    data = Path(read_json(run / "ship.json")["data"])
     top = Counter(e.label for e in read_custom(data / "train.csv")).most_common(1)[0][0]
     dev = [e.label for e in read_custom(data / "dev.csv")]
     return sum(label == top for label in dev) / len(dev)
@@ -115,8 +114,7 @@ def predictions(out: Path, task: str, seeds: list[int]) -> dict | None:
         return None
     labels = np.array(_column(runs[0] / "student/dev/dev_predictions.tsv", "label"))
     got = {m: np.array([_column(r / path, "prediction") for r in runs])
-           for m, path in (("ship", "student/dev/dev_predictions.tsv"), ("teacher", "teacher/dev/dev_predictions.tsv"),
-                           ("tfidf", "baseline_dev_predictions.tsv"))}
+           for m, path in (("ship", "student/dev/dev_predictions.tsv"), ("tfidf", "baseline_dev_predictions.tsv"))}
     return {"labels": labels, **got}
 
 

@@ -88,6 +88,11 @@ def teacher_value() -> list[str]:
     return lines
 
 
+def _task_cells(rows, tasks, method) -> str:
+    """A method's accuracy cell on each task of `rows` (the CSV tasks' rows, custom's and ship's)."""
+    return "; ".join(f"{t} {_cell(rows, t, 'accuracy', method)}" for t in tasks)
+
+
 def custom() -> list[str]:
     """`mobilekd ship` before its search (one fixed recipe) on the custom CSV tasks: its student against TF-IDF."""
     rows = _rows("custom")
@@ -95,10 +100,9 @@ def custom() -> list[str]:
     if not tasks:
         return []
 
-    def cells(method):
-        return "; ".join(f"{t} {_cell(rows, t, 'accuracy', method)}" for t in tasks)
     return [f"| `mobilekd ship` before its search (one recipe) on your own CSV ({len(tasks)} tasks built from shipped "
-            f"text), accuracy | {cells('ship')} | TF-IDF + LR {cells('tfidf')}; teacher {cells('teacher')} | "
+            f"text), accuracy | {_task_cells(rows, tasks, 'ship')} | TF-IDF + LR {_task_cells(rows, tasks, 'tfidf')}; "
+            f"teacher {_task_cells(rows, tasks, 'teacher')} | "
             f"[quality](docs/quality.md#your-own-data-mobilekd-ship-before-its-search) |"]
 
 
@@ -110,14 +114,13 @@ def ship() -> list[str]:
         return []
     from benchmarks.intervals import cell
 
-    def cells(method):
-        return "; ".join(f"{t} {_cell(rows, t, 'accuracy', method)}" for t in tasks)
     gaps = "; ".join(f"{t} {cell(r['interval'])}" for t in tasks for r in rows
                      if r["task"] == t and r["method"] == "ship-tfidf-interval")
     return [f"| `mobilekd ship` on your own CSV ({len(tasks)} task{'s' * (len(tasks) > 1)} built from shipped text), "
             f"accuracy, dev scored "
-            f"once after a search on validation | {cells('ship')} | TF-IDF + LR {cells('tfidf')} (ship - TF-IDF: "
-            f"{gaps}); teacher {cells('teacher')} | [ship](docs/ship.md) |"]
+            f"once after a search on validation | {_task_cells(rows, tasks, 'ship')} | TF-IDF + LR "
+            f"{_task_cells(rows, tasks, 'tfidf')} (ship - TF-IDF: "
+            f"{gaps}); teacher {_task_cells(rows, tasks, 'teacher')} | [ship](docs/ship.md) |"]
 
 
 def quality() -> list[str]:

@@ -102,14 +102,12 @@ def head_problem(teacher: Path) -> str | None:
     return None
 
 
-def candidates(space: dict, families: list[str], teacher: Path, starts: Path, seq_len: int, device: str,
+def candidates(space: dict, families: list[str], teacher: Path, config, starts: Path, seq_len: int, device: str,
                limit_ms: float, has_head: bool) -> tuple[list[Candidate], list[str]]:
     """Every shape of the asked families, priced; those within `limit_ms`, and a line for each family left out.
     A shape's start is made in `starts`, which every task and seed of this teacher shares."""
     from android_bench.budget import estimate_shape
-    from mobilekd.models.hf import load_config
 
-    config, _ = load_config(teacher)
     fits, left = [], []
     for family in families:
         spec = space["families"][family]
@@ -284,7 +282,7 @@ def main(argv=None):
     teacher, data, out = model_dir(args.teacher), task_data(args.task, args.data), Path(args.out)
     if not (teacher / "config.json").is_file():
         raise located(teacher, "not a model directory (no config.json)")
-    load_config(teacher)  # a BERT (ours or transformers'), or one line saying why not
+    config, _ = load_config(teacher)  # a BERT (ours or transformers'), or one line saying why not
     space = load_space(Path(args.config))
     families = args.families or list(space["families"])
     unknown = [f for f in families if f not in space["families"]]
@@ -293,12 +291,13 @@ def main(argv=None):
     b = measure(teacher, args.task, data, args.regression)
     from android_bench.budget import estimate_shape
 
-    teacher_ms = estimate_shape(load_config(teacher)[0], b["max_len"], args.device)["ms"]
+    teacher_ms = estimate_shape(config, b["max_len"], args.device)["ms"]
     limit = args.latency_ms or round(teacher_ms * SHARE, 2)
     b |= {"latency_ms": limit, "device": args.device, "teacher_pixel4_ms_est": teacher_ms}
     problem = head_problem(teacher)
     starts = Path(args.starts) if args.starts else teacher_starts(teacher)
-    found, left = candidates(space, families, teacher, starts, b["max_len"], args.device, limit, problem is None)
+    found, left = candidates(space, families, teacher, config, starts, b["max_len"], args.device, limit,
+                             problem is None)
     if not args.join:
         print(f"budget from the data ({b['train_examples']} training examples, "
               + (f"{b['classes']} classes, " if b["classes"] else "")
