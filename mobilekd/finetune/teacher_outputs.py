@@ -24,7 +24,7 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
-from mobilekd.data.tasks import INPUTS
+from mobilekd.data.tasks import INPUTS, length_batches
 from mobilekd.fileio import Made, cached_file, file_digest, timed
 from mobilekd.bf16 import decide_inference_precision, read_only_flag
 from mobilekd.train.precision import median_window, parameters
@@ -116,3 +116,35 @@ def _cached(path: Path, n: int) -> tuple[dict[str, np.ndarray], float | None] | 
     with safe_open(str(path), "np") as f:
         seconds = (f.metadata() or {}).get("seconds")
     return arrays, float(seconds) if seconds else None
+
+
+def foreign_key(teacher_dir: Path, examples, max_len: int) -> str:
+    """The cache key of a foreign teacher's logits (`foreign_outputs`): its weights, the examples' text, and the
+    length its tokenizer truncates to."""
+    h = hashlib.sha256(file_digest(Path(teacher_dir) / "model.safetensors").encode() + f"|{max_len}".encode())
+    for e in examples:
+        h.update(f"{e.text_a}\x1f{e.text_b}\x1e".encode())
+    return h.hexdigest()[:20] + "-foreign"
+
+
+@torch.no_grad()
+def foreign_compute(teacher, examples, max_len: int, batch_size: int = 64) -> dict[str, np.ndarray]:
+    """`teacher_logits` (N, C, float32) of a transformers classifier of another architecture
+    (`mobilekd.models.foreign.ForeignTeacher`) over `examples`, each read through the teacher's own tokenizer, in
+    fp32; batches of similar text length, as `compute`'s."""
+    lengths = np.array([len(e.text_a) + len(e.text_b or "") for e in examples])
+    batches, back = length_batches(lengths, batch_size)
+    pairs = examples[0].text_b is not None
+    logits = []
+    for indices in tqdm(batches, desc="teacher outputs", leave=False):
+        part = [examples[i] for i in indices]
+        logits.append(teacher.logits([e.text_a for e in part], [e.text_b for e in part] if pairs else None,
+                                     max_len).float().cpu().numpy())
+    return {"teacher_logits": np.concatenate(logits)[back]}
+
+
+def foreign_outputs(teacher_dir, teacher, examples, max_len: int) -> tuple[dict[str, np.ndarray], Made]:
+    """`foreign_compute`'s logits, cached beside the teacher as `teacher_outputs`' are (`outputs/<key>`)."""
+    path = Path(teacher_dir) / "outputs" / f"{foreign_key(teacher_dir, examples, max_len)}.safetensors"
+    arrays, cached, seconds = cached_arrays(path, len(examples), lambda: foreign_compute(teacher, examples, max_len))
+    return arrays, Made(cached, seconds, f"outputs/{path.stem}")

@@ -42,8 +42,10 @@ from mobilekd.finetune.methods import DEFAULTS as KD_DEFAULTS
 from mobilekd.finetune.methods import METHODS, method_flags
 from mobilekd.finetune.objective import Distillation, intermediate_loss, task_loss
 from mobilekd.finetune.selection import CAP, FRACTION, VALIDATION, carve
-from mobilekd.finetune.teacher_outputs import outputs_precision, teacher_outputs
+from mobilekd.finetune.teacher_outputs import foreign_outputs, outputs_precision, teacher_outputs
 from mobilekd.models.config import ModelConfig
+from mobilekd.models.foreign import (ForeignTeacher, is_foreign, layer_matching_refusal, load_foreign_teacher,
+                                     model_type)
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.rundir import teacher_record
 from mobilekd.transfer.layer_maps import layer_map, parse_layer_map
@@ -62,7 +64,9 @@ def parse_args(argv=None):
     p.add_argument("--data", help="task directory with train and dev files (default: the shipped copy for "
                                   "sst2, cola, mrpc, stsb, rte)")
     p.add_argument("--teacher", help="a model directory fine-tuned on the same task: adds logit distillation (its "
-                                     "outputs over the training set are computed once and cached beside it)")
+                                     "outputs over the training set are computed once and cached beside it); a "
+                                     "transformers classifier of another architecture (RoBERTa, DeBERTa, ELECTRA, "
+                                     "...) teaches through its logits alone, read with its own tokenizer")
     p.add_argument("--method", choices=sorted(METHODS),
                    help="a task-distillation method's settings for the flags left unset (mobilekd.finetune.methods): "
                         "ft, kd, pkd-skip, pkd-last (BERT-PKD), tinybert (TinyBERT); default: logit KD with the "
@@ -161,8 +165,9 @@ def main(argv=None):
 def run(args, accelerator):
     data = task_data(args.task, args.data)
     task = load_task(args.task, data, args.eval_only, args.regression)
-    if args.teacher and task.head != "qa":  # before any work: an untrained head would be distilled silently
-        require_labels(args.teacher, "teacher")
+    foreign = foreign_teacher(args, task) if args.teacher and is_foreign(args.teacher) else None
+    if args.teacher and task.head != "qa" and foreign is None:  # before any work: an untrained head would be
+        require_labels(args.teacher, "teacher")                  # distilled silently
     tokenizer = load_tokenizer(args.model)
     model = build_model(args.model, task, classifier_dropout=None if args.eval_only else args.classifier_dropout)
     fresh_pooler = not (args.eval_only or args.keep_pooler) and task.head == "classification"
@@ -228,8 +233,16 @@ def run(args, accelerator):
     fill_unset(args, method_flags(args.method))
     if args.patience_weight and task.head != "classification":
         raise UserError(f"--patience-weight (BERT-PKD) needs a classification or regression task, not {task.name}")
-    teacher = build_model(args.teacher, task, "teacher").to(accelerator.device).eval() if args.teacher else None
+    teacher = None if foreign or not args.teacher else \
+        build_model(args.teacher, task, "teacher").to(accelerator.device).eval()
     outputs_pass = None
+    if foreign is not None:  # its logits, read through its own tokenizer, are all it gives
+        foreign.model.to(accelerator.device)
+        (outputs, made), got = timed(lambda: foreign_outputs(args.teacher, foreign, train_examples, args.max_len))
+        shared = {**shared, **made.record(got, "outputs")}
+        train_split.arrays.update(outputs)
+        print(f"teacher outputs ({foreign.model_type}, through its own tokenizer) over {len(train_split)} training "
+              f"examples: " + ("from the cache" if made.cached else "computed and cached"))
     if teacher is not None and task.head != "qa":
         outputs_pass = outputs_precision(teacher, train_split, pass_flag(args, "teacher_outputs_precision"),
                                          Path(args.cache_dir) / PRECISION_FILE)
@@ -240,7 +253,7 @@ def run(args, accelerator):
         print(f"teacher outputs over {len(train_split)} training examples: " +
               ("from the cache" if made.cached else "computed and cached") +
               f"; the teacher's pass {describe(outputs_pass)}")
-    kd = None
+    kd = Distillation(args.alpha, args.temperature, args.kd_reduction) if foreign else None
     if teacher is not None:
         kd = Distillation(args.alpha, args.temperature, args.kd_reduction,
                           patience_matches(args, teacher.config, model.config) if args.patience_weight else [])
@@ -324,6 +337,20 @@ def score_once(task, out: Path, tokenizer, encode, device) -> dict:
 def _mlm_model(model_dir):
     """The augmentation's candidate model: a pre-trained model with its MLM head, and its tokenizer."""
     return load_pretrained(model_dir, "pretraining", require_head=True), load_tokenizer(model_dir)
+
+
+def foreign_teacher(args, task) -> ForeignTeacher:
+    """A transformers classifier of another architecture as `--teacher` (`mobilekd.models.foreign`), refused
+    before any work where the task or the method needs more than its logits."""
+    if task.head == "qa":
+        raise UserError(f"{args.teacher}: a transformers {model_type(args.teacher)} teacher is read as a sequence "
+                        f"classifier; SQuAD needs a BERT-family teacher")
+    flags = method_flags(args.method)
+    if (args.patience_weight if args.patience_weight is not None else flags["patience_weight"]):
+        raise UserError(layer_matching_refusal(args.teacher, "BERT-PKD's patience loss"))
+    if flags["intermediate"]:
+        raise UserError(layer_matching_refusal(args.teacher, "TinyBERT's intermediate step (--method tinybert)"))
+    return load_foreign_teacher(args.teacher, task)
 
 
 def patience_matches(args, teacher: ModelConfig, student: ModelConfig) -> list[Match]:

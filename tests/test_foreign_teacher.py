@@ -1,0 +1,114 @@
+"""A transformers classifier of another architecture teaches a student through its logits, read with its own
+tokenizer (mobilekd/models/foreign.py): five architectures, each small, randomly initialised and built here, each
+with a WordPiece vocabulary of its own trained on SST-2's sentences (so the student's token ids would be wrong for
+it); layer matching with such a teacher is refused in one line."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from safetensors.numpy import load_file
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+from helpers import BERT, one_line_error, run_module
+from mobilekd.data.tasks import load_task, task_data, training_subset
+from mobilekd.models.heads import MobileBertForPreTraining
+from mobilekd.models.hf import save_pretrained
+
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+             max_position_embeddings=80, initializer_range=0.3)  # logits that differ by example
+ARCHITECTURES = {
+    "roberta": lambda v, pad: transformers.RobertaConfig(vocab_size=v, pad_token_id=pad, **SMALL),
+    "deberta-v2": lambda v, pad: transformers.DebertaV2Config(vocab_size=v, pad_token_id=pad, **SMALL),
+    "electra": lambda v, pad: transformers.ElectraConfig(vocab_size=v, pad_token_id=pad, embedding_size=16, **SMALL),
+    "mpnet": lambda v, pad: transformers.MPNetConfig(vocab_size=v, pad_token_id=pad, **SMALL),
+    "distilbert": lambda v, pad: transformers.DistilBertConfig(vocab_size=v, pad_token_id=pad, dim=32, n_layers=2,
+                                                               n_heads=2, hidden_dim=64, max_position_embeddings=80,
+                                                               initializer_range=0.3),
+}
+COMMON = ["--task", "sst2", "--seed", 0, "--max-train-examples", 64, "--max-steps", 3, "--batch-size", 16, "--max-len", 32,
+          "--eval-every", 0, "--skip-dev", "--threads", 1]
+
+
+@pytest.fixture(scope="module")
+def sst2():
+    return load_task("sst2", task_data("sst2"))
+
+
+@pytest.fixture(scope="module")
+def own_tokenizer(sst2):
+    """A 600-word WordPiece vocabulary trained on SST-2's training sentences: not the student's."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator([e.text_a for e in sst2.train[:3000]], trainers.WordPieceTrainer(
+        vocab_size=600, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                                cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory, tokenizer):
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("student")
+    save_pretrained(MobileBertForPreTraining(BERT), out, tokenizer)
+    return out
+
+
+def make_teacher(kind, out, own_tokenizer, sst2, default_labels=False):
+    config = ARCHITECTURES[kind](len(own_tokenizer), own_tokenizer.pad_token_id)
+    config.num_labels = 2
+    if not default_labels:
+        config.id2label, config.label2id = dict(sst2.id2label), {v: k for k, v in sst2.id2label.items()}
+    torch.manual_seed(0)
+    model = transformers.AutoModelForSequenceClassification.from_config(config).eval()
+    model.save_pretrained(out)
+    own_tokenizer.save_pretrained(out)
+    return model
+
+
+@pytest.mark.parametrize("kind", sorted(ARCHITECTURES))
+def test_a_transformers_classifier_of_another_architecture_teaches_through_its_own_tokenizer(
+        kind, tmp_path, own_tokenizer, tokenizer, student, sst2):
+    teacher = make_teacher(kind, tmp_path / "teacher", own_tokenizer, sst2, default_labels=kind == "electra")
+    proc = run_module("mobilekd.recipes.finetune", "--model", student, "--teacher", tmp_path / "teacher",
+                      "--out", tmp_path / "student", "--method", "kd", *COMMON)
+    assert f"teacher outputs ({kind}, through its own tokenizer) over 64 training examples" in proc.stdout
+    results = json.loads((tmp_path / "student" / "results.json").read_text())
+    assert results["teacher"] == str(tmp_path / "teacher") and results["method"] == "kd"
+    kd = results["training"][0]["mean"]["kd"]  # the distillation term was in the loss it trained on
+    assert np.isfinite(kd) and kd > 0
+    # the cached logits are the teacher's own on each example drawn, one at a time through its tokenizer (no
+    # padding, no batching), and its ids are not the student's
+    logits = load_file(str(next((tmp_path / "teacher" / "outputs").glob("*-foreign.safetensors"))))["teacher_logits"]
+    drawn = training_subset(sst2.train, 64, 0)
+    with torch.no_grad():
+        singles = np.stack([teacher(**{k: v for k, v in own_tokenizer(e.text_a, truncation=True, max_length=32,
+                                                                      return_tensors="pt").items()
+                                       if k in ("input_ids", "attention_mask")}).logits[0].numpy() for e in drawn])
+    assert logits.shape == (64, 2) and np.abs(logits - singles).max() < 1e-4 * max(1, np.abs(singles).max())
+    assert np.abs(singles - singles.mean(0)).max() > 0.05  # the examples' logits differ: the comparison can fail
+    text = drawn[0].text_a
+    assert own_tokenizer(text)["input_ids"] != tokenizer(text)["input_ids"]
+
+
+def test_layer_matching_and_squad_are_refused_with_such_a_teacher(tmp_path, own_tokenizer, student, sst2):
+    make_teacher("roberta", tmp_path / "teacher", own_tokenizer, sst2)
+    for flags, what in ((["--method", "pkd-skip"], "BERT-PKD's patience loss"),
+                        (["--method", "tinybert"], "TinyBERT's intermediate step")):
+        line = one_line_error(run_module("mobilekd.recipes.finetune", "--model", student, "--teacher",
+                                         tmp_path / "teacher", "--out", tmp_path / "student", *flags, *COMMON,
+                                         check=False))
+        assert "a transformers roberta teacher teaches through its logits alone" in line and what in line
+    config = json.loads((tmp_path / "teacher" / "config.json").read_text())
+    config["id2label"], config["label2id"] = {"0": "no", "1": "yes", "2": "maybe"}, {"no": 0, "yes": 1, "maybe": 2}
+    (tmp_path / "teacher" / "config.json").write_text(json.dumps(config))
+    line = one_line_error(run_module("mobilekd.recipes.finetune", "--model", student, "--teacher",
+                                     tmp_path / "teacher", "--out", tmp_path / "student", *COMMON, check=False))
+    assert "config.json: teacher's labels ['no', 'yes', 'maybe'] do not fit task sst2" in line
+    assert not (tmp_path / "student" / "model.safetensors").exists()
