@@ -41,6 +41,12 @@ def shape_key(config: ModelConfig, seq_len: int, device: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def estimate_file(path, device: str = "pixel4", cache: Path = CACHE) -> dict:
+    """{"ms": the estimate at 4 threads, "gflops"} of an exported single-signature `.tflite` file's graph."""
+    predicted = cost.estimate(cost.op_costs(read_graph(path)), cost.load_profile(device), 4, efficiency(cache))
+    return {"ms": round(predicted["ms"], 2), "gflops": round(predicted["gflops"], 3)}
+
+
 def estimate_shape(config: ModelConfig, seq_len: int, device: str = "pixel4", cache: Path = CACHE) -> dict:
     """{"ms": the estimate at 4 threads, "gflops", "params_m"} for a classifier of `config`'s shape at `seq_len`."""
     from mobilekd.export.litert import convert
@@ -54,11 +60,10 @@ def estimate_shape(config: ModelConfig, seq_len: int, device: str = "pixel4", ca
     torch.manual_seed(0)
     model = trained_like(MobileBertForSequenceClassification(config.replace(id2label={0: "0", 1: "1"})).eval())
     with tempfile.TemporaryDirectory() as tmp:  # the graph is read, not kept: a teacher's file is ~90 MB
-        costs = cost.op_costs(read_graph(convert(model, "classification", seq_len, Path(tmp) / "shape.tflite")))
-    predicted = cost.estimate(costs, cost.load_profile(device), 4, efficiency(cache))
-    result = {"ms": round(predicted["ms"], 2), "gflops": round(predicted["gflops"], 3),
-              "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2), "seq_len": seq_len,
-              "device": device}
+        predicted = estimate_file(convert(model, "classification", seq_len, Path(tmp) / "shape.tflite"), device,
+                                  cache)
+    result = {**predicted, "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2),
+              "seq_len": seq_len, "device": device}
     known = read_json(store) if store.is_file() else {}  # another process may have added shapes meanwhile
     write_json(store, {**known, key: result})
     return result

@@ -111,6 +111,7 @@ def test_recipe_export_and_parity_at_micro_scale(tmp_path, tokenizer):
     assert set(early) == {"0.0", "0.5", "0.9"} and early["0.0"]["avg_layers"] == 4
     assert all(x["same_exit"] == 1.0 and x["same_prediction"] == 1.0 for x in early.values())
     assert parity["model_none.tflite"]["agreement"] == 1.0
+    assert "| model_early_exit.tflite |" in (tmp_path / "tflite" / "README.md").read_text()
 
     task = load_task("sst2", default_data("sst2"), eval_only=True)
     dev = encode_classification(task, next(iter(task.dev.values()))[:8], tokenizer, 32)

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from huggingface_hub import ModelCard
 
 from helpers import one_line_error, run_module
 from mobilekd.data.tokenizer import load_tokenizer
@@ -60,6 +61,18 @@ def test_every_format_matches_pytorch(exported):
     assert reports["model_fp16.tflite"]["max_abs_diff"] <= 1e-2
     assert reports["model_dynamic_int8.tflite"]["size_bytes"] < fp32 / 2
     assert "| model_int8.tflite |" in (exported / "report.md").read_text()
+
+    card = ModelCard.load(exported / "README.md")  # the model card, as the Hub reads it
+    assert card.data.pipeline_tag == "text-classification" and card.data.license == "other"
+    assert card.data.eval_results is None  # a model no run scored: no dev score is claimed
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in card.text.splitlines()
+            if line.startswith("| model")}
+    assert sorted(rows) == sorted(reports)
+    host, pixel = ({name: float(rows[name][i].strip(" |")) for name in rows if name.endswith(".tflite")}
+                   for i in (5, 6))
+    assert all(v > 0 for v in [*host.values(), *pixel.values()]) and rows["model.onnx"][6].strip(" |") == "-"
+    assert pixel["model_int8.tflite"] < pixel["model_none.tflite"]  # the cost model prices integer kernels lower
+    assert "ESTIMATES" in card.text and "Host latency measured on `" in card.text
 
     ops = json.loads((exported / "ops.json").read_text())
     assert "FULLY_CONNECTED" in ops["model_none.tflite"] and "MatMul" in ops["model.onnx"]

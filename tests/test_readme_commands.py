@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+from huggingface_hub import ModelCard
+
 from conftest import ROOT
 from helpers import env
 
@@ -148,6 +150,8 @@ def test_the_one_own_data_command_runs_as_printed(tmp_path, tokenizer):
     parity = json.loads((out / "student/tflite/parity.json").read_text())
     assert parity["model_none.tflite"]["agreement"] == 1.0 and parity["model_none.tflite"]["seq_len"] == max_len
     assert "bag of words" in proc.stdout and (out / "frontier.png").is_file()
+    card = ModelCard.load(out / "student/tflite/README.md")  # export's card reads ship's one dev scoring
+    assert card.data.eval_results[0].metric_value == round(summary["student"]["dev"]["accuracy"], 4)
 
     again = subprocess.run(typed(line, tmp_path, bert, data), shell=True, cwd=ROOT, env=env(), capture_output=True,
                            text=True, timeout=300)  # a finished run is not redone
@@ -177,3 +181,8 @@ def test_the_own_data_steps_run_as_printed(tmp_path, small_corpus, tokenizer):
     assert set(parity) >= {"model_none.tflite", "model_dynamic_int8.tflite"}
     config = json.loads((tmp_path / "runs/my/student_task/config.json").read_text())
     assert config["id2label"] == {"0": "bad", "1": "good"}  # the user's label names, in sorted order
+    card = ModelCard.load(tmp_path / "runs/my/student_task/tflite/README.md")
+    dev = json.loads((tmp_path / "runs/my/student_task/results.json").read_text())["metrics"]["dev"]["accuracy"]
+    (result,) = card.data.eval_results
+    assert result.metric_value == round(dev, 4) and "chosen on a validation split" in result.metric_name
+    assert card.data.base_model == str(tmp_path / "runs/my/teacher_task")

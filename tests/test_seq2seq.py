@@ -210,6 +210,8 @@ def test_micro_cmlm_run_from_a_masked_lm_to_a_tflite_that_decodes_as_pytorch(dem
     reports = json.loads((tmp_path / "tflite" / "parity.json").read_text())
     parity, int8 = reports["model_seq2seq.tflite"], reports["model_seq2seq_dynamic_int8.tflite"]
     assert parity["pairs"] == 12 and parity["identical"] == 1.0
+    card = (tmp_path / "tflite" / "README.md").read_text()  # the model card: BLEU in the file beside PyTorch's
+    assert "pipeline_tag: text2text-generation" in card and "| model_seq2seq.tflite |" in card and "BLEU" in card
     assert parity["scores"]["file"] == parity["scores"]["pytorch"] == int8["scores"]["pytorch"]
     assert parity["flex_or_custom_ops"] == [] and parity["host_ms"]["per_token"] > 0
     assert int8["pairs"] == 12 and 0 <= int8["identical"] <= 1 and int8["size_bytes"] < 0.5 * parity["size_bytes"]

@@ -27,6 +27,9 @@ Writes into OUT, each file atomically:
                             constants, Flex/custom ops
   ops.json                  per file: operator histogram
   report.md                 the same as a table
+  README.md                 the model card, in the Hugging Face format (mobilekd/export/card.py): the dev score and
+                            how the checkpoint was chosen, the base model, the license; each file's size, parity,
+                            host latency (measured here, 1 thread) and Pixel 4 ESTIMATE
 Quantizations: none, fp16, dynamic-int8, weight-int8, int8 (full integer) and int8-a16; the last two calibrate
 activation ranges on --calibration-examples training examples of the parity task drawn at random with seed 0
 (or on --calibration). A BiLSTM directory (mobilekd bilstm) exports the same way: its file takes the same three
@@ -52,6 +55,7 @@ from mobilekd.data.custom import read_custom
 from mobilekd.data.tasks import TASK_NAMES, default_data, encode_classification, load_task
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
+from mobilekd.export.card import agreement_cell, model_card, score_cell
 from mobilekd.export.graph import float_islands, foreign_ops, nonfinite_constants, op_histogram, read_graph
 from mobilekd.export.litert import (CALIBRATED, QUANTIZATIONS, convert, mean_over_lengths, quantized_copy,
                                     tflite_name)
@@ -108,6 +112,8 @@ def parse_args(argv=None):
     p.add_argument("--calibration-examples", type=int, default=200, help="int8 calibration examples (default 200)")
     p.add_argument("--single-task-files", action="store_true",
                    help="a multi-task model: also one file per task (fp32), to compare with the one shared file")
+    p.add_argument("--license", help="the model card's license (a Hugging Face license id, e.g. apache-2.0; default "
+                                     "other: a student inherits its teacher's and its data's terms)")
     p.add_argument("--out", help="output directory (default: MODEL/tflite)")
     return p.parse_args(argv)
 
@@ -188,19 +194,6 @@ def islands_cell(islands: dict | None) -> str:
     if not islands:
         return "-"
     return f"{islands['islands']} ({', '.join(f'{op} {n}' for op, n in islands['ops_in_float'].items())})"
-
-
-def agreement_cell(r: dict) -> str:
-    """A parity report's prediction agreement ('-' for a regression model, which predicts no class)."""
-    return f"{r['agreement']:.4f}" if "agreement" in r else "-"
-
-
-def score_cell(r: dict) -> str:
-    """A parity report's dev score in the file and in PyTorch: accuracy, or Pearson for a regression model."""
-    for metric in ("accuracy", "pearson"):
-        if f"{metric}_torch" in r:
-            return f"{metric} {r[f'{metric}_exported']:.4f} (PyTorch {r[f'{metric}_torch']:.4f})"
-    return "-"
 
 
 def length_line(r: dict, seq_len: int) -> str:
@@ -375,6 +368,26 @@ def run(args):
         reports[EARLY_EXIT_FILE] = export_early_exit(args, early, out, split.arrays)
         write_json(out / "parity.json", reports)
     write_markdown(out, reports, histograms)
+    write_card(args, out, head, reports)
+
+
+def write_card(args, out: Path, head: str, reports: dict) -> None:
+    """OUT/README.md, the model card (`mobilekd.export.card`), with the host latency of each single-signature
+    `.tflite` file (1 thread, 30 runs after 5, the files interleaved: `android_bench.host.measure`) and its Pixel 4
+    estimate (`android_bench.budget.estimate_file`)."""
+    from android_bench.budget import estimate_file
+    from android_bench.host import measure
+
+    files = [name for name, r in reports.items() if name.endswith(".tflite") and (out / name).is_file()
+             and not ({"thresholds", "lengths", "pairs"} & set(r))]  # several signatures: timed by their reports
+    timings = {}
+    if files:
+        measured = measure([out / name for name in files], [1], runs=30, warmup=5)
+        for name in files:
+            timings[name] = {"host_ms": measured["models"][str(out / name)]["by_threads"][0]["p50_ms"],
+                             "pixel4_ms_est": estimate_file(out / name)["ms"], "host": measured["host"]["id"]}
+    with atomic_path(out / "README.md") as tmp:
+        tmp.write_text(model_card(args.model, head, reports, timings, args.license))
 
 
 def export_early_exit(args, model, out: Path, arrays: dict) -> dict:
@@ -448,6 +461,7 @@ def export_seq2seq(args, out: Path) -> None:
                                            "scores": {"file": scored(outputs), "pytorch": pytorch},
                                            "convert_seconds": seconds, "model": str(args.model), "quantize": quantize}
             write_json(out / "parity.json", reports)
+            write_card(args, out, "seq2seq", reports)
             ms, bleu = report["host_ms"], report["scores"]
             print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): greedy output identical to "
                   f"PyTorch's for {report['identical']:.4f} of {report['pairs']} dev pairs, BLEU "
@@ -512,6 +526,7 @@ def export_multitask(args, out: Path) -> None:
         print(f"{path} ({reports[name]['size_bytes'] / 1e6:.1f} MB, {reports[name]['convert_seconds']:.0f} s)" +
               "".join(f"\n  {t}: max abs diff {r['max_abs_diff']:.2e}, agreement {agreement_cell(r)}, {score_cell(r)}"
                       for t, r in checks.items()))
+    write_card(args, out, "multitask", reports)
 
 
 if __name__ == "__main__":
