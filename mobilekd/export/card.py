@@ -56,8 +56,8 @@ def model_card(model_dir, head: str, reports: dict, timings: dict, license: str 
                                  metric_name=f"dev {metric} ({chosen})")
                       for metric, value in dev.items() if isinstance(value, (int, float))] or None)
     lines = [f"# {name}: {task}, exported by mobilekd", "",
-             f"`{Path(model_dir)}` exported to on-device files (LiteRT `.tflite`), each checked against PyTorch on "
-             f"the task's dev examples." + (f" Taught by `{run['teacher']}`." if run.get("teacher") else ""), ""]
+             f"`{Path(model_dir)}` exported to on-device files (LiteRT `.tflite`; ExecuTorch `.pte` where asked), "
+             f"each checked against PyTorch on the task's dev examples." + (f" Taught by `{run['teacher']}`." if run.get("teacher") else ""), ""]
     if dev:
         lines += ["| dev | value | how it was chosen |", "|---|---|---|",
                   *[f"| {metric} | {value:.4f} | {chosen} |" for metric, value in dev.items()
@@ -69,6 +69,10 @@ def model_card(model_dir, head: str, reports: dict, timings: dict, license: str 
         t = timings.get(file, {})
         lines.append(f"| {file} | {r['size_bytes'] / 1e6:.1f} | {_diff(r)} | {agreement_cell(r)} | {score_cell(r)} | "
                      f"{_ms(t.get('host_ms'))} | {_ms(t.get('pixel4_ms_est'))} |")
+    left = [f"- {file}: " + ", ".join(f"{op} {n}" for op, n in r["xnnpack_undelegated"].items())
+            for file, r in reports.items() if r.get("xnnpack_undelegated")]
+    lines += ["", "Operators the XNNPACK delegate does not take (they run on the runtime's own kernels):", "",
+              *left] if left else []
     lines += ["", (f"Host latency measured on `{', '.join(hosts)}` in the export run (median of 30 runs, files "
                    f"interleaved); " if hosts else "") +
               "Pixel 4 figures are ESTIMATES of a cost model calibrated on the paper's MobileBERT, not measurements on "

@@ -16,6 +16,8 @@ Writes into OUT, each file atomically:
                             (mobilekd/export/fused_lstm.py; none and dynamic-int8), with the same inputs and metadata;
                             with --lengths also model_<quantize>_lengths_fused.tflite
   model.onnx                with --onnx (opset 20), checked with onnxruntime
+  model.pte                 with --executorch: for ExecuTorch, lowered to its XNNPACK delegate (fp32), checked
+                            through ExecuTorch's runtime; the operators left to its portable kernels are listed
   model_onnx2tf.tflite      with --onnx2tf: the ONNX -> onnx2tf route, checked the same way (no metadata)
   model_early_exit.tflite   for a FastBERT directory (mobilekd fastbert): one signature per layer, run as an app
                             runs it at every threshold the model was scored at, exits compared with PyTorch's
@@ -56,6 +58,7 @@ from mobilekd.data.tasks import TASK_NAMES, default_data, encode_classification,
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.card import agreement_cell, model_card, score_cell
+from mobilekd.export.executorch import PTE_FILE
 from mobilekd.export.graph import float_islands, foreign_ops, nonfinite_constants, op_histogram, read_graph
 from mobilekd.export.litert import (CALIBRATED, QUANTIZATIONS, convert, mean_over_lengths, quantized_copy,
                                     tflite_name)
@@ -99,6 +102,10 @@ def parse_args(argv=None):
     p.add_argument("--onnx2tf", metavar="EXECUTABLE",
                    help="also convert model.onnx to model_onnx2tf.tflite with this onnx2tf (implies --onnx; "
                         "onnx2tf needs TensorFlow, so give the executable of its own environment)")
+    p.add_argument("--executorch", action="store_true",
+                   help="also export model.pte for ExecuTorch with the XNNPACK delegate (fp32), checked through "
+                        "ExecuTorch's runtime and timed beside the .tflite files in the model card; the operators "
+                        "XNNPACK does not take are listed")
     p.add_argument("--no-metadata", action="store_true", help="leave TFLite metadata out")
     p.add_argument("--parity-task", choices=SENTENCE_TASKS,
                    help="task whose dev sentences feed the check; a classifier with that task's labels is also "
@@ -235,7 +242,8 @@ def routes(args) -> list[tuple[str, str]]:
     both = args.fused_lstm and args.lengths
     found += [(q, tflite_name(q, lengths=True, fused=True)) for q in args.quantize] if both else []
     found += [("onnx", "model.onnx")] if args.onnx or args.onnx2tf else []
-    return found + ([("onnx2tf", "model_onnx2tf.tflite")] if args.onnx2tf else [])
+    found += [("onnx2tf", "model_onnx2tf.tflite")] if args.onnx2tf else []
+    return found + ([("executorch", PTE_FILE)] if args.executorch else [])
 
 
 def multitask_files(args, tasks) -> list[tuple[str, str]]:
@@ -329,6 +337,10 @@ def run(args):
             from mobilekd.export.onnx import export_onnx, onnx_ops, run_onnx
             path = export_onnx(model, head, args.seq_len, out / name)
             ops, histograms[name], runner = [], onnx_ops(path), run_onnx
+        elif quantize == "executorch":
+            from mobilekd.export.executorch import convert_pte, run_pte
+            path, fallback = convert_pte(model, head, args.seq_len, out / name)
+            ops, histograms[name], runner = [], fallback, run_pte  # its histogram: the ops XNNPACK leaves
         else:
             if quantize == "onnx2tf":
                 from mobilekd.export.onnx2tf import convert_onnx2tf
@@ -351,7 +363,8 @@ def run(args):
         report = parity_report(model, head, lambda arrays: runner(path, arrays), split.arrays, labels)
         report.update(file_report(path, ops, histograms[name]), quantize=quantize, seq_len=args.seq_len,
                       convert_seconds=seconds, model=str(args.model),
-                      metadata=metadata is not None and quantize in QUANTIZATIONS)
+                      metadata=metadata is not None and quantize in QUANTIZATIONS,
+                      **({"xnnpack_undelegated": fallback} if quantize == "executorch" else {}))
         if name in (tflite_name(quantize, lengths=True), tflite_name(quantize, lengths=True, fused=True)):
             report["lengths"] = length_report(model, head, path, task, tokenizer, args, same_labels)
         reports[name] = report
@@ -373,19 +386,20 @@ def run(args):
 
 def write_card(args, out: Path, head: str, reports: dict) -> None:
     """OUT/README.md, the model card (`mobilekd.export.card`), with the host latency of each single-signature
-    `.tflite` file (1 thread, 30 runs after 5, the files interleaved: `android_bench.host.measure`) and its Pixel 4
-    estimate (`android_bench.budget.estimate_file`)."""
+    `.tflite` file and of the `.pte` (1 thread, 30 runs after 5, the files interleaved: `android_bench.host.measure`)
+    and each `.tflite`'s Pixel 4 estimate (`android_bench.budget.estimate_file`)."""
     from android_bench.budget import estimate_file
     from android_bench.host import measure
 
-    files = [name for name, r in reports.items() if name.endswith(".tflite") and (out / name).is_file()
+    files = [name for name, r in reports.items() if name.endswith((".tflite", ".pte")) and (out / name).is_file()
              and not ({"thresholds", "lengths", "pairs"} & set(r))]  # several signatures: timed by their reports
     timings = {}
     if files:
         measured = measure([out / name for name in files], [1], runs=30, warmup=5)
         for name in files:
             timings[name] = {"host_ms": measured["models"][str(out / name)]["by_threads"][0]["p50_ms"],
-                             "pixel4_ms_est": estimate_file(out / name)["ms"], "host": measured["host"]["id"]}
+                             "host": measured["host"]["id"],  # the cost model reads .tflite graphs
+                             "pixel4_ms_est": estimate_file(out / name)["ms"] if name.endswith(".tflite") else None}
     with atomic_path(out / "README.md") as tmp:
         tmp.write_text(model_card(args.model, head, reports, timings, args.license))
 
