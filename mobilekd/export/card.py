@@ -37,9 +37,8 @@ def trained(model_dir) -> dict:
     return {**run, "dev": dev}
 
 
-def model_card(model_dir, head: str, reports: dict, timings: dict, license: str | None) -> str:
-    """The card's text. `reports`: parity.json's (file -> report); `timings`: file -> {"host_ms", "pixel4_ms_est",
-    "host"} for the files timed."""
+def model_card(model_dir, head: str, reports: dict, license: str | None) -> str:
+    """The card's text. `reports`: parity.json's (file -> report, with `timing` where the file was timed)."""
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
     run = trained(model_dir)
@@ -62,13 +61,13 @@ def model_card(model_dir, head: str, reports: dict, timings: dict, license: str 
         lines += ["| dev | value | how it was chosen |", "|---|---|---|",
                   *[f"| {metric} | {value:.4f} | {chosen} |" for metric, value in dev.items()
                     if isinstance(value, (int, float))], ""]
-    hosts = sorted({t["host"] for t in timings.values()})
+    hosts = sorted({r["timing"]["host"]["id"] for r in reports.values() if r.get("timing")})
     lines += ["| file | MB | max abs diff vs PyTorch | agreement | dev score in the file | host ms "
               "(1 thread) | Pixel 4 ms (est.) |", "|---|---|---|---|---|---|---|"]
     for file, r in reports.items():
-        t = timings.get(file, {})
+        t = r.get("timing") or {}
         lines.append(f"| {file} | {r['size_bytes'] / 1e6:.1f} | {_diff(r)} | {agreement_cell(r)} | {score_cell(r)} | "
-                     f"{_ms(t.get('host_ms'))} | {_ms(t.get('pixel4_ms_est'))} |")
+                     f"{_ms(t.get('host_ms_p50'))} | {_ms(t.get('pixel4_ms_est'))} |")
     left = [f"- {file}: " + ", ".join(f"{op} {n}" for op, n in r["xnnpack_undelegated"].items())
             for file, r in reports.items() if r.get("xnnpack_undelegated")]
     lines += ["", "Operators the XNNPACK delegate does not take (they run on the runtime's own kernels):", "",

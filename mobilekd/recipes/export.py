@@ -385,23 +385,30 @@ def run(args):
 
 
 def write_card(args, out: Path, head: str, reports: dict) -> None:
-    """OUT/README.md, the model card (`mobilekd.export.card`), with the host latency of each single-signature
-    `.tflite` file and of the `.pte` (1 thread, 30 runs after 5, the files interleaved: `android_bench.host.measure`)
-    and each `.tflite`'s Pixel 4 estimate (`android_bench.budget.estimate_file`)."""
+    """Time the files (`timing`), keep the figures in parity.json, then OUT/README.md, the model card
+    (`mobilekd.export.card`)."""
+    reports.update(timing(out, reports))
+    write_json(out / "parity.json", reports)
+    with atomic_path(out / "README.md") as tmp:
+        tmp.write_text(model_card(args.model, head, reports, args.license))
+
+
+def timing(out: Path, reports: dict) -> dict:
+    """The reports of OUT's single-signature `.tflite` files and `.pte`, each with `timing`: its host latency (1
+    thread, the median of 30 runs after 5, the files interleaved: `android_bench.host.measure`), the host's id,
+    and a `.tflite`'s Pixel 4 estimate (`android_bench.budget.estimate_file`; the cost model reads .tflite graphs)."""
     from android_bench.budget import estimate_file
     from android_bench.host import measure
 
     files = [name for name, r in reports.items() if name.endswith((".tflite", ".pte")) and (out / name).is_file()
              and not ({"thresholds", "lengths", "pairs"} & set(r))]  # several signatures: timed by their reports
-    timings = {}
-    if files:
-        measured = measure([out / name for name in files], [1], runs=30, warmup=5)
-        for name in files:
-            timings[name] = {"host_ms": measured["models"][str(out / name)]["by_threads"][0]["p50_ms"],
-                             "host": measured["host"]["id"],  # the cost model reads .tflite graphs
-                             "pixel4_ms_est": estimate_file(out / name)["ms"] if name.endswith(".tflite") else None}
-    with atomic_path(out / "README.md") as tmp:
-        tmp.write_text(model_card(args.model, head, reports, timings, args.license))
+    if not files:
+        return {}
+    measured = measure([out / name for name in files], [1], runs=30, warmup=5)
+    return {name: {**reports[name], "timing": {
+        "host_ms_p50": round(measured["models"][str(out / name)]["by_threads"][0]["p50_ms"], 3), "threads": 1,
+        "host": measured["host"], "pixel4_ms_est": estimate_file(out / name)["ms"] if name.endswith(".tflite")
+        else None}} for name in files}
 
 
 def export_early_exit(args, model, out: Path, arrays: dict) -> dict:
