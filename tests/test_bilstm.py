@@ -261,3 +261,28 @@ def test_recipe_export_and_parity_at_micro_scale(tmp_path, tokenizer):
                       "--out", tmp_path / "y", check=False)
     assert "--augment needs --loss kd" in one_line_error(proc)
     assert not (tmp_path / "y" / "model.safetensors").exists()
+
+
+def test_a_saved_bilstm_loads_back_and_a_directory_that_does_not_fit_is_refused_in_one_line(tmp_path, tokenizer):
+    from mobilekd.errors import UserError
+    from mobilekd.models.bilstm import load_bilstm, save_bilstm
+
+    with pytest.raises(UserError, match="bilstm.json: missing: not a BiLSTM model directory"):
+        load_bilstm(tmp_path)
+    torch.manual_seed(0)
+    model = BiLSTMClassifier(BiLSTMConfig(vocab_size=tokenizer.vocab_size, embedding_size=8, hidden_size=6,
+                                          classifier_size=4, id2label={0: "negative", 1: "positive"})).eval()
+    save_bilstm(model, tmp_path, tokenizer)
+    ids = torch.randint(1000, 2000, (2, 9))
+    ones = torch.ones_like(ids)
+    with torch.no_grad():
+        assert torch.equal(load_bilstm(tmp_path)(ids, ones, 0 * ones), model(ids, ones, 0 * ones))
+    config = json.loads((tmp_path / "bilstm.json").read_text())
+    (tmp_path / "bilstm.json").write_text(json.dumps({**config, "hidden_size": 7}))
+    with pytest.raises(UserError, match=r"model.safetensors: does not hold this bilstm.json's weights: .* is \("):
+        load_bilstm(tmp_path)
+    (tmp_path / "bilstm.json").write_text(json.dumps(config))
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:500])
+    with pytest.raises(UserError, match="model.safetensors: not a readable safetensors file"):
+        load_bilstm(tmp_path)

@@ -27,12 +27,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from torch import nn
 
-from mobilekd.errors import located
-from mobilekd.fileio import read_json, write_json
-from mobilekd.models.hf import save_weights
+from mobilekd.models.own_format import load_own, load_own_config, save_own
 from mobilekd.models.word_table import teacher_table
 
 CONFIG_FILE = "bilstm.json"
@@ -181,32 +178,12 @@ def is_bilstm(model_dir) -> bool:
 
 
 def save_bilstm(model: BiLSTMClassifier, out_dir, tokenizer=None) -> Path:
-    """`save_weights` (model.safetensors, the tokenizer's files), then bilstm.json (atomically)."""
-    out_dir = save_weights(model, out_dir, tokenizer)
-    write_json(out_dir / CONFIG_FILE, model.config.to_dict())
-    return out_dir
+    return save_own(model, out_dir, CONFIG_FILE, tokenizer)
 
 
 def load_bilstm_config(model_dir) -> BiLSTMConfig:
-    path = Path(model_dir) / CONFIG_FILE
-    try:
-        return BiLSTMConfig.from_dict(read_json(path))
-    except (TypeError, ValueError, AttributeError) as err:
-        raise located(path, f"not a BiLSTM configuration: {err}") from None
+    return load_own_config(model_dir, CONFIG_FILE, BiLSTMConfig, "BiLSTM")
 
 
 def load_bilstm(model_dir) -> BiLSTMClassifier:
-    """A saved BiLSTM; a weights file that does not fit its configuration is refused, naming the file."""
-    config = load_bilstm_config(model_dir)
-    try:
-        model = BiLSTMClassifier(config)
-    except (ValueError, RuntimeError) as err:
-        raise located(Path(model_dir) / CONFIG_FILE, f"not a BiLSTM configuration: {err}") from None
-    path = Path(model_dir) / "model.safetensors"
-    if not path.is_file():
-        raise located(path, "missing: the BiLSTM's weights")
-    try:
-        model.load_state_dict(load_file(str(path)))
-    except Exception as err:  # safetensors' header errors and load_state_dict's mismatches alike
-        raise located(path, f"does not hold this BiLSTM's weights: {str(err).splitlines()[0][:200]}") from None
-    return model.eval()
+    return load_own(model_dir, CONFIG_FILE, BiLSTMConfig, BiLSTMClassifier, "BiLSTM")

@@ -27,12 +27,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from torch import nn
 
-from mobilekd.errors import located
-from mobilekd.fileio import read_json, write_json
-from mobilekd.models.hf import save_weights
+from mobilekd.models.own_format import load_own, save_own
 
 CONFIG_FILE = "seq2seq.json"
 NEG = -1e9  # a masked attention score
@@ -233,34 +230,8 @@ def is_seq2seq(model_dir) -> bool:
 
 
 def save_seq2seq(model: Seq2SeqTransformer, out_dir, tokenizer=None) -> Path:
-    """`save_weights` (model.safetensors, the tokenizer's files), then seq2seq.json (atomically)."""
-    out_dir = save_weights(model, out_dir, tokenizer)
-    write_json(out_dir / CONFIG_FILE, model.config.to_dict())
-    return out_dir
+    return save_own(model, out_dir, CONFIG_FILE, tokenizer)
 
 
 def load_seq2seq(model_dir) -> Seq2SeqTransformer:
-    """A saved seq2seq student; a configuration or weights file that does not fit is refused, naming the file."""
-    path = Path(model_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise located(path, "missing: not a seq2seq model directory (mobilekd seq2seq's OUT)")
-    try:
-        model = Seq2SeqTransformer(Seq2SeqConfig.from_dict(read_json(path)))
-    except (TypeError, ValueError, AttributeError) as err:
-        raise located(path, f"not a seq2seq configuration: {err}") from None
-    weights = Path(model_dir) / "model.safetensors"
-    if not weights.is_file():
-        raise located(weights, "missing: the seq2seq model's weights")
-    try:
-        state = load_file(str(weights))
-    except Exception as err:  # safetensors' header errors
-        raise located(weights, f"not a readable safetensors file ({str(err)[:200]})") from None
-    own = model.state_dict()
-    wrong = ([f"lacks {k}" for k in own if k not in state] + [f"has an unknown {k}" for k in state if k not in own] +
-             [f"{k} is {tuple(state[k].shape)}, not {tuple(v.shape)}" for k, v in own.items()
-              if k in state and state[k].shape != v.shape])
-    if wrong:
-        raise located(weights, f"does not hold this seq2seq.json's weights: {'; '.join(wrong[:3])}"
-                               f"{f' (and {len(wrong) - 3} more)' if len(wrong) > 3 else ''}")
-    model.load_state_dict(state)
-    return model.eval()
+    return load_own(model_dir, CONFIG_FILE, Seq2SeqConfig, Seq2SeqTransformer, "seq2seq")
