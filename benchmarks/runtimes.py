@@ -82,7 +82,9 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
 
 def table(results: list[dict]) -> str:
     lines = ["| task | file | dev examples | same label as PyTorch | dev accuracy | max abs diff | MB | host ms "
-             "(1 thread) | Pixel 4 ms (est.) |", "|---|---|---|---|---|---|---|---|---|"]
+             "(1 thread) | host time / LiteRT fp32's, same run | Pixel 4 ms (est.) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    host = {(r["task"], r["method"], r["seed"]): r["value"] for r in results if r["metric"] == "host_ms"}
     for task in dict.fromkeys(r["task"] for r in results):
         for method in FILES:
             mine = [r for r in results if r["task"] == task and r["method"] == method]
@@ -93,14 +95,17 @@ def table(results: list[dict]) -> str:
                 values = [r["value"] for r in mine if r["metric"] == metric]
                 return mean_std_cell(values, digits=digits) if values else "-"
             diffs = [r["value"] for r in mine if r["metric"] == "max_abs_diff"]
+            ratios = [host[(task, method, seed)] / host[(task, "litert-fp32", seed)]
+                      for (t, m, seed) in host if t == task and m == method and (task, "litert-fp32", seed) in host]
             lines.append(f"| {task} | {method} | {mine[0]['dev_examples']:,} | {cell('agreement')} | "
                          f"{cell('accuracy')} | {max(diffs):.1e} | {cell('size_mb', 1)} | {cell('host_ms', 2)} | "
-                         f"{cell('pixel4_ms_est', 1)} |")
+                         f"{mean_std_cell(ratios, digits=2) if ratios else '-'} | {cell('pixel4_ms_est', 1)} |")
     hosts = sorted({r["host"] for r in results if r["metric"] == "host_ms" and r.get("host")})
     fallback = {op for r in results if r.get("fallback") for op in r["fallback"]}
     return "\n".join(lines) + (
         f"\n\nHost latency: medians of 30 runs at 1 thread, the three files of a run interleaved, on "
-        f"{', '.join(f'`{h}`' for h in hosts)}; the seeds' mean ± std where several. Pixel figures are ESTIMATES of a "
+        f"{', '.join(f'`{h}`' for h in hosts)}; the seeds' mean ± std where several (each seed ships its own student "
+        f"shape: the ratio to LiteRT fp32 in the same run is the figure to compare). Pixel figures are ESTIMATES of a "
         f"cost model. ExecuTorch left to its portable kernels: {', '.join(sorted(fallback)) or 'nothing'}.\n")
 
 
