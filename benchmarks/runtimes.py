@@ -17,7 +17,6 @@ ExecuTorch's portable kernels (`fallback`).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
