@@ -112,3 +112,14 @@ def test_layer_matching_and_squad_are_refused_with_such_a_teacher(tmp_path, own_
                                      tmp_path / "teacher", "--out", tmp_path / "student", *COMMON, check=False))
     assert "config.json: teacher's labels ['no', 'yes', 'maybe'] do not fit task sst2" in line
     assert not (tmp_path / "student" / "model.safetensors").exists()
+    # a checkpoint that is not a fine-tuned classifier (its head would start at random) is refused, not distilled
+    body = transformers.AutoModel.from_config(ARCHITECTURES["roberta"](len(own_tokenizer), own_tokenizer.pad_token_id))
+    body.save_pretrained(tmp_path / "body")
+    own_tokenizer.save_pretrained(tmp_path / "body")
+    line = one_line_error(run_module("mobilekd.recipes.finetune", "--model", student, "--teacher", tmp_path / "body",
+                                     "--out", tmp_path / "student", *COMMON, check=False))
+    assert "model.safetensors: lacks" in line and "not a fine-tuned classifier" in line
+    line = one_line_error(run_module("mobilekd.recipes.finetune", "--model", student, "--teacher", tmp_path / "body",
+                                     "--out", tmp_path / "student", *COMMON[:-2], "--max-len", 200, "--threads", 1,
+                                     check=False))
+    assert "--max-len 200 exceeds the teacher's 78 positions" in line

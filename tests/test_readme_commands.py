@@ -185,4 +185,5 @@ def test_the_own_data_steps_run_as_printed(tmp_path, small_corpus, tokenizer):
     dev = json.loads((tmp_path / "runs/my/student_task/results.json").read_text())["metrics"]["dev"]["accuracy"]
     (result,) = card.data.eval_results
     assert result.metric_value == round(dev, 4) and "chosen on a validation split" in result.metric_name
-    assert card.data.base_model == str(tmp_path / "runs/my/teacher_task")
+    assert card.data.base_model is None and f"Taught by `{tmp_path}/runs/my/teacher_task`" in card.text  # a path,
+    # not a Hub id: named in the text

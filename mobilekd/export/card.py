@@ -23,6 +23,16 @@ PIPELINES = {"classification": "text-classification", "qa": "question-answering"
 CHOSEN = {"validation": "checkpoint chosen on a validation split of the training data; dev read once, after",
           "dev": "checkpoint chosen on this dev set: an optimistic, dev-set maximum",
           "none": "the last step's model; dev read once, after"}
+VALIDATION_NAMES = ("validation", "selection", "train-slice")  # what runs have called the carved split
+
+
+def how_chosen(selected_on: str | None) -> str:
+    """A run's `selected_on` (results.json) in words: a validation split (under any name runs gave it), the last
+    step ("none ..."), or a dev split's own name (dev, dev_matched, ...): chosen on dev."""
+    if not selected_on:
+        return "how its checkpoint was chosen is not recorded"
+    first = selected_on.split()[0]
+    return CHOSEN["validation" if first in VALIDATION_NAMES else "none" if first == "none" else "dev"]
 
 
 def trained(model_dir) -> dict:
@@ -42,13 +52,15 @@ def model_card(model_dir, head: str, reports: dict, license: str | None) -> str:
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
     run = trained(model_dir)
-    task, dev = run.get("task") or "unknown", run.get("dev") or {}
-    chosen = CHOSEN.get(run.get("selected_on"), "how its checkpoint was chosen is not recorded")
+    task = run.get("task") or ", ".join(run.get("tasks") or {}) or "unknown"  # a multi-task model's: its tasks
+    dev = run.get("dev") or {}
+    chosen = how_chosen(run.get("selected_on"))
     base = run.get("teacher") or run.get("model")
     name = Path(model_dir).resolve().name
     data = ModelCardData(
         license=license or "other", **({} if license else {"license_name": "inherited-from-teacher-and-data"}),
-        base_model=str(base) if base else None, pipeline_tag=PIPELINES.get(head),
+        # the Hub reads base_model as a repository id: a local directory is named in the text instead
+        base_model=str(base) if base and not Path(base).exists() else None, pipeline_tag=PIPELINES.get(head),
         tags=["mobilekd", "knowledge-distillation", "tflite", "litert"], model_name=name,
         eval_results=[EvalResult(task_type=PIPELINES.get(head, head), dataset_type=task, dataset_name=task,
                                  dataset_split="dev", metric_type=metric, metric_value=round(float(value), 4),
@@ -56,14 +68,16 @@ def model_card(model_dir, head: str, reports: dict, license: str | None) -> str:
                       for metric, value in dev.items() if isinstance(value, (int, float))] or None)
     lines = [f"# {name}: {task}, exported by mobilekd", "",
              f"`{Path(model_dir)}` exported to on-device files (LiteRT `.tflite`; ExecuTorch `.pte` where asked), "
-             f"each checked against PyTorch on the task's dev examples." + (f" Taught by `{run['teacher']}`." if run.get("teacher") else ""), ""]
+             f"each checked against PyTorch on the task's dev examples." +
+             (f" Taught by `{run['teacher']}`." if run.get("teacher") else "") +
+             (f" Started from `{run['model']}`." if run.get("model") and not run.get("teacher") else ""), ""]
     if dev:
         lines += ["| dev | value | how it was chosen |", "|---|---|---|",
                   *[f"| {metric} | {value:.4f} | {chosen} |" for metric, value in dev.items()
                     if isinstance(value, (int, float))], ""]
     hosts = sorted({r["timing"]["host"]["id"] for r in reports.values() if r.get("timing")})
     lines += ["| file | MB | max abs diff vs PyTorch | agreement | dev score in the file | host ms "
-              "(1 thread) | Pixel 4 ms (est.) |", "|---|---|---|---|---|---|---|"]
+              "(1 thread) | Pixel 4 ms (est., 4 threads) |", "|---|---|---|---|---|---|---|"]
     for file, r in reports.items():
         t = r.get("timing") or {}
         lines.append(f"| {file} | {r['size_bytes'] / 1e6:.1f} | {_diff(r)} | {agreement_cell(r)} | {score_cell(r)} | "
@@ -72,11 +86,14 @@ def model_card(model_dir, head: str, reports: dict, license: str | None) -> str:
             for file, r in reports.items() if r.get("xnnpack_undelegated")]
     lines += ["", "Operators the XNNPACK delegate does not take (they run on the runtime's own kernels):", "",
               *left] if left else []
-    lines += ["", (f"Host latency measured on `{', '.join(hosts)}` in the export run (median of 30 runs, files "
-                   f"interleaved); " if hosts else "") +
-              "Pixel 4 figures are ESTIMATES of a cost model calibrated on the paper's MobileBERT, not measurements on "
-              "a phone. Sequence length: " + ", ".join(sorted({str(r.get("seq_len")) for r in reports.values()
-                                                             if r.get("seq_len")})) + ".", ""]
+    lengths = sorted({str(r["seq_len"]) for r in reports.values() if r.get("seq_len")})
+    estimated = any((r.get("timing") or {}).get("pixel4_ms_est") for r in reports.values())
+    notes = [f"Host latency measured on `{', '.join(hosts)}` in the export run (median of 30 runs at 1 thread, the "
+             f"files interleaved)." if hosts else "",
+             "Pixel 4 figures are ESTIMATES of a cost model calibrated on the paper's MobileBERT (4 threads), not "
+             "measurements on a phone." if estimated else "",
+             f"Sequence length: {', '.join(lengths)}." if lengths else ""]
+    lines += ["", " ".join(n for n in notes if n), ""]
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)))
 
 

@@ -32,6 +32,15 @@ from mobilekd.fileio import atomic_path
 PTE_FILE = "model.pte"
 
 
+def require_executorch() -> None:
+    """One line, not a traceback, where the `executorch` package is missing (scripts/setup.sh installs it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("executorch") is None:
+        raise UserError("ExecuTorch is not installed: scripts/setup.sh installs it (pip install --no-deps -c "
+                        "constraints.txt executorch ruamel.yaml ruamel.yaml.clib)")
+
+
 def fallback_ops(graph_module) -> dict[str, int]:
     """The operators of a lowered graph that the delegate did not take, by name, most frequent first (a tuple
     output's `getitem` is not an operator and is left out)."""
@@ -45,6 +54,7 @@ def convert_pte(model, head: str, seq_len: int, out_path) -> tuple[Path, dict[st
     """`model` (eval mode) with `head`'s app outputs as a `.pte` at `out_path` (written atomically) with the XNNPACK
     delegate; and the operators left to the portable kernels (`fallback_ops`). A graph ExecuTorch refuses is one
     line naming the first line of its message."""
+    require_executorch()
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
@@ -70,6 +80,7 @@ class PteRunner:
     dtype; calling it with arrays for them returns the outputs as arrays."""
 
     def __init__(self, path, threads: int = 1):
+        require_executorch()
         from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
         from executorch.runtime import Runtime
 

@@ -72,10 +72,15 @@ def labels_problem(id2label: dict[int, str], task) -> str | None:
            f"(labels {list(task.id2label.values())})"
 
 
-def load_foreign_teacher(model_dir, task) -> ForeignTeacher:
+# transformers' RoBERTa-family position ids start after the padding index: two positions fewer for tokens
+OFFSET_POSITIONS = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "longformer": 2}
+
+
+def load_foreign_teacher(model_dir, task, max_len: int) -> ForeignTeacher:
     """Load `model_dir` with `AutoModelForSequenceClassification` (from model.safetensors only: never a pickle) and
-    `AutoTokenizer`, its labels checked against `task` first; a directory transformers cannot read is one located
-    line."""
+    `AutoTokenizer`, its labels checked against `task` and its positions against `max_len` first; refused in one
+    located line where transformers cannot read it or where its classifier is not in the file (a checkpoint not
+    fine-tuned: transformers would start the head at random, and random logits would be distilled)."""
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
     model_dir = Path(model_dir)
@@ -88,8 +93,18 @@ def load_foreign_teacher(model_dir, task) -> ForeignTeacher:
         problem = labels_problem(id2label, task)
         if problem:
             raise located(model_dir / "config.json", problem)
-        model = AutoModelForSequenceClassification.from_pretrained(model_dir, config=config,
-                                                                   use_safetensors=True).eval()
+        positions = getattr(config, "max_position_embeddings", None)
+        if positions is not None and max_len > positions - OFFSET_POSITIONS.get(config.model_type, 0):
+            raise located(model_dir / "config.json", f"--max-len {max_len} exceeds the teacher's "
+                                                     f"{positions - OFFSET_POSITIONS.get(config.model_type, 0)} "
+                                                     f"positions")
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            model_dir, config=config, use_safetensors=True, output_loading_info=True)
+        if info.get("missing_keys"):
+            raise located(model_dir / "model.safetensors", f"lacks {len(info['missing_keys'])} of the classifier's "
+                                                           f"weights (e.g. {sorted(info['missing_keys'])[0]}): not a "
+                                                           f"fine-tuned classifier; fine-tune it first")
+        model.eval()
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

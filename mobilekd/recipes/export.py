@@ -283,6 +283,10 @@ def main(argv=None):
             raise UserError(f"--fused-lstm: the fused file is written for --quantize {' and '.join(FUSED)}, not "
                             f"{' '.join(unfused)}")
         tensorflow_python()  # made (or its failure told) before any conversion
+    if args.executorch:
+        from mobilekd.export.executorch import require_executorch
+
+        require_executorch()  # before any conversion
     if is_seq2seq(args.model):
         load_seq2seq(args.model)  # a bad model is named before OUT
     else:
@@ -399,12 +403,16 @@ def timing(out: Path, reports: dict) -> dict:
     and a `.tflite`'s Pixel 4 estimate (`android_bench.budget.estimate_file`; the cost model reads .tflite graphs)."""
     from android_bench.budget import estimate_file
     from android_bench.host import measure
+    from android_bench.models import CACHE, preset_path
 
     files = [name for name, r in reports.items() if name.endswith((".tflite", ".pte")) and (out / name).is_file()
              and not ({"thresholds", "lengths", "pairs"} & set(r))]  # several signatures: timed by their reports
     if not files:
         return {}
     measured = measure([out / name for name in files], [1], runs=30, warmup=5)
+    if not preset_path("mobilebert", "none", 128, CACHE).is_file():
+        print("the Pixel 4 estimate's calibration: converting the paper's MobileBERT once (a minute or two; kept in "
+              f"{CACHE})", flush=True)
     return {name: {**reports[name], "timing": {
         "host_ms_p50": round(measured["models"][str(out / name)]["by_threads"][0]["p50_ms"], 3), "threads": 1,
         "host": measured["host"], "pixel4_ms_est": estimate_file(out / name)["ms"] if name.endswith(".tflite")
@@ -445,7 +453,7 @@ def export_seq2seq(args, out: Path) -> None:
     from mobilekd.models.decoding import decode_split
 
     unsupported = [f for f, given in (("--head", args.head), ("--onnx", args.onnx), ("--onnx2tf", args.onnx2tf),
-                                      ("--lengths", args.lengths),
+                                      ("--lengths", args.lengths), ("--executorch", args.executorch),
                                       ("--parity-task", args.parity_task), ("--calibration", args.calibration))
                    if given] + [q for q in args.quantize if q not in SEQ2SEQ_QUANTIZE]
     if unsupported:
@@ -498,7 +506,7 @@ def export_multitask(args, out: Path) -> None:
     from mobilekd.export.multitask import UNCALIBRATED, convert_multitask, multitask_parity
 
     unsupported = [flag for flag, given in (("--head", args.head), ("--onnx", args.onnx), ("--onnx2tf", args.onnx2tf),
-                                            ("--lengths", args.lengths),
+                                            ("--lengths", args.lengths), ("--executorch", args.executorch),
                                             ("--parity-task", args.parity_task), ("--parity-data", args.parity_data),
                                             ("--calibration", args.calibration)) if given]
     refused = [q for q in args.quantize if q not in UNCALIBRATED]

@@ -243,6 +243,7 @@ def run(args, accelerator):
         train_split.arrays.update(outputs)
         print(f"teacher outputs ({foreign.model_type}, through its own tokenizer) over {len(train_split)} training "
               f"examples: " + ("from the cache" if made.cached else "computed and cached"))
+        foreign.model = None  # its logits are all it gives: not kept on the device for the training
     if teacher is not None and task.head != "qa":
         outputs_pass = outputs_precision(teacher, train_split, pass_flag(args, "teacher_outputs_precision"),
                                          Path(args.cache_dir) / PRECISION_FILE)
@@ -350,7 +351,7 @@ def foreign_teacher(args, task) -> ForeignTeacher:
         raise UserError(layer_matching_refusal(args.teacher, "BERT-PKD's patience loss"))
     if flags["intermediate"]:
         raise UserError(layer_matching_refusal(args.teacher, "TinyBERT's intermediate step (--method tinybert)"))
-    return load_foreign_teacher(args.teacher, task)
+    return load_foreign_teacher(args.teacher, task, args.max_len)
 
 
 def patience_matches(args, teacher: ModelConfig, student: ModelConfig) -> list[Match]:
