@@ -36,15 +36,17 @@ def sst2_csv(tmp_path, n_train, n_dev=50):
 def test_budgets_follow_the_data_size_and_its_lengths(tmp_path):
     from mobilekd.models.pretrained import model_dir
     from mobilekd.recipes.ship import budget, measure
+    from mobilekd.search.space import load_space
 
+    teacher = load_space()["teacher"]
     data = sst2_csv(tmp_path, 3000)
     (data / "dev.csv").write_text("not,a,valid\nrow\n")  # the budget is measured without reading dev
     # SST-2's training phrases under the packaged teacher's tokenizer: short, so 32 or 64 word pieces, not 128
-    b = measure(model_dir("all-minilm-l6-v2"), "custom", data, regression=False)
+    b = measure(model_dir("all-minilm-l6-v2"), "custom", data, regression=False, teacher_spec=teacher)
     assert b["train_examples"] == 3000 and b["classes"] == 2
     assert b["max_len"] in (32, 64) and b["length_p95"] <= b["max_len"]
-    assert b["teacher_epochs"] == 3 and b["teacher_lr"] == 5e-5  # the demo's measured setting (configs/demo.json)
-    large = budget(67_349, [200] * 10)
+    assert b["teacher_epochs"] == 4 and b["teacher_lrs"] == [5e-5, 2e-4]  # at most; the step chosen on validation
+    large = budget(67_349, [200] * 10, teacher)
     assert (large["teacher_epochs"], large["max_len"]) == (1, 128)
 
 
@@ -102,6 +104,11 @@ def test_bad_input_is_one_line(tmp_path):
     broken = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
                                        "--config", config, "--out", tmp_path / "out", check=False))
     assert "space.json" in broken and "lacks space" in broken
+    shipped = json.loads((ROOT / "configs/ship.json").read_text())
+    config.write_text(json.dumps({**shipped, "teacher": {**shipped["teacher"], "lr": []}}))
+    no_lr = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
+                                      "--config", config, "--out", tmp_path / "out", check=False))
+    assert "space.json" in no_lr and "teacher.lr must be a list of positive learning rates" in no_lr
     tight = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
                                       "--latency-ms", "0.1", "--families", "subset", "--out", tmp_path / "out",
                                       check=False))
@@ -133,7 +140,9 @@ def test_a_search_on_two_workers_chooses_without_reading_dev(tmp_path):
     (data / "dev.csv").unlink()
     os.mkfifo(data / "dev.csv")
     config = tmp_path / "space.json"
-    config.write_text(json.dumps({"search": {"trials": 4, "rungs": 2, "reduction_factor": 2}, "families": {
+    config.write_text(json.dumps({"search": {"trials": 4, "rungs": 2, "reduction_factor": 2}, "teacher": {
+        "lr": [5e-5, 2e-4], "epochs": {"small": 2, "large": 1}, "small_task": 20000, "evaluations_per_epoch": 2},
+        "families": {
         "subset": {"shapes": {"layers": [1, 2]}, "start": ["init", "{teacher}", "{start}", "--layers",
                                                              "spread:{layers}"],
                    "finetune": {"--method": "kd"},
@@ -177,6 +186,14 @@ def test_a_search_on_two_workers_chooses_without_reading_dev(tmp_path):
     assert all(r["pixel4_ms_est"] <= s["budget"]["latency_ms"] and r["host"] for r in rows)
     assert s["budget"]["latency_ms"] == round(s["budget"]["teacher_pixel4_ms_est"] / 3, 2)
     assert 0 <= s["student"]["dev"]["accuracy"] <= 1 and s["student"]["dev_examples"] == 60
+    picked = s["teacher"]["chosen"]  # the teacher: the learning rate and step best on validation, dev unread
+    assert [r["lr"] for r in picked["runs"]] == [5e-5, 2e-4] and all(r["steps"] > r["best_step"] or
+                                                                      r["steps"] == r["best_step"] for r in
+                                                                      picked["runs"])
+    best = max(picked["runs"], key=lambda r: r["val_value"])
+    assert picked["chosen"] == best["run"] and (out / "teacher" / "model.safetensors").is_file()
+    teacher_run = json.loads((out / "teachers" / best["run"] / "results.json").read_text())
+    assert list(teacher_run["metrics"]) == ["validation"] and teacher_run["selected_on"] == "validation"
     results = json.loads((out / "trials" / f"{chosen[0]['trial']:04d}" / "results.json").read_text())
     assert results["dev_scored"].startswith("never") and list(results["metrics"]) == ["validation"]
     parity = json.loads((out / "student/tflite/parity.json").read_text())

@@ -49,6 +49,11 @@ def _strata(task: Task, examples: list) -> np.ndarray | None:
     return strata if np.unique(strata, return_counts=True)[1].min() >= 2 else None
 
 
+def validation_size(n: int, fraction: float = FRACTION, cap: int = CAP) -> int:
+    """How many of `n` training examples `carve` holds out: `fraction` of them, at most `cap`, at least 1."""
+    return min(cap, max(1, round(fraction * n)))
+
+
 def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap: int = CAP) -> Carved:
     """Hold out `fraction` of `examples` (at most `cap`, at least 1) as the validation split, drawn by `seed`,
     stratified where `_strata` allows; the rest trains. Refused in one line when too few examples are left to train
@@ -56,7 +61,7 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
     if not 0 < fraction < 1:
         raise UserError(f"--validation-fraction must be between 0 and 1, got {fraction}")
     n = len(examples)
-    size = min(cap, max(1, round(fraction * n)))
+    size = validation_size(n, fraction, cap)
     if n - size < 1:
         raise UserError(f"{n} training examples leave none to train on once {size} are held out for validation "
                         f"(--select-on none keeps them all and the last step's model)")

@@ -9,7 +9,9 @@ DATA holds train and dev files (.csv with a header `text,label` or `text,text_pa
 same keys; `--regression` for numeric labels), as `mobilekd finetune --task custom` reads them. What it does, each
 stage skipped when its output is complete, so the same command resumes:
 
-  OUT/teacher        your BERT fine-tuned on the task (the teacher: its last step's model; dev scored after the search)
+  OUT/teachers/lrX   your BERT fine-tuned on the task at each learning rate of configs/ship.json's teacher section,
+                     scored on a validation split carved from the training data (seeded, stratified; dev is not read)
+  OUT/teacher        the run and step with the best validation score: the teacher (dev scored after the search)
   OUT/trials/NNNN    the search: an Optuna study over the student families of configs/ship.json (the teacher's
                      own layers with narrowed FFNs, TinyBERT's student, a MobileBERT-shaped one) and their flags,
                      every candidate shape priced by its Pixel estimate first and trained only if it fits the
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -49,30 +52,56 @@ from mobilekd.export.litert import QUANTIZATIONS, tflite_name
 from mobilekd.fileio import atomic_path, file_digest, read_json, write_json
 from mobilekd.host import identity
 from mobilekd.rundir import finished_results, owned, training_host
-from mobilekd.run_config import DEMO, run_settings
 from mobilekd.data.glue import TASKS as GLUE_TASKS
+from mobilekd.finetune.selection import validation_size
 from mobilekd.search.space import CONFIG, Candidate, load_space, needs_head, shapes, start_argv
 
 LENGTHS = (32, 64, 128)  # the --max-len choices
-SMALL_TASK = 20_000  # up to this many training examples the teacher trains 3 epochs, above it 1
 LENGTH_SAMPLE = 2_000  # training texts tokenized to measure the length distribution
 SHARE = 1 / 3  # the default budget: this share of the teacher's own Pixel 4 estimate
 STARTS = ".cache/mobilekd/starts"  # relative to the working directory, as the other caches
 MODEL_FILES = ("config.json", "model.safetensors", "results.json", "history.json", "dev_predictions.tsv")
 
 
-def budget(train_examples: int, lengths: list[int]) -> dict:
-    """Sequence length and the teacher's epochs for a task of `train_examples` examples whose word-piece lengths
-    (special tokens included) are `lengths` (a sample of them); the teacher's learning rate is the demo's
-    (configs/demo.json, its one home)."""
+def budget(train_examples: int, lengths: list[int], teacher: dict) -> dict:
+    """Sequence length and the teacher's epochs (at most: its step is chosen on validation) and learning rates for a
+    task of `train_examples` examples whose word-piece lengths (special tokens included) are `lengths` (a sample of
+    them), by `teacher`, configs/ship.json's teacher section."""
     p95 = float(np.percentile(lengths, 95))
     return {"max_len": next((n for n in LENGTHS if n >= p95), LENGTHS[-1]),
-            "teacher_epochs": 3 if train_examples <= SMALL_TASK else 1,
-            "teacher_lr": float(run_settings(DEMO, "packaged-teacher")["teacher_lr"]),
-            "length_p95": round(p95, 1), "train_examples": train_examples}
+            "teacher_epochs": teacher["epochs"]["small" if train_examples <= teacher["small_task"] else "large"],
+            "teacher_lrs": teacher["lr"], "length_p95": round(p95, 1), "train_examples": train_examples}
 
 
-def measure(teacher: Path, task_name: str, data: Path, regression: bool) -> dict:
+def teacher_runs(b: dict, teacher_spec: dict, flags: list[str], teacher: Path, out: Path) -> dict[str, list[str]]:
+    """OUT/teachers/<run> -> its finetune argv: one run a learning rate, each for up to the budget's epochs,
+    evaluated on the validation split `evaluations_per_epoch` times an epoch, its checkpoint chosen there."""
+    per_epoch = math.ceil((b["train_examples"] - validation_size(b["train_examples"])) / 32)  # finetune's batch
+    every = max(1, math.ceil(per_epoch / teacher_spec["evaluations_per_epoch"]))
+    return {f"lr{lr:g}": ["finetune", *flags, "--model", str(teacher), "--epochs", str(b["teacher_epochs"]),
+                          "--lr", str(lr), "--select-on", "validation", "--eval-every", str(every), "--skip-dev",
+                          "--out", str(out / "teachers" / f"lr{lr:g}"), "--resume"] for lr in b["teacher_lrs"]}
+
+
+def choose_teacher(runs: dict[str, list[str]], out: Path) -> dict:
+    """The run whose chosen checkpoint scored best on validation, copied to OUT/teacher (whole, by a rename) with
+    OUT/teacher/chosen.json: every run's validation score, step and seconds, and which was chosen."""
+    scores = []
+    for name in runs:
+        r = read_json(out / "teachers" / name / "results.json")
+        scores.append({"run": name, "lr": r["lr"], "val_value": r["best_score"], "metric": r["best_metric"],
+                       "best_step": r["best_step"], "steps": r["steps"], "wall_seconds": r["wall_seconds"]})
+    best = max(scores, key=lambda x: x["val_value"])
+    record = {"chosen": best["run"], "why": f"the best validation {best['metric']} of {len(scores)} runs", "runs":
+              scores, "wall_seconds": round(sum(x["wall_seconds"] for x in scores), 1)}
+    if (out / "teacher").exists():  # half made
+        shutil.rmtree(out / "teacher")
+    take_chosen(out / "teachers" / best["run"], out / "teacher")
+    write_json(out / "teacher" / "chosen.json", record)
+    return record
+
+
+def measure(teacher: Path, task_name: str, data: Path, regression: bool, teacher_spec: dict) -> dict:
     """The budget of this data from its training split alone (dev is not read): its size, its classes, its texts'
     lengths under the teacher's tokenizer."""
     from mobilekd.data.tasks import load_task
@@ -83,7 +112,7 @@ def measure(teacher: Path, task_name: str, data: Path, regression: bool) -> dict
     rng = np.random.default_rng(0)
     sample = [task.train[i] for i in rng.choice(len(task.train), min(LENGTH_SAMPLE, len(task.train)), replace=False)]
     lengths = [len(tokenizer(e.text_a, e.text_b)["input_ids"]) for e in sample]
-    return budget(len(task.train), lengths) | {"classes": len(task.labels) if task.labels else None}
+    return budget(len(task.train), lengths, teacher_spec) | {"classes": len(task.labels) if task.labels else None}
 
 
 def task_flags(task: str, data: Path, b: dict, seed: int, regression: bool, threads: int | None) -> list[str]:
@@ -199,7 +228,7 @@ def model_card(s: dict) -> str:
         "| | dev " + metric + " | note |", "|---|---|---|",
         f"| this student | {s['student']['dev'][metric]:.4f} | dev read once, after every choice; validation "
         f"{c['val_value']:.4f} chose it |",
-        f"| teacher | {s['teacher']['dev'][metric]:.4f} | its last step's model |",
+        f"| teacher | {s['teacher']['dev'][metric]:.4f} | {teacher_choice(s)} |",
         *([f"| TF-IDF + LR | {s['baseline']['metrics'][metric]:.4f} | all of the training examples |"]
           if s.get("baseline") else []), "",
         f"- Recipe: `mobilekd finetune {c['recipe']}` from `{c['start']}`.",
@@ -210,6 +239,16 @@ def model_card(s: dict) -> str:
         "where the shape has a transformers layout.",
         "- Limits: scores are on the user's dev set, one seed; the search saw a validation split of the training "
         "data only.", ""])
+
+
+def teacher_choice(s: dict) -> str:
+    """How the teacher was chosen, in a few words (a ship.json from before the choice: its last step's model)."""
+    picked = s["teacher"].get("chosen")
+    if not picked:
+        return "its last step's model"
+    run = next(r for r in picked["runs"] if r["run"] == picked["chosen"])
+    return (f"lr {run['lr']:g}, step {run['best_step']} of {run['steps']}, chosen on validation "
+            f"({run['val_value']:.4f}) among {len(picked['runs'])} runs")
 
 
 def report(s: dict) -> str:
@@ -288,7 +327,7 @@ def main(argv=None):
     unknown = [f for f in families if f not in space["families"]]
     if unknown:
         raise located(args.config, f"has no family {', '.join(unknown)} (it has {', '.join(space['families'])})")
-    b = measure(teacher, args.task, data, args.regression)
+    b = measure(teacher, args.task, data, args.regression, space["teacher"])
     from android_bench.budget import estimate_shape
 
     teacher_ms = estimate_shape(config, b["max_len"], args.device)["ms"]
@@ -301,8 +340,9 @@ def main(argv=None):
     if not args.join:
         print(f"budget from the data ({b['train_examples']} training examples, "
               + (f"{b['classes']} classes, " if b["classes"] else "")
-              + f"95% of them within {b['length_p95']:.0f} word pieces): --max-len {b['max_len']}; teacher "
-              f"{b['teacher_epochs']} epochs at lr {b['teacher_lr']:g}; students within {limit:.1f} ms on "
+              + f"95% of them within {b['length_p95']:.0f} word pieces): --max-len {b['max_len']}; teacher up "
+              f"to {b['teacher_epochs']:g} epochs at lr {' or '.join(f'{x:g}' for x in b['teacher_lrs'])}, chosen "
+              f"on validation; students within {limit:.1f} ms on "
               f"{args.device} (est.; the teacher's {teacher_ms:.1f} ms)")
         for c in found:
             print(f"  candidate {c.name}: {c.estimate['params_m']:.1f}M parameters, {c.estimate['ms']:.1f} ms (est.)")
@@ -315,11 +355,12 @@ def main(argv=None):
     flags = task_flags(args.task, data, b, args.seed, args.regression, args.threads)  # a trial's
     # the stages no trial runs beside (the teacher, the scorings) get every worker's threads
     whole = task_flags(args.task, data, b, args.seed, args.regression, args.threads and args.threads * args.workers)
-    teacher_argv = ["finetune", *whole, "--model", str(teacher), "--epochs", str(b["teacher_epochs"]), "--lr",
-                    str(b["teacher_lr"]), "--eval-every", "0", "--skip-dev", "--out", str(out / "teacher"), "--resume"]
+    runs = teacher_runs(b, space["teacher"], whole, teacher, out)
     if args.dry_run:
-        print(f"== teacher: mobilekd {' '.join(teacher_argv)}\n== search: {trials} trials over "
-              f"{len(found)} candidates, then the chosen student scored on dev once and exported")
+        for name, run in runs.items():
+            print(f"== teacher {name}: mobilekd {' '.join(run)}")
+        print(f"== then the teacher run best on validation, and a search of {trials} trials over {len(found)} "
+              f"candidates; the chosen student scored on dev once and exported")
         return
     timeout = args.hours * 3600 if args.hours else None
 
@@ -333,11 +374,14 @@ def main(argv=None):
         search.search(*study_and_objective(), trials, timeout)
         return
     with owned(out):  # one ship at a time in OUT: a second would fail the first's running trials as stale
-        keep_plan(out, {"teacher": without_threads(teacher_argv),
+        keep_plan(out, {"teacher": {name: without_threads(argv) for name, argv in runs.items()},
                         "candidates": [c.name for c in found], "seed": args.seed, "config": read_json(args.config),
                         "latency_ms": limit, "trials": trials})
-        if finished_results(out / "teacher") is None:
-            run_stage("teacher", teacher_argv, out)
+        if not (out / "teacher" / "chosen.json").is_file():
+            for name, run in runs.items():
+                if finished_results(out / "teachers" / name) is None:
+                    run_stage(f"teacher {name}", run, out)
+            choose_teacher(runs, out)
         study, objective = study_and_objective()
         stale = search.fail_stale(study)  # no worker runs yet: any trial left running was interrupted
         if stale:
@@ -401,7 +445,7 @@ def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Pa
     from mobilekd.data.tasks import load_task
     from mobilekd.finetune.baseline import bag_of_words_baseline
 
-    t = read_json(out / "teacher" / "results.json")
+    t, picked = (read_json(out / "teacher" / name) for name in ("results.json", "chosen.json"))
     t_dev, dev = (read_json(out / m / "dev" / "results.json") for m in ("teacher", "student"))
     metric = chosen.user_attrs["metric"]
     row = next(r for r in rows if r["chosen"])
@@ -416,15 +460,15 @@ def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Pa
                 f"{e.label}\t{names[int(p)] if names and not task.is_regression else p}\n"
                 for e, p in zip(dev_examples, baseline.pop("predictions"))))
     parity = read_json(out / "student" / "tflite" / "parity.json")
-    wall = {"teacher": t["wall_seconds"], "search": round(seconds, 1), "final": final}
+    wall = {"teacher": picked["wall_seconds"], "search": round(seconds, 1), "final": final}
     return {"data": str(data), "budget": b, "metric": metric, "search_seconds": round(seconds, 1),
             "wall_seconds": {**wall, "total": round(sum(wall.values()), 1)},
             "host": identity(),
             "chosen": {**row, "metric": metric, "start": chosen.user_attrs["start"],
                        "why": f"the best validation {metric} of the {sum(r['state'] == 'complete' for r in rows)} "
                               f"complete trials within {b['latency_ms']:.1f} ms (est.)"},
-            "teacher": {"model": str(teacher), "dev": t_dev["metrics"]["dev"], "train_seconds": t["wall_seconds"],
-                        "host": training_host(t)},
+            "teacher": {"model": str(teacher), "dev": t_dev["metrics"]["dev"], "train_seconds": picked["wall_seconds"],
+                        "host": training_host(t), "chosen": picked},
             "student": {"dev": dev["metrics"]["dev"], "dev_scored": "once, after the search chose it",
                         "dev_examples": len(dev_examples)},
             "baseline": baseline, "trials": rows,

@@ -53,6 +53,17 @@ def load_space(path: Path = CONFIG) -> dict:
     for key in ("trials", "rungs", "reduction_factor"):
         if not isinstance(config.get("search", {}).get(key), int) or config["search"][key] < 1:
             raise located(path, f"search.{key} must be a whole number of at least 1")
+    teacher = config.get("teacher")
+    if not (isinstance(teacher, dict) and isinstance(teacher.get("lr"), list) and teacher["lr"]
+            and all(isinstance(x, (int, float)) and x > 0 for x in teacher["lr"])):
+        raise located(path, "teacher.lr must be a list of positive learning rates")
+    for key in ("small_task", "evaluations_per_epoch"):
+        if not isinstance(teacher.get(key), int) or teacher[key] < 1:
+            raise located(path, f"teacher.{key} must be a whole number of at least 1")
+    epochs = teacher.get("epochs")
+    if not (isinstance(epochs, dict) and all(isinstance(epochs.get(k), (int, float)) and epochs[k] > 0
+                                             for k in ("small", "large"))):
+        raise located(path, "teacher.epochs must give small and large, each a positive number of epochs")
     return config
 
 
