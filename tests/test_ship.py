@@ -116,10 +116,14 @@ def test_bad_input_is_one_line(tmp_path):
     assert not (tmp_path / "out").exists()  # refused before any stage ran
     other = tmp_path / "other"
     other.mkdir()
-    (other / "plan.json").write_text('{"teacher": []}')  # a run with other settings lives there
+    (other / "plan.json").write_text('{"teacher": {}}')  # a run with other settings lives there
     reused = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
                                        "--families", "subset", "--out", other, check=False))
     assert "other settings" in reused and not (other / "teacher").exists()
+    (other / "plan.json").write_text('{"teacher": []}')  # a ship of before the teacher was chosen on validation
+    older = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
+                                      "--families", "subset", "--out", other, check=False))
+    assert "before the teacher was chosen on validation" in older and not (other / "teacher").exists()
 
 
 def _writer(fifo):

@@ -54,7 +54,7 @@ from mobilekd.host import identity
 from mobilekd.rundir import finished_results, owned, training_host
 from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.finetune.selection import validation_size
-from mobilekd.search.space import CONFIG, Candidate, load_space, needs_head, shapes, start_argv
+from mobilekd.search.space import BATCH_SIZE, CONFIG, Candidate, load_space, needs_head, shapes, start_argv
 
 LENGTHS = (32, 64, 128)  # the --max-len choices
 LENGTH_SAMPLE = 2_000  # training texts tokenized to measure the length distribution
@@ -76,10 +76,11 @@ def budget(train_examples: int, lengths: list[int], teacher: dict) -> dict:
 def teacher_runs(b: dict, teacher_spec: dict, flags: list[str], teacher: Path, out: Path) -> dict[str, list[str]]:
     """OUT/teachers/<run> -> its finetune argv: one run a learning rate, each for up to the budget's epochs,
     evaluated on the validation split `evaluations_per_epoch` times an epoch, its checkpoint chosen there."""
-    per_epoch = math.ceil((b["train_examples"] - validation_size(b["train_examples"])) / 32)  # finetune's batch
+    per_epoch = math.ceil((b["train_examples"] - validation_size(b["train_examples"])) / BATCH_SIZE)
     every = max(1, math.ceil(per_epoch / teacher_spec["evaluations_per_epoch"]))
     return {f"lr{lr:g}": ["finetune", *flags, "--model", str(teacher), "--epochs", str(b["teacher_epochs"]),
-                          "--lr", str(lr), "--select-on", "validation", "--eval-every", str(every), "--skip-dev",
+                          "--lr", str(lr), "--batch-size", str(BATCH_SIZE), "--select-on", "validation",
+                          "--eval-every", str(every), "--skip-dev",
                           "--out", str(out / "teachers" / f"lr{lr:g}"), "--resume"] for lr in b["teacher_lrs"]}
 
 
@@ -91,7 +92,11 @@ def choose_teacher(runs: dict[str, list[str]], out: Path) -> dict:
         r = read_json(out / "teachers" / name / "results.json")
         scores.append({"run": name, "lr": r["lr"], "val_value": r["best_score"], "metric": r["best_metric"],
                        "best_step": r["best_step"], "steps": r["steps"], "wall_seconds": r["wall_seconds"]})
-    best = max(scores, key=lambda x: x["val_value"])
+    scored = [x for x in scores if x["val_value"] == x["val_value"]]  # a NaN (Pearson of constant scores) loses
+    if not scored:
+        raise UserError(f"{out / 'teachers'}: no teacher run has a validation score (each is NaN); see their "
+                        f"history.json")
+    best = max(scored, key=lambda x: x["val_value"])
     record = {"chosen": best["run"], "why": f"the best validation {best['metric']} of {len(scores)} runs", "runs":
               scores, "wall_seconds": round(sum(x["wall_seconds"] for x in scores), 1)}
     if (out / "teacher").exists():  # half made
@@ -186,8 +191,15 @@ def keep_plan(out: Path, plan: dict) -> None:
     budget, families) would otherwise resume the old study under the new settings; threads, workers and --trials
     (a search extended) may change."""
     path = out / "plan.json"
-    if path.is_file() and read_json(path) != plan:
+    kept = read_json(path) if path.is_file() else None
+    if kept is not None and isinstance(kept.get("teacher"), list):
+        raise located(out, "holds a run of a ship from before the teacher was chosen on validation (one teacher "
+                           "run in its plan.json); its ship.json stands as it is: use another --out for a new run")
+    if kept is not None and kept != plan:
         raise located(out, "holds a run with other settings (its plan.json); use another --out, or delete it")
+    if kept is None and (out / "trials").is_dir() and not (out / "teacher" / "chosen.json").is_file():
+        raise located(out, "holds trials but no plan.json nor a teacher chosen on validation: its students learned "
+                           "from a teacher this run would replace; use another --out")
     write_json(path, plan)
 
 

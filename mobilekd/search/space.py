@@ -53,6 +53,9 @@ def load_space(path: Path = CONFIG) -> dict:
     for key in ("trials", "rungs", "reduction_factor"):
         if not isinstance(config.get("search", {}).get(key), int) or config["search"][key] < 1:
             raise located(path, f"search.{key} must be a whole number of at least 1")
+    if "teacher" not in config and Path(path) != CONFIG:  # a copy made before the section: the shipped one's
+        print(f"{path}: no teacher section; the teacher is fine-tuned as {CONFIG} says")
+        config["teacher"] = read_json(CONFIG)["teacher"]
     teacher = config.get("teacher")
     if not (isinstance(teacher, dict) and isinstance(teacher.get("lr"), list) and teacher["lr"]
             and all(isinstance(x, (int, float)) and x > 0 for x in teacher["lr"])):
