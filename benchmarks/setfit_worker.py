@@ -43,7 +43,8 @@ def main():
     ids = {name: i for i, name in enumerate(names)}
     model = SetFitModel.from_pretrained(args.body)
     trainer = Trainer(model=model, train_dataset=Dataset.from_dict({"text": texts, "label": [ids[x] for x in labels]}),
-                      args=TrainingArguments(max_steps=args.max_steps, seed=args.seed, report_to="none"))
+                      args=TrainingArguments(max_steps=args.max_steps, seed=args.seed, report_to="none",
+                                             output_dir=str(out / "checkpoints")))
     start = time.time()
     trainer.train()
     seconds = time.time() - start

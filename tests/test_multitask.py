@@ -174,7 +174,7 @@ def test_recipe_at_micro_scale(tmp_path, tokenizer):
     parity = json.loads((tmp_path / "tflite" / "parity.json").read_text())
     shared = parity["model_multitask_none.tflite"]
     card = (tmp_path / "tflite" / "README.md").read_text()  # the model card: each file timed and estimated
-    assert all(f"| {name} |" in card for name in parity) and "Pixel 4 ms (est.)" in card
+    assert all(f"| {name} |" in card for name in parity) and "Pixel 4 ms (est., 4 threads)" in card
     assert all(r["max_abs_diff"] < 1e-4 and r["examples"] == 24 for r in shared["tasks"].values())
     assert shared["tasks"]["sst2"]["accuracy_exported"] == shared["tasks"]["sst2"]["accuracy_torch"]
     singles = [parity[f"model_{t}.tflite"]["size_bytes"] for t in ("sst2", "stsb", "rte")]
