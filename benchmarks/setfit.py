@@ -62,7 +62,8 @@ def run(out: Path, tasks: list[str], seeds: list[int]) -> list[str]:
             folder.mkdir(parents=True, exist_ok=True)
             print(f"{task} seed {seed}: SetFit, {MAX_STEPS} steps", flush=True)
             with open(folder / "log.txt", "w") as log:
-                code = subprocess.run([str(python), "-P", str(WORKER),  # -P: not benchmarks/ on sys.path (our setfit.py)
+                # -P: benchmarks/ not on the worker's sys.path, where our setfit.py would shadow the package
+                code = subprocess.run([str(python), "-P", str(WORKER),
                                        "--body", str(body), "--data", str(data), "--out",
                                        str(folder), "--seed", str(seed), "--max-steps", str(MAX_STEPS), "--threads",
                                        str(THREADS)], stdout=log, stderr=log).returncode

@@ -28,8 +28,8 @@ ARCHITECTURES = {
                                                                n_heads=2, hidden_dim=64, max_position_embeddings=80,
                                                                initializer_range=0.3),
 }
-COMMON = ["--task", "sst2", "--seed", 0, "--max-train-examples", 64, "--max-steps", 3, "--batch-size", 16, "--max-len", 32,
-          "--eval-every", 0, "--skip-dev", "--threads", 1]
+COMMON = ["--task", "sst2", "--seed", 0, "--max-train-examples", 64, "--max-steps", 3, "--batch-size", 16,
+          "--max-len", 32, "--eval-every", 0, "--skip-dev", "--threads", 1]
 
 
 @pytest.fixture(scope="module")
