@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mobilekd.fileio import read_json
-from mobilekd.rundir import HELD_OUT, dev_scores
+from mobilekd.rundir import dev_scores
 
 PIPELINES = {"classification": "text-classification", "qa": "question-answering", "pretraining": "fill-mask",
              "seq2seq": "text2text-generation", "multitask": "text-classification"}
@@ -41,7 +41,7 @@ def trained(model_dir) -> dict:
     model_dir = Path(model_dir)
     path = model_dir / "results.json"
     run = read_json(path) if path.is_file() else {}
-    dev = dev_scores({k: v for k, v in (run.get("metrics") or {}).items() if k not in HELD_OUT})
+    dev = dev_scores(run.get("metrics"))
     if dev is None and (model_dir / "dev" / "results.json").is_file():
         dev = dev_scores(read_json(model_dir / "dev" / "results.json").get("metrics"))
     return {**run, "dev": dev}

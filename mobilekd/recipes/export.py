@@ -490,13 +490,13 @@ def export_seq2seq(args, out: Path) -> None:
                                            "scores": {"file": scored(outputs), "pytorch": pytorch},
                                            "convert_seconds": seconds, "model": str(args.model), "quantize": quantize}
             write_json(out / "parity.json", reports)
-            write_card(args, out, "seq2seq", reports)
             ms, bleu = report["host_ms"], report["scores"]
             print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): greedy output identical to "
                   f"PyTorch's for {report['identical']:.4f} of {report['pairs']} dev pairs, BLEU "
                   f"{bleu['file']['bleu']:.2f} against PyTorch's {bleu['pytorch']['bleu']:.2f}; host (1 thread): "
                   f"encode {ms['encode']:.2f} ms, {ms['per_token']:.2f} ms a token, {ms['per_sentence']:.1f} ms a "
                   f"sentence")
+    write_card(args, out, "seq2seq", reports)  # once, after every file
 
 
 def export_multitask(args, out: Path) -> None:
