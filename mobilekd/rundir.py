@@ -33,6 +33,8 @@ def owned(out, enabled: bool = True):
     if not enabled:
         yield out
         return
+    if out.is_symlink() and not out.exists():
+        raise located(out, f"is a broken link (to {os.readlink(out)}); remove it or choose another --out")
     if out.exists() and not out.is_dir():
         raise located(out, "exists and is not a directory; choose another --out")
     out.mkdir(parents=True, exist_ok=True)

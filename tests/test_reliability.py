@@ -43,6 +43,15 @@ def test_two_runs_cannot_share_an_output_directory(student_dir, tmp_path):
     assert result["complete"] and result["lr"] == 1e-3  # the first run's, untouched by the second
 
 
+def test_an_output_directory_that_is_a_broken_link_is_refused_in_one_line(student_dir, tmp_path):
+    out = tmp_path / "run"
+    out.symlink_to(tmp_path / "gone")  # e.g. `cp -r` of a run directory that was a link to a sibling
+    line = one_line_error(run_module(FINETUNE, "--model", student_dir, "--out", out, *QUICK, "--max-steps", 2,
+                                     check=False))
+    assert f"{out}: is a broken link (to {tmp_path / 'gone'})" in line and "choose another --out" in line
+    assert not (tmp_path / "gone").exists()
+
+
 def test_a_killed_runs_lock_is_taken_over(student_dir, tmp_path):
     out = tmp_path / "killed"
     args = ["--model", student_dir, "--out", out, *QUICK, "--max-steps", 120, "--save-every", 2]
