@@ -74,7 +74,8 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             b, metric, c = s["budget"], s["metric"], s["chosen"]
             host = recorded_host(s)
             searched = sorted({c.split("/")[0] for c in read_json(run / "plan.json")["candidates"]})
-            shared = {"task": task, "seed": seed, "metric": metric, "classes": b["classes"], "families": searched,
+            shared = {"task": task, "seed": seed, "metric": metric, "teacher_choice": teacher_choice(s),
+                      "classes": b["classes"], "families": searched,
                       "train_examples": b["train_examples"], "dev_examples": s["student"]["dev_examples"],
                       "max_len": b["max_len"], "latency_ms": b["latency_ms"]}
             found += [{**shared, "method": "ship-trial", "trial": t["trial"], "family": t["family"],
@@ -98,6 +99,16 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     return found
 
 
+def teacher_choice(s: dict) -> str:
+    """How the run's teacher was fine-tuned: "validation" (ship's learning rates and steps, the best on its
+    validation split: OUT/teacher/chosen.json) or "fixed" (the ship of before that choice: 3 epochs at 5e-5, last
+    step). Part of a row's key, so the runs of both stand side by side in the results file."""
+    return "validation" if s["teacher"].get("chosen") else "fixed"
+
+
+TEACHER_CHOICE = {"fixed": "fixed: 3 epochs at 5e-5", "validation": "lr and step chosen on validation"}
+
+
 def majority(data: Path) -> float:
     """Dev accuracy of always answering the training set's most frequent label (the data a run was given)."""
     from mobilekd.data.custom import read_custom
@@ -119,12 +130,12 @@ def predictions(out: Path, task: str, seeds: list[int]) -> dict | None:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| task | train / dev | budget (Pixel 4, est.) | chosen student (validation) | ship, dev once | "
-             "teacher | TF-IDF + LR | majority | ship - TF-IDF | ship / teacher | ship's wall time | "
-             "before the search (`ship`, one recipe) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| task | ship's teacher | train / dev | budget (Pixel 4, est.) | chosen student (validation) | "
+             "ship, dev once | teacher | TF-IDF + LR | majority | ship - TF-IDF | ship / teacher | ship's wall time | "
+             "before the search (`ship`, one recipe) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     earlier = read_json(REPO_ROOT / EARLIER) if (REPO_ROOT / EARLIER).is_file() else []
-    for task in dict.fromkeys(r["task"] for r in results):
-        mine = [r for r in results if r["task"] == task]
+    for task, choice in dict.fromkeys((r["task"], r.get("teacher_choice")) for r in results):
+        mine = [r for r in results if r["task"] == task and r.get("teacher_choice") == choice]
         chosen = [r for r in mine if r["method"] == "ship"]
         if not chosen:
             continue
@@ -136,8 +147,8 @@ def table(results: list[dict]) -> str:
                           f"{r['seed']}; searched {', '.join(r['families'])})" for r in chosen)
         shares = [s / t for s, t in zip(values("ship"), values("teacher"))]
         before = [r["value"] for r in earlier if r["task"] == task and r["method"] == "ship"]
-        pairs = interval_cell(results, task)
-        lines.append(f"| {task} ({metric}) | {first['train_examples']:,} / {first['dev_examples']:,} | "
+        pairs = interval_cell(mine)
+        lines.append(f"| {task} ({metric}) | {TEACHER_CHOICE[choice]} | {first['train_examples']:,} / {first['dev_examples']:,} | "
                      f"{first['latency_ms']:.1f} ms | {picks} | {mean_std_cell(values('ship'))} | "
                      f"{mean_std_cell(values('teacher'))} | {mean_std_cell(values('tfidf'))} | "
                      f"{mean_std_cell(values('majority'))} | {pairs} | {statistics.mean(shares) * 100:.1f}% | "
@@ -159,15 +170,17 @@ def plot(results: list[dict], path: Path) -> None:
         return
     fig, axes = panels
     for ax, task in axes:
-        seed = min(r["seed"] for r in trials if r["task"] == task)
-        mine = [r for r in trials if r["task"] == task and r["seed"] == seed]
-        draw(ax, mine, mine[0]["latency_ms"], mine[0]["metric"], f"{task}, seed {seed}")
+        choice = max(r.get("teacher_choice") or "" for r in trials if r["task"] == task)  # "validation" if run
+        seed = min(r["seed"] for r in trials if r["task"] == task and (r.get("teacher_choice") or "") == choice)
+        mine = [r for r in trials if r["task"] == task and r["seed"] == seed and (r.get("teacher_choice") or "")
+                == choice]
+        draw(ax, mine, mine[0]["latency_ms"], mine[0]["metric"], f"{task}, seed {seed}, teacher {choice}")
     save_png(fig, path)
 
 
-def interval_cell(results: list[dict], task: str) -> str:
-    """ship - TF-IDF's paired interval, as `found` stored it."""
-    stored = [r for r in results if r["task"] == task and r["method"] == "ship-tfidf-interval"]
+def interval_cell(mine: list[dict]) -> str:
+    """ship - TF-IDF's paired interval, as `found` stored it (among one task's rows of one teacher choice)."""
+    stored = [r for r in mine if r["method"] == "ship-tfidf-interval"]
     return intervals.cell(stored[0]["interval"]) if stored else "-"
 
 
@@ -185,15 +198,16 @@ def main(argv=None):
             seeds = sorted(int(d.name[4:]) for d in (out / task).glob("seed*") if (d / "ship.json").is_file())
             p_ = predictions(out, task, seeds) if seeds else None
             if p_ is not None:
+                choice = teacher_choice(read_json(run_dir(out, task, seeds[0]) / "ship.json"))
                 got.append({"task": task, "method": "ship-tfidf-interval", "seed": None, "metric": "accuracy",
-                            "value": None, "seeds": seeds,
+                            "teacher_choice": choice, "value": None, "seeds": seeds,
                             "interval": intervals.paired_bootstrap(p_["labels"], p_["ship"], p_["tfidf"])})
         return got
 
     return comparison(args, lambda: jobs(out, args.tasks, args.seeds), found,
-                      lambda r: (tasks.index(r["task"]), METHODS.index(r["method"]) if r["method"] in METHODS
+                      lambda r: (tasks.index(r["task"]), r.get("teacher_choice") or "", METHODS.index(r["method"]) if r["method"] in METHODS
                                  else len(METHODS), r.get("seed") or 0, r.get("trial", -1)),
-                      table, draw=plot, key=("task", "method", "seed", "metric", "trial"))
+                      table, draw=plot, key=("task", "teacher_choice", "method", "seed", "metric", "trial"))
 
 
 if __name__ == "__main__":
