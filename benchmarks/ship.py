@@ -148,7 +148,8 @@ def table(results: list[dict]) -> str:
         shares = [s / t for s, t in zip(values("ship"), values("teacher"))]
         before = [r["value"] for r in earlier if r["task"] == task and r["method"] == "ship"]
         pairs = interval_cell(mine)
-        lines.append(f"| {task} ({metric}) | {TEACHER_CHOICE[choice]} | {first['train_examples']:,} / {first['dev_examples']:,} | "
+        lines.append(f"| {task} ({metric}) | {TEACHER_CHOICE[choice]} | "
+                     f"{first['train_examples']:,} / {first['dev_examples']:,} | "
                      f"{first['latency_ms']:.1f} ms | {picks} | {mean_std_cell(values('ship'))} | "
                      f"{mean_std_cell(values('teacher'))} | {mean_std_cell(values('tfidf'))} | "
                      f"{mean_std_cell(values('majority'))} | {pairs} | {statistics.mean(shares) * 100:.1f}% | "
@@ -205,8 +206,9 @@ def main(argv=None):
         return got
 
     return comparison(args, lambda: jobs(out, args.tasks, args.seeds), found,
-                      lambda r: (tasks.index(r["task"]), r.get("teacher_choice") or "", METHODS.index(r["method"]) if r["method"] in METHODS
-                                 else len(METHODS), r.get("seed") or 0, r.get("trial", -1)),
+                      lambda r: (tasks.index(r["task"]), r.get("teacher_choice") or "",
+                                 METHODS.index(r["method"]) if r["method"] in METHODS else len(METHODS),
+                                 r.get("seed") or 0, r.get("trial", -1)),
                       table, draw=plot, key=("task", "teacher_choice", "method", "seed", "metric", "trial"))
 
 

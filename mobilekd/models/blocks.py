@@ -122,8 +122,9 @@ class Bottleneck(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Multi-head scaled dot-product attention; optionally returns the per-head attention distributions and the
-    scores they are the softmax of (masking applied: what TinyBERT's attention loss compares)."""
+    """Multi-head scaled dot-product attention; optionally returns the per-head attention distributions, the
+    scores they are the softmax of (masking applied: what TinyBERT's attention loss compares) and the value vectors
+    (B, heads, T, head size: whose relations MiniLM transfers)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -153,7 +154,7 @@ class SelfAttention(nn.Module):
                 scores = scores.clamp(*self.score_clip)
             probs = scores.softmax(dim=-1)  # returned before dropout: what attention transfer compares
             context = F.dropout(probs, dropout, self.training) @ v
-            maps = (probs, scores) if output_attentions else None
+            maps = (probs, scores, v) if output_attentions else None
         else:
             maps = None
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)

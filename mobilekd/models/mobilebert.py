@@ -26,6 +26,7 @@ class EncoderOutput:
     embeddings: torch.Tensor | None = None  # the embedding layer's output (B, T, hidden_size), with feature maps
     attentions: list[torch.Tensor] = field(default_factory=list)  # per block, (B, heads, T, T)
     attention_scores: list[torch.Tensor] = field(default_factory=list)  # their pre-softmax scores, masked
+    values: list[torch.Tensor] = field(default_factory=list)  # per block, its value vectors (B, heads, T, head size)
 
 
 class Encoder(nn.Module):
@@ -100,7 +101,8 @@ class MobileBert(nn.Module):
         out = EncoderOutput(hidden, embeddings=hidden if output_feature_maps and not start_layer else None,
                             feature_maps=[None] * start_layer if output_feature_maps else [],
                             attentions=[None] * start_layer if output_attentions else [],
-                            attention_scores=[None] * start_layer if output_attentions else [])
+                            attention_scores=[None] * start_layer if output_attentions else [],
+                            values=[None] * start_layer if output_attentions else [])
         for block in self.encoder.layer[start_layer:depth]:
             hidden, maps = block(hidden, mask, output_attentions)
             if output_feature_maps:
@@ -108,6 +110,7 @@ class MobileBert(nn.Module):
             if output_attentions:
                 out.attentions.append(maps[0])
                 out.attention_scores.append(maps[1])
+                out.values.append(maps[2])
         out.last_hidden_state = hidden
         if self.pooler is not None and depth == self.config.num_hidden_layers:
             out.pooled = self.pooler(hidden)

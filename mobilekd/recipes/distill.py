@@ -11,6 +11,7 @@ through grouped heads (`mobilekd.transfer.objectives.group_heads`), one of anoth
     mobilekd init runs/teacher runs/bert3 --layers spread:3             # DistilBERT: a 3-layer student of the
     scripts/pkt_distill.sh --teacher runs/teacher --student runs/bert3 --strategy distilbert  # teacher's layers
     scripts/pkt_distill.sh --teacher runs/teacher --student tinybert4_h156 --strategy tinybert --layer-map uniform
+    scripts/pkt_distill.sh --teacher runs/teacher --student runs/bert3 --strategy minilm  # last layers' relations
     accelerate launch -m mobilekd.recipes.distill --teacher T ...      # GPUs, DDP
 """
 
@@ -46,8 +47,8 @@ def parse_args(argv=None):
                    help="student preset (default mobilebert_h384, the demo teacher's student; see `mobilekd models`), "
                         "or a model directory to start from (e.g. `mobilekd init TEACHER OUT --layers spread:3`)")
     p.add_argument("--strategy", choices=STRATEGIES, default="pkt",
-                   help="pkt (default), akt, jkt: MobileBERT's; distilbert: DistilBERT's triple loss; tinybert: "
-                        "TinyBERT's general distillation (mobilekd.transfer.strategies)")
+                   help="; ".join(f"{k}: {v.help}" for k, v in STRATEGIES.items()) + " (default pkt; "
+                        "mobilekd.transfer.strategies)")
     p.add_argument("--masked-score", type=float,
                    help="the student masks padding as the official TF1 code does: its attention scores there become "
                         "this value (-6 officially; quantization friendly) instead of dropping by 10000; such a "
@@ -79,7 +80,8 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
     student = student_model(args.student, args.masked_score)
     config = student.config
     n_layers = config.num_hidden_layers
-    settings = dataclasses.replace(args.settings, weights=args.settings.weights.for_strategy(strategy))
+    settings = args.settings if strategy == "scratch" else dataclasses.replace(  # scratch has no teacher's weights
+        args.settings, weights=args.settings.weights.for_strategy(strategy))
     w = settings.weights  # as this strategy trains with them, so its summary records what was used
     run = {"student": config.to_dict(), "teacher": str(teacher_dir), "seq_len": args.seq_len, "data": data.path.name,
            "strategy": strategy, "freeze": settings.freeze, "lr": settings.lr, "layer_lr": settings.layer_lr,

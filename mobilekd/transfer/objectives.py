@@ -19,16 +19,21 @@ through `group_heads` (the teacher's heads averaged in consecutive groups, one g
     BERT-PKD (Sun et al. 2019, eq. 5): "cls" of chosen layers, loss "pkd"  (`pkd_matches`)
     DistilBERT (Sanh et al. 2019, Section 3): "hidden" of the last layer over the real tokens, loss "cosine"
         (`distilbert_matches`)
+    MiniLM (Wang et al. 2020, Section 3.1): "attention" and "values" of the last layers only, loss "at" (the KL of
+        per-head distributions)  (`minilm_matches`)
 
 Features: `embeddings` (the embedding layer's output), `hidden` (a block's output feature map, B x T x N),
 `attention` (a block's attention probabilities, B x A x T x T), `scores` (the pre-softmax scores of those, with
-the padded keys' scores zeroed), `cls` (a block's first-token vector, B x N) and `logits` (the head's output).
+the padded keys' scores zeroed), `values` (MiniLM's value relation: per head, softmax of the scaled dot products
+of the value vectors, B x A x T x T, padded keys masked), `cls` (a block's first-token vector, B x N) and
+`logits` (the head's output).
 Layers are 0-based block indices; `embeddings` and `logits` take none. A match with `real_tokens` compares a
 feature map's non-padding tokens only (as rows, N_real x N).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -41,8 +46,9 @@ from mobilekd.models.mobilebert import EncoderOutput
 from mobilekd.transfer.losses import (attention_transfer, cosine_hidden, feature_map_transfer, logit_distillation,
                                       mean_transfer, patience_loss, variance_transfer)
 
-FEATURES = ("embeddings", "hidden", "attention", "scores", "cls", "logits")
-LAYERED = ("hidden", "attention", "scores", "cls")  # features that belong to a block
+FEATURES = ("embeddings", "hidden", "attention", "scores", "values", "cls", "logits")
+LAYERED = ("hidden", "attention", "scores", "values", "cls")  # features that belong to a block
+DISTRIBUTIONS = ("attention", "values")  # per-head distributions over the keys: head groups average (`group_heads`)
 MAPS = ("embeddings", "hidden", "cls")  # feature maps: projectable, and of the model's width
 
 
@@ -109,6 +115,8 @@ class Features:
             # `torch.where(student_att <= -1e2, zeros, student_att)`, the -10000 mask having been added); here by
             # the mask itself, which is the same unless a real score falls below -100, and works for either masking
             return self.encoder.attention_scores[layer].masked_fill(self._mask()[:, None, None, :] == 0, 0.0)
+        if feature == "values":
+            return value_relation(self.encoder.values[layer], self._mask())
         if feature == "embeddings":
             x = self.encoder.embeddings
         else:
@@ -121,6 +129,17 @@ class Features:
         if self.attention_mask is None:
             raise ValueError("this match needs the batch's attention mask (Features.attention_mask)")
         return self.attention_mask
+
+
+def value_relation(values: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """MiniLM's value relation (Wang et al. 2020, Section 3.1, "Self-Attention Value-Relation Transfer"):
+    VR_a = softmax(V_a V_a^T / sqrt(d_k)) per head a, from the value vectors (B, A, T, d_k) of one block; the
+    padded keys are masked out of the softmax as the attention's own are, so that each row is a distribution over
+    the real tokens. The paper's distillation code is not released (microsoft/unilm's minilm/ holds checkpoints
+    and fine-tuning examples only)."""
+    v = values.float()
+    scores = v @ v.transpose(-1, -2) / math.sqrt(v.shape[-1])
+    return scores.masked_fill(attention_mask[:, None, None, :] == 0, torch.finfo(scores.dtype).min).softmax(-1)
 
 
 def deepest(matches: list[Match], side: str) -> int:
@@ -163,7 +182,7 @@ def evaluate(matches: list[Match], teacher: Features, student: Features,
             if not projections or m.site not in projections:
                 raise UserError(f"{m.name}: a projected match needs its projection (objectives.projections_for)")
             s = projections[m.site](s)
-        if m.feature == "attention":
+        if m.feature in DISTRIBUTIONS:
             t = group_heads(t, s.shape[1])
         value = LOSSES[m.loss](t, s)
         terms[m.name] = value.detach()
@@ -189,7 +208,7 @@ def check_matches(matches: list[Match], teacher: ModelConfig, student: ModelConf
                                            and 0 <= m.student_layer < student.num_hidden_layers):
             problems.append(f"{m.name}: layers must be teacher 0..{teacher.num_hidden_layers - 1} and student "
                             f"0..{student.num_hidden_layers - 1}, got {m.teacher_layer} and {m.student_layer}")
-        elif m.feature == "attention" and teacher.num_attention_heads % student.num_attention_heads:
+        elif m.feature in DISTRIBUTIONS and teacher.num_attention_heads % student.num_attention_heads:
             problems.append(f"the teacher's {teacher.num_attention_heads} attention heads cannot be grouped into the "
                             f"student's {student.num_attention_heads} (the count must divide)")
         elif m.feature == "scores" and teacher.num_attention_heads != student.num_attention_heads:
@@ -266,3 +285,14 @@ def pkd_matches(teacher_layers: list[int], weight: float) -> list[Match]:
     vectors does (the paper writes a sum; beta absorbs the difference)."""
     return [Match(feature="cls", loss="pkd", weight=weight, teacher_layer=t, student_layer=l)
             for l, t in enumerate(teacher_layers)]
+
+
+def minilm_matches(teacher_depth: int, student_depth: int) -> list[Match]:
+    """MiniLM's deep self-attention distillation (Wang et al. 2020, Section 3.1, L = L_AT + L_VR): the last
+    teacher layer's attention distributions and value relations against the last student layer's, each the KL
+    divergence of teacher from student per head, averaged over heads and query positions (our `at`, MobileBERT's
+    attention transfer, is that KL). No layer map and no projection: every relation is T x T at any width. Where
+    the teacher has more heads, consecutive groups of its distributions are averaged (`group_heads`, our
+    departure: MiniLM requires equal head counts)."""
+    pair = dict(teacher_layer=teacher_depth - 1, student_layer=student_depth - 1)
+    return [Match(feature="attention", loss="at", **pair), Match(feature="values", loss="at", **pair)]

@@ -13,6 +13,11 @@ steps:
               loss and the cosine loss between the last hidden states (`Distiller.distilbert_terms`)
   tinybert    TinyBERT's general distillation (Jiao et al. 2020, Section 3.3): embedding, attention-score and
               hidden-state MSE against the pre-trained teacher, uniform layer map (`objectives.tinybert_matches`)
+  minilm      MiniLM's deep self-attention distillation (Wang et al. 2020, Section 3.1): the last layers' attention
+              distributions and value relations, no layer map, no projection (`objectives.minilm_matches`)
+
+Each is declared once, as a `Strategy` in `STRATEGIES` (its matches, its stages, the flags it reads); the
+distillation recipe, its --help and the pair check look it up there. Adding a method: docs/layout.md.
 
 As in every strategy, a word-embedding table copied from the teacher stays frozen unless
 --train-word-embeddings: DistilBERT trains its table, but on a small corpus Adam would move the rows of words it
@@ -33,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Callable
 
 import psutil
 import torch
@@ -45,10 +51,9 @@ from mobilekd.train.loop import Stage
 from mobilekd.transfer.layer_inputs import LayerInputs
 from mobilekd.transfer.losses import logit_distillation
 from mobilekd.transfer.objectives import (Features, Match, check_matches, deepest, distilbert_matches, evaluate,
-                                          lowest, mobilebert_matches, projections_for, refuse, tinybert_matches)
+                                          lowest, minilm_matches, mobilebert_matches, projections_for, refuse,
+                                          tinybert_matches)
 
-STRATEGIES = ("akt", "jkt", "pkt", "distilbert", "tinybert")
-REREADING = ("pkt", "jkt")  # plans of several stages, whose stages reread one batch sequence to keep layer inputs
 # DistilBERT's loss weights and temperature: the README's training command (examples/research_projects/
 # distillation/README.md: --alpha_ce 5.0 --alpha_mlm 2.0 --alpha_cos 1.0; train.py --temperature 2.0)
 DISTILBERT = {"ce": 5.0, "mlm": 2.0, "cos": 1.0, "temperature": 2.0}
@@ -73,18 +78,16 @@ class TransferWeights:
         "help": "distillation temperature of the MLM head's soft targets"})
 
     def for_strategy(self, strategy: str) -> "TransferWeights":
-        """These weights as `strategy` trains with them (what its run records): PD's alpha and temperature default
-        to 0.5 and 1 (eq. 4); DistilBERT's temperature to its 2.0 (DISTILBERT), and --alpha, which its triple
-        loss has no use for, is refused in one line rather than ignored."""
-        if strategy == "distilbert":
-            if self.alpha is not None:
-                raise UserError("--alpha weighs PD's hard MLM loss; --strategy distilbert's triple loss has fixed "
-                                f"weights (ce {DISTILBERT['ce']:g}, mlm {DISTILBERT['mlm']:g}, cos "
-                                f"{DISTILBERT['cos']:g}): drop --alpha")
-            return dataclasses.replace(self, temperature=DISTILBERT["temperature"] if self.temperature is None
-                                       else self.temperature)
-        return dataclasses.replace(self, alpha=PD_ALPHA if self.alpha is None else self.alpha,
-                                   temperature=PD_TEMPERATURE if self.temperature is None else self.temperature)
+        """These weights as `strategy` trains with them (what its run records): its own defaults for alpha and
+        temperature (`Strategy.defaults`: PD's 0.5 and 1, eq. 4; DistilBERT's temperature 2.0), and either flag
+        refused in one line where the strategy has no use for it, rather than ignored."""
+        declared = STRATEGIES[strategy].defaults
+        for name in ("alpha", "temperature"):
+            if getattr(self, name) is not None and name not in declared:
+                raise UserError(f"--{name} is not used by --strategy {strategy} ({STRATEGIES[strategy].help}): "
+                                f"drop --{name}")
+        return dataclasses.replace(self, **{k: v if getattr(self, k) is None else getattr(self, k)
+                                            for k, v in declared.items()})
 
 
 @dataclass(kw_only=True)
@@ -130,20 +133,13 @@ def check_pair(teacher: ModelConfig, student: ModelConfig, layer_map: list[int] 
     """Refuse a teacher/student that cannot be paired for the strategy's matches (every problem in one line);
     return the teacher layer for each student layer."""
     # widths and head counts, by the matches' own check (layer 0 of each will do for that)
-    n = student.num_hidden_layers
-    if strategy == "distilbert":
-        sample = distilbert_matches(teacher.num_hidden_layers, n)
-    elif strategy == "tinybert":
-        sample = tinybert_matches([0], [0])
-    else:
-        sample = mobilebert_matches([0], [0], projection=teacher.hidden_size != student.hidden_size)
-    problems = check_matches(sample, teacher, student)
+    n, declared = student.num_hidden_layers, STRATEGIES[strategy]
+    problems = check_matches(declared.matches([0], [0], teacher, student, TransferWeights()), teacher, student)
     if teacher.vocab_size != student.vocab_size:
         problems.append(f"vocabularies differ (teacher {teacher.vocab_size}, student {student.vocab_size})")
-    if strategy == "distilbert":  # only the last layers meet
+    if declared.no_layer_map:  # only the last layers meet
         if layer_map:
-            problems.append("--layer-map does not apply to distilbert (its one match pairs the last layers; the "
-                            "student's layers come from `mobilekd init TEACHER OUT --layers spread:K`)")
+            problems.append(f"--layer-map does not apply to {strategy} ({declared.no_layer_map})")
         refuse(problems)
         return layer_map or []
     if layer_map is None:
@@ -227,7 +223,7 @@ class Distiller:
         for p in self.teacher.parameters():
             p.requires_grad_(False)
         self.inputs = None
-        if settings.keep_layer_inputs and strategy in REREADING:
+        if settings.keep_layer_inputs and STRATEGIES[strategy].rereads:
             gb = settings.layer_inputs_gb
             self.inputs = LayerInputs(int(gb * 2 ** 30) if gb is not None else available_memory(
                 next(teacher.parameters()).device) // 4)
@@ -255,15 +251,10 @@ class Distiller:
             self.inputs.put(side, batch, layer, hidden)
 
     def layer_matches(self, layers: list[int]) -> list[Match]:
-        """The strategy's layer-wise matches for these student layers: TinyBERT's, or MobileBERT's with this plan's
-        weights (none for DistilBERT, whose one match is in `distilbert_terms`)."""
-        if self.strategy == "tinybert":
-            return tinybert_matches(self.layer_map, layers)
-        if self.strategy == "distilbert":
-            return []
-        w = self.s.weights
-        return mobilebert_matches(self.layer_map, layers, fmt=w.fmt, at=w.at, mean=w.mean, var=w.var,
-                                  projection=self.projected)
+        """The strategy's layer-wise matches for these student layers (`Strategy.matches`), with this plan's
+        weights."""
+        return STRATEGIES[self.strategy].matches(self.layer_map, layers, self.teacher.config, self.student_config,
+                                                 self.s.weights)
 
     def layer_terms(self, student, batch, matches: list[Match], depth: int | None = None,
                     frozen_below: int = 0) -> dict[str, torch.Tensor]:
@@ -304,9 +295,6 @@ class Distiller:
         self._keep("student", batch, depth, hidden)
         return hidden
 
-    def distilbert_matches(self) -> list[Match]:
-        return distilbert_matches(self.teacher.config.num_hidden_layers, self.student_config.num_hidden_layers)
-
     def distilbert_terms(self, student, batch) -> dict[str, torch.Tensor]:
         """DistilBERT's triple loss (distiller.py, `Distiller.step`: `alpha_ce * loss_ce + alpha_mlm * loss_mlm +
         alpha_cos * loss_cos`), weights `DISTILBERT`, temperature the run's (DistilBERT's 2.0 unless --temperature
@@ -320,7 +308,7 @@ class Distiller:
         out = student(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["masked_positions"],
                       output_feature_maps=True)
         d, mask = DISTILBERT, batch["attention_mask"]
-        cos = evaluate(self.distilbert_matches(), Features(t.encoder, attention_mask=mask),
+        cos = evaluate(self.layer_matches([]), Features(t.encoder, attention_mask=mask),
                        Features(out.encoder, attention_mask=mask))
         ce = logit_distillation(t.mlm_logits, out.mlm_logits, self.s.weights.temperature)
         mlm = mlm_loss(out.mlm_logits, batch)
@@ -400,30 +388,101 @@ def _plan(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
 
 
 def _stages(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
-    s = distiller.s
-    layer_lr = s.layer_lr or s.lr
-    every = distiller.layer_matches(list(range(n_layers)))
-    pd = Stage(name="pd", steps=s.pd_steps, loss=distiller.pd_terms, lr=s.lr, warmup=s.warmup)
-    if strategy == "akt":
-        return [Stage(name="akt", steps=s.total_steps(n_layers), loss=lambda m, b: distiller.akt_terms(m, b, every),
-                      lr=s.lr, warmup=s.warmup, info=_stage_info(every))]
-    if strategy == "jkt":
-        joint = Stage(name="jkt", steps=n_layers * s.layer_steps,
-                      loss=lambda m, b: distiller.layer_terms(m, b, every), trainable=_encoder_only, lr=layer_lr,
-                      warmup=s.warmup, info=_stage_info(every))
-        return [joint, pd]
-    if strategy == "pkt":
-        return [_pkt_stage(distiller, l, s, layer_lr) for l in range(n_layers)] + [pd]
-    if strategy == "distilbert":
-        # what the loss reaches: embeddings, encoder and MLM head (no NSP, hence no pooler)
-        return [Stage(name="distilbert", steps=s.total_steps(n_layers), loss=distiller.distilbert_terms, lr=s.lr,
-                      warmup=s.warmup, info=_stage_info(distiller.distilbert_matches()),
-                      trainable=lambda name: _encoder_only(name) or name.startswith("cls.predictions."))]
-    if strategy == "tinybert":  # every layer at once, no pre-training loss (general_distill.py): no head trains
-        return [Stage(name="tinybert", steps=s.total_steps(n_layers), lr=s.lr, warmup=s.warmup,
-                      loss=lambda m, b: distiller.layer_terms(m, b, every), info=_stage_info(every),
-                      trainable=_encoder_only)]
-    raise UserError(f"unknown strategy {strategy!r}: choose from {', '.join(STRATEGIES)}")
+    if strategy not in STRATEGIES:
+        raise UserError(f"unknown strategy {strategy!r}: choose from {', '.join(STRATEGIES)}")
+    return STRATEGIES[strategy].stages(distiller, n_layers, distiller.layer_matches(list(range(n_layers))))
+
+
+def _pd_stage(d: Distiller) -> Stage:
+    return Stage(name="pd", steps=d.s.pd_steps, loss=d.pd_terms, lr=d.s.lr, warmup=d.s.warmup)
+
+
+def _akt(d: Distiller, n_layers: int, every: list[Match]) -> list[Stage]:
+    return [Stage(name="akt", steps=d.s.total_steps(n_layers), loss=lambda m, b: d.akt_terms(m, b, every),
+                  lr=d.s.lr, warmup=d.s.warmup, info=_stage_info(every))]
+
+
+def _jkt(d: Distiller, n_layers: int, every: list[Match]) -> list[Stage]:
+    joint = Stage(name="jkt", steps=n_layers * d.s.layer_steps, loss=lambda m, b: d.layer_terms(m, b, every),
+                  trainable=_encoder_only, lr=d.s.layer_lr or d.s.lr, warmup=d.s.warmup, info=_stage_info(every))
+    return [joint, _pd_stage(d)]
+
+
+def _pkt(d: Distiller, n_layers: int, every: list[Match]) -> list[Stage]:
+    return [_pkt_stage(d, l, d.s, d.s.layer_lr or d.s.lr) for l in range(n_layers)] + [_pd_stage(d)]
+
+
+def _distilbert(d: Distiller, n_layers: int, every: list[Match]) -> list[Stage]:
+    # what the loss reaches: embeddings, encoder and MLM head (no NSP, hence no pooler)
+    return [Stage(name="distilbert", steps=d.s.total_steps(n_layers), loss=d.distilbert_terms, lr=d.s.lr,
+                  warmup=d.s.warmup, info=_stage_info(every),
+                  trainable=lambda name: _encoder_only(name) or name.startswith("cls.predictions."))]
+
+
+def _layer_matching(name: str, trainable=None):
+    """One stage of layer-wise matches alone at the plan's total steps, no pre-training loss, so no head trains
+    (TinyBERT's general_distill.py; MiniLM, Section 3.1)."""
+    def stages(d: Distiller, n_layers: int, every: list[Match]) -> list[Stage]:
+        return [Stage(name=name, steps=d.s.total_steps(n_layers), lr=d.s.lr, warmup=d.s.warmup,
+                      loss=lambda m, b: d.layer_terms(m, b, every), info=_stage_info(every),
+                      trainable=trainable(n_layers) if trainable else _encoder_only)]
+    return stages
+
+
+def _up_to_last_attention(n_layers: int):
+    """What MiniLM's loss reaches: the embeddings, every block below the last, and in the last block what feeds
+    its attention's queries, keys and values (its bottleneck, if any, and the attention's own projections). The
+    rest of the last block gets no gradient, so it does not train (nor would DDP let it)."""
+    last = n_layers - 1
+
+    def trainable(name: str) -> bool:
+        idx = layer_index(name)
+        if idx is None or name.startswith("projections."):
+            return False
+        return idx < last or ".attention.self." in name or ".bottleneck." in name
+    return trainable
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A task-agnostic distillation method, declared in one place.
+
+    `matches(layer_map, layers, teacher, student, weights)`: its layer-wise `Match`es for these student layers
+    (what `check_pair` checks a pair against, what `projections_for` sizes); `stages(distiller, n_layers,
+    every)`: its plan, given the matches of every layer; `defaults`: its alpha and temperature (a flag it has no
+    entry for is refused); `rereads`: its stages reread one batch sequence, so layer inputs can be kept;
+    `no_layer_map`: why --layer-map does not apply, where only the last layers meet."""
+
+    name: str
+    help: str
+    matches: Callable[[list[int], list[int], ModelConfig, ModelConfig, TransferWeights], list[Match]]
+    stages: Callable[[Distiller, int, list[Match]], list[Stage]]
+    defaults: dict = field(default_factory=dict)
+    rereads: bool = False
+    no_layer_map: str | None = None
+
+
+def _mobilebert(layer_map, layers, teacher, student, w):
+    return mobilebert_matches(layer_map, layers, fmt=w.fmt, at=w.at, mean=w.mean, var=w.var,
+                              projection=teacher.hidden_size != student.hidden_size)
+
+
+PD_DEFAULTS = {"alpha": PD_ALPHA, "temperature": PD_TEMPERATURE}
+LAST_ONLY = "its matches pair the last layers; the student's layers come from `mobilekd init TEACHER OUT --layers " \
+            "spread:K` or a preset"
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("akt", "MobileBERT's auxiliary knowledge transfer", _mobilebert, _akt, PD_DEFAULTS),
+    Strategy("jkt", "MobileBERT's joint knowledge transfer", _mobilebert, _jkt, PD_DEFAULTS, rereads=True),
+    Strategy("pkt", "MobileBERT's progressive knowledge transfer", _mobilebert, _pkt, PD_DEFAULTS, rereads=True),
+    Strategy("distilbert", "DistilBERT's triple loss, fixed weights",
+             lambda lm, ls, t, s, w: distilbert_matches(t.num_hidden_layers, s.num_hidden_layers), _distilbert,
+             {"temperature": DISTILBERT["temperature"]}, no_layer_map=LAST_ONLY),
+    Strategy("tinybert", "TinyBERT's general distillation", lambda lm, ls, t, s, w: tinybert_matches(lm, ls),
+             _layer_matching("tinybert")),
+    Strategy("minilm", "MiniLM's deep self-attention distillation",
+             lambda lm, ls, t, s, w: minilm_matches(t.num_hidden_layers, s.num_hidden_layers),
+             _layer_matching("minilm", _up_to_last_attention), no_layer_map=LAST_ONLY),
+)}
 
 
 def _pkt_stage(distiller: Distiller, l: int, s: PlanSettings, lr: float) -> Stage:
