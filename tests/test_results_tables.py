@@ -820,7 +820,7 @@ def test_every_quality_plan_holds_every_run_its_runs_need(tmp_path):
 def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(tmp_path):
     """The default plan is the issue's table (RECIPES: one recipe per family), not the ablations and augmented runs,
     which `--methods all` (or by name) adds."""
-    from benchmarks import quality
+    from benchmarks import quality, quality_plan
 
     def planned(chosen):
         return {j.name.split("/")[1] for j in quality.jobs(tmp_path, ["mrpc"], [0], chosen)
@@ -833,7 +833,7 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     assert stsb == set(quality.RECIPES) - {"subset2-narrow-kd"} | {"subset2-narrow-kd-aug-wide-longer"}
     # every swap runs on its task, in place of the family's recipe
     assert all(new in quality.methods_for(task, [quality.DEFAULT]) and old not in quality.methods_for(
-        task, [quality.DEFAULT]) for task, swap in quality.TASK_RECIPES.items() for old, new in swap.items())
+        task, [quality.DEFAULT]) for task, swap in quality_plan.TASK_RECIPES.items() for old, new in swap.items())
     # the exports stay SST-2's: the default plan exports and times every family's file
     assert {j.name for j in quality.jobs(tmp_path, ["sst2"], [0], [quality.DEFAULT]) if j.name.startswith("export/")
             } == {f"export/{family}" for family, method in quality.EXPORTED.items() if method in quality.RECIPES}
@@ -847,7 +847,7 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
     narrow = {j.name: j.argv for j in quality.jobs(tmp_path, ["mrpc", "sst2"], [0], ["subset2-narrow-kd-aug"])}
     argv = narrow["mrpc/subset2-narrow-kd-aug/0"]
     assert argv[argv.index("--model") + 1] == str(quality.stage_dirs(tmp_path)["subset2-narrow"])
-    assert argv[argv.index("--alpha") + 1] == "0" and argv[argv.index("--augment") + 1] == quality.AUGMENT["mrpc"]
+    assert argv[argv.index("--alpha") + 1] == "0" and argv[argv.index("--augment") + 1] == quality_plan.AUGMENT["mrpc"]
     assert argv[argv.index("--epochs") + 1] == quality.AUGMENTED_EPOCHS
     assert not any(name.startswith("sst2/subset2-narrow") for name in narrow)
     # its longer run: the same argv but for twice the epochs, evaluated as often over them (EVAL_POINTS)
@@ -970,12 +970,12 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
 def test_quality_times_the_fused_bilstm_file_with_every_family_exported_before(tmp_path):
     """The BiLSTM is exported with --fused-lstm and its fused file is the one timed; files an earlier invocation
     exported (here the PKT student's) are timed in the same run, while their export is not planned again."""
-    from benchmarks import quality
+    from benchmarks import quality, quality_plan
 
     earlier = quality.exported(tmp_path, "mobilebert")
     earlier.parent.mkdir(parents=True)
     earlier.write_bytes(b"tflite")
-    plan = {j.name: j for j in quality.measurement_jobs(tmp_path, ("teacher", "bilstm-kd-aug"))}
+    plan = {j.name: j for j in quality_plan.measurement_jobs(tmp_path, ("teacher", "bilstm-kd-aug"))}
     assert set(plan) == {"export/teacher", "export/bilstm", "latency"}
     assert "--fused-lstm" in plan["export/bilstm"].argv and "--fused-lstm" not in plan["export/teacher"].argv
     timed = plan["latency"].argv[plan["latency"].argv.index("--tflite") + 1:]
