@@ -40,7 +40,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import methods
+from benchmarks import methods, quality_plan
 from benchmarks.baselines import baseline_rows
 from benchmarks.quality_plan import (TASKS, PKT_STEPS, PKT_SHORT_STEPS, TINYBERT_STEPS, DISTILBERT_STEPS, NARROW_FFN,
                                      AUGMENTED, AUGMENTED_EPOCHS, TRANSFER, PLOT_TASKS, BILSTM_EPOCHS, METHODS,
@@ -655,7 +655,7 @@ def plot(curves: list[dict], path: Path) -> None:
 
 def parse(argv=None) -> argparse.Namespace:
     """The command's flags; --methods all as every method."""
-    p = argparse.ArgumentParser(prog="python -m benchmarks.quality", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m benchmarks.quality", description=f"{__doc__}\n{quality_plan.__doc__}",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     comparison_flags(p, "runs/quality", RESULTS, list(TASKS), TASKS, plot="docs/quality.png")
     p.add_argument("--curves", default="docs/results/quality_cost.json", help="the cost curves' rows")
