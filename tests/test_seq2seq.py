@@ -1,6 +1,7 @@
 """C-MLM (issue 36): the teacher's masking and soft targets, the student's loss by hand, decoding, the shipped and
 the user's pairs, and a micro run from a masked LM to a `.tflite` that decodes as PyTorch does."""
 
+import dataclasses
 import json
 import math
 
@@ -12,12 +13,12 @@ from helpers import BERT, one_line_error, run_module
 from mobilekd.data.cmlm import CMLMSplit, copy_masks
 from mobilekd.data.noise import add_noise
 from mobilekd.data.pairs import load_pairs
-from mobilekd.data.seq2seq import PairSplit
+from mobilekd.data.seq2seq import PairSplit, encode_pairs
 from mobilekd.finetune.cmlm import copies_pass, pass_precision, soft_targets
 from mobilekd.models.decoding import beam_search, greedy
 from mobilekd.models.heads import MobileBertForConditionalMLM
 from mobilekd.models.hf import save_pretrained
-from mobilekd.models.seq2seq import load_seq2seq, new_seq2seq
+from mobilekd.models.seq2seq import DecoderCache, Seq2SeqTransformer, load_seq2seq, new_seq2seq
 from mobilekd.bf16 import probe_inference
 from mobilekd.transfer.losses import cmlm_distillation, label_smoothed_nll, neg_log_probs
 
@@ -150,6 +151,29 @@ def test_a_beam_of_one_is_greedy_decoding(tokenizer):
     b = split.batch(range(3))
     assert beam_search(model, b["input_ids"], b["attention_mask"], 12, beam=1) == \
         greedy(model, b["input_ids"], b["attention_mask"], 12)
+
+
+@pytest.mark.parametrize("width", [None, 16])  # OpenNMT-py's layout, and a table narrower than the model
+def test_the_cached_decoder_computes_what_the_whole_prefix_gives(tokenizer, width):
+    """`decode_step` with its key/value cache gives `decode`'s state at each position, and greedy and beam search
+    through it give the tokens they give over the whole prefix, on the correction task's real dev sources."""
+    torch.manual_seed(0)
+    model = new_seq2seq("seq2seq_micro", tokenizer, max_positions=64).eval()
+    if width:
+        model = Seq2SeqTransformer(dataclasses.replace(model.config, embedding_size=width)).eval()
+    dev, _ = encode_pairs(load_pairs("correction").dev[:48], tokenizer, 64, refuse_long=False)
+    b = dev.batch(range(48))
+    prefix = torch.randint(1000, 2000, (48, 9))
+    with torch.no_grad():
+        memory = model.encode(b["input_ids"], b["attention_mask"])
+        whole = model.decode(memory, b["attention_mask"], prefix)
+        cache = DecoderCache(len(model.decoder))
+        steps = torch.stack([model.decode_step(memory, b["attention_mask"], prefix[:, t], cache) for t in range(9)], 1)
+    torch.testing.assert_close(steps, whole, rtol=1e-5, atol=1e-5)
+    assert cache.position == 9 and cache.layers[0]["self"][0].shape == (48, 2, 9, 16)
+    inputs = (b["input_ids"], b["attention_mask"], 24)
+    assert greedy(model, *inputs, cache=True) == greedy(model, *inputs, cache=False)
+    assert beam_search(model, *inputs, beam=3, cache=True) == beam_search(model, *inputs, beam=3, cache=False)
 
 
 def test_paraphrase_pairs_keep_dev_sentences_out_of_training():

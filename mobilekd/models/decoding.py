@@ -3,14 +3,25 @@ C-MLM paper's decoding settings (Distill-BERT-Textgen README / run_mt.sh: `-beam
 -length_penalty wu`: a hypothesis' log-probability divided by ((5 + length) / 6) ** alpha, Wu et al. 2016, eq. 14;
 `beam_search` says where its search departs from OpenNMT-py's).
 
-Both read the source once (`encode`) and run the decoder over the whole prefix at each step, as the exported file's
-`decode` signature does (no key/value cache: the targets here are a few dozen word pieces). A hypothesis ends at
-the end-of-sequence token, or after `max_len` tokens; what comes back is its tokens without it.
+Both read the source once (`encode`). With `cache` (the default) the decoder then runs one new position a step,
+the earlier positions' keys and values kept (`Seq2SeqTransformer.decode_step`, `DecoderCache`); without it, over
+the whole prefix at each step, as the exported file's `decode` signature does (the two agree up to rounding:
+tests/test_seq2seq.py checks the tokens). A hypothesis ends at the end-of-sequence token, or after `max_len`
+tokens; what comes back is its tokens without it.
 """
 
 from __future__ import annotations
 
 import torch
+
+from mobilekd.models.seq2seq import DecoderCache
+
+
+def next_states(model, memory, mask, prefix, cache: DecoderCache | None):
+    """The decoder's state at the prefix's last position (B, d): from the cache, or over the whole prefix."""
+    if cache is None:
+        return model.decode(memory, mask, prefix)[:, -1]
+    return model.decode_step(memory, mask, prefix[:, -1], cache)
 
 
 def _strip(tokens: list[int], eos: int) -> list[int]:
@@ -18,15 +29,16 @@ def _strip(tokens: list[int], eos: int) -> list[int]:
 
 
 @torch.no_grad()
-def greedy(model, input_ids, attention_mask, max_len: int) -> list[list[int]]:
+def greedy(model, input_ids, attention_mask, max_len: int, cache: bool = True) -> list[list[int]]:
     """The most probable next token, step by step, for every source of the batch."""
     c, device = model.config, next(model.parameters()).device
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     memory = model.encode(input_ids, attention_mask)
     prefix = torch.full((len(input_ids), 1), c.bos_token_id, dtype=torch.long, device=device)
     done = torch.zeros(len(input_ids), dtype=torch.bool, device=device)
+    kept = DecoderCache(len(model.decoder)) if cache else None
     for _ in range(max_len):
-        step = model.logits(model.decode(memory, attention_mask, prefix)[:, -1]).argmax(-1)
+        step = model.logits(next_states(model, memory, attention_mask, prefix, kept)).argmax(-1)
         step = torch.where(done, torch.full_like(step, c.pad_token_id), step)
         prefix = torch.cat([prefix, step[:, None]], 1)
         done |= step == c.eos_token_id
@@ -41,8 +53,8 @@ def wu_penalty(length: int, alpha: float) -> float:
 
 
 @torch.no_grad()
-def beam_search(model, input_ids, attention_mask, max_len: int, beam: int = 5, alpha: float = 0.6) \
-        -> list[list[int]]:
+def beam_search(model, input_ids, attention_mask, max_len: int, beam: int = 5, alpha: float = 0.6,
+                cache: bool = True) -> list[list[int]]:
     """The hypothesis of best log-probability / `wu_penalty` among those a beam of `beam` keeps, per source. Each
     step ranks the 2 x `beam` best continuations; one that ends (or reaches `max_len`) is kept as a finished
     hypothesis if it ranks among the first `beam`, the others that go on refill the beam; a source's search ends
@@ -60,8 +72,9 @@ def beam_search(model, input_ids, attention_mask, max_len: int, beam: int = 5, a
     scores = torch.full((b, beam), float("-inf"))
     scores[:, 0] = 0.0  # one live hypothesis per source at the start
     ended: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
+    kept_states = DecoderCache(len(model.decoder)) if cache else None
     for t in range(1, max_len + 1):
-        logp = model.logits(model.decode(memory, mask, prefix)[:, -1]).float().log_softmax(-1).cpu()
+        logp = model.logits(next_states(model, memory, mask, prefix, kept_states)).float().log_softmax(-1).cpu()
         vocab = logp.shape[-1]
         total = (scores.view(-1, 1) + logp).view(b, beam * vocab)
         top_scores, top = total.topk(2 * beam, dim=1)
@@ -89,21 +102,24 @@ def beam_search(model, input_ids, attention_mask, max_len: int, beam: int = 5, a
             break
         origins = torch.tensor([r for r, _ in rows], device=device)
         prefix = torch.cat([prefix[origins], torch.tensor([[tok] for _, tok in rows], device=device)], 1)
+        if kept_states is not None:
+            kept_states.reorder(origins)
         scores = new_scores
     return [max(e, key=lambda x: x[0])[1] if e else [] for e in ended]
 
 
 @torch.no_grad()
-def decode_split(model, split, max_len: int, beam: int = 1, batch_size: int = 32) -> list[list[int]]:
+def decode_split(model, split, max_len: int, beam: int = 1, batch_size: int = 32, cache: bool = True) \
+        -> list[list[int]]:
     """Every source of a split (`mobilekd.data.seq2seq.PairSplit`) decoded, greedy at beam 1, in batches of
-    similar length (`by_length`), the token lists back in the split's order."""
+    similar length (`by_length`), the token lists back in the split's order; `cache`: as `greedy`."""
     model.eval()
     out = [None] * len(split)
     batches, _ = split.by_length(batch_size)
     for indices in batches:
         b = split.batch(indices)  # the decoders move it to the model's device
-        tokens = (greedy(model, b["input_ids"], b["attention_mask"], max_len) if beam == 1 else
-                  beam_search(model, b["input_ids"], b["attention_mask"], max_len, beam))
+        tokens = (greedy(model, b["input_ids"], b["attention_mask"], max_len, cache) if beam == 1 else
+                  beam_search(model, b["input_ids"], b["attention_mask"], max_len, beam, cache=cache))
         for i, t in zip(indices, tokens):
             out[int(i)] = t
     return out

@@ -15,7 +15,8 @@ Its vocabulary is the teacher's WordPiece one (so the teacher's soft targets nee
 target, [SEP] ends it, [PAD] pads. Sizes are presets (`SEQ2SEQ_PRESETS`), far below the paper's Transformer base
 (6 + 6 layers of 512): the students of an app's keyboard, not of WMT. Two entry points serve training, decoding
 (`mobilekd.models.decoding`) and the exported file alike: `encode` (source -> memory) and `decode` (memory and a
-target prefix -> logits).
+target prefix -> logits). A third, `decode_step`, serves decoding in PyTorch: one new position at a time, the
+keys and values of those before read from a cache (`DecoderCache`) instead of computed again.
 """
 
 from __future__ import annotations
@@ -105,9 +106,15 @@ class Attention(nn.Module):
         b, t, d = x.shape
         return x.view(b, t, self.heads, d // self.heads).transpose(1, 2)
 
-    def forward(self, x, memory, bias):
-        """`bias`: additive, broadcastable to (B, heads, Tq, Tk)."""
-        q, k, v = self._split(self.query(x)), self._split(self.key(memory)), self._split(self.value(memory))
+    def keys_values(self, memory):
+        """The keys and values (B, heads, Tk, d / heads) of what is attended: what a decoding cache keeps."""
+        return self._split(self.key(memory)), self._split(self.value(memory))
+
+    def forward(self, x, memory, bias, keys_values=None):
+        """`bias`: additive, broadcastable to (B, heads, Tq, Tk); `keys_values`: `keys_values(memory)` computed
+        before (a decoding cache's), in place of computing them from `memory`."""
+        k, v = keys_values if keys_values is not None else self.keys_values(memory)
+        q = self._split(self.query(x))
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + bias
         context = self.dropout(scores.softmax(-1)) @ v
         return self.out(context.transpose(1, 2).reshape(x.shape))
@@ -149,6 +156,38 @@ class DecoderLayer(nn.Module):
         y = y + self.dropout(self.cross_attn(self.norm_2(y), memory, memory_bias))
         return y + self.dropout(self.ffn(self.norm_3(y)))
 
+    def step(self, y, memory, memory_bias, cache: dict):
+        """`forward` for the newest position alone (y: B x 1 x d): its self-attention reads the earlier positions'
+        keys and values from `cache` (extended here by its own), its cross-attention the memory's, computed at
+        the first step; no causal mask is needed, since no later position exists yet."""
+        h = self.norm_1(y)
+        k, v = self.self_attn.keys_values(h)
+        if "self" in cache:
+            k, v = torch.cat([cache["self"][0], k], 2), torch.cat([cache["self"][1], v], 2)
+        cache["self"] = (k, v)
+        y = y + self.dropout(self.self_attn(h, None, 0.0, keys_values=(k, v)))
+        if "memory" not in cache:
+            cache["memory"] = self.cross_attn.keys_values(memory)
+        y = y + self.dropout(self.cross_attn(self.norm_2(y), None, memory_bias, keys_values=cache["memory"]))
+        return y + self.dropout(self.ffn(self.norm_3(y)))
+
+
+class DecoderCache:
+    """What `Seq2SeqTransformer.decode_step` keeps between steps: per decoder layer, the self-attention's keys and
+    values of every position so far and the cross-attention's of the memory (the incremental decoding of
+    fairseq's `incremental_state` and OpenNMT-py's `layer_cache`); `position`, the next position's index."""
+
+    def __init__(self, layers: int):
+        self.layers: list[dict] = [{} for _ in range(layers)]
+        self.position = 0
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Keep the rows `rows` of every self-attention cache, in that order (beam search's surviving
+        hypotheses). The memory's rows are left: a beam's rows all come from one source, whose memory they share."""
+        for layer in self.layers:
+            if "self" in layer:
+                layer["self"] = tuple(t[rows] for t in layer["self"])
+
 
 class Seq2SeqTransformer(nn.Module):
     def __init__(self, config: Seq2SeqConfig):
@@ -179,11 +218,12 @@ class Seq2SeqTransformer(nn.Module):
         with torch.no_grad():
             self.embeddings.weight[self.config.pad_token_id].zero_()
 
-    def _embed(self, ids):
+    def _embed(self, ids, start: int = 0):
+        """The scaled (and lifted) word embeddings of `ids` (B, T) plus the positions start..start + T - 1."""
         x = self.embeddings(ids) * math.sqrt(self.config.width)
         if self.embedding_lift is not None:
             x = self.embedding_lift(x)
-        return self.dropout(x + self.positions[:ids.shape[1]])
+        return self.dropout(x + self.positions[start:start + ids.shape[1]])
 
     @staticmethod
     def padding_bias(attention_mask):
@@ -205,6 +245,16 @@ class Seq2SeqTransformer(nn.Module):
         for layer in self.decoder:
             y = layer(y, memory, causal, memory_bias)
         return self.decoder_norm(y)
+
+    def decode_step(self, memory, attention_mask, tokens, cache: DecoderCache):
+        """The decoder's state (B, d) at the next position of `cache`, for its input tokens (B,): what `decode`
+        gives at that position for the whole prefix (the same sums, in another order: equal up to rounding), at
+        the cost of one position instead of all of them."""
+        y, memory_bias = self._embed(tokens[:, None], cache.position), self.padding_bias(attention_mask)
+        for layer, kept in zip(self.decoder, cache.layers):
+            y = layer.step(y, memory, memory_bias, kept)
+        cache.position += 1
+        return self.decoder_norm(y)[:, 0]
 
     def logits(self, states):
         """The shared output layer: states (brought down to the table's width) @ embeddings^T + a bias."""
