@@ -26,6 +26,10 @@ model transformers refuses (`ModelConfig.hf_incompatibility`), as do `mobilebert
 the official value; transformers' MobileBERT hard-codes 1e-5 in two of its LayerNorms) and the BERT and IB-BERT
 presets; `mobilebert`, `mobilebert_tiny` and `demo_student` load into transformers with our logits.
 
+`mobilebert_h384_l4`, `mobilebert_tiny_h384` and `mobilebert_tiny_h384_l4` are its smaller siblings at TinyBERT's
+latency and below (issue 78): fewer blocks, MobileBERT_TINY's block (Q, K and V all from the bottleneck, 2 FFNs;
+paper, Table 1), or both. `python -m benchmarks.shapes` prices each beside the paper's shapes (docs/latency.md).
+
 `tinybert4_h156` is TinyBERT_4 (Jiao et al. 2020, Section 4.1: 4 layers, 312 wide, FFN 1200, 12 heads, for
 BERT_BASE's 768) at the same ratios to all-MiniLM-L6-v2's 384: a narrow BERT that pairs with the teacher through
 TinyBERT's learned projection, head by head.
@@ -39,6 +43,11 @@ from mobilekd.errors import UserError
 from mobilekd.models.config import ModelConfig
 
 _MOBILEBERT = ModelConfig(classifier_activation=False)
+# MobileBERT's shape at all-MiniLM-L6-v2's depth and width (`mobilebert_h384`), the base of its smaller siblings
+_H384 = _MOBILEBERT.replace(hidden_size=384, num_hidden_layers=6, intra_bottleneck_size=96, intermediate_size=384,
+                            embedding_size=384, trigram_input=False)
+# MobileBERT_TINY's attention (paper, Section 3.1 and Table 1: Q, K and V all from the bottleneck) and 2 FFNs
+_TINY = dict(use_bottleneck_attention=True, key_query_shared_bottleneck=False, num_feedforward_networks=2)
 _BERT_BASE = ModelConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                          hidden_act="gelu", hidden_dropout_prob=0.1, embedding_size=768, trigram_input=False,
                          embedding_transformation=False, use_bottleneck=False, intra_bottleneck_size=768,
@@ -93,11 +102,16 @@ PRESETS = {
                config=ModelConfig(hidden_size=128, num_hidden_layers=4, intra_bottleneck_size=32,
                                   intermediate_size=128, embedding_size=64, classifier_activation=False),
                description="demo MobileBERT student: 4 layers, inter-block 128, intra-block 32, 4 FFNs of 128"),
-        Preset(name="mobilebert_h384",
-               config=_MOBILEBERT.replace(hidden_size=384, num_hidden_layers=6, intra_bottleneck_size=96,
-                                          intermediate_size=384, embedding_size=384, trigram_input=False),
+        Preset(name="mobilebert_h384", config=_H384,
                description="the demo student of all-MiniLM-L6-v2: 6 layers, inter-block 384, intra-block 96, "
                            "4 FFNs of 384, the teacher's embedding"),
+        Preset(name="mobilebert_h384_l4", config=_H384.replace(num_hidden_layers=4),
+               description="mobilebert_h384 at TinyBERT_4's depth: 4 layers (teacher layers by --layer-map uniform)"),
+        Preset(name="mobilebert_tiny_h384", config=_H384.replace(**_TINY),
+               description="MobileBERT_TINY's block at mobilebert_h384's widths: Q/K/V from the 96-wide bottleneck, "
+                           "2 FFNs of 384, 6 layers"),
+        Preset(name="mobilebert_tiny_h384_l4", config=_H384.replace(num_hidden_layers=4, **_TINY),
+               description="mobilebert_tiny_h384 with 4 layers"),
         Preset(name="tinybert4_h156",
                config=_BERT_BASE.replace(hidden_size=156, num_hidden_layers=4, intermediate_size=600,
                                          embedding_size=156, intra_bottleneck_size=156),

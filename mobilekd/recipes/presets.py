@@ -43,11 +43,12 @@ def _print_models(args) -> None:
         print(json.dumps(rows, indent=2))
         return
     key = f"flops_seq{args.seq_len}"
-    header = f"{'preset':<18} {'params':>8} {'paper':>8} {'FLOPs':>8} {'paper':>8}  description"
+    wide = max(len(r["name"]) for r in rows)
+    header = f"{'preset':<{wide}} {'params':>8} {'paper':>8} {'FLOPs':>8} {'paper':>8}  description"
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['name']:<18} {_fmt(r['params'], 1e6, 'M'):>8} {_fmt(r['paper_params'], 1e6, 'M'):>8} "
+        print(f"{r['name']:<{wide}} {_fmt(r['params'], 1e6, 'M'):>8} {_fmt(r['paper_params'], 1e6, 'M'):>8} "
               f"{_fmt(r[key], 1e9, 'G'):>8} {_fmt(r['paper_' + key], 1e9, 'G'):>8}  {r['description']}")
     print(f"params: embeddings + encoder + pooler; FLOPs: 2 x MACs of one forward pass at sequence length "
           f"{args.seq_len}, batch 1; paper: MobileBERT paper, Tables 1 and 4")
