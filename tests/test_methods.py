@@ -24,6 +24,7 @@ from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenc
 from mobilekd.models.hf import load_pretrained, save_pretrained
 from mobilekd.models.mobilebert import EncoderOutput
 from mobilekd.models.narrow import narrow_ffns, neuron_importance
+from mobilekd.models.presets import PRESETS
 from mobilekd.models.subset import take_layers
 from mobilekd.train.precision import pass_flag, pass_setting
 from mobilekd.transfer.layer_maps import layer_map
@@ -432,6 +433,21 @@ def test_each_recipe_end_to_end_at_micro_scale(tmp_path, small_corpus, tokenizer
     assert (again["shared_set"], again["set_made_seconds"]) == (result["shared_set"], result["set_made_seconds"])
     assert again["set_seconds"] < result["set_made_seconds"]
     assert result["train_examples"] > 24 and result["steps"] == 2 * int(np.ceil(result["train_examples"] / 8))
+    # MobileBERT's objectives in TinyBERT's two steps: one PKT stage a student layer (lower layers frozen), through
+    # a projection where widths differ (the student's 128 against the teacher's 96), then the prediction step
+    mobile = tmp_path / "mobile"
+    save_pretrained(MobileBertForPreTraining(PRESETS["demo_student"].config), mobile, tokenizer)
+    run_module("mobilekd.recipes.finetune", "--model", mobile, "--teacher", tmp_path / "t_sst2", "--method", "pkt-td",
+               *ft, "--intermediate-epochs", 4, "--out", tmp_path / "pkt_td")
+    result = json.loads((tmp_path / "pkt_td" / "results.json").read_text())
+    stages = result["training"]
+    assert [st["stage"] for st in stages] == [f"intermediate_L{l}" for l in range(4)] + ["finetune"]
+    student = MobileBertForSequenceClassification(PRESETS["demo_student"].config)
+    for l in (1, 3):  # a stage trains its layer and its projection alone
+        own = sum(p.numel() for n, p in student.named_parameters() if n.startswith(f"mobilebert.encoder.layer.{l}."))
+        assert stages[l]["trainable_params"] == own + 128 * 96 + 96
+        assert {m.split("_L")[-1] for m in stages[l]["matches"]} == {str(l)}
+    assert result["complete"] and result["steps"] == 4 * 3 + 3  # 4 epochs of 3 steps over 4 stages, then 1 epoch
     # on a regression task too its prediction step fits the teacher's outputs (alpha 0), not the labels: a departure
     # from task_distill.py (mobilekd/finetune/methods.py)
     stsb = [("stsb" if a == "sst2" else a) for a in ft]
@@ -439,7 +455,7 @@ def test_each_recipe_end_to_end_at_micro_scale(tmp_path, small_corpus, tokenizer
     run_module("mobilekd.recipes.finetune", "--model", tmp_path / "tinybert", "--teacher", tmp_path / "t_stsb",
                "--method", "tinybert", *stsb, "--out", tmp_path / "tiny_stsb")
     run = json.loads((tmp_path / "tiny_stsb" / "checkpoint" / "trainer.json").read_text())["run"]
-    assert (run["alpha"], run["temperature"], run["intermediate"]) == (0.0, 1.0, True)
+    assert (run["alpha"], run["temperature"], run["intermediate"]) == (0.0, 1.0, "tinybert")
     proc = run_module("mobilekd.recipes.finetune", "--model", tmp_path / "distilbert", "--method", "pkd-last", *ft,
                       "--out", tmp_path / "x", check=False)
     assert "--method pkd-last needs --teacher" in one_line_error(proc)

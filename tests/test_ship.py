@@ -70,6 +70,9 @@ def test_the_search_space_prices_shapes_and_draws_each_familys_own_flags(tmp_pat
     argv = start_argv(space["families"]["subset"], teacher, tmp_path / "s", subset[0][2])
     assert argv[:2] == ("init", str(teacher)) and "--intermediate-size" not in argv and "spread:1" in argv
     assert shapes("tinybert", space["families"]["tinybert"], config)[0][1].hidden_size == 156
+    mobile = shapes("mobilebert", space["families"]["mobilebert"], config)
+    assert [c.num_hidden_layers for _, c, _ in mobile] == [6, 4, 6, 4]  # MobileBERT's and MobileBERT_TINY's blocks
+    assert "uniform" in start_argv(space["families"]["mobilebert"], teacher, tmp_path / "m", mobile[1][2])
     assert training_steps(80_000, 500) == 157 and training_steps(20_000, 100_000) == 625
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=0))
     drawn = []
@@ -83,6 +86,9 @@ def test_the_search_space_prices_shapes_and_draws_each_familys_own_flags(tmp_pat
             assert values["--alpha"] == 0.0 and flags[flags.index("--augment-model") + 1] == str(teacher)
         study.tell(trial, 0.5)
     assert {v["--augment"] for v in drawn} == {0, 4}
+    methods = {suggest(study.ask(), "mobilebert", space["families"]["mobilebert"], teacher, True, 5000)[1]["--method"]
+               for _ in range(12)}
+    assert methods == {"kd", "pkt-td"}  # logit KD, or MobileBERT's transfer over the task's examples first
     headless = suggest(study.ask(), "subset", space["families"]["subset"], teacher, False, 5000)[1]
     assert "--augment" not in headless  # augmentation draws its words from a masked LM the teacher lacks
 

@@ -16,6 +16,10 @@ fills the flags the user left unset.
               regression branch fits the labels (`loss_mse(student_logits, label_ids)`): over the augmented set a
               pair whose words were swapped carries its original's gold score, which misdescribes it. On STS-B
               (seed 0, docs/quality.md) the labels gave 0.3858 dev Pearson, the teacher's scores 0.7387.
+    pkt-td    TinyBERT's two steps with MobileBERT's objectives (issue 78): progressive knowledge transfer against
+              the fine-tuned teacher over the task's own (augmented) examples (MobileBERT paper, Section 4.3: one
+              stage per student layer, feature-map and attention transfer, the layers below frozen), then the
+              prediction step as tinybert's
 
 `--alpha` is the weight of the hard-label loss here (BERT-PKD's alpha weighs the soft targets: its 0.7 is our 0.3).
 """
@@ -33,14 +37,15 @@ METHODS = {
                  "patience_layers": "pkd_skip"},
     "pkd-last": {"alpha": 0.3, "temperature": 10.0, "kd_reduction": "mean", "patience_weight": 500.0,
                  "patience_layers": "pkd_last"},
-    "tinybert": {"alpha": 0.0, "temperature": 1.0, "kd_reduction": "mean", "intermediate": True},
+    "tinybert": {"alpha": 0.0, "temperature": 1.0, "kd_reduction": "mean", "intermediate": "tinybert"},
+    "pkt-td": {"alpha": 0.0, "temperature": 1.0, "kd_reduction": "mean", "intermediate": "pkt"},
 }
 _KD = {f.name: f.default for f in fields(Distillation)}
 # without --method: logit KD when a teacher is given, as before the methods existed. The KD weight, temperature
 # and reduction are `Distillation`'s field defaults (mobilekd/finetune/objective.py, their one home); finetune's
 # --help prints these values
 DEFAULTS = {"alpha": _KD["alpha"], "temperature": _KD["temperature"], "kd_reduction": _KD["reduction"],
-            "patience_weight": 0.0, "patience_layers": "pkd_skip", "intermediate": False}
+            "patience_weight": 0.0, "patience_layers": "pkd_skip", "intermediate": None}
 
 
 def method_flags(method: str | None) -> dict:

@@ -18,7 +18,7 @@ from mobilekd.data.tasks import INPUTS, Task
 from mobilekd.models.mobilebert import EncoderOutput
 from mobilekd.transfer.losses import cmlm_distillation, label_smoothed_nll, logit_distillation, logit_mse, \
     neg_log_probs
-from mobilekd.transfer.objectives import Features, Match, evaluate
+from mobilekd.transfer.objectives import Features, Match, deepest, evaluate
 
 
 @dataclass
@@ -95,11 +95,13 @@ def intermediate_loss(teacher, matches: list[Match]):
     rep_loss + att_loss` against the fine-tuned teacher): the matches' terms, the student's feature maps through
     its `projections`; no label and no logit is used."""
 
+    t_depth, s_depth = deepest(matches, "teacher"), deepest(matches, "student")  # no deeper than the matches read
+
     def loss(model, batch):
         inputs = [batch[k] for k in INPUTS]
         with torch.no_grad():
-            t = teacher.mobilebert(*inputs, output_feature_maps=True, output_attentions=True)
-        s = model.mobilebert(*inputs, output_feature_maps=True, output_attentions=True)
+            t = teacher.mobilebert(*inputs, num_layers=t_depth, output_feature_maps=True, output_attentions=True)
+        s = model.mobilebert(*inputs, num_layers=s_depth, output_feature_maps=True, output_attentions=True)
         mask = batch["attention_mask"]
         return evaluate(matches, Features(t, attention_mask=mask), Features(s, attention_mask=mask),
                         getattr(getattr(model, "module", model), "projections", None))

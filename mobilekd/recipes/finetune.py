@@ -49,7 +49,9 @@ from mobilekd.models.foreign import (ForeignTeacher, is_foreign, layer_matching_
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.rundir import teacher_record
 from mobilekd.transfer.layer_maps import layer_map, parse_layer_map
-from mobilekd.transfer.objectives import Match, check_matches, pkd_matches, projections_for, refuse, tinybert_matches
+from mobilekd.transfer.objectives import (Match, check_matches, mobilebert_matches, pkd_matches, projections_for,
+                                          refuse, tinybert_matches)
+from mobilekd.transfer.strategies import layer_index
 from mobilekd.train.common import PRECISION_FILE, add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 from mobilekd.train.precision import describe, pass_flag, pass_setting
@@ -85,8 +87,8 @@ def parse_args(argv=None):
                    help="teacher layers for the student's layers but its last: pkd_skip, pkd_last, or "
                         f"comma-separated 0-based layers (default {KD_DEFAULTS['patience_layers']}, or the method's)")
     p.add_argument("--intermediate-epochs", type=float,
-                   help="--method tinybert: epochs of intermediate-layer distillation before the prediction step "
-                        "(default: --epochs)")
+                   help="--method tinybert or pkt-td: epochs of intermediate-layer distillation before the prediction "
+                        "step (pkt-td: over all its stages, one a student layer; default: --epochs)")
     p.add_argument("--augment", type=int, default=0,
                    help="TinyBERT's data augmentation: up to N new copies of each training example (official N: "
                         + ", ".join(f"{k} {v}" for k, v in N_PER_TASK.items()) + "; default 0: none)")
@@ -258,7 +260,7 @@ def run(args, accelerator):
     if teacher is not None:
         kd = Distillation(args.alpha, args.temperature, args.kd_reduction,
                           patience_matches(args, teacher.config, model.config) if args.patience_weight else [])
-    stages = [intermediate_stage(args, teacher, model, steps_per_epoch)] if args.intermediate else []
+    stages = intermediate_stages(args, teacher, model, steps_per_epoch) if args.intermediate else []
     stages.append(Stage(name="finetune", steps=steps, loss=task_loss(task, teacher, kd), lr=args.lr,
                         warmup=args.warmup, trainable=lambda name: not name.startswith("projections.")))
     cfg = train_config(args, eval_every=steps_per_epoch if args.eval_every is None else args.eval_every,
@@ -285,7 +287,7 @@ def run(args, accelerator):
              **({"augment_precision": augment_pass["precision"]} if augment_pass else {}),
              **taught, **shared}
 
-    warm = stages[0].steps if args.intermediate else 0
+    warm = sum(st.steps for st in stages[:-1])  # the intermediate steps, which train no classifier
 
     def on_eval(m, step):
         if step <= warm < steps + warm:  # TinyBERT's step 1 trains no classifier: models are picked in step 2
@@ -350,7 +352,7 @@ def foreign_teacher(args, task) -> ForeignTeacher:
     if (args.patience_weight if args.patience_weight is not None else flags["patience_weight"]):
         raise UserError(layer_matching_refusal(args.teacher, "BERT-PKD's patience loss"))
     if flags["intermediate"]:
-        raise UserError(layer_matching_refusal(args.teacher, "TinyBERT's intermediate step (--method tinybert)"))
+        raise UserError(layer_matching_refusal(args.teacher, f"the intermediate step of --method {args.method}"))
     return load_foreign_teacher(args.teacher, task, args.max_len)
 
 
@@ -368,21 +370,47 @@ def patience_matches(args, teacher: ModelConfig, student: ModelConfig) -> list[M
     return matches
 
 
-def intermediate_stage(args, teacher, model, steps_per_epoch: int) -> Stage:
-    """TinyBERT's step 1 (task_distill.py without --pred_distill): embedding, attention-score and hidden-state
-    matches against the fine-tuned teacher, uniform layer map, through projections trained here and never saved;
-    constant learning rate without warm-up (the official schedule 'none'); the classifier does not train."""
+def intermediate_stages(args, teacher, model, steps_per_epoch: int) -> list[Stage]:
+    """The intermediate step of `args.intermediate`, for --intermediate-epochs (default --epochs) in all, through
+    projections trained here and never saved, at a constant learning rate without warm-up (TinyBERT's official
+    schedule 'none'); the classifier does not train.
+
+    tinybert: TinyBERT's step 1 (task_distill.py without --pred_distill), one stage of embedding, attention-score
+    and hidden-state matches against the fine-tuned teacher, uniform layer map.
+    pkt: MobileBERT's progressive knowledge transfer (paper, Section 4.3, eq. 2-3: `mobilebert_matches`) against the
+    fine-tuned teacher over the task's examples, one stage per student layer l trained alone (and the embeddings
+    in stage 0), the layers below it frozen, as the paper's task-agnostic PKT does over its corpus; the epochs
+    split evenly over the stages, the uniform layer map where depths differ."""
     n, m = teacher.config.num_hidden_layers, model.config.num_hidden_layers
-    matches = tinybert_matches(layer_map("uniform", n, m), list(range(m)))
+    mapped = layer_map("uniform", n, m)
+    if args.intermediate == "pkt":
+        matches = mobilebert_matches(mapped, list(range(m)),
+                                     projection=teacher.config.hidden_size != model.config.hidden_size)
+    else:
+        matches = tinybert_matches(mapped, list(range(m)))
     refuse(check_matches(matches, teacher.config, model.config))
     device = next(model.parameters()).device
     model.add_module("projections", projections_for(matches, teacher.config, model.config).to(device))
-    epochs = args.epochs if args.intermediate_epochs is None else args.intermediate_epochs
-    return Stage(name="intermediate", steps=max(1, round(epochs * steps_per_epoch)),
-                 loss=intermediate_loss(teacher, matches), lr=args.lr, warmup=0.0, decay_to=1.0,
-                 trainable=lambda name: name.startswith(("mobilebert.embeddings.", "mobilebert.encoder.",
-                                                         "projections.")),
-                 info={"matches": [m.name for m in matches]})
+    steps = max(1, round((args.epochs if args.intermediate_epochs is None else args.intermediate_epochs)
+                         * steps_per_epoch))
+    common = dict(lr=args.lr, warmup=0.0, decay_to=1.0)
+    if args.intermediate != "pkt":
+        return [Stage(name="intermediate", steps=steps, loss=intermediate_loss(teacher, matches), **common,
+                      trainable=lambda name: name.startswith(("mobilebert.embeddings.", "mobilebert.encoder.",
+                                                              "projections.")),
+                      info={"matches": [x.name for x in matches]})]
+
+    def stage(l: int) -> Stage:
+        mine = [x for x in matches if x.student_layer == l]
+
+        def trainable(name, l=l):
+            return layer_index(name) == l or (l == 0 and layer_index(name) == -1)  # projections.L{l}: layer l
+
+        return Stage(name=f"intermediate_L{l}", steps=max(1, round(steps / m)),
+                     loss=intermediate_loss(teacher, mine), trainable=trainable, **common,
+                     info={"matches": [x.name for x in mine]})
+
+    return [stage(l) for l in range(m)]
 
 
 if __name__ == "__main__":
