@@ -5,7 +5,8 @@ split of the training data and dev scored once per seed; rows to docs/results/sh
     python -m benchmarks.ship --tasks stsb-genre --seeds 0 1 2     # resumable; --collect gathers finished runs
     python -m benchmarks.ship --table --write --plot               # the table and docs/ship.png from the rows
 
-The tasks are CSVs built from text the repo ships (benchmarks/custom.py), handed to `ship` as a user's `--data`.
+The tasks are CSVs built from text the repo ships (benchmarks/custom.py), handed to `ship` as a user's `--data`,
+and the shipped GLUE tasks (`ship --task NAME`; GLUE's dev sets are then test sets: no choice reads them).
 The teacher is the demo's: all-MiniLM-L6-v2 adapted (`train-teacher --init-from`, teacher_ib_bert/adaptation.json)
 so that it has the masked-LM head that narrowing, augmentation and the task-agnostic families need; `ship`
 fine-tunes it on each task. Each run: `mobilekd ship --teacher OUT/teacher --data DATA --seed S --families F
@@ -30,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import intervals
-from benchmarks.custom import TASKS, write_task
+from benchmarks.custom import TASKS as CUSTOM
+from benchmarks.custom import write_task
 from benchmarks.runner import Job, comparison, comparison_flags, mean_std_cell, recorded_host, task_panels
 from mobilekd.fileio import REPO_ROOT, read_json
 
@@ -38,6 +40,8 @@ from mobilekd.fileio import REPO_ROOT, read_json
 # 1,900 s on 2 cores in docs/results/quality.json) alone takes half the issue's hour on a small task
 FAMILIES = ["subset", "tinybert"]
 HOURS = "0.75"  # the search's wall limit a run (ship --hours); the issue's goal is 1 hour for the whole command
+GLUE = ("rte", "mrpc", "stsb", "cola", "sst2")  # the shipped GLUE tasks, read by `ship --task`
+TASKS = [*CUSTOM, *GLUE]
 METHODS = ("teacher", "ship", "ship-trial", "ship-wall", "tfidf", "majority", "ship-tfidf-interval")
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
 
@@ -50,12 +54,17 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     teacher = Job("teacher", ["train-teacher", "--init-from", "all-minilm-l6-v2", "--out", str(out / "teacher")],
                   out / "teacher")
     return [teacher] + [
-        Job(f"{task}/ship/{seed}", ["ship", "--teacher", str(out / "teacher"), "--data",
-                                    str(write_task(task, out / "data")), "--seed", str(seed), "--families", *FAMILIES,
+        Job(f"{task}/ship/{seed}", ["ship", "--teacher", str(out / "teacher"), *task_flags(out, task),
+                                    "--seed", str(seed), "--families", *FAMILIES,
                                     "--hours", HOURS, "--workers", "2", "--threads", "1",
                                     "--out", str(run_dir(out, task, seed))],
             run_dir(out, task, seed), needs=["teacher"])
         for seed in seeds for task in tasks]
+
+
+def task_flags(out: Path, task: str) -> list[str]:
+    """How `ship` is told the task: a shipped GLUE task by name, a custom one as the CSVs a user would hand it."""
+    return ["--task", task] if task in GLUE else ["--data", str(write_task(task, out / "data"))]
 
 
 def _column(path: Path, name: str) -> list[str]:
@@ -92,7 +101,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                 {**shared, "method": "teacher", "value": round(s["teacher"]["dev"][metric], 4),
                  "pixel4_ms_est": b["teacher_pixel4_ms_est"], "wall_seconds": s["teacher"]["train_seconds"],
                  **recorded_host({"host": s["teacher"]["host"]})},
-                {**shared, "method": "majority", "value": round(majority(Path(s["data"])), 4)}]
+                {**shared, "method": "majority", "value": round(majority(task, Path(s["data"]), metric), 4)}]
             if s.get("baseline"):
                 found.append({**shared, "method": "tfidf", "value": round(s["baseline"]["metrics"][metric], 4),
                               "wall_seconds": s["baseline"]["seconds"], **host})
@@ -109,13 +118,19 @@ def teacher_choice(s: dict) -> str:
 TEACHER_CHOICE = {"fixed": "fixed: 3 epochs at 5e-5", "validation": "lr and step chosen on validation"}
 
 
-def majority(data: Path) -> float:
-    """Dev accuracy of always answering the training set's most frequent label (the data a run was given)."""
-    from mobilekd.data.custom import read_custom
+def majority(task: str, data: Path, metric: str) -> float:
+    """The dev `metric` of always answering the training set's most frequent label (the data a run was given; for
+    regression, its mean score: a constant, whose correlation is 0)."""
+    from mobilekd.data.tasks import load_task
+    from mobilekd.finetune.metrics import classification_metrics
 
-    top = Counter(e.label for e in read_custom(data / "train.csv")).most_common(1)[0][0]
-    dev = [e.label for e in read_custom(data / "dev.csv")]
-    return sum(label == top for label in dev) / len(dev)
+    t = load_task("custom" if task in CUSTOM else task, data)
+    dev = next(iter(t.dev.values()))
+    if t.is_regression:
+        return 0.0
+    index = {name: i for i, name in enumerate(t.labels)}
+    top = Counter(e.label for e in t.train).most_common(1)[0][0]
+    return classification_metrics([metric], [index[e.label] for e in dev], [index[top]] * len(dev))[metric]
 
 
 def predictions(out: Path, task: str, seeds: list[int]) -> dict | None:
@@ -143,6 +158,9 @@ def table(results: list[dict]) -> str:
 
         def values(method, rows=mine):
             return [r["value"] for r in rows if r["method"] == method]
+
+        def cell(method):  # "-" where a method has no rows (no TF-IDF baseline for a regression task)
+            return mean_std_cell(values(method)) if values(method) else "-"
         picks = "; ".join(f"{r['family']} {r['shape']} {r['pixel4_ms_est']:.1f} ms ({r['val_value']:.4f}, seed "
                           f"{r['seed']}; searched {', '.join(r['families'])})" for r in chosen)
         shares = [s / t for s, t in zip(values("ship"), values("teacher"))]
@@ -150,9 +168,8 @@ def table(results: list[dict]) -> str:
         pairs = interval_cell(mine)
         lines.append(f"| {task} ({metric}) | {TEACHER_CHOICE[choice]} | "
                      f"{first['train_examples']:,} / {first['dev_examples']:,} | "
-                     f"{first['latency_ms']:.1f} ms | {picks} | {mean_std_cell(values('ship'))} | "
-                     f"{mean_std_cell(values('teacher'))} | {mean_std_cell(values('tfidf'))} | "
-                     f"{mean_std_cell(values('majority'))} | {pairs} | {statistics.mean(shares) * 100:.1f}% | "
+                     f"{first['latency_ms']:.1f} ms | {picks} | {cell('ship')} | {cell('teacher')} | {cell('tfidf')} | "
+                     f"{cell('majority')} | {pairs} | {statistics.mean(shares) * 100:.1f}% | "
                      f"{statistics.mean(values('ship-wall')) / 60:.0f} min | "
                      + (f"{mean_std_cell(before)} |" if before else "- |"))
     return "\n".join(lines) + ("\n\nship - TF-IDF: the difference in points with its paired 95% bootstrap interval "
@@ -179,6 +196,20 @@ def plot(results: list[dict], path: Path) -> None:
     save_png(fig, path)
 
 
+def metric_of(task: str, metric: str):
+    """`metric(labels, predictions)` over label names, as the bootstrap resamples them (MRPC's F1: its positive
+    class is GLUE's label 1, "equivalent" here)."""
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    if metric == "f1":
+        from mobilekd.data.tasks import default_data, load_task
+        positive = load_task(task, default_data(task), eval_only=True).labels[1]
+        return lambda labels, predictions: float(f1_score(labels, predictions, pos_label=positive))
+    if metric == "matthews_corr":
+        return lambda labels, predictions: float(matthews_corrcoef(labels, predictions))
+    return intervals.accuracy
+
+
 def interval_cell(mine: list[dict]) -> str:
     """ship - TF-IDF's paired interval, as `found` stored it (among one task's rows of one teacher choice)."""
     stored = [r for r in mine if r["method"] == "ship-tfidf-interval"]
@@ -188,7 +219,7 @@ def interval_cell(mine: list[dict]) -> str:
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.ship", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    comparison_flags(p, "runs/ship", "docs/results/ship.json", list(TASKS), TASKS, plot="docs/ship.png")
+    comparison_flags(p, "runs/ship", "docs/results/ship.json", list(CUSTOM), TASKS, plot="docs/ship.png")
     args = p.parse_args(argv)
     out = (REPO_ROOT / args.out).resolve()
     tasks = list(TASKS)
@@ -200,9 +231,11 @@ def main(argv=None):
             p_ = predictions(out, task, seeds) if seeds else None
             if p_ is not None:
                 choice = teacher_choice(read_json(run_dir(out, task, seeds[0]) / "ship.json"))
-                got.append({"task": task, "method": "ship-tfidf-interval", "seed": None, "metric": "accuracy",
+                metric = read_json(run_dir(out, task, seeds[0]) / "ship.json")["metric"]
+                got.append({"task": task, "method": "ship-tfidf-interval", "seed": None, "metric": metric,
                             "teacher_choice": choice, "value": None, "seeds": seeds,
-                            "interval": intervals.paired_bootstrap(p_["labels"], p_["ship"], p_["tfidf"])})
+                            "interval": intervals.paired_bootstrap(p_["labels"], p_["ship"], p_["tfidf"],
+                                                                   metric=metric_of(task, metric))})
         return got
 
     return comparison(args, lambda: jobs(out, args.tasks, args.seeds), found,
