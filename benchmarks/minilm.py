@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import intervals, teacher_value
-from benchmarks.runner import (Job, comparison, comparison_flags, finetune_rows, mean_std_cell, recorded_host,
-                               values)
+from benchmarks.runner import (RESUMABLE, Job, comparison, comparison_flags, finetune_rows, mean_std_cell,
+                               recorded_host, values)
 from mobilekd.fileio import REPO_ROOT, read_json
 
 TASKS = {"sst2": "64", "mrpc": "128"}  # --max-len per task
@@ -41,7 +41,7 @@ PAIRS = (("minilm", "init"), ("distilbert", "init"), ("minilm", "distilbert"))
 
 def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     teacher = out / "teacher"
-    plan = [Job("teacher", ["train-teacher", "--init-from", "all-minilm-l6-v2", "--out", str(teacher)], teacher),
+    plan = [Job("teacher", ["train-teacher", *teacher_value.ADAPT, "--out", str(teacher), *RESUMABLE], teacher),
             Job("init", ["init", str(teacher), str(out / "init"), "--layers", "spread:3"], out / "init",
                 needs=["teacher"])]
     plan += [Job(f"distill/{s}", ["distill", "--teacher", str(teacher), "--student", str(out / "init"), "--strategy", s,
@@ -65,7 +65,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     for s in STRATEGIES:
         if (out / s / "summary.json").is_file():
             summary = read_json(out / s / "summary.json")
-            found.append({"task": "general", "method": s, "seed": 0, "metric": "wall_seconds",
+            found.append({"task": None, "method": s, "seed": 0, "metric": "wall_seconds",  # no task: every task's
                           "value": summary["wall_seconds"], "steps": summary["total_steps"],
                           **recorded_host(summary["stages"][0])})  # its one stage: where the seconds were measured
     for task in tasks:
@@ -92,14 +92,17 @@ def table(results: list[dict]) -> str:
         mine = [r for r in results if r["task"] == task]
         if not mine:
             continue
-        metric = next(r["metric"] for r in mine if r["method"] == "init")
-        cells = [mean_std_cell(values(results, task, metric, m)) for m in ("init", "distilbert", "minilm")]
+        metric = next((r["metric"] for r in mine if r["method"] == "init"), None)
+        if metric is None:
+            continue
+        cells = [mean_std_cell(v) if (v := values(results, task, metric, m)) else "-"
+                 for m in ("init", "distilbert", "minilm")]
         pairs = []
         for a, b in PAIRS:
             stored = [r for r in mine if r["method"] == f"{a}-{b}"]
             pairs.append(intervals.cell(stored[0]["interval"]) if stored else "-")
         lines.append(f"| {task} ({metric}) | " + " | ".join(cells + pairs) + " |")
-    walls = {r["method"]: r for r in results if r["task"] == "general"}
+    walls = {r["method"]: r for r in results if r["task"] is None}
     note = "; ".join(f"{m} {walls[m]['value'] / 60:.1f} min on {walls[m]['host']}" for m in STRATEGIES if m in walls)
     return "\n".join(lines) + ("\n\nDifferences in accuracy points with their paired 95% bootstrap intervals over dev "
                                "examples and seeds (benchmarks/intervals.py). Task-agnostic wall time, 1 thread: "
@@ -112,7 +115,7 @@ def main(argv=None):
     comparison_flags(p, "runs/minilm", "docs/results/minilm.json", list(TASKS), TASKS)
     args = p.parse_args(argv)
     out = (REPO_ROOT / args.out).resolve()
-    order = list(TASKS) + ["general"]
+    order = [*TASKS, None]  # the task-agnostic stages' rows (task None) last
     return comparison(args, lambda: jobs(out, args.tasks, args.seeds), lambda: rows(out, args.tasks, args.seeds),
                       lambda r: (order.index(r["task"]), r["method"], r.get("seed") or 0), table)
 

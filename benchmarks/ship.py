@@ -227,11 +227,14 @@ def main(argv=None):
     def found():
         got = rows(out, args.tasks, args.seeds)
         for task in args.tasks:  # the interval as data too, so the table needs no run directory; over every seed
-            seeds = sorted(int(d.name[4:]) for d in (out / task).glob("seed*") if (d / "ship.json").is_file())
-            p_ = predictions(out, task, seeds) if seeds else None
-            if p_ is not None:
-                choice = teacher_choice(read_json(run_dir(out, task, seeds[0]) / "ship.json"))
-                metric = read_json(run_dir(out, task, seeds[0]) / "ship.json")["metric"]
+            done = {int(d.name[4:]): read_json(d / "ship.json") for d in (out / task).glob("seed*")
+                    if (d / "ship.json").is_file()}
+            for choice in sorted({teacher_choice(s) for s in done.values()}):  # one interval a teacher choice
+                seeds = sorted(seed for seed, s in done.items() if teacher_choice(s) == choice)
+                p_ = predictions(out, task, seeds)
+                if p_ is None:
+                    continue
+                metric = done[seeds[0]]["metric"]
                 got.append({"task": task, "method": "ship-tfidf-interval", "seed": None, "metric": metric,
                             "teacher_choice": choice, "value": None, "seeds": seeds,
                             "interval": intervals.paired_bootstrap(p_["labels"], p_["ship"], p_["tfidf"],

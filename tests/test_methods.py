@@ -455,7 +455,7 @@ def test_each_recipe_end_to_end_at_micro_scale(tmp_path, small_corpus, tokenizer
     run_module("mobilekd.recipes.finetune", "--model", tmp_path / "tinybert", "--teacher", tmp_path / "t_stsb",
                "--method", "tinybert", *stsb, "--out", tmp_path / "tiny_stsb")
     run = json.loads((tmp_path / "tiny_stsb" / "checkpoint" / "trainer.json").read_text())["run"]
-    assert (run["alpha"], run["temperature"], run["intermediate"]) == (0.0, 1.0, "tinybert")
+    assert (run["alpha"], run["temperature"], run["intermediate"]) == (0.0, 1.0, True)
     proc = run_module("mobilekd.recipes.finetune", "--model", tmp_path / "distilbert", "--method", "pkd-last", *ft,
                       "--out", tmp_path / "x", check=False)
     assert "--method pkd-last needs --teacher" in one_line_error(proc)

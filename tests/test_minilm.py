@@ -11,6 +11,7 @@ from mobilekd.data.pretraining import load_pretraining_data
 from mobilekd.errors import UserError
 from mobilekd.models.heads import MobileBertForPreTraining
 from mobilekd.models.hf import save_pretrained
+from mobilekd.models.presets import PRESETS
 from mobilekd.transfer.objectives import value_relation
 from mobilekd.transfer.strategies import STRATEGIES, Distiller, PlanSettings, TransferWeights, check_pair, plan
 
@@ -42,18 +43,44 @@ def test_minilm_matches_the_last_layers_and_trains_what_its_loss_reaches(small_c
     terms = stage.loss(student, batch)
     assert set(terms) == {"at_L1", "at_values_L1", "loss"} and terms["loss"] > 0
     assert torch.isclose(terms["loss"], terms["at_L1"] + terms["at_values_L1"])  # L = L_AT + L_VR
-    terms["loss"].backward()
-    reached = {n for n, p in student.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
-    trained = {n for n, _ in student.named_parameters() if stage.trainable(n)}
-    assert reached == trained  # every trained parameter gets a gradient (DDP needs it), no other one does
-    assert any(".layer.1.attention.self.value." in n for n in trained)
-    assert not any(".layer.1.intermediate." in n or ".layer.1.output." in n for n in trained)
+    assert any(".layer.1.attention.self.value." in n for n in trained_and_reached(stage, student, batch))
 
     # a student that is its teacher's copy has nothing to learn
     copy = MobileBertForPreTraining(BERT)
     copy.load_state_dict(teacher.state_dict())
     same = plan("minilm", Distiller(teacher, [], PlanSettings(), BERT, "minilm"), 4)[0].loss(copy.eval(), batch)
     assert same["loss"].abs() < 1e-5
+
+
+def trained_and_reached(stage, student, batch) -> set[str]:
+    """The parameters the stage trains, checked to be exactly those its loss reaches (a distributed run stops on a
+    trained parameter without a gradient; one that gets a gradient and is not trained is a wasted backward)."""
+    student.zero_grad()
+    stage.loss(student, batch)["loss"].backward()
+    reached = {n for n, p in student.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    trained = {n for n, _ in student.named_parameters() if stage.trainable(n)}
+    assert reached == trained, (sorted(reached - trained), sorted(trained - reached))
+    last = student.config.num_hidden_layers - 1
+    assert not any(f".layer.{last}.intermediate." in n or f".layer.{last}.output." in n for n in trained)
+    return trained
+
+
+@pytest.mark.parametrize("block", ["shared-qk-bottleneck", "tiny"])
+def test_minilm_trains_what_reaches_a_mobilebert_blocks_attention(small_corpus, tokenizer, tmp_path, block):
+    """MobileBERT's block (Q and K from a shared bottleneck, V from the block's input) and MobileBERT_TINY's (Q, K
+    and V all from the input bottleneck): the last block's bottleneck that feeds its attention trains, the rest of
+    that block does not."""
+    torch.manual_seed(0)
+    config = PRESETS["demo_student"].config
+    if block == "tiny":
+        config = config.replace(use_bottleneck_attention=True, key_query_shared_bottleneck=False)
+    teacher, student = MobileBertForPreTraining(BERT), MobileBertForPreTraining(config)
+    batch = load_pretraining_data([small_corpus], tokenizer, 32, 0, tmp_path / "cache").train.batch(range(4))
+    (stage,) = plan("minilm", Distiller(teacher, [], PlanSettings(), config, "minilm"), config.num_hidden_layers)
+    trained = trained_and_reached(stage, student, batch)
+    feeds = ".bottleneck.input." if block == "tiny" else ".bottleneck.attention."
+    assert any(f".layer.3{feeds}" in n for n in trained) and not any(".layer.3.output.bottleneck." in n
+                                                                      for n in trained)
 
 
 def test_minilm_through_the_recipe_and_its_refusals(small_corpus, tokenizer, tmp_path):
@@ -77,3 +104,7 @@ def test_minilm_through_the_recipe_and_its_refusals(small_corpus, tokenizer, tmp
         check_pair(BERT, STUDENT.replace(num_attention_heads=5, hidden_size=50, intra_bottleneck_size=50,
                                          embedding_size=50), None, "minilm")
     assert STRATEGIES["minilm"].no_layer_map and TransferWeights().for_strategy("minilm").alpha is None
+    tiny = TransferWeights().for_strategy("tinybert")  # PD's defaults, as TinyBERT's runs have always recorded
+    assert (tiny.alpha, tiny.temperature) == (0.5, 1.0)
+    with pytest.raises(UserError, match="unknown strategy .nope."):
+        check_pair(BERT, STUDENT, None, "nope")

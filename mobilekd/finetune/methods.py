@@ -37,15 +37,16 @@ METHODS = {
                  "patience_layers": "pkd_skip"},
     "pkd-last": {"alpha": 0.3, "temperature": 10.0, "kd_reduction": "mean", "patience_weight": 500.0,
                  "patience_layers": "pkd_last"},
-    "tinybert": {"alpha": 0.0, "temperature": 1.0, "kd_reduction": "mean", "intermediate": "tinybert"},
+    "tinybert": {"alpha": 0.0, "temperature": 1.0, "kd_reduction": "mean", "intermediate": True},
     "pkt-td": {"alpha": 0.0, "temperature": 1.0, "kd_reduction": "mean", "intermediate": "pkt"},
 }
 _KD = {f.name: f.default for f in fields(Distillation)}
+# "intermediate": False (none), True (TinyBERT's step 1, as runs have recorded it since before pkt-td) or "pkt"
 # without --method: logit KD when a teacher is given, as before the methods existed. The KD weight, temperature
 # and reduction are `Distillation`'s field defaults (mobilekd/finetune/objective.py, their one home); finetune's
 # --help prints these values
 DEFAULTS = {"alpha": _KD["alpha"], "temperature": _KD["temperature"], "kd_reduction": _KD["reduction"],
-            "patience_weight": 0.0, "patience_layers": "pkd_skip", "intermediate": None}
+            "patience_weight": 0.0, "patience_layers": "pkd_skip", "intermediate": False}
 
 
 def method_flags(method: str | None) -> dict:

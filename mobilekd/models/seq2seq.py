@@ -156,30 +156,39 @@ class DecoderLayer(nn.Module):
         y = y + self.dropout(self.cross_attn(self.norm_2(y), memory, memory_bias))
         return y + self.dropout(self.ffn(self.norm_3(y)))
 
-    def step(self, y, memory, memory_bias, cache: dict):
-        """`forward` for the newest position alone (y: B x 1 x d): its self-attention reads the earlier positions'
-        keys and values from `cache` (extended here by its own), its cross-attention the memory's, computed at
-        the first step; no causal mask is needed, since no later position exists yet."""
+    def step(self, y, write, memory_keys_values, memory_bias, self_bias=0.0):
+        """`forward` for the newest position alone (y: B x 1 x d): `write(k, v)` puts its self-attention keys and
+        values (B, heads, 1, d / heads) into the cache of the positions so far and returns the cache's keys and
+        values, which it attends (`self_bias`: where a fixed-size cache holds later, empty slots); its
+        cross-attention reads the memory's keys and values (`Attention.keys_values`, computed once). Without a
+        later position no causal mask is needed."""
         h = self.norm_1(y)
-        k, v = self.self_attn.keys_values(h)
-        if "self" in cache:
-            k, v = torch.cat([cache["self"][0], k], 2), torch.cat([cache["self"][1], v], 2)
-        cache["self"] = (k, v)
-        y = y + self.dropout(self.self_attn(h, None, 0.0, keys_values=(k, v)))
-        if "memory" not in cache:
-            cache["memory"] = self.cross_attn.keys_values(memory)
-        y = y + self.dropout(self.cross_attn(self.norm_2(y), None, memory_bias, keys_values=cache["memory"]))
+        y = y + self.dropout(self.self_attn(h, None, self_bias, keys_values=write(*self.self_attn.keys_values(h))))
+        y = y + self.dropout(self.cross_attn(self.norm_2(y), None, memory_bias, keys_values=memory_keys_values))
         return y + self.dropout(self.ffn(self.norm_3(y)))
 
 
 class DecoderCache:
     """What `Seq2SeqTransformer.decode_step` keeps between steps: per decoder layer, the self-attention's keys and
-    values of every position so far and the cross-attention's of the memory (the incremental decoding of
-    fairseq's `incremental_state` and OpenNMT-py's `layer_cache`); `position`, the next position's index."""
+    values of every position so far (`self`) and the cross-attention's of the memory (`memory`, computed at the
+    first step): the incremental decoding of fairseq's `incremental_state` and OpenNMT-py's `layer_cache`;
+    `position`, the next position's index. The exported file keeps the same in fixed-size tensors
+    (`mobilekd.export.seq2seq.Decode`)."""
 
     def __init__(self, layers: int):
         self.layers: list[dict] = [{} for _ in range(layers)]
         self.position = 0
+
+    def writer(self, layer: int):
+        """`DecoderLayer.step`'s `write` for one layer: the new position's keys and values appended."""
+        kept = self.layers[layer]
+
+        def write(k, v):
+            if "self" in kept:
+                k, v = torch.cat([kept["self"][0], k], 2), torch.cat([kept["self"][1], v], 2)
+            kept["self"] = (k, v)
+            return k, v
+        return write
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Keep the rows `rows` of every self-attention cache, in that order (beam search's surviving
@@ -218,12 +227,15 @@ class Seq2SeqTransformer(nn.Module):
         with torch.no_grad():
             self.embeddings.weight[self.config.pad_token_id].zero_()
 
-    def _embed(self, ids, start: int = 0):
-        """The scaled (and lifted) word embeddings of `ids` (B, T) plus the positions start..start + T - 1."""
+    def _embed(self, ids, start: int | torch.Tensor = 0):
+        """The scaled (and lifted) word embeddings of `ids` (B, T) plus the positions start..start + T - 1 (a
+        tensor `start`, (1,), as an exported graph has it: one position, T = 1)."""
         x = self.embeddings(ids) * math.sqrt(self.config.width)
         if self.embedding_lift is not None:
             x = self.embedding_lift(x)
-        return self.dropout(x + self.positions[start:start + ids.shape[1]])
+        at = self.positions.index_select(0, start) if torch.is_tensor(start) else \
+            self.positions[start:start + ids.shape[1]]
+        return self.dropout(x + at)
 
     @staticmethod
     def padding_bias(attention_mask):
@@ -250,9 +262,13 @@ class Seq2SeqTransformer(nn.Module):
         """The decoder's state (B, d) at the next position of `cache`, for its input tokens (B,): what `decode`
         gives at that position for the whole prefix (the same sums, in another order: equal up to rounding), at
         the cost of one position instead of all of them."""
+        if cache.position >= self.config.max_positions:
+            raise ValueError(f"position {cache.position} is past the model's {self.config.max_positions} positions")
         y, memory_bias = self._embed(tokens[:, None], cache.position), self.padding_bias(attention_mask)
-        for layer, kept in zip(self.decoder, cache.layers):
-            y = layer.step(y, memory, memory_bias, kept)
+        for i, (layer, kept) in enumerate(zip(self.decoder, cache.layers)):
+            if "memory" not in kept:
+                kept["memory"] = layer.cross_attn.keys_values(memory)
+            y = layer.step(y, cache.writer(i), kept["memory"], memory_bias)
         cache.position += 1
         return self.decoder_norm(y)[:, 0]
 

@@ -80,8 +80,8 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
     student = student_model(args.student, args.masked_score)
     config = student.config
     n_layers = config.num_hidden_layers
-    settings = args.settings if strategy == "scratch" else dataclasses.replace(  # scratch has no teacher's weights
-        args.settings, weights=args.settings.weights.for_strategy(strategy))
+    settings = dataclasses.replace(  # scratch records PD's defaults, as it always has (it reads none of them)
+        args.settings, weights=args.settings.weights.for_strategy("pkt" if strategy == "scratch" else strategy))
     w = settings.weights  # as this strategy trains with them, so its summary records what was used
     run = {"student": config.to_dict(), "teacher": str(teacher_dir), "seq_len": args.seq_len, "data": data.path.name,
            "strategy": strategy, "freeze": settings.freeze, "lr": settings.lr, "layer_lr": settings.layer_lr,

@@ -81,7 +81,7 @@ class TransferWeights:
         """These weights as `strategy` trains with them (what its run records): its own defaults for alpha and
         temperature (`Strategy.defaults`: PD's 0.5 and 1, eq. 4; DistilBERT's temperature 2.0), and either flag
         refused in one line where the strategy has no use for it, rather than ignored."""
-        declared = STRATEGIES[strategy].defaults
+        declared = strategy_named(strategy).defaults
         for name in ("alpha", "temperature"):
             if getattr(self, name) is not None and name not in declared:
                 raise UserError(f"--{name} is not used by --strategy {strategy} ({STRATEGIES[strategy].help}): "
@@ -133,7 +133,7 @@ def check_pair(teacher: ModelConfig, student: ModelConfig, layer_map: list[int] 
     """Refuse a teacher/student that cannot be paired for the strategy's matches (every problem in one line);
     return the teacher layer for each student layer."""
     # widths and head counts, by the matches' own check (layer 0 of each will do for that)
-    n, declared = student.num_hidden_layers, STRATEGIES[strategy]
+    n, declared = student.num_hidden_layers, strategy_named(strategy)
     problems = check_matches(declared.matches([0], [0], teacher, student, TransferWeights()), teacher, student)
     if teacher.vocab_size != student.vocab_size:
         problems.append(f"vocabularies differ (teacher {teacher.vocab_size}, student {student.vocab_size})")
@@ -223,7 +223,7 @@ class Distiller:
         for p in self.teacher.parameters():
             p.requires_grad_(False)
         self.inputs = None
-        if settings.keep_layer_inputs and STRATEGIES[strategy].rereads:
+        if settings.keep_layer_inputs and strategy_named(strategy).rereads:
             gb = settings.layer_inputs_gb
             self.inputs = LayerInputs(int(gb * 2 ** 30) if gb is not None else available_memory(
                 next(teacher.parameters()).device) // 4)
@@ -253,7 +253,7 @@ class Distiller:
     def layer_matches(self, layers: list[int]) -> list[Match]:
         """The strategy's layer-wise matches for these student layers (`Strategy.matches`), with this plan's
         weights."""
-        return STRATEGIES[self.strategy].matches(self.layer_map, layers, self.teacher.config, self.student_config,
+        return strategy_named(self.strategy).matches(self.layer_map, layers, self.teacher.config, self.student_config,
                                                  self.s.weights)
 
     def layer_terms(self, student, batch, matches: list[Match], depth: int | None = None,
@@ -388,9 +388,7 @@ def _plan(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
 
 
 def _stages(strategy: str, distiller: Distiller, n_layers: int) -> list[Stage]:
-    if strategy not in STRATEGIES:
-        raise UserError(f"unknown strategy {strategy!r}: choose from {', '.join(STRATEGIES)}")
-    return STRATEGIES[strategy].stages(distiller, n_layers, distiller.layer_matches(list(range(n_layers))))
+    return strategy_named(strategy).stages(distiller, n_layers, distiller.layer_matches(list(range(n_layers))))
 
 
 def _pd_stage(d: Distiller) -> Stage:
@@ -425,21 +423,28 @@ def _layer_matching(name: str, trainable=None):
     def stages(d: Distiller, n_layers: int, every: list[Match]) -> list[Stage]:
         return [Stage(name=name, steps=d.s.total_steps(n_layers), lr=d.s.lr, warmup=d.s.warmup,
                       loss=lambda m, b: d.layer_terms(m, b, every), info=_stage_info(every),
-                      trainable=trainable(n_layers) if trainable else _encoder_only)]
+                      trainable=trainable(d.student_config) if trainable else _encoder_only)]
     return stages
 
 
-def _up_to_last_attention(n_layers: int):
+def _up_to_last_attention(config: ModelConfig):
     """What MiniLM's loss reaches: the embeddings, every block below the last, and in the last block what feeds
-    its attention's queries, keys and values (its bottleneck, if any, and the attention's own projections). The
-    rest of the last block gets no gradient, so it does not train (nor would DDP let it)."""
-    last = n_layers - 1
+    its attention's queries, keys and values: the attention's own projections and, in a MobileBERT block, the
+    bottleneck they read (`blocks.Bottleneck`: Q and K from the shared one, or Q, K and V all from the input
+    bottleneck in MobileBERT_TINY's block). The rest of the last block gets no gradient, so it does not train (nor
+    would DDP let it)."""
+    last = config.num_hidden_layers - 1
+    feeds = [".attention.self."]
+    if config.use_bottleneck and config.use_bottleneck_attention:
+        feeds.append(".bottleneck.input.")
+    elif config.use_bottleneck and config.key_query_shared_bottleneck:
+        feeds.append(".bottleneck.attention.")
 
     def trainable(name: str) -> bool:
         idx = layer_index(name)
         if idx is None or name.startswith("projections."):
             return False
-        return idx < last or ".attention.self." in name or ".bottleneck." in name
+        return idx < last or any(f in name for f in feeds)
     return trainable
 
 
@@ -468,20 +473,24 @@ def _mobilebert(layer_map, layers, teacher, student, w):
 
 
 PD_DEFAULTS = {"alpha": PD_ALPHA, "temperature": PD_TEMPERATURE}
-LAST_ONLY = "its matches pair the last layers; the student's layers come from `mobilekd init TEACHER OUT --layers " \
-            "spread:K` or a preset"
+# TinyBERT's plan has no PD stage; it keeps PD's defaults (and accepts the flags) as it did before the registry, so
+# that its runs record what they always have and resume
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
     Strategy("akt", "MobileBERT's auxiliary knowledge transfer", _mobilebert, _akt, PD_DEFAULTS),
     Strategy("jkt", "MobileBERT's joint knowledge transfer", _mobilebert, _jkt, PD_DEFAULTS, rereads=True),
     Strategy("pkt", "MobileBERT's progressive knowledge transfer", _mobilebert, _pkt, PD_DEFAULTS, rereads=True),
-    Strategy("distilbert", "DistilBERT's triple loss, fixed weights",
+    Strategy("distilbert", f"DistilBERT's triple loss, fixed weights: ce {DISTILBERT['ce']:g}, mlm "
+                           f"{DISTILBERT['mlm']:g}, cos {DISTILBERT['cos']:g}",
              lambda lm, ls, t, s, w: distilbert_matches(t.num_hidden_layers, s.num_hidden_layers), _distilbert,
-             {"temperature": DISTILBERT["temperature"]}, no_layer_map=LAST_ONLY),
+             {"temperature": DISTILBERT["temperature"]},
+             no_layer_map="its one match pairs the last layers; the student's layers come from `mobilekd init "
+                          "TEACHER OUT --layers spread:K`"),
     Strategy("tinybert", "TinyBERT's general distillation", lambda lm, ls, t, s, w: tinybert_matches(lm, ls),
-             _layer_matching("tinybert")),
+             _layer_matching("tinybert"), PD_DEFAULTS),
     Strategy("minilm", "MiniLM's deep self-attention distillation",
              lambda lm, ls, t, s, w: minilm_matches(t.num_hidden_layers, s.num_hidden_layers),
-             _layer_matching("minilm", _up_to_last_attention), no_layer_map=LAST_ONLY),
+             _layer_matching("minilm", _up_to_last_attention),
+             no_layer_map="its matches pair the last layers alone, at any depth"),
 )}
 
 
@@ -510,3 +519,9 @@ def _pkt_stage(distiller: Distiller, l: int, s: PlanSettings, lr: float) -> Stag
         return 3.0 if layer_index(name) == l else 0.3
 
     return Stage(trainable=trainable, lr_scale=scale, warmup=0.1, decay_to=0.9, decay_power=0.5, **common)
+
+
+def strategy_named(name: str) -> Strategy:
+    if name not in STRATEGIES:
+        raise UserError(f"unknown strategy {name!r}: choose from {', '.join(STRATEGIES)}")
+    return STRATEGIES[name]
