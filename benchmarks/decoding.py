@@ -7,17 +7,27 @@ them); every step runs, as if the end token never came, so both ways decode the 
     python -m benchmarks.decoding                  # a minute or two on 2 cores; rows to docs/results/decoding.json
     python -m benchmarks.decoding --table --write  # the table into docs/seq2seq.md
 
+The exported `.tflite` is timed the same way (`GreedyFile`, the app's loop on the LiteRT interpreter, 1 thread):
+the file with the cache in its `decode` signature against the earlier format, whose `decode` reruns the decoder
+over the whole prefix of the file's target length (64, the correction task's `--max-len`), each with the Pixel 4
+ESTIMATE of a token (the cost model over one generated sentence's operators, `sentence_graph`, divided by its
+tokens).
+
 Rows: task, method ("cache" or "no-cache"), seed (0), metric "ms_per_token" (the median over repeats of a whole
-decode's time over its positions), value, the preset, the lengths, threads and host; and per preset and length
-the ratio ("cache-speedup").
+decode's time over its positions), value, the preset, the lengths, threads, `runtime` ("pytorch" or "litert") and
+host; for the files also "pixel4_ms_per_token_est"; and per preset, length and runtime the ratio
+("cache-speedup").
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -28,6 +38,7 @@ from mobilekd.host import identity
 
 PRESETS = ("seq2seq_tiny", "seq2seq_small")
 REPEATS = 7
+FILE_LEN = 64  # the exported files' source and target length: the correction task's --max-len (data/pairs.py)
 
 
 QUANTILES = {"median": 50, "p95": 95}  # the lengths measured: the dev set's median, and its long tail
@@ -62,6 +73,46 @@ def decode_seconds(model, source: torch.Tensor, steps: int, cache: bool) -> floa
     return time.perf_counter() - start
 
 
+def file_seconds(runner, source_len: int, steps: int) -> float:
+    """One greedy decode of `steps` tokens through the file (`GreedyFile.generate`, not stopping at [SEP])."""
+    ids, mask = np.zeros((1, runner.source_len), np.int32), np.zeros((1, runner.source_len), np.int32)
+    ids[0, :source_len], mask[0, :source_len] = np.arange(1000, 1000 + source_len), 1
+    start = time.perf_counter()
+    runner.generate(ids, mask, steps, stop=False)
+    return time.perf_counter() - start
+
+
+def file_rows(model, preset: str, shared: dict, source_len: int, target_len: int, folder) -> list[dict]:
+    """Both file formats of `model`, timed interleaved per token, with their Pixel 4 estimates per token."""
+    from android_bench import estimate as cost
+    from android_bench.budget import efficiency
+    from mobilekd.export.seq2seq import GreedyFile, convert_seq2seq, sentence_graph, sentence_tokens
+
+    paths = {c: convert_seq2seq(model, FILE_LEN, FILE_LEN, folder / f"{preset}-{'cache' if c else 'prefix'}.tflite",
+                                cache=c) for c in (True, False)}
+    runners = {c: GreedyFile(p, model.config.bos_token_id, -1, threads=1) for c, p in paths.items()}
+    for c in runners:  # one warm-up each
+        file_seconds(runners[c], source_len, target_len)
+    times = {True: [], False: []}
+    for _ in range(REPEATS):
+        for c in runners:
+            times[c].append(file_seconds(runners[c], source_len, target_len))
+    rows = []
+    for c, path in paths.items():
+        est = cost.estimate(cost.op_costs(sentence_graph(path)), cost.load_profile("pixel4"), 4, efficiency())
+        rows.append({**shared, "runtime": "litert", "method": "cache" if c else "no-cache", "metric": "ms_per_token",
+                     "value": round(statistics.median(times[c]) / target_len * 1000, 3),
+                     "pixel4_ms_per_token_est": round(est["ms"] / sentence_tokens(path), 3), "file_len": FILE_LEN})
+    rows.append({**shared, "runtime": "litert", "method": "cache-speedup", "metric": "ratio", "file_len": FILE_LEN,
+                 "value": round(rows[1]["value"] / rows[0]["value"], 2),
+                 "pixel4_ratio_est": round(rows[1]["pixel4_ms_per_token_est"] / rows[0]["pixel4_ms_per_token_est"],
+                                           2)})
+    print(f"{preset} file, {shared['length']} lengths: {rows[0]['value']:.2f} ms a token with the cache, "
+          f"{rows[1]['value']:.2f} without; Pixel 4 est. {rows[0]['pixel4_ms_per_token_est']:.2f} against "
+          f"{rows[1]['pixel4_ms_per_token_est']:.2f}")
+    return rows
+
+
 def measure() -> list[dict]:
     from mobilekd.data.tokenizer import load_tokenizer
     from mobilekd.models.seq2seq import new_seq2seq
@@ -70,6 +121,7 @@ def measure() -> list[dict]:
     tokenizer = load_tokenizer()
     host = identity()
     rows = []
+    folder = Path(tempfile.mkdtemp(prefix="decoding-"))  # the files are timed, not kept
     for (length, (source_len, target_len)), preset in ((lq, p) for lq in dev_lengths(tokenizer).items()
                                                        for p in PRESETS):
         torch.manual_seed(0)
@@ -85,29 +137,38 @@ def measure() -> list[dict]:
         shared = {"task": "correction", "seed": 0, "preset": preset, "length": length, "source_len": source_len,
                   "target_len": target_len, "threads": 1, "repeats": REPEATS, "host": host["id"],
                   "host_fields": host}
-        rows += [{**shared, "method": "cache" if c else "no-cache", "metric": "ms_per_token", "value": round(v, 3)}
-                 for c, v in ms.items()]
-        rows.append({**shared, "method": "cache-speedup", "metric": "ratio",
+        rows += [{**shared, "runtime": "pytorch", "method": "cache" if c else "no-cache", "metric": "ms_per_token",
+                  "value": round(v, 3)} for c, v in ms.items()]
+        rows.append({**shared, "runtime": "pytorch", "method": "cache-speedup", "metric": "ratio",
                      "value": round(ms[False] / ms[True], 2)})
         print(f"{preset}, {length} lengths: {ms[True]:.2f} ms a token with the cache, {ms[False]:.2f} without "
               f"({ms[False] / ms[True]:.2f}x)")
+        rows += file_rows(model, preset, shared, source_len, target_len, folder)
+    shutil.rmtree(folder, ignore_errors=True)
     return rows
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| student | dev lengths: source / target (word pieces) | with the cache | whole prefix | speed-up | "
-             "host |", "|---|---|---|---|---|---|"]
-    for preset, length, host in dict.fromkeys((r["preset"], r["length"], r["host"]) for r in results):
-        mine = {r["method"]: r for r in results if (r["preset"], r["length"], r["host"]) == (preset, length, host)}
+    lines = ["| student | runtime | dev lengths: source / target (word pieces) | with the cache | whole prefix | "
+             "speed-up | Pixel 4 a token, est. (cache / prefix) | host |", "|---|---|---|---|---|---|---|---|"]
+    def group(r):
+        return r["preset"], r.get("runtime", "pytorch"), r["length"], r["host"]
+
+    for preset, runtime, length, host in dict.fromkeys(map(group, results)):
+        mine = {r["method"]: r for r in results if group(r) == (preset, runtime, length, host)}
         if {"cache", "no-cache", "cache-speedup"} <= set(mine):
-            c = mine["cache"]
-            lines.append(f"| {preset} | {length}: {c['source_len']} / {c['target_len']} | "
-                         f"{c['value']:.2f} ms a token | "
-                         f"{mine['no-cache']['value']:.2f} ms a token | {mine['cache-speedup']['value']:.2f}x | "
-                         f"{host} |")
-    return "\n".join(lines) + ("\n\nHost-measured in PyTorch, 1 thread, batch 1, the median of "
-                               f"{results[0]['repeats'] if results else REPEATS} interleaved repeats; not a phone "
-                               "figure.\n")
+            c, n = mine["cache"], mine["no-cache"]
+            pixel = (f"{c['pixel4_ms_per_token_est']:.2f} / {n['pixel4_ms_per_token_est']:.2f} ms "
+                     f"({mine['cache-speedup']['pixel4_ratio_est']:.2f}x)" if "pixel4_ms_per_token_est" in c else "-")
+            where = "PyTorch" if runtime == "pytorch" else f"LiteRT file ({c['file_len']} / {c['file_len']})"
+            lines.append(f"| {preset} | {where} | {length}: {c['source_len']} / {c['target_len']} | "
+                         f"{c['value']:.2f} ms a token | {n['value']:.2f} ms a token | "
+                         f"{mine['cache-speedup']['value']:.2f}x | {pixel} | {host} |")
+    return "\n".join(lines) + ("\n\nHost-measured, 1 thread, batch 1, the median of "
+                               f"{results[0]['repeats'] if results else REPEATS} interleaved repeats; a file's "
+                               "source and target are padded to its length, so its times do not depend on the "
+                               "dev lengths but for the number of tokens. Pixel 4 figures are ESTIMATES of the "
+                               "cost model, not measurements.\n")
 
 
 def main(argv=None):
@@ -117,8 +178,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     path = REPO_ROOT / args.results
     if not args.table:
-        merge_rows(path, measure(), lambda r: (list(QUANTILES).index(r["length"]), PRESETS.index(r["preset"]),
-                                               r["method"]), key=("task", "preset", "length", "method", "metric"))
+        merge_rows(path, measure(), lambda r: (r.get("runtime", ""), list(QUANTILES).index(r["length"]),
+                                               PRESETS.index(r["preset"]), r["method"]),
+                   key=("task", "preset", "length", "runtime", "method", "metric"))
     return show_table(args, path, table)
 
 

@@ -163,16 +163,31 @@ def test_the_cached_decoder_computes_what_the_whole_prefix_gives(tokenizer, widt
         model = Seq2SeqTransformer(dataclasses.replace(model.config, embedding_size=width)).eval()
     dev, _ = encode_pairs(load_pairs("correction").dev[:48], tokenizer, 64, refuse_long=False)
     b = dev.batch(range(48))
-    prefix = torch.randint(1000, 2000, (48, 9))
+    prefix = torch.randint(1000, 2000, (48, 12))
     with torch.no_grad():
         memory = model.encode(b["input_ids"], b["attention_mask"])
         whole = model.decode(memory, b["attention_mask"], prefix)
         cache = DecoderCache(len(model.decoder))
-        steps = torch.stack([model.decode_step(memory, b["attention_mask"], prefix[:, t], cache) for t in range(9)], 1)
+        steps = torch.stack([model.decode_step(memory, b["attention_mask"], prefix[:, t], cache) for t in range(12)], 1)
     torch.testing.assert_close(steps, whole, rtol=1e-5, atol=1e-5)
-    assert cache.position == 9 and cache.layers[0]["self"][0].shape == (48, 2, 9, 16)
+    assert cache.position == 12 and cache.layers[0]["self"][0].shape == (48, 2, 12, 16)
     inputs = (b["input_ids"], b["attention_mask"], 24)
     assert greedy(model, *inputs, cache=True) == greedy(model, *inputs, cache=False)
+    # the exported graph's decode: fixed-size caches written slot by slot give the same logits
+    from mobilekd.export.seq2seq import Decode, Encode, cache_shape
+
+    one = {k: v[:1].int() for k, v in b.items() if k in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        encoded, kept = Encode(model)(**one), DecoderCache(len(model.decoder))
+        keys = values = torch.zeros(cache_shape(model, 12))
+        memory = model.encode(one["input_ids"].long(), one["attention_mask"].long())
+        for step in range(12):
+            token = prefix[:1, step].int()
+            got = Decode(model)(encoded["memory_keys"], encoded["memory_values"], one["attention_mask"], token,
+                                torch.tensor([step], dtype=torch.int32), keys, values)
+            keys, values = got["keys"], got["values"]
+            mine = model.logits(model.decode_step(memory, one["attention_mask"].long(), token.long(), kept))
+            torch.testing.assert_close(got["logits"], mine, rtol=1e-5, atol=1e-5)
     assert beam_search(model, *inputs, beam=3, cache=True) == beam_search(model, *inputs, beam=3, cache=False)
 
 

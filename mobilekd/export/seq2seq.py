@@ -1,18 +1,25 @@
 """A seq2seq student (`mobilekd.models.seq2seq`) as one `.tflite` with two signatures, run by the app as a greedy
-loop:
+loop, the decoder's keys and values kept between steps (issue 79; `Seq2SeqTransformer.decode_step` in PyTorch):
 
-    encode(input_ids, attention_mask)               -> memory            (1, S) int32 each -> (1, S, d) float32
-    decode(memory, attention_mask, prefix, step)    -> logits, next_token (1, L) int32 prefix, (1,) int32 step
-                                                                          -> (1, V) float32, (1,) int32
+    encode(input_ids, attention_mask)      -> memory_keys, memory_values   (1, S) int32 each
+                                                                           -> (layers, 1, heads, S, d/heads) float32
+    decode(memory_keys, memory_values, attention_mask, token, step, keys, values)
+                                           -> logits, next_token, keys, values
+                                              token, step: (1,) int32; keys, values: (layers, 1, heads, L, d/heads)
 
-The source is padded to S word pieces (`attention_mask` 0 there). `prefix` is [CLS] and the tokens generated so
-far, padded to L; `decode` returns the logits at position `step` (the prefix's last real token) and their argmax.
-The decoder's causal mask keeps every position from reading the ones after it, so the padding after `step` changes
-nothing and no key/value cache is needed at these lengths: each step reruns the decoder over the prefix. The app:
+The source is padded to S word pieces (`attention_mask` 0 there); `encode` returns what every decoder layer's
+cross-attention reads of it, once. `decode` runs the decoder at one position, `step`, for its input `token` ([CLS]
+at step 0, then the token generated before): it writes that position's self-attention keys and values into slot
+`step` of the caches it is given and returns them, attending slots 0..step only (the later ones, still zeros, are
+masked), so each step costs one position, not the whole prefix. The app:
 
-    memory = encode(ids, mask); prefix = [CLS, 0, 0, ...]
-    for step in 0 .. L-1: token = decode(memory, mask, prefix, step).next_token
-                          stop at [SEP]; else prefix[step + 1] = token
+    mk, mv = encode(ids, mask); keys = values = zeros; token = CLS
+    for step in 0 .. L-1: token, keys, values = decode(mk, mv, mask, token, step, keys, values)
+                          stop at [SEP]
+
+`convert_seq2seq(..., cache=False)` writes the earlier format instead (a file such as `mobilekd export` wrote
+before the cache), whose `decode(memory, attention_mask, prefix, step)` reruns the decoder over the whole prefix
+at each step; `GreedyFile` runs either.
 
 `GreedyFile` is that loop on the LiteRT interpreter, exactly as an app runs it (docs/seq2seq.md gives it in
 Kotlin); `seq2seq_parity` compares its output with PyTorch's greedy decoding (`mobilekd.models.decoding.greedy`)
@@ -34,12 +41,54 @@ from mobilekd.errors import UserError
 from mobilekd.export.graph import Op, read_graph, subgraph_names
 from mobilekd.export.litert import convert_signatures
 from mobilekd.models.decoding import decode_split
-from mobilekd.models.seq2seq import Seq2SeqTransformer
+from mobilekd.models.seq2seq import NEG, Seq2SeqTransformer
 
 ENCODE, DECODE = "encode", "decode"
 
 
 class Encode(nn.Module):
+    """The source's memory as every decoder layer's cross-attention reads it: its keys and values, stacked."""
+
+    def __init__(self, model: Seq2SeqTransformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        memory = self.model.encode(input_ids.long(), attention_mask.long())
+        keys, values = zip(*(layer.cross_attn.keys_values(memory) for layer in self.model.decoder))
+        return {"memory_keys": torch.stack(keys), "memory_values": torch.stack(values)}
+
+
+class Decode(nn.Module):
+    """One decoder position with fixed-size caches (`DecoderLayer.step`, whose `write` here blends the position's
+    keys and values into slot `step` by a one-hot mask: elementwise operators every converter and delegate take,
+    exact, since the mask is 0 or 1)."""
+
+    def __init__(self, model: Seq2SeqTransformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, memory_keys, memory_values, attention_mask, token, step, keys, values):
+        m, step = self.model, step.long()
+        slots = torch.arange(keys.shape[3], device=keys.device)
+        at = (slots == step).to(keys.dtype).view(1, 1, -1, 1)
+        seen = torch.where(slots <= step, 0.0, NEG).to(keys.dtype).view(1, 1, 1, -1)  # slots after step: empty
+        y, memory_bias = m._embed(token.long()[:, None], step), m.padding_bias(attention_mask.long())
+        kept_keys, kept_values = [], []
+        for i, layer in enumerate(m.decoder):
+            def write(k, v, i=i):
+                kept_keys.append(keys[i] * (1 - at) + k * at)
+                kept_values.append(values[i] * (1 - at) + v * at)
+                return kept_keys[-1], kept_values[-1]
+            y = layer.step(y, write, (memory_keys[i], memory_values[i]), memory_bias, seen)
+        logits = m.logits(m.decoder_norm(y)[:, 0])
+        return {"logits": logits, "next_token": logits.argmax(-1).to(torch.int32),
+                "keys": torch.stack(kept_keys), "values": torch.stack(kept_values)}
+
+
+class PrefixEncode(nn.Module):
+    """The earlier format's encode: the memory itself."""
+
     def __init__(self, model: Seq2SeqTransformer):
         super().__init__()
         self.model = model
@@ -48,7 +97,9 @@ class Encode(nn.Module):
         return {"memory": self.model.encode(input_ids.long(), attention_mask.long())}
 
 
-class Decode(nn.Module):
+class PrefixDecode(nn.Module):
+    """The earlier format's decode: the decoder over the whole prefix, the logits at position `step`."""
+
     def __init__(self, model: Seq2SeqTransformer):
         super().__init__()
         self.model = model
@@ -59,23 +110,38 @@ class Decode(nn.Module):
         return {"logits": logits, "next_token": logits.argmax(-1).to(torch.int32)}
 
 
-def sample_inputs(model: Seq2SeqTransformer, source_len: int, target_len: int) -> dict[str, dict]:
+def cache_shape(model: Seq2SeqTransformer, length: int) -> tuple[int, ...]:
+    c = model.config
+    return len(model.decoder), 1, c.heads, length, c.d_model // c.heads
+
+
+def sample_inputs(model: Seq2SeqTransformer, source_len: int, target_len: int, cache: bool = True) -> dict[str, dict]:
     ones = torch.ones(1, source_len, dtype=torch.int32)
-    return {ENCODE: {"input_ids": torch.zeros(1, source_len, dtype=torch.int32), "attention_mask": ones},
-            DECODE: {"memory": torch.zeros(1, source_len, model.config.d_model), "attention_mask": ones,
-                     "prefix": torch.zeros(1, target_len, dtype=torch.int32),
-                     "step": torch.zeros(1, dtype=torch.int32)}}
+    one = torch.zeros(1, dtype=torch.int32)
+    encode = {"input_ids": torch.zeros(1, source_len, dtype=torch.int32), "attention_mask": ones}
+    if not cache:
+        return {ENCODE: encode, DECODE: {"memory": torch.zeros(1, source_len, model.config.d_model),
+                                         "attention_mask": ones, "step": one,
+                                         "prefix": torch.zeros(1, target_len, dtype=torch.int32)}}
+    # every input its own tensor: an exporter reads two arguments given one tensor as one input
+    memory, kept = (cache_shape(model, n) for n in (source_len, target_len))
+    return {ENCODE: encode, DECODE: {"memory_keys": torch.zeros(memory), "memory_values": torch.zeros(memory),
+                                     "attention_mask": ones, "token": one.clone(), "step": one.clone(),
+                                     "keys": torch.zeros(kept), "values": torch.zeros(kept)}}
 
 
-def convert_seq2seq(model: Seq2SeqTransformer, source_len: int, target_len: int, out_path) -> Path:
-    """Both signatures in one file, written atomically."""
+def convert_seq2seq(model: Seq2SeqTransformer, source_len: int, target_len: int, out_path, cache: bool = True) \
+        -> Path:
+    """Both signatures in one file, written atomically; `cache`: the decoder's keys and values kept between steps
+    (else the earlier format, which reruns the decoder over the prefix)."""
     if max(source_len, target_len) > model.config.max_positions:
         raise UserError(f"--seq-len {max(source_len, target_len)} exceeds the model's {model.config.max_positions} "
                         f"positions")
     model.eval()
-    samples = sample_inputs(model, source_len, target_len)
-    return convert_signatures([(ENCODE, Encode(model).eval(), samples[ENCODE]),
-                               (DECODE, Decode(model).eval(), samples[DECODE])], out_path, "the seq2seq model")
+    samples = sample_inputs(model, source_len, target_len, cache)
+    encode, decode = (Encode, Decode) if cache else (PrefixEncode, PrefixDecode)
+    return convert_signatures([(ENCODE, encode(model).eval(), samples[ENCODE]),
+                               (DECODE, decode(model).eval(), samples[DECODE])], out_path, "the seq2seq model")
 
 
 class GreedyFile:
@@ -92,7 +158,8 @@ class GreedyFile:
         self.encode = self.interpreter.get_signature_runner(ENCODE)
         self.decode = self.interpreter.get_signature_runner(DECODE)
         self.source_len = int(self.encode.get_input_details()["input_ids"]["shape"][1])
-        self.target_len = int(self.decode.get_input_details()["prefix"]["shape"][1])
+        self.target_len = target_length(self.decode)
+        self.cached = "keys" in self.decode.get_input_details()  # else the earlier, whole-prefix format
         self.bos, self.eos = bos, eos
 
     def __call__(self, source_ids) -> tuple[list[int], float, list[float]]:
@@ -107,15 +174,25 @@ class GreedyFile:
         """Encode the padded source, then up to `tokens` decode steps, each feeding its token back (ending at [SEP]
         unless `stop` is off)."""
         start = time.perf_counter()
-        memory = self.encode(input_ids=ids, attention_mask=mask)["memory"]
+        encoded = self.encode(input_ids=ids, attention_mask=mask)
         encode_seconds, steps = time.perf_counter() - start, []
-        prefix = np.zeros((1, self.target_len), np.int32)
+        prefix = np.zeros((1, self.target_len), np.int32)  # the earlier format's input
         prefix[0, 0] = self.bos
-        out = []
+        if self.cached:
+            details = self.decode.get_input_details()["keys"]
+            keys = values = np.zeros(details["shape"], details["dtype"])
+        out, token = [], self.bos
         for step in range(min(tokens, self.target_len)):
             start = time.perf_counter()
-            token = int(self.decode(memory=memory, attention_mask=mask, prefix=prefix,
-                                    step=np.array([step], np.int32))["next_token"][0])
+            at = np.array([step], np.int32)
+            if self.cached:
+                got = self.decode(memory_keys=encoded["memory_keys"], memory_values=encoded["memory_values"],
+                                  attention_mask=mask, token=np.array([token], np.int32), step=at, keys=keys,
+                                  values=values)
+                keys, values = got["keys"], got["values"]
+            else:
+                got = self.decode(memory=encoded["memory"], attention_mask=mask, prefix=prefix, step=at)
+            token = int(got["next_token"][0])
             steps.append(time.perf_counter() - start)
             if stop and token == self.eos:
                 break
@@ -128,6 +205,13 @@ class GreedyFile:
 GENERATED_TOKENS = 20  # a sentence, for timing: about the mean target of paraphrase and correction (20 word pieces)
 
 
+def target_length(decode) -> int:
+    """The longest target a file's `decode` signature runner takes: its caches' slots, or the earlier format's
+    prefix length."""
+    inputs = decode.get_input_details()
+    return int(inputs["keys"]["shape"][3]) if "keys" in inputs else int(inputs["prefix"]["shape"][1])
+
+
 def is_seq2seq_file(path) -> bool:
     return set(subgraph_names(path)) == {ENCODE, DECODE}
 
@@ -136,8 +220,7 @@ def sentence_tokens(path) -> int:
     """The tokens of a timed sentence: GENERATED_TOKENS, or the file's target length where that is shorter."""
     from ai_edge_litert.interpreter import Interpreter
 
-    decode = Interpreter(model_path=str(path)).get_signature_runner(DECODE)
-    return min(GENERATED_TOKENS, int(decode.get_input_details()["prefix"]["shape"][1]))
+    return min(GENERATED_TOKENS, target_length(Interpreter(model_path=str(path)).get_signature_runner(DECODE)))
 
 
 def sentence_graph(path) -> list[Op]:
