@@ -191,6 +191,23 @@ def test_the_cached_decoder_computes_what_the_whole_prefix_gives(tokenizer, widt
     assert beam_search(model, *inputs, beam=3, cache=True) == beam_search(model, *inputs, beam=3, cache=False)
 
 
+def test_the_cached_file_and_the_earlier_whole_prefix_file_decode_as_pytorch(tokenizer, tmp_path):
+    """Both file formats through the app's loop (`GreedyFile`) give PyTorch's greedy tokens; the earlier format's
+    files still run."""
+    from mobilekd.export.seq2seq import GreedyFile, convert_seq2seq
+
+    torch.manual_seed(0)
+    model = new_seq2seq("seq2seq_micro", tokenizer, max_positions=20).eval()
+    sources = [[2000, 2001, 2002], [2003, 2004], [2005, 2006, 2007, 2008]]
+    b = pairs_split(tokenizer, sources, [[2010]] * 3).batch(range(3))
+    mine = greedy(model, b["input_ids"], b["attention_mask"], 12)
+    for cache in (True, False):
+        path = convert_seq2seq(model, 12, 12, tmp_path / f"{cache}.tflite", cache=cache)
+        runner = GreedyFile(path, model.config.bos_token_id, model.config.eos_token_id)
+        assert runner.cached == cache and runner.target_len == 12
+        assert [runner(s)[0] for s in sources] == mine
+
+
 def test_paraphrase_pairs_keep_dev_sentences_out_of_training():
     task = load_pairs("paraphrase")
     assert (len(task.train), len(task.dev)) == (3772, 543)
