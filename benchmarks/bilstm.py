@@ -67,11 +67,11 @@ def jobs(out: Path, stages: Path, methods_out: Path, tasks: list[str], seeds: li
                 tflite = out / "tflite" / task
                 exported[task] = tflite
                 plan.append(Job(f"export/{task}", [
-                    "export", "--model", str(run_dir(out, task, EXPORTED, seed)), "--seq-len", SEQ_LEN, "--quantize",
+                    "export", "--model", str(run_dir(out, task, EXPORTED, seed)), "--max-len", SEQ_LEN, "--quantize",
                     "none", "--parity-examples", "2000", "--out", str(tflite)], tflite, [f"{task}/{EXPORTED}/{seed}"]))
     if exported:
         plan.append(Job("latency", ["latency", "--models", "--quantize", "none", "--threads", "1", "--devices",
-                                    "pixel4", "--seq-len", SEQ_LEN, "--out", str(out / "latency"), "--tflite",
+                                    "pixel4", "--max-len", SEQ_LEN, "--out", str(out / "latency"), "--tflite",
                                     f"teacher={teacher_tflite(methods_out)}",
                                     *(f"bilstm-{t}={p / 'model_none.tflite'}" for t, p in exported.items())],
                         out / "latency", [f"export/{t}" for t in exported]))

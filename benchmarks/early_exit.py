@@ -35,7 +35,7 @@ from mobilekd.models.early_exit import scored_thresholds
 from mobilekd.models.flops import model_stats
 from mobilekd.models.hf import load_config
 
-TASKS = {"sst2": "64", "mrpc": "128"}  # --max-len and export --seq-len
+TASKS = {"sst2": "64", "mrpc": "128"}  # --max-len and export --max-len
 TRAIN = ["--max-train-examples", "2000", "--epochs", "2"]
 ROUNDS = 2
 
@@ -52,7 +52,7 @@ def jobs(out: Path, stages: Path, tasks: list[str], seeds: list[int]) -> list[Jo
             plan.append(Job(f"{task}/fastbert/{seed}", [
                 "fastbert", "--model", str(teacher_value.finetune_dir(stages, task, "teacher", seed)), "--task", task,
                 "--max-len", TASKS[task], *TRAIN, "--seed", str(seed), "--out", str(d), *RESUMABLE], d))
-            plan.append(Job(f"{task}/export/{seed}", ["export", "--model", str(d), "--seq-len", TASKS[task],
+            plan.append(Job(f"{task}/export/{seed}", ["export", "--model", str(d), "--max-len", TASKS[task],
                                                       "--parity-examples", "100000", "--out", str(d / "tflite")],
                             d / "tflite", [f"{task}/fastbert/{seed}"]))
     return plan

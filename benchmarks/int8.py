@@ -137,7 +137,7 @@ def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int], methods=t
             plan.append(Job(f"{task}/fp32/{seed}", ["finetune", "--task", task, *FINETUNE[task], "--model",
                                                     str(student), "--lr", STUDENT_LR, "--seed", str(seed),
                                                     "--eval-every", "0", "--out", str(fp32), *RESUMABLE], fp32))
-        plan.append(Job(f"{task}/export", ["export", "--model", str(fp32_dir(out, task, 0)), "--seq-len", TASKS[task],
+        plan.append(Job(f"{task}/export", ["export", "--model", str(fp32_dir(out, task, 0)), "--max-len", TASKS[task],
                                            "--quantize", "none", "dynamic-int8", "int8", "--parity-examples", "2000",
                                            "--out", str(tflite)], tflite, [f"{task}/fp32/0"]))
         for method, (_, flags, only) in QAT_VARIANTS.items():

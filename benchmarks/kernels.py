@@ -69,7 +69,7 @@ def jobs(out: Path) -> list[Job]:
     finetune = ["--task", "sst2", "--max-train-examples", TRAIN_EXAMPLES, "--epochs", "1", "--eval-every", "0"]
 
     def export(name: str, model: Path, folder: str, needs: str, *extra: str) -> Job:
-        return Job(name, ["export", "--model", str(model), "--seq-len", str(SEQ_LEN), "--lengths", *LENGTHS,
+        return Job(name, ["export", "--model", str(model), "--max-len", str(SEQ_LEN), "--lengths", *LENGTHS,
                           "--quantize", *QUANTIZE, *extra, "--parity-task", "sst2", "--parity-examples", "872",
                           "--out", str(out / folder)], out / folder, [needs])
 

@@ -39,7 +39,7 @@ OUT = "runs/latency"
 THREADS = ["1", "2", "4"]
 RUNS = "20"
 SEQ_LEN = "128"
-RECIPE = ["latency", "--transformers-reference", "--threads", *THREADS, "--runs", RUNS, "--seq-len", SEQ_LEN]
+RECIPE = ["latency", "--transformers-reference", "--threads", *THREADS, "--runs", RUNS, "--max-len", SEQ_LEN]
 NAMES = {"bert_base": "BERT_BASE", "mobilebert_no_opt": "MobileBERT w/o OPT", "mobilebert": "MobileBERT",
          "mobilebert_tiny": "MobileBERT_TINY", "transformers_mobilebert": "transformers' MobileBERT, same converter"}
 ORDER = [*PAPER_MODELS, "transformers_mobilebert"]

@@ -76,7 +76,7 @@ def jobs(out: Path, stages: Path, methods_out: Path, seeds: list[int]) -> list[J
     plan += [j for j in runs if j not in variants]
     if 0 in seeds:  # the file and its timing are the seed-0 distilled model's, made before the variants run
         model, tflite = run_dir(out, "multi-task-ensemble-kd", 0), out / "tflite"
-        plan.append(Job("export", ["export", "--model", str(model), "--seq-len", "128", "--single-task-files",
+        plan.append(Job("export", ["export", "--model", str(model), "--max-len", "128", "--single-task-files",
                                    "--parity-examples", "1000", "--out", str(tflite)], tflite,
                         ["multi-task-ensemble-kd/0"]))
         plan.append(Job("latency", ["latency", "--models", "--quantize", "none", "--threads", "1", "--devices",

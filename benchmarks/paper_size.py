@@ -56,7 +56,7 @@ def run_dirs(args, out: Path) -> tuple[Path, Path]:
 
 def jobs(args, out: Path) -> list[Job]:
     teacher, pkt = run_dirs(args, out)
-    common = ["--seq-len", str(SEQ_LEN), "--mixed-precision", args.precision, "--eval-examples", "256", "--resume",
+    common = ["--max-len", str(SEQ_LEN), "--mixed-precision", args.precision, "--eval-examples", "256", "--resume",
               "--optimizer", "lamb", "--lr", "1.5e-3", "--cache-dir", str(out / "cache")]
     return [Job("teacher", ["train-teacher", "--preset", "ib_bert_large", "--steps", str(args.teacher_steps),
                             "--batch-size", str(args.teacher_batch), *common, "--out", str(teacher)],

@@ -464,7 +464,7 @@ def measurement_jobs(out: Path, chosen=tuple(METHODS), seed: int = 0) -> list[Jo
         tflite[family] = exported(out, family)
         exports.append(f"export/{family}")
         plan.append(Job(exports[-1], [
-            "export", "--model", str(run_dir(out, "sst2", method, seed)), "--seq-len", "128", "--quantize", "none",
+            "export", "--model", str(run_dir(out, "sst2", method, seed)), "--max-len", "128", "--quantize", "none",
             *(["--fused-lstm"] if family in FUSED else []), "--parity-examples", "872", "--out",
             str(tflite[family].parent)], tflite[family].parent, [f"sst2/{method}/{seed}"]))
     files = [f"{k}={v}" for k, v in tflite.items()]
@@ -474,7 +474,7 @@ def measurement_jobs(out: Path, chosen=tuple(METHODS), seed: int = 0) -> list[Jo
         return plan
     timed = out / "latency" / "+".join(f.split("=")[0] for f in files)  # a run per set of files timed together
     plan.append(Job("latency", ["latency", "--models", "--quantize", "none", "--threads", "1", "--devices", "pixel4",
-                                "--seq-len", "128", "--out", str(timed), "--tflite", *files],
+                                "--max-len", "128", "--out", str(timed), "--tflite", *files],
                     timed, exports))
     return plan
 

@@ -49,7 +49,7 @@ def jobs(out: Path, ship: Path, tasks: list[str], seeds: list[int]) -> list[Job]
             max_len = read_json(folder / "ship.json")["budget"]["max_len"]
             found.append(Job(f"{task}/runtimes/{seed}", [
                 "export", "--model", str(folder / "student"), "--quantize", "none", "dynamic-int8", "--executorch",
-                "--seq-len", str(max_len), "--parity-examples", "1000000", "--out", str(run_dir(out, task, seed))],
+                "--max-len", str(max_len), "--parity-examples", "1000000", "--out", str(run_dir(out, task, seed))],
                 run_dir(out, task, seed)))
     return found
 

@@ -9,7 +9,7 @@ recipes now use); and the SST-2 accuracy of the loops, over seeds.
 
 Paths (the demo's shapes: all-minilm-l6-v2 as the teacher, fresh heads; mobilebert_h384 as the student; the
 shipped corpora and SST-2; weights do not change a step's cost): `adapt` (the teacher's continued MLM + NSP, word
-table frozen as adaptation leaves it), `pkt_layer` (PKT's stage for student layer 2 at distill's --seq-len 64),
+table frozen as adaptation leaves it), `pkt_layer` (PKT's stage for student layer 2 at distill's --max-len 64),
 `pd` (pre-training distillation), `finetune` and `finetune_kd` (SST-2, the latter with cached teacher logits as
 `mobilekd finetune --teacher` has them), `bilstm` (Tang et al.'s BiLSTM, MSE on cached logits, batch 50) and
 `qat` (quantization-aware training, its graph padded to its --max-len).
@@ -96,7 +96,7 @@ RESULTS = "docs/results/throughput.json"
 PATHS = ("adapt", "pkt_layer", "pd", "finetune", "finetune_kd", "bilstm", "qat")
 TEACHER, STUDENT = "all-minilm-l6-v2", "mobilebert_h384"
 PKT_LAYER = 2
-DISTILL_SEQ_LEN = 64  # mobilekd distill's --seq-len default
+DISTILL_SEQ_LEN = 64  # mobilekd distill's --max-len default
 CLASSIC = ("baseline", "length_grouped", "fused_adamw", "lazy_embeddings", "bf16", "default")  # no layer inputs
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation",
               "mkldnn::_linear_pointwise")
@@ -224,7 +224,7 @@ def _lengths(batch: dict) -> np.ndarray:
 
 def distillation_paths(names: list[str], teacher, corpus) -> list[TrainingPath]:
     """PKT's stage for student layer PKT_LAYER and pre-training distillation, as `mobilekd distill` runs them:
-    the demo student, the teacher's layers spread over it, the shipped corpora at the recipe's --seq-len."""
+    the demo student, the teacher's layers spread over it, the shipped corpora at the recipe's --max-len."""
     s_cfg, t_cfg = get_preset(STUDENT).config, teacher.config
     student = MobileBertForPreTraining(s_cfg)
     copied = copy_shared_weights(teacher, student)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 
 from mobilekd.errors import UserError
 
@@ -92,3 +93,22 @@ def flag_text(value) -> str:
         mantissa, exponent = f"{value:e}".split("e")
         return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
     return str(value)
+
+
+LENGTH_FLAG, OLD_LENGTH_FLAG = "--max-len", "--seq-len"  # the sequence length's one name, and its former one
+
+
+class _Deprecated(argparse.Action):
+    """Store the value; said once on stderr when the flag was given under its former name."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string == OLD_LENGTH_FLAG:
+            print(f"{parser.prog}: {OLD_LENGTH_FLAG} is deprecated, use {LENGTH_FLAG} (the same value)",
+                  file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_length_flag(parser, *, dest: str = "max_len", **kwargs) -> None:
+    """The sequence length, --max-len in every verb (`dest` the recipe's own name for it), --seq-len accepted as a
+    deprecated alias that says so."""
+    parser.add_argument(LENGTH_FLAG, OLD_LENGTH_FLAG, dest=dest, type=int, action=_Deprecated, metavar="N", **kwargs)

@@ -64,6 +64,6 @@ def demo_teacher_dir(small_corpus, tmp_path_factory):
     with FileLock(f"{out}.lock"):
         if not (out / "model.safetensors").is_file():
             run_module("mobilekd.recipes.train_teacher", "--corpus", small_corpus, "--out", out, "--cache-dir",
-                       out / "cache", "--steps", 200, "--seq-len", 48, "--batch-size", 16, "--eval-examples", 16,
+                       out / "cache", "--steps", 200, "--max-len", 48, "--batch-size", 16, "--eval-examples", 16,
                        "--threads", 1)
     return out

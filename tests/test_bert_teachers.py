@@ -81,7 +81,7 @@ def test_adaptation_fits_the_missing_heads(tmp_path, small_corpus, tokenizer):
 
     out = tmp_path / "adapted"
     run_module("mobilekd.recipes.train_teacher", "--init-from", bert, "--corpus", small_corpus, "--out", out,
-               "--cache-dir", tmp_path / "c", "--steps", 4, "--batch-size", 8, "--seq-len", 32, "--eval-examples", 16,
+               "--cache-dir", tmp_path / "c", "--steps", 4, "--batch-size", 8, "--max-len", 32, "--eval-examples", 16,
                "--threads", 1)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["init_from"] == str(bert) and summary["train"]["stage"] == "adapt"
@@ -111,7 +111,7 @@ def test_bert_large_shaped_teacher_pairs_with_mobilebert_through_projections(tmp
     save_tokenizer(tokenizer, teacher)
     out = tmp_path / "student"
     run_module("mobilekd.recipes.distill", "--teacher", teacher, "--student", "demo_student", "--corpus", small_corpus,
-               "--out", out, "--cache-dir", tmp_path / "c", "--seq-len", 32, "--batch-size", 8, "--layer-steps", 3,
+               "--out", out, "--cache-dir", tmp_path / "c", "--max-len", 32, "--batch-size", 8, "--layer-steps", 3,
                "--pd-steps", 2, "--eval-examples", 8, "--threads", 1)
     # demo_student is 128 wide: widths differ (64 vs 128), as do head counts (16 vs 4)
     summary = json.loads((out / "summary.json").read_text())

@@ -206,7 +206,7 @@ def test_a_regression_task_distils_into_one_output_fitting_the_teachers_scores(t
     assert result["complete"] and result["best_metric"] == "pearson" and 48 < result["train_examples"] <= 48 * 4
     assert -1 <= result["metrics"]["dev"]["pearson"] <= 1
     assert json.loads((tmp_path / "bilstm" / "bilstm.json").read_text())["id2label"] == {"0": "score"}
-    run_module("mobilekd", "export", "--model", tmp_path / "bilstm", "--seq-len", 32, "--parity-examples", 16,
+    run_module("mobilekd", "export", "--model", tmp_path / "bilstm", "--max-len", 32, "--parity-examples", 16,
                "--out", tmp_path / "tflite")
     parity = json.loads((tmp_path / "tflite" / "parity.json").read_text())["model_none.tflite"]
     assert parity["max_abs_diff"] < 1e-4 and parity["metadata"] is False  # a score: no classifier metadata
@@ -228,7 +228,7 @@ def test_recipe_export_and_parity_at_micro_scale(tmp_path, tokenizer):
     cached = list((tmp_path / "teacher" / "outputs").glob("*.safetensors"))
     assert len(cached) == 1  # the teacher's logits over the transfer set, computed once
 
-    run_module("mobilekd", "export", "--model", tmp_path / "bilstm", "--seq-len", 32, "--parity-examples", 64,
+    run_module("mobilekd", "export", "--model", tmp_path / "bilstm", "--max-len", 32, "--parity-examples", 64,
                "--out", tmp_path / "tflite")
     parity = json.loads((tmp_path / "tflite" / "parity.json").read_text())["model_none.tflite"]
     assert parity["agreement"] == 1.0 and parity["max_abs_diff"] < 1e-5 and parity["metadata"]

@@ -84,7 +84,7 @@ def test_teacher_value_and_the_demo_take_their_settings_from_configs_demo_json(c
 
 def test_the_micro_overlay_and_the_scratch_teacher_mode(capsys):
     micro = shell_settings(capsys, "--mode", "scratch-teacher", "--overlay", "micro")
-    assert micro["DISTILL"] == ["--pd-steps", "4", "--layer-steps", "2", "--batch-size", "8", "--seq-len", "32",
+    assert micro["DISTILL"] == ["--pd-steps", "4", "--layer-steps", "2", "--batch-size", "8", "--max-len", "32",
                                 "--eval-examples", "32", "--save-every", "3"]
     assert micro["TASK_SST2"] + micro["FINETUNE"] == ["--max-train-examples", "64", "--epochs", "1", "--max-len",
                                                       "32", "--batch-size", "16"]  # null: --eval-every left out
@@ -149,3 +149,14 @@ def test_models_import_no_training_code():
            for node in ast.walk(ast.parse(path.read_text()))
            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(above)]
     assert bad == []
+
+
+def test_the_sequence_length_has_one_name_in_every_verb_and_the_old_one_says_so():
+    """--max-len in every verb that takes a length; --seq-len, its former name in some, still works and says it is
+    deprecated."""
+    for verb in ("models", "train-teacher", "distill", "finetune", "export", "latency", "seq2seq"):
+        shown = run_module("mobilekd", verb, "--help").stdout
+        assert "--max-len N, --seq-len N" in shown, verb
+    new, old = (run_module("mobilekd", "models", flag, "64") for flag in ("--max-len", "--seq-len"))
+    assert new.stdout == old.stdout and "at sequence length 64" in new.stdout
+    assert "--seq-len is deprecated, use --max-len" in old.stderr and "deprecated" not in new.stderr

@@ -104,7 +104,7 @@ def test_recipe_export_and_parity_at_micro_scale(tmp_path, tokenizer):
     assert result["dev_examples"] == 872 and rows[0.0]["metrics"]["accuracy"] == fine_tuned
     assert rows[0.0]["avg_layers"] == 4 and rows[0.9]["avg_layers"] <= rows[0.5]["avg_layers"] <= 4
     assert rows[0.0]["gflops"] == pytest.approx(result["layers"][-1]["gflops"])
-    run_module("mobilekd", "export", "--model", tmp_path / "fb", "--seq-len", 32, "--parity-examples", 48,
+    run_module("mobilekd", "export", "--model", tmp_path / "fb", "--max-len", 32, "--parity-examples", 48,
                "--out", tmp_path / "tflite")
     parity = json.loads((tmp_path / "tflite" / "parity.json").read_text())
     early = parity["model_early_exit.tflite"]["thresholds"]
@@ -128,7 +128,7 @@ def test_recipe_export_and_parity_at_micro_scale(tmp_path, tokenizer):
     assert "early_exit.json" in one_line_error(proc)
     settings.write_text(json.dumps({**json.loads(settings.read_text()), "heads": 2}))
     (tmp_path / "fb" / "branches.safetensors").write_bytes(b"not safetensors")
-    proc = run_module("mobilekd", "export", "--model", tmp_path / "fb", "--seq-len", 32, "--out", tmp_path / "x",
+    proc = run_module("mobilekd", "export", "--model", tmp_path / "fb", "--max-len", 32, "--out", tmp_path / "x",
                       check=False)
     assert "branches.safetensors" in one_line_error(proc)
     proc = run_module("mobilekd", "fastbert", "--model", base, *common, "--out", tmp_path / "y", check=False)

@@ -40,7 +40,7 @@ def classifier_dir(tmp_path_factory, tokenizer):
 @pytest.fixture(scope="module")
 def exported(classifier_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("exported")
-    run_module("mobilekd.recipes.export", "--model", classifier_dir, "--out", out, "--seq-len", 64, "--quantize", "none",
+    run_module("mobilekd.recipes.export", "--model", classifier_dir, "--out", out, "--max-len", 64, "--quantize", "none",
                "fp16", "dynamic-int8", "int8", "--calibration-examples", 32, "--onnx", "--executorch", "--parity-task",
                "sst2", "--parity-examples", 48)
     return out
@@ -117,7 +117,7 @@ def test_mediapipe_text_classifier_reads_the_file_as_is(exported, classifier_dir
 def test_qa_export_has_the_task_library_layout(tmp_path, tokenizer):
     model_dir = tmp_path / "qa"
     save_pretrained(perturbed(MobileBertForQuestionAnswering(PRESETS["demo_student"].config)), model_dir, tokenizer)
-    run_module("mobilekd.recipes.export", "--model", model_dir, "--out", tmp_path / "out", "--seq-len", 64,
+    run_module("mobilekd.recipes.export", "--model", model_dir, "--out", tmp_path / "out", "--max-len", 64,
                "--parity-examples", 8)
     path = tmp_path / "out" / "model_none.tflite"
     report = json.loads((tmp_path / "out" / "parity.json").read_text())["model_none.tflite"]
@@ -156,9 +156,9 @@ def test_graph_reader_finds_nonfinite_constants(exported):
 
 
 def test_export_bad_input_is_one_line(classifier_dir, tmp_path, tokenizer):
-    line = one_line_error(run_module("mobilekd.recipes.export", "--model", classifier_dir, "--seq-len", 1024, "--out",
+    line = one_line_error(run_module("mobilekd.recipes.export", "--model", classifier_dir, "--max-len", 1024, "--out",
                                      tmp_path, check=False))
-    assert "--seq-len 1024 exceeds the model's 512 positions" in line
+    assert "--max-len 1024 exceeds the model's 512 positions" in line
     assert not list(tmp_path.glob("*.tflite"))
     save_pretrained(MobileBertForPreTraining(PRESETS["demo_student"].config), tmp_path / "pre", tokenizer)
     line = one_line_error(run_module("mobilekd.recipes.export", "--model", tmp_path / "pre", "--task", "classification",
@@ -167,9 +167,9 @@ def test_export_bad_input_is_one_line(classifier_dir, tmp_path, tokenizer):
     line = one_line_error(run_module("mobilekd.recipes.export", "--model", classifier_dir, "--quantize", "int8",
                                      "--calibration", tmp_path / "missing.csv", "--out", tmp_path, check=False))
     assert "missing.csv: no such calibration file" in line
-    line = one_line_error(run_module("mobilekd.recipes.export", "--model", classifier_dir, "--seq-len", 64,
+    line = one_line_error(run_module("mobilekd.recipes.export", "--model", classifier_dir, "--max-len", 64,
                                      "--lengths", 32, 64, "--out", tmp_path, check=False))
-    assert "--lengths 64: each length is between 1 and --seq-len (64)" in line
+    assert "--lengths 64: each length is between 1 and --max-len (64)" in line
     line = one_line_error(run_module("mobilekd.recipes.export", "--model", tmp_path, check=False))
     assert str(tmp_path) in line
     assert not list(tmp_path.glob("*.tflite")) and not list(tmp_path.glob(".*.tmp"))
@@ -181,7 +181,7 @@ def test_length_aware_file_runs_each_length_as_pytorch_does(classifier_dir, tmp_
     file beside it is the one MediaPipe reads (its test above)."""
     from ai_edge_litert.interpreter import Interpreter
 
-    run_module("mobilekd.recipes.export", "--model", classifier_dir, "--out", tmp_path, "--seq-len", 64, "--lengths",
+    run_module("mobilekd.recipes.export", "--model", classifier_dir, "--out", tmp_path, "--max-len", 64, "--lengths",
                32, 16, "--quantize", "int8", "--calibration-examples", 16, "--parity-task", "sst2",
                "--parity-examples", 48)
     plain, aware = tmp_path / "model_int8.tflite", tmp_path / "model_int8_lengths.tflite"
@@ -216,7 +216,7 @@ def test_the_official_masked_score_form_exports_with_parity(tmp_path, tokenizer)
     torch.manual_seed(0)
     config = PRESETS["demo_student"].config.replace(id2label={0: "negative", 1: "positive"}, masked_score=-6.0)
     save_pretrained(perturbed(MobileBertForSequenceClassification(config)), tmp_path / "model", tokenizer)
-    run_module("mobilekd.recipes.export", "--model", tmp_path / "model", "--out", tmp_path / "out", "--seq-len", 64,
+    run_module("mobilekd.recipes.export", "--model", tmp_path / "model", "--out", tmp_path / "out", "--max-len", 64,
                "--quantize", "none", "--parity-task", "sst2", "--parity-examples", 48)
     report = json.loads((tmp_path / "out" / "parity.json").read_text())["model_none.tflite"]
     assert report["max_abs_diff"] <= 1e-5 and report["agreement"] == 1.0

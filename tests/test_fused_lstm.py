@@ -34,7 +34,7 @@ def bilstm_dir(tmp_path, tokenizer, name: str, pair: bool, pooling: str):
 
 def test_fused_file_computes_what_pytorch_does_from_zero_state_every_run(tmp_path, tokenizer):
     single = bilstm_dir(tmp_path, tokenizer, "single", pair=False, pooling="final")
-    run_module("mobilekd", "export", "--model", single, "--seq-len", 24, "--lengths", 12, "--fused-lstm",
+    run_module("mobilekd", "export", "--model", single, "--max-len", 24, "--lengths", 12, "--fused-lstm",
                "--parity-examples", 100, "--out", tmp_path / "single_tflite", timeout=1500)
     parity = json.loads((tmp_path / "single_tflite" / "parity.json").read_text())
     ops = json.loads((tmp_path / "single_tflite" / "ops.json").read_text())

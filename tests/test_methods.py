@@ -374,7 +374,7 @@ def test_each_recipe_end_to_end_at_micro_scale(tmp_path, small_corpus, tokenizer
     torch.manual_seed(0)
     teacher = tmp_path / "teacher"
     save_pretrained(MobileBertForPreTraining(BERT), teacher, tokenizer)
-    steps = ["--layer-steps", 2, "--pd-steps", 2, "--batch-size", 4, "--seq-len", 32, "--eval-examples", 8,
+    steps = ["--layer-steps", 2, "--pd-steps", 2, "--batch-size", 4, "--max-len", 32, "--eval-examples", 8,
              "--corpus", small_corpus, "--cache-dir", tmp_path / "c"]
     run_module("mobilekd", "init", teacher, tmp_path / "spread", "--layers", "spread:2")
     run_module("mobilekd", "init", teacher, tmp_path / "slim", "--layers", "spread:2", "--intermediate-size", 160,

@@ -89,7 +89,7 @@ def test_minilm_through_the_recipe_and_its_refusals(small_corpus, tokenizer, tmp
     save_pretrained(MobileBertForPreTraining(BERT), teacher, tokenizer)
     save_pretrained(MobileBertForPreTraining(STUDENT), student, tokenizer)
     steps = ["--teacher", teacher, "--student", student, "--strategy", "minilm", "--layer-steps", 2, "--pd-steps", 2,
-             "--batch-size", 4, "--seq-len", 32, "--eval-examples", 8, "--corpus", small_corpus,
+             "--batch-size", 4, "--max-len", 32, "--eval-examples", 8, "--corpus", small_corpus,
              "--cache-dir", tmp_path / "c"]
     run_module("mobilekd.recipes.distill", *steps, "--out", tmp_path / "minilm")
     summary = json.loads((tmp_path / "minilm" / "summary.json").read_text())

@@ -169,7 +169,7 @@ def test_recipe_at_micro_scale(tmp_path, tokenizer):
     assert "pearson" in tasks["stsb"]["ensemble"] and "ensemble" not in tasks["rte"]
     assert (out / "sst2_dev_predictions.tsv").read_text().split("\n")[1].split("\t")[2] in ("negative", "positive")
 
-    run_module("mobilekd", "export", "--model", out, "--seq-len", 32, "--parity-examples", 24, "--single-task-files",
+    run_module("mobilekd", "export", "--model", out, "--max-len", 32, "--parity-examples", 24, "--single-task-files",
                "--out", tmp_path / "tflite")
     parity = json.loads((tmp_path / "tflite" / "parity.json").read_text())
     shared = parity["model_multitask_none.tflite"]

@@ -81,10 +81,10 @@ print("\\n".join(failed))
 
 # what each script of the README's own-data block gets appended, so the chain runs in seconds
 MICRO = {
-    "scripts/train_teacher.sh": "--steps 4 --batch-size 8 --seq-len 32 --eval-examples 16 --threads 1",
-    "scripts/pkt_distill.sh": "--layer-steps 1 --pd-steps 2 --batch-size 8 --seq-len 32 --eval-examples 16 --threads 1",
+    "scripts/train_teacher.sh": "--steps 4 --batch-size 8 --max-len 32 --eval-examples 16 --threads 1",
+    "scripts/pkt_distill.sh": "--layer-steps 1 --pd-steps 2 --batch-size 8 --max-len 32 --eval-examples 16 --threads 1",
     "scripts/finetune.sh": "--epochs 1 --max-len 32 --batch-size 16 --threads 1",
-    "scripts/export_tflite.sh": "--seq-len 32 --parity-examples 16",
+    "scripts/export_tflite.sh": "--max-len 32 --parity-examples 16",
 }
 
 

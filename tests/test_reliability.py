@@ -103,7 +103,7 @@ def test_values_that_make_no_sense_are_refused(tmp_path):
     line = one_line_error(run_module(FINETUNE, "--model", tmp_path, "--task", "sst2", "--max-steps", 0, check=False))
     assert "--max-steps must be at least 1, got 0" in line
     help_text = run_module(FINETUNE, "--help").stdout
-    assert "--max-len" in help_text and "--seq-len" not in help_text  # one flag for the sequence length
+    assert "--max-len" in help_text and "--max-len" not in help_text  # one flag for the sequence length
 
 
 @pytest.fixture(scope="module")
@@ -116,9 +116,9 @@ def sst2_classifier(tmp_path_factory, tokenizer):
 
 
 def test_export_checks_its_flags_before_converting(sst2_classifier, tmp_path):
-    line = one_line_error(run_module("mobilekd.recipes.export", "--model", sst2_classifier, "--seq-len", 0,
+    line = one_line_error(run_module("mobilekd.recipes.export", "--model", sst2_classifier, "--max-len", 0,
                                      "--out", tmp_path / "a", check=False))
-    assert "--seq-len must be at least 1, got 0" in line
+    assert "--max-len must be at least 1, got 0" in line
     taken = tmp_path / "a_file"
     taken.write_text("mine")
     start = time.time()
@@ -194,7 +194,7 @@ def test_own_task_gets_a_sized_lr_a_baseline_held_out_selection_and_its_own_pari
     config = json.loads((out / "config.json").read_text())
     assert config["id2label"] == {"0": "bad", "1": "good"}  # the user's names, in sorted order
 
-    run_module("mobilekd.recipes.export", "--model", out, "--seq-len", 32, "--parity-examples", 40,
+    run_module("mobilekd.recipes.export", "--model", out, "--max-len", 32, "--parity-examples", 40,
                "--no-metadata", "--out", tmp_path / "tflite")
     parity = json.loads((tmp_path / "tflite" / "parity.json").read_text())["model_none.tflite"]
     assert parity["examples"] == 40 and "accuracy_torch" in parity  # scored on the model's own dev labels

@@ -18,7 +18,7 @@ from mobilekd.train.lamb import Lamb
 from mobilekd.train.loop import refuse_sharded
 
 # runs compared weight for weight train in one precision (--mixed-precision auto may choose either per run)
-FAST = ["--seq-len", 48, "--batch-size", 8, "--eval-examples", 32, "--threads", 1, "--mixed-precision", "no"]
+FAST = ["--max-len", 48, "--batch-size", 8, "--eval-examples", 32, "--threads", 1, "--mixed-precision", "no"]
 
 
 def teacher_args(corpus, out, cache, *extra):
@@ -141,7 +141,7 @@ def test_paper_size_smoke_run(small_corpus, tmp_path, flag):
     """Two steps of the full IB-BERT_LARGE at batch 1: the paper preset works end to end here."""
     out = tmp_path / "large"
     run_module("mobilekd.recipes.train_teacher", "--corpus", small_corpus, "--out", out, "--cache-dir", tmp_path / "c",
-               *flag, "--steps", 2, "--batch-size", 1, "--seq-len", 32, "--eval-examples", 2, "--threads", 2)
+               *flag, "--steps", 2, "--batch-size", 1, "--max-len", 32, "--eval-examples", 2, "--threads", 2)
     config = json.loads((out / "config.json").read_text())
     assert config["intra_bottleneck_size"] == 1024 and config["model_type"] == "ib_bert"
     # the run's last checkpoint is a stage boundary: weights and RNG, no Adam state (2.3 GB at this size)

@@ -120,7 +120,7 @@ def test_pkt_freezes_exactly_the_layers_below(small_corpus, tokenizer, tmp_path,
 def test_distillation_beats_scratch_and_every_layer_learns(demo_teacher_dir, small_corpus, tmp_path):
     out = tmp_path / "cmp"
     run_module("mobilekd.recipes.distill", "--teacher", demo_teacher_dir, "--student", "demo_student", "--corpus",
-               small_corpus, "--out", out, "--cache-dir", tmp_path / "c", "--seq-len", 48, "--batch-size", 8,
+               small_corpus, "--out", out, "--cache-dir", tmp_path / "c", "--max-len", 48, "--batch-size", 8,
                "--layer-steps", 10,
                "--pd-steps", 40, "--eval-examples", 64, "--threads", 1, "--compare", "pkt,scratch",
                "--mixed-precision", "no")  # the counts below are the plan's: a host where bf16 pays would add the
@@ -145,7 +145,7 @@ def test_resume_mid_stage_after_sigkill(demo_teacher_dir, small_corpus, tmp_path
     def args(out, *extra):
         return ["--teacher", demo_teacher_dir, "--student", "demo_student", "--corpus", small_corpus, "--out", out,
                 "--cache-dir", tmp_path / "c",
-                "--seq-len", 48, "--batch-size", 8, "--layer-steps", 12, "--pd-steps", 30, "--save-every", 4,
+                "--max-len", 48, "--batch-size", 8, "--layer-steps", 12, "--pd-steps", 30, "--save-every", 4,
                 "--eval-examples", 16, "--threads", 1, "--mixed-precision", "no", *extra]
 
     run_module("mobilekd.recipes.distill", *args(tmp_path / "full"))

@@ -59,7 +59,7 @@ def convert_pte(model, head: str, seq_len: int, out_path) -> tuple[Path, dict[st
     from executorch.exir import to_edge_transform_and_lower
 
     if seq_len > model.config.max_position_embeddings:
-        raise UserError(f"--seq-len {seq_len} exceeds the model's {model.config.max_position_embeddings} positions")
+        raise UserError(f"--max-len {seq_len} exceeds the model's {model.config.max_position_embeddings} positions")
     wrapper = ExportWrapper(model.eval(), head).eval()
     try:
         exported = torch.export.export(wrapper, (), kwargs=sample_inputs(seq_len))

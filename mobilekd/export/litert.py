@@ -89,7 +89,7 @@ def convert_module(module: torch.nn.Module, config, seq_len: int, out_path, quan
     if quantize in CALIBRATED and not calibration:
         raise UserError(f"--quantize {quantize} needs calibration examples")
     if seq_len > config.max_position_embeddings:
-        raise UserError(f"--seq-len {seq_len} exceeds the model's {config.max_position_embeddings} positions")
+        raise UserError(f"--max-len {seq_len} exceeds the model's {config.max_position_embeddings} positions")
     try:
         if lengths:
             edge = _convert_signatures([(DEFAULT_SIGNATURE, module, sample_inputs(seq_len)),

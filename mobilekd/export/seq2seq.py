@@ -135,7 +135,7 @@ def convert_seq2seq(model: Seq2SeqTransformer, source_len: int, target_len: int,
     """Both signatures in one file, written atomically; `cache`: the decoder's keys and values kept between steps
     (else the earlier format, which reruns the decoder over the prefix)."""
     if max(source_len, target_len) > model.config.max_positions:
-        raise UserError(f"--seq-len {max(source_len, target_len)} exceeds the model's {model.config.max_positions} "
+        raise UserError(f"--max-len {max(source_len, target_len)} exceeds the model's {model.config.max_positions} "
                         f"positions")
     model.eval()
     samples = sample_inputs(model, source_len, target_len, cache)

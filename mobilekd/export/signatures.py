@@ -7,7 +7,7 @@ from __future__ import annotations
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
 
-DEFAULT_SIGNATURE = "serving_default"  # a one-signature file's, and a length-aware file's longest (--seq-len)
+DEFAULT_SIGNATURE = "serving_default"  # a one-signature file's, and a length-aware file's longest (--max-len)
 
 
 def length_signature(n: int) -> str:

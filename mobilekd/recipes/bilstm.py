@@ -6,7 +6,7 @@ the training examples and their masked / POS-replaced / n-gram-sampled copies (`
     mobilekd bilstm --teacher runs/sst2-teacher --task sst2 --out runs/sst2-bilstm              # + logit KD
     mobilekd bilstm --teacher T --task sst2 --augment 20 --out runs/sst2-bilstm-aug             # + transfer set
     mobilekd bilstm --teacher T --task mrpc --loss ce --out runs/mrpc-bilstm-ce                 # labels only
-    mobilekd export --model runs/sst2-bilstm --seq-len 64                                       # the .tflite
+    mobilekd export --model runs/sst2-bilstm --max-len 64                                       # the .tflite
 
 The teacher (a model fine-tuned on --task, `mobilekd finetune`'s OUT: a classifier, or STS-B's regressor) gives the
 vocabulary and tokenizer, the starting embedding table (word2vec cannot be downloaded here) and, with --loss kd, the

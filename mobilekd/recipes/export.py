@@ -2,13 +2,13 @@
 
     scripts/export_tflite.sh --model runs/demo/sst2/student            # fp32, checked on shipped SST-2 dev
     scripts/export_tflite.sh --model M --quantize none fp16 dynamic-int8 int8 --onnx --parity-examples 872
-    scripts/export_tflite.sh --model M --head qa --seq-len 384 --quantize dynamic-int8
+    scripts/export_tflite.sh --model M --head qa --max-len 384 --quantize dynamic-int8
 
 Writes into OUT, each file atomically:
   model_<quantize>.tflite   classifiers end in a softmax; classifiers and QA models carry TFLite metadata
                             (vocab, labels, input roles) that MediaPipe's TextClassifier / the Task Library read
   model_<quantize>_lengths.tflite  with --lengths: the same model at several input lengths (signatures
-                            serving_default at --seq-len and seq_N), fp32 weights stored once (a quantizer may
+                            serving_default at --max-len and seq_N), fp32 weights stored once (a quantizer may
                             keep some quantized tensors per signature); an app runs the shortest
                             signature that holds its text (MediaPipe's text tasks refuse files of several subgraphs)
   model_<quantize>_fused.tflite  with --fused-lstm, for a BiLSTM: TFLite's fused LSTM kernel (two
@@ -35,7 +35,7 @@ Writes into OUT, each file atomically:
 Quantizations: none, fp16, dynamic-int8, weight-int8, int8 (full integer) and int8-a16; the last two calibrate
 activation ranges on --calibration-examples training examples of the parity task drawn at random with seed 0
 (or on --calibration). A BiLSTM directory (mobilekd bilstm) exports the same way: its file takes the same three
-inputs and runs the LSTM unrolled over --seq-len.
+inputs and runs the LSTM unrolled over --max-len.
   model_seq2seq.tflite      for a seq2seq directory (mobilekd seq2seq): `encode` and `decode` signatures
                             (mobilekd/export/seq2seq.py), source and target as long as the model trained with; the
                             app's greedy loop run on the file over --parity-examples of its task's dev pairs, its
@@ -65,7 +65,7 @@ from mobilekd.export.litert import (CALIBRATED, QUANTIZATIONS, convert, mean_ove
 from mobilekd.export.signatures import DEFAULT_SIGNATURE, INPUT_NAMES, length_signature
 from mobilekd.export.parity import parity_report, run_tflite, xnnpack_undelegated
 from mobilekd.fileio import atomic_path, read_json, write_json
-from mobilekd.flags import at_least
+from mobilekd.flags import add_length_flag, at_least
 from mobilekd.models.bilstm import is_bilstm, load_bilstm, load_bilstm_config
 from mobilekd.models.early_exit import is_early_exit, load_early_exit, scored_thresholds
 from mobilekd.models.heads import HEADS
@@ -85,12 +85,12 @@ def parse_args(argv=None):
     p.add_argument("--model", required=True, help="model directory")
     p.add_argument("--head", "--task", dest="head", choices=list(HEADS),
                    help="what the file computes (default: the directory's own head)")
-    p.add_argument("--seq-len", type=int, default=128, help="static input length (default 128)")
+    add_length_flag(p, dest="seq_len", default=128, help="static input length (default 128)")
     p.add_argument("--lengths", type=int, nargs="+", default=[], metavar="N",
-                   help="also write model_<quantize>_lengths.tflite: serving_default at --seq-len and a signature "
+                   help="also write model_<quantize>_lengths.tflite: serving_default at --max-len and a signature "
                         "seq_N for each of these shorter lengths, over the same weights (fp32 ones stored once); an "
                         "app runs the shortest that holds its text. The report adds each signature's parity, the parity "
-                        "task's dev lengths bucketed, and the host latency at --seq-len and at those lengths "
+                        "task's dev lengths bucketed, and the host latency at --max-len and at those lengths "
                         "(MediaPipe's text tasks read one-subgraph files only: model_<quantize>.tflite stays theirs)")
     p.add_argument("--quantize", nargs="+", choices=list(QUANTIZATIONS), default=["none"],
                    help="one or more of: " + "; ".join(f"{k} = {v}" for k, v in QUANTIZATIONS.items()))
@@ -127,7 +127,7 @@ def parse_args(argv=None):
 
 def calibration_inputs(args, task, data: Path, tokenizer) -> dict[str, list[dict[str, np.ndarray]]]:
     """Representative inputs for full-integer int8: a seeded random sample of the task's own examples, per
-    signature (--seq-len's, and each of --lengths'), encoded at its length."""
+    signature (--max-len's, and each of --lengths'), encoded at its length."""
     if args.calibration:
         if not Path(args.calibration).is_file():
             raise located(args.calibration, "no such calibration file")
@@ -146,9 +146,9 @@ def calibration_inputs(args, task, data: Path, tokenizer) -> dict[str, list[dict
 
 def length_report(model, head: str, path: Path, task, tokenizer, args, same_labels: bool) -> dict:
     """A length-aware file's signatures checked and timed: the parity task's whole dev set bucketed by the
-    shortest signature its tokens fit (an example longer than --seq-len is cut to it, as the app cuts it), each
+    shortest signature its tokens fit (an example longer than --max-len is cut to it, as the app cuts it), each
     signature's parity on the parity examples that fit it (encoded at its length), each signature's host latency
-    (1 thread, interleaved) and the mean latency over the dev set's buckets against that at --seq-len."""
+    (1 thread, interleaved) and the mean latency over the dev set's buckets against that at --max-len."""
     from android_bench.host import measure_signatures
 
     lengths = sorted(args.lengths)
@@ -266,10 +266,10 @@ def expected_files(args) -> set[str]:
 @cli_entry
 def main(argv=None):
     args = parse_args(argv)
-    at_least("--seq-len", args.seq_len, 1)
+    at_least("--max-len", args.seq_len, 1)
     for n in args.lengths:
         if not 1 <= n < args.seq_len:
-            raise UserError(f"--lengths {n}: each length is between 1 and --seq-len ({args.seq_len}), which the file "
+            raise UserError(f"--lengths {n}: each length is between 1 and --max-len ({args.seq_len}), which the file "
                             f"has already")
     if len(set(args.lengths)) != len(args.lengths):
         raise UserError(f"--lengths {' '.join(map(str, args.lengths))}: a length given twice")

@@ -3,7 +3,7 @@ inference on dev at each speed threshold.
 
     mobilekd fastbert --model runs/sst2-teacher --task sst2 --out runs/sst2-fastbert
     mobilekd fastbert --model M --task mrpc --max-train-examples 2000 --epochs 3 --thresholds 0 0.2 0.5
-    mobilekd export --model runs/sst2-fastbert --seq-len 64     # + model_early_exit.tflite, one signature per layer
+    mobilekd export --model runs/sst2-fastbert --max-len 64     # + model_early_exit.tflite, one signature per layer
 
 The fine-tuned model and its classifier are frozen; a branch classifier after each layer but the last learns
 KL(final || branch) on the task's training text (labels unused), as fastbert.py `self_distillation` does: its

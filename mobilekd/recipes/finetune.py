@@ -34,7 +34,7 @@ from mobilekd.data.tasks import (DEFAULTS, TASK_NAMES, default_lr, defaults_text
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, timed, write_json
-from mobilekd.flags import at_least, fill_unset
+from mobilekd.flags import add_length_flag, at_least, fill_unset
 from mobilekd.finetune.baseline import bag_of_words_baseline
 from mobilekd.finetune.evaluation import DevEvaluator, build_model, require_labels, write_predictions
 from mobilekd.data.augment import N_PER_TASK, augmented
@@ -102,7 +102,7 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, help="peak learning rate (default: by task and model size, see Defaults "
                                             "above)")
     p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction (default 0.1)")
-    p.add_argument("--max-len", type=int, help="sequence length (default per task, see Defaults above)")
+    add_length_flag(p, help="sequence length (default per task, see Defaults above)")
     p.add_argument("--stride", type=int, default=128,
                    help="SQuAD: tokens shared by consecutive windows (default %(default)s, the paper's)")
     p.add_argument("--regression", action="store_true", help="custom task: numeric labels")

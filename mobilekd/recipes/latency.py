@@ -20,7 +20,7 @@ from android_bench.models import CACHE, PAPER_MODELS, QUANTIZE
 from android_bench.report import DEVICES, collect, markdown, plot
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import atomic_path, read_json, write_json
-from mobilekd.flags import pairs
+from mobilekd.flags import add_length_flag, pairs
 from mobilekd.rundir import owned
 
 
@@ -42,7 +42,7 @@ def parse_args(argv=None):
                    help="task accuracy of a model row (plotted against latency)")
     p.add_argument("--transformers-reference", action="store_true",
                    help="also time transformers' MobileBERT through the same converter")
-    p.add_argument("--seq-len", type=int, default=128)
+    add_length_flag(p, dest="seq_len", default=128, help="sequence length (default 128)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 4])
     p.add_argument("--runs", type=int, default=20, help="timed runs per model and thread count (default 20)")
     p.add_argument("--devices", nargs="+", default=list(DEVICES))

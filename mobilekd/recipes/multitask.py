@@ -6,7 +6,7 @@ labels.
     mobilekd multitask --model runs/teacher --out runs/mt                                  # MT-DNN, 5 tasks
     mobilekd multitask --model runs/teacher --out runs/mt-kd \\
         --teachers sst2=runs/sst2/s0,runs/sst2/s1,runs/sst2/s2 mrpc=runs/mrpc/s0,runs/mrpc/s1 ...   # + ensemble KD
-    mobilekd export --model runs/mt-kd --seq-len 128          # one .tflite, one output per task
+    mobilekd export --model runs/mt-kd --max-len 128          # one .tflite, one output per task
 
 Each epoch every task's (subset of its) training set is shuffled and cut into mini-batches of --batch-size, and
 all tasks' mini-batches are shuffled together (MT-DNN's sampler: a task is drawn in proportion to its mini-batches).
@@ -41,7 +41,7 @@ from mobilekd.finetune.ensemble import check_teacher, member_outputs, soft_targe
 from mobilekd.finetune.evaluation import DevEvaluator, write_predictions
 from mobilekd.finetune.metrics import classification_metrics
 from mobilekd.finetune.multitask import COMBINE, multitask_loss
-from mobilekd.flags import at_least, pairs
+from mobilekd.flags import add_length_flag, at_least, pairs
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.models.multitask import MultiTaskModel, TaskHead, save_multitask, single_task
 from mobilekd.train.common import add_training_flags, run_owned, train_config
@@ -69,7 +69,7 @@ def parse_args(argv=None):
     p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
     p.add_argument("--lr", type=float, default=5e-5, help="peak learning rate (default 5e-5, MT-DNN's)")
     p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction (default 0.1)")
-    p.add_argument("--max-len", type=int, default=128, help="sequence length for every task (default 128)")
+    add_length_flag(p, default=128, help="sequence length for every task (default 128)")
     p.add_argument("--max-train-examples", type=int, help="at most this many training examples per task (a seeded "
                                                           "random subset)")
     p.add_argument("--subset-seed", type=int, default=0, help="the seed that draws the subsets (default 0)")

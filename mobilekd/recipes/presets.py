@@ -10,7 +10,7 @@ import json
 import time
 
 from mobilekd.errors import UserError, cli_entry
-from mobilekd.flags import at_least
+from mobilekd.flags import add_length_flag, at_least
 from mobilekd.fileio import write_json
 
 
@@ -135,7 +135,7 @@ def models(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd models", description="print the model presets with parameters and "
                                                                     "FLOPs beside the paper's")
     p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
-    p.add_argument("--seq-len", type=int, default=128, help="sequence length for the FLOP count (default 128)")
+    add_length_flag(p, dest="seq_len", default=128, help="sequence length for the FLOP count (default 128)")
     _print_models(p.parse_args(argv))
 
 

@@ -437,7 +437,7 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
                                                   "--out", str(model / "dev")], out)
     parity = student / "tflite" / "parity.json"
     if not (parity.is_file() and {tflite_name(q) for q in args.quantize} <= set(read_json(parity))):
-        run_stage("export", ["export", "--model", str(student), "--quantize", *args.quantize, "--seq-len",
+        run_stage("export", ["export", "--model", str(student), "--quantize", *args.quantize, "--max-len",
                              str(b["max_len"]), "--parity-examples", "1000000", "--out", str(student / "tflite")],
                   out)
     # the scorings and the export: from the search's last trial to the last file's parity (any invocation's)

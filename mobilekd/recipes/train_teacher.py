@@ -77,7 +77,7 @@ def parse_args(argv=None):
                         "a trained encoder)")
     fill_unset(args, adaptation_defaults() if args.init_from else pretraining_defaults(args.preset))
     at_least("--steps", args.steps, 1)
-    at_least("--seq-len", args.seq_len, 1)
+    at_least("--max-len", args.seq_len, 1)
     train_config(args)  # so are bad training flags
     return args
 
@@ -106,7 +106,7 @@ def run(args, accelerator):
     if args.dropout is not None:
         config = config.replace(hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
     if args.seq_len > config.max_position_embeddings:
-        raise UserError(f"--seq-len {args.seq_len} exceeds the model's {config.max_position_embeddings} positions")
+        raise UserError(f"--max-len {args.seq_len} exceeds the model's {config.max_position_embeddings} positions")
     vocab = source if source else args.vocab
     tokenizer = load_tokenizer(vocab)
     if len(tokenizer) != config.vocab_size:

@@ -12,7 +12,7 @@ from accelerate.utils import set_seed
 
 from mobilekd.data.pretraining import DEFAULT_CACHE
 from mobilekd.data.tasks import DEFAULTS, TASK_NAMES
-from mobilekd.flags import add_flags, at_least, from_flags
+from mobilekd.flags import add_flags, add_length_flag, at_least, from_flags
 from mobilekd.rundir import owned
 from mobilekd.train.loop import TrainConfig, refuse_sharded
 
@@ -33,8 +33,8 @@ def add_training_flags(parser: argparse.ArgumentParser, *, out: str, batch_size:
         own["mixed_precision"] = mixed_precision
     add_flags(g, TrainConfig, shown={} if optimizer else {"optimizer": "per preset"}, **own)
     if with_seq_len:
-        g.add_argument("--seq-len", type=int, default=seq_len,
-                       help=f"sequence length (default {seq_len if seq_len else 'per preset'})")
+        add_length_flag(g, dest="seq_len", default=seq_len,
+                        help=f"sequence length (default {seq_len if seq_len else 'per preset'})")
     g.add_argument("--threads", type=int, default=None,
                    help="CPU threads per process (default: OMP_NUM_THREADS if set; else 1 on a machine of at most "
                         "2 cores, so that two runs share the cores, and torch's choice elsewhere)")
@@ -57,7 +57,7 @@ def add_task_flags(parser: argparse.ArgumentParser, *, epochs: float, lr: float,
     parser.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
     parser.add_argument("--lr", type=float, default=lr, help=f"peak learning rate (default {lr:g}{source})")
     parser.add_argument("--warmup", type=float, default=warmup, help=f"warm-up fraction (default {warmup:g})")
-    parser.add_argument("--max-len", type=int, help=f"sequence length (default {lengths})")
+    add_length_flag(parser, help=f"sequence length (default {lengths})")
     parser.add_argument("--max-train-examples", type=int, help="a seeded random subset of the training set")
     parser.add_argument("--subset-seed", type=int, default=0, help="the seed that draws that subset (default 0)")
 
