@@ -23,6 +23,20 @@ def accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
     return float(np.mean(labels == predictions))
 
 
+def metric_function(task: str, metric: str):
+    """`metric(labels, predictions)` over a task's label names, as the bootstrap resamples them: accuracy, MRPC's F1
+    (its positive class GLUE's label 1, "equivalent" here) or CoLA's Matthews correlation."""
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    if metric == "f1":
+        from mobilekd.data.tasks import default_data, load_task
+        positive = load_task(task, default_data(task), eval_only=True).labels[1]
+        return lambda labels, predictions: float(f1_score(labels, predictions, pos_label=positive))
+    if metric == "matthews_corr":
+        return lambda labels, predictions: float(matthews_corrcoef(labels, predictions))
+    return accuracy
+
+
 def paired_bootstrap(labels: np.ndarray, a: np.ndarray, b: np.ndarray, metric=accuracy, replicates: int = REPLICATES,
                      seed: int = 0) -> dict:
     """`a` and `b`: predictions, shape (seeds, dev examples), of two methods on the same examples (`labels`) and

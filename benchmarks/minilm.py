@@ -13,7 +13,7 @@ student fine-tunes on the same 2,000 training examples (drawn once, seed 0) for 
 rate, its step chosen on a validation split of those examples, dev scored once. Rows (docs/results/minilm.json):
 each fine-tuned run's dev and validation scores, each distillation's wall time with its host, and the paired
 intervals (benchmarks/intervals.py: bootstrap over dev examples and seeds) of MiniLM - init, DistilBERT - init and
-MiniLM - DistilBERT, on accuracy.
+MiniLM - DistilBERT, in the task's metric.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import numpy as np
 from benchmarks import intervals, teacher_value
 from benchmarks.runner import (RESUMABLE, Job, comparison, comparison_flags, finetune_rows, mean_std_cell,
                                recorded_host, values)
+from mobilekd.data.tasks import GLUE_TASKS
 from mobilekd.fileio import REPO_ROOT, read_json
 
 TASKS = {"sst2": "64", "mrpc": "128"}  # --max-len per task
@@ -77,11 +78,12 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
         if not done:
             continue
         got = {m: [predictions(out / task / m / f"seed{s}") for s in done] for m in METHODS}
-        labels = got["init"][0][0]
+        labels, metric = got["init"][0][0], GLUE_TASKS[task].metrics[0]  # the task's official metric
         for a, b in PAIRS:
-            found.append({"task": task, "method": f"{a}-{b}", "seed": None, "metric": "accuracy", "value": None,
+            found.append({"task": task, "method": f"{a}-{b}", "seed": None, "metric": metric, "value": None,
                           "seeds": done, "interval": intervals.paired_bootstrap(
-                              labels, np.array([p for _, p in got[a]]), np.array([p for _, p in got[b]]))})
+                              labels, np.array([p for _, p in got[a]]), np.array([p for _, p in got[b]]),
+                              metric=intervals.metric_function(task, metric))})
     return found
 
 
@@ -104,9 +106,9 @@ def table(results: list[dict]) -> str:
         lines.append(f"| {task} ({metric}) | " + " | ".join(cells + pairs) + " |")
     walls = {r["method"]: r for r in results if r["task"] is None}
     note = "; ".join(f"{m} {walls[m]['value'] / 60:.1f} min on {walls[m]['host']}" for m in STRATEGIES if m in walls)
-    return "\n".join(lines) + ("\n\nDifferences in accuracy points with their paired 95% bootstrap intervals over dev "
-                               "examples and seeds (benchmarks/intervals.py). Task-agnostic wall time, 1 thread: "
-                               f"{note or '-'}.\n")
+    return "\n".join(lines) + ("\n\nDifferences in points of the task's metric with their paired 95% bootstrap "
+                               "intervals over dev examples and seeds (benchmarks/intervals.py). Task-agnostic wall "
+                               f"time, 1 thread: {note or '-'}.\n")
 
 
 def main(argv=None):

@@ -196,20 +196,6 @@ def plot(results: list[dict], path: Path) -> None:
     save_png(fig, path)
 
 
-def metric_of(task: str, metric: str):
-    """`metric(labels, predictions)` over label names, as the bootstrap resamples them (MRPC's F1: its positive
-    class is GLUE's label 1, "equivalent" here)."""
-    from sklearn.metrics import f1_score, matthews_corrcoef
-
-    if metric == "f1":
-        from mobilekd.data.tasks import default_data, load_task
-        positive = load_task(task, default_data(task), eval_only=True).labels[1]
-        return lambda labels, predictions: float(f1_score(labels, predictions, pos_label=positive))
-    if metric == "matthews_corr":
-        return lambda labels, predictions: float(matthews_corrcoef(labels, predictions))
-    return intervals.accuracy
-
-
 def interval_cell(mine: list[dict]) -> str:
     """ship - TF-IDF's paired interval, as `found` stored it (among one task's rows of one teacher choice)."""
     stored = [r for r in mine if r["method"] == "ship-tfidf-interval"]
@@ -238,7 +224,7 @@ def main(argv=None):
                 got.append({"task": task, "method": "ship-tfidf-interval", "seed": None, "metric": metric,
                             "teacher_choice": choice, "value": None, "seeds": seeds,
                             "interval": intervals.paired_bootstrap(p_["labels"], p_["ship"], p_["tfidf"],
-                                                                   metric=metric_of(task, metric))})
+                                                                   metric=intervals.metric_function(task, metric))})
         return got
 
     return comparison(args, lambda: jobs(out, args.tasks, args.seeds), found,
