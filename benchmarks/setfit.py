@@ -30,7 +30,7 @@ from pathlib import Path
 
 from benchmarks.custom import TASKS, write_task
 from benchmarks.runner import comparison, comparison_flags, mean_std_cell
-from benchmarks.ship import run_dir
+from benchmarks.ship import current, run_dir
 from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.host import identity
 
@@ -110,7 +110,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
 
 
 def table(results: list[dict]) -> str:
-    ship = read_json(REPO_ROOT / SHIP) if (REPO_ROOT / SHIP).is_file() else []
+    ship = current(read_json(REPO_ROOT / SHIP)) if (REPO_ROOT / SHIP).is_file() else []
     lines = ["| task | SetFit, dev | its training | ship's student, dev | TF-IDF + LR | teacher | SetFit on a phone "
              "(its body, Pixel 4 est.) | ship's student (Pixel 4 est.) |", "|---|---|---|---|---|---|---|---|"]
     for task in dict.fromkeys(r["task"] for r in results):

@@ -118,6 +118,14 @@ def teacher_choice(s: dict) -> str:
 TEACHER_CHOICE = {"fixed": "fixed: 3 epochs at 5e-5", "validation": "lr and step chosen on validation"}
 
 
+def current(rows: list[dict]) -> list[dict]:
+    """On each task, the rows of today's `ship`: those whose teacher it chose on validation where the task has any,
+    else those of its earlier fixed teacher (both are kept in the results file); what the pages beside
+    benchmarks.ship's own table (the README's summary, SetFit's comparison) read."""
+    chosen = {r["task"] for r in rows if r["method"] == "ship" and r.get("teacher_choice") == "validation"}
+    return [r for r in rows if (r.get("teacher_choice") == "validation") == (r["task"] in chosen)]
+
+
 def majority(task: str, data: Path, metric: str) -> float:
     """The dev `metric` of always answering the training set's most frequent label (the data a run was given; for
     regression, its mean score: a constant, whose correlation is 0)."""

@@ -111,11 +111,10 @@ def ship() -> list[str]:
     task the runs whose teacher ship chose on validation where there are any, else those of its earlier fixed
     teacher (benchmarks.ship keeps both)."""
     from benchmarks.intervals import cell
-    from benchmarks.ship import CUSTOM
+    from benchmarks.ship import CUSTOM, current
 
-    every = [r for r in _rows("ship") if r["task"] in CUSTOM]
-    chosen = {r["task"] for r in every if r["method"] == "ship" and r.get("teacher_choice") == "validation"}
-    rows = [r for r in every if (r.get("teacher_choice") == "validation") == (r["task"] in chosen)]
+    rows = current([r for r in _rows("ship") if r["task"] in CUSTOM])
+    chosen = {r["task"] for r in rows if r.get("teacher_choice") == "validation"}
     tasks = list(dict.fromkeys(r["task"] for r in rows if r["method"] == "ship"))
     if not tasks:
         return []

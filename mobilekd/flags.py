@@ -99,16 +99,16 @@ LENGTH_FLAG, OLD_LENGTH_FLAG = "--max-len", "--seq-len"  # the sequence length's
 
 
 class _Deprecated(argparse.Action):
-    """Store the value; said once on stderr when the flag was given under its former name."""
+    """Store the value, and say on stderr that the flag's name is the former one."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if option_string == OLD_LENGTH_FLAG:
-            print(f"{parser.prog}: {OLD_LENGTH_FLAG} is deprecated, use {LENGTH_FLAG} (the same value)",
-                  file=sys.stderr)
+        print(f"{parser.prog}: {OLD_LENGTH_FLAG} is deprecated, use {LENGTH_FLAG} (the same value)", file=sys.stderr)
         setattr(namespace, self.dest, values)
 
 
 def add_length_flag(parser, *, dest: str = "max_len", **kwargs) -> None:
-    """The sequence length, --max-len in every verb (`dest` the recipe's own name for it), --seq-len accepted as a
-    deprecated alias that says so."""
-    parser.add_argument(LENGTH_FLAG, OLD_LENGTH_FLAG, dest=dest, type=int, action=_Deprecated, metavar="N", **kwargs)
+    """The sequence length, --max-len in every verb (`dest` the recipe's own name for it); --seq-len, left out of
+    --help, accepted as a deprecated alias that says so."""
+    parser.add_argument(LENGTH_FLAG, dest=dest, type=int, metavar="N", **kwargs)
+    parser.add_argument(OLD_LENGTH_FLAG, dest=dest, type=int, action=_Deprecated, default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)

@@ -103,7 +103,7 @@ def test_values_that_make_no_sense_are_refused(tmp_path):
     line = one_line_error(run_module(FINETUNE, "--model", tmp_path, "--task", "sst2", "--max-steps", 0, check=False))
     assert "--max-steps must be at least 1, got 0" in line
     help_text = run_module(FINETUNE, "--help").stdout
-    assert "--max-len" in help_text and "--max-len" not in help_text  # one flag for the sequence length
+    assert "--max-len" in help_text and "--seq-len" not in help_text  # one flag for the sequence length
 
 
 @pytest.fixture(scope="module")

@@ -352,7 +352,9 @@ def foreign_teacher(args, task) -> ForeignTeacher:
     if (args.patience_weight if args.patience_weight is not None else flags["patience_weight"]):
         raise UserError(layer_matching_refusal(args.teacher, "BERT-PKD's patience loss"))
     if flags["intermediate"]:
-        raise UserError(layer_matching_refusal(args.teacher, f"the intermediate step of --method {args.method}"))
+        raise UserError(layer_matching_refusal(args.teacher, "MobileBERT's progressive transfer (--method pkt-td)"
+                                               if flags["intermediate"] == "pkt" else
+                                               "TinyBERT's intermediate step (--method tinybert)"))
     return load_foreign_teacher(args.teacher, task, args.max_len)
 
 
