@@ -10,8 +10,8 @@ them); every step runs, as if the end token never came, so both ways decode the 
 The exported `.tflite` is timed the same way (`GreedyFile`, the app's loop on the LiteRT interpreter, 1 thread):
 the file with the cache in its `decode` signature against the earlier format, whose `decode` reruns the decoder
 over the whole prefix of the file's target length (64, the correction task's `--max-len`), each with the Pixel 4
-ESTIMATE of a token (the cost model over one generated sentence's operators, `sentence_graph`, divided by its
-tokens).
+ESTIMATE of a token (the cost model over the operators of the same decode, encode and one decode step a token,
+`sentence_graph`, divided by its tokens).
 
 Rows: task, method ("cache" or "no-cache"), seed (0), metric "ms_per_token" (the median over repeats of a whole
 decode's time over its positions), value, the preset, the lengths, threads, `runtime` ("pytorch" or "litert") and
@@ -86,7 +86,7 @@ def file_rows(model, preset: str, shared: dict, source_len: int, target_len: int
     """Both file formats of `model`, timed interleaved per token, with their Pixel 4 estimates per token."""
     from android_bench import estimate as cost
     from android_bench.budget import efficiency
-    from mobilekd.export.seq2seq import GreedyFile, convert_seq2seq, sentence_graph, sentence_tokens
+    from mobilekd.export.seq2seq import GreedyFile, convert_seq2seq, sentence_graph
 
     paths = {c: folder / f"{preset}-{'cache' if c else 'prefix'}.tflite" for c in (True, False)}
     for c, path in paths.items():  # once a preset, whatever the lengths timed
@@ -101,10 +101,11 @@ def file_rows(model, preset: str, shared: dict, source_len: int, target_len: int
             times[c].append(file_seconds(runners[c], source_len, target_len))
     rows = []
     for c, path in paths.items():
-        est = cost.estimate(cost.op_costs(sentence_graph(path)), cost.load_profile("pixel4"), 4, efficiency())
+        est = cost.estimate(cost.op_costs(sentence_graph(path, target_len)), cost.load_profile("pixel4"), 4,
+                            efficiency())
         rows.append({**shared, "runtime": "litert", "method": "cache" if c else "no-cache", "metric": "ms_per_token",
                      "value": round(statistics.median(times[c]) / target_len * 1000, 3),
-                     "pixel4_ms_per_token_est": round(est["ms"] / sentence_tokens(path), 3), "file_len": FILE_LEN})
+                     "pixel4_ms_per_token_est": round(est["ms"] / target_len, 3), "file_len": FILE_LEN})
     rows.append({**shared, "runtime": "litert", "method": "cache-speedup", "metric": "ratio", "file_len": FILE_LEN,
                  "value": round(rows[1]["value"] / rows[0]["value"], 2),
                  "pixel4_ratio_est": round(rows[1]["pixel4_ms_per_token_est"] / rows[0]["pixel4_ms_per_token_est"],

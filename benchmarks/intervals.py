@@ -24,10 +24,17 @@ def accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
 
 
 def metric_function(task: str, metric: str):
-    """`metric(labels, predictions)` over a task's label names, as the bootstrap resamples them: accuracy, MRPC's F1
-    (its positive class GLUE's label 1, "equivalent" here) or CoLA's Matthews correlation."""
+    """`metric(labels, predictions)` over a task's label names (or, for a regression task, scores written as text),
+    as the bootstrap resamples them: accuracy, MRPC's F1 (its positive class GLUE's label 1, "equivalent" here),
+    CoLA's Matthews correlation, or STS-B's Pearson and Spearman correlations."""
+    from scipy.stats import pearsonr, spearmanr
     from sklearn.metrics import f1_score, matthews_corrcoef
 
+    if metric in ("pearson", "spearman"):
+        correlation = pearsonr if metric == "pearson" else spearmanr
+        return lambda labels, predictions: float(correlation(labels.astype(float), predictions.astype(float))[0])
+    if metric not in ("f1", "matthews_corr", "accuracy"):
+        raise ValueError(f"no bootstrap metric for {metric!r}")
     if metric == "f1":
         from mobilekd.data.tasks import default_data, load_task
         positive = load_task(task, default_data(task), eval_only=True).labels[1]

@@ -171,14 +171,15 @@ def table(results: list[dict]) -> str:
             return mean_std_cell(values(method)) if values(method) else "-"
         picks = "; ".join(f"{r['family']} {r['shape']} {r['pixel4_ms_est']:.1f} ms ({r['val_value']:.4f}, seed "
                           f"{r['seed']}; searched {', '.join(r['families'])})" for r in chosen)
-        shares = [s / t for s, t in zip(values("ship"), values("teacher"))]
+        shares = [s / t for s, t in zip(values("ship"), values("teacher")) if t > 0]  # MCC may be 0
         before = [r["value"] for r in earlier if r["task"] == task and r["method"] == "ship"]
         pairs = interval_cell(mine)
         lines.append(f"| {task} ({metric}) | {TEACHER_CHOICE[choice]} | "
                      f"{first['train_examples']:,} / {first['dev_examples']:,} | "
                      f"{first['latency_ms']:.1f} ms | {picks} | {cell('ship')} | {cell('teacher')} | {cell('tfidf')} | "
-                     f"{cell('majority')} | {pairs} | {statistics.mean(shares) * 100:.1f}% | "
-                     f"{statistics.mean(values('ship-wall')) / 60:.0f} min | "
+                     f"{cell('majority')} | {pairs} | "
+                     + (f"{statistics.mean(shares) * 100:.1f}% | " if shares else "- | ")
+                     + f"{statistics.mean(values('ship-wall')) / 60:.0f} min | "
                      + (f"{mean_std_cell(before)} |" if before else "- |"))
     return "\n".join(lines) + ("\n\nship - TF-IDF: the difference in points with its paired 95% bootstrap interval "
                                "over dev examples and seeds (benchmarks/intervals.py); Pixel figures are "

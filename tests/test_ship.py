@@ -10,6 +10,7 @@ import time
 from collections import Counter
 
 import numpy as np
+import pytest
 
 from conftest import ROOT
 from helpers import env, one_line_error, run_module
@@ -248,3 +249,19 @@ def test_the_paired_bootstrap_counts_the_dev_sets_noise_and_the_seeds():
     assert same["mean"] == same["low"] == same["high"] == 0 and cell(same).endswith("tie [n=3]")
     small = paired_bootstrap(labels[:40], better[:, :40], worse[:, :40], replicates=500)
     assert small["high"] - small["low"] > gap["high"] - gap["low"]  # fewer dev examples, a wider interval
+
+
+def test_each_task_is_bootstrapped_in_its_own_metric():
+    """The interval's metric over label names as the prediction files hold them: MRPC's F1 on "equivalent", CoLA's
+    Matthews correlation, STS-B's correlations over scores written as text; an unknown metric is refused."""
+    from benchmarks.intervals import metric_function
+
+    labels = np.array(["equivalent", "not_equivalent", "equivalent", "equivalent"])
+    guess = np.array(["equivalent", "equivalent", "not_equivalent", "equivalent"])
+    assert metric_function("mrpc", "f1")(labels, guess) == pytest.approx(2 / 3)
+    assert metric_function("cola", "matthews_corr")(labels, labels) == 1.0
+    scores = np.array(["0.5", "1.5", "3.0", "4.25"])
+    assert metric_function("stsb", "pearson")(scores, scores) == pytest.approx(1.0)
+    assert metric_function("stsb", "spearman")(scores, scores[::-1].copy()) == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match="no bootstrap metric"):
+        metric_function("squad1", "exact_match")

@@ -223,11 +223,12 @@ def sentence_tokens(path) -> int:
     return min(GENERATED_TOKENS, target_length(Interpreter(model_path=str(path)).get_signature_runner(DECODE)))
 
 
-def sentence_graph(path) -> list[Op]:
-    """The operators one generated sentence runs, in order: encode's, then decode's once per token (what a cost
-    model sums, dispatches included)."""
+def sentence_graph(path, tokens: int | None = None) -> list[Op]:
+    """The operators one generated sentence of `tokens` tokens (default `sentence_tokens`) runs, in order: encode's,
+    then decode's once per token (what a cost model sums, dispatches included)."""
     names = subgraph_names(path)
-    return read_graph(path, names.index(ENCODE)) + sentence_tokens(path) * read_graph(path, names.index(DECODE))
+    return read_graph(path, names.index(ENCODE)) + (tokens or sentence_tokens(path)) * read_graph(
+        path, names.index(DECODE))
 
 
 class SentenceTiming(GreedyFile):
