@@ -21,7 +21,6 @@ host; for the files also "pixel4_ms_per_token_est"; and per preset, length and r
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import sys
@@ -32,8 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.runner import merge_rows, show_table, table_flags
-from mobilekd.fileio import REPO_ROOT
+from benchmarks.runner import measured_here
 from mobilekd.host import identity
 
 PRESETS = ("seq2seq_tiny", "seq2seq_small")
@@ -175,16 +173,10 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.decoding", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    table_flags(p, "docs/results/decoding.json")
-    args = p.parse_args(argv)
-    path = REPO_ROOT / args.results
-    if not args.table:
-        merge_rows(path, measure(), lambda r: (r.get("runtime", ""), list(QUANTILES).index(r["length"]),
-                                               PRESETS.index(r["preset"]), r["method"]),
-                   key=("task", "preset", "length", "runtime", "method", "metric"))
-    return show_table(args, path, table)
+    return measured_here("python -m benchmarks.decoding", __doc__, "docs/results/decoding.json", measure,
+                         lambda r: (r.get("runtime", ""), list(QUANTILES).index(r["length"]),
+                                    PRESETS.index(r["preset"]), r["method"]),
+                         ("task", "preset", "length", "runtime", "method", "metric"), table, argv)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ table into its pages, --plot draws the benchmark's figure); the one verdict ever
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import math
@@ -486,6 +487,19 @@ def comparison(args, plan, found, order, report, draw=None, key=ROW_KEY) -> int:
         draw(asked(read_json(results_path)), REPO_ROOT / args.plot)
         print(f"drew {args.plot}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def measured_here(prog: str, doc: str, results: str, measure, order, key, table, argv=None) -> int:
+    """The command of a benchmark that measures in its own process, no runs to resume (`--table` alone prints its
+    table from the rows): `measure()`'s rows merged into `results` (`merge_rows` with `order` and `key`), then the
+    table printed and, with --write, put into its pages."""
+    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    table_flags(p, results)
+    args = p.parse_args(argv)
+    path = REPO_ROOT / args.results
+    if not args.table:
+        merge_rows(path, measure(), order, key)
+    return show_table(args, path, table)
 
 
 def show_table(args, path: Path, table) -> int:

@@ -12,11 +12,9 @@ metric `pixel4_ms_est`, `gflops` or `params_m`, value, `seq_len`. Estimates, not
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from benchmarks.runner import merge_rows, show_table, table_flags
-from mobilekd.fileio import REPO_ROOT
+from benchmarks.runner import measured_here
 from mobilekd.models.presets import PRESETS
 
 TEACHER = "minilm_l6"  # all-MiniLM-L6-v2's shape, the demo's teacher
@@ -72,15 +70,9 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.shapes", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    table_flags(p, "docs/results/shapes.json")
-    args = p.parse_args(argv)
-    path = REPO_ROOT / args.results
-    if not args.table:
-        merge_rows(path, measure(), lambda r: (r["seq_len"], SHAPES.index(r["method"]), METRICS.index(r["metric"])),
-                   key=("task", "method", "metric", "seq_len"))
-    return show_table(args, path, table)
+    return measured_here("python -m benchmarks.shapes", __doc__, "docs/results/shapes.json", measure,
+                         lambda r: (r["seq_len"], SHAPES.index(r["method"]), METRICS.index(r["metric"])),
+                         ("task", "method", "metric", "seq_len"), table, argv)
 
 
 if __name__ == "__main__":
