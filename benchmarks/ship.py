@@ -215,13 +215,15 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.ship", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     comparison_flags(p, "runs/ship", "docs/results/ship.json", list(CUSTOM), TASKS, plot="docs/ship.png")
+    p.set_defaults(tasks=None)  # runs: the CSV tasks unless named; the table and plot: every task with rows
     args = p.parse_args(argv)
+    run = args.tasks or list(CUSTOM)
     out = (REPO_ROOT / args.out).resolve()
     tasks = list(TASKS)
 
     def found():
-        got = rows(out, args.tasks, args.seeds)
-        for task in args.tasks:  # the interval as data too, so the table needs no run directory; over every seed
+        got = rows(out, run, args.seeds)
+        for task in run:  # the interval as data too, so the table needs no run directory; over every seed
             done = {int(d.name[4:]): read_json(d / "ship.json") for d in (out / task).glob("seed*")
                     if (d / "ship.json").is_file()}
             for choice in sorted({teacher_choice(s) for s in done.values()}):  # one interval a teacher choice
@@ -236,7 +238,7 @@ def main(argv=None):
                                                                    metric=intervals.metric_function(task, metric))})
         return got
 
-    return comparison(args, lambda: jobs(out, args.tasks, args.seeds), found,
+    return comparison(args, lambda: jobs(out, run, args.seeds), found,
                       lambda r: (tasks.index(r["task"]), r.get("teacher_choice") or "",
                                  METHODS.index(r["method"]) if r["method"] in METHODS else len(METHODS),
                                  r.get("seed") or 0, r.get("trial", -1)),
