@@ -159,7 +159,8 @@ class GreedyFile:
         self.decode = self.interpreter.get_signature_runner(DECODE)
         self.source_len = int(self.encode.get_input_details()["input_ids"]["shape"][1])
         self.target_len = target_length(self.decode)
-        self.cached = "keys" in self.decode.get_input_details()  # else the earlier, whole-prefix format
+        self.cache_input = self.decode.get_input_details().get("keys")  # None: the earlier, whole-prefix format
+        self.cached = self.cache_input is not None
         self.bos, self.eos = bos, eos
 
     def __call__(self, source_ids) -> tuple[list[int], float, list[float]]:
@@ -179,8 +180,7 @@ class GreedyFile:
         prefix = np.zeros((1, self.target_len), np.int32)  # the earlier format's input
         prefix[0, 0] = self.bos
         if self.cached:
-            details = self.decode.get_input_details()["keys"]
-            keys = values = np.zeros(details["shape"], details["dtype"])
+            keys = values = np.zeros(self.cache_input["shape"], self.cache_input["dtype"])
         out, token = [], self.bos
         for step in range(min(tokens, self.target_len)):
             start = time.perf_counter()
