@@ -231,6 +231,11 @@ class EncodedSplit:
         """`length_batches` of this split's examples."""
         return length_batches(self.lengths, batch_size)
 
+    def subset(self, indices) -> "EncodedSplit":
+        """Examples `indices` as a split of their own."""
+        idx = np.asarray(indices)
+        return EncodedSplit({k: v[idx] for k, v in self.arrays.items()})
+
     def batch(self, indices, epoch=0) -> dict[str, torch.Tensor]:
         """Examples `indices` (the epoch does not change them)."""
         idx = np.asarray(list(indices))

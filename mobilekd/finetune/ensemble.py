@@ -2,9 +2,9 @@
 2019, Section 3: "the ensemble's soft targets are the average of the class probabilities of its members"; for a
 regression task, the average of their scores).
 
-Each teacher's logits over a split come from `teacher_outputs`' cache (`<teacher>/outputs/<key>.safetensors`,
-keyed by the teacher's weights and the split's tokens): computed once per teacher and split, reused by every run
-on the same examples, and recomputed when a teacher is retrained or the examples change.
+Each teacher's logits over a split come from `teacher_outputs`' store (`<teacher>/outputs/<key>-outputs/`, keyed
+by the teacher's weights, each example by its tokens): computed once per teacher and example, reused by every run
+over those examples, and recomputed when a teacher is retrained.
 """
 
 from __future__ import annotations

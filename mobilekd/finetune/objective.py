@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from mobilekd.data.tasks import INPUTS, Task
+from mobilekd.finetune.teacher_features import needed
 from mobilekd.models.mobilebert import EncoderOutput
 from mobilekd.transfer.losses import cmlm_distillation, label_smoothed_nll, logit_distillation, logit_mse, \
     neg_log_probs
@@ -90,20 +91,28 @@ def task_loss(task: Task, teacher, kd: Distillation | None):
     return loss
 
 
-def intermediate_loss(teacher, matches: list[Match]):
+def intermediate_loss(teacher, matches: list[Match], store=None):
     """TinyBERT's intermediate-layer task distillation (task_distill.py, `main` without --pred_distill: `loss =
     rep_loss + att_loss` against the fine-tuned teacher): the matches' terms, the student's feature maps through
-    its `projections`; no label and no logit is used."""
+    its `projections`; no label and no logit is used. The teacher's features come from `store` (a
+    `teacher_features.TeacherStore`, by the batch's `example_index`) where given, else from running it; either
+    way the padded positions count as zero on both sides (`objectives.padding_zeroed`, a departure from
+    task_distill.py), so the two give the same terms up to the store's float16."""
 
     t_depth, s_depth = deepest(matches, "teacher"), deepest(matches, "student")  # no deeper than the matches read
+    wanted = needed(matches)
 
     def loss(model, batch):
         inputs = [batch[k] for k in INPUTS]
-        with torch.no_grad():
-            t = teacher.mobilebert(*inputs, num_layers=t_depth, output_feature_maps=True, output_attentions=True)
-        s = model.mobilebert(*inputs, num_layers=s_depth, output_feature_maps=True, output_attentions=True)
         mask = batch["attention_mask"]
-        return evaluate(matches, Features(t, attention_mask=mask), Features(s, attention_mask=mask),
+        if store is not None:
+            t = store.features(batch, wanted)
+        else:
+            with torch.no_grad():
+                t = Features(teacher.mobilebert(*inputs, num_layers=t_depth, output_feature_maps=True,
+                                                output_attentions=True), attention_mask=mask, zero_padding=True)
+        s = model.mobilebert(*inputs, num_layers=s_depth, output_feature_maps=True, output_attentions=True)
+        return evaluate(matches, t, Features(s, attention_mask=mask, zero_padding=True),
                         getattr(getattr(model, "module", model), "projections", None))
 
     return loss

@@ -1,15 +1,16 @@
-"""A fine-tuned teacher's outputs over a training split, computed once and cached: its logits and every layer's
+"""A fine-tuned teacher's outputs over a training split, computed once and stored: its logits and every layer's
 [CLS] vector (what logit distillation and BERT-PKD's patience loss read; BERT-PKD precomputes the same,
-run_glue_benchmark.py via `eval_model_dataloader` in src/utils.py). The teacher runs in eval mode, so the cached
+run_glue_benchmark.py via `eval_model_dataloader` in src/utils.py). The teacher runs in eval mode, so the stored
 values are exactly what it would give during training (in fp32; under bf16, below, to bf16's rounding).
 
-The cache file, `<teacher>/outputs/<key>.safetensors`, is keyed by the teacher's weights and the split's token
-arrays: every method and seed fine-tuning on the same examples reuses it, and a retrained teacher or other
-examples get a new one. The pass runs under bf16 autocast where this host runs the teacher's forward faster in it
-(`outputs_precision`, `--mixed-precision auto`); those outputs are cached under a key of their own (`-bf16`), which
-every run on such a host reads. A lock beside the file (`<key>.safetensors.lock`, the `filelock` library) lets one
-run compute it: runs started together (benchmarks run two at a time) wait for it and read it, instead of computing
-the same outputs again.
+The store, `<teacher>/outputs/<key>-outputs/`, is keyed by the teacher's weights (and whether it keeps the [CLS]
+vectors) and holds each example's outputs under a digest of its tokens (`mobilekd.finetune.example_store`): every
+method, seed, validation carve and trial fine-tuning on examples already stored reads them, a run adds a segment
+for the examples it does not find, and a retrained teacher gets a new store. The pass runs under bf16 autocast
+where this host runs the teacher's forward faster in it (`outputs_precision`, `--mixed-precision auto`); those
+outputs are stored under a key of their own (`-bf16`), which every run on such a host reads. A lock beside the
+store lets one run compute a segment: runs started together (benchmarks run two at a time) wait for it and read
+it, instead of computing the same outputs again.
 """
 
 from __future__ import annotations
@@ -26,15 +27,15 @@ from tqdm.auto import tqdm
 
 from mobilekd.data.tasks import INPUTS, length_batches
 from mobilekd.fileio import Made, cached_file, file_digest, timed
+from mobilekd.finetune.example_store import stored
 from mobilekd.bf16 import decide_inference_precision, read_only_flag
 from mobilekd.train.precision import median_window, parameters
 
 
-def cache_key(teacher_dir: Path, split, with_cls: bool = True, precision: str = "no") -> str:
+def outputs_key(teacher_dir: Path, with_cls: bool = True, precision: str = "no") -> str:
+    """The store's folder name: the teacher's weights, whether it keeps the [CLS] vectors, the pass's precision."""
     h = hashlib.sha256(file_digest(Path(teacher_dir) / "model.safetensors").encode() + (b"" if with_cls else b"logits"))
-    for k in INPUTS:
-        h.update(np.ascontiguousarray(split.arrays[k]).tobytes())
-    return h.hexdigest()[:20] + ("-bf16" if precision == "bf16" else "")
+    return h.hexdigest()[:20] + ("-bf16" if precision == "bf16" else "") + "-outputs"
 
 
 def _forward(teacher, b: dict, with_cls: bool):
@@ -89,12 +90,18 @@ def compute(teacher, split, batch_size: int = 64, with_cls: bool = True,
 def teacher_outputs(teacher_dir, teacher, split, with_cls: bool = True, precision: str = "no") -> \
         tuple[dict[str, np.ndarray], Made]:
     """The teacher's outputs over `split` (its logits alone without `with_cls`) in `precision` (`compute`), and how
-    this run got them: from the cache or computed, the seconds computing them took whichever run did
-    (`cached_arrays`), and the cache file's name (`outputs/<key>`, what the runs that read it share)."""
-    path = Path(teacher_dir) / "outputs" / f"{cache_key(teacher_dir, split, with_cls, precision)}.safetensors"
-    arrays, cached, seconds = cached_arrays(path, len(split), lambda: compute(teacher, split, with_cls=with_cls,
-                                                                              precision=precision))
-    return arrays, Made(cached, seconds, f"outputs/{path.stem}")
+    this run got them: all from the store or not, the seconds computing them took whichever runs did
+    (`ExampleStore.made_seconds`), and the store's name (`outputs/<key>`, what the runs that read it share)."""
+    names = ["teacher_logits", *(["teacher_cls"] if with_cls else [])]
+
+    def make(part, tmp: Path) -> dict:
+        for name, values in compute(teacher, part, with_cls=with_cls, precision=precision).items():
+            np.save(tmp / f"{name}.npy", values)
+        return {"precision": precision}
+
+    folder = Path(teacher_dir) / "outputs" / outputs_key(teacher_dir, with_cls, precision)
+    store, _ = stored(folder, split, make, size=lambda missing: 0)
+    return store.rows(names), Made(store.hit_rate == 1, store.made_seconds(), store.name)
 
 
 def cached_arrays(path: Path, n: int, make) -> tuple[dict[str, np.ndarray], bool, float | None]:
@@ -144,7 +151,9 @@ def foreign_compute(teacher, examples, max_len: int, batch_size: int = 64) -> di
 
 
 def foreign_outputs(teacher_dir, teacher, examples, max_len: int) -> tuple[dict[str, np.ndarray], Made]:
-    """`foreign_compute`'s logits, cached beside the teacher as `teacher_outputs`' are (`outputs/<key>`)."""
+    """`foreign_compute`'s logits, cached beside the teacher in one file per set of examples
+    (`outputs/<key>-foreign.safetensors`): a foreign teacher reads text through its own tokenizer, so its examples
+    have no key of our tokens."""
     path = Path(teacher_dir) / "outputs" / f"{foreign_key(teacher_dir, examples, max_len)}.safetensors"
     arrays, cached, seconds = cached_arrays(path, len(examples), lambda: foreign_compute(teacher, examples, max_len))
     return arrays, Made(cached, seconds, f"outputs/{path.stem}")

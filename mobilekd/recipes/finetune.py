@@ -27,6 +27,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from mobilekd.data.tasks import (DEFAULTS, TASK_NAMES, default_lr, defaults_text, encode_classification, encode_qa,
@@ -42,6 +43,7 @@ from mobilekd.finetune.methods import DEFAULTS as KD_DEFAULTS
 from mobilekd.finetune.methods import METHODS, method_flags
 from mobilekd.finetune.objective import Distillation, intermediate_loss, task_loss
 from mobilekd.finetune.selection import CAP, FRACTION, VALIDATION, carve
+from mobilekd.finetune.teacher_features import BUDGET_GB as STORE_GB, teacher_store
 from mobilekd.finetune.teacher_outputs import foreign_outputs, outputs_precision, teacher_outputs
 from mobilekd.models.config import ModelConfig
 from mobilekd.models.foreign import (ForeignTeacher, is_foreign, layer_matching_refusal, load_foreign_teacher,
@@ -89,6 +91,10 @@ def parse_args(argv=None):
     p.add_argument("--intermediate-epochs", type=float,
                    help="--method tinybert or pkt-td: epochs of intermediate-layer distillation before the prediction "
                         "step (pkt-td: over all its stages, one a student layer; default: --epochs)")
+    p.add_argument("--teacher-store-gb", type=float, default=STORE_GB,
+                   help="--method tinybert or pkt-td: the disk the teacher's stored layer features may take (they are "
+                        "computed once beside the teacher and read by every seed; over this, or over the free disk, "
+                        "the teacher runs at every step instead; 0: never stored; default %(default)g)")
     p.add_argument("--augment", type=int, default=0,
                    help="TinyBERT's data augmentation: up to N new copies of each training example (official N: "
                         + ", ".join(f"{k} {v}" for k, v in N_PER_TASK.items()) + "; default 0: none)")
@@ -145,6 +151,7 @@ def parse_args(argv=None):
     if args.method == "ft" and args.teacher:
         raise UserError("--method ft fine-tunes on the labels alone: drop --teacher (or choose kd)")
     at_least("--intermediate-epochs", args.intermediate_epochs, 0, strictly=True)
+    at_least("--teacher-store-gb", args.teacher_store_gb, 0)
     if not 0 < args.validation_fraction < 1:
         raise UserError(f"--validation-fraction must be between 0 and 1, got {args.validation_fraction}")
     if args.select_on == "train-slice":
@@ -260,7 +267,11 @@ def run(args, accelerator):
     if teacher is not None:
         kd = Distillation(args.alpha, args.temperature, args.kd_reduction,
                           patience_matches(args, teacher.config, model.config) if args.patience_weight else [])
-    stages = intermediate_stages(args, teacher, model, steps_per_epoch) if args.intermediate else []
+    stages = []
+    if args.intermediate:
+        stages, stored = intermediate_stages(args, teacher, model, train_split, steps_per_epoch,
+                                             outputs_pass["precision"] if outputs_pass else "no")
+        shared = {**shared, **stored}
     stages.append(Stage(name="finetune", steps=steps, loss=task_loss(task, teacher, kd), lr=args.lr,
                         warmup=args.warmup, trainable=lambda name: not name.startswith("projections.")))
     cfg = train_config(args, eval_every=steps_per_epoch if args.eval_every is None else args.eval_every,
@@ -372,7 +383,8 @@ def patience_matches(args, teacher: ModelConfig, student: ModelConfig) -> list[M
     return matches
 
 
-def intermediate_stages(args, teacher, model, steps_per_epoch: int) -> list[Stage]:
+def intermediate_stages(args, teacher, model, train_split, steps_per_epoch: int, precision: str) -> \
+        tuple[list[Stage], dict]:
     """The intermediate step of `args.intermediate`, for --intermediate-epochs (default --epochs) in all, through
     projections trained here and never saved, at a constant learning rate without warm-up (TinyBERT's official
     schedule 'none'); the classifier does not train.
@@ -382,7 +394,11 @@ def intermediate_stages(args, teacher, model, steps_per_epoch: int) -> list[Stag
     pkt: MobileBERT's progressive knowledge transfer (paper, Section 4.3, eq. 2-3: `mobilebert_matches`) against the
     fine-tuned teacher over the task's examples, one stage per student layer l trained alone (and the embeddings
     in stage 0), the layers below it frozen, as the paper's task-agnostic PKT does over its corpus; the epochs
-    split evenly over the stages, the uniform layer map where depths differ."""
+    split evenly over the stages, the uniform layer map where depths differ.
+
+    The teacher's features come from its store over `train_split` (`teacher_features.teacher_store`, built in
+    `precision` at the first run and read by the next), or from running it where the store is refused; the
+    record (second value) says which."""
     n, m = teacher.config.num_hidden_layers, model.config.num_hidden_layers
     mapped = layer_map("uniform", n, m)
     if args.intermediate == "pkt":
@@ -396,11 +412,20 @@ def intermediate_stages(args, teacher, model, steps_per_epoch: int) -> list[Stag
     steps = max(1, round((args.epochs if args.intermediate_epochs is None else args.intermediate_epochs)
                          * steps_per_epoch))
     common = dict(lr=args.lr, warmup=0.0, decay_to=1.0)
+    (store, record), got = timed(lambda: teacher_store(args.teacher, teacher, train_split, matches, precision,
+                                                       args.teacher_store_gb))
+    record["teacher_store_seconds"] = got
+    if store is not None:
+        train_split.arrays["example_index"] = np.arange(len(train_split))
+        print(f"teacher store {store.folder} ({record['teacher_store_bytes'] / 1e9:.2f} GB, {precision}): "
+              f"{record['teacher_store_hit_rate']:.0%} of the training examples were stored" +
+              (f", the others added in {record['teacher_store_made_seconds']:.0f} s" if
+               record["teacher_store_hit_rate"] < 1 else ""))
     if args.intermediate != "pkt":
-        return [Stage(name="intermediate", steps=steps, loss=intermediate_loss(teacher, matches), **common,
+        return [Stage(name="intermediate", steps=steps, loss=intermediate_loss(teacher, matches, store), **common,
                       trainable=lambda name: name.startswith(("mobilebert.embeddings.", "mobilebert.encoder.",
                                                               "projections.")),
-                      info={"matches": [x.name for x in matches]})]
+                      info={"matches": [x.name for x in matches]})], record
 
     def stage(l: int) -> Stage:
         mine = [x for x in matches if x.student_layer == l]
@@ -409,10 +434,10 @@ def intermediate_stages(args, teacher, model, steps_per_epoch: int) -> list[Stag
             return layer_index(name) == l or (l == 0 and layer_index(name) == -1)  # projections.L{l}: layer l
 
         return Stage(name=f"intermediate_L{l}", steps=max(1, round(steps / m)),
-                     loss=intermediate_loss(teacher, mine), trainable=trainable, **common,
+                     loss=intermediate_loss(teacher, mine, store), trainable=trainable, **common,
                      info={"matches": [x.name for x in mine]})
 
-    return [stage(l) for l in range(m)]
+    return [stage(l) for l in range(m)], record
 
 
 if __name__ == "__main__":

@@ -104,6 +104,7 @@ class Features:
     encoder: EncoderOutput
     logits: torch.Tensor | None = None
     attention_mask: torch.Tensor | None = None  # (B, T), 1 = token, 0 = padding; needed by `scores`, `real_tokens`
+    zero_padding: bool = False  # `evaluate` reads either side's padded positions as zero (`padding_zeroed`)
 
     def select(self, feature: str, layer: int | None, real_tokens: bool = False) -> torch.Tensor:
         if feature == "logits":
@@ -140,6 +141,19 @@ def value_relation(values: torch.Tensor, attention_mask: torch.Tensor) -> torch.
     v = values.float()
     scores = v @ v.transpose(-1, -2) / math.sqrt(v.shape[-1])
     return scores.masked_fill(attention_mask[:, None, None, :] == 0, torch.finfo(scores.dtype).min).softmax(-1)
+
+
+def padding_zeroed(x: torch.Tensor, feature: str, mask: torch.Tensor) -> torch.Tensor:
+    """A feature with its padded positions (the padded query rows of an attention block) set to zero: what a
+    stored teacher's features hold there (`mobilekd.finetune.teacher_features`). A departure from TinyBERT's
+    task_distill.py, whose MSE terms also compare the padded positions' outputs: those depend on how far a batch
+    is padded, no user ever reads them, and a store keeps each example at its own length. The losses' denominators
+    are unchanged (the zeros still count); the attention KL of a zero teacher row is zero."""
+    if feature in ("embeddings", "hidden"):
+        return x * mask[:, :, None].to(x.dtype)
+    if feature in ("attention", "scores", "values"):
+        return x * mask[:, None, :, None].to(x.dtype)
+    return x
 
 
 def deepest(matches: list[Match], side: str) -> int:
@@ -182,6 +196,9 @@ def evaluate(matches: list[Match], teacher: Features, student: Features,
             if not projections or m.site not in projections:
                 raise UserError(f"{m.name}: a projected match needs its projection (objectives.projections_for)")
             s = projections[m.site](s)
+        if (teacher.zero_padding or student.zero_padding) and not m.real_tokens:
+            mask = student.attention_mask
+            s, t = padding_zeroed(s, m.feature, mask), padding_zeroed(t, m.feature, mask)
         if m.feature in DISTRIBUTIONS:
             t = group_heads(t, s.shape[1])
         value = LOSSES[m.loss](t, s)
