@@ -419,8 +419,7 @@ def intermediate_stages(args, teacher, model, train_split, steps_per_epoch: int,
         train_split.arrays["example_index"] = np.arange(len(train_split))
         print(f"teacher store {store.folder} ({record['teacher_store_bytes'] / 1e9:.2f} GB, {precision}): "
               f"{record['teacher_store_hit_rate']:.0%} of the training examples were stored" +
-              (f", the others added in {record['teacher_store_made_seconds']:.0f} s" if
-               record["teacher_store_hit_rate"] < 1 else ""))
+              (f", the others added in {got:.0f} s" if record["teacher_store_hit_rate"] < 1 else ""))
     if args.intermediate != "pkt":
         return [Stage(name="intermediate", steps=steps, loss=intermediate_loss(teacher, matches, store), **common,
                       trainable=lambda name: name.startswith(("mobilebert.embeddings.", "mobilebert.encoder.",

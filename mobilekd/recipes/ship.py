@@ -49,11 +49,13 @@ import numpy as np
 
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.litert import QUANTIZATIONS, tflite_name
+from mobilekd.flags import at_least
 from mobilekd.fileio import atomic_path, file_digest, read_json, write_json
 from mobilekd.host import identity
 from mobilekd.rundir import finished_results, owned, training_host
 from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.finetune.selection import validation_size
+from mobilekd.finetune.teacher_features import BUDGET_GB as STORE_GB
 from mobilekd.search.space import BATCH_SIZE, CONFIG, Candidate, load_space, needs_head, shapes, start_argv
 
 LENGTHS = (32, 64, 128)  # the --max-len choices
@@ -312,11 +314,16 @@ def parse_args(argv):
                    help="the .tflite forms to export (default none dynamic-int8)")
     p.add_argument("--seed", type=int, default=0, help="the seed of the teacher, the validation split, the "
                                                        "sampler and every trial (default 0)")
+    p.add_argument("--teacher-store-gb", type=float, default=STORE_GB,
+                   help="the disk the fine-tuned teacher's stored layer features may take, read by every layer-"
+                        "matching trial (finetune --teacher-store-gb; 0: the teacher runs at every step; default "
+                        "%(default)g)")
     p.add_argument("--dry-run", action="store_true", help="print the budgets and the candidates, train nothing")
     p.add_argument("--join", type=int, default=0, help=argparse.SUPPRESS)  # worker N of --workers: trials only
     args = p.parse_args(argv)
     if args.workers < 1 or (args.trials is not None and args.trials < 1):
         raise UserError("--workers and --trials must be at least 1")
+    at_least("--teacher-store-gb", args.teacher_store_gb, 0)
     return args
 
 
@@ -365,6 +372,7 @@ def main(argv=None):
                         f"--latency-ms or add smaller shapes")
     trials = args.trials or space["search"]["trials"]
     flags = task_flags(args.task, data, b, args.seed, args.regression, args.threads)  # a trial's
+    flags += ["--teacher-store-gb", f"{args.teacher_store_gb:g}"]  # its layer matching reads the teacher's store
     # the stages no trial runs beside (the teacher, the scorings) get every worker's threads
     whole = task_flags(args.task, data, b, args.seed, args.regression, args.threads and args.threads * args.workers)
     runs = teacher_runs(b, space["teacher"], whole, teacher, out)
