@@ -189,7 +189,7 @@ def family() -> list[str]:
         teacher.append(f"{task} {_cell(rows, task, metric, 'teacher')}")
     return [f"| best of benchmarks.methods' distillation methods per task, on the full training sets (`--methods "
             f"family`) | {'; '.join(cells)} | "
-            f"teacher: {'; '.join(teacher)} | [quality](docs/quality.md#the-source-documents-family-at-these-budgets) |"
+            f"teacher: {'; '.join(teacher)} | [quality](docs/quality_runs.md#the-source-documents-family-at-these-budgets) |"
             ] if cells else []
 
 
