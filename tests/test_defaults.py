@@ -7,6 +7,7 @@ import dataclasses
 import json
 import re
 import subprocess
+from collections import defaultdict
 
 import pytest
 
@@ -160,3 +161,36 @@ def test_the_sequence_length_has_one_name_in_every_verb_and_the_old_one_says_so(
     new, old = (run_module("mobilekd", "models", flag, "64") for flag in ("--max-len", "--seq-len"))
     assert new.stdout == old.stdout and "at sequence length 64" in new.stdout
     assert "--seq-len is deprecated, use --max-len" in old.stderr and "deprecated" not in new.stderr
+
+
+# Defaults of one flag that are equal in several verbs by coincidence, not one default copied: each is its
+# method's own (credited in its recipe's --help)
+COINCIDENT = {("--lr", 0.001): "seq2seq's (OpenNMT-style Adam) and the BiLSTM's (Tang et al.'s Adadelta replaced)",
+              ("--epochs", 10): "cmlm's, bilstm's and fastbert's own budgets"}
+
+
+def test_each_default_is_written_once():
+    """Walk every recipe's flags in the source (`add_argument` defaults, and the keyword defaults the recipes give
+    the shared flag helpers): a flag's number default written as a literal in two places is one default with two
+    homes, unless it is a listed coincidence; shared defaults live in named constants (train/common.py's WARMUP,
+    CLASSIFIER_DROPOUT, EVAL_EXAMPLES; data/tasks.py's BERT_LR). Zero (off, the first seed) is not a tuned value and
+    is not counted."""
+
+    helpers = {"add_task_flags": {"epochs": "--epochs", "lr": "--lr", "warmup": "--warmup"}}
+    found = defaultdict(list)
+    for path in sorted((ROOT / "mobilekd").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "attr", getattr(node.func, "id", None))
+            pairs = []
+            if name == "add_argument" and node.args and isinstance(node.args[0], ast.Constant):
+                pairs = [(node.args[0].value, k.value) for k in node.keywords if k.arg == "default"]
+            elif name in helpers:
+                pairs = [(helpers[name][k.arg], k.value) for k in node.keywords if k.arg in helpers[name]]
+            for flag, value in pairs:
+                if isinstance(value, ast.Constant) and type(value.value) in (int, float) and value.value != 0:
+                    found[(flag, value.value)].append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    twice = {k: v for k, v in found.items() if len(v) > 1 and k not in COINCIDENT}
+    assert twice == {}
+    assert all(len(found[k]) > 1 for k in COINCIDENT)  # a listed coincidence that is gone is taken off the list

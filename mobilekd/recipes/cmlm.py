@@ -30,7 +30,7 @@ from pathlib import Path
 from mobilekd.data.cmlm import CMLMSplit, check_positions
 from mobilekd.data.pairs import MAX_LEN, PAIR_TASKS, load_pairs
 from mobilekd.data.seq2seq import encode_task
-from mobilekd.data.tasks import training_subset
+from mobilekd.data.tasks import BERT_LR, training_subset
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import cli_entry, located
 from mobilekd.fileio import write_json
@@ -52,7 +52,7 @@ def parse_args(argv=None):
     p.add_argument("--teacher", required=True,
                    help="a pre-trained masked LM (mobilekd train-teacher's OUT, or a transformers BERT with its MLM "
                         "head) whose vocabulary the student will share")
-    add_task_flags(p, epochs=10, lr=5e-5, warmup=0.1, tasks=list(PAIR_TASKS), lengths=LENGTHS)
+    add_task_flags(p, epochs=10, lr=BERT_LR, tasks=list(PAIR_TASKS), lengths=LENGTHS)
     add_training_flags(p, out="runs/cmlm-teacher", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
     check_task_flags(args, MAX_LEN)

@@ -31,7 +31,7 @@ from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
 from mobilekd.models.presets import PRESETS, get_preset
 from mobilekd.flags import add_flags, from_flags
-from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, run_owned, train_config
+from mobilekd.train.common import EVAL_EXAMPLES, SHIPPED_CORPORA, add_training_flags, run_owned, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
 from mobilekd.train.loop import Stage, run_plan
 from mobilekd.transfer.layer_maps import RULES, parse_layer_map
@@ -63,7 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--compare", help="comma-separated strategies to run at equal total steps, e.g. akt,jkt,pkt; "
                                      "add 'scratch' for the student trained without a teacher")
     p.add_argument("--corpus", nargs="+", default=SHIPPED_CORPORA, help="pre-training text (default: shipped)")
-    p.add_argument("--eval-examples", type=int, default=1000, help="held-out examples to evaluate (default 1000)")
+    p.add_argument("--eval-examples", type=int, default=EVAL_EXAMPLES,
+                   help=f"held-out examples to evaluate (default {EVAL_EXAMPLES})")
     add_training_flags(p, out="runs/student", batch_size=32, seq_len=64, optimizer="adamw")
     args = p.parse_args(argv)
     args.settings = from_flags(PlanSettings, args, weights=from_flags(TransferWeights, args))  # refused here if bad

@@ -42,7 +42,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd fastbert", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="a classifier fine-tuned on --task (mobilekd finetune's OUT)")
-    add_task_flags(p, epochs=10, lr=2e-4, warmup=0.1, what="self-distillation", source=", fastbert.py's")
+    add_task_flags(p, epochs=10, lr=2e-4, what="self-distillation", source=", fastbert.py's")
     p.add_argument("--width", type=int, default=128, help="branch classifier width (default 128, FastBERT's)")
     p.add_argument("--heads", type=int, default=2, help="branch self-attention heads (default 2, FastBERT's)")
     p.add_argument("--thresholds", type=float, nargs="+", default=THRESHOLDS,

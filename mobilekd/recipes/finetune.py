@@ -54,7 +54,8 @@ from mobilekd.transfer.layer_maps import layer_map, parse_layer_map
 from mobilekd.transfer.objectives import (Match, check_matches, mobilebert_matches, pkd_matches, projections_for,
                                           refuse, tinybert_matches)
 from mobilekd.transfer.strategies import layer_index
-from mobilekd.train.common import PRECISION_FILE, add_training_flags, run_owned, train_config
+from mobilekd.train.common import (CLASSIFIER_DROPOUT, PRECISION_FILE, WARMUP, add_training_flags, run_owned,
+                                   train_config)
 from mobilekd.train.loop import Stage, run_plan
 from mobilekd.train.precision import describe, pass_flag, pass_setting
 
@@ -107,7 +108,7 @@ def parse_args(argv=None):
     p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
     p.add_argument("--lr", type=float, help="peak learning rate (default: by task and model size, see Defaults "
                                             "above)")
-    p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction (default 0.1)")
+    p.add_argument("--warmup", type=float, default=WARMUP, help=f"warm-up fraction (default {WARMUP:g})")
     add_length_flag(p, help="sequence length (default per task, see Defaults above)")
     p.add_argument("--stride", type=int, default=128,
                    help="SQuAD: tokens shared by consecutive windows (default %(default)s, the paper's)")
@@ -131,8 +132,9 @@ def parse_args(argv=None):
                    help="never read dev: the run trains and chooses on validation only (a search's trial, scored "
                         "later, once, if chosen: --eval-only --model OUT)")
     p.add_argument("--dropout", type=float, help="override the model's hidden dropout")
-    p.add_argument("--classifier-dropout", type=float, default=0.1,
-                   help="dropout before the classifier (default 0.1, the official run_classifier.py's)")
+    p.add_argument("--classifier-dropout", type=float, default=CLASSIFIER_DROPOUT,
+                   help=f"dropout before the classifier (default {CLASSIFIER_DROPOUT:g}, the official "
+                        f"run_classifier.py's)")
     p.add_argument("--keep-pooler", action="store_true",
                    help="start from the pre-trained pooler dense; by default a model that is not yet a classifier "
                         "gets a fresh one (a pooler trained for next-sentence prediction can map every sentence to "

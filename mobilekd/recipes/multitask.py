@@ -44,7 +44,7 @@ from mobilekd.finetune.multitask import COMBINE, multitask_loss
 from mobilekd.flags import add_length_flag, at_least, pairs
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.models.multitask import MultiTaskModel, TaskHead, save_multitask, single_task
-from mobilekd.train.common import add_training_flags, run_owned, train_config
+from mobilekd.train.common import CLASSIFIER_DROPOUT, WARMUP, add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 
 SHIPPED = ["sst2", "mrpc", "stsb", "rte", "cola"]  # the GLUE tasks whose data the repository ships
@@ -68,12 +68,13 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=float, default=5, help="epochs over every task's examples (default 5, MT-DNN's)")
     p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
     p.add_argument("--lr", type=float, default=5e-5, help="peak learning rate (default 5e-5, MT-DNN's)")
-    p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction (default 0.1)")
+    p.add_argument("--warmup", type=float, default=WARMUP, help=f"warm-up fraction (default {WARMUP:g})")
     add_length_flag(p, default=128, help="sequence length for every task (default 128)")
     p.add_argument("--max-train-examples", type=int, help="at most this many training examples per task (a seeded "
                                                           "random subset)")
     p.add_argument("--subset-seed", type=int, default=0, help="the seed that draws the subsets (default 0)")
-    p.add_argument("--dropout", type=float, default=0.1, help="dropout before each task's layer (default 0.1)")
+    p.add_argument("--dropout", type=float, default=CLASSIFIER_DROPOUT,
+                   help=f"dropout before each task's layer (default {CLASSIFIER_DROPOUT:g})")
     p.add_argument("--keep-pooler", action="store_true",
                    help="start from the model's pooler dense (default: a fresh one, as mobilekd finetune does)")
     add_training_flags(p, out="runs/multitask", batch_size=32, optimizer="adamw", with_seq_len=False)

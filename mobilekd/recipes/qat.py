@@ -77,7 +77,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd qat", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="a classifier fine-tuned on --task (mobilekd finetune's OUT)")
-    add_task_flags(p, epochs=1, lr=1e-5, warmup=0.1, what="QAT")  # lr: the model is trained already
+    add_task_flags(p, epochs=1, lr=1e-5, what="QAT")  # lr: the model is trained already
     p.add_argument("--masked-score", type=float,
                    help="attention to padding in the official form, score x mask + (1 - mask) x M, whose int8 range "
                         "the official QAT keeps (default: the model's own M, else -6, the official code's)")

@@ -62,7 +62,7 @@ BEAM = 5
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd seq2seq", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_task_flags(p, epochs=20, lr=1e-3, warmup=0.1, tasks=list(PAIR_TASKS), lengths=LENGTHS)
+    add_task_flags(p, epochs=20, lr=1e-3, tasks=list(PAIR_TASKS), lengths=LENGTHS)
     p.add_argument("--preset", choices=list(SEQ2SEQ_PRESETS), default="seq2seq_tiny",
                    help="the student's shape (default seq2seq_tiny: 2 + 2 layers of 256)")
     p.add_argument("--method", choices=["ce", "cmlm"], default="cmlm",

@@ -26,7 +26,7 @@ from mobilekd.models.heads import WORD_EMBEDDINGS, MobileBertForPreTraining, pre
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
 from mobilekd.models.presets import get_preset
 from mobilekd.models.pretrained import PACKAGED, model_dir
-from mobilekd.train.common import SHIPPED_CORPORA, add_training_flags, run_owned, train_config
+from mobilekd.train.common import EVAL_EXAMPLES, SHIPPED_CORPORA, WARMUP, add_training_flags, run_owned, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
 from mobilekd.train.loop import Stage, run_plan
 from mobilekd.train.vocab import freeze_unseen_rows, seen_tokens
@@ -63,10 +63,11 @@ def parse_args(argv=None):
                    help="WordPiece vocab.txt (default: bert-base-uncased; with --init-from, the checkpoint's)")
     p.add_argument("--steps", type=int, help="optimizer steps (default: the preset's config)")
     p.add_argument("--lr", type=float, help="peak learning rate (default: the preset's config)")
-    p.add_argument("--warmup", type=float, default=0.1, help="warm-up fraction of the steps (default 0.1)")
+    p.add_argument("--warmup", type=float, default=WARMUP, help=f"warm-up fraction of the steps (default {WARMUP:g})")
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--dropout", type=float, help="override the preset's hidden and attention dropout")
-    p.add_argument("--eval-examples", type=int, default=1000, help="held-out examples to evaluate (default 1000)")
+    p.add_argument("--eval-examples", type=int, default=EVAL_EXAMPLES,
+                   help=f"held-out examples to evaluate (default {EVAL_EXAMPLES})")
     add_training_flags(p, out="runs/teacher", seq_len=None)
     args = p.parse_args(argv)
     if args.update_unseen_rows and args.init_from:

@@ -18,6 +18,9 @@ from mobilekd.train.loop import TrainConfig, refuse_sharded
 
 PRECISION_FILE = "precision.json"  # in --cache-dir: --mixed-precision auto's choices, per host
 SHIPPED_CORPORA = ["data/corpus/brown.txt.gz", "data/corpus/austen.txt.gz"]
+WARMUP = 0.1  # the warm-up share of the steps: BERT's (run_classifier.py and run_pretraining.py, warmup_proportion)
+CLASSIFIER_DROPOUT = 0.1  # before a task's output layer: BERT's (run_classifier.py, create_model: keep_prob=0.9)
+EVAL_EXAMPLES = 1000  # held-out examples a pre-training or distillation run evaluates on
 
 
 def add_training_flags(parser: argparse.ArgumentParser, *, out: str, batch_size: int | None = None,
@@ -43,14 +46,14 @@ def add_training_flags(parser: argparse.ArgumentParser, *, out: str, batch_size:
                    help=f"where tokenized pre-training examples are cached (default {DEFAULT_CACHE})")
 
 
-def add_task_flags(parser: argparse.ArgumentParser, *, epochs: float, lr: float, warmup: float,
+def add_task_flags(parser: argparse.ArgumentParser, *, epochs: float, lr: float, warmup: float = WARMUP,
                    what: str = "training", source: str = "", tasks: list[str] | None = None,
                    lengths: str = "per task, 128 for GLUE") -> None:
     """The flags of a recipe that trains on a task's (subset of its) training set: the task (of `tasks`, default the
     classification tasks), its data, how long (`what` names the epochs), the learning rate, the sequence length
     (default per task: `lengths` says it in --help, `check_task_flags` sets it) and the subset; `source` credits the
-    defaults (e.g. ", fastbert.py's"); the recipe's call is the one home of its `epochs`, `lr` and `warmup`
-    defaults."""
+    defaults (e.g. ", fastbert.py's"); the recipe's call is the one home of its `epochs` and `lr` defaults, and of
+    a `warmup` other than BERT's (`WARMUP`)."""
     parser.add_argument("--task", required=True, choices=tasks or [t for t in TASK_NAMES if not t.startswith("squad")])
     parser.add_argument("--data", help="task directory (default: the shipped copy)")
     parser.add_argument("--epochs", type=float, default=epochs, help=f"{what} epochs (default {epochs:g}{source})")
