@@ -29,13 +29,14 @@ TIMING_METRICS = {
     "gop_s", "host_ms", "host_p50_ms", "optimizer_share", "outside_matmul_share", "p50_ms", "p90_ms",
     "paper_schedule_hours", "pd_seconds", "peak_gflops", "pkt_seconds", "profiled_wall_ms", "ratio",
     "real_tokens_per_second", "seconds", "seconds_per_pass", "seconds_per_step", "speedup", "std_ms",
-    "tokens_per_s", "useful_gflops", "wall_seconds", "peak_gpu_gib", "memory_mb"}
+    "tokens_per_s", "useful_gflops", "wall_seconds", "peak_gpu_gib", "memory_mb", "intermediate_seconds",
+    "teacher_store_seconds"}
 # fields beside a score that are a time or a precision the host's probe chose
 TIMING_FIELDS = {
     "train_seconds", "host_ms", "full_host_ms", "single_task_host_ms", "soft_target_seconds", "importance_seconds",
     "set_seconds", "set_made_seconds", "outputs_seconds", "outputs_made_seconds", "start_seconds", "run_seconds",
     "cpu_seconds", "train_precision", "augment_precision", "teacher_outputs_precision", "soft_target_precision",
-    "score_precision", "peak_gflops_fp32", "peak_gops_int8"}
+    "score_precision", "peak_gflops_fp32", "peak_gops_int8", "teacher_store_precision"}
 
 
 def timed(row: dict) -> bool:

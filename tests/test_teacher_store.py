@@ -1,7 +1,7 @@
 """The teacher's stored layer features: built once at each example's own length, read back into padded batches
 that give the same layer-matching terms as running the teacher, refused in one line over the disk budget."""
 
-import json
+import copy
 
 import numpy as np
 import pytest
@@ -11,7 +11,7 @@ from helpers import BERT
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.finetune.objective import intermediate_loss
 from mobilekd.finetune.example_store import example_keys
-from mobilekd.finetune.teacher_features import estimated_bytes, needed, teacher_store
+from mobilekd.finetune.teacher_features import estimated_bytes, needed, store_key, teacher_store
 from mobilekd.models.heads import MobileBertForSequenceClassification
 from mobilekd.models.hf import save_pretrained
 from mobilekd.transfer.layer_maps import layer_map
@@ -117,3 +117,23 @@ def test_another_seeds_carve_reads_what_is_stored_and_adds_only_the_rest(pair, t
     live, stored = intermediate_loss(teacher, matches)(student, batch), intermediate_loss(teacher, matches, store)(
         student, batch)
     assert all(stored[k].item() == pytest.approx(live[k].item(), rel=2e-3, abs=1e-5) for k in live)
+
+
+def test_a_feature_past_float16s_range_keeps_the_teacher_running(tmp_path, pair, tokenizer, capsys):
+    """Attention scores a float16 store cannot hold (the query and key weights scaled up) are refused in one line,
+    nothing is left in the store, and the run's terms come from the teacher as before; a killed run's half-built
+    segment is cleared by the next run that builds one."""
+    _, teacher, student, split = pair
+    loud = copy.deepcopy(teacher)
+    with torch.no_grad():
+        for name in ("query", "key"):
+            getattr(loud.mobilebert.encoder.layer[1].attention.self, name).weight.mul_(3000.0)
+    save_pretrained(loud, tmp_path, tokenizer)
+    matches = tinybert_matches(layer_map("uniform", 4, 2), [0, 1])
+    half_built = tmp_path / "outputs" / store_key(tmp_path, needed(matches), "no") / ".segment.killed"
+    half_built.mkdir(parents=True)
+    store, record = teacher_store(tmp_path, loud, split, matches, "no", budget_gb=1.0)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert store is None and len(out) == 1 and "past float16's range" in out[0], out
+    assert record["teacher_store"].startswith("none: ") and not half_built.exists()
+    assert not list(half_built.parent.iterdir())

@@ -57,7 +57,7 @@ class ExampleStore:
     no segment holds it (those are `missing`)."""
 
     def __init__(self, folder: Path, keys: np.ndarray):
-        self.folder = folder
+        self.folder, self.keys = folder, keys
         self.segments = [Segment(d) for d in sorted(folder.glob("segment-*")) if (d / MANIFEST).is_file()]
         found = {}
         for s, seg in enumerate(self.segments):
@@ -69,6 +69,13 @@ class ExampleStore:
     @property
     def name(self) -> str:
         return f"outputs/{self.folder.name}"
+
+    @property
+    def set_name(self) -> str:
+        """The store's name and a digest of the examples opened (in any order): what runs over one set share (a
+        seed's runs over its carve, say), so that a benchmark charges the teacher's pass over a set once."""
+        digest = hashlib.sha256(np.sort(self.keys).tobytes()).hexdigest()[:12]
+        return f"{self.name}/{digest}"
 
     def bytes(self) -> int:
         return sum(seg.bytes() for seg in self.segments)
@@ -108,6 +115,8 @@ def stored(folder: Path, split, make: Callable[[object, Path], dict], size: Call
         return store, None
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{folder}.lock"):
+        for stale in folder.glob(".segment.*"):  # only a lock holder builds one: these are a killed run's
+            shutil.rmtree(stale, ignore_errors=True)
         store = opener(folder, keys)  # segments another run added while this one waited
         if not len(store.missing):
             return store, None

@@ -97,7 +97,8 @@ def intermediate_loss(teacher, matches: list[Match], store=None):
     its `projections`; no label and no logit is used. The teacher's features come from `store` (a
     `teacher_features.TeacherStore`, by the batch's `example_index`) where given, else from running it; either
     way the padded positions count as zero on both sides (`objectives.padding_zeroed`, a departure from
-    task_distill.py), so the two give the same terms up to the store's float16."""
+    task_distill.py), so the two give the same terms up to the store's precision (the teacher's pass in bf16 where
+    this host's probe chose it, `outputs_precision`; float16 on disk)."""
 
     t_depth, s_depth = deepest(matches, "teacher"), deepest(matches, "student")  # no deeper than the matches read
     wanted = needed(matches)

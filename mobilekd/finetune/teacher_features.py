@@ -13,7 +13,9 @@ width), `scores_3.npy` (the examples' heads x length x length blocks, flat), `va
 size), in float16 (11 significant bits).
 
 A batch read from the store holds zeros at its padded positions; the features a run compares are the same with
-or without the store because the matches read padded positions as zero on both sides (`Features.zero_padding`).
+or without the store (to the store's precision: a bf16 pass where the host's probe chose it, float16 on disk)
+because the matches read padded positions as zero on both sides (`Features.zero_padding`). A feature past
+float16's range (a teacher without LayerNorm can reach one) keeps the teacher running at every step.
 Before a segment is built, its size is estimated from its examples' lengths: where the store would grow over
 `--teacher-store-gb`, or the segment over the disk's free space, the run says so in one line and runs the teacher at
 every step instead.
@@ -67,14 +69,19 @@ def estimated_bytes(lengths: np.ndarray, features: list[tuple[str, int | None]],
     the attention blocks."""
     tokens, pairs = int(lengths.sum()), int((lengths.astype(np.int64) ** 2).sum())
     per = {"embeddings": tokens * config.hidden_size, "hidden": tokens * config.hidden_size,
-           "values": tokens * config.hidden_size, "attention": pairs * config.num_attention_heads,
+           "values": tokens * config.true_hidden_size, "attention": pairs * config.num_attention_heads,
            "scores": pairs * config.num_attention_heads}
     return 2 * sum(per[f] for f, _ in features)
 
 
+def held_bytes(outputs: Path) -> int:
+    """What every feature store of a teacher (`outputs`, its folder of stores) holds: one budget for them all."""
+    return sum(p.stat().st_size for p in outputs.glob("*-features/**/*") if p.is_file())
+
+
 def refusal(size: int, held: int, where: Path, budget_gb: float) -> str | None:
-    """Why a segment of `size` bytes will not be added to a store already holding `held` (a line for the run's
-    log), or None."""
+    """Why a segment of `size` bytes will not be added to a teacher's feature stores, which already hold `held`
+    (a line for the run's log), or None."""
     free = shutil.disk_usage(next(p for p in (where, *where.parents) if p.exists())).free
     if held + size > budget_gb * 1e9:
         return (f"teacher store: {(held + size) / 1e9:.1f} GB needed, over --teacher-store-gb {budget_gb:g}; the "
@@ -97,7 +104,7 @@ def build(folder: Path, teacher, split, features: list[tuple[str, int | None]], 
     lengths = split.lengths.astype(np.int64)
     token_at, pair_at = offsets(lengths, cfg.num_attention_heads)
     depth = max((l for _, l in features if l is not None), default=-1) + 1
-    head = cfg.hidden_size // cfg.num_attention_heads
+    head = cfg.true_hidden_size // cfg.num_attention_heads  # a bottleneck teacher's attention is narrower
     arrays = {}
     for f, l in features:
         shape = ((int(token_at[-1]), cfg.hidden_size) if f in ("embeddings", "hidden") else
@@ -110,7 +117,10 @@ def build(folder: Path, teacher, split, features: list[tuple[str, int | None]], 
             out = teacher.mobilebert(*(b[k].to(device) for k in INPUTS), num_layers=max(depth, 1),
                                      output_feature_maps=True, output_attentions=True)
         for (f, l), target in arrays.items():
-            x = _select(out, f, l).float().cpu().numpy().astype(np.float16)
+            x = _select(out, f, l).float().cpu().numpy()
+            if np.abs(x).max(initial=0.0) >= np.finfo(np.float16).max or not np.isfinite(x).all():
+                raise Overflow(f"the teacher's {file_name(f, l)} reaches {np.abs(x).max():.3g}, past float16's range")
+            x = x.astype(np.float16)
             for row, i in enumerate(indices):
                 n = lengths[i]
                 if f in PAIR_FEATURES:
@@ -122,6 +132,11 @@ def build(folder: Path, teacher, split, features: list[tuple[str, int | None]], 
     for target in arrays.values():
         target.flush()
     return {"features": features, "heads": cfg.num_attention_heads, "precision": precision}
+
+
+class Overflow(ValueError):
+    """A feature the store's float16 cannot hold (a teacher without LayerNorm, as MobileBERT's NoNorm, can reach
+    such values): the run keeps the teacher running at every step."""
 
 
 def offsets(lengths: np.ndarray, heads: int) -> tuple[np.ndarray, np.ndarray]:
@@ -192,10 +207,13 @@ def teacher_store(teacher_dir, teacher, split, matches: list[Match], precision: 
         return None, {"teacher_store": "none: --teacher-store-gb 0"}
     folder = Path(teacher_dir) / "outputs" / store_key(teacher_dir, features, precision)
     heads = teacher.config.num_attention_heads
-    store, why = stored(folder, split, lambda part, tmp: build(tmp, teacher, part, features, precision),
-                        size=lambda missing: estimated_bytes(split.lengths[missing], features, teacher.config),
-                        refusal=lambda size, held: refusal(size, held, folder, budget_gb),
-                        opener=lambda f, keys: TeacherStore(f, keys, heads))
+    try:
+        store, why = stored(folder, split, lambda part, tmp: build(tmp, teacher, part, features, precision),
+                            size=lambda missing: estimated_bytes(split.lengths[missing], features, teacher.config),
+                            refusal=lambda size, _: refusal(size, held_bytes(folder.parent), folder, budget_gb),
+                            opener=lambda f, keys: TeacherStore(f, keys, heads))
+    except Overflow as err:
+        store, why = None, f"teacher store: {err}; the teacher runs at every step instead"
     if store is None:
         print(why)
         return None, {"teacher_store": "none: " + why.split(": ", 1)[1]}

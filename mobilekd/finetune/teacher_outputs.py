@@ -91,7 +91,8 @@ def teacher_outputs(teacher_dir, teacher, split, with_cls: bool = True, precisio
         tuple[dict[str, np.ndarray], Made]:
     """The teacher's outputs over `split` (its logits alone without `with_cls`) in `precision` (`compute`), and how
     this run got them: all from the store or not, the seconds computing them took whichever runs did
-    (`ExampleStore.made_seconds`), and the store's name (`outputs/<key>`, what the runs that read it share)."""
+    (`ExampleStore.made_seconds`), and the set's name in the store (`outputs/<key>/<examples>`, what the runs over
+    the same examples share: `ExampleStore.set_name`)."""
     names = ["teacher_logits", *(["teacher_cls"] if with_cls else [])]
 
     def make(part, tmp: Path) -> dict:
@@ -101,7 +102,7 @@ def teacher_outputs(teacher_dir, teacher, split, with_cls: bool = True, precisio
 
     folder = Path(teacher_dir) / "outputs" / outputs_key(teacher_dir, with_cls, precision)
     store, _ = stored(folder, split, make, size=lambda missing: 0)
-    return store.rows(names), Made(store.hit_rate == 1, store.made_seconds(), store.name)
+    return store.rows(names), Made(store.hit_rate == 1, store.made_seconds(), store.set_name)
 
 
 def cached_arrays(path: Path, n: int, make) -> tuple[dict[str, np.ndarray], bool, float | None]:

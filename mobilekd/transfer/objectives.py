@@ -146,9 +146,12 @@ def value_relation(values: torch.Tensor, attention_mask: torch.Tensor) -> torch.
 def padding_zeroed(x: torch.Tensor, feature: str, mask: torch.Tensor) -> torch.Tensor:
     """A feature with its padded positions (the padded query rows of an attention block) set to zero: what a
     stored teacher's features hold there (`mobilekd.finetune.teacher_features`). A departure from TinyBERT's
-    task_distill.py, whose MSE terms also compare the padded positions' outputs: those depend on how far a batch
-    is padded, no user ever reads them, and a store keeps each example at its own length. The losses' denominators
-    are unchanged (the zeros still count); the attention KL of a zero teacher row is zero."""
+    task_distill.py (`main`: `rep_loss` is `loss_mse(student_rep, teacher_rep)` over every position, and
+    `att_loss` zeroes only the scores of padded keys, <= -1e2, not the padded query rows), which pads every example
+    to max_seq_length; our batches are cut to their longest example and grouped by length, so a padded position's
+    output would depend on its batch, no user ever reads it, and a store keeps each example at its own length. The
+    denominators stay those of our batches (the zeros still count; task_distill.py divides over max_seq_length);
+    the attention KL of a zero teacher row is zero."""
     if feature in ("embeddings", "hidden"):
         return x * mask[:, :, None].to(x.dtype)
     if feature in ("attention", "scores", "values"):
