@@ -15,6 +15,7 @@ from mobilekd.export.early_exit import EarlyExitRunner, convert_early_exit, earl
 from mobilekd.finetune.self_distillation import self_distillation_loss
 from mobilekd.models.early_exit import EarlyExitClassifier, exit_layers, predictions_at, uncertainty
 from mobilekd.models.heads import MobileBertForPreTraining, MobileBertForSequenceClassification
+from mobilekd.recipes.fastbert import choose_threshold
 from mobilekd.models.hf import save_pretrained
 
 
@@ -104,6 +105,12 @@ def test_recipe_export_and_parity_at_micro_scale(tmp_path, tokenizer):
     assert result["dev_examples"] == 872 and rows[0.0]["metrics"]["accuracy"] == fine_tuned
     assert rows[0.0]["avg_layers"] == 4 and rows[0.9]["avg_layers"] <= rows[0.5]["avg_layers"] <= 4
     assert rows[0.0]["gflops"] == pytest.approx(result["layers"][-1]["gflops"])
+    # the threshold to ship, chosen on a validation split of the training examples, never on dev
+    assert result["chosen_on"] == "validation" and result["chosen_threshold"] in rows
+    assert result["chosen_threshold"] == choose_threshold(result["validation"], "accuracy", result["max_drop"])
+    assert result["validation_split"]["size"] == sum(result["validation"][0]["exits"]) and \
+        result["validation_split"]["size"] + result["train_examples"] == 64
+    assert json.loads((tmp_path / "fb" / "early_exit.json").read_text())["threshold"] == result["chosen_threshold"]
     run_module("mobilekd", "export", "--model", tmp_path / "fb", "--max-len", 32, "--parity-examples", 48,
                "--out", tmp_path / "tflite")
     parity = json.loads((tmp_path / "tflite" / "parity.json").read_text())
@@ -135,3 +142,14 @@ def test_recipe_export_and_parity_at_micro_scale(tmp_path, tokenizer):
     assert "not a fine-tuned classifier" in one_line_error(proc)
     assert not (tmp_path / "y" / "branches.safetensors").exists()
     np.testing.assert_equal(sorted(p.name for p in (tmp_path / "x").glob("*.tflite")), [])
+
+
+def test_the_threshold_chosen_is_the_fastest_within_the_drop_allowed():
+    def row(threshold, accuracy, layers):
+        return {"threshold": threshold, "metrics": {"accuracy": accuracy}, "avg_layers": layers}
+
+    rows = [row(0.0, 0.90, 6), row(0.3, 0.895, 4.1), row(0.5, 0.889, 3.0), row(0.8, 0.85, 1.5)]
+    assert choose_threshold(rows, "accuracy", 1.0) == 0.3  # 0.5 loses 1.1 points, 0.8 five
+    assert choose_threshold(rows, "accuracy", 1.5) == 0.5
+    assert choose_threshold(rows, "accuracy", 0.0) == 0.0  # nothing may be lost: the full model
+    assert choose_threshold(rows[1:], "accuracy", 1.0) == 0.0  # no full model scored: no basis to choose

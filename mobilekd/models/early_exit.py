@@ -34,6 +34,7 @@ from mobilekd.models.mobilebert import additive_mask
 
 BRANCHES, SETTINGS = "branches.safetensors", "early_exit.json"
 THRESHOLDS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]  # the speeds scored by default; 0: the full model
+MAX_DROP = 1.0  # points a chosen threshold may lose on validation against the full model (`mobilekd fastbert`)
 
 
 class BranchClassifier(nn.Module):
@@ -109,13 +110,15 @@ class EarlyExitClassifier(nn.Module):
         return torch.stack(self.layer_logits(input_ids, attention_mask, token_type_ids), dim=1)
 
 
-def save_early_exit(model: EarlyExitClassifier, out_dir, tokenizer=None) -> Path:
-    """The fine-tuned model as an ordinary classifier directory, plus the branches and their settings."""
+def save_early_exit(model: EarlyExitClassifier, out_dir, tokenizer=None, threshold: float | None = None) -> Path:
+    """The fine-tuned model as an ordinary classifier directory, plus the branches and their settings (with the
+    speed threshold chosen for it, where one was)."""
     out_dir = save_pretrained(model.model, out_dir, tokenizer)
     state = {k: v.detach().contiguous().cpu() for k, v in model.branches.state_dict().items()}
     with atomic_path(out_dir / BRANCHES) as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
-    write_json(out_dir / SETTINGS, {**model.settings, "branches": len(model.branches)})
+    write_json(out_dir / SETTINGS, {**model.settings, "branches": len(model.branches),
+                                    **({"threshold": threshold} if threshold is not None else {})})
     return out_dir
 
 

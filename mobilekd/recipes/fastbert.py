@@ -8,10 +8,14 @@ inference on dev at each speed threshold.
 The fine-tuned model and its classifier are frozen; a branch classifier after each layer but the last learns
 KL(final || branch) on the task's training text (labels unused), as fastbert.py `self_distillation` does: its
 defaults are 10 epochs, batch 16, learning rate 10 x fine-tuning's 2e-5 = 2e-4, warm-up 0.1, and so are ours.
-On dev an input leaves at the first layer whose uncertainty (normalised entropy) is below the threshold;
-threshold 0 is the fine-tuned model itself. OUT holds the model (an ordinary classifier directory plus
-branches.safetensors and early_exit.json) and results.json: per threshold the task's metrics, the average
-layers executed and GFLOPs at --max-len (what the exported file computes), and each layer's classifier alone.
+An input leaves at the first layer whose uncertainty (normalised entropy) is below the threshold; threshold 0 is
+the fine-tuned model itself. The threshold to ship is chosen on a validation split carved from the training
+examples (`--validation-fraction`, seeded by --seed; the branches self-distil over the rest): the fastest one whose
+validation score (the task's official metric) is within `--max-drop` points of threshold 0's. Dev is read after,
+and only to score: every threshold's curve, the chosen one marked. OUT holds the model (an ordinary classifier
+directory plus branches.safetensors and early_exit.json, which names the chosen threshold for an app) and
+results.json: per threshold the task's metrics on validation and on dev, the average layers executed and GFLOPs
+at --max-len (what the exported file computes), and each layer's classifier alone.
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ from mobilekd.export.early_exit import segment_flops
 from mobilekd.fileio import write_json
 from mobilekd.finetune.evaluation import fine_tuned_classifier, predict
 from mobilekd.finetune.metrics import classification_metrics
+from mobilekd.finetune.selection import CAP, FRACTION, VALIDATION, carve
 from mobilekd.finetune.self_distillation import self_distillation_loss
 from mobilekd.flags import at_least
-from mobilekd.models.early_exit import THRESHOLDS, EarlyExitClassifier, predictions_at, save_early_exit
+from mobilekd.models.early_exit import MAX_DROP, THRESHOLDS, EarlyExitClassifier, predictions_at, save_early_exit
 from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 
@@ -46,7 +51,13 @@ def parse_args(argv=None):
     p.add_argument("--width", type=int, default=128, help="branch classifier width (default 128, FastBERT's)")
     p.add_argument("--heads", type=int, default=2, help="branch self-attention heads (default 2, FastBERT's)")
     p.add_argument("--thresholds", type=float, nargs="+", default=THRESHOLDS,
-                   help="speed thresholds scored on dev, in [0, 1] (default 0 0.1 ... 0.9; 0 = the full model)")
+                   help="speed thresholds scored, in [0, 1] (default 0 0.1 ... 0.9; 0 = the full model)")
+    p.add_argument("--max-drop", type=float, default=MAX_DROP,
+                   help="the threshold chosen is the fastest whose validation score is at most this many points "
+                        "(hundredths of the metric) under threshold 0's (default %(default)g)")
+    p.add_argument("--validation-fraction", type=float, default=FRACTION,
+                   help=f"the share of training examples held out to choose the threshold (default {FRACTION:g}, at "
+                        f"most {CAP:,})")
     add_training_flags(p, out="runs/fastbert", batch_size=16, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
     check_task_flags(args)
@@ -54,6 +65,7 @@ def parse_args(argv=None):
     at_least("--heads", args.heads, 1)
     if args.width % args.heads:
         raise UserError(f"--width {args.width} is not divisible by --heads {args.heads}")
+    at_least("--max-drop", args.max_drop, 0)
     if not all(0 <= t <= 1 for t in args.thresholds):
         raise UserError(f"--thresholds must lie in [0, 1], got {args.thresholds}")
     train_config(args)  # bad training flags are refused before any work
@@ -73,33 +85,58 @@ def run(args, accelerator):
     if model.config.num_hidden_layers < 2:
         raise UserError(f"{args.model}: a 1-layer model has no layer to exit early at")
     examples = training_subset(task.train, args.max_train_examples, args.subset_seed)
-    train = encode_classification(task, examples, tokenizer, args.max_len)
+    carved = carve(task, examples, args.seed, args.validation_fraction)
+    train = encode_classification(task, carved.train, tokenizer, args.max_len)
     steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
     stage = Stage(name="self-distillation", steps=steps, loss=self_distillation_loss, lr=args.lr, warmup=args.warmup,
                   trainable=lambda name: name.startswith("branches."))
     cfg = train_config(args, eval_every=0, run={"model": str(args.model), "task": task.name, "lr": args.lr,
                                                 "max_len": args.max_len, "train_examples": len(train),
                                                 "subset_seed": args.subset_seed, "width": args.width,
-                                                "heads": args.heads})
+                                                "heads": args.heads, "validation_split": carved.record})
     run_plan([stage], model, train, cfg, accelerator, resume=args.resume)
     if not accelerator.is_main_process:
         return
     out = Path(args.out)
-    save_early_exit(model, out, tokenizer)
+    metric = task.metrics[0]
+    validation = evaluate(model, task, carved.validation, tokenizer, args.max_len, args.thresholds)
+    chosen = choose_threshold(validation["thresholds"], metric, args.max_drop)
+    save_early_exit(model, out, tokenizer, threshold=chosen)
+    name, dev_examples = next(iter(task.dev.items()))  # now, and only now, dev is read: to score
+    dev = evaluate(model, task, dev_examples, tokenizer, args.max_len, args.thresholds)
     result = {"task": task.name, "model": str(args.model), "data": str(data), "method": "fastbert",
-              "train_examples": len(train), "steps": steps, "max_len": args.max_len,
-              **evaluate(model, task, tokenizer, args.max_len, args.thresholds),
-              "wall_seconds": round(time.time() - start, 1), "complete": True}
+              "train_examples": len(train), "steps": steps, "max_len": args.max_len, "split": name,
+              "dev_examples": dev["examples"], "thresholds": dev["thresholds"], "layers": dev["layers"],
+              "chosen_threshold": chosen, "chosen_on": VALIDATION, "max_drop": args.max_drop,
+              "rule": f"the fastest threshold whose validation {metric} is within {args.max_drop:g} points of "
+                      f"threshold 0's", "validation_split": carved.record,
+              "validation": validation["thresholds"], "wall_seconds": round(time.time() - start, 1),
+              "complete": True}
     write_json(out / "results.json", result)
     for row in result["thresholds"]:
-        print(f"threshold {row['threshold']:.2f}: " + ", ".join(f"{k} {v:.4f}" for k, v in row["metrics"].items()) +
-              f", {row['avg_layers']:.2f} layers, {row['gflops']:.3f} GFLOPs")
-    print(f"model in {out}")
+        print(f"threshold {row['threshold']:.2f}: dev " +
+              ", ".join(f"{k} {v:.4f}" for k, v in row["metrics"].items()) +
+              f", {row['avg_layers']:.2f} layers, {row['gflops']:.3f} GFLOPs" +
+              ("  <- chosen on validation" if row["threshold"] == chosen else ""))
+    print(f"threshold {chosen:g} chosen on validation ({result['rule']}); model in {out}")
 
 
-def evaluate(model: EarlyExitClassifier, task, tokenizer, max_len: int, thresholds) -> dict:
-    """Dev metrics per threshold (and of each layer's classifier alone), average layers and GFLOPs per input."""
-    name, examples = next(iter(task.dev.items()))
+def choose_threshold(rows: list[dict], metric: str, max_drop: float) -> float:
+    """The fastest threshold (fewest layers on average, then the larger) whose score in `rows` (one split's, as
+    `evaluate` gives them) is at most `max_drop` points (hundredths of `metric`) under threshold 0's; threshold 0
+    where none is scored or none qualifies. FastBERT's paper reports the speed-accuracy curve and leaves the choice
+    to the user (Liu et al. 2020, Section 4.3); the rule is ours, on validation."""
+    full = next((r for r in rows if r["threshold"] == 0), None)
+    if full is None:
+        return 0.0
+    floor = full["metrics"][metric] - max_drop / 100
+    fit = [r for r in rows if r["metrics"][metric] >= floor]
+    return min(fit, key=lambda r: (r["avg_layers"], -r["threshold"]))["threshold"]
+
+
+def evaluate(model: EarlyExitClassifier, task, examples, tokenizer, max_len: int, thresholds) -> dict:
+    """Metrics on `examples` per threshold (and of each layer's classifier alone), average layers and GFLOPs per
+    input."""
     split = encode_classification(task, examples, tokenizer, max_len)
     logits = torch.from_numpy(predict(model, split))  # (N, layers, labels)
     labels = split.arrays["labels"]
@@ -113,7 +150,7 @@ def evaluate(model: EarlyExitClassifier, task, tokenizer, max_len: int, threshol
     per_layer = [{"layer": k + 1, "gflops": float(cumulative[k]),
                   "metrics": classification_metrics(task.metrics, labels, logits[:, k].argmax(-1).numpy())}
                  for k in range(logits.shape[1])]
-    return {"split": name, "dev_examples": len(split), "thresholds": rows, "layers": per_layer}
+    return {"examples": len(split), "thresholds": rows, "layers": per_layer}
 
 
 if __name__ == "__main__":
