@@ -29,12 +29,13 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock
 
 from benchmarks import intervals
 from benchmarks.custom import TASKS as CUSTOM
 from benchmarks.custom import write_task
 from benchmarks.runner import Job, comparison, comparison_flags, mean_std_cell, recorded_host, task_panels
-from mobilekd.fileio import REPO_ROOT, read_json
+from mobilekd.fileio import REPO_ROOT, read_json, write_json
 
 # what the benchmark's runs search: ship's default but for the MobileBERT-shaped family, whose start (PKT, about
 # 1,900 s on 2 cores in docs/results/quality.json) alone takes half the issue's hour on a small task
@@ -44,6 +45,10 @@ GLUE = ("rte", "mrpc", "stsb", "cola", "sst2")  # the shipped GLUE tasks, read b
 TASKS = [*CUSTOM, *GLUE]
 METHODS = ("teacher", "ship", "ship-trial", "ship-wall", "tfidf", "majority", "ship-tfidf-interval")
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
+# each finished seed's dev predictions (ship's student, TF-IDF + LR) and labels, kept as data beside the results
+# file (ship.json -> ship_predictions.json): a later invocation, without an earlier one's run folders, still pools
+# every seed into the paired interval
+KEPT_SUFFIX = "_predictions"
 
 
 def run_dir(out: Path, task: str, seed: int) -> Path:
@@ -141,15 +146,30 @@ def majority(task: str, data: Path, metric: str) -> float:
     return classification_metrics([metric], [index[e.label] for e in dev], [index[top]] * len(dev))[metric]
 
 
-def predictions(out: Path, task: str, seeds: list[int]) -> dict | None:
-    """Per method, the dev predictions of each seed's run (labels, and rows of predictions), for the bootstrap."""
-    runs = [run_dir(out, task, s) for s in seeds if (run_dir(out, task, s) / "ship.json").is_file()]
-    if not runs or not all((r / "baseline_dev_predictions.tsv").is_file() for r in runs):
+def keep_predictions(out: Path, task: str, choice: str, seeds: list[int], kept: Path) -> dict[int, dict]:
+    """Every seed's dev predictions of `task` under teacher choice `choice`: those of `seeds`' run folders, written
+    into `kept` (under its lock), and those `kept` already holds from earlier invocations; by seed."""
+    with FileLock(f"{kept}.lock"):
+        held = read_json(kept) if kept.is_file() else {}
+        for s in seeds:
+            r = run_dir(out, task, s)
+            if (r / "baseline_dev_predictions.tsv").is_file() and (r / "student/dev/dev_predictions.tsv").is_file():
+                held[f"{task}/{choice}/seed{s}"] = {
+                    "labels": _column(r / "student/dev/dev_predictions.tsv", "label"),
+                    "ship": _column(r / "student/dev/dev_predictions.tsv", "prediction"),
+                    "tfidf": _column(r / "baseline_dev_predictions.tsv", "prediction")}
+        write_json(kept, dict(sorted(held.items())))
+    prefix = f"{task}/{choice}/seed"
+    return {int(k[len(prefix):]): v for k, v in held.items() if k.startswith(prefix)}
+
+
+def predictions(by_seed: dict[int, dict]) -> dict | None:
+    """Per method, the dev predictions of each seed (labels, and rows of predictions), for the bootstrap."""
+    if not by_seed:
         return None
-    labels = np.array(_column(runs[0] / "student/dev/dev_predictions.tsv", "label"))
-    got = {m: np.array([_column(r / path, "prediction") for r in runs])
-           for m, path in (("ship", "student/dev/dev_predictions.tsv"), ("tfidf", "baseline_dev_predictions.tsv"))}
-    return {"labels": labels, **got}
+    seeds = sorted(by_seed)
+    return {"labels": np.array(by_seed[seeds[0]]["labels"]),
+            **{m: np.array([by_seed[s][m] for s in seeds]) for m in ("ship", "tfidf")}}
 
 
 def table(results: list[dict]) -> str:
@@ -227,11 +247,14 @@ def main(argv=None):
             done = {int(d.name[4:]): read_json(d / "ship.json") for d in (out / task).glob("seed*")
                     if (d / "ship.json").is_file()}
             for choice in sorted({teacher_choice(s) for s in done.values()}):  # one interval a teacher choice
-                seeds = sorted(seed for seed, s in done.items() if teacher_choice(s) == choice)
-                p_ = predictions(out, task, seeds)
+                mine = sorted(seed for seed, s in done.items() if teacher_choice(s) == choice)
+                results = REPO_ROOT / args.results
+                by_seed = keep_predictions(out, task, choice, mine,
+                                           results.with_name(results.stem + KEPT_SUFFIX + results.suffix))
+                p_, seeds = predictions(by_seed), sorted(by_seed)
                 if p_ is None:
                     continue
-                metric = done[seeds[0]]["metric"]
+                metric = done[mine[0]]["metric"]
                 got.append({"task": task, "method": "ship-tfidf-interval", "seed": None, "metric": metric,
                             "teacher_choice": choice, "value": None, "seeds": seeds,
                             "interval": intervals.paired_bootstrap(p_["labels"], p_["ship"], p_["tfidf"],

@@ -4,6 +4,7 @@
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -265,3 +266,27 @@ def test_each_task_is_bootstrapped_in_its_own_metric():
     assert metric_function("stsb", "spearman")(scores, scores[::-1].copy()) == pytest.approx(-1.0)
     with pytest.raises(ValueError, match="no bootstrap metric"):
         metric_function("squad1", "exact_match")
+
+
+def test_the_benchmark_keeps_each_seeds_dev_predictions_so_a_later_invocation_pools_them(tmp_path):
+    """benchmarks.ship: a seed's predictions, kept beside the results, still count once its run folder is gone."""
+    from benchmarks.ship import keep_predictions, predictions, run_dir
+
+    def finished(seed, ship, tfidf):
+        run = run_dir(tmp_path / "runs", "rte", seed)
+        (run / "student" / "dev").mkdir(parents=True)
+        (run / "student" / "dev" / "dev_predictions.tsv").write_text(
+            "label\tprediction\n" + "".join(f"{y}\t{p}\n" for y, p in zip("aab", ship)))
+        (run / "baseline_dev_predictions.tsv").write_text("prediction\n" + "".join(f"{p}\n" for p in tfidf))
+
+    kept = tmp_path / "ship_predictions.json"
+    finished(0, "aaa", "bbb")
+    first = keep_predictions(tmp_path / "runs", "rte", "validation", [0], kept)
+    assert first == {0: {"labels": ["a", "a", "b"], "ship": ["a", "a", "a"], "tfidf": ["b", "b", "b"]}}
+    shutil.rmtree(tmp_path / "runs")  # the next session's checkout: seed 0's folder is gone
+    finished(1, "aab", "abb")
+    both = keep_predictions(tmp_path / "runs", "rte", "validation", [1], kept)
+    assert sorted(both) == [0, 1] and both[0] == first[0]
+    assert keep_predictions(tmp_path / "runs", "rte", "fixed", [1], kept).keys() == {1}  # another choice apart
+    pooled = predictions(both)
+    assert pooled["ship"].shape == (2, 3) and pooled["labels"].tolist() == ["a", "a", "b"]
