@@ -105,9 +105,9 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     return found
 
 
-def _cell(results, task, metric, method, scale=1.0, digits=1) -> str:
+def _cell(results, task, metric, method) -> str:
     v = values(results, task, metric, method)
-    return f"{np.mean(v) / scale:.{digits}f} ± {np.std(v) / scale:.{digits}f}" if v else "-"
+    return f"{np.mean(v):.1f} ± {np.std(v):.1f}" if v else "-"
 
 
 def table(results: list[dict]) -> str:

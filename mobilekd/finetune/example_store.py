@@ -101,14 +101,13 @@ class ExampleStore:
         return round(float(sum(seg.manifest["seconds"] * n / len(seg.keys) for seg, n in zip(self.segments, used))), 3)
 
 
-def stored(folder: Path, split, make: Callable[[object, Path], dict], size: Callable[[np.ndarray], int],
-           refusal: Callable[[int, int], str | None] | None = None, opener=ExampleStore) -> \
+def stored(folder: Path, split, make: Callable[[object, Path], dict],
+           refusal: Callable[[np.ndarray], str | None] | None = None, opener=ExampleStore) -> \
         tuple[ExampleStore | None, str | None]:
     """The store in `folder` opened for `split`'s examples (`opener(folder, keys)`, an `ExampleStore`), those no
     segment holds first added as a new segment: `make(subset, tmp)` writes its arrays into `tmp` for the split's
-    `subset` and returns manifest entries. Where `refusal(size of the new segment by `size(missing indices)`, bytes
-    already stored)` gives a reason, nothing is made: None and the reason. The store's `hit_rate` is what this run
-    found stored before it added its segment."""
+    `subset` and returns manifest entries. Where `refusal(the missing examples' indices)` gives a reason, nothing is
+    made: None and the reason. The store's `hit_rate` is what this run found stored before it added its segment."""
     keys = example_keys(split)
     store = opener(folder, keys)
     if not len(store.missing):
@@ -120,7 +119,7 @@ def stored(folder: Path, split, make: Callable[[object, Path], dict], size: Call
         store = opener(folder, keys)  # segments another run added while this one waited
         if not len(store.missing):
             return store, None
-        if refusal is not None and (why := refusal(size(store.missing), store.bytes())):
+        if refusal is not None and (why := refusal(store.missing)):
             return None, why
         hit_rate = store.hit_rate
         _add_segment(folder, split.subset(store.missing), keys[store.missing], make)

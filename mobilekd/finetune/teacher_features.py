@@ -167,11 +167,10 @@ class TeacherStore(ExampleStore):
         enc = EncoderOutput(None)
         depth = max((l for _, l in wanted if l is not None), default=-1) + 1
         enc.feature_maps, enc.attentions, enc.attention_scores, enc.values = ([None] * depth for _ in range(4))
+        placed = [(*self.where[i], int(self.segments[self.where[i][0]].lengths[self.where[i][1]])) for i in index]
         for f, l in wanted:
             x = None
-            for row, i in enumerate(index):
-                s, j = self.where[i]
-                n = int(self.segments[s].lengths[j])
+            for row, (s, j, n) in enumerate(placed):  # each example's segment, row there and length
                 kept, (token_at, pair_at) = self.segments[s].arrays[file_name(f, l)], self.offsets[s]
                 if f in PAIR_FEATURES:
                     part = np.asarray(kept[pair_at[j]:pair_at[j + 1]], np.float32).reshape(heads, n, n)
@@ -209,8 +208,9 @@ def teacher_store(teacher_dir, teacher, split, matches: list[Match], precision: 
     heads = teacher.config.num_attention_heads
     try:
         store, why = stored(folder, split, lambda part, tmp: build(tmp, teacher, part, features, precision),
-                            size=lambda missing: estimated_bytes(split.lengths[missing], features, teacher.config),
-                            refusal=lambda size, _: refusal(size, held_bytes(folder.parent), folder, budget_gb),
+                            refusal=lambda missing: refusal(estimated_bytes(split.lengths[missing], features,
+                                                                            teacher.config),
+                                                            held_bytes(folder.parent), folder, budget_gb),
                             opener=lambda f, keys: TeacherStore(f, keys, heads))
     except Overflow as err:
         store, why = None, f"teacher store: {err}; the teacher runs at every step instead"

@@ -101,7 +101,7 @@ def teacher_outputs(teacher_dir, teacher, split, with_cls: bool = True, precisio
         return {"precision": precision}
 
     folder = Path(teacher_dir) / "outputs" / outputs_key(teacher_dir, with_cls, precision)
-    store, _ = stored(folder, split, make, size=lambda missing: 0)
+    store, _ = stored(folder, split, make)
     return store.rows(names), Made(store.hit_rate == 1, store.made_seconds(), store.set_name)
 
 
