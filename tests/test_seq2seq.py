@@ -15,7 +15,7 @@ from mobilekd.data.noise import add_noise
 from mobilekd.data.pairs import load_pairs
 from mobilekd.data.seq2seq import PairSplit, encode_pairs
 from mobilekd.finetune.cmlm import copies_pass, pass_precision, soft_targets
-from mobilekd.models.decoding import beam_search, greedy
+from mobilekd.models.decoding import beam_search, decode_split, greedy
 from mobilekd.models.heads import MobileBertForConditionalMLM
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.seq2seq import DecoderCache, Seq2SeqTransformer, load_seq2seq, new_seq2seq
@@ -208,6 +208,22 @@ def test_the_cached_file_and_the_earlier_whole_prefix_file_decode_as_pytorch(tok
         assert [runner(s)[0] for s in sources] == mine
 
 
+def test_beam_search_on_the_file_gives_pytorchs_hypotheses(tokenizer, tmp_path):
+    """The app's beam search over the cached file (`GreedyFile.beam_search`: one row's caches per hypothesis) and
+    over the earlier whole-prefix file give PyTorch's beam search's tokens on real correction dev sources, and
+    beam 4 differs from greedy decoding somewhere there (so the comparison can fail)."""
+    from mobilekd.export.seq2seq import beam_parity, convert_seq2seq
+
+    torch.manual_seed(0)
+    model = new_seq2seq("seq2seq_micro", tokenizer, max_positions=24).eval()
+    dev, _ = encode_pairs(load_pairs("correction").dev[:48], tokenizer, 24, refuse_long=False)
+    for cache in (True, False):
+        path = convert_seq2seq(model, 24, 24, tmp_path / f"{cache}.tflite", cache=cache)
+        report, outputs, mine = beam_parity(model, path, dev, beam=4)
+        assert report["identical"] == 1.0 and outputs == mine and report["beam"] == 4 and report["pairs"] == len(dev)
+    assert mine != decode_split(model, dev, 24)
+
+
 def test_paraphrase_pairs_keep_dev_sentences_out_of_training():
     task = load_pairs("paraphrase")
     assert (len(task.train), len(task.dev)) == (3772, 543)
@@ -266,6 +282,9 @@ def test_micro_cmlm_run_from_a_masked_lm_to_a_tflite_that_decodes_as_pytorch(dem
     reports = json.loads((tmp_path / "tflite" / "parity.json").read_text())
     parity, int8 = reports["model_seq2seq.tflite"], reports["model_seq2seq_dynamic_int8.tflite"]
     assert parity["pairs"] == 12 and parity["identical"] == 1.0
+    beam = parity["beam_search"]  # the beam the student was scored with (--beam 2), run on the file too
+    assert beam["beam"] == 2 and beam["pairs"] == 12 and beam["identical"] == 1.0
+    assert beam["scores"]["file"] == beam["scores"]["pytorch"] and beam["host_ms"]["per_sentence"] > 0
     card = (tmp_path / "tflite" / "README.md").read_text()  # the model card: BLEU in the file beside PyTorch's
     assert "pipeline_tag: text2text-generation" in card and "| model_seq2seq.tflite |" in card and "BLEU" in card
     assert parity["scores"]["file"] == parity["scores"]["pytorch"] == int8["scores"]["pytorch"]

@@ -107,11 +107,13 @@ def _diff(r: dict) -> str:
 
 def agreement_cell(r: dict) -> str:
     """A parity report's prediction agreement: a classifier's, a seq2seq file's share of greedy outputs identical
-    to PyTorch's, a multi-task file's per task; '-' for a regression model, which predicts no class."""
+    to PyTorch's (and of beam search's, where the model was scored with a beam), a multi-task file's per task;
+    '-' for a regression model, which predicts no class."""
     if "agreement" in r:
         return f"{r['agreement']:.4f}"
     if "identical" in r:
-        return f"{r['identical']:.4f} identical"
+        beam = r.get("beam_search")
+        return f"{r['identical']:.4f} identical" + (f" (beam {beam['beam']}: {beam['identical']:.4f})" if beam else "")
     if "tasks" in r:
         return ", ".join(f"{t} {x['agreement']:.4f}" for t, x in r["tasks"].items() if "agreement" in x) or "-"
     return "-"
@@ -124,7 +126,10 @@ def score_cell(r: dict) -> str:
         if f"{metric}_torch" in r:
             return f"{metric} {r[f'{metric}_exported']:.4f} (PyTorch {r[f'{metric}_torch']:.4f})"
     if "scores" in r:
-        return f"BLEU {r['scores']['file']['bleu']:.2f} (PyTorch {r['scores']['pytorch']['bleu']:.2f})"
+        beam = r.get("beam_search")
+        return f"BLEU {r['scores']['file']['bleu']:.2f} (PyTorch {r['scores']['pytorch']['bleu']:.2f})" + (
+            f"; beam {beam['beam']} {beam['scores']['file']['bleu']:.2f} (PyTorch "
+            f"{beam['scores']['pytorch']['bleu']:.2f})" if beam else "")
     return "-"
 
 

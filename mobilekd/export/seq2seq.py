@@ -23,7 +23,9 @@ at each step; `GreedyFile` runs either.
 
 `GreedyFile` is that loop on the LiteRT interpreter, exactly as an app runs it (docs/seq2seq.md gives it in
 Kotlin); `seq2seq_parity` compares its output with PyTorch's greedy decoding (`mobilekd.models.decoding.greedy`)
-sentence by sentence. `mobilekd latency` times such a file per sentence of GENERATED_TOKENS tokens
+sentence by sentence. `GreedyFile.beam_search` is the app's beam search over the same `decode` (one pair of caches
+per hypothesis, `FileSteps`), by the very search PyTorch's `beam_search` runs (`mobilekd.models.decoding.search`);
+`beam_parity` compares the two. `mobilekd latency` times such a file per sentence of GENERATED_TOKENS tokens
 (`SentenceTiming`) and estimates it on phones from the same sentence's operators (`sentence_graph`).
 """
 
@@ -40,7 +42,7 @@ from mobilekd.data.seq2seq import PairSplit
 from mobilekd.errors import UserError
 from mobilekd.export.graph import Op, read_graph, subgraph_names
 from mobilekd.export.litert import convert_signatures
-from mobilekd.models.decoding import decode_split
+from mobilekd.models.decoding import BEAM_ALPHA, decode_split, search
 from mobilekd.models.seq2seq import NEG, Seq2SeqTransformer
 
 ENCODE, DECODE = "encode", "decode"
@@ -163,13 +165,25 @@ class GreedyFile:
         self.cached = self.cache_input is not None
         self.bos, self.eos = bos, eos
 
-    def __call__(self, source_ids) -> tuple[list[int], float, list[float]]:
+    def padded(self, source_ids) -> tuple[np.ndarray, np.ndarray]:
+        """A source as `encode` takes it: its ids and mask padded to the file's source length."""
         if len(source_ids) > self.source_len:
             raise UserError(f"a source of {len(source_ids)} word pieces is over the file's {self.source_len}")
         ids = np.zeros((1, self.source_len), np.int32)
         mask = np.zeros((1, self.source_len), np.int32)
         ids[0, :len(source_ids)], mask[0, :len(source_ids)] = source_ids, 1
-        return self.generate(ids, mask, self.target_len)
+        return ids, mask
+
+    def __call__(self, source_ids) -> tuple[list[int], float, list[float]]:
+        return self.generate(*self.padded(source_ids), self.target_len)
+
+    def beam_search(self, source_ids, beam: int, alpha: float = BEAM_ALPHA) -> tuple[list[int], float]:
+        """The app's beam search over the file (`mobilekd.models.decoding.search`, the search PyTorch's
+        `beam_search` runs, through `FileSteps`): the best hypothesis' tokens and the seconds it took."""
+        start = time.perf_counter()
+        steps = FileSteps(self, *self.padded(source_ids))
+        tokens = search(steps, 1, beam, self.target_len, alpha, self.bos, self.eos, pad=self.eos)[0]
+        return tokens, time.perf_counter() - start
 
     def generate(self, ids, mask, tokens: int, stop: bool = True) -> tuple[list[int], float, list[float]]:
         """Encode the padded source, then up to `tokens` decode steps, each feeding its token back (ending at [SEP]
@@ -200,6 +214,49 @@ class GreedyFile:
             if step + 1 < self.target_len:
                 prefix[0, step + 1] = token
         return out, encode_seconds, steps
+
+
+class FileSteps:
+    """A file's `decode` signature as beam search steps it (`mobilekd.models.decoding.search`), for one source: a
+    row per hypothesis, each with its own caches, since `decode` takes one row (the app keeps `beam` pairs of cache
+    arrays and, when the beam reorders its hypotheses, their caches with them). Rows with the same prefix hold the
+    same caches, so each distinct prefix is decoded once a step (at the first step, every row is [CLS])."""
+
+    def __init__(self, runner: GreedyFile, ids: np.ndarray, mask: np.ndarray):
+        self.runner, self.mask = runner, mask
+        self.encoded = runner.encode(input_ids=ids, attention_mask=mask)
+        if runner.cached:
+            empty = np.zeros(runner.cache_input["shape"], runner.cache_input["dtype"])
+            self.caches = {(): (empty, empty)}  # the caches each row's prefix (before its last token) left
+
+    def log_probs(self, prefix: torch.Tensor) -> torch.Tensor:
+        step, rows, done, logits = prefix.shape[1] - 1, [tuple(r) for r in prefix.tolist()], {}, []
+        caches = {}
+        for row in rows:
+            if row not in done:
+                done[row] = self._decode(row, step)
+                if self.runner.cached:
+                    caches[row] = done[row][1]
+            logits.append(done[row][0])
+        if self.runner.cached:
+            self.caches = caches
+        return torch.from_numpy(np.stack(logits)).float().log_softmax(-1)
+
+    def _decode(self, row: tuple[int, ...], step: int):
+        r, at = self.runner, np.array([step], np.int32)
+        if r.cached:
+            keys, values = self.caches[row[:-1]]
+            got = r.decode(memory_keys=self.encoded["memory_keys"], memory_values=self.encoded["memory_values"],
+                           attention_mask=self.mask, token=np.array([row[-1]], np.int32), step=at, keys=keys,
+                           values=values)
+            return got["logits"][0], (got["keys"], got["values"])
+        prefix = np.zeros((1, r.target_len), np.int32)
+        prefix[0, :len(row)] = row
+        return r.decode(memory=self.encoded["memory"], attention_mask=self.mask, prefix=prefix, step=at)["logits"][0], \
+            None
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Nothing to move: each row's caches are found by its prefix."""
 
 
 GENERATED_TOKENS = 20  # a sentence, for timing: about the mean target of paraphrase and correction (20 word pieces)
@@ -252,19 +309,41 @@ def seq2seq_parity(model: Seq2SeqTransformer, path, split: PairSplit, batch_size
     runner = GreedyFile(path, model.config.bos_token_id, model.config.eos_token_id)
     if mine is None:
         mine = decode_split(model, split, runner.target_len, batch_size=batch_size)
-    same, differ, encode, step, sentence, outputs = 0, [], [], [], [], []
-    for i in range(len(split)):
-        source = split.arrays["source_ids"][i]
-        tokens, e, steps = runner(source[source != split.pad].tolist())
+    encode, step, sentence, outputs = [], [], [], []
+    for source in sources(split):
+        tokens, e, steps = runner(source)
         outputs.append(tokens)
-        same += tokens == mine[i]
-        if tokens != mine[i] and len(differ) < 5:
-            differ.append(i)
         encode.append(e)
         step += steps
         sentence.append(e + sum(steps))
-    return {"pairs": len(split), "identical": same / len(split), "first_differing": differ,
-            "host_ms": {"encode": round(1000 * float(np.median(encode)), 3),
-                        "per_token": round(1000 * float(np.median(step)), 3),
-                        "per_sentence": round(1000 * float(np.median(sentence)), 3)},
+    return {**agreement(outputs, mine),
+            "host_ms": {"encode": _ms(encode), "per_token": _ms(step), "per_sentence": _ms(sentence)},
             "source_len": runner.source_len, "target_len": runner.target_len}, outputs
+
+
+def beam_parity(model: Seq2SeqTransformer, path, split: PairSplit, beam: int, batch_size: int = 32,
+                alpha: float = BEAM_ALPHA) -> tuple[dict, list[list[int]], list[list[int]]]:
+    """PyTorch's beam search and the file's (`GreedyFile.beam_search`, the same `search` over the file's `decode`),
+    sentence by sentence, as `seq2seq_parity`: the share identical, the first that differ, the file's median host
+    milliseconds a sentence (one thread); and both sides' outputs."""
+    runner = GreedyFile(path, model.config.bos_token_id, model.config.eos_token_id)
+    mine = decode_split(model, split, runner.target_len, beam=beam, batch_size=batch_size)
+    outputs, seconds = zip(*(runner.beam_search(source, beam, alpha) for source in sources(split)))
+    return {"beam": beam, **agreement(list(outputs), mine), "host_ms": {"per_sentence": _ms(seconds)}}, \
+        list(outputs), mine
+
+
+def sources(split: PairSplit):
+    """Each source's word pieces, padding left out, in the split's order."""
+    for source in split.arrays["source_ids"]:
+        yield source[source != split.pad].tolist()
+
+
+def agreement(outputs: list[list[int]], mine: list[list[int]]) -> dict:
+    """The share of sentences the file decodes as PyTorch does, and the first (up to 5) that differ."""
+    differ = [i for i, (a, b) in enumerate(zip(outputs, mine)) if a != b]
+    return {"pairs": len(mine), "identical": (len(mine) - len(differ)) / len(mine), "first_differing": differ[:5]}
+
+
+def _ms(seconds) -> float:
+    return round(1000 * float(np.median(seconds)), 3)

@@ -47,34 +47,57 @@ def greedy(model, input_ids, attention_mask, max_len: int, cache: bool = True) -
     return [_strip(row[1:], c.eos_token_id) for row in prefix.tolist()]
 
 
+BEAM_ALPHA = 0.6  # GNMT's length penalty's alpha in the official run_mt.sh (`-alpha 0.6`)
+
+
 def wu_penalty(length: int, alpha: float) -> float:
     """GNMT's length penalty (Wu et al. 2016, eq. 14; OpenNMT-py `length_wu`)."""
     return ((5 + length) / 6) ** alpha
 
 
-@torch.no_grad()
-def beam_search(model, input_ids, attention_mask, max_len: int, beam: int = 5, alpha: float = 0.6,
-                cache: bool = True) -> list[list[int]]:
-    """The hypothesis of best log-probability / `wu_penalty` among those a beam of `beam` keeps, per source. Each
-    step ranks the 2 x `beam` best continuations; one that ends (or reaches `max_len`) is kept as a finished
-    hypothesis if it ranks among the first `beam`, the others that go on refill the beam; a source's search ends
-    once `beam` hypotheses have finished (fairseq's `SequenceGenerator`). At beam 1 this is greedy decoding.
+class ModelSteps:
+    """A PyTorch model as `search` steps it: the source read once, each row's next-token log-probabilities from
+    the decoder (one new position a step with `cache`, else the whole prefix), rows reordered as the beam keeps
+    them."""
+
+    def __init__(self, model, input_ids, attention_mask, beam: int, cache: bool = True):
+        device = next(model.parameters()).device
+        self.model = model
+        self.memory = model.encode(input_ids.to(device), attention_mask.to(device)).repeat_interleave(beam, 0)
+        self.mask = attention_mask.to(device).repeat_interleave(beam, 0)
+        self.kept = DecoderCache(len(model.decoder)) if cache else None
+
+    def log_probs(self, prefix: torch.Tensor) -> torch.Tensor:
+        states = next_states(self.model, self.memory, self.mask, prefix.to(self.memory.device), self.kept)
+        return self.model.logits(states).float().log_softmax(-1).cpu()
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        if self.kept is not None:
+            self.kept.reorder(rows.to(self.memory.device))
+
+
+def search(steps, sources: int, beam: int, max_len: int, alpha: float, bos: int, eos: int, pad: int) \
+        -> list[list[int]]:
+    """Beam search over `steps` (`ModelSteps`, or an exported file's `decode` signature in
+    `mobilekd.export.seq2seq.FileSteps`: one search for both, so the two agree but for rounding): `steps.log_probs
+    (prefix)` gives the next token's log-probabilities (sources x beam rows, V) at the prefix's last position, and
+    `steps.reorder(rows)` keeps the rows that go on. The hypothesis of best log-probability / `wu_penalty` among
+    those a beam of `beam` keeps, per source. Each step ranks the 2 x `beam` best continuations; one that ends (or
+    reaches `max_len`) is kept as a finished hypothesis if it ranks among the first `beam`, the others that go on
+    refill the beam; a source's search ends once `beam` hypotheses have finished (fairseq's `SequenceGenerator`).
+    At beam 1 this is greedy decoding.
 
     Departures from the official decoding (OpenNMT-py's `BeamSearch`): it keeps `beam` candidates a step and, asked
     for one best, stops once the top-ranked candidate ends; and its length penalty counts one token more than the
     hypothesis has (its sequence holds the start token). Ours is fairseq's search and the paper's formula, with
     the length the hypothesis' tokens and its end."""
-    c, device = model.config, next(model.parameters()).device
-    b = len(input_ids)
-    memory = model.encode(input_ids.to(device), attention_mask.to(device)).repeat_interleave(beam, 0)
-    mask = attention_mask.to(device).repeat_interleave(beam, 0)
-    prefix = torch.full((b * beam, 1), c.bos_token_id, dtype=torch.long, device=device)
+    b = sources
+    prefix = torch.full((b * beam, 1), bos, dtype=torch.long)
     scores = torch.full((b, beam), float("-inf"))
     scores[:, 0] = 0.0  # one live hypothesis per source at the start
     ended: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
-    kept_states = DecoderCache(len(model.decoder)) if cache else None
     for t in range(1, max_len + 1):
-        logp = model.logits(next_states(model, memory, mask, prefix, kept_states)).float().log_softmax(-1).cpu()
+        logp = steps.log_probs(prefix)
         vocab = logp.shape[-1]
         total = (scores.view(-1, 1) + logp).view(b, beam * vocab)
         top_scores, top = total.topk(2 * beam, dim=1)
@@ -86,26 +109,33 @@ def beam_search(model, input_ids, attention_mask, max_len: int, beam: int = 5, a
                 if s == float("-inf") or len(ended[i]) >= beam:
                     break
                 tokens = prefix[i * beam + origin, 1:].tolist()
-                if token == c.eos_token_id or t == max_len:
+                if token == eos or t == max_len:
                     if rank < beam:  # an end among the best `beam` candidates only (fairseq's `eos_mask[:, :beam]`)
-                        ended[i].append((s / wu_penalty(t, alpha),
-                                         tokens + ([] if token == c.eos_token_id else [token])))
+                        ended[i].append((s / wu_penalty(t, alpha), tokens + ([] if token == eos else [token])))
                     continue
                 if kept < beam:
                     rows.append((i * beam + origin, token))
                     new_scores[i, kept] = s
                     kept += 1
             while kept < beam:  # a finished source (or too few candidates): dead rows keep the shapes
-                rows.append((i * beam, c.pad_token_id))
+                rows.append((i * beam, pad))
                 kept += 1
         if all(len(e) >= beam for e in ended):
             break
-        origins = torch.tensor([r for r, _ in rows], device=device)
-        prefix = torch.cat([prefix[origins], torch.tensor([[tok] for _, tok in rows], device=device)], 1)
-        if kept_states is not None:
-            kept_states.reorder(origins)
+        origins = torch.tensor([r for r, _ in rows])
+        prefix = torch.cat([prefix[origins], torch.tensor([[tok] for _, tok in rows])], 1)
+        steps.reorder(origins)
         scores = new_scores
     return [max(e, key=lambda x: x[0])[1] if e else [] for e in ended]
+
+
+@torch.no_grad()
+def beam_search(model, input_ids, attention_mask, max_len: int, beam: int = 5, alpha: float = BEAM_ALPHA,
+                cache: bool = True) -> list[list[int]]:
+    """`search` through the model's decoder, for every source of the batch."""
+    c = model.config
+    return search(ModelSteps(model, input_ids, attention_mask, beam, cache), len(input_ids), beam, max_len, alpha,
+                  c.bos_token_id, c.eos_token_id, c.pad_token_id)
 
 
 @torch.no_grad()

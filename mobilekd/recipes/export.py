@@ -448,7 +448,7 @@ def export_seq2seq(args, out: Path) -> None:
     results.json)."""
     from mobilekd.data.pairs import load_pairs
     from mobilekd.data.seq2seq import encode_pairs
-    from mobilekd.export.seq2seq import convert_seq2seq, seq2seq_parity
+    from mobilekd.export.seq2seq import beam_parity, convert_seq2seq, seq2seq_parity
     from mobilekd.finetune.generation import as_text, references, scores
     from mobilekd.models.decoding import decode_split
 
@@ -489,6 +489,9 @@ def export_seq2seq(args, out: Path) -> None:
             reports[path.name] = report = {**file_report(path, ops, op_histogram(ops)), **parity,
                                            "scores": {"file": scored(outputs), "pytorch": pytorch},
                                            "convert_seconds": seconds, "model": str(args.model), "quantize": quantize}
+            if trained.get("beam", 1) > 1:  # the beam the model was scored with: the app's search, on the file too
+                beam, outputs, beam_mine = beam_parity(model, path, split, trained["beam"])
+                report["beam_search"] = {**beam, "scores": {"file": scored(outputs), "pytorch": scored(beam_mine)}}
             write_json(out / "parity.json", reports)
             ms, bleu = report["host_ms"], report["scores"]
             print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): greedy output identical to "
@@ -496,6 +499,12 @@ def export_seq2seq(args, out: Path) -> None:
                   f"{bleu['file']['bleu']:.2f} against PyTorch's {bleu['pytorch']['bleu']:.2f}; host (1 thread): "
                   f"encode {ms['encode']:.2f} ms, {ms['per_token']:.2f} ms a token, {ms['per_sentence']:.1f} ms a "
                   f"sentence")
+            if "beam_search" in report:
+                b = report["beam_search"]
+                print(f"  beam {b['beam']}: output identical to PyTorch's for {b['identical']:.4f} of {b['pairs']} dev "
+                      f"pairs, BLEU {b['scores']['file']['bleu']:.2f} against PyTorch's "
+                      f"{b['scores']['pytorch']['bleu']:.2f}; host (1 thread): {b['host_ms']['per_sentence']:.1f} ms a "
+                      f"sentence")
     write_card(args, out, "seq2seq", reports)  # once, after every file
 
 
