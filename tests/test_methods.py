@@ -14,7 +14,8 @@ from filelock import FileLock
 from safetensors.numpy import save_file
 
 from helpers import BERT, one_line_error, run_module
-from mobilekd.data.augment import Augmentor, augmented, words
+from mobilekd.data.augment import M, Augmentor, augmented, words
+from mobilekd.data.candidate_store import CandidateStore, store_path
 from mobilekd.data.examples import TextExample, write_examples
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.errors import UserError
@@ -228,6 +229,37 @@ def test_a_run_waits_for_the_augmented_set_another_run_is_computing(tmp_path, to
     assert not thread.is_alive() and second["made"].cached and second["examples"] == written and len(loads) == 1
     assert second["made"] == (True, made.seconds, made.name)  # what making it cost: the seconds kept beside it
     assert run()[:2] == (written, (True, made.seconds, made.name))
+
+
+def test_a_second_training_split_reads_its_seen_sentences_word_candidates_from_the_store(tmp_path, tokenizer,
+                                                                                       augmentor):
+    """Another seed's training split (half its sentences seen before) computes the word candidates of its new
+    sentences only and reads the others from the store: what the store holds is what the variants draw from."""
+    model_dir = tmp_path / "mlm"
+    save_pretrained(augmentor.model, model_dir, tokenizer)
+    sentences = ["the film is a wonderfully unpredictable masterpiece", "a dull and tedious affair",
+                 "quiet rivers run deep", "he said it was fine", "storms batter coastal villages",
+                 "children laughed loudly outside"]
+    load = lambda path: (load_pretrained(path, "pretraining").eval(), tokenizer)  # noqa: E731
+    cache = tmp_path / "cache"
+
+    def run(chosen, seed):
+        return augmented([TextExample(s, None, "negative", f"t:{i}") for i, s in enumerate(chosen)], model_dir, 3,
+                         seed, cache, load)
+
+    _, made, record = run(sentences[:4], 0)
+    assert not made.cached and record["candidate_sentences"] == 4 and record["candidates_stored_share"] == 0
+    store = CandidateStore(store_path(cache, model_dir, M, "no"))
+    assert set(store.get(sentences)) == set(sentences[:4])
+    planted = sentences[4]  # a new sentence of the second split, its candidates put there by hand
+    store.put({planted: {i: ["zebra"] for i in range(len(words(tokenizer, planted)))}})
+    out, made, record = run(sentences[2:], 1)
+    assert not made.cached and record["candidate_sentences"] == 4 and record["candidates_stored_share"] == 0.75
+    variants = [e.text_a for e in out if e.source.startswith("t:2")]
+    assert len(variants) > 1 and all(w in planted.split() + ["zebra"] for v in variants for w in v.split())
+    assert "zebra" in " ".join(variants)
+    assert set(store.get(sentences)) == set(sentences)  # the one sentence computed here, kept
+    assert "candidate_sentences" not in run(sentences[2:], 1)[2]  # a cached set asks the store nothing
 
 
 def test_each_candidate_word_is_replaced_with_probability_p(augmentor):

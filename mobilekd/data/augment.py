@@ -42,6 +42,7 @@ import torch
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
+from mobilekd.data.candidate_store import CHUNK, CandidateStore, store_path
 from mobilekd.data.examples import TextExample, read_examples, write_examples
 from mobilekd.fileio import Made, cached_timed, file_digest
 from mobilekd.bf16 import decide_inference_precision, read_only_flag
@@ -132,8 +133,22 @@ class Augmentor:
         middle = pieces[len(pieces) // 2] or [self.tokenizer.unk_token_id]
         return [(middle, i % len(middle)) for i in range(self.batch_size)]
 
-    def candidates(self, sentences: list[str]) -> list[dict[int, list[str]]]:
-        """For each sentence, word index -> its candidates (the word itself when none), for eligible words."""
+    def candidates(self, sentences: list[str], store: CandidateStore | None = None) -> list[dict[int, list[str]]]:
+        """For each sentence, word index -> its candidates (the word itself when none), for eligible words; with a
+        `store`, those it has are read from it, and the others computed CHUNK sentences at a time and kept there."""
+        if store is None:
+            return self._candidates(sentences)
+        found = store.get(sentences)
+        missing = list(dict.fromkeys(s for s in sentences if s not in found))
+        for start in tqdm(range(0, len(missing), CHUNK), desc="augmentation: sentences not in the store",
+                          unit="chunk", leave=False, disable=len(missing) <= CHUNK):
+            chunk = missing[start:start + CHUNK]
+            made = dict(zip(chunk, self._candidates(chunk)))
+            store.put(made)
+            found.update(made)
+        return [found[s] for s in sentences]
+
+    def _candidates(self, sentences: list[str]) -> list[dict[int, list[str]]]:
         tok = self.tokenizer
         found: list[dict[int, list[str]]] = []
         queries, where = [], []
@@ -173,10 +188,12 @@ class Augmentor:
                 out.append(text)
         return out
 
-    def augment(self, examples: list[TextExample], n: int, seed: int) -> list[TextExample]:
-        """Each example, then its new variants (first sentence, then second), labels kept."""
+    def augment(self, examples: list[TextExample], n: int, seed: int,
+                store: CandidateStore | None = None) -> list[TextExample]:
+        """Each example, then its new variants (first sentence, then second), labels kept; the candidates through
+        `store` where one is given."""
         columns = ["text_a"] + (["text_b"] if examples and examples[0].text_b is not None else [])
-        cands = {c: self.candidates([getattr(e, c) for e in examples]) for c in columns}
+        cands = {c: self.candidates([getattr(e, c) for e in examples], store) for c in columns}
         out = []
         for k, e in enumerate(examples):
             out.append(e)
@@ -192,8 +209,11 @@ def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, c
     """`examples` augmented by the model in `model_dir` (`load(model_dir)` -> (model, tokenizer)), cached in
     `cache_dir` under a key of the model's weights, the examples, n, M, p, the seed and the masked-LM pass's
     precision; whether it was cached and what making it cost (`Made`); and that precision (`augment_precision` by
-    `--mixed-precision` `flag`, an auto choice kept in `precision_cache`). Runs of the same set started together (a
-    benchmark's seeds) compute it once (`cached_timed`); a cached set loads no model."""
+    `--mixed-precision` `flag`, an auto choice kept in `precision_cache`), with, where the set was made here, the
+    candidate store's record (`CandidateStore.record`). Runs of the same set started together (a benchmark's seeds)
+    compute it once (`cached_timed`); a cached set loads no model. A set of other examples (another seed's
+    training split) reads the word candidates of every sentence an earlier set had from the store in `cache_dir`
+    (`mobilekd.data.candidate_store`), so its masked-LM pass runs over its new sentences only."""
     @functools.cache
     def loaded():
         model, tokenizer = load(model_dir)
@@ -207,9 +227,12 @@ def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, c
     suffix = "-bf16" if found["precision"] == "bf16" else ""
     path = Path(cache_dir) / "augmented" / f"{h.hexdigest()[:20]}{suffix}.json"
 
+    store = CandidateStore(store_path(cache_dir, Path(model_dir), M, found["precision"]))
+
     def make():
-        return Augmentor(*loaded(), precision=found["precision"]).augment(examples, n, seed)
-    return (*cached_timed(path, read_examples, make, write_examples), found)
+        return Augmentor(*loaded(), precision=found["precision"]).augment(examples, n, seed, store)
+    made = cached_timed(path, read_examples, make, write_examples)
+    return (*made, {**found, **(store.record() if store.asked else {})})
 
 
 PROBE_SENTENCES = 2000  # the sentences whose median length the probe's queries take

@@ -228,9 +228,12 @@ def run(args, accelerator):
             train_examples, Path(args.augment_model), args.augment, args.augment_seed, Path(args.cache_dir),
             load=_mlm_model, flag=pass_flag(args, "augment_precision"),
             precision_cache=Path(args.cache_dir) / PRECISION_FILE))
-        shared = made.record(got)
+        stored = {k: augment_pass[k] for k in ("candidate_sentences", "candidates_stored_share") if k in augment_pass}
+        shared = {**made.record(got), **stored}
         print(f"augmented: {n} -> {len(train_examples)} training examples" + (" (cached)" if made.cached else "") +
-              f"; the masked-LM pass {describe(augment_pass)}")
+              f"; the masked-LM pass {describe(augment_pass)}" +
+              (f"; word candidates of {stored['candidates_stored_share']:.0%} of its "
+               f"{stored['candidate_sentences']} sentences read from the store" if stored else ""))
     dev = {name: (examples, *encode(examples)) for name, examples in splits.items()}
     evaluator = DevEvaluator(task, dev, out, tokenizer, save_model=not args.eval_only)
     if args.eval_only:
