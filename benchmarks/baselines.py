@@ -25,7 +25,8 @@ import time
 import numpy as np
 
 from benchmarks import methods, teacher_value
-from benchmarks.runner import BASELINES, mean_std_cell, merge_rows, row_order, values
+from benchmarks.rows import merge_rows
+from benchmarks.stats import BASELINES, mean_std_cell, row_order, values
 from mobilekd.data.tasks import load_task, task_data, training_subset
 from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.finetune.baseline import bag_of_words_baseline

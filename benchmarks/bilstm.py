@@ -29,8 +29,10 @@ import sys
 from pathlib import Path
 
 from benchmarks import methods
-from benchmarks.runner import (RESUMABLE, VERDICTS, Job, columns, comparison, comparison_flags, finetune_rows,
-                               judged_cell, mean_std_cell, metric_rank, paired_differences)
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.rows import finetune_rows
+from benchmarks.runner import RESUMABLE, Job
+from benchmarks.stats import VERDICTS, columns, judged_cell, mean_std_cell, metric_rank, paired_differences
 from mobilekd.fileio import REPO_ROOT, read_json
 
 TASKS = {"sst2": ("64", "20"), "mrpc": ("128", "10")}  # --max-len, --augment
@@ -129,7 +131,7 @@ def table(results: list[dict]) -> str:
 
 def claims(results: list[dict]) -> str:
     """The source documents' claims, per task on its official metric: paired differences seed by seed with their
-    verdict (`runner.verdict`), and the ratios to the teacher."""
+    verdict (`stats.verdict`), and the ratios to the teacher."""
     cols = [c for c in columns(results) if metric_rank(*c) == 0]
     lines = ["| claim | " + " | ".join(t for t, _ in cols) + " |", "|---|" + "---|" * len(cols)]
     for a, b, name in (("bilstm-kd", "bilstm-ce", "KD helps the BiLSTM"),

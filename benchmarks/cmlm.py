@@ -36,8 +36,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from benchmarks.quality import stage_dirs as quality_stages
-from benchmarks.runner import RESUMABLE, VERDICTS, Job, by_seed, comparison, comparison_flags, mean_std_cell, \
-    paired_by_seed, paired_differences, verdict, whole_plan_wall, write_rows
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.rows import write_rows
+from benchmarks.runner import RESUMABLE, Job, whole_plan_wall
+from benchmarks.stats import VERDICTS, by_seed, mean_std_cell, paired_by_seed, paired_differences, verdict
 from benchmarks import teacher_value
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json, write_json

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.runner import judged_cell, mean_std_cell, paired_differences, show_table, table_flags
+from benchmarks.command import show_table, table_flags
+from benchmarks.stats import judged_cell, mean_std_cell, paired_differences
 from mobilekd.fileio import REPO_ROOT, atomic_path
 
 BROWN_CATEGORIES = [("press reportage", 44), ("editorial", 27), ("reviews", 17), ("religion", 17),

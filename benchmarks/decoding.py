@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.runner import measured_here
+from benchmarks.command import measured_here
 from mobilekd.host import identity
 
 PRESETS = ("seq2seq_tiny", "seq2seq_small")

@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.runner import host_of, show_table, table_flags, write_rows
+from benchmarks.command import show_table, table_flags
+from benchmarks.rows import host_of, write_rows
 from mobilekd.errors import cli_entry
 from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.recipes.demo_report import feature_map_terms

@@ -25,9 +25,12 @@ import sys
 from pathlib import Path
 
 from benchmarks import teacher_value
-from benchmarks.runner import (RESUMABLE, VERDICTS, WITHIN, Job, comparison, comparison_flags, finished_results,
-                               host_fields, mean_std_cell, metric_rank, recorded_host, run_all, task_panels, verdict,
-                               within)
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.pages import task_panels
+from benchmarks.rows import host_fields, recorded_host
+from benchmarks.runner import RESUMABLE, Job, run_all
+from benchmarks.stats import VERDICTS, WITHIN, mean_std_cell, metric_rank, verdict, within
+from mobilekd.rundir import finished_results
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.fileio import REPO_ROOT, read_json, save_png, write_json
@@ -152,7 +155,7 @@ def fastest_within(results: list[dict], task: str, metric: str, bound: float = 0
 def goal(results: list[dict], task: str, metric: str) -> str:
     """Issue 17's goal, judged against the seeds' noise: a threshold whose paired change from the full model is
     within ±1 point (`runner.within`: mean ± 2 standard errors inside) and whose measured speed-up is above 2x by
-    more than two standard errors (`runner.verdict`); the verdict is the speed-up's at the fastest such threshold."""
+    more than two standard errors (`stats.verdict`); the verdict is the speed-up's at the fastest such threshold."""
     best = fastest_within(results, task, metric)
     name = ("Goal (within ±1 point of the full model and at least 2x faster, measured; each beyond 2 standard errors "
             "over the seeds)")

@@ -22,8 +22,10 @@ import sys
 from pathlib import Path
 
 from benchmarks import teacher_value as tv
-from benchmarks.runner import (RESUMABLE, VERDICTS, Job, columns, comparison, comparison_flags, finetune_rows,
-                               judged_cell, mean_std_cell, metric_rank, paired_differences, values)
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.rows import finetune_rows
+from benchmarks.runner import RESUMABLE, Job
+from benchmarks.stats import VERDICTS, columns, judged_cell, mean_std_cell, metric_rank, paired_differences, values
 from mobilekd.fileio import REPO_ROOT
 
 VARIANTS = {
@@ -69,7 +71,7 @@ def rows(base: Path, out: Path, tasks: list[str], seeds: list[int]) -> list[dict
 
 def table(results: list[dict]) -> str:
     """Mean +- std over seeds per task, metric and variant, and the difference to the default PKT student seed by
-    seed with its verdict (`runner.verdict`: does the variant score above the default beyond the seeds' noise)."""
+    seed with its verdict (`stats.verdict`: does the variant score above the default beyond the seeds' noise)."""
     cols = columns(results)
     lines = ["| variant | " + " | ".join(f"{t} ({m})" for t, m in cols) + " | "
              + " | ".join(f"{t} ({m}) - pkt, seed by seed: above 0?" for t, m in cols) + " |",

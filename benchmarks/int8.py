@@ -44,8 +44,11 @@ from pathlib import Path
 
 from android_bench.kernels import FAMILIES, OTHER, unavailable
 from android_bench.models import CACHE, preset_path
-from benchmarks.runner import (RESUMABLE, ROW_KEY, WITHIN, Job, comparison, comparison_flags, finished_results,
-                               host_fields, host_of, mean_std_cell, recorded_host, within)
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.rows import ROW_KEY, host_fields, host_of, recorded_host
+from benchmarks.runner import RESUMABLE, Job
+from benchmarks.stats import WITHIN, mean_std_cell, within
+from mobilekd.rundir import finished_results
 from benchmarks.teacher_value import STUDENT_LR
 from benchmarks.teacher_value import TASKS as FINETUNE
 from mobilekd.data.glue import TASKS as GLUE_TASKS

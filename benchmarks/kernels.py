@@ -35,7 +35,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks.runner import RESUMABLE, Job, merge_rows, run_all, show_table, table_flags, with_needs
+from benchmarks.command import show_table, table_flags
+from benchmarks.rows import merge_rows
+from benchmarks.runner import RESUMABLE, Job, run_all, with_needs
 from benchmarks.quality import stage_dirs as quality_stages
 from benchmarks import teacher_value
 from mobilekd.fileio import REPO_ROOT, read_json

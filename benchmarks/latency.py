@@ -30,7 +30,8 @@ from pathlib import Path
 
 from android_bench.models import PAPER_MODELS
 from android_bench.report import DEVICES, GOAL_RULE, claims, goals
-from benchmarks.runner import host_of, show_table, table_flags, write_rows
+from benchmarks.command import show_table, table_flags
+from benchmarks.rows import host_of, write_rows
 from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.errors import cli_entry
 

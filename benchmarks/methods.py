@@ -44,8 +44,11 @@ import sys
 from pathlib import Path
 
 from benchmarks import teacher_value
-from benchmarks.runner import (RESUMABLE, VERDICTS, Job, columns, comparison, comparison_flags, finetune_rows,
-                               judged_cell, method_table, metric_rank, paired_differences, values, row_order)
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.pages import method_table
+from benchmarks.rows import finetune_rows
+from benchmarks.runner import RESUMABLE, Job
+from benchmarks.stats import VERDICTS, columns, judged_cell, metric_rank, paired_differences, row_order, values
 from mobilekd.fileio import REPO_ROOT, read_json, save_png
 
 TASKS = {"sst2": "64", "mrpc": "128", "rte": "128", "stsb": "64", "cola": "64"}  # --max-len per task
@@ -202,7 +205,7 @@ ORDERINGS = [("kd", "ft", "KD >= FT"), ("pkd-skip", "kd", "PKD-Skip >= KD"), ("p
 def orderings(results: list[dict], resolve=lambda task, method: method, title: str = "ordering",
               legend: bool = True) -> str:
     """The source documents' orderings, per task on its official metric: the paired difference (seed by seed) and
-    its verdict (`runner.verdict`: above zero by more than two standard errors). `resolve(task, method)`: the method
+    its verdict (`stats.verdict`: above zero by more than two standard errors). `resolve(task, method)`: the method
     of `results` that stands for one of METHODS on a task (benchmarks.quality's names for its full-set runs), or
     None where none does; a task where no ordering has a pair is left out, and with none left, "" (no table).
     `legend`: end with VERDICTS, what the verdicts mean (not where the page gives it already)."""

@@ -26,8 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import intervals, teacher_value
-from benchmarks.runner import (RESUMABLE, Job, comparison, comparison_flags, finetune_rows, mean_std_cell,
-                               recorded_host, values)
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.rows import finetune_rows, recorded_host
+from benchmarks.runner import RESUMABLE, Job
+from benchmarks.stats import mean_std_cell, values
 from mobilekd.data.tasks import GLUE_TASKS
 from mobilekd.fileio import REPO_ROOT, read_json
 

@@ -36,9 +36,12 @@ import sys
 from pathlib import Path
 
 from benchmarks import methods, teacher_value
-from benchmarks.runner import (RESUMABLE, VERDICTS, Job, columns, comparison, comparison_flags, finished_results,
-                               judged_cell, mean_std_cell, metric_rank, paired_differences, parameters, values,
-                               verdict)
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.rows import parameters
+from benchmarks.runner import RESUMABLE, Job
+from benchmarks.stats import (VERDICTS, columns, judged_cell, mean_std_cell, metric_rank, paired_differences, values,
+                              verdict)
+from mobilekd.rundir import finished_results
 from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.rundir import trained_on
 
@@ -153,7 +156,7 @@ def table(results: list[dict]) -> str:
 
 def claim(results: list[dict]) -> str:
     """The source documents' claim, per task on its official metric, each difference judged against the seeds'
-    noise (`runner.verdict`): the ensemble's gain over each single-task model (one ensemble, n=1, against the three
+    noise (`stats.verdict`): the ensemble's gain over each single-task model (one ensemble, n=1, against the three
     models it averages), the multi-task models' gains over the single-task models and KD's own effect (with -
     without), each paired by seed; and the share of the ensemble's gain the distilled model keeps, where there is a
     gain that holds."""

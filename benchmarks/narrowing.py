@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.runner import comparison, comparison_flags, mean_std_cell
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.stats import mean_std_cell
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd.host import identity
 

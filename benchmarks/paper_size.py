@@ -30,7 +30,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.runner import Job, host_fields, merge_rows, run_all, show_table, table_flags
+from benchmarks.command import show_table, table_flags
+from benchmarks.rows import host_fields, merge_rows
+from benchmarks.runner import Job, run_all
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.host import cpu_model

@@ -17,7 +17,8 @@ import collections
 import sys
 from pathlib import Path
 
-from benchmarks.runner import HOSTS, show_table, table_flags
+from benchmarks.command import show_table, table_flags
+from benchmarks.rows import HOSTS
 from mobilekd.errors import cli_entry
 from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.host import UNKNOWN, describe

@@ -49,9 +49,12 @@ from benchmarks.quality_plan import (TASKS, PKT_STEPS, PKT_SHORT_STEPS, TINYBERT
                                      methods_for, copies, augmented_epochs, student_epochs, teacher_epochs, two_steps,
                                      epochs_against, intermediate_epochs, exported, model_maker_dir, model_maker_file,
                                      jobs)
-from benchmarks.runner import (VERDICTS, WITHIN, by_seed, columns, comparison, comparison_flags, finetune_rows,
-                               finished_results, host_fields, mean_std_cell, merge_rows, method_table, metric_rank,
-                               paired_differences, recorded_host, task_panels, values, verdict, within)
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.pages import method_table, task_panels
+from benchmarks.rows import finetune_rows, host_fields, merge_rows, recorded_host
+from benchmarks.stats import (VERDICTS, WITHIN, by_seed, columns, mean_std_cell, metric_rank, paired_differences,
+                              values, verdict, within)
+from mobilekd.rundir import finished_results
 from mobilekd.errors import UserError
 from mobilekd.fileio import RECORDED, REPO_ROOT, read_json, record_keys, save_png
 
@@ -325,7 +328,7 @@ def teacher_shares(results: list[dict], task: str, metric: str, method: str) -> 
 class Goal:
     """One of the issue's goals for a task's student, as measured: what the student is held against (`against`:
     a baseline's method, or "teacher" for its share of the teacher), the seed-by-seed differences or shares
-    (`measured`), the target as the goal table prints it, and `runner.verdict`'s judgement."""
+    (`measured`), the target as the goal table prints it, and `stats.verdict`'s judgement."""
     student: str
     against: str
     measured: list[float]
@@ -346,7 +349,7 @@ TRIVIAL = ("majority", "tfidf")  # a share of the teacher that these keep too sa
 
 
 def share_verdict(results: list[dict], task: str, metric: str, share: list[float]) -> str:
-    """`runner.verdict` of a student's shares of its teacher against KEEP, unless a trivial model (`TRIVIAL`) keeps
+    """`stats.verdict` of a student's shares of its teacher against KEEP, unless a trivial model (`TRIVIAL`) keeps
     that share too (its mean share at least KEEP, as the majority class does on MRPC's F1 and RTE): then the goal
     cannot tell a student from no model and is not judged."""
     for base in TRIVIAL:
@@ -414,7 +417,7 @@ def ship_table(results: list[dict]) -> str:
 
 
 def goals(results: list[dict]) -> str:
-    """The issue's goals per task, seed by seed against 2 standard errors (`runner.verdict`): the best student whose
+    """The issue's goals per task, seed by seed against 2 standard errors (`stats.verdict`): the best student whose
     Pixel 4 estimate is at most a third of the teacher's, against TF-IDF + LR, the majority class and its share of
     the teacher; on SST-2 against Model Maker (+6 points) and MobileBERT's published 90.36% (-3 points); and what
     each ablation (the augmented transfer set, and longer training over it) adds, and what narrowing the layer
@@ -511,7 +514,7 @@ def report(results: list[dict]) -> str:
 
 
 SEEDS_ASKED, HOURS_ASKED = 3, 6.0  # the issue's: 3 seeds, "within 6 hours on 2 cores"
-WORKERS = 2  # runs at a time on 2 cores: the --workers default (benchmarks/runner.py, comparison_flags)
+WORKERS = 2  # runs at a time on 2 cores: the --workers default (benchmarks/command.py, comparison_flags)
 
 
 SETS, OUTPUTS, STAGES = "cached sets", "teachers' outputs", "shared stages"  # plan_seconds' items beside the runs

@@ -21,7 +21,10 @@ import sys
 from pathlib import Path
 
 from benchmarks.custom import TASKS
-from benchmarks.runner import Job, comparison, comparison_flags, mean_std_cell, recorded_host
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.rows import recorded_host
+from benchmarks.runner import Job
+from benchmarks.stats import mean_std_cell
 from benchmarks.ship import run_dir
 from mobilekd.export.executorch import PTE_FILE
 from mobilekd.fileio import REPO_ROOT, read_json

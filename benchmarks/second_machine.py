@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 
 from benchmarks import teacher_value as tv
-from benchmarks.runner import by_seed, comparison, comparison_flags
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.stats import by_seed
 from mobilekd.fileio import REPO_ROOT, read_json
 
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}

@@ -29,7 +29,8 @@ import sys
 from pathlib import Path
 
 from benchmarks.custom import TASKS, write_task
-from benchmarks.runner import comparison, comparison_flags, mean_std_cell
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.stats import mean_std_cell
 from benchmarks.ship import current, run_dir
 from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.host import identity

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks.runner import measured_here
+from benchmarks.command import measured_here
 from mobilekd.models.presets import PRESETS
 
 TEACHER = "minilm_l6"  # all-MiniLM-L6-v2's shape, the demo's teacher

@@ -34,7 +34,11 @@ from filelock import FileLock
 from benchmarks import intervals
 from benchmarks.custom import TASKS as CUSTOM
 from benchmarks.custom import write_task
-from benchmarks.runner import Job, comparison, comparison_flags, mean_std_cell, recorded_host, task_panels
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.pages import task_panels
+from benchmarks.rows import recorded_host
+from benchmarks.runner import Job
+from benchmarks.stats import mean_std_cell
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 
 # what the benchmark's runs search: ship's default but for the MobileBERT-shaped family, whose start (PKT, about

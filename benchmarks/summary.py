@@ -16,7 +16,8 @@ import sys
 from benchmarks.demo import shipped
 from benchmarks.early_exit import fastest_within
 from benchmarks.int8 import students
-from benchmarks.runner import mean_std_cell, metric_rank, values, write_pages
+from benchmarks.pages import write_pages
+from benchmarks.stats import mean_std_cell, metric_rank, values
 from mobilekd.errors import cli_entry
 from mobilekd.fileio import REPO_ROOT, read_json
 

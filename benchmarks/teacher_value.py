@@ -27,9 +27,11 @@ import statistics
 import sys
 from pathlib import Path
 
-from benchmarks.runner import (RESUMABLE, VERDICTS, Job, by_seed, columns, comparison, comparison_flags,
-                               finetune_rows, judged_cell, mean_std_cell, metric_rank, paired_by_seed,
-                               paired_differences, values, verdict, row_order, with_needs)
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.rows import finetune_rows
+from benchmarks.runner import RESUMABLE, Job, with_needs
+from benchmarks.stats import (VERDICTS, by_seed, columns, judged_cell, mean_std_cell, metric_rank, paired_by_seed,
+                              paired_differences, row_order, values, verdict)
 from mobilekd.fileio import REPO_ROOT
 from mobilekd.flags import flag_text
 from mobilekd.run_config import DEMO, flags, run_settings
@@ -123,7 +125,7 @@ def table(results: list[dict]) -> str:
 
 def goals(results: list[dict]) -> str:
     """Issue 13's goals, measured on every task's official metric, each judged seed by seed against the seeds' noise
-    (`runner.verdict`: the mean of the paired differences beyond two standard errors of its target): PKT beats
+    (`stats.verdict`: the mean of the paired differences beyond two standard errors of its target): PKT beats
     scratch on SST-2 by 3 points and elsewhere at all; task distillation adds (per task, and on the mean over the
     tasks); issue 34's demo goal, the shipped student (and the PKT student with task distillation) 2 points
     above TF-IDF on SST-2; the student keeps 90% of the teacher's SST-2 score; and the downstream order of AKT, JKT

@@ -26,7 +26,8 @@ import time
 import torch
 
 from mobilekd.host import cpu_model, identity
-from benchmarks.runner import merge_rows, show_table, table_flags
+from benchmarks.command import show_table, table_flags
+from benchmarks.rows import merge_rows
 from mobilekd.fileio import REPO_ROOT
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.presets import get_preset
@@ -99,7 +100,7 @@ def table(rows: list[dict]) -> str:
 
 def finish(args, found: list[dict], key=CONFIG) -> int:
     """Merge this run's rows (unless --table; `key`: what makes a configuration, `merge`), print the table of this
-    benchmark's rows in the file, and with --write put it into its pages' blocks (benchmarks.runner.write_block)."""
+    benchmark's rows in the file, and with --write put it into its pages' blocks (benchmarks.pages.write_block)."""
     path = REPO_ROOT / args.results
     if not args.table:
         merge(path, found, key)

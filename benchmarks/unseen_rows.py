@@ -23,8 +23,10 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
-from benchmarks.runner import (RESUMABLE, VERDICTS, Job, comparison, comparison_flags, finetune_rows, judged_cell,
-                               mean_std_cell, paired_differences, values)
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.rows import finetune_rows
+from benchmarks.runner import RESUMABLE, Job
+from benchmarks.stats import VERDICTS, judged_cell, mean_std_cell, paired_differences, values
 from mobilekd.data.glue import find_split, read_glue
 from mobilekd.data.pretraining import DEFAULT_CACHE, load_pretraining_data
 from mobilekd.data.tasks import default_data
@@ -102,7 +104,7 @@ def rows(out: Path, seeds: list[int]) -> list[dict]:
 
 def table(results: list[dict]) -> str:
     """Per arm: SST-2 dev accuracy (mean +- std over seeds) and the table's row statistics; then the difference
-    between the arms seed by seed, with its verdict (`runner.verdict`)."""
+    between the arms seed by seed, with its verdict (`stats.verdict`)."""
     lines = ["| unseen rows | sst2 (accuracy) | " + " | ".join(s.replace("_", " ") for s in STATISTICS) + " |",
              "|---|---|" + "---|" * len(STATISTICS)]
     for arm in ARMS:

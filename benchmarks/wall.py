@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.runner import show_table, table_flags, write_rows
+from benchmarks.command import show_table, table_flags
+from benchmarks.rows import write_rows
 from mobilekd.errors import cli_entry
 from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.host import describe, identity

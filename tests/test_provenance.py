@@ -6,7 +6,8 @@ import json
 import pytest
 
 from benchmarks.provenance import table, timed, unhosted
-from benchmarks.runner import HOSTS, by_seed, merge_rows, values
+from benchmarks.rows import HOSTS, merge_rows
+from benchmarks.stats import by_seed, values
 from mobilekd.host import KERNEL_FLAGS, UNKNOWN, cpu_flags, describe, identity, make_id
 
 

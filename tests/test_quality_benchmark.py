@@ -4,7 +4,8 @@ ones (those are tests/test_results_tables.py's)."""
 
 import pytest
 
-from benchmarks import runner
+from benchmarks.rows import parameters
+from benchmarks.stats import VERDICTS
 
 
 def test_quality_gives_every_row_of_a_family_timed_again_that_one_timing(tmp_path):
@@ -111,9 +112,9 @@ def test_a_runs_parameters_are_counted_from_its_config_where_its_weights_stayed_
     from mobilekd.models.presets import PRESETS
 
     save_pretrained(HEADS[head].model_class(PRESETS["demo_student"].config), tmp_path, head=head)
-    full = runner.parameters(tmp_path)
+    full = parameters(tmp_path)
     (tmp_path / "model.safetensors").unlink()
-    assert runner.parameters(tmp_path) == full > 0
+    assert parameters(tmp_path) == full > 0
 
 
 def test_quality_estimates_its_wall_time_from_the_rows_and_names_what_it_leaves_out():
@@ -634,6 +635,6 @@ def test_quality_runs_the_family_at_its_budgets_and_judges_the_source_documents_
     assert lines[0] == "| ordering (full training sets) | mrpc | sst2 |"  # RTE: no pair
     assert "| KD >= FT | +0.0233 ± 0.0058 [n=3] holds | - |" in lines
     assert "| TinyBERT aug >= no aug | - | +0.0167 ± 0.0058 [n=3] holds |" in lines
-    assert len(lines) == 2 + len(methods.ORDERINGS) and runner.VERDICTS not in quality.family_orderings(rows)
+    assert len(lines) == 2 + len(methods.ORDERINGS) and VERDICTS not in quality.family_orderings(rows)
     assert quality.family_orderings(run("rte", "teacher", [0.55])) == ""
-    assert quality.report(rows).count(runner.VERDICTS) == 1
+    assert quality.report(rows).count(VERDICTS) == 1

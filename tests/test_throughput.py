@@ -10,7 +10,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from benchmarks.runner import finetune_rows
+from benchmarks.rows import finetune_rows
 from helpers import run_module
 from mobilekd.data.tasks import encode_classification, load_task, task_data, training_subset
 from mobilekd.finetune.evaluation import build_model
