@@ -63,8 +63,9 @@ from accelerate import Accelerator
 from torch.profiler import ProfilerActivity, profile
 
 from mobilekd.host import cpu_model, identity
-from benchmarks.runner import (VERDICTS, WITHIN, mean_std_cell, merge_rows, show_table, table_flags, verdict,
-                               within)
+from benchmarks.command import show_table, table_flags
+from benchmarks.rows import merge_rows
+from benchmarks.stats import VERDICTS, WITHIN, mean_std_cell, verdict, within
 from mobilekd.data.pretraining import load_pretraining_data
 from mobilekd.data.tasks import encode_classification, load_task, task_data, training_subset
 from mobilekd.data.tokenizer import load_tokenizer
@@ -584,9 +585,12 @@ ACCURACY_METRICS = ("accuracy", "heldout_mlm_accuracy")
 
 
 def _hosts(rows: list[dict]):
-    for cpu in sorted({r["cpu"] for r in rows}):
-        for threads in sorted({r["threads"] for r in rows if r["cpu"] == cpu}):
-            yield cpu, threads, [r for r in rows if r["cpu"] == cpu and r["threads"] == threads]
+    """(the host as a table names it: its CPU and id, thread count, its rows) for each host and thread count: two
+    machines of one CPU name (an AVX2-only AMD EPYC and one with avx512_bf16) are told apart by their ids."""
+    for host in sorted({r["host"] for r in rows}):
+        cpu = next(r["cpu"] for r in rows if r["host"] == host)
+        for threads in sorted({r["threads"] for r in rows if r["host"] == host}):
+            yield f"{cpu} [{host}]", threads, [r for r in rows if r["host"] == host and r["threads"] == threads]
 
 
 def table(rows: list[dict]) -> str:
@@ -595,7 +599,7 @@ def table(rows: list[dict]) -> str:
         return "no throughput rows yet (run python -m benchmarks.throughput)\n"
     lines = []
     for cpu, threads, mine in _hosts(speed):
-        peaks = {r["precision"]: r["value"] for r in rows if r["path"] == "host" and r["cpu"] == cpu
+        peaks = {r["precision"]: r["value"] for r in rows if r["path"] == "host" and r["host"] == mine[0]["host"]
                  and r["threads"] == threads}
         slow = not bf16_products_pay(peaks.get("fp32", 0), peaks.get("bf16", 0))
         lines += [f"**{cpu}, {threads} thread(s)**; matmul peak, the latest run's: fp32 {peaks.get('fp32', 0):.1f} "
@@ -702,7 +706,7 @@ MET = {"holds": "met", "fails": "missed", "tie": "tie (within noise)"}
 
 def goals_table(rows: list[dict]) -> str:
     """Each goal against its ratio's spread over timing blocks (runs, for the whole plan): met or missed only
-    beyond two standard errors (`runner.verdict`)."""
+    beyond two standard errors (`stats.verdict`)."""
     lines = ["| goal | at least | host, threads | measured (mean ± std over blocks) | verdict |", "|---|---|---|---|---|"]
     for what, path, variant, metric, goal in GOALS:
         for r in rows:
@@ -711,7 +715,7 @@ def goals_table(rows: list[dict]) -> str:
                 blocks = r["blocks"]
                 spread = f" ± {shown(statistics.stdev(blocks)).rstrip('x')}" if len(blocks) > 1 else ""
                 judged = verdict(blocks, goal)
-                lines.append(f"| {what} | {shown(goal)} | {r['cpu']}, {r['threads']} | {shown(r['value'])}{spread} "
+                lines.append(f"| {what} | {shown(goal)} | {r['cpu']} [{r['host']}], {r['threads']} | {shown(r['value'])}{spread} "
                              f"[n={len(blocks)}] | {MET.get(judged, judged)} |")
     if len(lines) == 2:
         return ""
