@@ -140,7 +140,7 @@ def table(results: list[dict]) -> str:
 
 
 def fastest_within(results: list[dict], task: str, metric: str, bound: float = 0.01):
-    """The fastest threshold whose seed-paired change from the full model is within ±`bound` (`runner.within`),
+    """The fastest threshold whose seed-paired change from the full model is within ±`bound` (`stats.within`),
     as (threshold, its measured speed-ups, its changes), or None."""
     best = None
     for threshold in sorted({r["threshold"] for r in results if r["task"] == task}):
@@ -154,7 +154,7 @@ def fastest_within(results: list[dict], task: str, metric: str, bound: float = 0
 
 def goal(results: list[dict], task: str, metric: str) -> str:
     """Issue 17's goal, judged against the seeds' noise: a threshold whose paired change from the full model is
-    within ±1 point (`runner.within`: mean ± 2 standard errors inside) and whose measured speed-up is above 2x by
+    within ±1 point (`stats.within`: mean ± 2 standard errors inside) and whose measured speed-up is above 2x by
     more than two standard errors (`stats.verdict`); the verdict is the speed-up's at the fastest such threshold."""
     best = fastest_within(results, task, metric)
     name = ("Goal (within ±1 point of the full model and at least 2x faster, measured; each beyond 2 standard errors "

@@ -329,7 +329,7 @@ def table(results: list[dict]) -> str:
 
 def goals(results: list[dict]) -> str:
     """The issue's goals, each with its verdict and the figures. QAT within 1 point of fp32: two-sided, on the task's
-    official metric, judged by `runner.within` over the differences of each QAT run to the fp32 model it quantized;
+    official metric, judged by `stats.within` over the differences of each QAT run to the fp32 model it quantized;
     with fp32 fine-tuned per seed (seed S quantizing fp32 seed S) they span the fine-tuning's spread too, and the line
     says over how many fp32 models."""
     out = []

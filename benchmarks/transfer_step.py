@@ -109,7 +109,7 @@ def finish(args, found: list[dict], key=CONFIG) -> int:
 
 
 def shared_flags(p) -> None:
-    """--results, --table and --write (`runner.table_flags`) into the step-time rows."""
+    """--results, --table and --write (`command.table_flags`) into the step-time rows."""
     table_flags(p, RESULTS)
 
 

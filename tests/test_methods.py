@@ -249,7 +249,7 @@ def test_a_second_training_split_reads_its_seen_sentences_word_candidates_from_t
 
     _, made, record = run(sentences[:4], 0)
     assert not made.cached and record["candidate_sentences"] == 4 and record["candidates_stored_share"] == 0
-    store = CandidateStore(store_path(cache, model_dir, M, "no"))
+    store = CandidateStore(store_path(cache, model_dir, M, "no", "cpu"))
     assert set(store.get(sentences)) == set(sentences[:4])
     planted = sentences[4]  # a new sentence of the second split, its candidates put there by hand
     store.put({planted: {i: ["zebra"] for i in range(len(words(tokenizer, planted)))}})
@@ -260,6 +260,12 @@ def test_a_second_training_split_reads_its_seen_sentences_word_candidates_from_t
     assert "zebra" in " ".join(variants)
     assert set(store.get(sentences)) == set(sentences)  # the one sentence computed here, kept
     assert "candidate_sentences" not in run(sentences[2:], 1)[2]  # a cached set asks the store nothing
+    # a set made through the store is the one a fresh run makes (same candidates, drawn in the words' order)
+    through_store = run([sentences[0], *sentences[2:4], sentences[5]], 2)
+    cache = tmp_path / "fresh"
+    fresh = run([sentences[0], *sentences[2:4], sentences[5]], 2)
+    assert through_store[2]["candidates_stored_share"] == 1.0 and fresh[2]["candidates_stored_share"] == 0
+    assert through_store[0] == fresh[0]
 
 
 def test_each_candidate_word_is_replaced_with_probability_p(augmentor):
@@ -340,6 +346,10 @@ def test_masked_lm_candidates_in_bf16_are_near_fp32s_and_their_augmented_set_is_
     with torch.autocast("cpu", dtype=torch.bfloat16):  # an fp32 augmentor leaves a probe's autocast on
         assert torch.equal(augmentor._logits(queries), bf16_logits)
     fp32, bf16 = augmentor.candidates(sentences), in_bf16.candidates(sentences)
+    # a sentence's candidates do not depend on the sentences beside it in the pass (unpadded one-length batches),
+    # in bf16 too, where padding to a longer sentence's width reorders near-tied candidates
+    real = [e.text_a for e in load_task("sst2", default_data("sst2")).train[:60]]
+    assert in_bf16.candidates(real) == [in_bf16.candidates([s])[0] for s in real]
     pairs = [(a, b) for f, g in zip(fp32, bf16) for a, b in ((f[i], g[i]) for i in f)]
     assert np.mean([len(set(a) & set(b)) / len(a) for a, b in pairs]) > 0.6  # mostly the same top M
     model_dir = tmp_path / "mlm"
@@ -469,7 +479,7 @@ def test_each_recipe_end_to_end_at_micro_scale(tmp_path, small_corpus, tokenizer
     assert result["method"] == "pkd-skip" and result["complete"]
     taught_by = json.loads((tmp_path / "t_sst2" / "results.json").read_text())["metrics"]["dev"]
     assert result["teacher_dev"] == taught_by and len(result["teacher_digest"]) == 16  # the teacher that taught it
-    from benchmarks.runner import finetune_rows
+    from benchmarks.rows import finetune_rows
     assert {r["metric"]: r["teacher_value"] for r in finetune_rows(tmp_path / "pkd")} == {
         m: round(v, 4) for m, v in taught_by.items()}
     proc = run_module("mobilekd.recipes.finetune", "--model", tmp_path / "distilbert", "--teacher",

@@ -42,7 +42,7 @@ import torch
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
-from mobilekd.data.candidate_store import CHUNK, CandidateStore, store_path
+from mobilekd.data.candidate_store import CHUNK, VERSION, CandidateStore, store_path
 from mobilekd.data.examples import TextExample, read_examples, write_examples
 from mobilekd.fileio import Made, cached_timed, file_digest
 from mobilekd.bf16 import decide_inference_precision, read_only_flag
@@ -116,13 +116,21 @@ class Augmentor:
         return logits.float().cpu()
 
     def _masked_lm(self, queries: list[tuple[list[int], int]]) -> list[list[str]]:
-        """Single-piece words: (sentence pieces, index of the word's piece) -> the MLM's top M, "##" dropped."""
-        order = sorted(range(len(queries)), key=lambda q: len(queries[q][0]))  # batches of like lengths
+        """Single-piece words: (sentence pieces, index of the word's piece) -> the MLM's top M, "##" dropped.
+
+        Batches hold queries of one length only, unpadded, so a query's logits do not depend on the other queries
+        of its batch: a sentence gets the same candidates whichever sentences share the run (a seed's training
+        split, a store filled by another run), as in data_augmentation.py, which asks one query at a time. Padded
+        to a longer query's width, a bf16 pass reordered near-tied candidates of 29 of 300 SST-2 sentences."""
+        by_length: dict[int, list[int]] = {}
+        for q, (pieces, _) in enumerate(queries):
+            by_length.setdefault(len(pieces), []).append(q)
+        batches = [group[i:i + self.batch_size] for _, group in sorted(by_length.items())
+                   for i in range(0, len(group), self.batch_size)]
         out = [None] * len(queries)
-        for start in tqdm(range(0, len(queries), self.batch_size), desc="augmentation: masked-LM candidates",
-                          leave=False):
-            logits = self._logits([queries[q] for q in order[start:start + self.batch_size]])
-            for q, row in zip(order[start:], torch.topk(logits, self.m, dim=-1).indices.tolist()):
+        for batch in tqdm(batches, desc="augmentation: masked-LM candidates", leave=False):
+            logits = self._logits([queries[q] for q in batch])
+            for q, row in zip(batch, torch.topk(logits, self.m, dim=-1).indices.tolist()):
                 out[q] = [t for t in (self.id_to_token[i] for i in row) if not t.startswith("##")]
         return out
 
@@ -168,10 +176,9 @@ class Augmentor:
                 offset += len(ps)
         for (s, i), cands in zip(where, self._masked_lm(queries)):
             found[s][i] = cands
-        for s, ws in enumerate(split):
-            for i in found[s]:
-                found[s][i] = found[s][i] or [ws[i]]
-        return found
+        # in the words' order, as data_augmentation.py's `augment` fills `candidate_words` (its draws go in this
+        # order): not multi-piece words first, as they are found here
+        return [{i: found[s][i] or [ws[i]] for i in sorted(found[s])} for s, ws in enumerate(split)]
 
     def variants(self, sentence: str, cands: dict[int, list[str]], n: int, rng: np.random.Generator) -> list[str]:
         """The original and up to n distinct new sentences (Algorithm 1)."""
@@ -207,11 +214,11 @@ class Augmentor:
 def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, cache_dir: Path, load,
               flag: str = "no", precision_cache: Path | None = None) -> tuple[list[TextExample], Made, dict]:
     """`examples` augmented by the model in `model_dir` (`load(model_dir)` -> (model, tokenizer)), cached in
-    `cache_dir` under a key of the model's weights, the examples, n, M, p, the seed and the masked-LM pass's
-    precision; whether it was cached and what making it cost (`Made`); and that precision (`augment_precision` by
-    `--mixed-precision` `flag`, an auto choice kept in `precision_cache`), with, where the set was made here, the
-    candidate store's record (`CandidateStore.record`). Runs of the same set started together (a benchmark's seeds)
-    compute it once (`cached_timed`); a cached set loads no model. A set of other examples (another seed's
+    `cache_dir` under a key of the model's weights, the examples, n, M, p, the seed, the candidates' VERSION and
+    the masked-LM pass's precision; whether it was cached and what making it cost (`Made`); and that precision
+    (`augment_precision` by `--mixed-precision` `flag`, an auto choice kept in `precision_cache`), with, where the
+    set was made here, the candidate store's record (`CandidateStore.record`). Runs of the same set started
+    together (a benchmark's seeds) compute it once (`cached_timed`); a cached set loads no model. A set of other examples (another seed's
     training split) reads the word candidates of every sentence an earlier set had from the store in `cache_dir`
     (`mobilekd.data.candidate_store`), so its masked-LM pass runs over its new sentences only."""
     @functools.cache
@@ -223,16 +230,20 @@ def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, c
 
     found = augment_precision(loaded, Path(model_dir), examples, flag, precision_cache)
     h = hashlib.sha256(file_digest(Path(model_dir) / "model.safetensors").encode())
-    h.update(json.dumps([[[e.text_a, e.text_b, e.label] for e in examples], n, M, P, seed]).encode())
+    # VERSION: sets made before the candidates kept the words' order (and came from unpadded batches) are not read
+    h.update(json.dumps([[[e.text_a, e.text_b, e.label] for e in examples], n, M, P, seed, VERSION]).encode())
     suffix = "-bf16" if found["precision"] == "bf16" else ""
     path = Path(cache_dir) / "augmented" / f"{h.hexdigest()[:20]}{suffix}.json"
 
-    store = CandidateStore(store_path(cache_dir, Path(model_dir), M, found["precision"]))
+    stores = []  # the candidates' store, opened where the set is made
 
     def make():
-        return Augmentor(*loaded(), precision=found["precision"]).augment(examples, n, seed, store)
+        model, tokenizer = loaded()
+        device = next(model.parameters()).device.type
+        stores.append(CandidateStore(store_path(cache_dir, Path(model_dir), M, found["precision"], device)))
+        return Augmentor(model, tokenizer, precision=found["precision"]).augment(examples, n, seed, stores[0])
     made = cached_timed(path, read_examples, make, write_examples)
-    return (*made, {**found, **(store.record() if store.asked else {})})
+    return (*made, {**found, **(stores[0].record() if stores and stores[0].asked else {})})
 
 
 PROBE_SENTENCES = 2000  # the sentences whose median length the probe's queries take

@@ -322,13 +322,15 @@ def seq2seq_parity(model: Seq2SeqTransformer, path, split: PairSplit, batch_size
 
 
 def beam_parity(model: Seq2SeqTransformer, path, split: PairSplit, beam: int, batch_size: int = 32,
-                alpha: float = BEAM_ALPHA) -> tuple[dict, list[list[int]], list[list[int]]]:
-    """PyTorch's beam search and the file's (`GreedyFile.beam_search`, the same `search` over the file's `decode`),
-    sentence by sentence, as `seq2seq_parity`: the share identical, the first that differ, the file's median host
-    milliseconds a sentence (one thread); and both sides' outputs."""
+                mine: list[list[int]] | None = None) -> tuple[dict, list[list[int]], list[list[int]]]:
+    """PyTorch's beam search (over the file's target length; `mine` where it is decoded already) and the file's
+    (`GreedyFile.beam_search`, the same `search` over the file's `decode`, both at BEAM_ALPHA), sentence by
+    sentence, as `seq2seq_parity`: the share identical, the first that differ, the file's median host milliseconds
+    a sentence (one thread); and both sides' outputs."""
     runner = GreedyFile(path, model.config.bos_token_id, model.config.eos_token_id)
-    mine = decode_split(model, split, runner.target_len, beam=beam, batch_size=batch_size)
-    outputs, seconds = zip(*(runner.beam_search(source, beam, alpha) for source in sources(split)))
+    if mine is None:
+        mine = decode_split(model, split, runner.target_len, beam=beam, batch_size=batch_size)
+    outputs, seconds = zip(*(runner.beam_search(source, beam) for source in sources(split)))
     return {"beam": beam, **agreement(list(outputs), mine), "host_ms": {"per_sentence": _ms(seconds)}}, \
         list(outputs), mine
 

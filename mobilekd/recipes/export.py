@@ -473,6 +473,8 @@ def export_seq2seq(args, out: Path) -> None:
         return scores([as_text(tokenizer, t) for t in outputs], refs)
 
     pytorch = scored(mine)
+    beam = trained.get("beam", 1)  # the beam the model was scored with: the app's search, checked on the file too
+    beam_mine = decode_split(model, split, trained["max_len"], beam=beam) if beam > 1 else None
 
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
     with tempfile.TemporaryDirectory(prefix=".float-", dir=out) as scratch:  # the float file, where not asked for
@@ -489,9 +491,9 @@ def export_seq2seq(args, out: Path) -> None:
             reports[path.name] = report = {**file_report(path, ops, op_histogram(ops)), **parity,
                                            "scores": {"file": scored(outputs), "pytorch": pytorch},
                                            "convert_seconds": seconds, "model": str(args.model), "quantize": quantize}
-            if trained.get("beam", 1) > 1:  # the beam the model was scored with: the app's search, on the file too
-                beam, outputs, beam_mine = beam_parity(model, path, split, trained["beam"])
-                report["beam_search"] = {**beam, "scores": {"file": scored(outputs), "pytorch": scored(beam_mine)}}
+            if beam_mine is not None:
+                found, outputs, _ = beam_parity(model, path, split, beam, mine=beam_mine)
+                report["beam_search"] = {**found, "scores": {"file": scored(outputs), "pytorch": scored(beam_mine)}}
             write_json(out / "parity.json", reports)
             ms, bleu = report["host_ms"], report["scores"]
             print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): greedy output identical to "

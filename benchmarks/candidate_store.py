@@ -1,0 +1,130 @@
+"""TinyBERT's augmentation for a second seed, with and without the word candidates' store (issue 76: never
+compute the teacher twice; `mobilekd/data/candidate_store.py`). `ship` carves another validation split for each
+seed, so each seed augments another training set; the masked-LM pass that finds each word's candidates is most of
+the cost, and a sentence's candidates do not depend on the seed.
+
+    python -m benchmarks.candidate_store                  # in one process, about 10 minutes on 1 thread
+    python -m benchmarks.candidate_store --table --write  # the table into docs/throughput.md from the rows
+
+On the task's training examples (SST-2: the 8,000 the teacher store's benchmark uses), each seed's training split as
+`ship` carves it (`mobilekd.finetune.selection.carve`), augmented with 4 new copies an example by the adapted
+teacher (`--teacher`, made by `python -m benchmarks.teacher_store`), its masked-LM pass in the precision this host's
+probe chooses (decided before the timed passes; the run of 16:10 timed it in its first pass). Three passes, in
+this order, one thread: seed 1's split into an empty cache (`cold`), seed 0's into a second empty cache, then seed
+1's split again into that second cache (`warm`: its sentences that seed 0's split held are read from the store).
+Rows (docs/results/candidate_store.json, every run kept, with the store's VERSION): each pass's seconds and the
+share of its sentences the store had, with the host and the 1-minute load when it started; and the share of seed
+1's augmented examples found in both passes (100% when the store gives what a fresh run computes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from benchmarks.command import show_table, table_flags
+from benchmarks.rows import merge_rows
+from mobilekd.data.augment import augment_precision, augmented
+from mobilekd.data.candidate_store import VERSION
+from mobilekd.data.tasks import default_data, load_task, training_subset
+from mobilekd.data.tokenizer import load_tokenizer
+from mobilekd.errors import cli_entry
+from mobilekd.fileio import REPO_ROOT
+from mobilekd.finetune.selection import carve
+from mobilekd.host import identity
+from mobilekd.models.hf import load_pretrained
+
+RESULTS = "docs/results/candidate_store.json"
+KEY = ("task", "method", "seed", "metric", "version", "started")  # no run replaces another
+TASK, EXAMPLES, COPIES = "sst2", 8000, 4  # the teacher store's benchmark's examples; ship's --augment choice
+PASSES = (("cold", 1, "a"), ("seed0", 0, "b"), ("warm", 1, "b"))  # (method, carve seed, cache)
+
+
+def load(model_dir):
+    return load_pretrained(model_dir, "pretraining", require_head=True), load_tokenizer(model_dir)
+
+
+def measure(teacher: Path) -> list[dict]:
+    task = load_task(TASK, default_data(TASK))
+    examples = training_subset(task.train, EXAMPLES, 0)
+    host, rows, sets = identity(), [], {}
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")  # each run's rows stay beside the others' (KEY)
+    # the precision this host's probe chooses, decided before the timed passes (none of them pays for the probe)
+    flag = augment_precision(lambda: load(teacher), teacher, examples, "auto")["precision"]
+    with tempfile.TemporaryDirectory(prefix="candidate-store-") as scratch:
+        for method, seed, cache in PASSES:
+            split = carve(task, examples, seed).train
+            load_1min = round(os.getloadavg()[0], 2)
+            start = time.perf_counter()
+            out, _, found = augmented(split, teacher, COPIES, seed, Path(scratch) / cache, load, flag)
+            seconds = round(time.perf_counter() - start, 1)
+            sets[method] = out
+            shared = {"task": TASK, "method": method, "seed": seed, "examples": len(split),
+                      "augmented": len(out), "precision": found["precision"], "host": host["id"],
+                      "host_fields": host, "load_1min": load_1min, "version": VERSION, "started": started}
+            rows += [{**shared, "metric": "augment_seconds", "value": seconds},
+                     {**shared, "metric": "candidates_stored_share", "value": found["candidates_stored_share"],
+                      "sentences": found["candidate_sentences"]}]
+            print(f"{method} (seed {seed}'s split, {len(split)} examples -> {len(out)}): {seconds} s, "
+                  f"{found['candidates_stored_share']:.0%} of its {found['candidate_sentences']} sentences stored")
+    cold, warm = (Counter((e.text_a, e.text_b, e.label) for e in sets[m]) for m in ("cold", "warm"))
+    rows.append({"task": TASK, "method": "warm-cold", "seed": 1, "metric": "identical_share",
+                 "value": round(sum((cold & warm).values()) / max(len(sets["cold"]), len(sets["warm"])), 4),
+                 "host": host["id"], "host_fields": host, "version": VERSION, "started": started})
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| run | candidates (store version) | pass | training examples -> augmented | read from the store | "
+             "seconds | precision | host | 1-min load at start |", "|---|---|---|---|---|---|---|---|---|"]
+    names = {"cold": "seed 1, empty store", "seed0": "seed 0, empty store", "warm": "seed 1, after seed 0"}
+    notes = []
+    for started in dict.fromkeys(r["started"] for r in rows):
+        run, seconds = [r for r in rows if r["started"] == started], {}
+        for method in names:
+            got = {r["metric"]: r for r in run if r["method"] == method}
+            if "augment_seconds" not in got:
+                continue
+            t, share = got["augment_seconds"], got.get("candidates_stored_share", {}).get("value")
+            seconds[method] = t["value"]
+            lines.append(f"| {started[:16]}{' *' if 'note' in t else ''} | {t['version']} | {names[method]} "
+                         f"| {t['examples']:,} -> {t['augmented']:,} | "
+                         f"{'-' if share is None else format(share, '.0%')} | {t['value']:.1f} | {t['precision']} | "
+                         f"{t['host']} | {t.get('load_1min', '-')} |")
+        if {"cold", "warm"} <= set(seconds):
+            same = next((r["value"] for r in run if r["metric"] == "identical_share"), None)
+            notes.append(f"{started[:16]}: seed 1's augmentation {seconds['cold'] / seconds['warm']:.1f}x as fast "
+                         f"with the store ({seconds['cold']:.0f} s against {seconds['warm']:.0f} s)" +
+                         (f", {same:.2%} of its augmented examples the same in both passes" if same is not None
+                          else ""))
+    rebuilt = any("note" in r for r in rows)
+    return "\n".join(lines) + "\n\n" + "; ".join(notes) + ".\n" + (
+        "\n\\* rows rebuilt from that run's log (the next run wrote over them).\n" if rebuilt else "")
+
+
+@cli_entry
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.candidate_store", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--teacher", default="runs/teacher_store/teacher",
+                   help="the adapted teacher, with its masked-LM head (default runs/teacher_store/teacher)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    table_flags(p, RESULTS)
+    args = p.parse_args(argv)
+    path = REPO_ROOT / args.results
+    if not args.table:
+        torch.set_num_threads(args.threads)
+        merge_rows(path, measure((REPO_ROOT / args.teacher).resolve()), lambda r: (r.get("started", ""), r["method"]),
+                   KEY)
+    return show_table(args, path, table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
