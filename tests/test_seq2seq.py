@@ -242,6 +242,26 @@ def test_correction_noise_is_seeded_and_changes_about_one_word_in_seven():
     assert add_noise(sample[0].target, 0, 7) == add_noise(sample[0].target, 0, 7) != add_noise(sample[0].target, 1, 7)
 
 
+def test_a_validation_carve_keeps_pairs_that_share_a_sentence_on_one_side():
+    """Paraphrase's training pairs (a pair and its reverse share a group) and correction's: seeded, about the
+    fraction asked, no sentence on both sides; refused in one line when shared sentences link every pair."""
+    from mobilekd.data.pairs import TextPair
+    from mobilekd.errors import UserError
+    from mobilekd.finetune.selection import carve_pairs
+
+    for name in ("paraphrase", "correction"):
+        pairs = load_pairs(name).train[:3000]
+        carved = carve_pairs(pairs, seed=0, fraction=0.1)
+        assert carved.record["size"] == len(carved.validation) and abs(len(carved.validation) - 300) < 30
+        assert len(carved.train) + len(carved.validation) == len(pairs)
+        sides = [{s for p in side for s in (p.target, p.source)} for side in (carved.train, carved.validation)]
+        assert not sides[0] & sides[1]
+        assert carve_pairs(pairs, seed=0, fraction=0.1).validation == carved.validation
+        assert carve_pairs(pairs, seed=1, fraction=0.1).validation != carved.validation
+    with pytest.raises(UserError, match="linked into one group"):
+        carve_pairs([TextPair(f"source {i}", "the one target") for i in range(10)], seed=0)
+
+
 @pytest.mark.parametrize("rows, problem", [
     ("source\ttext\nhello there\tgeneral kenobi\n", "train.tsv:2: record has no 'target' field"),
     ("source\ttarget\nhello there\tgeneral kenobi\nthe quick fox\t\n", "train.tsv:3: empty target"),
@@ -308,6 +328,30 @@ def test_micro_cmlm_run_from_a_masked_lm_to_a_tflite_that_decodes_as_pytorch(dem
     assert len(sentence_graph(path)) == len(encode) + GENERATED_TOKENS * len(decode)
     params = sum(p.numel() for p in load_seq2seq(student).parameters())
     assert abs(_params(sentence_graph(path)) - params / 1e6) <= 0.1  # the shared table counted once
+
+
+def test_a_student_with_a_validation_split_is_evaluated_there_and_scores_dev_once(tmp_path):
+    """--validation-fraction: every evaluation (history.json) reads the validation split carved from the training
+    pairs, the final greedy and beam scores of the choice are there too, and dev is scored once, at the end."""
+    data = tmp_path / "pairs"
+    data.mkdir()
+    task = load_pairs("correction")
+    for name, pairs in (("train", task.train[:64]), ("dev", task.dev[:8])):
+        (data / f"{name}.jsonl").write_text("".join(json.dumps({"source": p.source, "target": p.target}) + "\n"
+                                                    for p in pairs))
+    out = tmp_path / "student"
+    run_module("mobilekd", "seq2seq", "--task", "pairs", "--data", data, "--method", "ce", "--preset",
+               "seq2seq_micro", "--max-len", 48, "--max-steps", 8, "--eval-every", 4, "--batch-size", 8, "--beam", 2,
+               "--validation-fraction", 0.25, "--out", out)
+    result = json.loads((out / "results.json").read_text())
+    assert result["complete"] and result["evaluated_on"] == "validation"
+    assert {"validation", "validation_beam", "dev", "dev_beam", "dev_copy"} <= set(result["metrics"])
+    held = result["validation_split"]["size"]
+    assert 12 <= held <= 20 and result["train_pairs"] == 64 - held
+    history = json.loads((out / "history.json").read_text())
+    assert [h["step"] for h in history] == [4, 8] and all(set(h["metrics"]) == {"validation"} for h in history)
+    assert len((out / "validation_generations.jsonl").read_text().splitlines()) == held
+    assert len((out / "dev_generations.jsonl").read_text().splitlines()) == 8
 
 
 def test_a_seq2seq_directory_that_does_not_fit_is_refused_in_one_line(tokenizer, tmp_path):

@@ -44,27 +44,29 @@ def generate(model, split: PairSplit, tokenizer, max_len: int, beam: int = 1, ba
 
 
 class GenerationEvaluator:
-    """Scores the dev generations (greedy) at each evaluation, appends them to OUT/history.json, and saves the
-    model, its dev generations (OUT/dev_generations.jsonl) and OUT/results.json: the run's model is its last, and
-    results.json's `best_step` / `best_score` (the shared results layout's keys) name that last evaluation."""
+    """Scores the generations (greedy) of a split (`name`: dev, or the validation split a run carved from its
+    training pairs) at each evaluation, appends them to OUT/history.json, and saves the model, the split's
+    generations (OUT/<name>_generations.jsonl) and OUT/results.json: the run's model is its last, and results.json's
+    `best_step` / `best_score` (the shared results layout's keys) name that last evaluation."""
 
-    def __init__(self, split: PairSplit, pairs, out: Path, tokenizer, max_len: int, save):
+    def __init__(self, split: PairSplit, pairs, out: Path, tokenizer, max_len: int, save, name: str = "dev"):
         self.split, self.pairs, self.out, self.tokenizer, self.max_len, self.save = (split, pairs, out, tokenizer,
                                                                                     max_len, save)
+        self.name = name
         self.refs = references(tokenizer, split)
 
     def __call__(self, model, step: int, extra: dict | None = None) -> dict:
         hyps = generate(model, self.split, self.tokenizer, self.max_len)
         metrics = scores(hyps, self.refs)
-        print(f"step {step}: dev greedy BLEU {metrics['bleu']:.2f}, chrF {metrics['chrf']:.2f}")
+        print(f"step {step}: {self.name} greedy BLEU {metrics['bleu']:.2f}, chrF {metrics['chrf']:.2f}")
         history_path = self.out / "history.json"
         history = read_json(history_path) if history_path.is_file() else []
         write_json(history_path, [h for h in history if h["step"] < step] + [
-            {"step": step, "wall_seconds": (extra or {}).get("wall_seconds"), "metrics": {"dev": metrics}}])
+            {"step": step, "wall_seconds": (extra or {}).get("wall_seconds"), "metrics": {self.name: metrics}}])
         self.save(model, self.out, self.tokenizer)
-        write_generations(self.out / "dev_generations.jsonl", self.pairs, self.refs, hyps)
-        write_json(self.out / "results.json", {"metrics": {"dev": metrics}, "best_step": step, "best_metric": "bleu",
-                                               "best_score": metrics["bleu"], **(extra or {})})
+        write_generations(self.out / f"{self.name}_generations.jsonl", self.pairs, self.refs, hyps)
+        write_json(self.out / "results.json", {"metrics": {self.name: metrics}, "best_step": step,
+                                               "best_metric": "bleu", "best_score": metrics["bleu"], **(extra or {})})
         return metrics
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 from sklearn.model_selection import GroupKFold, GroupShuffleSplit, StratifiedGroupKFold, train_test_split
 
 from mobilekd.data.tasks import Task
@@ -96,3 +98,32 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
                   validation=[examples[i] for i in sorted(held_set)],
                   record={"rule": rule, "fraction": fraction, "cap": cap, "seed": seed, "size": len(held_set),
                           "train_size": n - len(held_set)})
+
+
+def carve_pairs(pairs: list, seed: int, fraction: float = FRACTION, cap: int = CAP) -> Carved:
+    """`carve` for (source, target) pairs (`mobilekd.data.pairs.TextPair`): `fraction` of them (at most `cap`, at
+    least 1) held out at random by `seed`, pairs linked by a shared sentence kept on one side (a paraphrase and its
+    reverse, a chain of paraphrases, correction's noisy copies of one sentence: the connected components of the
+    graph whose edges are the pairs, scipy's `connected_components`), so validation never reads a sentence
+    training saw (scikit-learn's `GroupShuffleSplit` over the components). Refused in one line when none would be
+    left to train on."""
+    if not 0 < fraction < 1:
+        raise UserError(f"--validation-fraction must be between 0 and 1, got {fraction}")
+    n = len(pairs)
+    size = validation_size(n, fraction, cap)
+    if n - size < 1:
+        raise UserError(f"{n} training pairs leave none to train on once {size} are held out for validation")
+    sentences = {t: i for i, t in enumerate(dict.fromkeys(x for p in pairs for x in (p.source, p.target)))}
+    edges = np.array([[sentences[p.source], sentences[p.target]] for p in pairs]).T
+    graph = coo_matrix((np.ones(n), (edges[0], edges[1])), shape=(len(sentences), len(sentences)))
+    components = connected_components(graph, directed=False)[1]
+    groups = components[edges[1]]  # a pair's group: its sentences' component
+    if len(np.unique(groups)) == 1:
+        raise UserError(f"the {n} training pairs are linked into one group by shared sentences: nothing to hold "
+                        f"out for validation that training does not see")
+    held = next(GroupShuffleSplit(1, test_size=size / n, random_state=seed).split(np.arange(n), groups=groups))[1]
+    held_set = set(held.tolist())
+    return Carved(train=[p for i, p in enumerate(pairs) if i not in held_set],
+                  validation=[pairs[i] for i in sorted(held_set)],
+                  record={"rule": "random, pairs linked by a shared sentence on one side", "fraction": fraction,
+                          "cap": cap, "seed": seed, "size": len(held_set), "train_size": n - len(held_set)})

@@ -18,10 +18,14 @@ where OpenNMT-py runs Adam(0.9, 0.98) without decay; a linear warm-up (default 1
 OpenNMT-py's noam schedule decays as 1/sqrt(step) (a peak of about 1e-3 for the official d_model 512, lr 2 and
 8,000 warm-up steps: our default peak); batches of 32 pairs where the official counts 6,144 tokens; epochs where the
 official counts steps. The model kept is the last, not one picked on dev. Dev generations are greedy at every
-evaluation, and beam search (--beam, GNMT's length penalty at 0.6, as the official run_mt.sh) at the end.
+evaluation, and beam search (--beam, GNMT's length penalty at 0.6, as the official run_mt.sh) at the end. With
+--validation-fraction, the evaluations read a validation split carved from the training pairs instead
+(`carve_pairs`; its greedy and beam scores are what a choice of alpha, epochs or beam reads), and dev is scored
+once, after training (the selection protocol, `mobilekd.finetune.selection`).
 
 OUT holds the student (seq2seq.json, model.safetensors, the tokenizer), dev_generations.jsonl (greedy) and
-dev_generations_beam.jsonl, history.json, and results.json: greedy and beam BLEU / chrF (sacrebleu), copying's, steps, seconds.
+dev_generations_beam.jsonl (validation_generations.jsonl with a validation split), history.json, and results.json:
+greedy and beam BLEU / chrF (sacrebleu), copying's, steps, seconds.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import torch
 
 from mobilekd.data.cmlm import check_positions
 from mobilekd.data.pairs import MAX_LEN, PAIR_TASKS, load_pairs
-from mobilekd.data.seq2seq import encode_task
+from mobilekd.data.seq2seq import encode_pairs, encode_task
 from mobilekd.data.tasks import training_subset
 from mobilekd.data.tokenizer import DEFAULT_VOCAB, load_tokenizer
 from mobilekd.errors import cli_entry, located
@@ -44,6 +48,7 @@ from mobilekd.finetune.cmlm import TOPK, pass_precision, soft_targets
 from mobilekd.finetune.generation import GenerationEvaluator, copies, generate, references, scores, \
     write_generations
 from mobilekd.finetune.objective import LABEL_SMOOTHING, CMLMDistillation, seq2seq_loss
+from mobilekd.finetune.selection import VALIDATION, carve_pairs
 from mobilekd.flags import at_least
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.models.bilstm import is_bilstm
@@ -86,6 +91,12 @@ def parse_args(argv=None):
                    help="decode dev greedily every N steps, into history.json (default 0: once, at the end)")
     p.add_argument("--beam", type=int, default=BEAM, help=f"beam size of the final dev decoding (default {BEAM}; "
                                                           f"1: greedy only)")
+    p.add_argument("--validation-fraction", type=float, default=0.0,
+                   help="hold out this share of the training pairs (at most 2,000; pairs linked by a shared "
+                        "sentence on one side) as a validation split: every evaluation and the final scores a "
+                        "choice reads (alpha, epochs, beam) are on it, and dev is scored once, after training "
+                        "(default 0: none, "
+                        "the evaluations on dev)")
     add_training_flags(p, out="runs/seq2seq", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
     check_task_flags(args, MAX_LEN)
@@ -103,6 +114,8 @@ def parse_args(argv=None):
     at_least("--topk", args.topk, 1)
     at_least("--beam", args.beam, 1)
     at_least("--eval-every", args.eval_every, 0)
+    if not 0 <= args.validation_fraction < 1:
+        p.error(f"--validation-fraction must lie in [0, 1), got {args.validation_fraction}")
     train_config(args)
     return args
 
@@ -145,7 +158,14 @@ def run(args, accelerator):
     else:
         tokenizer = load_tokenizer(args.tokenizer or DEFAULT_VOCAB)
     train_pairs = training_subset(task.train, args.max_train_examples, args.subset_seed)
-    train, train_pairs, dev, dev_pairs = encode_task(task, tokenizer, args.max_len, train_pairs)
+    carved = carve_pairs(train_pairs, args.seed, args.validation_fraction) if args.validation_fraction else None
+    train, train_pairs, dev, dev_pairs = encode_task(task, tokenizer, args.max_len,
+                                                     carved.train if carved else train_pairs)
+    if carved:  # what every evaluation reads; dev is scored once, after training
+        held, held_pairs = encode_pairs(carved.validation, tokenizer, args.max_len, task.user_file,
+                                        f"{task.name} validation")
+        print(f"validation split: {len(held)} of {len(train) + len(held)} training pairs held out "
+              f"({carved.record['rule']}); dev is read once, after training")
     kd, soft_seconds, soft_precision = None, None, None
     if teacher is not None:
         soft_precision = pass_precision(teacher, train, tokenizer, args.mixed_precision,
@@ -172,11 +192,13 @@ def run(args, accelerator):
         "label_smoothing": args.label_smoothing, "max_len": args.max_len, "train_pairs": len(train),
         "subset_seed": args.subset_seed})
     out = Path(args.out)
-    evaluator = GenerationEvaluator(dev, dev_pairs, out, tokenizer, args.max_len, save_seq2seq)
+    evaluator = (GenerationEvaluator(held, held_pairs, out, tokenizer, args.max_len, save_seq2seq, VALIDATION)
+                 if carved else GenerationEvaluator(dev, dev_pairs, out, tokenizer, args.max_len, save_seq2seq))
     extra = {"task": task.name, "data": args.data, "method": args.method, "teacher": args.teacher, "preset": args.preset,
              "init_embeddings": args.init_embeddings,
              "params": sum(p.numel() for p in model.parameters()), "steps": steps, "train_pairs": len(train),
              "dev_pairs": len(dev), "max_len": args.max_len, "lr": args.lr,
+             "evaluated_on": VALIDATION if carved else "dev", **({"validation_split": carved.record} if carved else {}),
              **({"alpha": args.alpha, "temperature": args.temperature, "topk": args.topk} if kd else {})}
     summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume,
                          on_eval=lambda m, step: evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)}))
@@ -184,6 +206,13 @@ def run(args, accelerator):
         result = read_json(out / "results.json")
         refs = references(tokenizer, dev)
         result["metrics"]["dev_copy"] = scores(copies(tokenizer, dev), refs)
+        if carved:  # the last model, chosen by nothing that read dev: dev scored once, greedy
+            hyps = generate(model, dev, tokenizer, args.max_len)
+            result["metrics"]["dev"] = scores(hyps, refs)
+            write_generations(out / "dev_generations.jsonl", dev_pairs, refs, hyps)
+            if args.beam > 1:  # the beam's score where a choice of beam size reads it
+                result["metrics"][f"{VALIDATION}_beam"] = scores(
+                    generate(model, held, tokenizer, args.max_len, beam=args.beam), references(tokenizer, held))
         if args.beam > 1:
             hyps = generate(model, dev, tokenizer, args.max_len, beam=args.beam)
             result["metrics"]["dev_beam"] = scores(hyps, refs)
