@@ -81,7 +81,10 @@ def shared_files(r: dict) -> list[tuple[float, float]]:
 
 def set_costs(found: list[dict]) -> dict[tuple[str, str], float]:
     """Each cached set the runs of `found` shared (`shared_set`: the augmented set, the BiLSTM's transfer set), as
-    (its task, its name) -> what making it cost (`set_made_seconds`, whichever run made it)."""
+    (its task, its name) -> what making it cost (`set_made_seconds`, whichever run made it). Since augmentation
+    keeps each sentence's word candidates in a store (`mobilekd.data.candidate_store`), an augmented set made after
+    another seed's costs its new sentences' masked-LM pass only: which seed's set is made first decides which one
+    pays for the sentences they share (benchmarks.candidate_store measures the saving)."""
     costs = {}
     for r in found:
         if r.get("set_made_seconds") is not None:

@@ -18,7 +18,8 @@ from mobilekd.models.hf import load_config, transformers_extras
 from mobilekd.rundir import HELD_OUT, dev_scores, finished_results, trained_on
 
 # a run's record of the cached files it shared (`Made.record`): its training set and the teacher's outputs over it
-SHARED_RECORD = tuple(k for kind in RECORDED for k in record_keys(kind))
+SHARED_RECORD = tuple(k for kind in RECORDED for k in record_keys(kind)) + (
+    "candidate_sentences", "candidates_stored_share")  # and the augmentation's use of its candidates' store
 
 
 def parameters(model_dir: Path) -> int:

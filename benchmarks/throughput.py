@@ -656,9 +656,14 @@ def plan_table(rows: list[dict]) -> str:
 
 
 def accuracy_table(rows: list[dict]) -> str:
+    """The accuracy rows' tables, one per host (a seed run again on another host stands beside the first)."""
     acc = [r for r in rows if r["metric"] in ACCURACY_METRICS]
     if not acc:
         return "no accuracy rows yet (run python -m benchmarks.throughput --accuracy / --distill-accuracy)\n"
+    return "\n".join(f"**{cpu}**\n\n" + _accuracy_block(mine) for cpu, _, mine in _hosts(acc))
+
+
+def _accuracy_block(acc: list[dict]) -> str:
     loops = [(path, name) for path in ACCURACY_PATHS for name in {**ACCURACY_LOOPS, **DISTILL_LOOPS}]
     by = {(loop, metric): {r["seed"]: r["value"] for r in acc if (r["path"], r["variant"]) == loop
                            and r["metric"] == metric} for loop in loops for metric in ACCURACY_METRICS}
@@ -685,7 +690,7 @@ def accuracy_table(rows: list[dict]) -> str:
             spread = statistics.stdev(by[second, metric][s] for s in seeds)
             lines.append(f"| {label(first)} - {label(second)} | {metric} | {mean_std_cell(diffs, signed=True)} | "
                          f"{spread:.4f} | {within(diffs, spread)} |")
-    cpus = "; ".join(sorted({r["cpu"] for r in acc}))
+    cpus = "; ".join(sorted({f"{r['cpu']} [{r['host']}]" for r in acc}))
     examples = acc[0]["train_examples"]
     return "\n".join(lines) + (f"\n\nThe demo's SST-2 budget ({examples:,} examples, one epoch, configs/demo.json) "
                                f"and distillation (its distill flags), on {cpus}; full dev set; *training s*: "
