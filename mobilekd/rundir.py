@@ -75,8 +75,9 @@ HELD_OUT = ("validation", "selection")  # results.json's splits carved from trai
 
 def dev_scores(metrics: dict) -> dict | None:
     """A run's results.json `metrics` ({split: {metric: value}}): its first dev split's, not a split held out of the
-    training data (HELD_OUT); None where it has none (an unlabelled dev set)."""
-    return next((scores for split, scores in (metrics or {}).items() if split not in HELD_OUT), None)
+    training data (HELD_OUT, nor a variant of one such as `validation_beam`); None where it has none (an unlabelled
+    dev set)."""
+    return next((scores for split, scores in (metrics or {}).items() if split.split("_")[0] not in HELD_OUT), None)
 
 
 def teacher_record(teacher, task: str) -> dict:

@@ -105,7 +105,9 @@ def carve_pairs(pairs: list, seed: int, fraction: float = FRACTION, cap: int = C
     least 1) held out at random by `seed`, pairs linked by a shared sentence kept on one side (a paraphrase and its
     reverse, a chain of paraphrases, correction's noisy copies of one sentence: the connected components of the
     graph whose edges are the pairs, scipy's `connected_components`), so validation never reads a sentence
-    training saw (scikit-learn's `GroupShuffleSplit` over the components). Refused in one line when none would be
+    training saw (sentences compared lower-cased, spaces collapsed, as an uncased student reads them). Whole
+    components are drawn in a seeded random order and held out while they fit in the size asked, so the split
+    never exceeds it however unequal the components. Refused in one line when no component fits or none would be
     left to train on."""
     if not 0 < fraction < 1:
         raise UserError(f"--validation-fraction must be between 0 and 1, got {fraction}")
@@ -113,16 +115,26 @@ def carve_pairs(pairs: list, seed: int, fraction: float = FRACTION, cap: int = C
     size = validation_size(n, fraction, cap)
     if n - size < 1:
         raise UserError(f"{n} training pairs leave none to train on once {size} are held out for validation")
-    sentences = {t: i for i, t in enumerate(dict.fromkeys(x for p in pairs for x in (p.source, p.target)))}
-    edges = np.array([[sentences[p.source], sentences[p.target]] for p in pairs]).T
+
+    def key(text: str) -> str:
+        return " ".join(text.lower().split())
+    sentences = {t: i for i, t in enumerate(dict.fromkeys(key(x) for p in pairs for x in (p.source, p.target)))}
+    edges = np.array([[sentences[key(p.source)], sentences[key(p.target)]] for p in pairs]).T
     graph = coo_matrix((np.ones(n), (edges[0], edges[1])), shape=(len(sentences), len(sentences)))
-    components = connected_components(graph, directed=False)[1]
-    groups = components[edges[1]]  # a pair's group: its sentences' component
-    if len(np.unique(groups)) == 1:
-        raise UserError(f"the {n} training pairs are linked into one group by shared sentences: nothing to hold "
-                        f"out for validation that training does not see")
-    held = next(GroupShuffleSplit(1, test_size=size / n, random_state=seed).split(np.arange(n), groups=groups))[1]
-    held_set = set(held.tolist())
+    groups = connected_components(graph, directed=False)[1][edges[1]]  # a pair's group: its sentences' component
+    members: dict[int, list[int]] = {}
+    for i, g in enumerate(groups.tolist()):
+        members.setdefault(g, []).append(i)
+    held = []
+    for g in np.random.default_rng(seed).permutation(sorted(members)).tolist():
+        if len(held) + len(members[g]) <= size:
+            held += members[g]
+        if len(held) == size:
+            break
+    if not held or len(held) == n:
+        raise UserError(f"the {n} training pairs are linked by shared sentences into groups of which none fits a "
+                        f"validation split of {size}: nothing to hold out that training does not see")
+    held_set = set(held)
     return Carved(train=[p for i, p in enumerate(pairs) if i not in held_set],
                   validation=[pairs[i] for i in sorted(held_set)],
                   record={"rule": "random, pairs linked by a shared sentence on one side", "fraction": fraction,

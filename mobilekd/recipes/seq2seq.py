@@ -190,7 +190,7 @@ def run(args, accelerator):
         "init_embeddings": args.init_embeddings,
         "alpha": args.alpha, "temperature": args.temperature, "topk": args.topk, "lr": args.lr,
         "label_smoothing": args.label_smoothing, "max_len": args.max_len, "train_pairs": len(train),
-        "subset_seed": args.subset_seed})
+        "subset_seed": args.subset_seed, "validation_fraction": args.validation_fraction or None})
     out = Path(args.out)
     evaluator = (GenerationEvaluator(held, held_pairs, out, tokenizer, args.max_len, save_seq2seq, VALIDATION)
                  if carved else GenerationEvaluator(dev, dev_pairs, out, tokenizer, args.max_len, save_seq2seq))
@@ -205,14 +205,15 @@ def run(args, accelerator):
     if accelerator.is_main_process:
         result = read_json(out / "results.json")
         refs = references(tokenizer, dev)
-        result["metrics"]["dev_copy"] = scores(copies(tokenizer, dev), refs)
-        if carved:  # the last model, chosen by nothing that read dev: dev scored once, greedy
+        if carved:  # the last model, chosen by nothing that read dev: dev scored once, greedy, and put first among
+            # the splits not held out, the one `rundir.dev_scores` (the model card, the rows) reads
             hyps = generate(model, dev, tokenizer, args.max_len)
-            result["metrics"]["dev"] = scores(hyps, refs)
+            result["metrics"] = {"dev": scores(hyps, refs), **result["metrics"]}
             write_generations(out / "dev_generations.jsonl", dev_pairs, refs, hyps)
             if args.beam > 1:  # the beam's score where a choice of beam size reads it
                 result["metrics"][f"{VALIDATION}_beam"] = scores(
                     generate(model, held, tokenizer, args.max_len, beam=args.beam), references(tokenizer, held))
+        result["metrics"]["dev_copy"] = scores(copies(tokenizer, dev), refs)
         if args.beam > 1:
             hyps = generate(model, dev, tokenizer, args.max_len, beam=args.beam)
             result["metrics"]["dev_beam"] = scores(hyps, refs)
