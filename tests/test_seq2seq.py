@@ -33,6 +33,16 @@ def pairs_split(tokenizer, sources, targets):
     return PairSplit({"source_ids": src, "target_ids": tgt}, tokenizer.cls_token_id)
 
 
+def pairs_folder(folder, task: str, train: int, dev: int):
+    """A user's `--task pairs --data` folder: the first `train` and `dev` pairs of a shipped task, as JSON lines."""
+    folder.mkdir()
+    shipped = load_pairs(task)
+    for name, pairs in (("train", shipped.train[:train]), ("dev", shipped.dev[:dev])):
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps({"source": p.source, "target": p.target}) + "\n"
+                                                      for p in pairs))
+    return folder
+
+
 def test_copies_predict_every_target_position_once():
     assert [m.tolist() for m in copy_masks(10)] == [[0, 7], [1, 8], [2, 9], [3], [4], [5], [6]]
     assert [m.tolist() for m in copy_masks(3)] == [[0], [1], [2]]
@@ -282,12 +292,7 @@ def test_bad_pair_files_are_refused_in_one_line(tmp_path, rows, problem):
 
 
 def test_micro_cmlm_run_from_a_masked_lm_to_a_tflite_that_decodes_as_pytorch(demo_teacher_dir, tmp_path):
-    data = tmp_path / "pairs"
-    data.mkdir()
-    task = load_pairs("paraphrase")
-    for name, pairs in (("train", task.train[:48]), ("dev", task.dev[:12])):
-        (data / f"{name}.jsonl").write_text("".join(json.dumps({"source": p.source, "target": p.target}) + "\n"
-                                                    for p in pairs))
+    data = pairs_folder(tmp_path / "pairs", "paraphrase", 48, 12)
     teacher, student = tmp_path / "teacher", tmp_path / "student"
     run_module("mobilekd", "cmlm", "--teacher", demo_teacher_dir, "--task", "pairs", "--data", data, "--max-len", 48,
                "--max-steps", 6, "--batch-size", 8, "--out", teacher)
@@ -337,12 +342,7 @@ def test_micro_cmlm_run_from_a_masked_lm_to_a_tflite_that_decodes_as_pytorch(dem
 def test_a_student_with_a_validation_split_is_evaluated_there_and_scores_dev_once(tmp_path):
     """--validation-fraction: every evaluation (history.json) reads the validation split carved from the training
     pairs, the final greedy and beam scores of the choice are there too, and dev is scored once, at the end."""
-    data = tmp_path / "pairs"
-    data.mkdir()
-    task = load_pairs("correction")
-    for name, pairs in (("train", task.train[:64]), ("dev", task.dev[:8])):
-        (data / f"{name}.jsonl").write_text("".join(json.dumps({"source": p.source, "target": p.target}) + "\n"
-                                                    for p in pairs))
+    data = pairs_folder(tmp_path / "pairs", "correction", 64, 8)
     out = tmp_path / "student"
     run_module("mobilekd", "seq2seq", "--task", "pairs", "--data", data, "--method", "ce", "--preset",
                "seq2seq_micro", "--max-len", 48, "--max-steps", 8, "--eval-every", 4, "--batch-size", 8, "--beam", 2,
