@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import gzip
 import json
@@ -29,7 +30,16 @@ def open_binary(path):
 
 
 def file_digest(path) -> str:
-    """The SHA-256 of a file's bytes, in hex (cache keys of files that may change, e.g. a retrained model)."""
+    """The SHA-256 of a file's bytes, in hex (cache keys of files that may change, e.g. a retrained model). Read once
+    per version of the file in a process: several keys of one run (an augmented set's, its candidates' store's)
+    hash the same weights file; a file written again (atomically: another inode) or changed in place (another
+    modification time or size) is read again."""
+    found = os.stat(path)
+    return _digest(os.path.realpath(path), found.st_ino, found.st_mtime_ns, found.st_ctime_ns, found.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _digest(path: str, inode: int, mtime_ns: int, ctime_ns: int, size: int) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):  # not hashlib.file_digest: Python 3.11 and up

@@ -218,9 +218,10 @@ def augmented(examples: list[TextExample], model_dir: Path, n: int, seed: int, c
     the masked-LM pass's precision; whether it was cached and what making it cost (`Made`); and that precision
     (`augment_precision` by `--mixed-precision` `flag`, an auto choice kept in `precision_cache`), with, where the
     set was made here, the candidate store's record (`CandidateStore.record`). Runs of the same set started
-    together (a benchmark's seeds) compute it once (`cached_timed`); a cached set loads no model. A set of other examples (another seed's
-    training split) reads the word candidates of every sentence an earlier set had from the store in `cache_dir`
-    (`mobilekd.data.candidate_store`), so its masked-LM pass runs over its new sentences only."""
+    together (a benchmark's seeds) compute it once (`cached_timed`); a cached set loads no model. A set of other
+    examples (another seed's training split) reads the word candidates of every sentence an earlier set had from
+    the store in `cache_dir` (`mobilekd.data.candidate_store`), so its masked-LM pass runs over its new sentences
+    only."""
     @functools.cache
     def loaded():
         model, tokenizer = load(model_dir)

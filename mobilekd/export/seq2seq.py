@@ -230,17 +230,13 @@ class FileSteps:
             self.caches = {(): (empty, empty)}  # the caches each row's prefix (before its last token) left
 
     def log_probs(self, prefix: torch.Tensor) -> torch.Tensor:
-        step, rows, done, logits = prefix.shape[1] - 1, [tuple(r) for r in prefix.tolist()], {}, []
-        caches = {}
+        rows, done = [tuple(r) for r in prefix.tolist()], {}
         for row in rows:
             if row not in done:
-                done[row] = self._decode(row, step)
-                if self.runner.cached:
-                    caches[row] = done[row][1]
-            logits.append(done[row][0])
+                done[row] = self._decode(row, prefix.shape[1] - 1)
         if self.runner.cached:
-            self.caches = caches
-        return torch.from_numpy(np.stack(logits)).float().log_softmax(-1)
+            self.caches = {row: kept for row, (_, kept) in done.items()}
+        return torch.from_numpy(np.stack([done[row][0] for row in rows])).float().log_softmax(-1)
 
     def _decode(self, row: tuple[int, ...], step: int):
         r, at = self.runner, np.array([step], np.int32)
@@ -252,8 +248,8 @@ class FileSteps:
             return got["logits"][0], (got["keys"], got["values"])
         prefix = np.zeros((1, r.target_len), np.int32)
         prefix[0, :len(row)] = row
-        return r.decode(memory=self.encoded["memory"], attention_mask=self.mask, prefix=prefix, step=at)["logits"][0], \
-            None
+        got = r.decode(memory=self.encoded["memory"], attention_mask=self.mask, prefix=prefix, step=at)
+        return got["logits"][0], None
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Nothing to move: each row's caches are found by its prefix."""

@@ -95,8 +95,7 @@ def parse_args(argv=None):
                    help="hold out this share of the training pairs (at most 2,000; pairs linked by a shared "
                         "sentence on one side) as a validation split: every evaluation and the final scores a "
                         "choice reads (alpha, epochs, beam) are on it, and dev is scored once, after training "
-                        "(default 0: none, "
-                        "the evaluations on dev)")
+                        "(default 0: none, the evaluations on dev)")
     add_training_flags(p, out="runs/seq2seq", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
     check_task_flags(args, MAX_LEN)
