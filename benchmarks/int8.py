@@ -31,7 +31,7 @@ peaks, and estimated on a Pixel 4 (not with --methods: a part of the methods is 
 timed by benchmarks.kernels). The latency run is made once, with the tasks of its invocation (a later `--tasks
 stsb` adds STS-B's scores, not its timings: its graph is SST-2's but for the output layer). Then the files of
 full-size MobileBERT that run exported are profiled kernel by kernel at 1 thread (`mobilekd kernels`: perf samples
-of where each file's CPU time goes, runs/int8/latency/kernels.json; left out, with a note, on a machine where perf
+of where each file's CPU time goes, runs/int8/kernels/kernels.json; left out, with a note, on a machine where perf
 cannot sample).
 """
 
@@ -168,7 +168,7 @@ def jobs(out: Path, student: Path, tasks: list[str], seeds: list[int], methods=t
         print(f"no kernel profile: {why}")
         return plan
     plan.append(Job("kernels", ["kernels", *(f"{m}={p}" for m, p in profiled_files().items()), "--seconds",
-                                PROFILE_SECONDS, "--out", str(out / "latency" / "kernels.json")], out / "latency",
+                                PROFILE_SECONDS, "--out", str(out / "kernels")], out / "kernels",
                     ["latency"]))
     return plan
 
@@ -180,7 +180,7 @@ def profiled_files() -> dict[str, Path]:
 
 def kernel_rows(out: Path) -> list[dict]:
     """PROFILED's CPU milliseconds per invocation by kernel family (1 thread), and the wall time they came from."""
-    path = out / "latency" / "kernels.json"
+    path = out / "kernels" / "kernels.json"
     if not path.is_file():
         return []
     found = []

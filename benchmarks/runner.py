@@ -1,8 +1,8 @@
 """The benchmarks' job runner: each run is a subprocess of the toolkit's own recipes (`python -m mobilekd VERB`),
-one thread each, `workers` at a time, started when the runs it needs are done; a finished run (its summary.json,
-or a complete results.json) is skipped and an interrupted one resumes from its checkpoint; a run that another
-invocation is running (a shared stage, a seed's teacher: `claim`) is waited for, not started twice; each
-invocation's wall time is kept beside the logs."""
+one thread each, `workers` at a time, started when the runs it needs are done; a finished run (the recipe's own
+mark, OUT/complete.json, for the same flags) is skipped and an interrupted one resumes from its checkpoint; a run
+that another invocation is running (a shared stage, a seed's teacher: `claim`) is waited for, not started twice;
+each invocation's wall time is kept beside the logs."""
 
 from __future__ import annotations
 
@@ -20,8 +20,7 @@ from filelock import FileLock
 
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd.host import cpu_model, identity
-from mobilekd.recipes import export
-from mobilekd.rundir import finished_results
+from mobilekd.rundir import completed
 
 RESUMABLE = ["--threads", "1", "--resume"]
 
@@ -36,19 +35,8 @@ class Job:
     after: list[str] = field(default_factory=list)  # runs once these have ended, done or failed (order, not need)
 
     def done(self) -> bool:
-        if self.argv[0] in ("finetune", "fastbert", "bilstm", "qat", "multitask", "cmlm", "seq2seq"):
-            return finished_results(self.out) is not None
-        if self.argv[0] == "export":  # once parity.json holds every file the export writes
-            parity = read_json(self.out / "parity.json") if (self.out / "parity.json").is_file() else {}
-            return export.expected_files(export.parse_args(self.argv[1:])) <= set(parity)
-        if self.argv[0] == "latency":
-            return (self.out / "report.json").is_file()
-        if self.argv[0] == "kernels":
-            return (self.out / "kernels.json").is_file()
-        if self.argv[0] == "ship":
-            return (self.out / "ship.json").is_file()
-        written = ["config.json", "model.safetensors"] + ([] if self.argv[0] == "init" else ["summary.json"])
-        return all((self.out / name).is_file() for name in written)
+        """The recipe marked its OUT complete for exactly these flags (`mobilekd.rundir.completed`)."""
+        return completed(self.out, self.argv[1:])
 
 
 def with_needs(plan: list[Job], wanted) -> list[Job]:

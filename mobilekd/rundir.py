@@ -5,6 +5,11 @@ anything there.
 The lock is an advisory `fcntl.flock` on the file, which the operating system releases when the process ends in
 any way (kill -9 included): a lock file left by a killed run is therefore stale by construction, and the next run
 simply takes it. The file records who holds it (pid, host, start time, command) for the message.
+
+A run marks its own output complete: `owned(out, argv=...)` removes OUT/complete.json when the run starts and
+writes it, with the run's flags, when the run's body returns; `completed(out, argv)` is then the one test of "done"
+for every verb, so that a program running recipes (the benchmarks' runner, `ship`'s stages) knows no recipe's
+layout.
 """
 
 from __future__ import annotations
@@ -19,16 +24,19 @@ import time
 from pathlib import Path
 
 from mobilekd.errors import located
-from mobilekd.fileio import file_digest, read_json
+from mobilekd.fileio import file_digest, read_json, write_json
 from mobilekd.host import UNKNOWN
 
 LOCK = ".mobilekd.lock"
+COMPLETE = "complete.json"
 
 
 @contextlib.contextmanager
-def owned(out, enabled: bool = True):
+def owned(out, enabled: bool = True, argv: list[str] | None = None):
     """Lock `out` (created if missing) for this process, or raise a UserError naming the run that holds it.
-    `enabled=False` for the other processes of a multi-process run: the main process holds the lock for all."""
+    `enabled=False` for the other processes of a multi-process run: the main process holds the lock for all.
+    Given the run's flags (`argv`, None for sys.argv[1:]), OUT/complete.json is removed on entry and written with
+    them when the body returns (not when it raises): the run's own mark that OUT is whole for those flags."""
     out = Path(out)
     if not enabled:
         yield out
@@ -49,7 +57,10 @@ def owned(out, enabled: bool = True):
         os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                  "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                                  "command": " ".join(sys.argv)}).encode())
+        (out / COMPLETE).unlink(missing_ok=True)
         yield out
+        write_json(out / COMPLETE, {"argv": [str(a) for a in (sys.argv[1:] if argv is None else argv)],
+                                    "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
     finally:
         os.close(fd)  # releases the lock; the file stays, harmless, for the next run to take
 
@@ -60,6 +71,15 @@ def _holder(path: Path) -> str:
         return f"pid {info['pid']} on {info['host']}, started {info['started']}: {info['command']}"
     except (OSError, ValueError, KeyError, TypeError):
         return "a process that has not written its details yet"
+
+
+def completed(out, argv: list[str]) -> bool:
+    """Whether the run that owned `out` finished with exactly these flags (its OUT/complete.json, `owned`)."""
+    path = Path(out) / COMPLETE
+    try:
+        return json.loads(path.read_text()).get("argv") == [str(a) for a in argv]
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def finished_results(run_dir) -> dict | None:

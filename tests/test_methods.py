@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 from filelock import FileLock
-from safetensors.numpy import save_file
 
 from helpers import BERT, one_line_error, run_module
 from mobilekd.data.augment import M, Augmentor, augmented, words

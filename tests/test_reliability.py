@@ -200,20 +200,21 @@ def test_own_task_gets_a_sized_lr_a_baseline_held_out_selection_and_its_own_pari
     assert parity["examples"] == 40 and "accuracy_torch" in parity  # scored on the model's own dev labels
 
 
-def test_a_benchmark_counts_an_export_done_only_with_every_file_it_asked_for(tmp_path):
-    """export writes parity.json after each file: a run killed between its fp32 and int8 files is not done, and the
-    benchmark runner exports again (`benchmarks.runner.Job.done`)."""
+def test_a_run_marks_its_own_output_complete_for_the_flags_it_ran_with(tmp_path):
+    """A recipe writes OUT/complete.json with its flags when it returns (`mobilekd.rundir.owned`); the benchmarks'
+    runner asks only that (`Job.done`): the same run is done, the same OUT under other flags is not, and a run that
+    fails in OUT takes the mark away (what it left there is no longer what the mark said)."""
     from benchmarks.runner import Job
 
-    out = tmp_path / "tflite"
-    out.mkdir()
-    job = Job("export", ["export", "--model", str(tmp_path / "student"), "--quantize", "none", "dynamic-int8",
-                         "--out", str(out)], out)
+    out = tmp_path / "student"
+    job = Job("init", ["init", "demo_student", str(out), "--seed", "0"], out)
     assert not job.done()
-    (out / "parity.json").write_text(json.dumps({"model_none.tflite": {"agreement": 1.0}}))
-    assert not job.done()  # killed after its first file
-    (out / "parity.json").write_text(json.dumps({"model_none.tflite": {}, "model_dynamic_int8.tflite": {}}))
-    assert job.done()
+    run_module("mobilekd", *job.argv)
+    assert job.done() and (out / "model.safetensors").is_file()
+    assert not Job("init", ["init", "demo_student", str(out), "--seed", "1"], out).done()
+    failed = run_module("mobilekd", "init", "demo_student", out, "--layers", "0", check=False)
+    assert failed.returncode != 0 and "no such model directory" in failed.stderr
+    assert not job.done()
 
 
 def test_a_benchmark_job_that_needs_a_run_its_plan_lacks_is_reported_not_waited_on(tmp_path, capsys):

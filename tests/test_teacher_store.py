@@ -15,7 +15,7 @@ from mobilekd.finetune.teacher_features import estimated_bytes, needed, store_ke
 from mobilekd.models.heads import MobileBertForSequenceClassification
 from mobilekd.models.hf import save_pretrained
 from mobilekd.transfer.layer_maps import layer_map
-from mobilekd.transfer.objectives import (Features, evaluate, minilm_matches, mobilebert_matches, projections_for,
+from mobilekd.transfer.objectives import (minilm_matches, mobilebert_matches, projections_for,
                                           tinybert_matches)
 
 

@@ -110,7 +110,7 @@ def transfer_labels(task, labels, teacher_logits, originals: int):
 
 @cli_entry
 def main(argv=None):
-    run_owned(parse_args(argv), run)
+    run_owned(parse_args(argv), run, argv)
 
 
 def run(args, accelerator):

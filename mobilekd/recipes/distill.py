@@ -154,7 +154,7 @@ def summary_markdown(result: dict) -> str:
 
 @cli_entry
 def main(argv=None):
-    run_owned(parse_args(argv), run)
+    run_owned(parse_args(argv), run, argv)
 
 
 def run(args, accelerator):

@@ -252,17 +252,6 @@ def multitask_files(args, tasks) -> list[tuple[str, str]]:
     return files + ([(name, f"model_{name}.tflite") for name in tasks] if args.single_task_files else [])
 
 
-def expected_files(args) -> set[str]:
-    """Every file an export of `args` writes, each a key of parity.json once checked: parity.json is rewritten
-    after each file, so an export killed midway holds some of them (benchmarks.runner's `Job.done`)."""
-    if is_seq2seq(args.model):
-        return {seq2seq_file(q) for q in args.quantize}
-    if is_multitask(args.model):
-        return {name for _, name in multitask_files(args, read_json(Path(args.model) / "multitask.json")["tasks"])}
-    early = is_early_exit(args.model) and args.head in (None, "classification")
-    return {name for _, name in routes(args)} | ({EARLY_EXIT_FILE} if early else set())
-
-
 @cli_entry
 def main(argv=None):
     args = parse_args(argv)
@@ -291,7 +280,7 @@ def main(argv=None):
         load_seq2seq(args.model)  # a bad model is named before OUT
     else:
         (load_bilstm_config if is_bilstm(args.model) else load_config)(args.model)
-    with owned(args.out or Path(args.model) / "tflite"):  # this run's OUT, no other's; checked before any conversion
+    with owned(args.out or Path(args.model) / "tflite", argv=argv):  # this run's OUT, no other's; checked before any conversion
         run(args)
 
 

@@ -54,7 +54,7 @@ def parse_args(argv=None):
 @cli_entry
 def main(argv=None):
     args = parse_args(argv)
-    with owned(args.out):  # this run's OUT, no other's; checked before any conversion
+    with owned(args.out, argv=argv):  # this run's OUT, no other's; checked before any conversion
         run(args)
 
 

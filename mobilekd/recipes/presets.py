@@ -12,6 +12,7 @@ import time
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.flags import add_length_flag, at_least
 from mobilekd.fileio import write_json
+from mobilekd.rundir import owned
 
 
 def models_table(seq_len: int = 128) -> list[dict]:
@@ -159,4 +160,6 @@ def init(argv=None):
                                        ".cache/mobilekd/pretraining)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--vocab", help="vocab.txt (default: the shipped bert-base-uncased vocab)")
-    _init(p.parse_args(argv))
+    args = p.parse_args(argv)
+    with owned(args.out, argv=argv):  # this run's OUT, marked complete when written
+        _init(args)

@@ -123,7 +123,7 @@ def attention_form(args) -> str:
 
 @cli_entry
 def main(argv=None):
-    run_owned(parse_args(argv), run)
+    run_owned(parse_args(argv), run, argv)
 
 
 def run(args, accelerator):

@@ -48,11 +48,11 @@ from pathlib import Path
 import numpy as np
 
 from mobilekd.errors import UserError, cli_entry, located
-from mobilekd.export.litert import QUANTIZATIONS, tflite_name
+from mobilekd.export.litert import QUANTIZATIONS
 from mobilekd.flags import at_least
 from mobilekd.fileio import atomic_path, file_digest, read_json, write_json
 from mobilekd.host import identity
-from mobilekd.rundir import finished_results, owned, training_host
+from mobilekd.rundir import COMPLETE, completed, finished_results, owned, training_host
 from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.finetune.selection import validation_size
 from mobilekd.finetune.teacher_features import BUDGET_GB as STORE_GB
@@ -393,7 +393,7 @@ def main(argv=None):
     if args.join:  # a worker of the parent below, which holds OUT
         search.search(*study_and_objective(), trials, timeout)
         return
-    with owned(out):  # one ship at a time in OUT: a second would fail the first's running trials as stale
+    with owned(out, argv=argv):  # one ship at a time in OUT: a second would fail the first's running trials as stale
         keep_plan(out, {"teacher": {name: without_threads(argv) for name, argv in runs.items()},
                         "candidates": [c.name for c in found], "seed": args.seed, "config": read_json(args.config),
                         "latency_ms": limit, "trials": trials})
@@ -443,13 +443,12 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
         if not scored(model):
             run_stage(f"the {name} on dev, once", ["finetune", *flags, "--model", str(model), "--eval-only",
                                                   "--out", str(model / "dev")], out)
-    parity = student / "tflite" / "parity.json"
-    if not (parity.is_file() and {tflite_name(q) for q in args.quantize} <= set(read_json(parity))):
-        run_stage("export", ["export", "--model", str(student), "--quantize", *args.quantize, "--max-len",
-                             str(b["max_len"]), "--parity-examples", "1000000", "--out", str(student / "tflite")],
-                  out)
-    # the scorings and the export: from the search's last trial to the last file's parity (any invocation's)
-    final = round(parity.stat().st_mtime - search.ended(study), 1)
+    export = ["export", "--model", str(student), "--quantize", *args.quantize, "--max-len", str(b["max_len"]),
+              "--parity-examples", "1000000", "--out", str(student / "tflite")]
+    if not completed(student / "tflite", export[1:]):
+        run_stage("export", export, out)
+    # the scorings and the export: from the search's last trial to the export's end (any invocation's)
+    final = round((student / "tflite" / COMPLETE).stat().st_mtime - search.ended(study), 1)
     s = summary(out, args.task, data, args.regression, teacher, b, chosen, rows, seconds, final)
     write_json(out / "ship.json", s)
     with atomic_path(student / "README.md") as tmp:

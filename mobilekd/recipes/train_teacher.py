@@ -85,7 +85,7 @@ def parse_args(argv=None):
 
 @cli_entry
 def main(argv=None):
-    run_owned(parse_args(argv), run)
+    run_owned(parse_args(argv), run, argv)
 
 
 def _is_head(name: str) -> bool:

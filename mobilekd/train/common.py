@@ -83,11 +83,11 @@ def train_config(args, **values) -> TrainConfig:
                                             "precision_cache": Path(args.cache_dir) / PRECISION_FILE, **values})
 
 
-def run_owned(args, run) -> None:
+def run_owned(args, run, argv: list[str] | None) -> None:
     """Set up Accelerate for the parsed flags and call `run(args, accelerator)` while this run owns --out (its
-    main process holds the OUT lock, `mobilekd.rundir`)."""
+    main process holds the OUT lock, `mobilekd.rundir`, and marks OUT complete for `argv` when `run` returns)."""
     accelerator = make_accelerator(args)
-    with owned(args.out, accelerator.is_main_process):
+    with owned(args.out, accelerator.is_main_process, argv):
         run(args, accelerator)
 
 
