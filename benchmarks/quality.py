@@ -12,8 +12,9 @@ training cost.
     python -m benchmarks.quality --collect                     # rows of the finished runs, run nothing
     python -m benchmarks.quality --table --write --plot        # table into docs/quality.md, draw docs/quality.png
 
-The plan (the teacher, the task-agnostic stages, every method and the default plan) is benchmarks/quality_plan.py,
-whose docstring describes each method; this module gathers the rows, the tables and the goals.
+The plan (the tasks, the task-agnostic stages, every method with its budget and the default plan) is data,
+configs/benchmarks/quality.toml, made into jobs by benchmarks/quality_plan.py; this module gathers the rows, the
+tables and the goals.
 
 Fine-tuning runs evaluate on dev every EVAL_POINTS-th of their steps; the evaluations (mobilekd/finetune/evaluation.py
 writes them to history.json) are the cost curves: each point's CPU-seconds are the run's own wall seconds (one
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -659,9 +661,17 @@ def plot(curves: list[dict], path: Path) -> None:
     save_png(fig, path)
 
 
+def method_list() -> str:
+    """--help's list of the plan's methods, each with its `about` (configs/benchmarks/quality.toml)."""
+    width = max(map(len, METHODS))
+    return "The methods (per task and seed):\n" + "\n".join(
+        textwrap.fill(spec["about"], 118, initial_indent=f"  {m:<{width}}  ", subsequent_indent=" " * (width + 4))
+        for m, spec in quality_plan.PLAN["methods"].items())
+
+
 def parse(argv=None) -> argparse.Namespace:
     """The command's flags; --methods all as every method."""
-    p = argparse.ArgumentParser(prog="python -m benchmarks.quality", description=f"{__doc__}\n{quality_plan.__doc__}",
+    p = argparse.ArgumentParser(prog="python -m benchmarks.quality", description=f"{__doc__}\n{method_list()}",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     comparison_flags(p, "runs/quality", RESULTS, list(TASKS), TASKS, plot="docs/quality.png")
     p.add_argument("--curves", default="docs/results/quality_cost.json", help="the cost curves' rows")

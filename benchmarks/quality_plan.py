@@ -1,290 +1,93 @@
-"""The plan of `python -m benchmarks.quality` as data and jobs: its tasks, the task-agnostic stages every task
-shares, the methods per task and seed with their budgets, and the default plan (one recipe per student family).
-
-The teacher is the demo's (all-MiniLM-L6-v2 adapted by `train-teacher --init-from`, configs/demo.json), fine-tuned
-on each task; every student learns from it. Task-agnostic stages run once and serve every task and seed:
-
-    pkt           `mobilebert_h384` by progressive knowledge transfer, PKT_STEPS (the demo's 6 x 50 + 200 is
-                  `pkt-short`, kept to measure what the longer transfer adds)
-    subset2       the teacher's layers 0 and 5 (`init --layers spread:2`, no distillation): 2 x 384
-    subset2-narrow  the same two layers with each FFN narrowed to its NARROW_FFN most important neurons of 1,536
-                  (`init ... --intermediate-size`, DynaBERT's importance: mobilekd/models/narrow.py), so that its
-                  Pixel 4 estimate fits a third of the teacher's (subset2's is 0.1 ms over it)
-    tinybert4     `tinybert4_h156` by TinyBERT's general distillation, TINYBERT_STEPS
-    bert3         the teacher's first 3 layers (`init --layers first:3`, BERT-PKD's start; --methods family)
-    distilbert    the teacher's layers 0, 3, 5 (`init --layers spread:3`) by DistilBERT's triple loss,
-                  DISTILBERT_STEPS (--methods family)
-
-Per task and seed (the seed draws the data order, the classifier's start and dropout), every run scored on the full
-dev set; a row's value is the model after the last step, not one picked on dev:
-
-    teacher        the adapted teacher fine-tuned on the whole training set (it is also the seed's KD teacher)
-    teacher-long   the same for TEACHER_LONG's epochs (SST-2: 3 against 1), a stronger teacher (on request)
-    pkt-kd         the PKT student with logit KD from the seed's teacher          (MobileBERT family)
-    pkt-kd-aug     the PKT student with logit KD alone over the augmented transfer set, as subset2-kd-aug
-                   (MobileBERT family): small tasks only
-    subset2-kd     the layer subset with logit KD                                 (the teacher's layers)
-    subset2-narrow-kd  the narrowed layer subset with logit KD                    (the teacher's layers, narrowed)
-    subset2-narrow-td  the narrowed layer subset by TinyBERT's two-step task distillation, as tinybert-td (the
-                   teacher's layers 2 and 5 matched, `layer_maps.uniform`): a start taken from the teacher and
-                   layer matching together, over the task's own examples (on request, on SUBSET_TD: SST-2)
-    subset2-narrow-td-long  the same with LONG_INTERMEDIATE_EPOCHS epochs of layer matching, as tinybert-td-long
-    subset2-kd-aug the layer subset with logit KD alone (--alpha 0) over the teacher-labelled augmented transfer
-                   set (TinyBERT's augmentation, AUGMENT copies; AUGMENTED_EPOCHS epochs): small tasks only
-    subset2-narrow-kd-aug  the narrowed layer subset the same way: small tasks only
-    subset2-narrow-kd-aug-long  the same for SET_EPOCHS' epochs over the augmented set: what longer training adds
-                   (small tasks only)
-    subset2-narrow-kd-aug-wide  the same over a wider augmented set, WIDE_AUGMENT's new copies an example, for
-                   SET_EPOCHS' epochs (0.9 times -long's steps): what more pairs add at about the same steps
-                   (where WIDE_AUGMENT has the task)
-    subset2-narrow-kd-aug-wide-long  the same for SET_EPOCHS' epochs over the wider set (3 against 2): what a
-                   third epoch over the wider set adds (where WIDE_AUGMENT has the task)
-    subset2-narrow-kd-aug-wide-longer  the same for SET_EPOCHS' epochs over the wider set (4 against 3): what a
-                   fourth epoch adds (where WIDE_AUGMENT has the task; TASK_RECIPES' narrowed-subset recipe on STS-B)
-    tinybert-td    TinyBERT's two-step task distillation, over its augmented set (AUGMENT new copies an example;
-                   none for SST-2: there the plan runs tinybert-td-aug) (TinyBERT family)
-    tinybert-td-aug  tinybert-td over an augmented set where AUGMENT has none (TD_AUGMENT: SST-2, 2 new copies an
-                   example): what TinyBERT's augmentation adds there (where TD_AUGMENT has the task; TASK_RECIPES'
-                   TinyBERT recipe on SST-2)
-    tinybert-td-wide  tinybert-td over a wider augmented set, TD_WIDE_AUGMENT's new copies an example (TinyBERT's own
-                   N), for WIDE_TD_EPOCHS' epochs of each step: what more distinct sentences add at close to the same
-                   steps (where TD_WIDE_AUGMENT has the task: CoLA)
-    tinybert-td-teacher-long  tinybert-td taught by teacher-long: what a stronger teacher adds (on request, where
-                   TEACHER_LONG has the task)
-    tinybert-td-short  tinybert-td at a smaller budget: SHORT_INTERMEDIATE_EPOCHS epochs of layer matching and
-                   AUGMENTED_EPOCHS of prediction (TinyBERT's own), against the task's 5 and 5: what that saves and
-                   costs (small tasks only)
-    tinybert-td-long  tinybert-td with LONG_INTERMEDIATE_EPOCHS epochs of layer matching (SST-2: 3 against 1): what
-                   longer matching adds (on request, where LONG_INTERMEDIATE_EPOCHS has the task)
-    tinybert-td-long-pred1  tinybert-td-long with PRED_EPOCHS epochs of the prediction step (SST-2: 1 against 2):
-                   what a shorter step 2 saves and costs (on request, where PRED_EPOCHS and tinybert-td-long have
-                   the task)
-    bilstm-kd-aug  Tang et al.'s BiLSTM with KD over its transfer set             (BiLSTM family)
-    bilstm-kd-aug-short  the same for BILSTM_EPOCHS' fewer epochs over the transfer set (3 against 10): what the
-                   BiLSTM's budget saves and costs
-    pkt            the PKT student on the labels alone   (ABLATION_TASKS only: what task KD adds)
-    pkt-short-kd   the demo's shorter PKT student + KD   (ABLATION_TASKS only: what longer transfer adds)
-    bert3-ft, bert3-kd, bert3-pkd-skip, bert3-pkd-last  BERT-PKD's student fine-tuned on the labels, with logit KD,
-                   with PKD-Skip's and PKD-Last's patience loss (--methods family, FAMILY_METHODS)
-    distilbert-ft  DistilBERT's student fine-tuned on the labels (--methods family)
-    subset2-narrow-pkd-skip  the narrowed layer subset with PKD-Skip's patience loss and KD (on request, on
-                   PATIENCE_TASKS: STS-B and CoLA)
-    tfidf, majority, model-maker (SST-2): the baselines, on the same training examples
-
-The default plan (`--methods recipes`) is the teacher, the baselines and one recipe per student family, RECIPES,
-each family's own on a task where measurement chose it (TASK_RECIPES: the narrowed subset over the wider augmented
-set on STS-B, TinyBERT over SST-2's augmented set and over CoLA's wider one, TinyBERT and the BiLSTM at smaller
-budgets on RTE); the other methods measure what a change adds (docs/quality.md). `--methods family` runs the source
-documents' family (FAMILY_METHODS) at these budgets, beside TinyBERT's and MobileBERT's runs, and the report judges
-benchmarks.methods' orderings over them (`family_orderings`).
-"""
+"""The plan of `python -m benchmarks.quality` made into jobs. The plan itself is data, configs/benchmarks/quality.toml:
+the tasks and their budgets, the task-agnostic stages every task shares, each method (its family, start, flags,
+teacher, budget and what it is) and the default plan (one recipe per student family, with the swaps measurement
+chose per task); `load(path)` reads it, and the names below are views of it for the benchmark's code. The teacher is
+the demo's (all-MiniLM-L6-v2 adapted by `train-teacher --init-from`, configs/demo.json), fine-tuned on each task;
+every student learns from it."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 from benchmarks import methods, teacher_value
 from benchmarks.runner import RESUMABLE, Job, with_needs
+from mobilekd.errors import located
+from mobilekd.fileio import REPO_ROOT
 
-# task -> (--max-len, the teacher's epochs, the students' epochs); SST-2's 67,349 examples are 2,105 steps an epoch
-TASKS = {"sst2": ("64", "1", "2"), "mrpc": ("128", "3", "5"), "stsb": ("64", "3", "5"), "cola": ("64", "3", "5"),
-         "rte": ("128", "3", "5")}
-# the students' epochs over the task's own examples (KD and the `pkt` ablation; not over an augmented set) where a
-# held-out tenth of the training set said otherwise (finetune --select-on train-slice, seed 0, docs/quality.md): on
-# MRPC both students' F1 there was highest at 0.68 epochs (PKT 0.784, the narrowed subset 0.785), 1.3 and 0.6
-# points lower at 1.4 epochs, 4.1 and 3.0 lower at 5
-OWN_SET_EPOCHS = {"mrpc": "1"}
-ABLATION_TASKS = ("sst2", "mrpc")
-PKT_STEPS = ["--layer-steps", "500", "--pd-steps", "500"]
+PLAN_FILE = REPO_ROOT / "configs" / "benchmarks" / "quality.toml"
+
+
+def load(path=PLAN_FILE) -> dict:
+    """The plan file, parsed; unreadable or not TOML, one line naming it."""
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise located(path, f"not a readable plan: {err}") from None
+
+
+PLAN = load()
+B = PLAN["budgets"]
+
+
+def _tasks_of(name: str) -> list[str]:
+    """The tasks a budgets entry names: a list's items, or a table's keys."""
+    return list(B[name])
+
+
+def _of(flag: str) -> dict:
+    """method -> its `flag` in the plan file, for the methods that set it."""
+    return {m: spec[flag] for m, spec in PLAN["methods"].items() if flag in spec}
+
+
+# task -> (--max-len, the teacher's epochs, the students' epochs)
+TASKS = {t: (v["max_len"], v["teacher_epochs"], v["student_epochs"]) for t, v in PLAN["tasks"].items()}
+AUGMENT = {t: v["augment"] for t, v in PLAN["tasks"].items()}  # new copies per example (TinyBERT)
+TRANSFER = {t: v["transfer"] for t, v in PLAN["tasks"].items()}  # BiLSTM transfer-set samples
+OWN_SET_EPOCHS = B["own_set_epochs"]
+TEACHER_LONG = B["teacher_long"]
+INTERMEDIATE_EPOCHS = B["intermediate_epochs"]
+LONG_INTERMEDIATE_EPOCHS = B["long_intermediate_epochs"]
+ABLATION_TASKS = tuple(PLAN["ablation_tasks"])
+PKT_STEPS, TINYBERT_STEPS, DISTILBERT_STEPS = PLAN["pkt_steps"], PLAN["tinybert_steps"], PLAN["distilbert_steps"]
 PKT_SHORT_STEPS = teacher_value.TRANSFER[2:]  # the demo's: --layer-steps 50 --pd-steps 200
-TINYBERT_STEPS = ["--layer-steps", "300", "--pd-steps", "200"]
-# DistilBERT's triple loss into the teacher's layers 0, 3 and 5 (the family's runs, FAMILY_METHODS): TINYBERT_STEPS'
-# flags, 3 x 300 + 200 = 1,100 steps (benchmarks.methods ran 500)
-DISTILBERT_STEPS = TINYBERT_STEPS
-# subset2-narrow's FFN width: at 1,280 of 1,536 neurons its forward pass is 0.298 of the teacher's FLOPs at sequence
-# 128 (subset2's 0.333, whose Pixel 4 estimate, 11.3 ms, is 0.337 of the teacher's 33.5): a tenth under the third
-NARROW_FFN = "1280"
-AUGMENT = {"sst2": "0", "mrpc": "4", "stsb": "4", "cola": "4", "rte": "4"}  # new copies per example (TinyBERT)
-# only where there is an augmented set (elsewhere: the -kd run)
-AUGMENTED_ONLY = ("subset2-kd-aug", "subset2-narrow-kd-aug", "pkt-kd-aug", "subset2-narrow-kd-aug-long",
-                  "subset2-narrow-kd-aug-wide", "subset2-narrow-kd-aug-wide-long", "subset2-narrow-kd-aug-wide-longer",
-                  "tinybert-td-short")
-# tinybert-td-aug's new copies an example, and the tasks it runs on: TinyBERT augments SST-2 too (20 copies,
-# huawei-noah/Pretrained-Language-Model TinyBERT/data_augmentation.py, `main`); 2 copies make SST-2's set 178,183
-# sentences, 2.65 times its own, so its 1 epoch of layer matching takes close to tinybert-td-long's 3 epochs' steps;
-# it measured +0.50 +- 0.37 points over tinybert-td-long over 3 seeds, +0.89 +- 0.61 over 5 (seeds 3-4 new to the
-# choice; docs/quality.md) for the set (2,516 s once: the masked-LM candidates of its 298,196 one-piece words) and
-# 2.6 times the prediction step's steps
-TD_AUGMENT = {"sst2": "2"}
-# subset2-narrow-kd-aug-wide's new copies an example, and the tasks it runs on: over AUGMENT's 4 the 6-epoch runs'
-# STS-B dev Pearson was flat over their last 1,676 steps (docs/quality.md); TinyBERT makes 30 on the small tasks
-# (TinyBERT/data_augmentation.py, `main`). 12 make the set about 2.7 times as large, so its 2 epochs take close to
-# -long's 6 epochs' steps over AUGMENT's: more distinct pairs, not more steps
-WIDE_AUGMENT = {"stsb": "12"}
-# tinybert-td-wide's new copies an example, and the tasks it runs on: TinyBERT's own N for CoLA (N_PER_TASK,
-# mobilekd/data/augment.py; TinyBERT/data_augmentation.py, `main`) against AUGMENT's 4, its one goal share that fails
-# (docs/quality.md); CoLA's sentences are short, so many tries repeat and are dropped: its set is 219,153 sentences,
-# 25.6 times the task's, and WIDE_TD_EPOCHS' 1 epoch of each step over it is 1.07 times tinybert-td's steps (5 + 5
-# epochs over AUGMENT's 40,858): more distinct sentences, not more steps
-TD_WIDE_AUGMENT = {"cola": "30"}
-WIDE_TD_EPOCHS = {"cola": "1"}
-# method -> its new copies an example by task, where it is not AUGMENT's (`copies`)
-COPIES = {"tinybert-td-aug": TD_AUGMENT, "tinybert-td-wide": TD_WIDE_AUGMENT,
-          "subset2-narrow-kd-aug-wide": WIDE_AUGMENT, "subset2-narrow-kd-aug-wide-long": WIDE_AUGMENT,
-          "subset2-narrow-kd-aug-wide-longer": WIDE_AUGMENT}
-# the methods that train over the augmented set where AUGMENT has one
-AUGMENTED = ("tinybert-td", "tinybert-td-teacher-long", "tinybert-td-long", "tinybert-td-long-pred1",
-             *AUGMENTED_ONLY)
-# teacher-long's epochs, and the tasks it and the students it teaches run on: SST-2's teacher is fine-tuned for 1
-# epoch (the others for 3); 3 epochs gave +1.0 points and its TinyBERT student -1.0 (3 seeds, docs/quality.md)
-TEACHER_LONG = {"sst2": "3"}
-# the AUGMENTED_ONLY methods' epochs over the augmented set (SET_EPOCHS where named); a pair's set is up to
-# 1 + 2 x 4 times the task's, 8.8 x on STS-B: 3 epochs over it are 5.3 x the steps of subset2-kd's 5
-AUGMENTED_EPOCHS = "3"
-# subset2-narrow-kd-aug-long's epochs over the augmented set: at 3, STS-B's dev Pearson still rose over the third
-# epoch (seeds 0-2: +0.024, +0.012, +0.011 from step 3,360 to the last, 4,758), as the learning rate decayed
-# subset2-narrow-kd-aug-wide-long's: over -wide's 2, STS-B's dev Pearson still rose over its last two evaluations
-# (seeds 0-2: +0.44, +0.70, +0.68 points from step 6,790 to 8,548); -wide-longer's: over -wide-long's 3, it still
-# moved over its last two evaluations (seeds 0-2: +0.56, -0.06, +0.51 points); a fourth added +0.90 +- 0.13, and
-# over its own last two evaluations it moved +0.58, +0.43 and +0.02 (steps 13,587 to 17,096)
-SET_EPOCHS = {"subset2-narrow-kd-aug-long": "6", "subset2-narrow-kd-aug-wide": "2",
-              "subset2-narrow-kd-aug-wide-long": "3", "subset2-narrow-kd-aug-wide-longer": "4"}
-INTERMEDIATE_EPOCHS = {"sst2": "1"}  # TinyBERT's step 1 (default: the students' epochs)
-# tinybert-td-long's step 1, and the tasks it runs on: SST-2's 1 epoch of layer matching is the shortest of the
-# plan's (the others match for 5 over their augmented sets; TinyBERT's README, huawei-noah/Pretrained-Language-Model
-# TinyBERT/README.md, task distillation step 1: `--num_train_epochs 10`), and its dev accuracy was flat over the last
-# third of the prediction step: 3 epochs added 0.50 +- 0.36 points over 1 over 3 seeds, a tie over 5 (+0.37 +- 0.42;
-# docs/quality.md)
-LONG_INTERMEDIATE_EPOCHS = {"sst2": "3"}
-# tinybert-td-long-pred1's step 2 (prediction-layer distillation), and the tasks it runs on: TinyBERT's README runs it
-# for 3 epochs (huawei-noah/Pretrained-Language-Model TinyBERT/README.md, `--pred_distill ... --num_train_epochs 3`),
-# but over tinybert-td-long's 2 on SST-2 dev accuracy peaked 1.25-1.5 epochs in on every seed (0.8773, 0.8761,
-# 0.8819) and ended 0.45 points lower on average; one epoch, its learning rate decayed to zero within it, measured
-# -0.46 +- 0.50 points against 2 (a tie, 3 seeds, docs/quality.md): the peaks were the dev set's noise, and the
-# recipe keeps 2. It runs where tinybert-td-long does.
-PRED_EPOCHS = {"sst2": "1"}
-# method -> its students' epochs by task, where set apart
-STEP_EPOCHS = {"tinybert-td-long-pred1": PRED_EPOCHS, "tinybert-td-wide": WIDE_TD_EPOCHS}
-LONG_MATCHING = ("tinybert-td-long", "tinybert-td-long-pred1", "subset2-narrow-td-long")  # LONG_INTERMEDIATE_EPOCHS'
-# the narrowed subset by TinyBERT's two steps: the tasks it runs on (over the task's own examples; SST-2 has no
-# augmented set), with and without longer matching, so that the -long run has its 1-epoch run beside it
-SUBSET_TD = ("sst2",)
-# tinybert-td-short's step 1 (its step 2: AUGMENTED_EPOCHS, the 3 of TinyBERT's README, huawei-noah/Pretrained-
-# Language-Model TinyBERT/README.md, task distillation, `--pred_distill ... --num_train_epochs 3`; its step 1 there
-# is 10 epochs over a set of about 20 copies an example): tinybert-td's 5 + 5 over the pair tasks' 9-fold sets are
-# its costliest runs (MRPC 3,322 + 1,745 s), and its MRPC F1 rose through the whole prediction step
-SHORT_INTERMEDIATE_EPOCHS = "2"
-TRANSFER = {"sst2": "2", "mrpc": "10", "stsb": "10", "cola": "10", "rte": "10"}  # BiLSTM transfer-set samples
-EVAL_POINTS = 8
-PLOT_TASKS = ("sst2", "mrpc")  # the cost curves drawn: SST-2 and a pair task (all are in the rows)
-TEACHER_LR, STUDENT_LR = teacher_value.TEACHER_LR, teacher_value.STUDENT_LR
-BILSTM = ["--embedding-size", "64", "--loss", "kd"]
-# the BiLSTM's epochs over its transfer set, per method: 10 (`mobilekd bilstm`'s default; the official configs'
-# 30, confs/birnn_sst2.json, are over a set 10-20 times the training set); -short: 3, to measure what the BiLSTM's
-# 6.1 of the default plan's 31.3 single-thread hours before it (docs/quality.md) can spare
-BILSTM_EPOCHS = {"bilstm-kd-aug": "10", "bilstm-kd-aug-short": "3"}
-
-TASK_DISTILLATION = ["--method", "tinybert"]  # TinyBERT's two steps: layer matching, then the prediction layer
+NARROW_FFN = PLAN["narrow_ffn"]
+AUGMENTED_EPOCHS = PLAN["epochs"]["augmented"]
+SHORT_INTERMEDIATE_EPOCHS = PLAN["epochs"]["short_intermediate"]
+TASK_DISTILLATION = PLAN["task_distillation"]
 # method -> (student family, its start (a stage), finetune flags beyond the shared ones, the teacher method whose
 # run of the same task and seed teaches it task KD, or None)
-METHODS = {
-    "teacher": ("teacher", "adapt", [], None),
-    "teacher-long": ("teacher", "adapt", [], None),
-    "pkt-kd": ("mobilebert", "pkt", ["--method", "kd"], "teacher"),
-    "pkt-kd-aug": ("mobilebert", "pkt", ["--method", "kd", "--alpha", "0"], "teacher"),
-    "subset2-kd": ("subset2", "subset2", ["--method", "kd"], "teacher"),
-    "subset2-kd-aug": ("subset2", "subset2", ["--method", "kd", "--alpha", "0"], "teacher"),
-    "subset2-narrow-kd": ("subset2-narrow", "subset2-narrow", ["--method", "kd"], "teacher"),
-    "subset2-narrow-kd-aug": ("subset2-narrow", "subset2-narrow", ["--method", "kd", "--alpha", "0"], "teacher"),
-    "subset2-narrow-td": ("subset2-narrow", "subset2-narrow", TASK_DISTILLATION, "teacher"),
-    "subset2-narrow-td-long": ("subset2-narrow", "subset2-narrow", TASK_DISTILLATION, "teacher"),
-    "subset2-narrow-kd-aug-long": ("subset2-narrow", "subset2-narrow", ["--method", "kd", "--alpha", "0"],
-                                   "teacher"),
-    "subset2-narrow-kd-aug-wide": ("subset2-narrow", "subset2-narrow", ["--method", "kd", "--alpha", "0"],
-                                   "teacher"),
-    "subset2-narrow-kd-aug-wide-long": ("subset2-narrow", "subset2-narrow", ["--method", "kd", "--alpha", "0"],
-                                        "teacher"),
-    "subset2-narrow-kd-aug-wide-longer": ("subset2-narrow", "subset2-narrow", ["--method", "kd", "--alpha", "0"],
-                                          "teacher"),
-    "tinybert-td": ("tinybert", "tinybert4", TASK_DISTILLATION, "teacher"),
-    "tinybert-td-teacher-long": ("tinybert", "tinybert4", TASK_DISTILLATION, "teacher-long"),
-    "tinybert-td-long": ("tinybert", "tinybert4", TASK_DISTILLATION, "teacher"),
-    "tinybert-td-long-pred1": ("tinybert", "tinybert4", TASK_DISTILLATION, "teacher"),
-    "tinybert-td-aug": ("tinybert", "tinybert4", TASK_DISTILLATION, "teacher"),
-    "tinybert-td-wide": ("tinybert", "tinybert4", TASK_DISTILLATION, "teacher"),
-    "tinybert-td-short": ("tinybert", "tinybert4", TASK_DISTILLATION, "teacher"),
-    "bilstm-kd-aug": ("bilstm", None, [], "teacher"),
-    "bilstm-kd-aug-short": ("bilstm", None, [], "teacher"),
-    "pkt": ("mobilebert", "pkt", ["--method", "ft"], None),
-    "pkt-short-kd": ("mobilebert", "pkt-short", ["--method", "kd"], "teacher"),
-    "bert3-ft": ("bert3", "bert3", ["--method", "ft"], None),
-    "bert3-kd": ("bert3", "bert3", ["--method", "kd"], "teacher"),
-    "bert3-pkd-skip": ("bert3", "bert3", ["--method", "pkd-skip"], "teacher"),
-    "bert3-pkd-last": ("bert3", "bert3", ["--method", "pkd-last"], "teacher"),
-    "distilbert-ft": ("distilbert", "distilbert", ["--method", "ft"], None),
-    "subset2-narrow-pkd-skip": ("subset2-narrow", "subset2-narrow", ["--method", "pkd-skip"], "teacher"),
-}
-# subset2-narrow-pkd-skip's tasks: BERT-PKD's patience loss on the student within a third of the teacher's latency,
-# where on the teacher's first 3 layers PKD-Skip held over KD by the most (STS-B +17.3 +- 9.8 Pearson points, CoLA
-# +3.3 +- 2.6 Matthews, 3 seeds; docs/quality.md) and where a goal fails or the subset's KD keeps least (CoLA's 90%;
-# STS-B's 52% over its own pairs)
-PATIENCE_TASKS = ("stsb", "cola")
-# the source documents' family at these budgets (--methods family; benchmarks.methods ran it on 1,000 examples a
-# task): BERT-PKD's students, the teacher's first 3 layers by FT, KD, PKD-Skip and PKD-Last, and DistilBERT's,
-# layers 0, 3, 5 distilled task-agnostically then fine-tuned; TinyBERT and MobileBERT are their families' rows above.
-# Not timed (no SST-2 run): 3 x 384 students are half the teacher's Pixel 4 estimate (docs/methods.md), above the
-# third the issue's goals allow
-FAMILY_METHODS = ("bert3-ft", "bert3-kd", "bert3-pkd-skip", "bert3-pkd-last", "distilbert-ft")
-FAMILY = "family"  # --methods' name of FAMILY_METHODS
-# benchmarks.methods' methods -> the runs here that stand for them (`family_method`)
-AS_METHODS = {"ft": "bert3-ft", "kd": "bert3-kd", "pkd-skip": "bert3-pkd-skip", "pkd-last": "bert3-pkd-last",
-              "distilbert": "distilbert-ft", "tinybert-aug": "tinybert-td", "mobilebert": "pkt"}
-# the methods that run only on some tasks: method -> those tasks
-ONLY_ON = {"teacher-long": TEACHER_LONG, "tinybert-td-teacher-long": TEACHER_LONG,
-           "tinybert-td-long": LONG_INTERMEDIATE_EPOCHS,
-           "tinybert-td-long-pred1": [t for t in PRED_EPOCHS if t in LONG_INTERMEDIATE_EPOCHS],
-           "tinybert-td-aug": TD_AUGMENT, "tinybert-td-wide": TD_WIDE_AUGMENT,
-           "subset2-narrow-kd-aug-wide": WIDE_AUGMENT,
-           "subset2-narrow-kd-aug-wide-long": WIDE_AUGMENT, "subset2-narrow-kd-aug-wide-longer": WIDE_AUGMENT,
-           "subset2-narrow-td": SUBSET_TD, "subset2-narrow-pkd-skip": PATIENCE_TASKS,
-           "subset2-narrow-td-long": [t for t in SUBSET_TD if t in LONG_INTERMEDIATE_EPOCHS]}
-ABLATIONS = ("pkt", "pkt-short-kd")
-# the default plan, the issue's table: the teacher and one recipe per student family (with TASK_RECIPES' swaps:
-# --methods recipes); the other methods measure what a change adds (--methods NAME ... or all), outside the 6 hours
-# the issue gives the benchmark
-RECIPES = ("teacher", "pkt-kd", "subset2-narrow-kd", "tinybert-td", "bilstm-kd-aug")
-# a family's recipe on a task where measurement chose another method of the family (docs/quality.md): on STS-B the
-# narrowed subset keeps 96% of the teacher over the wider augmented set (WIDE_AUGMENT) for 4 epochs, +0.90 +- 0.13
-# Pearson points over 3 (-wide-long, itself +1.09 +- 0.43 over 2: -wide, itself +1.58 +- 0.67 over AUGMENT's set for
-# 6 epochs at about as many steps), 92% over AUGMENT's and 52% over the task's own pairs; on SST-2 TinyBERT over the
-# augmented set (TD_AUGMENT) adds 0.89 +- 0.61 points over 3 epochs of layer matching on the task's own sentences
-# (tinybert-td-long, itself +0.37 +- 0.42 over 1, a tie; 5 seeds each); on CoLA TinyBERT over TinyBERT's own 30
-# copies a sentence (TD_WIDE_AUGMENT) has the higher mean, +1.5 +- 1.7 Matthews points over AUGMENT's 4 seed by seed
-# (a tie, 3 seeds) at close to the same steps and cost, and keeps 75% of the teacher against 71%; on RTE, where
-# TinyBERT's student sits at the majority class at any budget measured, 2 + 3 epochs of its two steps
-# (tinybert-td-short) tie 5 + 5 (+0.36 +- 0.62 points, 3 seeds) at 0.43 of the seconds a run of their own, and the
-# BiLSTM's 3 epochs over its transfer set (bilstm-kd-aug-short) are 0.60 +- 0.42 points above its 10 (3 seeds) at
-# 0.36 of a run's seconds (the 10 on an Intel Xeon); on MRPC and CoLA 3 epochs tie 10 with lower means (-1.2 and
-# -3.1 points), on SST-2 and STS-B they cost 0.9 +- 0.1 and 1.1 +- 0.5 points (holds): there the BiLSTM keeps 10
-TASK_RECIPES = {"stsb": {"subset2-narrow-kd": "subset2-narrow-kd-aug-wide-longer"},
-                "sst2": {"tinybert-td": "tinybert-td-aug"}, "cola": {"tinybert-td": "tinybert-td-wide"},
-                "rte": {"tinybert-td": "tinybert-td-short", "bilstm-kd-aug": "bilstm-kd-aug-short"}}
-DEFAULT = "recipes"  # --methods' name of the default plan: RECIPES, as TASK_RECIPES gives them on each task
+METHODS = {m: (spec["family"], spec.get("start"), spec.get("flags", []), spec.get("teacher"))
+           for m, spec in PLAN["methods"].items()}
+COPIES = {m: B[table] for m, table in _of("copies").items()}  # its new copies by task, where not AUGMENT's
+AUGMENTED_ONLY = tuple(_of("augmented_only"))  # over an augmented set alone: only where there is one
+AUGMENTED = (*_of("augmented"), *AUGMENTED_ONLY)  # over AUGMENT's set where the task has one
+SET_EPOCHS = _of("set_epochs")
+STEP_EPOCHS = {m: B[table] for m, table in _of("step_epochs").items()}  # its students' epochs by task
+LONG_MATCHING = tuple(_of("long_matching"))
+ONLY_ON = {m: [t for t in TASKS if all(t in _tasks_of(n) for n in names)] for m, names in _of("only_on").items()}
+ABLATIONS = tuple(_of("ablation"))
+BILSTM_EPOCHS = _of("bilstm_epochs")
+BILSTM = PLAN["bilstm"]
+EVAL_POINTS = PLAN["eval_points"]
+PLOT_TASKS = tuple(PLAN["plot_tasks"])
+TEACHER_LR, STUDENT_LR = teacher_value.TEACHER_LR, teacher_value.STUDENT_LR
+FAMILY_METHODS = tuple(PLAN["plans"]["family_methods"])
+FAMILY = PLAN["family"]
+AS_METHODS = PLAN["as_methods"]
+RECIPES = tuple(PLAN["plans"]["recipes"])
+TASK_RECIPES = PLAN["task_recipes"]
+DEFAULT = PLAN["default"]
 SWAPS = "; ".join(f"{new} for {old} on {task}" for task, swap in TASK_RECIPES.items() for old, new in swap.items())
-BASELINES = ("tfidf", "majority", "model-maker")
-FAMILIES = {"teacher": "all-MiniLM-L6-v2 (adapted), 6 x 384", "mobilebert": "mobilebert_h384 (PKT)",
-            "subset2": "teacher layers 0, 5 (2 x 384)",
-            "subset2-narrow": f"teacher layers 0, 5, FFN {NARROW_FFN} of 1536 (2 x 384)", "tinybert": "tinybert4_h156",
-            "bilstm": "BiLSTM (Tang et al.)", "bert3": "teacher layers 0-2 (3 x 384)",
-            "distilbert": "teacher layers 0, 3, 5 by DistilBERT (3 x 384)"}
-EXPORTED = {"teacher": "teacher", "mobilebert": "pkt-kd", "subset2": "subset2-kd",
-            "subset2-narrow": "subset2-narrow-kd", "tinybert": "tinybert-td",
-            "bilstm": "bilstm-kd-aug"}  # family -> the method whose SST-2 model is exported and timed, but for
-# TASK_RECIPES' SST-2 swap where it is planned (measurement_jobs)
+BASELINES = tuple(PLAN["baselines"])
+FAMILIES = {f: v["student"].format(narrow_ffn=NARROW_FFN) for f, v in PLAN["families"].items()}
+# family -> the method whose SST-2 model is exported and timed, but for TASK_RECIPES' SST-2 swap where it is
+# planned (measurement_jobs)
+EXPORTED = {f: v["exported"] for f, v in PLAN["families"].items() if "exported" in v}
 ORDER = [*METHODS, *BASELINES]
-MODEL_MAKER = "average word embedding"  # Model Maker's rows' student
+MODEL_MAKER = PLAN["model_maker"]
 TIMED = {**FAMILIES, "model-maker": MODEL_MAKER}  # the `student` of the rows whose file each family's timing is
-RESULTS = "docs/results/quality.json"  # the benchmark's rows (--results), relative to the repository
+RESULTS = PLAN["results"]
 
 
 def stage_dirs(out: Path) -> dict[str, Path]:

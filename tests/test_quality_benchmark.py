@@ -1,6 +1,6 @@
-"""benchmarks.quality and its plan (benchmarks/quality_plan.py): the rows it takes from each run, the timings and
-costs it charges, the students it judges, the runs each plan holds; on small rows written here, not the committed
-ones (those are tests/test_results_tables.py's)."""
+"""benchmarks.quality and its plan (configs/benchmarks/quality.toml, made into jobs by benchmarks/quality_plan.py):
+the rows it takes from each run, the timings and costs it charges, the students it judges, the runs each plan holds;
+on small rows written here, not the committed ones (those are tests/test_results_tables.py's)."""
 
 import pytest
 
@@ -445,7 +445,7 @@ def test_quality_plans_the_issues_table_by_default_and_every_method_on_request(t
         drop = {i for f in ("--epochs", "--eval-every", "--out") for i in (a.index(f), a.index(f) + 1)}
         return [x for i, x in enumerate(a) if i not in drop]
     assert rest(long) == rest(argv)
-    # its wider run (STS-B only): -long's argv but for WIDE_AUGMENT's copies over fewer epochs, so that its steps
+    # its wider run (STS-B only): -long's argv but for wide_augment's copies over fewer epochs, so that its steps
     # (copies + 1 an example an epoch, up to the pairs' two columns) stay within a tenth of -long's
     wide = {j.name: j.argv for j in quality.jobs(tmp_path, ["stsb", "mrpc"], [0],
                                                   ["subset2-narrow-kd-aug-long", "subset2-narrow-kd-aug-wide"])}
