@@ -186,3 +186,9 @@ def test_inner_floors_import_only_downwards(tmp_path):
     assert _back_up_imports(package) == ["mobilekd.data.augment imports mobilekd.train.precision",
                                          "mobilekd.export.x imports mobilekd.train.loop",
                                          "mobilekd.host imports mobilekd.data.tasks"]
+
+
+def test_the_benchmarks_runner_knows_no_recipe():
+    """A run marks its own output complete (`mobilekd.rundir.owned`): the runner asks `completed`, and imports no
+    recipe to learn what one writes."""
+    assert not [name for name in _imports(ROOT / "benchmarks" / "runner.py") if name.startswith("mobilekd.recipes")]

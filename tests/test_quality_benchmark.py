@@ -638,3 +638,19 @@ def test_quality_runs_the_family_at_its_budgets_and_judges_the_source_documents_
     assert len(lines) == 2 + len(methods.ORDERINGS) and VERDICTS not in quality.family_orderings(rows)
     assert quality.family_orderings(run("rte", "teacher", [0.55])) == ""
     assert quality.report(rows).count(VERDICTS) == 1
+
+
+def test_the_plan_file_declares_every_method_the_plans_name_and_a_bad_one_is_one_line(tmp_path):
+    """configs/benchmarks/quality.toml is the plan: every method a plan, a swap or an export names is declared there
+    with a family the rows know, and a plan file that is not TOML is refused naming the file."""
+    from benchmarks import quality_plan as qp
+    from mobilekd.errors import UserError
+
+    named = {*qp.RECIPES, *qp.FAMILY_METHODS, *qp.AS_METHODS.values(), *qp.EXPORTED.values(),
+             *(m for swap in qp.TASK_RECIPES.values() for pair in swap.items() for m in pair)}
+    assert named <= set(qp.METHODS) and {f for f, *_ in qp.METHODS.values()} <= set(qp.FAMILIES)
+    assert all(spec["about"] for spec in qp.PLAN["methods"].values())
+    bad = tmp_path / "plan.toml"
+    bad.write_text("[methods\n")
+    with pytest.raises(UserError, match=f"{bad}: not a readable plan"):
+        qp.load(bad)
