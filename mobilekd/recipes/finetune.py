@@ -164,8 +164,10 @@ def parse_args(argv=None):
     if args.select_on == "auto":  # a split to choose on only where there is a choice to make
         args.select_on = "none" if args.eval_every == 0 else "validation"
     train_config(args)  # bad training flags are refused before any work
-    # the learning rate's default depends on the model's size, known once it is loaded (default_lr)
-    return fill_unset(args, {k: v for k, v in DEFAULTS[args.task].items() if k != "lr"})
+    # the defaults the task and the method give, filled here once; the learning rate's depends on the model's size
+    # and is filled once the model is loaded (`default_lr`, in run)
+    fill_unset(args, {k: v for k, v in DEFAULTS[args.task].items() if k != "lr"})
+    return fill_unset(args, method_flags(args.method))
 
 
 @cli_entry
@@ -244,7 +246,6 @@ def run(args, accelerator):
         raise UserError(f"{data}: the training split has unlabelled rows")
     steps_per_epoch = math.ceil(len(train_split) / args.batch_size)
     steps = args.max_steps or max(1, round(args.epochs * steps_per_epoch))
-    fill_unset(args, method_flags(args.method))
     if args.patience_weight and task.head != "classification":
         raise UserError(f"--patience-weight (BERT-PKD) needs a classification or regression task, not {task.name}")
     teacher = None if foreign or not args.teacher else \
@@ -364,12 +365,11 @@ def foreign_teacher(args, task) -> ForeignTeacher:
     if task.head == "qa":
         raise UserError(f"{args.teacher}: a transformers {model_type(args.teacher)} teacher is read as a sequence "
                         f"classifier; SQuAD needs a BERT-family teacher")
-    flags = method_flags(args.method)
-    if (args.patience_weight if args.patience_weight is not None else flags["patience_weight"]):
+    if args.patience_weight:
         raise UserError(layer_matching_refusal(args.teacher, "BERT-PKD's patience loss"))
-    if flags["intermediate"]:
+    if args.intermediate:
         raise UserError(layer_matching_refusal(args.teacher, "MobileBERT's progressive transfer (--method pkt-td)"
-                                               if flags["intermediate"] == "pkt" else
+                                               if args.intermediate == "pkt" else
                                                "TinyBERT's intermediate step (--method tinybert)"))
     return load_foreign_teacher(args.teacher, task, args.max_len)
 
