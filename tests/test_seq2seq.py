@@ -361,6 +361,36 @@ def test_a_student_with_a_validation_split_is_evaluated_there_and_scores_dev_onc
     assert len((out / "dev_generations.jsonl").read_text().splitlines()) == 8
 
 
+def test_a_cmlm_teacher_and_its_student_hold_out_the_same_validation_pairs(demo_teacher_dir, tmp_path):
+    """`mobilekd cmlm --validation-fraction F --validation-seed S` trains the teacher without a carved split and
+    scores it there (what a choice of its learning rate reads) and on dev; a student of another --seed with the same
+    F and S holds out the very same pairs, so its validation split is one its teacher never trained on."""
+    data = pairs_folder(tmp_path / "pairs", "correction", 64, 8)
+    teacher, student = tmp_path / "teacher", tmp_path / "student"
+    split = ["--validation-fraction", 0.25, "--validation-seed", 0]
+    run_module("mobilekd", "cmlm", "--teacher", demo_teacher_dir, "--task", "pairs", "--data", data, "--max-len", 48,
+               "--max-steps", 2, "--batch-size", 8, *split, "--out", teacher)
+    scored = json.loads((teacher / "results.json").read_text())
+    assert list(scored["metrics"]) == ["dev", "validation"]  # dev first: what the rows and the card read
+    assert scored["best_score"] == scored["metrics"]["validation"]["token_accuracy"]
+    run_module("mobilekd", "seq2seq", "--task", "pairs", "--data", data, "--method", "cmlm", "--teacher", teacher,
+               "--preset", "seq2seq_micro", "--max-len", 48, "--max-steps", 2, "--batch-size", 8, "--seed", 1, *split,
+               "--out", student)
+    result = json.loads((student / "results.json").read_text())
+    assert result["validation_split"] == scored["validation_split"] and result["validation_split"]["seed"] == 0
+    assert result["train_pairs"] == scored["train_pairs"] == 64 - scored["validation_split"]["size"]
+    generated = (student / "validation_generations.jsonl").read_text().splitlines()
+    sources = {json.loads(line)["source"] for line in generated}
+    from mobilekd.data.pairs import load_pairs
+    from mobilekd.finetune.selection import carve_pairs
+
+    held = carve_pairs(load_pairs("pairs", data).train, 0, 0.25).validation
+    assert sources == {p.source for p in held}
+    bad = run_module("mobilekd", "cmlm", "--teacher", demo_teacher_dir, "--task", "pairs", "--data", data,
+                     "--validation-fraction", 1.5, "--out", tmp_path / "bad", check=False)
+    assert "--validation-fraction must lie in [0, 1), got 1.5" in one_line_error(bad)
+
+
 def test_a_seq2seq_directory_that_does_not_fit_is_refused_in_one_line(tokenizer, tmp_path):
     from mobilekd.errors import UserError
     from mobilekd.models.seq2seq import save_seq2seq

@@ -11,6 +11,10 @@ The teacher (a masked LM: `mobilekd train-teacher`'s OUT, the demo's adapted all
 masked-LM decoder becomes an output layer of its own (`MobileBertForConditionalMLM`). After training, every dev
 target position is predicted once with its neighbours visible (the soft targets' pass) and OUT/results.json
 records the teacher's token accuracy and perplexity there: how well it knows what the student will be taught.
+With --validation-fraction the teacher trains without a validation split carved from the training pairs and is
+scored on it too (what a choice of its learning rate or epochs reads); given the same fraction and
+--validation-seed, `mobilekd seq2seq` holds out the same pairs, so the students' validation split is one their
+teacher never trained on.
 
 Official settings and ours: AdamW with linear warm-up and decay and weight decay 0.01 off biases and LayerNorms, as
 there (BertAdam / FusedAdam with `warmup_linear`); lr 5e-5 (the README's command); 10% warm-up (the script's
@@ -29,17 +33,19 @@ from pathlib import Path
 
 from mobilekd.data.cmlm import CMLMSplit, check_positions
 from mobilekd.data.pairs import MAX_LEN, PAIR_TASKS, load_pairs
-from mobilekd.data.seq2seq import encode_task
+from mobilekd.data.seq2seq import encode_pairs, encode_task
 from mobilekd.data.tasks import BERT_LR, training_subset
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import cli_entry, located
 from mobilekd.fileio import write_json
 from mobilekd.finetune.cmlm import cmlm_loss, copies_pass, pass_precision, teacher_score
+from mobilekd.finetune.selection import VALIDATION, carve_pairs
 from mobilekd.models.bilstm import is_bilstm
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained, saved_names
 from mobilekd.models.seq2seq import is_seq2seq
 from mobilekd.models.pretrained import model_dir
-from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
+from mobilekd.train.common import (add_task_flags, add_training_flags, add_validation_flags, check_task_flags,
+                                   check_validation_flags, run_owned, train_config)
 from mobilekd.train.loop import Stage, run_plan
 from mobilekd.train.precision import describe
 
@@ -53,9 +59,11 @@ def parse_args(argv=None):
                    help="a pre-trained masked LM (mobilekd train-teacher's OUT, or a transformers BERT with its MLM "
                         "head) whose vocabulary the student will share")
     add_task_flags(p, epochs=10, lr=BERT_LR, tasks=list(PAIR_TASKS), lengths=LENGTHS)
+    add_validation_flags(p, reads="the teacher is scored")
     add_training_flags(p, out="runs/cmlm-teacher", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
     check_task_flags(args, MAX_LEN)
+    check_validation_flags(args)
     train_config(args)
     return args
 
@@ -94,25 +102,40 @@ def run(args, accelerator):
     model, tokenizer = load_masked_lm(args.teacher)
     check_positions(args.teacher, model.config.max_position_embeddings, args.max_len)
     train_pairs = training_subset(task.train, args.max_train_examples, args.subset_seed)
-    train, train_pairs, dev, _ = encode_task(task, tokenizer, args.max_len, train_pairs)
+    carved = (carve_pairs(train_pairs, args.validation_seed, args.validation_fraction) if args.validation_fraction
+              else None)
+    train, train_pairs, dev, _ = encode_task(task, tokenizer, args.max_len, carved.train if carved else train_pairs)
+    scored = {"dev": dev}  # dev first: the score the model card and the rows read
+    if carved:
+        scored[VALIDATION] = encode_pairs(carved.validation, tokenizer, args.max_len, task.user_file,
+                                          f"{task.name} validation")[0]
+        print(f"validation split: {len(scored[VALIDATION])} of {len(train) + len(scored[VALIDATION])} training pairs "
+              f"held out ({carved.record['rule']})")
     split = CMLMSplit(train, tokenizer, args.seed)
     steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(split) / args.batch_size)))
     stage = Stage(name="cmlm", steps=steps, loss=cmlm_loss, lr=args.lr, warmup=args.warmup)
     cfg = train_config(args, eval_every=0, run={
         "teacher": str(args.teacher), "task": task.name, "lr": args.lr, "max_len": args.max_len,
-        "train_pairs": len(train), "subset_seed": args.subset_seed})
+        "train_pairs": len(train), "subset_seed": args.subset_seed,
+        **({"validation_fraction": args.validation_fraction, "validation_seed": args.validation_seed} if carved
+           else {})})
     model.to(accelerator.device)
     summaries = run_plan([stage], model, split, cfg, accelerator, resume=args.resume)
     if accelerator.is_main_process:
         out = Path(args.out)
         save_pretrained(model, out, tokenizer, "cmlm")
         precision = pass_precision(model, dev, tokenizer, args.mixed_precision, cfg.precision_cache)
-        score = teacher_score(copies_pass(model, dev, tokenizer, precision=precision["precision"]), dev)
-        print(f"{task.name}: C-MLM teacher on dev targets: token accuracy {score['token_accuracy']:.4f}, "
-              f"perplexity {score['perplexity']:.2f} (its pass {describe(precision)}); in {out}")
+        metrics = {name: teacher_score(copies_pass(model, pairs, tokenizer, precision=precision["precision"]), pairs)
+                   for name, pairs in scored.items()}
+        for name, score in metrics.items():
+            print(f"{task.name}: C-MLM teacher on {name} targets: token accuracy {score['token_accuracy']:.4f}, "
+                  f"perplexity {score['perplexity']:.2f}")
+        print(f"(its pass {describe(precision)}); in {out}")
+        chosen_on = VALIDATION if carved else "dev"  # the score a choice of teacher reads
         write_json(out / "results.json", {
-            "task": task.name, "method": "cmlm-teacher", "teacher": str(args.teacher), "metrics": {"dev": score},
-            "best_metric": "token_accuracy", "best_score": score["token_accuracy"], "steps": steps,
+            "task": task.name, "method": "cmlm-teacher", "teacher": str(args.teacher), "metrics": metrics,
+            "best_metric": "token_accuracy", "best_score": metrics[chosen_on]["token_accuracy"], "steps": steps,
+            **({"validation_split": carved.record} if carved else {}),
             "train_pairs": len(train), "dev_pairs": len(dev), "max_len": args.max_len, "lr": args.lr,
             "score_precision": precision["precision"], "wall_seconds": round(time.time() - start, 1),
             "training": summaries, "complete": True})

@@ -55,8 +55,8 @@ from mobilekd.models.bilstm import is_bilstm
 from mobilekd.models.seq2seq import SEQ2SEQ_PRESETS, is_seq2seq, new_seq2seq, save_seq2seq
 from mobilekd.models.word_table import teacher_table
 from mobilekd.recipes.cmlm import LENGTHS
-from mobilekd.train.common import PRECISION_FILE, add_task_flags, add_training_flags, check_task_flags, run_owned, \
-    train_config
+from mobilekd.train.common import (PRECISION_FILE, add_task_flags, add_training_flags, add_validation_flags,
+                                   check_task_flags, check_validation_flags, run_owned, train_config)
 from mobilekd.train.loop import Stage, run_plan
 from mobilekd.train.precision import describe
 
@@ -91,11 +91,7 @@ def parse_args(argv=None):
                    help="decode dev greedily every N steps, into history.json (default 0: once, at the end)")
     p.add_argument("--beam", type=int, default=BEAM, help=f"beam size of the final dev decoding (default {BEAM}; "
                                                           f"1: greedy only)")
-    p.add_argument("--validation-fraction", type=float, default=0.0,
-                   help="hold out this share of the training pairs (at most 2,000; pairs linked by a shared "
-                        "sentence on one side) as a validation split: every evaluation and the final scores a "
-                        "choice reads (alpha, epochs, beam) are on it, and dev is scored once, after training "
-                        "(default 0: none, the evaluations on dev)")
+    add_validation_flags(p, reads="every evaluation and the final scores a choice reads (alpha, epochs, beam) are")
     add_training_flags(p, out="runs/seq2seq", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
     check_task_flags(args, MAX_LEN)
@@ -113,8 +109,7 @@ def parse_args(argv=None):
     at_least("--topk", args.topk, 1)
     at_least("--beam", args.beam, 1)
     at_least("--eval-every", args.eval_every, 0)
-    if not 0 <= args.validation_fraction < 1:
-        p.error(f"--validation-fraction must lie in [0, 1), got {args.validation_fraction}")
+    check_validation_flags(args)
     train_config(args)
     return args
 
@@ -157,7 +152,8 @@ def run(args, accelerator):
     else:
         tokenizer = load_tokenizer(args.tokenizer or DEFAULT_VOCAB)
     train_pairs = training_subset(task.train, args.max_train_examples, args.subset_seed)
-    carved = carve_pairs(train_pairs, args.seed, args.validation_fraction) if args.validation_fraction else None
+    carved = (carve_pairs(train_pairs, args.validation_seed, args.validation_fraction) if args.validation_fraction
+              else None)
     train, train_pairs, dev, dev_pairs = encode_task(task, tokenizer, args.max_len,
                                                      carved.train if carved else train_pairs)
     if carved:  # what every evaluation reads; dev is scored once, after training
@@ -189,7 +185,8 @@ def run(args, accelerator):
         "init_embeddings": args.init_embeddings,
         "alpha": args.alpha, "temperature": args.temperature, "topk": args.topk, "lr": args.lr,
         "label_smoothing": args.label_smoothing, "max_len": args.max_len, "train_pairs": len(train),
-        "subset_seed": args.subset_seed, "validation_fraction": args.validation_fraction or None})
+        "subset_seed": args.subset_seed, "validation_fraction": args.validation_fraction or None,
+        **({"validation_seed": args.validation_seed} if args.validation_seed != args.seed else {})})
     out = Path(args.out)
     evaluator = (GenerationEvaluator(held, held_pairs, out, tokenizer, args.max_len, save_seq2seq, VALIDATION)
                  if carved else GenerationEvaluator(dev, dev_pairs, out, tokenizer, args.max_len, save_seq2seq))

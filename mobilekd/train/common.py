@@ -12,6 +12,7 @@ from accelerate.utils import set_seed
 
 from mobilekd.data.pretraining import DEFAULT_CACHE
 from mobilekd.data.tasks import DEFAULTS, TASK_NAMES
+from mobilekd.errors import UserError
 from mobilekd.flags import add_flags, add_length_flag, at_least, from_flags
 from mobilekd.rundir import owned
 from mobilekd.train.loop import TrainConfig, refuse_sharded
@@ -63,6 +64,30 @@ def add_task_flags(parser: argparse.ArgumentParser, *, epochs: float, lr: float,
     add_length_flag(parser, help=f"sequence length (default {lengths})")
     parser.add_argument("--max-train-examples", type=int, help="a seeded random subset of the training set")
     parser.add_argument("--subset-seed", type=int, default=0, help="the seed that draws that subset (default 0)")
+
+
+def add_validation_flags(parser: argparse.ArgumentParser, *, reads: str) -> None:
+    """--validation-fraction and --validation-seed of a recipe on (source, target) pairs: a validation split carved
+    from the training pairs (`mobilekd.finetune.selection.carve_pairs`) that `reads` (what the recipe scores on it),
+    dev scored once, after training. The same fraction and seed over the same training pairs hold out the same
+    pairs in `mobilekd cmlm` and `mobilekd seq2seq`, so a C-MLM teacher never trains on its student's validation
+    pairs."""
+    parser.add_argument("--validation-fraction", type=float, default=0.0,
+                        help="hold out this share of the training pairs (at most 2,000; pairs linked by a shared "
+                             f"sentence on one side) as a validation split: {reads} on it, and dev is scored once, "
+                             "after training (default 0: none)")
+    parser.add_argument("--validation-seed", type=int,
+                        help="the seed that draws the validation split (default: --seed; fix it to hold out the same "
+                             "pairs for every seed, and for the C-MLM teacher the students learn from)")
+
+
+def check_validation_flags(args) -> None:
+    """Refuse a fraction outside [0, 1) in one line; the split's seed is --seed where none was given."""
+    if not 0 <= args.validation_fraction < 1:
+        raise UserError(f"--validation-fraction must lie in [0, 1), got {args.validation_fraction}")
+    at_least("--validation-seed", args.validation_seed, 0)
+    if args.validation_seed is None:
+        args.validation_seed = args.seed
 
 
 def check_task_flags(args, lengths: dict[str, int] | None = None) -> None:
