@@ -67,3 +67,30 @@ def estimate_shape(config: ModelConfig, seq_len: int, device: str = "pixel4", ca
     known = read_json(store) if store.is_file() else {}  # another process may have added shapes meanwhile
     write_json(store, {**known, key: result})
     return result
+
+
+def estimate_bilstm(sizes: dict, vocab_size: int, pair: bool, seq_len: int, device: str = "pixel4",
+                    cache: Path = CACHE) -> dict:
+    """`estimate_shape` for Tang et al.'s BiLSTM (`mobilekd bilstm`) of these sizes (`hidden_size`,
+    `embedding_size`, ...) over a vocabulary of `vocab_size`, siamese for sentence pairs, as the file an app ships
+    of it: TFLite's fused LSTM kernel (`mobilekd export --fused-lstm`, made in the TensorFlow venv; litert-torch's
+    unrolled steps are about four times slower on the cost model at 64 word pieces), priced by the same cost
+    model."""
+    from mobilekd.export.fused_lstm import convert_fused
+    from mobilekd.models.bilstm import BiLSTMClassifier, BiLSTMConfig
+
+    config = BiLSTMConfig(vocab_size=vocab_size, pair=pair, id2label={0: "0", 1: "1"}, **sizes)
+    text = json.dumps(["bilstm-fused", config.to_dict(), seq_len, device, GRAPHS], sort_keys=True)
+    key, store = hashlib.sha256(text.encode()).hexdigest()[:16], Path(cache) / ESTIMATES
+    known = read_json(store) if store.is_file() else {}
+    if key in known:
+        return known[key]
+    torch.manual_seed(0)
+    model = trained_like(BiLSTMClassifier(config).eval())
+    with tempfile.TemporaryDirectory() as tmp:
+        predicted = estimate_file(convert_fused(model, seq_len, Path(tmp) / "shape.tflite"), device, cache)
+    result = {**predicted, "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2),
+              "seq_len": seq_len, "device": device}
+    known = read_json(store) if store.is_file() else {}  # another process may have added shapes meanwhile
+    write_json(store, {**known, key: result})
+    return result

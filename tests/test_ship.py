@@ -59,7 +59,8 @@ def test_the_search_space_prices_shapes_and_draws_each_familys_own_flags(tmp_pat
 
     from mobilekd.models.hf import load_config
     from mobilekd.models.pretrained import model_dir
-    from mobilekd.search.space import load_space, needs_head, shapes, start_argv, suggest, training_steps
+    from mobilekd.search.space import (load_space, needs_head, shape_flags, shapes, start_argv, suggest,
+                                       training_steps)
 
     space = load_space()
     teacher = model_dir("all-minilm-l6-v2")
@@ -93,6 +94,15 @@ def test_the_search_space_prices_shapes_and_draws_each_familys_own_flags(tmp_pat
     assert methods == {"kd", "pkt-td"}  # logit KD, or MobileBERT's transfer over the task's examples first
     headless = suggest(study.ask(), "subset", space["families"]["subset"], teacher, False, 5000)[1]
     assert "--augment" not in headless  # augmentation draws its words from a masked LM the teacher lacks
+    # the BiLSTM: its sizes are its shapes and flags, no start stage, its transfer set needs no masked LM
+    lstm = space["families"]["bilstm"]
+    found = shapes("bilstm", lstm, config)
+    assert [(n, c) for n, c, _ in found][0] == ("h150-e64", None) and start_argv(lstm, teacher, tmp_path, {}) == ()
+    assert shape_flags(lstm, found[0][2]) == ["--hidden-size", "150", "--embedding-size", "64"]
+    assert shape_flags(space["families"]["subset"], subset[0][2]) == []
+    flags = [suggest(study.ask(), "bilstm", lstm, teacher, False, 5000) for _ in range(12)]
+    assert {v["--augment"] for _, v in flags} == {0, 4} and all("--augment-model" not in f for f, _ in flags)
+    assert {v["--alpha"] for _, v in flags if v["--augment"]} == {0.0, 0.5}  # its new samples carry the teacher's label
 
 
 def test_bad_input_is_one_line(tmp_path):
@@ -217,6 +227,33 @@ def test_a_search_on_two_workers_chooses_without_reading_dev(tmp_path):
                             str(out)], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]  # resumed: the same search, nothing trained again
     assert json.loads((out / "ship.json").read_text())["trials"] == rows and "== the" not in again.stdout
+
+
+def test_a_search_of_the_bilstm_family_ships_its_fused_file(tmp_path):
+    """ship with Tang et al.'s BiLSTM as its family: each trial a `mobilekd bilstm` run from the fine-tuned teacher
+    on a validation split (dev never read), priced and exported as the fused-LSTM file an app ships, the chosen
+    student scored on dev once."""
+    data = sst2_csv(tmp_path, 240, n_dev=60)
+    config = tmp_path / "space.json"
+    config.write_text(json.dumps({"search": {"trials": 2, "rungs": 2, "reduction_factor": 2}, "teacher": {
+        "lr": [2e-4], "epochs": {"small": 1, "large": 1}, "small_task": 20000, "evaluations_per_epoch": 2},
+        "families": {"bilstm": {"verb": "bilstm", "shapes": {"bilstm": [{"hidden_size": 16, "embedding_size": 16}]},
+                                "space": {"--lr": {"low": 1e-3, "high": 3e-3, "log": True},
+                                          "--augment": {"choices": [0, 1]}, "examples_seen": {"choices": [320]}}}}}))
+    out = tmp_path / "out"
+    run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data, "--config", config,
+               "--workers", "1", "--threads", "1", "--out", out, timeout=900)
+    s = json.loads((out / "ship.json").read_text())
+    chosen = s["chosen"]
+    assert chosen["family"] == "bilstm" and chosen["verb"] == "bilstm" and chosen["shape"] == "h16-e16"
+    assert chosen["pixel4_ms_est"] <= s["budget"]["latency_ms"] and (out / "student" / "bilstm.json").is_file()
+    trial = json.loads((out / "trials" / f"{chosen['trial']:04d}" / "results.json").read_text())
+    assert trial["dev_scored"].startswith("never") and list(trial["metrics"]) == ["validation"]
+    assert trial["validation_split"]["size"] == 24  # finetune's carve: a tenth of the 240 training examples
+    assert 0 <= s["student"]["dev"]["accuracy"] <= 1 and s["student"]["dev_examples"] == 60
+    parity = json.loads((out / "student/tflite/parity.json").read_text())
+    assert parity["model_none_fused.tflite"]["agreement"] == 1.0  # the app's file
+    assert "mobilekd bilstm" in (out / "student/README.md").read_text()
 
 
 def test_custom_tasks_from_shipped_text_split_cleanly():

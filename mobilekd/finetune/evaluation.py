@@ -8,16 +8,24 @@ from pathlib import Path
 import torch
 
 from mobilekd.data.tasks import Task
-from mobilekd.errors import located
+from mobilekd.errors import UserError, located
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.finetune.metrics import classification_metrics, squad_metrics
 from mobilekd.finetune.qa import decode_answers
+from mobilekd.models.bilstm import is_bilstm, load_bilstm
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
 
 
 def build_model(model_dir, task: Task, role: str = "model", classifier_dropout: float | None = None, **changes):
     """Load `model_dir` with the task's head; its labels, if it has any, must be the task's. A classifier's
-    dropout is `classifier_dropout` when given, else the model's own; `changes` override other config fields."""
+    dropout is `classifier_dropout` when given, else the model's own; `changes` override other config fields. A
+    BiLSTM directory loads as the classifier it is (to score it)."""
+    if is_bilstm(model_dir):  # a BiLSTM classifier (mobilekd bilstm): its own config file, the same label check
+        model = load_bilstm(model_dir)
+        if task.head == "qa" or (model.config.id2label and not task.fits(model.config.id2label)):
+            raise located(Path(model_dir) / "bilstm.json", f"{role}, a BiLSTM classifier, does not fit task "
+                                                            f"{task.name}")
+        return model
     config, _ = load_config(model_dir)
     if task.head == "qa":
         return load_pretrained(model_dir, "qa")
@@ -129,3 +137,18 @@ class DevEvaluator:
                                                "best_metric": self.task.metrics[0], "best_score": score,
                                                **(extra or {})})
         return metrics
+
+
+def score_once(task, out: Path, tokenizer, encode, device) -> dict:
+    """The dev metrics of the model a run chose on its validation split, as saved in OUT: the first and only time
+    the run reads dev (its predictions written beside the model). `encode(examples)` -> (split, meta), the run's
+    own encoding."""
+    model = build_model(out, task).to(device)
+    try:
+        dev = {name: (examples, *encode(examples)) for name, examples in task.dev.items()}
+    except UserError as err:  # a bad dev file is found only now: the model it would score is complete
+        raise UserError(f"{err} (the model chosen on validation is complete in {out}; score it with --eval-only "
+                        f"--model {out} once dev is fixed)") from None
+    metrics, predictions = DevEvaluator(task, dev, out, tokenizer, save_model=False).score(model)
+    write_predictions(out, predictions, qa=task.head == "qa")
+    return metrics

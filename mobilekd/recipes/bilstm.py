@@ -27,8 +27,11 @@ ReLU classifier with dropout 0.1 (confs/birnn_sst2.json); batch 50; alpha: the o
 weights 1 and 1 (base.json), i.e. alpha 0.5 up to a factor 2. Adadelta (rho 0.95) is replaced by AdamW at
 1e-3 with a linear decay, the optimizer our loop has; the default is 10 epochs, not the configs' 30 (a transfer
 set is 10-20 times the training set); and the model kept is the last one, not the best epoch on dev (dev picks
-nothing here). OUT holds the model (bilstm.json, model.safetensors, the tokenizer) and
-results.json, as `mobilekd finetune` writes it.
+nothing here). With --select-on validation (as `mobilekd ship`'s trials run it) a validation split is carved from
+the training examples before the transfer set is made of the rest (`mobilekd.finetune.selection.carve`, as
+`mobilekd finetune` carves it), the evaluations read it and keep the best model, and dev is scored once, after
+(or never, --skip-dev). OUT holds the model (bilstm.json, model.safetensors, the tokenizer) and results.json, as
+`mobilekd finetune` writes it.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.data.transfer_set import N_ITER, P_MASK, P_NG, P_POS, cached_transfer_set
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, timed, write_json
-from mobilekd.finetune.evaluation import DevEvaluator, fine_tuned_classifier
+from mobilekd.finetune.evaluation import DevEvaluator, fine_tuned_classifier, score_once
 from mobilekd.finetune.objective import Distillation, task_loss
+from mobilekd.finetune.selection import CAP, FRACTION, VALIDATION, carve
 from mobilekd.finetune.teacher_outputs import outputs_precision, teacher_outputs
 from mobilekd.flags import at_least
 from mobilekd.models.bilstm import from_teacher, save_bilstm
@@ -60,6 +64,7 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", required=True, help="a model fine-tuned on --task (mobilekd finetune's OUT)")
     add_task_flags(p, epochs=10, lr=1e-3, warmup=0.0, what="transfer-set")
+    p.add_argument("--regression", action="store_true", help="custom task: numeric labels")
     p.add_argument("--loss", choices=["kd", "ce"], default="kd",
                    help="kd: alpha x CE + (1 - alpha) x the mean squared difference of the logits to the teacher's "
                         "(default); ce: the labels alone")
@@ -80,6 +85,16 @@ def parse_args(argv=None):
     p.add_argument("--pooling", choices=["final", "max"], default="final",
                    help="sentence vector: the final states of both directions (default, bi_rnn.py's) or max over time")
     p.add_argument("--dropout", type=float, default=0.1, help="dropout before the output layer (default 0.1)")
+    p.add_argument("--select-on", choices=["none", "validation"], default="none",
+                   help="none (default): the last step's model, all of the training examples, dev scored once; "
+                        "validation: a split carved from the training examples picks the best evaluation's model")
+    p.add_argument("--validation-fraction", type=float, default=FRACTION,
+                   help=f"with --select-on validation: the share of training examples held out (default {FRACTION:g}, "
+                        f"at most {CAP:,})")
+    p.add_argument("--eval-every", type=int, help="with --select-on validation: evaluate every N steps (default: once "
+                                                 "per epoch of the transfer set)")
+    p.add_argument("--skip-dev", action="store_true",
+                   help="never read dev (a search's trial, scored later, once, if chosen: finetune --eval-only)")
     add_training_flags(p, out="runs/bilstm", batch_size=50, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
     check_task_flags(args)
@@ -93,6 +108,11 @@ def parse_args(argv=None):
         value = getattr(args, flag[2:].replace("-", "_"))
         if not 0 <= value <= 1:
             raise UserError(f"{flag} must lie in [0, 1], got {value}")
+    at_least("--eval-every", args.eval_every, 1)
+    if not 0 < args.validation_fraction < 1:
+        raise UserError(f"--validation-fraction must be between 0 and 1, got {args.validation_fraction}")
+    if args.skip_dev and args.select_on != "validation":
+        raise UserError("--skip-dev needs --select-on validation: without it nothing is chosen and dev is the score")
     if args.p_mask + args.p_pos > 1:
         raise UserError(f"--p-mask + --p-pos must be at most 1, got {args.p_mask + args.p_pos}")
     train_config(args)  # bad training flags are refused before any work
@@ -116,10 +136,16 @@ def main(argv=None):
 def run(args, accelerator):
     start = time.time()
     data = task_data(args.task, args.data)
-    task = load_task(args.task, data)
+    task = load_task(args.task, data, regression=args.regression)
     teacher = fine_tuned_classifier(args.teacher, task, "teacher").to(accelerator.device).eval()
     tokenizer = load_tokenizer(args.teacher)
     examples = training_subset(task.train, args.max_train_examples, args.subset_seed)
+    carved = carve(task, examples, args.seed, args.validation_fraction) if args.select_on == "validation" else None
+    if carved:  # held out before the transfer set is made, so no copy of a validation example trains
+        examples = carved.train
+        print(f"validation split: {carved.record['size']} of {carved.record['size'] + carved.record['train_size']} "
+              f"training examples held out ({carved.record['rule']})" +
+              ("; dev is never read (--skip-dev)" if args.skip_dev else "; dev is read once, after training"))
     originals, shared = len(examples), {}  # shared: the transfer set's and outputs' records (`Made.record`)
     if args.augment:
         (examples, made), got = timed(lambda: cached_transfer_set(
@@ -149,19 +175,27 @@ def run(args, accelerator):
     model.to(accelerator.device)
     steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
     stage = Stage(name="bilstm", steps=steps, loss=task_loss(task, None, kd), lr=args.lr, warmup=args.warmup)
-    cfg = train_config(args, eval_every=0, run={
+    per_epoch = math.ceil(len(train) / args.batch_size)
+    cfg = train_config(args, eval_every=(args.eval_every or per_epoch) if carved else 0, run={
         "teacher": str(args.teacher), "task": task.name, "loss": args.loss, "alpha": args.alpha, "lr": args.lr,
         "max_len": args.max_len, "train_examples": len(train), "subset_seed": args.subset_seed,
         "augment": args.augment, "augment_seed": args.augment_seed, "config": model.config.to_dict(),
-        "teacher_outputs_precision": pass_setting(outputs_pass)})
-    dev = {name: (ex, encode_classification(task, ex, tokenizer, args.max_len), None) for name, ex in task.dev.items()}
+        "teacher_outputs_precision": pass_setting(outputs_pass),
+        **({"select_on": "validation", "validation_fraction": args.validation_fraction} if carved else {})})
+
+    def encode(ex):
+        return encode_classification(task, ex, tokenizer, args.max_len), None
+
+    scored = {VALIDATION: carved.validation} if carved else task.dev
     out = Path(args.out)
-    evaluator = DevEvaluator(task, dev, out, tokenizer, save=save_bilstm)
+    evaluator = DevEvaluator(task, {name: (ex, *encode(ex)) for name, ex in scored.items()}, out, tokenizer,
+                             save=save_bilstm)
     taught = teacher_record(args.teacher, task.name)  # restated at the end, as a resumed run's best may be older
     extra = {"model": "bilstm", "task": task.name, "data": str(data), "method": f"bilstm-{args.loss}",
              "teacher": str(args.teacher), "steps": steps, "train_examples": len(train),
              "original_examples": originals, "augment": args.augment, "lr": args.lr,
-             "selected_on": "none (the last step: dev is scored once, after training)",
+             "selected_on": VALIDATION if carved else "none (the last step: dev is scored once, after training)",
+             **({"validation_split": carved.record} if carved else {}),
              **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}),
              **taught, **shared}
     summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume,
@@ -169,11 +203,19 @@ def run(args, accelerator):
                                                                       "wall_seconds": round(time.time() - start, 1)}))
     if accelerator.is_main_process:
         result = read_json(out / "results.json")
-        result.update(wall_seconds=round(time.time() - start, 1), complete=True, training=summaries,  # CPU, precision
+        wall = round(time.time() - start, 1)  # training and selection; dev's one scoring is not a training cost
+        if carved and args.skip_dev:
+            result["dev_scored"] = "never (--skip-dev)"
+        elif carved:  # every choice is made: now, and only now, dev is read and scored once
+            result["metrics"] = {**score_once(task, out, tokenizer, encode, accelerator.device),
+                                 VALIDATION: result["metrics"][VALIDATION]}
+            result["dev_scored"] = "once, the model chosen on validation"
+        result.update(wall_seconds=wall, complete=True, training=summaries,  # CPU, precision
                       **taught, **shared)  # this attempt's seconds, a resumed run's too
         write_json(out / "results.json", result)
         metric = result["best_metric"]
-        print(f"{task.name}: dev {metric} {result['best_score']:.4f} after {steps} steps; BiLSTM in {out}")
+        print(f"{task.name}: {next(iter(result['metrics']))} {metric} {result['best_score']:.4f} after {steps} "
+              f"steps; BiLSTM in {out}")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, timed, write_json
 from mobilekd.flags import add_length_flag, at_least, fill_unset
 from mobilekd.finetune.baseline import bag_of_words_baseline
-from mobilekd.finetune.evaluation import DevEvaluator, build_model, require_labels, write_predictions
+from mobilekd.finetune.evaluation import DevEvaluator, build_model, require_labels, score_once
 from mobilekd.data.augment import N_PER_TASK, augmented
 from mobilekd.finetune.methods import DEFAULTS as KD_DEFAULTS
 from mobilekd.finetune.methods import METHODS, method_flags
@@ -338,20 +338,6 @@ def run(args, accelerator):
               (f"; its dev {metric} {dev_score:.4f}" if args.select_on != "dev" and dev_score is not None else "") +
               (f"; bag-of-words baseline ({baseline['method']}, same training examples) "
                f"{baseline['metrics'][metric]:.4f}" if baseline else ""))
-
-
-def score_once(task, out: Path, tokenizer, encode, device) -> dict:
-    """The dev metrics of the model a run chose on its validation split, as saved in OUT: the first and only time
-    the run reads dev (its predictions written beside the model)."""
-    model = build_model(out, task).to(device)
-    try:
-        dev = {name: (examples, *encode(examples)) for name, examples in task.dev.items()}
-    except UserError as err:  # a bad dev file is found only now: the model it would score is complete
-        raise UserError(f"{err} (the model chosen on validation is complete in {out}; score it with --eval-only "
-                        f"--model {out} once dev is fixed)") from None
-    metrics, predictions = DevEvaluator(task, dev, out, tokenizer, save_model=False).score(model)
-    write_predictions(out, predictions, qa=task.head == "qa")
-    return metrics
 
 
 def _mlm_model(model_dir):

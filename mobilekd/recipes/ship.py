@@ -13,11 +13,12 @@ stage skipped when its output is complete, so the same command resumes:
                      scored on a validation split carved from the training data (seeded, stratified; dev is not read)
   OUT/teacher        the run and step with the best validation score: the teacher (dev scored after the search)
   OUT/trials/NNNN    the search: an Optuna study over the student families of configs/ship.json (the teacher's
-                     own layers with narrowed FFNs, TinyBERT's student, a MobileBERT-shaped one) and their flags,
-                     every candidate shape priced by its Pixel estimate first and trained only if it fits the
-                     budget; each trial is `mobilekd finetune` with task distillation from the teacher, scored on a
-                     validation split carved from the training data (seeded, stratified; dev is never read), cut
-                     short by successive halving when its early evaluations trail (mobilekd/search/study.py)
+                     own layers with narrowed FFNs, TinyBERT's student, a MobileBERT-shaped one, Tang et al.'s
+                     BiLSTM) and their flags, every candidate shape priced by its Pixel estimate first and trained
+                     only if it fits the budget; each trial is `mobilekd finetune` with task distillation from the
+                     teacher (`mobilekd bilstm` for the BiLSTM), scored on a validation split carved from the
+                     training data (seeded, stratified; dev is never read), cut short by successive halving when
+                     its early evaluations trail (mobilekd/search/study.py)
   OUT/student        the trial with the best validation score, its checkpoint chosen on validation; dev read once,
                      now, to score it; README.md is its model card
   OUT/student/tflite its .tflite files (export, parity with PyTorch on all of dev)
@@ -119,7 +120,8 @@ def measure(teacher: Path, task_name: str, data: Path, regression: bool, teacher
     rng = np.random.default_rng(0)
     sample = [task.train[i] for i in rng.choice(len(task.train), min(LENGTH_SAMPLE, len(task.train)), replace=False)]
     lengths = [len(tokenizer(e.text_a, e.text_b)["input_ids"]) for e in sample]
-    return budget(len(task.train), lengths, teacher_spec) | {"classes": len(task.labels) if task.labels else None}
+    return budget(len(task.train), lengths, teacher_spec) | {"classes": len(task.labels) if task.labels else None,
+                                                             "pair": task.train[0].text_b is not None}
 
 
 def task_flags(task: str, data: Path, b: dict, seed: int, regression: bool, threads: int | None) -> list[str]:
@@ -139,24 +141,31 @@ def head_problem(teacher: Path) -> str | None:
 
 
 def candidates(space: dict, families: list[str], teacher: Path, config, starts: Path, seq_len: int, device: str,
-               limit_ms: float, has_head: bool) -> tuple[list[Candidate], list[str]]:
+               limit_ms: float, has_head: bool, pair: bool = False) -> tuple[list[Candidate], list[str]]:
     """Every shape of the asked families, priced; those within `limit_ms`, and a line for each family left out.
-    A shape's start is made in `starts`, which every task and seed of this teacher shares."""
-    from android_bench.budget import estimate_shape
+    A shape's start is made in `starts`, which every task and seed of this teacher shares. A BiLSTM is priced as
+    the fused-LSTM file it ships as (siamese where the task's examples are `pair`s)."""
+    from android_bench.budget import estimate_bilstm, estimate_shape
 
     fits, left = [], []
     for family in families:
         spec = space["families"][family]
         priced = []
-        for shape, shape_config, values in shapes(family, spec, config):
-            if needs_head(spec, values) and not has_head:
-                continue
-            # the start's name says what made it: its stage's words (an edited stage makes another start)
-            stage = hashlib.sha256(json.dumps([spec["start"], values]).encode()).hexdigest()[:8]
-            start = starts / f"{family}-{shape}-{stage}"
-            partial = start.with_name(start.name + ".partial")  # renamed to `start` once made (study.make_start)
-            priced.append(Candidate(family, shape, shape_config, start_argv(spec, teacher, partial, values), start,
-                                    estimate_shape(shape_config, seq_len, device)))
+        try:
+            for shape, shape_config, values in shapes(family, spec, config):
+                if needs_head(spec, values) and not has_head:
+                    continue
+                # the start's name says what made it: its stage's words (an edited stage makes another start)
+                stage = hashlib.sha256(json.dumps([spec.get("start", []), values]).encode()).hexdigest()[:8]
+                start = starts / f"{family}-{shape}-{stage}"
+                partial = start.with_name(start.name + ".partial")  # renamed to `start` once made (study.make_start)
+                estimate = (estimate_bilstm(values, config.vocab_size, pair, seq_len, device) if shape_config is None
+                            else estimate_shape(shape_config, seq_len, device))
+                priced.append(Candidate(family, shape, shape_config, start_argv(spec, teacher, partial, values), start,
+                                        estimate, values))
+        except UserError as err:  # e.g. the TensorFlow venv the BiLSTM's fused file needs cannot be made
+            left.append(f"{family}: {err}")
+            continue
         if not priced:
             left.append(f"{family}: needs the teacher's masked-LM head")
             continue
@@ -245,7 +254,7 @@ def model_card(s: dict) -> str:
         f"| teacher | {s['teacher']['dev'][metric]:.4f} | {teacher_choice(s)} |",
         *([f"| TF-IDF + LR | {s['baseline']['metrics'][metric]:.4f} | all of the training examples |"]
           if s.get("baseline") else []), "",
-        f"- Recipe: `mobilekd finetune {c['recipe']}` from `{c['start']}`.",
+        f"- Recipe: `mobilekd {c.get('verb', 'finetune')} {c['recipe']}` from `{c['start']}`.",
         f"- Pixel 4 estimate: {c['pixel4_ms_est']:.1f} ms at sequence {s['budget']['max_len']} "
         f"(the teacher's: {s['budget']['teacher_pixel4_ms_est']:.1f} ms).",
         f"- Trained on host `{s['host']['id']}` ({s['host']['cpu']}).",
@@ -355,7 +364,7 @@ def main(argv=None):
     problem = head_problem(teacher)
     starts = Path(args.starts) if args.starts else teacher_starts(teacher)
     found, left = candidates(space, families, teacher, config, starts, b["max_len"], args.device, limit,
-                             problem is None)
+                             problem is None, b["pair"])
     if not args.join:
         print(f"budget from the data ({b['train_examples']} training examples, "
               + (f"{b['classes']} classes, " if b["classes"] else "")
@@ -372,7 +381,8 @@ def main(argv=None):
                         f"--latency-ms or add smaller shapes")
     trials = args.trials or space["search"]["trials"]
     flags = task_flags(args.task, data, b, args.seed, args.regression, args.threads)  # a trial's
-    flags += ["--teacher-store-gb", f"{args.teacher_store_gb:g}"]  # its layer matching reads the teacher's store
+    # a finetune trial's layer matching reads the teacher's store
+    verb_flags = {"finetune": ["--teacher-store-gb", f"{args.teacher_store_gb:g}"]}
     # the stages no trial runs beside (the teacher, the scorings) get every worker's threads
     whole = task_flags(args.task, data, b, args.seed, args.regression, args.threads and args.threads * args.workers)
     runs = teacher_runs(b, space["teacher"], whole, teacher, out)
@@ -388,7 +398,7 @@ def main(argv=None):
         study = search.open_study(out, args.seed, space["search"]["reduction_factor"], args.join,
                                   startup=max(2, trials // 3))
         return study, search.Objective(out, found, space["families"], teacher, out / "teacher", flags,
-                                       problem is None, b["train_examples"], space["search"]["rungs"])
+                                       problem is None, b["train_examples"], space["search"]["rungs"], verb_flags)
 
     if args.join:  # a worker of the parent below, which holds OUT
         search.search(*study_and_objective(), trials, timeout)
@@ -443,8 +453,9 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
         if not scored(model):
             run_stage(f"the {name} on dev, once", ["finetune", *flags, "--model", str(model), "--eval-only",
                                                   "--out", str(model / "dev")], out)
+    bilstm = chosen.user_attrs.get("verb") == "bilstm"  # its app's file: TFLite's fused LSTM kernel
     export = ["export", "--model", str(student), "--quantize", *args.quantize, "--max-len", str(b["max_len"]),
-              "--parity-examples", "1000000", "--out", str(student / "tflite")]
+              *(["--fused-lstm"] if bilstm else []), "--parity-examples", "1000000", "--out", str(student / "tflite")]
     if not completed(student / "tflite", export[1:]):
         run_stage("export", export, out)
     # the scorings and the export: from the search's last trial to the export's end (any invocation's)
@@ -484,6 +495,7 @@ def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Pa
             "wall_seconds": {**wall, "total": round(sum(wall.values()), 1)},
             "host": identity(),
             "chosen": {**row, "metric": metric, "start": chosen.user_attrs["start"],
+                       "verb": chosen.user_attrs.get("verb", "finetune"),
                        "why": f"the best validation {metric} of the {sum(r['state'] == 'complete' for r in rows)} "
                               f"complete trials within {b['latency_ms']:.1f} ms (est.)"},
             "teacher": {"model": str(teacher), "dev": t_dev["metrics"]["dev"], "train_seconds": picked["wall_seconds"],

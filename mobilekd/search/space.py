@@ -1,5 +1,7 @@
 """What `mobilekd ship` searches, read from a configuration file (configs/ship.json): the student families, the
-shapes each may take, the stage that makes a shape's start, and each family's search space as finetune flags.
+shapes each may take, the stage that makes a shape's start, and each family's search space as the flags of the
+verb that trains a trial (`finetune` by default; `bilstm` for Tang et al.'s BiLSTM, made from the fine-tuned
+teacher with no start stage).
 
 A *candidate* is one shape of one family, priced by its Pixel estimate before any training (the caller's
 `estimate`); only candidates within the latency budget enter the search. A *trial* draws a candidate and its
@@ -9,7 +11,7 @@ family's flags through Optuna's define-by-run API, so a flag of one family is ne
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mobilekd.errors import located
@@ -20,18 +22,21 @@ CONFIG = REPO_ROOT / "configs" / "ship.json"
 BATCH_SIZE = 32  # every trial's batch: examples_seen / BATCH_SIZE is its --max-steps
 MAX_EPOCHS = 10  # a trial sees at most this many epochs of the task's training examples
 SEEN = "examples_seen"  # the space's one entry that is not a finetune flag
+VERBS = ("finetune", "bilstm")  # what may train a family's trials
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A family's shape: its name in the search (`family/shape`), its config (for the estimate), the argv of the
-    `mobilekd` stage that makes its start in `start_dir`, and its Pixel estimate."""
+    """A family's shape: its name in the search (`family/shape`), its config (for the estimate; None for a
+    BiLSTM), the argv of the `mobilekd` stage that makes its start in `start_dir` (() for none), its Pixel estimate,
+    and the shape's placeholders (`shapes`)."""
     family: str
     shape: str
-    config: ModelConfig
+    config: ModelConfig | None
     start: tuple[str, ...]
     start_dir: Path
     estimate: dict
+    values: dict = field(default_factory=dict, compare=False)
 
     @property
     def name(self) -> str:
@@ -44,7 +49,10 @@ def load_space(path: Path = CONFIG) -> dict:
     if not isinstance(config.get("families"), dict) or not config["families"]:
         raise located(path, "has no families")
     for name, family in config["families"].items():
-        missing = [k for k in ("shapes", "start", "space") if k not in family]
+        if verb(family) not in VERBS:
+            raise located(path, f"family {name!r}: verb must be one of {', '.join(VERBS)}, not {verb(family)!r}")
+        missing = [k for k in ("shapes", "space", *(["start"] if verb(family) == "finetune" else []))
+                   if k not in family]
         if missing:
             raise located(path, f"family {name!r} lacks {', '.join(missing)}")
         for flag, spec in family["space"].items():
@@ -70,12 +78,20 @@ def load_space(path: Path = CONFIG) -> dict:
     return config
 
 
-def shapes(family: str, spec: dict, teacher: ModelConfig) -> list[tuple[str, ModelConfig, dict]]:
+def verb(spec: dict) -> str:
+    """The `mobilekd` verb that trains the family's trials."""
+    return spec.get("verb", "finetune")
+
+
+def shapes(family: str, spec: dict, teacher: ModelConfig) -> list[tuple[str, ModelConfig | None, dict]]:
     """(shape name, its config, its placeholders) for each shape of `family` a teacher of this config allows:
-    `layers` x `ffn_share` of the teacher's own layers (fewer than it has), or `preset`s."""
+    `layers` x `ffn_share` of the teacher's own layers (fewer than it has), `preset`s, or `bilstm` sizes (the
+    BiLSTM's flags; no ModelConfig: it is priced as the BiLSTM it is)."""
     from mobilekd.models.presets import get_preset
 
     s = spec["shapes"]
+    if "bilstm" in s:
+        return [("h{hidden_size}-e{embedding_size}".format(**sizes), None, dict(sizes)) for sizes in s["bilstm"]]
     if "preset" in s:
         return [(p, get_preset(p).config, {"preset": p}) for p in s["preset"]]
     found = []
@@ -88,11 +104,20 @@ def shapes(family: str, spec: dict, teacher: ModelConfig) -> list[tuple[str, Mod
     return found
 
 
+def shape_flags(spec: dict, values: dict) -> list[str]:
+    """A trial's flags that give its shape, where the verb takes them (the BiLSTM's sizes); [] where a start stage
+    made the shape."""
+    if verb(spec) != "bilstm":
+        return []
+    return [x for k, v in values.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+
+
 def start_argv(spec: dict, teacher: Path, start: Path, values: dict) -> tuple[str, ...]:
-    """The family's start stage with the shape's placeholders filled; a flag whose value is None is left out."""
+    """The family's start stage with the shape's placeholders filled; a flag whose value is None is left out; ()
+    for a family without one."""
     fill = {"teacher": str(teacher), "start": str(start), **values}
     argv = []
-    for word in spec["start"]:
+    for word in spec.get("start", []):
         value = word.format(**fill) if "{" in word else word
         if word.startswith("{") and fill.get(word.strip("{}")) is None:  # e.g. {ffn}: the FFN kept whole
             argv.pop()  # its flag too
@@ -113,14 +138,16 @@ def training_steps(examples_seen: int, train_examples: int) -> int:
 
 def suggest(trial, family: str, spec: dict, teacher: Path, has_head: bool,
             train_examples: int) -> tuple[list[str], dict]:
-    """The finetune flags of one trial of `family` (its fixed ones, then those drawn from its space), and the
-    drawn values by name. Over an augmented set only the teacher's soft targets teach (--alpha 0): TinyBERT's
-    augmented examples carry no label of their own (Jiao et al. 2020, Section 3.1; quality's -kd-aug recipes)."""
+    """The flags of one trial of `family` (its fixed ones, then those drawn from its space) for its verb, and the
+    drawn values by name. Over TinyBERT's augmented set only the teacher's soft targets teach (--alpha 0): its
+    augmented examples carry no label of their own (Jiao et al. 2020, Section 3.1; quality's -kd-aug recipes). The
+    BiLSTM's --augment is Tang et al.'s transfer set (no masked LM; its new samples labelled by the teacher)."""
     drawn = {}
+    tinybert_set = verb(spec) == "finetune"  # TinyBERT's augmentation, from the teacher's masked LM
     for flag, s in sorted(spec["space"].items(), key=lambda kv: kv[0] != "--augment"):  # --alpha depends on it
-        if flag == "--augment" and not has_head:
+        if flag == "--augment" and tinybert_set and not has_head:
             continue  # augmentation draws its words from the teacher's masked LM
-        if flag == "--alpha" and drawn.get("--augment"):
+        if flag == "--alpha" and tinybert_set and drawn.get("--augment"):
             drawn[flag] = 0.0
             continue
         name = f"{family}:{flag.lstrip('-')}"
@@ -131,7 +158,8 @@ def suggest(trial, family: str, spec: dict, teacher: Path, has_head: bool,
         if flag == SEEN:
             flags += ["--max-steps", str(training_steps(value, train_examples)), "--batch-size", str(BATCH_SIZE)]
         elif flag == "--augment":
-            flags += ["--augment", str(value), "--augment-model", str(teacher)] if value else []
+            flags += ["--augment", str(value), *(["--augment-model", str(teacher)] if tinybert_set else [])] \
+                if value else []
         else:
             flags += [flag, f"{value:.3g}" if isinstance(value, float) else str(value)]
     return flags, drawn

@@ -30,7 +30,7 @@ from filelock import FileLock
 from mobilekd.errors import UserError
 from mobilekd.fileio import read_json
 from mobilekd.host import identity
-from mobilekd.search.space import Candidate, suggest
+from mobilekd.search.space import Candidate, shape_flags, suggest, verb
 
 STUDY = "ship"
 JOURNAL = "search.journal"  # in OUT
@@ -80,13 +80,16 @@ def finished(study: optuna.Study) -> int:
 
 class Objective:
     """One trial: draw a candidate and its flags, make the candidate's start once (shared, under a lock), run
-    `mobilekd finetune` on it and report each validation evaluation to the pruner."""
+    its family's verb (`mobilekd finetune` on the start; `mobilekd bilstm` from the fine-tuned teacher) and report
+    each validation evaluation to the pruner. `verb_flags`: flags one verb takes beyond the task's."""
 
     def __init__(self, out: Path, candidates: list[Candidate], families: dict, teacher: Path, fine_tuned: Path,
-                 task_flags: list[str], has_head: bool, train_examples: int, rungs: int):
+                 task_flags: list[str], has_head: bool, train_examples: int, rungs: int,
+                 verb_flags: dict[str, list[str]] | None = None):
         self.out, self.candidates, self.families = out, {c.name: c for c in candidates}, families
         self.teacher, self.fine_tuned, self.task_flags = teacher, fine_tuned, task_flags
         self.has_head, self.train_examples, self.rungs = has_head, train_examples, rungs
+        self.verb_flags = verb_flags or {}
 
     def __call__(self, trial: optuna.Trial) -> float:
         candidate = self.candidates[trial.suggest_categorical("candidate", list(self.candidates))]
@@ -95,6 +98,7 @@ class Objective:
         steps = int(flags[flags.index("--max-steps") + 1])
         run_dir = self.out / "trials" / f"{trial.number:04d}"
         trial.set_user_attr("family", candidate.family)
+        trial.set_user_attr("verb", verb(spec))
         trial.set_user_attr("shape", candidate.shape)
         trial.set_user_attr("pixel_ms_est", candidate.estimate["ms"])
         trial.set_user_attr("params_m", candidate.estimate["params_m"])
@@ -103,15 +107,21 @@ class Objective:
         trial.set_user_attr("host", identity()["id"])
         trial.set_user_attr("worker", os.getpid())
         start = time.time()
-        try:
-            start_dir = make_start(candidate)
-        except TrialFailed as err:
-            trial.set_user_attr("error", str(err)[:300])
-            trial.set_user_attr("wall_seconds", round(time.time() - start, 1))
-            raise
-        trial.set_user_attr("start", str(start_dir))
-        argv = ["finetune", *self.task_flags, "--model", str(start_dir), "--teacher", str(self.fine_tuned),
-                *flags, "--eval-every", str(max(1, -(-steps // self.rungs))), "--select-on", "validation",
+        if verb(spec) == "bilstm":  # made from the fine-tuned teacher itself: no start stage
+            trial.set_user_attr("start", str(self.fine_tuned))
+            head = ["bilstm", *self.task_flags, *self.verb_flags.get("bilstm", []), "--teacher", str(self.fine_tuned),
+                    *shape_flags(spec, candidate.values)]
+        else:
+            try:
+                start_dir = make_start(candidate)
+            except TrialFailed as err:
+                trial.set_user_attr("error", str(err)[:300])
+                trial.set_user_attr("wall_seconds", round(time.time() - start, 1))
+                raise
+            trial.set_user_attr("start", str(start_dir))
+            head = ["finetune", *self.task_flags, *self.verb_flags.get("finetune", []), "--model", str(start_dir),
+                    "--teacher", str(self.fine_tuned)]
+        argv = [*head, *flags, "--eval-every", str(max(1, -(-steps // self.rungs))), "--select-on", "validation",
                 "--skip-dev", "--out", str(run_dir)]
         try:
             return run_trial(trial, argv, run_dir, self.rungs)
@@ -141,8 +151,9 @@ def make_start(candidate: Candidate) -> Path:
 
 
 def run_trial(trial: optuna.Trial, argv: list[str], run_dir: Path, rungs: int) -> float:
-    """Run one `mobilekd finetune`, reporting its validation evaluations; returns the best (the checkpoint it
-    keeps), or stops it when the pruner says so (never at its last evaluation: the run is then trained)."""
+    """Run one trial's `mobilekd` run (finetune or bilstm), reporting its validation evaluations; returns the best
+    (the checkpoint it keeps), or stops it when the pruner says so (never at its last evaluation: the run is then
+    trained)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log = open(run_dir / "trial.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "mobilekd", *argv], env=os.environ, stdout=log,
