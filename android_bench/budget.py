@@ -75,7 +75,7 @@ def estimate_bilstm(sizes: dict, vocab_size: int, pair: bool, seq_len: int, devi
     `embedding_size`, ...) over a vocabulary of `vocab_size`, siamese for sentence pairs, as the file an app ships
     of it: TFLite's fused LSTM kernel (`mobilekd export --fused-lstm`, made in the TensorFlow venv; litert-torch's
     unrolled steps are about four times slower on the cost model at 64 word pieces), priced by the same cost
-    model."""
+    model. The first BiLSTM priced makes the TensorFlow venv (minutes, once)."""
     from mobilekd.export.fused_lstm import convert_fused
     from mobilekd.models.bilstm import BiLSTMClassifier, BiLSTMConfig
 
@@ -87,8 +87,9 @@ def estimate_bilstm(sizes: dict, vocab_size: int, pair: bool, seq_len: int, devi
         return known[key]
     torch.manual_seed(0)
     model = trained_like(BiLSTMClassifier(config).eval())
-    with tempfile.TemporaryDirectory() as tmp:
-        predicted = estimate_file(convert_fused(model, seq_len, Path(tmp) / "shape.tflite"), device, cache)
+    path = Path(cache) / "shapes" / f"bilstm-{key}.tflite"  # the converter's log stays beside it if it fails
+    predicted = estimate_file(convert_fused(model, seq_len, path), device, cache)
+    path.unlink()
     result = {**predicted, "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2),
               "seq_len": seq_len, "device": device}
     known = read_json(store) if store.is_file() else {}  # another process may have added shapes meanwhile

@@ -5,7 +5,7 @@ table, so XNNPACK's micro-kernels (`xnn_qs8_qc8w_gemm_...`) and TFLite's builtin
 op profile that the Python interpreter API does not give (`android_bench.adb` collects a phone's per-op profile
 from `benchmark_model`).
 
-    mobilekd kernels a.tflite b.tflite --threads 1 --seconds 5 [--out profiles.json]
+    mobilekd kernels a.tflite b.tflite --threads 1 --seconds 5 [--out DIR]   # DIR/kernels.json
 
 Each kernel's CPU milliseconds per invocation are its samples times the sampling period over the invocations
 made while sampling; over several threads they add up to CPU time, not wall time. Only the invocations are

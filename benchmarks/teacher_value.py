@@ -12,7 +12,7 @@ and the issue's goals as measured.
     python -m benchmarks.teacher_value --table --write      # and put it between its markers in its page
 
 Every run is a subprocess of the toolkit's own recipes (`python -m mobilekd train-teacher | distill | init |
-finetune`), one thread each, `--workers` at a time; a finished run (its summary.json or complete results.json)
+finetune`), one thread each, `--workers` at a time; a finished run (its own mark, complete.json, for the same flags)
 is skipped, an interrupted one resumes from its checkpoint. The task-agnostic stages run once (seed 0: one
 adapted teacher, one student per strategy); every fine-tuning run is repeated per seed (its data order,
 classifier and dropout; the from-scratch student also gets its own initialisation per seed). Fine-tuning is

@@ -6,10 +6,10 @@ The lock is an advisory `fcntl.flock` on the file, which the operating system re
 any way (kill -9 included): a lock file left by a killed run is therefore stale by construction, and the next run
 simply takes it. The file records who holds it (pid, host, start time, command) for the message.
 
-A run marks its own output complete: `owned(out, argv=...)` removes OUT/complete.json when the run starts and
-writes it, with the run's flags, when the run's body returns; `completed(out, argv)` is then the one test of "done"
-for every verb, so that a program running recipes (the benchmarks' runner, `ship`'s stages) knows no recipe's
-layout.
+A run marks its own output complete: `owned(out, argv=...)` writes OUT/complete.json with the run's flags when the
+run starts (unfinished) and again when its body returns (finished); `completed(out, argv)` is then the one test of
+"done" for every verb, so that a program running recipes (the benchmarks' runner, `ship`'s stages) knows no
+recipe's layout.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ COMPLETE = "complete.json"
 def owned(out, enabled: bool = True, argv: list[str] | None = None):
     """Lock `out` (created if missing) for this process, or raise a UserError naming the run that holds it.
     `enabled=False` for the other processes of a multi-process run: the main process holds the lock for all.
-    Given the run's flags (`argv`, None for sys.argv[1:]), OUT/complete.json is removed on entry and written with
-    them when the body returns (not when it raises): the run's own mark that OUT is whole for those flags."""
+    Given the run's flags (`argv`, None for sys.argv[1:]), OUT/complete.json says on entry that a run of them is
+    under way and, once the body returns (not when it raises), that it finished: the run's own mark that OUT is
+    whole for those flags."""
     out = Path(out)
     if not enabled:
         yield out
@@ -57,10 +58,11 @@ def owned(out, enabled: bool = True, argv: list[str] | None = None):
         os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                  "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                                  "command": " ".join(sys.argv)}).encode())
-        (out / COMPLETE).unlink(missing_ok=True)
+        flags = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        write_json(out / COMPLETE, {"argv": flags, "started": started, "finished": None})  # under way
         yield out
-        write_json(out / COMPLETE, {"argv": [str(a) for a in (sys.argv[1:] if argv is None else argv)],
-                                    "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+        write_json(out / COMPLETE, {"argv": flags, "started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
     finally:
         os.close(fd)  # releases the lock; the file stays, harmless, for the next run to take
 
@@ -74,12 +76,26 @@ def _holder(path: Path) -> str:
 
 
 def completed(out, argv: list[str]) -> bool:
-    """Whether the run that owned `out` finished with exactly these flags (its OUT/complete.json, `owned`)."""
+    """Whether the run that owned `out` finished with exactly these flags (its OUT/complete.json, `owned`); a run
+    made before the mark existed, by the mark its recipe wrote last then (`_finished_before_marks`)."""
     path = Path(out) / COMPLETE
+    if not path.exists():
+        return _finished_before_marks(Path(out))
     try:
-        return json.loads(path.read_text()).get("argv") == [str(a) for a in argv]
+        mark = json.loads(path.read_text())
+        return bool(mark.get("finished")) and mark.get("argv") == [str(a) for a in argv]
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def _finished_before_marks(out: Path) -> bool:
+    """A run finished before complete.json: what its recipe wrote last then, so that finished work is not run (and
+    its timings not overwritten) again: a complete results.json (finetune, bilstm, cmlm, seq2seq, ...), ship.json,
+    latency's report.json, or summary.json beside the weights (train-teacher, distill). An export and an init, whose
+    last file did not say whether every file asked for was written, run again (minutes at most)."""
+    if finished_results(out) is not None or (out / "ship.json").is_file() or (out / "report.json").is_file():
+        return True
+    return all((out / name).is_file() for name in ("config.json", "model.safetensors", "summary.json"))
 
 
 def finished_results(run_dir) -> dict | None:

@@ -201,10 +201,12 @@ def test_own_task_gets_a_sized_lr_a_baseline_held_out_selection_and_its_own_pari
 
 
 def test_a_run_marks_its_own_output_complete_for_the_flags_it_ran_with(tmp_path):
-    """A recipe writes OUT/complete.json with its flags when it returns (`mobilekd.rundir.owned`); the benchmarks'
-    runner asks only that (`Job.done`): the same run is done, the same OUT under other flags is not, and a run that
-    fails in OUT takes the mark away (what it left there is no longer what the mark said)."""
+    """A recipe writes OUT/complete.json with its flags when it starts (under way) and when it returns (finished;
+    `mobilekd.rundir.owned`); the benchmarks' runner asks only that (`Job.done`): the same run is done, the same OUT
+    under other flags is not, a run refused before it starts leaves OUT as it was, and one that fails in OUT leaves
+    it marked unfinished. A run made before the mark counts by what its recipe wrote last then."""
     from benchmarks.runner import Job
+    from mobilekd.rundir import COMPLETE, completed, owned
 
     out = tmp_path / "student"
     job = Job("init", ["init", "demo_student", str(out), "--seed", "0"], out)
@@ -212,9 +214,16 @@ def test_a_run_marks_its_own_output_complete_for_the_flags_it_ran_with(tmp_path)
     run_module("mobilekd", *job.argv)
     assert job.done() and (out / "model.safetensors").is_file()
     assert not Job("init", ["init", "demo_student", str(out), "--seed", "1"], out).done()
-    failed = run_module("mobilekd", "init", "demo_student", out, "--layers", "0", check=False)
-    assert failed.returncode != 0 and "no such model directory" in failed.stderr
+    refused = run_module("mobilekd", "init", "demo_student", out, "--layers", "0", check=False)
+    assert "no such model directory" in one_line_error(refused) and job.done()
+    with pytest.raises(RuntimeError), owned(out, argv=job.argv[1:]):
+        assert not job.done()  # under way
+        raise RuntimeError("killed midway")
     assert not job.done()
+    (out / COMPLETE).unlink()  # a run from before the mark: its summary.json beside the weights
+    assert not completed(out, job.argv[1:])
+    (out / "summary.json").write_text("{}")
+    assert completed(out, job.argv[1:])
 
 
 def test_a_benchmark_job_that_needs_a_run_its_plan_lacks_is_reported_not_waited_on(tmp_path, capsys):

@@ -22,16 +22,17 @@ sample (a copied score would misdescribe a changed pair: on STS-B's augmented se
 reached 0.37 dev Pearson against 0.74 fitting the teacher's, docs/quality.md), and the distillation term the
 squared distance of the two scores.
 
-The official code's settings, and where ours differ: one LSTM layer of 150 units per direction and a 200-unit
-ReLU classifier with dropout 0.1 (confs/birnn_sst2.json); batch 50; alpha: the official loss is CE + MSE with
-weights 1 and 1 (base.json), i.e. alpha 0.5 up to a factor 2. Adadelta (rho 0.95) is replaced by AdamW at
-1e-3 with a linear decay, the optimizer our loop has; the default is 10 epochs, not the configs' 30 (a transfer
-set is 10-20 times the training set); and the model kept is the last one, not the best epoch on dev (dev picks
-nothing here). With --select-on validation (as `mobilekd ship`'s trials run it) a validation split is carved from
-the training examples before the transfer set is made of the rest (`mobilekd.finetune.selection.carve`, as
-`mobilekd finetune` carves it), the evaluations read it and keep the best model, and dev is scored once, after
-(or never, --skip-dev). OUT holds the model (bilstm.json, model.safetensors, the tokenizer) and results.json, as
-`mobilekd finetune` writes it.
+The official code's settings, and where ours differ: one LSTM layer of 150 units per direction and a 200-unit ReLU
+classifier with dropout 0.1 (confs/birnn_sst2.json); batch 50; alpha: the official loss is CE + MSE with weights 1
+and 1 (base.json), i.e. alpha 0.5 up to a factor 2. Adadelta (rho 0.95) is replaced by AdamW at 1e-3 with a linear
+decay, the optimizer our loop has; the default is 10 epochs, not the configs' 30 (a transfer set is 10-20 times the
+training set); and the model kept is the last one, not the best epoch on dev (dev picks nothing here). With
+--select-on validation (as `mobilekd ship`'s trials run it) a validation split is carved from the training examples
+before the transfer set is made of the rest (`mobilekd.finetune.selection.carve`, as `mobilekd finetune` carves it
+from the same examples: the same with no --max-train-examples, as ship's trials run it; this recipe's --subset-seed
+defaults to 0, finetune's to --seed), the evaluations read it and keep the best model, and dev is scored once,
+after (or never, --skip-dev). OUT holds the model (bilstm.json, model.safetensors, the tokenizer) and results.json,
+as `mobilekd finetune` writes it.
 """
 
 from __future__ import annotations
@@ -213,9 +214,9 @@ def run(args, accelerator):
         result.update(wall_seconds=wall, complete=True, training=summaries,  # CPU, precision
                       **taught, **shared)  # this attempt's seconds, a resumed run's too
         write_json(out / "results.json", result)
-        metric = result["best_metric"]
-        print(f"{task.name}: {next(iter(result['metrics']))} {metric} {result['best_score']:.4f} after {steps} "
-              f"steps; BiLSTM in {out}")
+        metric, shown = result["best_metric"], next(iter(result["metrics"]))  # dev where it was scored
+        print(f"{task.name}: {shown} {metric} {result['metrics'][shown][metric]:.4f} after {steps} steps; BiLSTM "
+              f"in {out}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from android_bench.kernels import format_profile, profile
@@ -31,9 +32,9 @@ def main(argv=None):
     if args.threads < 1:  # --seconds is checked by `profile`
         raise UserError("--threads must be at least 1")
     files = pairs([f if "=" in f else f"{f}={f}" for f in args.files], "kernels")
-    results = [{"name": name, **profile(path, args.threads, args.seconds)} for name, path in files.items()]
-    if args.out:
-        with owned(args.out, argv=argv):  # marked complete once written
+    with owned(args.out, argv=argv) if args.out else contextlib.nullcontext():  # OUT taken first, marked once written
+        results = [{"name": name, **profile(path, args.threads, args.seconds)} for name, path in files.items()]
+        if args.out:
             write_json(Path(args.out) / "kernels.json", results)
     print("\n\n".join(format_profile(r, args.top) for r in results))
 

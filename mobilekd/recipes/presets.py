@@ -99,9 +99,6 @@ def _init(args) -> None:
         width = f", FFNs narrowed to {args.intermediate_size} neurons" if narrowed else ""
         print(f"{args.preset}: layers {layers} of {depth}{width} written to {args.out}")
         return
-    if args.layers or args.intermediate_size is not None:
-        raise UserError(f"{args.preset}: no such model directory (--layers and --intermediate-size take a model "
-                        "directory, not a preset)")
     model = MobileBertForPreTraining(get_preset(args.preset).config)
     save_pretrained(model, args.out, load_tokenizer(args.vocab) if args.vocab else load_tokenizer())
     print(f"{args.preset}: randomly initialised model written to {args.out}")
@@ -161,5 +158,13 @@ def init(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--vocab", help="vocab.txt (default: the shipped bert-base-uncased vocab)")
     args = p.parse_args(argv)
+    from mobilekd.models.presets import PRESETS, get_preset
+    from mobilekd.models.pretrained import model_dir
+
+    if not (args.preset not in PRESETS and model_dir(args.preset).is_dir()):  # a preset: refused before OUT is made
+        if args.layers or args.intermediate_size is not None:
+            raise UserError(f"{args.preset}: no such model directory (--layers and --intermediate-size take a model "
+                            "directory, not a preset)")
+        get_preset(args.preset)  # neither a preset nor a directory: one line
     with owned(args.out, argv=argv):  # this run's OUT, marked complete when written
         _init(args)

@@ -57,7 +57,7 @@ from mobilekd.rundir import COMPLETE, completed, finished_results, owned, traini
 from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.finetune.selection import validation_size
 from mobilekd.finetune.teacher_features import BUDGET_GB as STORE_GB
-from mobilekd.search.space import BATCH_SIZE, CONFIG, Candidate, load_space, needs_head, shapes, start_argv
+from mobilekd.search.space import BATCH_SIZE, CONFIG, Candidate, load_space, needs_head, shapes, start_argv, verb
 
 LENGTHS = (32, 64, 128)  # the --max-len choices
 LENGTH_SAMPLE = 2_000  # training texts tokenized to measure the length distribution
@@ -206,12 +206,20 @@ def keep_plan(out: Path, plan: dict) -> None:
     if kept is not None and isinstance(kept.get("teacher"), list):
         raise located(out, "holds a run of a ship from before the teacher was chosen on validation (one teacher "
                            "run in its plan.json); its ship.json stands as it is: use another --out for a new run")
-    if kept is not None and kept != plan:
+    if kept is not None and settings(kept) != settings(plan):
         raise located(out, "holds a run with other settings (its plan.json); use another --out, or delete it")
     if kept is None and (out / "trials").is_dir() and not (out / "teacher" / "chosen.json").is_file():
         raise located(out, "holds trials but no plan.json nor a teacher chosen on validation: its students learned "
                            "from a teacher this run would replace; use another --out")
     write_json(path, plan)
+
+
+def settings(plan: dict) -> dict:
+    """What a search's results depend on, of its plan.json: all of it but the configuration file's description and
+    the families it has no candidate of (a family added to configs/ship.json leaves a run resumable)."""
+    config, used = plan.get("config") or {}, {name.split("/")[0] for name in plan.get("candidates", [])}
+    return {**plan, "config": {**{k: v for k, v in config.items() if k not in ("description", "families")},
+                               "families": {f: v for f, v in config.get("families", {}).items() if f in used}}}
 
 
 def take_chosen(trial_dir: Path, student: Path) -> None:
@@ -241,7 +249,8 @@ def model_card(s: dict) -> str:
     """OUT/student/README.md: what the model is, how it was chosen, what it scores, what it costs."""
     c, metric = s["chosen"], s["metric"]
     return "\n".join([
-        "---", "library_name: transformers", "pipeline_tag: text-classification",
+        "---", *(["library_name: transformers"] if c.get("verb", "finetune") == "finetune" else []),
+        "pipeline_tag: text-classification",
         "tags: [mobilekd, knowledge-distillation, tflite]", "---", "",
         f"# {c['family']} student ({c['shape']}), distilled by mobilekd ship", "",
         f"A {c['params_m']:.1f}M-parameter student of `{s['teacher']['model']}` fine-tuned on `{s['data']}`, "
@@ -363,8 +372,14 @@ def main(argv=None):
     b |= {"latency_ms": limit, "device": args.device, "teacher_pixel4_ms_est": teacher_ms}
     problem = head_problem(teacher)
     starts = Path(args.starts) if args.starts else teacher_starts(teacher)
-    found, left = candidates(space, families, teacher, config, starts, b["max_len"], args.device, limit,
-                             problem is None, b["pair"])
+    from mobilekd.export.fused_lstm import FUSED
+
+    unfused = [q for q in args.quantize if q not in FUSED]  # the fused-LSTM file a BiLSTM ships as has not these
+    lstm = [f for f in families if verb(space["families"][f]) == "bilstm"] if unfused else []
+    found, left = candidates(space, [f for f in families if f not in lstm], teacher, config, starts, b["max_len"],
+                             args.device, limit, problem is None, b["pair"])
+    left += [f"{f}: its fused-LSTM file is written for --quantize {' and '.join(FUSED)}, not {' '.join(unfused)}"
+             for f in lstm]
     if not args.join:
         print(f"budget from the data ({b['train_examples']} training examples, "
               + (f"{b['classes']} classes, " if b["classes"] else "")

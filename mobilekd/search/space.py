@@ -23,6 +23,7 @@ BATCH_SIZE = 32  # every trial's batch: examples_seen / BATCH_SIZE is its --max-
 MAX_EPOCHS = 10  # a trial sees at most this many epochs of the task's training examples
 SEEN = "examples_seen"  # the space's one entry that is not a finetune flag
 VERBS = ("finetune", "bilstm")  # what may train a family's trials
+BILSTM_SIZES = {"hidden_size": "h", "embedding_size": "e", "classifier_size": "c"}  # a BiLSTM shape's, and its name's
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,16 @@ def load_space(path: Path = CONFIG) -> dict:
                    if k not in family]
         if missing:
             raise located(path, f"family {name!r} lacks {', '.join(missing)}")
+        sizes = family["shapes"].get("bilstm") if isinstance(family["shapes"], dict) else None
+        if (verb(family) == "bilstm") != (sizes is not None):
+            raise located(path, f"family {name!r}: the bilstm verb trains bilstm shapes, and only it does")
+        if sizes is not None and not (isinstance(sizes, list) and sizes and all(
+                isinstance(x, dict) and {"hidden_size", "embedding_size"} <= set(x) <= set(BILSTM_SIZES)
+                and all(isinstance(v, int) and v >= 1 for v in x.values()) for x in sizes)):
+            raise located(path, f"family {name!r}: each bilstm shape gives hidden_size and embedding_size (and "
+                                f"classifier_size if it likes), whole numbers of at least 1")
+        if sizes is not None and len({bilstm_name(x) for x in sizes}) < len(sizes):
+            raise located(path, f"family {name!r}: a bilstm shape given twice")
         for flag, spec in family["space"].items():
             if not ("choices" in spec or {"low", "high"} <= set(spec)):
                 raise located(path, f"family {name!r}: {flag} needs choices, or low and high")
@@ -91,7 +102,7 @@ def shapes(family: str, spec: dict, teacher: ModelConfig) -> list[tuple[str, Mod
 
     s = spec["shapes"]
     if "bilstm" in s:
-        return [("h{hidden_size}-e{embedding_size}".format(**sizes), None, dict(sizes)) for sizes in s["bilstm"]]
+        return [(bilstm_name(sizes), None, dict(sizes)) for sizes in s["bilstm"]]
     if "preset" in s:
         return [(p, get_preset(p).config, {"preset": p}) for p in s["preset"]]
     found = []
@@ -102,6 +113,11 @@ def shapes(family: str, spec: dict, teacher: ModelConfig) -> list[tuple[str, Mod
             found.append((f"{layers}x{teacher.hidden_size}" + (f"-ffn{ffn}" if ffn else ""), config,
                           {"layers": layers, "ffn": ffn}))
     return found
+
+
+def bilstm_name(sizes: dict) -> str:
+    """A BiLSTM shape's name: h150-e64, with -c200 where it sets its classifier's width."""
+    return "-".join(f"{BILSTM_SIZES[k]}{sizes[k]}" for k in BILSTM_SIZES if k in sizes)
 
 
 def shape_flags(spec: dict, values: dict) -> list[str]:

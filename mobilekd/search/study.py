@@ -95,6 +95,7 @@ class Objective:
         candidate = self.candidates[trial.suggest_categorical("candidate", list(self.candidates))]
         spec = self.families[candidate.family]
         flags, _ = suggest(trial, candidate.family, spec, self.teacher, self.has_head, self.train_examples)
+        flags = [*shape_flags(spec, candidate.values), *flags]  # the BiLSTM's sizes: its recipe names its shape
         steps = int(flags[flags.index("--max-steps") + 1])
         run_dir = self.out / "trials" / f"{trial.number:04d}"
         trial.set_user_attr("family", candidate.family)
@@ -109,8 +110,7 @@ class Objective:
         start = time.time()
         if verb(spec) == "bilstm":  # made from the fine-tuned teacher itself: no start stage
             trial.set_user_attr("start", str(self.fine_tuned))
-            head = ["bilstm", *self.task_flags, *self.verb_flags.get("bilstm", []), "--teacher", str(self.fine_tuned),
-                    *shape_flags(spec, candidate.values)]
+            head = ["bilstm", *self.task_flags, *self.verb_flags.get("bilstm", []), "--teacher", str(self.fine_tuned)]
         else:
             try:
                 start_dir = make_start(candidate)
