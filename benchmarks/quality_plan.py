@@ -18,12 +18,21 @@ from mobilekd.fileio import REPO_ROOT
 PLAN_FILE = REPO_ROOT / "configs" / "benchmarks" / "quality.toml"
 
 
+REQUIRED = ("results", "eval_points", "plot_tasks", "ablation_tasks", "default", "family", "baselines", "model_maker",
+            "bilstm", "task_distillation", "pkt_steps", "tinybert_steps", "distilbert_steps", "narrow_ffn", "tasks",
+            "budgets", "epochs", "methods", "plans", "task_recipes", "as_methods", "families")
+
+
 def load(path=PLAN_FILE) -> dict:
-    """The plan file, parsed; unreadable or not TOML, one line naming it."""
+    """The plan file, parsed; unreadable, not TOML, or without a section the plan reads: one line naming it."""
     try:
-        return tomllib.loads(Path(path).read_text())
+        plan = tomllib.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise located(path, f"not a readable plan: {err}") from None
+    missing = [key for key in REQUIRED if key not in plan]
+    if missing:
+        raise located(path, f"lacks {', '.join(missing)}")
+    return plan
 
 
 PLAN = load()

@@ -654,3 +654,6 @@ def test_the_plan_file_declares_every_method_the_plans_name_and_a_bad_one_is_one
     bad.write_text("[methods\n")
     with pytest.raises(UserError, match=f"{bad}: not a readable plan"):
         qp.load(bad)
+    bad.write_text("results = 'x.json'\n")
+    with pytest.raises(UserError, match=f"{bad}: lacks eval_points, "):
+        qp.load(bad)
