@@ -1,7 +1,9 @@
 """The model presets: print them beside the paper's figures (`mobilekd models`), or write a randomly initialised
 model directory of one (`mobilekd init PRESET OUT`: the from-scratch baseline, or a starting point), or one made of
 some of a model directory's layers (`mobilekd init MODEL OUT --layers spread:3`), its feed-forward networks
-narrowed to their most important neurons (`--intermediate-size`, DynaBERT's rewiring: mobilekd/models/narrow.py)."""
+narrowed to their most important neurons (`--intermediate-size`, DynaBERT's rewiring: mobilekd/models/narrow.py),
+or a MobileBERT-shaped preset started from a teacher's weights through its bottlenecks (`mobilekd init PRESET OUT
+--from-teacher TEACHER`: mobilekd/transfer/inherit.py), for `mobilekd distill --student OUT`."""
 
 from __future__ import annotations
 
@@ -78,7 +80,6 @@ def _init(args) -> None:
         depth = source.config.num_hidden_layers
         layers = parse_layers(args.layers, depth) if args.layers else list(range(depth))
         tokenizer = load_tokenizer(args.preset)
-        at_least("--importance-examples", args.importance_examples, 1)
         if narrowed:  # before the importance pass, not after it
             from mobilekd.models.narrow import check_size
 
@@ -100,20 +101,61 @@ def _init(args) -> None:
         print(f"{args.preset}: layers {layers} of {depth}{width} written to {args.out}")
         return
     model = MobileBertForPreTraining(get_preset(args.preset).config)
+    if args.from_teacher:
+        _inherit(model, args)
+        return
     save_pretrained(model, args.out, load_tokenizer(args.vocab) if args.vocab else load_tokenizer())
     print(f"{args.preset}: randomly initialised model written to {args.out}")
+
+
+def _inherit(student, args) -> None:
+    """The preset's student started from --from-teacher's weights (mobilekd/transfer/inherit.py); summary.json
+    records each block's fit and the time it took, written before the weights that mark OUT finished."""
+    from pathlib import Path
+
+    from mobilekd.data.tokenizer import load_tokenizer
+    from mobilekd.models.hf import load_pretrained, save_pretrained
+    from mobilekd.models.pretrained import model_dir
+    from mobilekd.transfer.inherit import inherit
+    from mobilekd.transfer.layer_maps import layer_map, parse_layer_map
+
+    teacher_dir = model_dir(args.from_teacher)
+    teacher = load_pretrained(teacher_dir, "pretraining")
+    depth, n = teacher.config.num_hidden_layers, student.config.num_hidden_layers
+    mapping = parse_layer_map(args.layer_map, depth, n) or (list(range(n)) if n == depth
+                                                           else layer_map("uniform", depth, n))
+    if len(mapping) != n or not all(0 <= t < depth for t in mapping):
+        raise UserError(f"--layer-map needs {n} teacher layers in 0..{depth - 1}, got {mapping}")
+    tokenizer = load_tokenizer(teacher_dir)
+    start = time.perf_counter()
+    split = _pretraining_split(tokenizer, args)
+    n_examples = min(args.importance_examples, len(split))
+    batches = [split.batch(range(i, min(i + 32, n_examples))) for i in range(0, n_examples, 32)]
+    summary = {"from_teacher": str(teacher_dir), "examples": n_examples,
+               **inherit(teacher, student, mapping, batches)}
+    summary["wall_seconds"] = round(time.perf_counter() - start, 1)
+    write_json(Path(args.out) / "summary.json", summary)
+    save_pretrained(student, args.out, tokenizer)
+    print(f"{args.preset}: started from {teacher_dir}'s layers {mapping} over {n_examples} examples (relative "
+          f"error of each block's output on them: {', '.join(map(str, summary['relative_error']))}), written to "
+          f"{args.out}")
+
+
+def _pretraining_split(tokenizer, args):
+    """--corpus's masked-LM training examples at length 128 (the shipped corpora by default), cached."""
+    from mobilekd.data.pretraining import DEFAULT_CACHE, load_pretraining_data
+    from mobilekd.train.common import SHIPPED_CORPORA
+
+    return load_pretraining_data(args.corpus or SHIPPED_CORPORA, tokenizer, 128, args.seed,
+                                 args.cache_dir or DEFAULT_CACHE).train
 
 
 def neuron_scores(model, tokenizer, args) -> list:
     """DynaBERT's FFN neuron importance in `model` (every layer in place) over the first --importance-examples
     masked-LM examples of --corpus (mobilekd/models/narrow.py)."""
-    from mobilekd.data.pretraining import DEFAULT_CACHE, load_pretraining_data
     from mobilekd.models.narrow import importance_over
-    from mobilekd.train.common import SHIPPED_CORPORA
 
-    split = load_pretraining_data(args.corpus or SHIPPED_CORPORA, tokenizer, 128, args.seed,
-                                  args.cache_dir or DEFAULT_CACHE).train
-    return importance_over(model, split, args.importance_examples)
+    return importance_over(model, _pretraining_split(tokenizer, args), args.importance_examples)
 
 
 def parse_layers(text: str, depth: int) -> list[int]:
@@ -150,8 +192,17 @@ def init(argv=None):
     p.add_argument("--intermediate-size", type=int, metavar="N",
                    help="with a model directory: keep this many of each FFN's neurons, the most important by "
                         "DynaBERT's first-order estimate of the masked-LM loss without them (default: all)")
-    p.add_argument("--importance-examples", type=int, default=512, metavar="N",
-                   help="masked-LM examples the importance is summed over (default 512)")
+    p.add_argument("--from-teacher", metavar="TEACHER",
+                   help="with a MobileBERT-shaped preset: start it from this BERT-layout teacher's weights through "
+                        "its bottlenecks (principal components of each layer's features, the most important heads "
+                        "and FFN neurons, normalizations fitted; mobilekd/transfer/inherit.py), for `mobilekd distill "
+                        "--student OUT`")
+    p.add_argument("--layer-map", help="with --from-teacher: the teacher layer each student block starts from, "
+                                       "comma-separated, or a rule (default: layer by layer at equal depth, else "
+                                       "uniform, as ship's MobileBERT family distils)")
+    p.add_argument("--importance-examples", type=int, metavar="N",
+                   help="masked-LM examples the neuron importance (default 512) or, with --from-teacher, the "
+                        "start's fit (default 128) is computed over")
     p.add_argument("--corpus", nargs="+", help="their text (default: the shipped corpora)")
     p.add_argument("--cache-dir", help="where their tokenized examples are cached (default "
                                        ".cache/mobilekd/pretraining)")
@@ -166,5 +217,20 @@ def init(argv=None):
             raise UserError(f"{args.preset}: no such model directory (--layers and --intermediate-size take a model "
                             "directory, not a preset)")
         get_preset(args.preset)  # neither a preset nor a directory: one line
+    elif args.from_teacher:
+        raise UserError(f"--from-teacher takes a preset to start, not a model directory ({args.preset})")
+    if args.layer_map and not args.from_teacher:
+        raise UserError("--layer-map is read with --from-teacher only")
+    if args.from_teacher:
+        teacher = model_dir(args.from_teacher)
+        if not teacher.is_dir():
+            raise UserError(f"--from-teacher {args.from_teacher}: no such model directory")
+        from mobilekd.models.hf import load_config
+        from mobilekd.transfer.inherit import check_inheritable
+
+        check_inheritable(load_config(teacher)[0], get_preset(args.preset).config)  # before OUT is made
+    if args.importance_examples is None:
+        args.importance_examples = 128 if args.from_teacher else 512
+    at_least("--importance-examples", args.importance_examples, 1)
     with owned(args.out, argv=argv):  # this run's OUT, marked complete when written
         _init(args)

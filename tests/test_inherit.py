@@ -1,0 +1,53 @@
+"""A MobileBERT-shaped student started from its teacher's weights through the bottleneck (mobilekd/transfer/inherit.py),
+on the packaged all-MiniLM-L6-v2 and real text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from helpers import one_line_error, run_module
+from mobilekd.data.pretraining import load_pretraining_data
+from mobilekd.data.tokenizer import load_tokenizer
+from mobilekd.models.heads import MobileBertForPreTraining
+from mobilekd.models.hf import load_pretrained
+from mobilekd.models.pretrained import model_dir
+from mobilekd.transfer.inherit import feature_error
+from mobilekd.transfer.strategies import copy_shared_weights
+
+
+@pytest.mark.parametrize("preset", ["mobilebert_h384_l4", "mobilebert_tiny_h384_l4"])
+def test_a_student_started_from_the_teacher_computes_its_feature_maps_far_better_than_a_random_one(
+        tmp_path, small_corpus, preset):
+    """MobileBERT's block (shared Q/K bottleneck, V from the feature map, 4 FFNs) and MobileBERT_TINY's (Q, K, V
+    from the bottleneck, 2 FFNs), 4 blocks from 6 teacher layers: on held-out text each block's output is much
+    nearer its teacher layer's than the random start's (embeddings and heads copied, as distill starts it)."""
+    teacher_dir = model_dir("all-minilm-l6-v2")
+    out = tmp_path / "student"
+    run_module("mobilekd", "init", preset, out, "--from-teacher", "all-minilm-l6-v2", "--importance-examples", 16,
+               "--corpus", small_corpus, "--cache-dir", tmp_path / "c")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["layer_map"] == [1, 2, 4, 5] and summary["examples"] == 16 and summary["embedding_norm"] == "fitted"
+    teacher = load_pretrained(teacher_dir, "pretraining").eval()
+    student = load_pretrained(out, "pretraining").eval()
+    heldout = load_pretraining_data([small_corpus], load_tokenizer(teacher_dir), 128, 0, tmp_path / "c").heldout
+    batches = [heldout.batch(range(i, min(i + 8, len(heldout)))) for i in range(0, min(16, len(heldout)), 8)]
+    torch.manual_seed(0)
+    random = MobileBertForPreTraining(student.config).eval()
+    copy_shared_weights(teacher, random)
+    started, fresh = (feature_error(teacher, m, summary["layer_map"], batches) for m in (student, random))
+    assert all(s < 0.85 for s in started), started
+    assert all(f > 0.95 for f in fresh), fresh  # the random start predicts no better than the teacher's mean
+    assert all(s < f - 0.2 for s, f in zip(started, fresh)), (started, fresh)
+
+
+def test_a_student_the_start_is_not_defined_for_is_refused_before_its_directory_is_made(tmp_path):
+    out = tmp_path / "wide"
+    proc = run_module("mobilekd", "init", "mobilebert", out, "--from-teacher", "all-minilm-l6-v2", check=False)
+    assert proc.returncode != 0 and "widths differ (teacher 384, student 512" in one_line_error(proc)
+    assert not out.exists()
+    proc = run_module("mobilekd", "init", model_dir("all-minilm-l6-v2"), out, "--from-teacher", "all-minilm-l6-v2",
+                      check=False)
+    assert proc.returncode != 0 and "--from-teacher takes a preset" in one_line_error(proc) and not out.exists()
