@@ -89,7 +89,7 @@ def test_transformers_computes_our_logits_or_refuses_the_checkpoint(shape, case,
     sentence pairs; or the directory is not labelled as a transformers model and transformers refuses it."""
     head = HEAD_OF_CASE.get(case, case)
     config = SHAPES[shape].replace(**HEAD_CASES[case])
-    bert = not config.hf_compatible and config.bert_incompatibility is None  # BERT's own layout: saved as BERT
+    bert = config.bert_incompatibility is None  # BERT's own layout: saved as BERT
     if not config.hf_compatible and not bert:  # the label alone decides what transformers does: no weights needed
         saved = config_json(config, head)
         (tmp_path / "config.json").write_text(json.dumps(saved))
@@ -230,3 +230,23 @@ def test_a_users_transformers_mobilebert_is_a_start_and_a_teacher(tmp_path, toke
                "--out", tmp_path / "student", *common)
     student = json.loads((tmp_path / "student" / "results.json").read_text())
     assert student["teacher"] == str(tmp_path / "teacher") and "dev" in student["metrics"]
+
+
+def test_a_transformers_mobilebert_at_equal_widths_without_the_trigram_loads_without_its_unused_lift(tmp_path,
+                                                                                                     tokenizer):
+    """transformers builds the embeddings' dense lift always but applies it only with the trigram or a narrower
+    embedding: at mobilebert_h384's layout (equal widths, no trigram) its file holds a lift at a random
+    initialisation that must not be applied, and the config says nothing of it."""
+    config = transformers.MobileBertConfig(vocab_size=30522, hidden_size=96, embedding_size=96, trigram_input=False,
+                                           num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
+                                           intra_bottleneck_size=32, true_hidden_size=32, num_feedforward_networks=2)
+    torch.manual_seed(0)
+    theirs = transformers.MobileBertForPreTraining(config).eval()
+    theirs.save_pretrained(tmp_path)
+    ours = load_pretrained(tmp_path).eval()
+    assert ours.mobilebert.embeddings.embedding_transformation is None and ours.config.hf_compatible
+    ids = torch.randint(1000, 2000, (2, 12))
+    with torch.no_grad():
+        expected = theirs(input_ids=ids).prediction_logits
+        got = ours(ids, masked_positions=torch.arange(12).expand(2, -1)).mlm_logits.view(2, 12, -1)
+    assert (expected - got).abs().max() <= 1e-4

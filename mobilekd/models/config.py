@@ -36,8 +36,9 @@ class ModelConfig:
     trigram_input: bool = True
     # A dense lift of the token embeddings to hidden_size (BERT has none). Needed whenever the trigram or a
     # narrower embedding changes the width; the official code (TF1 modeling.py, `BertModel.__init__`) and
-    # transformers (modeling_mobilebert.py, `MobileBertEmbeddings.forward`) apply it only then, so a lift at equal
-    # widths without the trigram (mobilebert_h384's, started at the identity) is ours alone: see `hf_incompatibility`
+    # transformers (modeling_mobilebert.py, `MobileBertEmbeddings.forward`) apply it only then, so a MobileBERT at
+    # equal widths without the trigram (mobilebert_h384) has none, as there; a lift there is ours alone (students
+    # made before it was dropped have one, started at the identity): see `lift_applies`, `hf_incompatibility`
     embedding_transformation: bool = True
     use_bottleneck: bool = True
     intra_bottleneck_size: int = 128
@@ -80,6 +81,13 @@ class ModelConfig:
         return self.intra_bottleneck_size if self.use_bottleneck and self.use_bottleneck_attention else self.hidden_size
 
     @property
+    def lift_applies(self) -> bool:
+        """Whether the official code and transformers apply the embeddings' dense lift: only where the trigram or a
+        narrower embedding changes the width (transformers' `MobileBertEmbeddings.forward`; TF1 modeling.py
+        `BertModel.__init__`)."""
+        return self.trigram_input or self.embedding_size != self.hidden_size
+
+    @property
     def hf_incompatibility(self) -> str | None:
         """Why transformers' MobileBERT classes would not compute this model, in one line; None when they compute
         it exactly (the round trip tests/test_hf_roundtrip.py checks, preset by preset and head by head).
@@ -93,10 +101,7 @@ class ModelConfig:
         if self.attention_input_size != self.true_hidden_size:
             return ("Q/K read the inter-block feature map and project it to the intra-block width (IB-BERT); "
                     "transformers' MobileBertSelfAttention projects them from the intra-block width")
-        if not self.embedding_transformation:
-            return ("no dense lift of the embeddings (BERT's layout); transformers' MobileBertEmbeddings always "
-                    "builds one and would find no weights for it")
-        if not self.trigram_input and self.embedding_size == self.hidden_size:
+        if self.embedding_transformation and not self.lift_applies:
             return ("a dense lift of the embeddings at embedding_size == hidden_size without trigram_input; "
                     "transformers' MobileBertEmbeddings.forward skips it there")
         if self.normalization_type == "layer_norm" and self.layer_norm_eps != 1e-5:
@@ -156,7 +161,7 @@ class ModelConfig:
         if self.score_clip is not None and not (isinstance(self.score_clip, (list, tuple)) and len(self.score_clip) == 2
                                                 and self.score_clip[0] < self.score_clip[1]):
             raise bad(f"score_clip must be [low, high] with low < high, got {self.score_clip!r}")
-        if not self.embedding_transformation and (self.trigram_input or self.embedding_size != self.hidden_size):
+        if not self.embedding_transformation and self.lift_applies:
             raise bad("embedding_transformation: false needs embedding_size == hidden_size and no trigram_input")
 
     def to_dict(self) -> dict:

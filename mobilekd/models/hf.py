@@ -1,13 +1,13 @@
 """Model directories in transformers' `save_pretrained` layout: config.json, model.safetensors, tokenizer files.
 
 A model that transformers' MobileBERT computes exactly (`ModelConfig.hf_compatible`: `mobilebert`,
-`mobilebert_tiny`, `demo_student` among the presets) is labelled `model_type: "mobilebert"` with its head's
+`mobilebert_tiny`, `demo_student` and the h384 presets) is labelled `model_type: "mobilebert"` with its head's
 architecture and loads into `AutoModelForPreTraining` / `...ForSequenceClassification` / `...ForQuestionAnswering`
 as is, with our logits (tests/test_hf_roundtrip.py): our parameter names are theirs, the MLM decoder is saved tied
 (its weight is the word embedding, its bias `cls.predictions.bias`). Any other model (the IB-BERT teachers, BERT
-layouts, `mobilebert_no_opt`'s 1e-12 LayerNorms, `mobilebert_h384`'s lift at equal widths) is saved the same way
-under `model_type: "ib_bert"`, which transformers refuses by name instead of loading it into a model that
-computes something else; `mobilekd_transformers_note` in its config.json says why in one line. A model of BERT's
+layouts, `mobilebert_no_opt`'s 1e-12 LayerNorms, the lift at equal widths of students made before `mobilebert_h384`
+dropped it) is saved the same way under `model_type: "ib_bert"`, which transformers refuses by name instead of
+loading it into a model that computes something else; `mobilekd_transformers_note` in its config.json says why in one line. A model of BERT's
 own layout (`ModelConfig.bert_incompatibility` is None: a user's BERT teacher, its layer subsets, narrowed FFNs,
 TinyBERT's shapes) is saved as what it is, `model_type: "bert"` with transformers' BERT names (`bert.` for our
 `mobilebert.`), and loads into `AutoModelFor...` as a `BertFor...` with our logits.
@@ -36,9 +36,9 @@ def saved_as(config: ModelConfig, refused: str | None = None) -> str:
     BERT's own layout, else "ib_bert" (refused by transformers; so is any model `refused` names a reason for)."""
     if refused is not None:
         return "ib_bert"
-    if config.hf_compatible:
-        return "mobilebert"
-    return "bert" if config.bert_incompatibility is None else "ib_bert"
+    if config.bert_incompatibility is None:  # BERT's own layout, even where transformers' MobileBERT computes it too
+        return "bert"
+    return "mobilebert" if config.hf_compatible else "ib_bert"
 
 
 def config_json(config: ModelConfig, head: str, refused: str | None = None) -> dict:
@@ -87,7 +87,8 @@ def save_weights(model: torch.nn.Module, out_dir, tokenizer=None, extra: dict | 
 def transformers_extras(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Tensors transformers' MobileBERT (or BERT) expects that our model has none of: at embedding_size == hidden_size its
     `MobileBertLMPredictionHead.dense` is an empty (0, vocab) matrix (ours: no module), which it would report
-    missing from the file; and an untied decoder's bias, which transformers ties to `cls.predictions.bias` only
+    missing from the file; the embeddings' dense lift, which it builds but applies only with the trigram or a
+    narrower embedding (at mobilebert_h384's equal widths: an identity in its place); and an untied decoder's bias, which transformers ties to `cls.predictions.bias` only
     while the decoder is tied. Our loader ignores both."""
     config = model.config
     state = model.state_dict()
@@ -95,6 +96,12 @@ def transformers_extras(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     if (config.hf_compatible and "cls.predictions.bias" in state and "cls.predictions.dense.weight" not in state
             and config.hidden_size == config.embedding_size):
         extras["cls.predictions.dense.weight"] = torch.zeros(0, config.vocab_size)
+    if saved_as(config) == "mobilebert" and "mobilebert.embeddings.embedding_transformation.weight" not in state:
+        # transformers builds the embeddings' lift even where it never applies it (equal widths, no trigram:
+        # mobilebert_h384); an identity fills its place, so that nothing loads at a random initialisation
+        width = config.embedding_size * (3 if config.trigram_input else 1)
+        extras["mobilebert.embeddings.embedding_transformation.weight"] = torch.eye(config.hidden_size, width)
+        extras["mobilebert.embeddings.embedding_transformation.bias"] = torch.zeros(config.hidden_size)
     if saved_as(config) != "ib_bert" and "cls.predictions.decoder.weight" in state:  # an untied decoder (C-MLM's):
         extras["cls.predictions.decoder.bias"] = state["cls.predictions.bias"].clone()  # where transformers reads it
     return extras

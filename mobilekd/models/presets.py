@@ -18,13 +18,15 @@ does at full size.
 `mobilebert_h384` is the demo's student of the packaged all-MiniLM-L6-v2 teacher (6 layers, hidden 384, 12 heads):
 MobileBERT's shape (bottlenecks 384 -> 96 -> 384, shared Q/K bottleneck, 4 stacked FFNs, NoNorm, ReLU, 4 heads,
 no pooler dense) with the teacher's depth and inter-block width, so feature maps line up layer by layer without
-a projection as in the paper's pair, and the teacher's 384-wide embedding table is shared (no trigram; the
-embedding's dense lift starts at the identity). Attention transfer averages the teacher's 12 heads in groups of 3.
-The 30522 x 384 table is 11.7M of its 14.9M parameters; its encoder costs about 0.27x the teacher's per layer.
-Its lift at equal widths is not the official code's (nor transformers', which skips it there), so it saves as a
-model transformers refuses (`ModelConfig.hf_incompatibility`), as do `mobilebert_no_opt` (LayerNorm epsilon 1e-12,
-the official value; transformers' MobileBERT hard-codes 1e-5 in two of its LayerNorms) and the BERT and IB-BERT
-presets; `mobilebert`, `mobilebert_tiny` and `demo_student` load into transformers with our logits.
+a projection as in the paper's pair, and the teacher's 384-wide embedding table is shared (no trigram, and so,
+as in the official code and transformers, no dense lift of the embeddings). Attention transfer averages the
+teacher's 12 heads in groups of 3. The 30522 x 384 table is 11.7M of its 14.8M parameters; its encoder costs about
+0.27x the teacher's per layer. It and its siblings load into transformers as MobileBERT with our logits, as do
+`mobilebert`, `mobilebert_tiny` and `demo_student`; `mobilebert_no_opt` (LayerNorm epsilon 1e-12, the official
+value; transformers' MobileBERT hard-codes 1e-5 in two of its LayerNorms) and the IB-BERT presets save as models
+transformers refuses (`ModelConfig.hf_incompatibility`), and the BERT presets as BERT. Students made before the h384
+presets dropped the lift (until commit 4cac531: a lift at equal widths, started at the identity) keep it, and
+transformers refuses them by name.
 
 `mobilebert_h384_l4`, `mobilebert_tiny_h384` and `mobilebert_tiny_h384_l4` are its smaller siblings at TinyBERT's
 latency and below (issue 78): fewer blocks, MobileBERT_TINY's block (Q, K and V all from the bottleneck, 2 FFNs;
@@ -45,7 +47,7 @@ from mobilekd.models.config import ModelConfig
 _MOBILEBERT = ModelConfig(classifier_activation=False)
 # MobileBERT's shape at all-MiniLM-L6-v2's depth and width (`mobilebert_h384`), the base of its smaller siblings
 _H384 = _MOBILEBERT.replace(hidden_size=384, num_hidden_layers=6, intra_bottleneck_size=96, intermediate_size=384,
-                            embedding_size=384, trigram_input=False)
+                            embedding_size=384, trigram_input=False, embedding_transformation=False)
 # MobileBERT_TINY's attention (paper, Section 3.1 and Table 1: Q, K and V all from the bottleneck) and 2 FFNs
 _TINY = dict(use_bottleneck_attention=True, key_query_shared_bottleneck=False, num_feedforward_networks=2)
 _BERT_BASE = ModelConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
