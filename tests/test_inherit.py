@@ -51,3 +51,27 @@ def test_a_student_the_start_is_not_defined_for_is_refused_before_its_directory_
     proc = run_module("mobilekd", "init", model_dir("all-minilm-l6-v2"), out, "--from-teacher", "all-minilm-l6-v2",
                       check=False)
     assert proc.returncode != 0 and "--from-teacher takes a preset" in one_line_error(proc) and not out.exists()
+
+
+def test_distill_inherit_starts_the_preset_from_the_teacher_in_the_same_run(tmp_path, small_corpus, tokenizer):
+    """`distill --student PRESET --inherit`: the start fitted over the run's own training examples, then PKT; a
+    directory student is refused in one line (it is started already)."""
+    from helpers import BERT
+    from mobilekd.models.hf import save_pretrained
+
+    torch.manual_seed(0)
+    teacher = tmp_path / "teacher"  # a 384-wide BERT with its MLM and NSP heads, 4 layers
+    wide = BERT.replace(hidden_size=384, embedding_size=384, intra_bottleneck_size=384, intermediate_size=1536)
+    save_pretrained(MobileBertForPreTraining(wide), teacher, tokenizer)
+    steps = ["--layer-steps", 1, "--pd-steps", 1, "--batch-size", 4, "--max-len", 32, "--eval-examples", 8,
+             "--corpus", small_corpus, "--cache-dir", tmp_path / "c", "--threads", 1]
+    run_module("mobilekd.recipes.distill", "--teacher", teacher, "--student", "mobilebert_tiny_h384_l4", "--inherit",
+               "--inherit-examples", 8, "--out", tmp_path / "student", *steps)
+    summary = json.loads((tmp_path / "student" / "summary.json").read_text())
+    fit = summary["inherited"]
+    assert fit["layer_map"] == [0, 1, 2, 3] and len(fit["relative_error"]) == 4 and max(fit["relative_error"]) < 1
+    assert [s["stage"] for s in summary["stages"]] == ["pkt_L0", "pkt_L1", "pkt_L2", "pkt_L3", "pd"]
+    proc = run_module("mobilekd.recipes.distill", "--teacher", teacher, "--student", tmp_path / "student",
+                      "--inherit", "--out", tmp_path / "again", *steps, check=False)
+    assert proc.returncode != 0 and "--inherit starts a preset" in one_line_error(proc)
+    assert not (tmp_path / "again").exists()

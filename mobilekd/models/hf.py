@@ -7,10 +7,10 @@ as is, with our logits (tests/test_hf_roundtrip.py): our parameter names are the
 (its weight is the word embedding, its bias `cls.predictions.bias`). Any other model (the IB-BERT teachers, BERT
 layouts, `mobilebert_no_opt`'s 1e-12 LayerNorms, the lift at equal widths of students made before `mobilebert_h384`
 dropped it) is saved the same way under `model_type: "ib_bert"`, which transformers refuses by name instead of
-loading it into a model that computes something else; `mobilekd_transformers_note` in its config.json says why in one line. A model of BERT's
-own layout (`ModelConfig.bert_incompatibility` is None: a user's BERT teacher, its layer subsets, narrowed FFNs,
-TinyBERT's shapes) is saved as what it is, `model_type: "bert"` with transformers' BERT names (`bert.` for our
-`mobilebert.`), and loads into `AutoModelFor...` as a `BertFor...` with our logits.
+loading it into a model that computes something else; `mobilekd_transformers_note` in its config.json says why in
+one line. A model of BERT's own layout (`ModelConfig.bert_incompatibility` is None: a user's BERT teacher, its layer
+subsets, narrowed FFNs, TinyBERT's shapes) is saved as what it is, `model_type: "bert"` with transformers' BERT
+names (`bert.` for our `mobilebert.`), and loads into `AutoModelFor...` as a `BertFor...` with our logits.
 """
 
 from __future__ import annotations
@@ -85,11 +85,12 @@ def save_weights(model: torch.nn.Module, out_dir, tokenizer=None, extra: dict | 
 
 
 def transformers_extras(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Tensors transformers' MobileBERT (or BERT) expects that our model has none of: at embedding_size == hidden_size its
-    `MobileBertLMPredictionHead.dense` is an empty (0, vocab) matrix (ours: no module), which it would report
-    missing from the file; the embeddings' dense lift, which it builds but applies only with the trigram or a
-    narrower embedding (at mobilebert_h384's equal widths: an identity in its place); and an untied decoder's bias, which transformers ties to `cls.predictions.bias` only
-    while the decoder is tied. Our loader ignores both."""
+    """Tensors transformers' MobileBERT (or BERT) expects that our model has none of: at embedding_size == hidden_size
+    its `MobileBertLMPredictionHead.dense` is an empty (0, vocab) matrix (ours: no module), which it would
+    report missing from the file; the embeddings' dense lift, which it builds but applies only with the trigram
+    or a narrower embedding (at mobilebert_h384's equal widths: an identity in its place); and an untied
+    decoder's bias, which transformers ties to `cls.predictions.bias` only while the decoder is tied. Our loader
+    ignores them."""
     config = model.config
     state = model.state_dict()
     extras = {}

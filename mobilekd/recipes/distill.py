@@ -30,10 +30,11 @@ from mobilekd.fileio import atomic_path, write_json
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
 from mobilekd.models.presets import PRESETS, get_preset
-from mobilekd.flags import add_flags, from_flags
+from mobilekd.flags import add_flags, at_least, from_flags
 from mobilekd.train.common import EVAL_EXAMPLES, SHIPPED_CORPORA, add_training_flags, run_owned, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
 from mobilekd.train.loop import Stage, run_plan
+from mobilekd.transfer.inherit import INHERIT_EXAMPLES, inherit
 from mobilekd.transfer.layer_maps import RULES, parse_layer_map
 from mobilekd.transfer.strategies import (STRATEGIES, Distiller, PlanSettings, TransferWeights, check_pair,
                                           copy_shared_weights, plan)
@@ -60,6 +61,12 @@ def parse_args(argv=None):
                                        f"or a rule ({', '.join(RULES)}; uniform is TinyBERT's: student layer l reads "
                                        "teacher layer (l + 1) * teacher depth / student depth - 1; see "
                                        "mobilekd.transfer.layer_maps)")
+    p.add_argument("--inherit", action="store_true",
+                   help="start a MobileBERT-shaped preset's blocks from the teacher's weights through its bottlenecks "
+                        "(as `mobilekd init PRESET OUT --from-teacher TEACHER`; mobilekd/transfer/inherit.py), fitted "
+                        "over --inherit-examples training examples, instead of from random weights")
+    p.add_argument("--inherit-examples", type=int, default=INHERIT_EXAMPLES, metavar="N",
+                   help=f"with --inherit: the examples the start is fitted over (default {INHERIT_EXAMPLES})")
     p.add_argument("--compare", help="comma-separated strategies to run at equal total steps, e.g. akt,jkt,pkt; "
                                      "add 'scratch' for the student trained without a teacher")
     p.add_argument("--corpus", nargs="+", default=SHIPPED_CORPORA, help="pre-training text (default: shipped)")
@@ -67,6 +74,10 @@ def parse_args(argv=None):
                    help=f"held-out examples to evaluate (default {EVAL_EXAMPLES})")
     add_training_flags(p, out="runs/student", batch_size=32, seq_len=64, optimizer="adamw")
     args = p.parse_args(argv)
+    at_least("--inherit-examples", args.inherit_examples, 1)
+    if args.inherit and Path(args.student).is_dir():
+        raise UserError(f"--inherit starts a preset; --student {args.student} is a directory (start it with `mobilekd "
+                        "init PRESET OUT --from-teacher TEACHER`, or give the preset)")
     args.settings = from_flags(PlanSettings, args, weights=from_flags(TransferWeights, args))  # refused here if bad
     for strategy in [args.strategy, *(s.strip() for s in (args.compare or "").split(",") if s.strip())]:
         if strategy in STRATEGIES:  # a weight a strategy has no use for is refused before any work
@@ -87,9 +98,10 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
     run = {"student": config.to_dict(), "teacher": str(teacher_dir), "seq_len": args.seq_len, "data": data.path.name,
            "strategy": strategy, "freeze": settings.freeze, "lr": settings.lr, "layer_lr": settings.layer_lr,
            "alpha": w.alpha, "temperature": w.temperature, "layer_map": args.layer_map,
-           "weights": [w.fmt, w.at, w.mean, w.var], "train_word_embeddings": settings.train_word_embeddings}
+           "weights": [w.fmt, w.at, w.mean, w.var], "train_word_embeddings": settings.train_word_embeddings,
+           "inherit": True if args.inherit and strategy != "scratch" else None}  # None: as runs before the flag
     cfg = train_config(args, out_dir=out, run=run)
-    distiller = None
+    distiller, inherited = None, None
     if strategy == "scratch":
         if Path(args.student).is_dir():  # from random weights, even when --student is a directory
             student = MobileBertForPreTraining(config)
@@ -101,6 +113,10 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
         layer_map = parse_layer_map(args.layer_map, teacher.config.num_hidden_layers, n_layers)
         layer_map = check_pair(teacher.config, config, layer_map, strategy)
         copied = copy_shared_weights(teacher, student)
+        if args.inherit:  # every block from the teacher's weights (the embeddings and heads copied again there)
+            n = min(args.inherit_examples, len(data.train))
+            inherited = inherit(teacher, student, layer_map, [
+                data.train.batch(range(i, min(i + 32, n))) for i in range(0, n, 32)])
         distiller = Distiller(teacher, layer_map, settings, config, strategy)
         projections = distiller.projections()
         if len(projections):
@@ -110,7 +126,8 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
     summaries = run_plan(stages, student, data.train, cfg, accelerator, resume=args.resume)
     result = {"strategy": strategy, "student": args.student, "teacher": str(teacher_dir),
               "total_steps": sum(s.steps for s in stages), "wall_seconds": round(time.time() - start, 1),
-              "copied_from_teacher": len(copied), "stages": summaries}
+              "copied_from_teacher": len(copied), "stages": summaries,
+              **({"inherited": inherited} if inherited else {})}
     if distiller is not None and distiller.inputs is not None:
         result["layer_inputs"] = distiller.inputs.stats()
     if hasattr(student, "projections"):

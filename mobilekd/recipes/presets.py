@@ -202,7 +202,7 @@ def init(argv=None):
                                        "uniform, as ship's MobileBERT family distils)")
     p.add_argument("--importance-examples", type=int, metavar="N",
                    help="masked-LM examples the neuron importance (default 512) or, with --from-teacher, the "
-                        "start's fit (default 128) is computed over")
+                        "start's fit (default 128: mobilekd/transfer/inherit.py) is computed over")
     p.add_argument("--corpus", nargs="+", help="their text (default: the shipped corpora)")
     p.add_argument("--cache-dir", help="where their tokenized examples are cached (default "
                                        ".cache/mobilekd/pretraining)")
@@ -230,7 +230,9 @@ def init(argv=None):
 
         check_inheritable(load_config(teacher)[0], get_preset(args.preset).config)  # before OUT is made
     if args.importance_examples is None:
-        args.importance_examples = 128 if args.from_teacher else 512
+        from mobilekd.transfer.inherit import INHERIT_EXAMPLES
+
+        args.importance_examples = INHERIT_EXAMPLES if args.from_teacher else 512
     at_least("--importance-examples", args.importance_examples, 1)
     with owned(args.out, argv=argv):  # this run's OUT, marked complete when written
         _init(args)

@@ -1,7 +1,8 @@
 """A MobileBERT-shaped student started from its teacher's weights, through the bottleneck (issue 78 item 2).
 
-`mobilekd init PRESET OUT --from-teacher TEACHER` writes it; `mobilekd distill --student OUT` then transfers from
-there instead of from random weights. The teacher is a BERT layout (no bottleneck) as wide as the student's
+`mobilekd init PRESET OUT --from-teacher TEACHER` writes it and `mobilekd distill --student OUT` transfers from
+there, or `mobilekd distill --student PRESET --inherit` does both in one run, instead of starting from random
+weights. The teacher is a BERT layout (no bottleneck) as wide as the student's
 inter-block feature maps (all-MiniLM-L6-v2 and the h384 presets: 384), so that those maps, which progressive
 knowledge transfer matches, live in one space. Student block l starts from teacher layer `layer_map[l]`, layer by
 layer, each fitted on the student's own input from the blocks below (already set), over pre-training examples:
@@ -17,10 +18,10 @@ layer, each fitted on the student's own input from the blocks below (already set
   Weights Are Not!", AAAI 2023: the features' covariance, not the weights, is low-rank);
 - attention keeps the teacher's `num_attention_heads` most important heads (importance: the mean norm of a head's
   contribution to the attention output; Michel et al. 2019, "Are Sixteen Heads Really Better than One?", show most
-  heads can be pruned, ranked by a gradient-based score this simpler proxy stands in for); a narrower head keeps the leading directions (uncentred) of
-  its queries and keys together (its values alone), scaled by (d_student / d_teacher)^(1/4) on both queries and
-  keys so that the 1/sqrt(d) of the scores stays the teacher's; the dropped heads' mean contribution goes into the
-  output bias;
+  heads can be pruned, ranked by a gradient-based score this simpler proxy stands in for); a narrower head keeps the
+  leading directions (uncentred) of its queries and keys together (its values alone), scaled by (d_student /
+  d_teacher)^(1/4) on both queries and keys so that the 1/sqrt(d) of the scores stays the teacher's; the dropped
+  heads' mean contribution goes into the output bias;
 - the F stacked feed-forward networks share the teacher's FFN neurons, the F x intermediate_size most important
   (mean |activation| x the norm of the neuron's output weights: the weight-times-activation criterion of Sun et al.
   2023, "A Simple and Effective Pruning Approach for Large Language Models" (Wanda), taken per neuron rather than
@@ -31,10 +32,10 @@ layer, each fitted on the student's own input from the blocks below (already set
   back to the feature map, plus the block input) by ridge regression against the teacher layer's output.
 
 No official code does this: the paper starts its student from random weights (Section 4.3) and shares only the
-embeddings and heads. The three papers above are cited from their text as published (none is in the stored
-sources the search tools read), and only for the piece each gives. The papers cited say where each piece comes from; their combination through MobileBERT's
-bottleneck is ours, so `summary.json` records each block's fit (relative error of its output against the
-teacher's on the examples it was fitted on), and benchmarks.inherit measures what it adds at equal PKT steps.
+embeddings and heads. The three papers above are cited from their text as published (none is in the stored sources
+the search tools read), and only for the piece each gives; their combination through MobileBERT's bottleneck is
+ours, so `summary.json` records each block's fit (relative error of its output against the teacher's on the examples
+it was fitted on), and benchmarks.inherit measures what it adds at equal PKT steps.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from mobilekd.errors import UserError
 from mobilekd.transfer.strategies import copy_shared_weights
 
 RIDGE = 1e-4  # the output bottleneck's ridge, relative to its Gram matrix's mean diagonal
+INHERIT_EXAMPLES = 128  # pre-training examples the start is fitted over (about 16,000 tokens at length 128)
 
 
 def check_inheritable(teacher_config, student_config) -> None:
