@@ -106,8 +106,8 @@ def table(results: list[dict]) -> str:
              "transfer | inherited - random | inherited, no transfer - random |", "|---|---|---|---|---|---|"]
     for task in TASKS:
         mine = [r for r in results if r["task"] == task]
-        metric = next((r["metric"] for r in mine if r["method"] == "random"), None)
-        if metric is None:
+        metric = GLUE_TASKS[task].metrics[0]  # the task's official metric, as the intervals are
+        if not values(results, task, metric, "random"):
             continue
         cells = [mean_std_cell(v) if (v := values(results, task, metric, m)) else "-" for m in METHODS]
         for a, b in PAIRS:
