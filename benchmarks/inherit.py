@@ -1,5 +1,5 @@
 """What a MobileBERT-shaped student gains from a start taken from its teacher's weights (issue 78, item 2): the
-same student (`mobilebert_h384_l4`, 4 blocks at TinyBERT_4's Pixel budget) distilled by the paper's progressive
+same student (`mobilebert_h384_l4`, 4 blocks near TinyBERT_4's Pixel estimate) distilled by the paper's progressive
 knowledge transfer for the same 500 steps from random weights (`random`: embeddings and heads copied, as distill
 starts a preset) and from `mobilekd init PRESET OUT --from-teacher TEACHER` (`inherited`), and the inherited start
 with no transfer at all (`inherited-0`); then each fine-tuned on the task. Seeds 0-2, declared here.

@@ -37,6 +37,8 @@ SHAPES = {name: p.config for name, p in PRESETS.items()} | {
     "trigram_at_equal_widths": PRESETS["demo_student"].config.replace(embedding_size=128),
     "layer_norm_eps_1e-5": PRESETS["demo_student"].config.replace(normalization_type="layer_norm",
                                                                   hidden_act="gelu", layer_norm_eps=1e-5),
+    # a BERT layout that transformers' MobileBERT could compute too: saved as the BERT it is, with no extra tensor
+    "bert_layout_eps_1e-5": PRESETS["bert_base"].config.replace(num_hidden_layers=2, layer_norm_eps=1e-5),
 }
 
 

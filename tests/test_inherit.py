@@ -55,7 +55,8 @@ def test_a_student_the_start_is_not_defined_for_is_refused_before_its_directory_
 
 def test_distill_inherit_starts_the_preset_from_the_teacher_in_the_same_run(tmp_path, small_corpus, tokenizer):
     """`distill --student PRESET --inherit`: the start fitted over the run's own training examples, then PKT; a
-    directory student is refused in one line (it is started already)."""
+    directory student (started already) and a strategy with no teacher layer for each block are refused in one
+    line, before OUT is made."""
     from helpers import BERT
     from mobilekd.models.hf import save_pretrained
 
@@ -74,4 +75,43 @@ def test_distill_inherit_starts_the_preset_from_the_teacher_in_the_same_run(tmp_
     proc = run_module("mobilekd.recipes.distill", "--teacher", teacher, "--student", tmp_path / "student",
                       "--inherit", "--out", tmp_path / "again", *steps, check=False)
     assert proc.returncode != 0 and "--inherit starts a preset" in one_line_error(proc)
+    proc = run_module("mobilekd.recipes.distill", "--teacher", teacher, "--student", "mobilebert_tiny_h384_l4",
+                      "--inherit", "--strategy", "distilbert", "--out", tmp_path / "again", *steps, check=False)
+    assert proc.returncode != 0 and "--strategy distilbert maps none" in one_line_error(proc)
     assert not (tmp_path / "again").exists()
+
+
+def test_with_a_full_basis_and_every_head_the_attention_is_the_teachers_exactly(tmp_path, tokenizer):
+    """At the teacher's width and heads the basis is complete and no head is dropped, so the student's attention
+    output before its norm is the teacher's (pre-LayerNorm) in the basis, to rounding: the projections of queries,
+    keys, values and output, and their biases, are checked exactly (the start's fits cannot hide an error there)."""
+    from helpers import BERT
+    from mobilekd.models.presets import PRESETS
+    from mobilekd.transfer.inherit import inherit
+
+    torch.manual_seed(0)
+    teacher = MobileBertForPreTraining(BERT).eval()  # 96 wide, 12 heads of 8, FFN 192, 4 layers
+    with torch.no_grad():
+        for p in teacher.parameters():
+            p.add_(torch.randn_like(p) * 0.05)  # biases and norms away from their initial values
+    config = PRESETS["demo_student"].config.replace(hidden_size=96, embedding_size=96, trigram_input=False,
+                                                    embedding_transformation=False, intra_bottleneck_size=96,
+                                                    num_attention_heads=12, intermediate_size=96,
+                                                    num_feedforward_networks=2)
+    student = MobileBertForPreTraining(config).eval()
+    ids = torch.randint(1000, 5000, (4, 20))
+    mask = torch.ones_like(ids)
+    mask[1, 13:] = 0
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    inherit(teacher, student, [0, 1, 2, 3], [batch])
+    with torch.no_grad():
+        x = teacher.mobilebert.embeddings(ids, batch["token_type_ids"])  # the teacher's block 0 input
+        t_block, s_block = teacher.mobilebert.encoder.layer[0], student.mobilebert.encoder.layer[0]
+        t_ctx, _ = t_block.attention.self(x, x, x, teacher.mobilebert.block_mask(mask, x.dtype), False)
+        t_pre = t_block.attention.output.dense(t_ctx) + x
+        q_in, k_in, v_in, residual = s_block.bottleneck(x)
+        s_ctx, _ = s_block.attention.self(q_in, k_in, v_in, student.mobilebert.block_mask(mask, x.dtype), False)
+        s_pre = s_block.attention.output.dense(s_ctx) + residual
+        expected = s_block.bottleneck.input.dense(t_pre)  # P^T (t_pre - mu): the input bottleneck is that map
+    keep = mask.bool()
+    assert (s_pre[keep] - expected[keep]).abs().max() < 1e-4 * expected[keep].abs().max()

@@ -57,8 +57,9 @@ class Embeddings(nn.Module):
     With `trigram_input`, the `embedding_size`-wide embeddings of tokens t+1, t and t-1 are concatenated and
     projected to the inter-block width: a kernel-3 1-D convolution written as one matrix product (Section 3.1).
     The dense lift (`embedding_transformation`) is applied whenever the config has one, also at equal widths
-    without the trigram (mobilebert_h384), where the official code and transformers
-    (`MobileBertEmbeddings.forward`) have none: such a model is not saved as a transformers one.
+    without the trigram, where the official code and transformers (`MobileBertEmbeddings.forward`) have none: the
+    h384 presets have none there, and a student made with one before (`ModelConfig.lift_applies`) is not saved as a
+    transformers model.
     """
 
     def __init__(self, config: ModelConfig):

@@ -94,7 +94,7 @@ def transformers_extras(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     config = model.config
     state = model.state_dict()
     extras = {}
-    if (config.hf_compatible and "cls.predictions.bias" in state and "cls.predictions.dense.weight" not in state
+    if (saved_as(config) == "mobilebert" and "cls.predictions.bias" in state and "cls.predictions.dense.weight" not in state
             and config.hidden_size == config.embedding_size):
         extras["cls.predictions.dense.weight"] = torch.zeros(0, config.vocab_size)
     if saved_as(config) == "mobilebert" and "mobilebert.embeddings.embedding_transformation.weight" not in state:

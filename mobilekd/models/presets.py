@@ -26,7 +26,8 @@ teacher's 12 heads in groups of 3. The 30522 x 384 table is 11.7M of its 14.8M p
 value; transformers' MobileBERT hard-codes 1e-5 in two of its LayerNorms) and the IB-BERT presets save as models
 transformers refuses (`ModelConfig.hf_incompatibility`), and the BERT presets as BERT. Students made before the h384
 presets dropped the lift (until commit 4cac531: a lift at equal widths, started at the identity) keep it, and
-transformers refuses them by name.
+transformers refuses them by name; their checkpoints load and score as before, but `--resume` of such a run under
+the preset's name is refused in one line (its recorded config has the lift), and such a run starts again.
 
 `mobilebert_h384_l4`, `mobilebert_tiny_h384` and `mobilebert_tiny_h384_l4` are its smaller siblings at TinyBERT's
 latency and below (issue 78): fewer blocks, MobileBERT_TINY's block (Q, K and V all from the bottleneck, 2 FFNs;

@@ -34,7 +34,7 @@ from mobilekd.flags import add_flags, at_least, from_flags
 from mobilekd.train.common import EVAL_EXAMPLES, SHIPPED_CORPORA, add_training_flags, run_owned, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
 from mobilekd.train.loop import Stage, run_plan
-from mobilekd.transfer.inherit import INHERIT_EXAMPLES, inherit
+from mobilekd.transfer.inherit import INHERIT_EXAMPLES, check_inheritable, inherit
 from mobilekd.transfer.layer_maps import RULES, parse_layer_map
 from mobilekd.transfer.strategies import (STRATEGIES, Distiller, PlanSettings, TransferWeights, check_pair,
                                           copy_shared_weights, plan)
@@ -75,15 +75,30 @@ def parse_args(argv=None):
     add_training_flags(p, out="runs/student", batch_size=32, seq_len=64, optimizer="adamw")
     args = p.parse_args(argv)
     at_least("--inherit-examples", args.inherit_examples, 1)
-    if args.inherit and Path(args.student).is_dir():
-        raise UserError(f"--inherit starts a preset; --student {args.student} is a directory (start it with `mobilekd "
-                        "init PRESET OUT --from-teacher TEACHER`, or give the preset)")
     args.settings = from_flags(PlanSettings, args, weights=from_flags(TransferWeights, args))  # refused here if bad
     for strategy in [args.strategy, *(s.strip() for s in (args.compare or "").split(",") if s.strip())]:
         if strategy in STRATEGIES:  # a weight a strategy has no use for is refused before any work
             args.settings.weights.for_strategy(strategy)
     train_config(args)  # so are bad training flags
+    if args.inherit:
+        check_inherit(args)
     return args
+
+
+def check_inherit(args) -> None:
+    """Refuse, before OUT is made, an --inherit this run could not honour: a student directory (started already),
+    a teacher/student pair the start is not defined for, or a strategy with no teacher layer for each student block
+    (DistilBERT's and MiniLM's, whose matches read the last layers alone)."""
+    if Path(args.student).is_dir():
+        raise UserError(f"--inherit starts a preset; --student {args.student} is a directory (start it with `mobilekd "
+                        "init PRESET OUT --from-teacher TEACHER`, or give the preset)")
+    teacher, student = load_config(args.teacher)[0], get_preset(args.student).config
+    check_inheritable(teacher, student)
+    mapped = parse_layer_map(args.layer_map, teacher.num_hidden_layers, student.num_hidden_layers)
+    for strategy in [args.strategy, *(s.strip() for s in (args.compare or "").split(",") if s.strip())]:
+        if strategy != "scratch" and len(check_pair(teacher, student, mapped, strategy)) != student.num_hidden_layers:
+            raise UserError(f"--inherit needs a teacher layer for each student block; --strategy {strategy} maps "
+                            "none (its matches read the last layers alone)")
 
 
 def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teacher_dir: Path) -> dict:
@@ -99,7 +114,8 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
            "strategy": strategy, "freeze": settings.freeze, "lr": settings.lr, "layer_lr": settings.layer_lr,
            "alpha": w.alpha, "temperature": w.temperature, "layer_map": args.layer_map,
            "weights": [w.fmt, w.at, w.mean, w.var], "train_word_embeddings": settings.train_word_embeddings,
-           "inherit": True if args.inherit and strategy != "scratch" else None}  # None: as runs before the flag
+           # the examples the start was fitted over; None without --inherit, as runs before the flag
+           "inherit": args.inherit_examples if args.inherit and strategy != "scratch" else None}
     cfg = train_config(args, out_dir=out, run=run)
     distiller, inherited = None, None
     if strategy == "scratch":

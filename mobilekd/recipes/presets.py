@@ -117,15 +117,10 @@ def _inherit(student, args) -> None:
     from mobilekd.models.hf import load_pretrained, save_pretrained
     from mobilekd.models.pretrained import model_dir
     from mobilekd.transfer.inherit import inherit
-    from mobilekd.transfer.layer_maps import layer_map, parse_layer_map
 
     teacher_dir = model_dir(args.from_teacher)
     teacher = load_pretrained(teacher_dir, "pretraining")
-    depth, n = teacher.config.num_hidden_layers, student.config.num_hidden_layers
-    mapping = parse_layer_map(args.layer_map, depth, n) or (list(range(n)) if n == depth
-                                                           else layer_map("uniform", depth, n))
-    if len(mapping) != n or not all(0 <= t < depth for t in mapping):
-        raise UserError(f"--layer-map needs {n} teacher layers in 0..{depth - 1}, got {mapping}")
+    mapping = args.mapping
     tokenizer = load_tokenizer(teacher_dir)
     start = time.perf_counter()
     split = _pretraining_split(tokenizer, args)
@@ -139,6 +134,20 @@ def _inherit(student, args) -> None:
     print(f"{args.preset}: started from {teacher_dir}'s layers {mapping} over {n_examples} examples (relative "
           f"error of each block's output on them: {', '.join(map(str, summary['relative_error']))}), written to "
           f"{args.out}")
+
+
+def inherit_map(text: str | None, depth: int, n: int) -> list[int]:
+    """--layer-map for --from-teacher: the teacher layer each of the student's `n` blocks starts from (default:
+    layer by layer at equal depth, else TinyBERT's uniform rule); a map that does not fit is refused in one line."""
+    from mobilekd.transfer.layer_maps import layer_map, parse_layer_map
+
+    try:
+        mapping = parse_layer_map(text, depth, n) or (list(range(n)) if n == depth else layer_map("uniform", depth, n))
+    except ValueError as err:
+        raise UserError(f"--layer-map: {err}") from None
+    if len(mapping) != n or not all(0 <= t < depth for t in mapping):
+        raise UserError(f"--layer-map needs {n} teacher layers in 0..{depth - 1}, got {mapping}")
+    return mapping
 
 
 def _pretraining_split(tokenizer, args):
@@ -228,7 +237,10 @@ def init(argv=None):
         from mobilekd.models.hf import load_config
         from mobilekd.transfer.inherit import check_inheritable
 
-        check_inheritable(load_config(teacher)[0], get_preset(args.preset).config)  # before OUT is made
+        teacher_config, student_config = load_config(teacher)[0], get_preset(args.preset).config
+        check_inheritable(teacher_config, student_config)  # the pair and its layer map, before OUT is made
+        args.mapping = inherit_map(args.layer_map, teacher_config.num_hidden_layers,
+                                   student_config.num_hidden_layers)
     if args.importance_examples is None:
         from mobilekd.transfer.inherit import INHERIT_EXAMPLES
 

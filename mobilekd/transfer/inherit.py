@@ -60,6 +60,10 @@ def check_inheritable(teacher_config, student_config) -> None:
         problems.append("the student has no bottleneck (take layers of the teacher instead: --layers)")
     if t.hidden_size != s.hidden_size:
         problems.append(f"widths differ (teacher {t.hidden_size}, student {s.hidden_size} between blocks)")
+    if s.trigram_input or s.embedding_size != t.hidden_size:
+        problems.append("the student's embedding is not the teacher's (a trigram, or another width)")
+    if s.normalization_type != "no_norm":
+        problems.append("the student's normalizations are LayerNorms (the start fits NoNorms)")
     t_head, s_head = t.true_hidden_size // t.num_attention_heads, s.true_hidden_size // s.num_attention_heads
     if s.num_attention_heads > t.num_attention_heads or s_head > t_head:
         problems.append(f"the student's heads ({s.num_attention_heads} of {s_head}) exceed the teacher's "
@@ -101,7 +105,7 @@ def linear_fit(x: torch.Tensor, y: torch.Tensor, ridge: float = RIDGE) -> tuple[
     xm, ym = x.mean(0), y.mean(0)
     xc, yc = (x - xm).double(), (y - ym).double()
     gram = xc.T @ xc
-    gram += ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=gram.dtype)
+    gram += ridge * gram.diagonal().mean() * torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
     w = torch.linalg.solve(gram, xc.T @ yc).T.float()
     return w, ym - w @ xm
 
@@ -131,7 +135,7 @@ class TeacherLayer:
         wo = block.attention.output.dense.weight
         d = wo.shape[1] // n
         q, k, v, a, act = [], [], [], [], []
-        self.norm_sum, self.contrib_sum = torch.zeros(n), torch.zeros(n, wo.shape[0])
+        self.norm_sum, self.contrib_sum = wo.new_zeros(n), wo.new_zeros(n, wo.shape[0])
         for x, mask, keep in zip(inputs, additive, masks):
             h, (probs, _, values) = block.attention(x, x, x, x, mask, True)
             context = probs @ values  # (B, heads, T, d)
@@ -257,10 +261,11 @@ def inherit(teacher, student, layer_map: list[int], batches) -> dict:
     """Start `student` (a `MobileBertForPreTraining` with bottlenecks) from `teacher` (a BERT-layout one) over
     `batches` (dicts of input_ids, attention_mask, token_type_ids); returns what was done and each block's fit."""
     check_inheritable(teacher.config, student.config)
+    device = next(teacher.parameters()).device  # where the teacher is (distill's accelerator), the student too
     teacher.eval()
-    student.eval()
+    student.eval().to(device)
     copied = copy_shared_weights(teacher, student)
-    batches = list(batches)
+    batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
     masks = [b["attention_mask"] for b in batches]
     t_out = [teacher.mobilebert(b["input_ids"], b["attention_mask"], b["token_type_ids"], output_feature_maps=True)
              for b in batches]
