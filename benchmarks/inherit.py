@@ -23,12 +23,11 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
 
 from benchmarks import intervals, teacher_value
 from benchmarks.command import comparison, comparison_flags
-from benchmarks.minilm import FINETUNE, predictions
-from benchmarks.rows import finetune_rows, recorded_host
+from benchmarks.minilm import FINETUNE
+from benchmarks.rows import paired_runs, recorded_host
 from benchmarks.runner import RESUMABLE, Job
 from benchmarks.stats import mean_std_cell, values
 from mobilekd.data.tasks import GLUE_TASKS
@@ -84,20 +83,7 @@ def transfer_rows(out: Path) -> list[dict]:
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     found = transfer_rows(out)
     for task in tasks:
-        for m in METHODS:
-            found += [r for seed in seeds for r in finetune_rows(out / task / m / f"seed{seed}", task=task, method=m,
-                                                                  seed=seed)]
-        done = [s for s in seeds if all((out / task / m / f"seed{s}" / "dev_predictions.tsv").is_file()
-                                        for m in METHODS)]
-        if not done:
-            continue
-        got = {m: [predictions(out / task / m / f"seed{s}") for s in done] for m in METHODS}
-        labels, metric = got["random"][0][0], GLUE_TASKS[task].metrics[0]  # the task's official metric
-        for a, b in PAIRS:
-            found.append({"task": task, "method": f"{a}-{b}", "seed": None, "metric": metric, "value": None,
-                          "seeds": done, "interval": intervals.paired_bootstrap(
-                              labels, np.array([p for _, p in got[a]]), np.array([p for _, p in got[b]]),
-                              metric=intervals.metric_function(task, metric))})
+        found += paired_runs(out, task, seeds, METHODS, PAIRS)
     return found
 
 

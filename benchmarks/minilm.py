@@ -19,18 +19,15 @@ MiniLM - DistilBERT, in the task's metric.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
-import numpy as np
 
 from benchmarks import intervals, teacher_value
 from benchmarks.command import comparison, comparison_flags
-from benchmarks.rows import finetune_rows, recorded_host
+from benchmarks.rows import paired_runs, recorded_host
 from benchmarks.runner import RESUMABLE, Job
 from benchmarks.stats import mean_std_cell, values
-from mobilekd.data.tasks import GLUE_TASKS
 from mobilekd.fileio import REPO_ROOT, read_json
 
 TASKS = {"sst2": "64", "mrpc": "128"}  # --max-len per task
@@ -57,12 +54,6 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     return plan
 
 
-def predictions(run: Path) -> tuple[np.ndarray, np.ndarray]:
-    with open(run / "dev_predictions.tsv", newline="", encoding="utf-8") as f:
-        got = list(csv.DictReader(f, delimiter="\t"))
-    return np.array([r["label"] for r in got]), np.array([r["prediction"] for r in got])
-
-
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     found = []
     for s in STRATEGIES:
@@ -72,20 +63,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                           "value": summary["wall_seconds"], "steps": summary["total_steps"],
                           **recorded_host(summary["stages"][0])})  # its one stage: where the seconds were measured
     for task in tasks:
-        for m in METHODS:
-            found += [r for seed in seeds for r in finetune_rows(out / task / m / f"seed{seed}", task=task, method=m,
-                                                                  seed=seed)]
-        done = [s for s in seeds if all((out / task / m / f"seed{s}" / "dev_predictions.tsv").is_file()
-                                        for m in METHODS)]
-        if not done:
-            continue
-        got = {m: [predictions(out / task / m / f"seed{s}") for s in done] for m in METHODS}
-        labels, metric = got["init"][0][0], GLUE_TASKS[task].metrics[0]  # the task's official metric
-        for a, b in PAIRS:
-            found.append({"task": task, "method": f"{a}-{b}", "seed": None, "metric": metric, "value": None,
-                          "seeds": done, "interval": intervals.paired_bootstrap(
-                              labels, np.array([p for _, p in got[a]]), np.array([p for _, p in got[b]]),
-                              metric=intervals.metric_function(task, metric))})
+        found += paired_runs(out, task, seeds, METHODS, PAIRS)
     return found
 
 

@@ -4,6 +4,7 @@ replaces its own rows; another host's stay beside them)."""
 
 from __future__ import annotations
 
+import csv
 import math
 from pathlib import Path
 
@@ -125,3 +126,36 @@ def merge_rows(path: Path, found: list[dict], order, key=ROW_KEY) -> list[dict]:
         rows = sorted(kept + found, key=order)
         write_json(path, rows)
     return rows
+
+
+def dev_predictions(run: Path):
+    """A finished fine-tuning run's dev labels and predictions (dev_predictions.tsv), as arrays."""
+    import numpy as np
+
+    with open(run / "dev_predictions.tsv", newline="", encoding="utf-8") as f:
+        got = list(csv.DictReader(f, delimiter="\t"))
+    return np.array([r["label"] for r in got]), np.array([r["prediction"] for r in got])
+
+
+def paired_runs(out: Path, task: str, seeds: list[int], methods, pairs) -> list[dict]:
+    """Each method's fine-tuning rows on `task` (runs in OUT/TASK/METHOD/seedN), and over the seeds every method
+    has finished, the paired interval (benchmarks/intervals.py: a bootstrap over dev examples and seeds) of each
+    pair (a, b), a - b in the task's official metric, as a row of method "a-b"."""
+    import numpy as np
+
+    from benchmarks import intervals
+    from mobilekd.data.tasks import GLUE_TASKS
+
+    found = [r for m in methods for seed in seeds
+             for r in finetune_rows(out / task / m / f"seed{seed}", task=task, method=m, seed=seed)]
+    done = [s for s in seeds if all((out / task / m / f"seed{s}" / "dev_predictions.tsv").is_file() for m in methods)]
+    if not done:
+        return found
+    got = {m: [dev_predictions(out / task / m / f"seed{s}") for s in done] for m in methods}
+    labels, metric = got[methods[0]][0][0], GLUE_TASKS[task].metrics[0]
+    for a, b in pairs:
+        found.append({"task": task, "method": f"{a}-{b}", "seed": None, "metric": metric, "value": None,
+                      "seeds": done, "interval": intervals.paired_bootstrap(
+                          labels, np.array([p for _, p in got[a]]), np.array([p for _, p in got[b]]),
+                          metric=intervals.metric_function(task, metric))})
+    return found

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import intervals, teacher_value
-from benchmarks.minilm import predictions
+from benchmarks.rows import dev_predictions as predictions
 from benchmarks.command import comparison, comparison_flags
 from benchmarks.rows import finetune_rows, recorded_host
 from benchmarks.runner import RESUMABLE, Job
