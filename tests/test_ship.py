@@ -327,3 +327,21 @@ def test_the_benchmark_keeps_each_seeds_dev_predictions_so_a_later_invocation_po
     assert keep_predictions(tmp_path / "runs", "rte", "fixed", [1], kept).keys() == {1}  # another choice apart
     pooled = predictions(both)
     assert pooled["ship"].shape == (2, 3) and pooled["labels"].tolist() == ["a", "a", "b"]
+
+
+def test_a_search_resumes_across_edited_descriptions_and_added_families_but_not_an_edited_space():
+    import copy
+
+    from mobilekd.recipes.ship import settings
+
+    plan = {"candidates": ["subset/1x384", "subset/2x384"], "seed": 0,
+            "config": {"description": "what ship searches", "search": {"trials": 12},
+                       "families": {"subset": {"description": "layers", "space": {"--lr": {"low": 1e-4}}},
+                                    "tinybert": {"description": "never tried", "space": {}}}}}
+    edited = copy.deepcopy(plan)
+    edited["config"]["description"] = "reworded"
+    edited["config"]["families"]["subset"]["description"] = "the teacher's own layers, reworded"
+    edited["config"]["families"]["bilstm"] = {"space": {"--lr": {"low": 3e-4}}}
+    assert settings(edited) == settings(plan)
+    edited["config"]["families"]["subset"]["space"]["--lr"]["low"] = 2e-4
+    assert settings(edited) != settings(plan)

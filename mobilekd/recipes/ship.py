@@ -215,11 +215,13 @@ def keep_plan(out: Path, plan: dict) -> None:
 
 
 def settings(plan: dict) -> dict:
-    """What a search's results depend on, of its plan.json: all of it but the configuration file's description and
-    the families it has no candidate of (a family added to configs/ship.json leaves a run resumable)."""
+    """What a search's results depend on, of its plan.json: all of it but the configuration file's descriptions
+    (its own and its families') and the families it has no candidate of (a family added to configs/ship.json, or a
+    description edited, leaves a run resumable)."""
     config, used = plan.get("config") or {}, {name.split("/")[0] for name in plan.get("candidates", [])}
     return {**plan, "config": {**{k: v for k, v in config.items() if k not in ("description", "families")},
-                               "families": {f: v for f, v in config.get("families", {}).items() if f in used}}}
+                               "families": {f: {k: x for k, x in v.items() if k != "description"}
+                                            for f, v in config.get("families", {}).items() if f in used}}}
 
 
 def take_chosen(trial_dir: Path, student: Path) -> None:
