@@ -222,11 +222,16 @@ def test_a_search_on_two_workers_chooses_without_reading_dev(tmp_path):
     assert parity["model_none.tflite"]["agreement"] == 1.0
     assert (out / "frontier.png").stat().st_size > 10_000 and "validation" in (out / "student/README.md").read_text()
     assert optuna.trial.TrialState.PRUNED in {t.state for t in trials} or len(complete) == len(rows)
+    store = out / "teacher" / "outputs" / "0123-features"  # as layer matching leaves one (this search has none)
+    (store / "segment-0").mkdir(parents=True)
+    (store / "segment-0" / "hidden_1.npy").write_bytes(b"\0" * 1000)
+    logits = sorted((out / "teacher" / "outputs").glob("*-outputs"))
     again = subprocess.run([sys.executable, "-m", "mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data",
                             str(data), "--config", str(config), "--workers", "2", "--threads", "1", "--out",
                             str(out)], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]  # resumed: the same search, nothing trained again
     assert json.loads((out / "ship.json").read_text())["trials"] == rows and "== the" not in again.stdout
+    assert not store.exists() and sorted((out / "teacher" / "outputs").glob("*-outputs")) == logits and logits
 
 
 def test_a_search_of_the_bilstm_family_ships_its_fused_file(tmp_path):

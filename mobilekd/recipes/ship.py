@@ -332,6 +332,9 @@ def parse_args(argv):
                                     f"{STARTS}/<the teacher's digest>)")
     p.add_argument("--quantize", nargs="+", choices=list(QUANTIZATIONS), default=["none", "dynamic-int8"],
                    help="the .tflite forms to export (default none dynamic-int8)")
+    p.add_argument("--keep-teacher-features", action="store_true",
+                   help="keep the teacher's layer-feature stores the trials read (OUT/teacher/outputs/*-features, "
+                        "up to --teacher-store-gb each; by default removed once the student is exported)")
     p.add_argument("--seed", type=int, default=0, help="the seed of the teacher, the validation split, the "
                                                        "sampler and every trial (default 0)")
     p.add_argument("--teacher-store-gb", type=float, default=STORE_GB,
@@ -478,12 +481,30 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
     # the scorings and the export: from the search's last trial to the export's end (any invocation's)
     final = round((student / "tflite" / COMPLETE).stat().st_mtime - search.ended(study), 1)
     s = summary(out, args.task, data, args.regression, teacher, b, chosen, rows, seconds, final)
+    if not args.keep_teacher_features:
+        freed = drop_teacher_features(out / "teacher")
+        if freed:
+            print(f"removed the search's teacher-feature stores ({freed:.1f} GB) from {out / 'teacher' / 'outputs'}: "
+                  "they served the trials' layer matching (--keep-teacher-features keeps them)")
     write_json(out / "ship.json", s)
     with atomic_path(student / "README.md") as tmp:
         tmp.write_text(model_card(s))
     plot(rows, b["latency_ms"], s["metric"], out / "frontier.png", title=f"ship: {data.name}")
     print(report(s))
     print(f"summary: {out / 'ship.json'}; the app's file: {student / 'tflite'}; the search: {out / 'frontier.png'}")
+
+
+def drop_teacher_features(teacher: Path) -> float:
+    """Remove the fine-tuned teacher's layer-feature stores (`<teacher>/outputs/*-features`,
+    mobilekd/finetune/teacher_features.py) once the student is chosen and exported: they serve the trials' layer
+    matching alone and reach tens of GB (14 GB a seed on MRPC's augmented set); its logits stay. Returns the GB
+    freed."""
+    freed = 0
+    for store in sorted((teacher / "outputs").glob("*-features")):
+        freed += sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
+        shutil.rmtree(store)
+        Path(f"{store}.lock").unlink(missing_ok=True)
+    return freed / 1e9
 
 
 def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Path, b: dict, chosen,
