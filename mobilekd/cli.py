@@ -16,7 +16,8 @@ import sys
 # verb -> (recipe module, function, what it does)
 VERBS = {
     "models": ("presets", "models", "print the model presets with parameters and FLOPs beside the paper's"),
-    "init": ("presets", "init", "write a randomly initialised model directory of a preset"),
+    "init": ("presets", "init", "write a model directory: a preset's random start, a model's layers, or a preset "
+                                "started from a teacher"),
     "train-teacher": ("train_teacher", "main", "pre-train the IB-BERT teacher (MLM + NSP)"),
     "distill": ("distill", "main", "distill a teacher into a MobileBERT student (AKT / JKT / PKT)"),
     "finetune": ("finetune", "main", "fine-tune and evaluate on GLUE, SQuAD or your own data"),

@@ -191,8 +191,10 @@ def models(argv=None):
 @cli_entry
 def init(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd init", description="write a randomly initialised model directory "
-                                                                  "of a preset, or one made of some of a model "
-                                                                  "directory's layers, its FFNs optionally narrowed")
+                                                                  "of a preset, one made of some of a model "
+                                                                  "directory's layers (its FFNs optionally narrowed), "
+                                                                  "or a MobileBERT-shaped preset started from a "
+                                                                  "teacher's weights (--from-teacher)")
     p.add_argument("preset", help="a preset name (see `mobilekd models`), or a model directory to take layers of")
     p.add_argument("out", help="output directory")
     p.add_argument("--layers", help="with a model directory: its layers to keep (0-based), comma-separated, or "
