@@ -236,6 +236,11 @@ class PretrainingSplit:
                 "masked_positions": masked_positions, "masked_labels": masked_labels,
                 "nsp_labels": np.int64(is_random)}
 
+    def first_batches(self, examples: int, batch_size: int = 32) -> list[dict[str, torch.Tensor]]:
+        """The split's first `examples` (at most all of it), epoch 0's masks, `batch_size` at a time."""
+        n = min(examples, len(self))
+        return [self.batch(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)]
+
     def batch(self, indices, epoch=0) -> dict[str, torch.Tensor]:
         """Examples `indices`, masked for `epoch` (one int, or one per example)."""
         epochs = [epoch] * len(indices) if isinstance(epoch, int) else epoch

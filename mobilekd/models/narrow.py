@@ -63,8 +63,7 @@ def neuron_importance(model, batches) -> list[list[torch.Tensor]]:
 def importance_over(model, split, examples: int, batch_size: int = 32) -> list[list[torch.Tensor]]:
     """`neuron_importance` over the first `examples` of a `PretrainingSplit` (epoch 0's masks), `batch_size` at a
     time."""
-    n = min(examples, len(split))
-    return neuron_importance(model, (split.batch(range(i, min(i + batch_size, n))) for i in range(0, n, batch_size)))
+    return neuron_importance(model, split.first_batches(examples, batch_size))
 
 
 def check_size(config, size: int) -> None:

@@ -76,13 +76,18 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     at_least("--inherit-examples", args.inherit_examples, 1)
     args.settings = from_flags(PlanSettings, args, weights=from_flags(TransferWeights, args))  # refused here if bad
-    for strategy in [args.strategy, *(s.strip() for s in (args.compare or "").split(",") if s.strip())]:
+    for strategy in asked(args):
         if strategy in STRATEGIES:  # a weight a strategy has no use for is refused before any work
             args.settings.weights.for_strategy(strategy)
     train_config(args)  # so are bad training flags
     if args.inherit:
         check_inherit(args)
     return args
+
+
+def asked(args) -> list[str]:
+    """The strategies a run names: --strategy, then --compare's."""
+    return [args.strategy, *(s.strip() for s in (args.compare or "").split(",") if s.strip())]
 
 
 def check_inherit(args) -> None:
@@ -95,7 +100,7 @@ def check_inherit(args) -> None:
     teacher, student = load_config(args.teacher)[0], get_preset(args.student).config
     check_inheritable(teacher, student)
     mapped = parse_layer_map(args.layer_map, teacher.num_hidden_layers, student.num_hidden_layers)
-    for strategy in [args.strategy, *(s.strip() for s in (args.compare or "").split(",") if s.strip())]:
+    for strategy in asked(args):
         if strategy != "scratch" and len(check_pair(teacher, student, mapped, strategy)) != student.num_hidden_layers:
             raise UserError(f"--inherit needs a teacher layer for each student block; --strategy {strategy} maps "
                             "none (its matches read the last layers alone)")
@@ -130,9 +135,7 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
         layer_map = check_pair(teacher.config, config, layer_map, strategy)
         copied = copy_shared_weights(teacher, student)
         if args.inherit:  # every block from the teacher's weights (the embeddings and heads copied again there)
-            n = min(args.inherit_examples, len(data.train))
-            inherited = inherit(teacher, student, layer_map, [
-                data.train.batch(range(i, min(i + 32, n))) for i in range(0, n, 32)])
+            inherited = inherit(teacher, student, layer_map, data.train.first_batches(args.inherit_examples))
         distiller = Distiller(teacher, layer_map, settings, config, strategy)
         projections = distiller.projections()
         if len(projections):

@@ -123,9 +123,8 @@ def _inherit(student, args) -> None:
     mapping = args.mapping
     tokenizer = load_tokenizer(teacher_dir)
     start = time.perf_counter()
-    split = _pretraining_split(tokenizer, args)
-    n_examples = min(args.importance_examples, len(split))
-    batches = [split.batch(range(i, min(i + 32, n_examples))) for i in range(0, n_examples, 32)]
+    batches = _pretraining_split(tokenizer, args).first_batches(args.importance_examples)
+    n_examples = sum(len(b["input_ids"]) for b in batches)
     summary = {"from_teacher": str(teacher_dir), "examples": n_examples,
                **inherit(teacher, student, mapping, batches)}
     summary["wall_seconds"] = round(time.perf_counter() - start, 1)
@@ -139,14 +138,11 @@ def _inherit(student, args) -> None:
 def inherit_map(text: str | None, depth: int, n: int) -> list[int]:
     """--layer-map for --from-teacher: the teacher layer each of the student's `n` blocks starts from (default:
     layer by layer at equal depth, else TinyBERT's uniform rule); a map that does not fit is refused in one line."""
-    from mobilekd.transfer.layer_maps import layer_map, parse_layer_map
+    from mobilekd.transfer.layer_maps import layer_map, map_problem, parse_layer_map
 
-    try:
-        mapping = parse_layer_map(text, depth, n) or (list(range(n)) if n == depth else layer_map("uniform", depth, n))
-    except ValueError as err:
-        raise UserError(f"--layer-map: {err}") from None
-    if len(mapping) != n or not all(0 <= t < depth for t in mapping):
-        raise UserError(f"--layer-map needs {n} teacher layers in 0..{depth - 1}, got {mapping}")
+    mapping = parse_layer_map(text, depth, n) or (list(range(n)) if n == depth else layer_map("uniform", depth, n))
+    if problem := map_problem(mapping, depth, n):
+        raise UserError(problem)
     return mapping
 
 

@@ -48,6 +48,14 @@ def layer_map(rule: str, teacher_depth: int, student_depth: int) -> list[int]:
     raise UserError(f"unknown layer map {rule!r}: choose from {', '.join(RULES)}")
 
 
+def map_problem(mapping: list[int], teacher_depth: int, student_depth: int) -> str | None:
+    """Why `mapping` cannot pair a `student_depth`-layer student with a `teacher_depth`-layer teacher; None if it
+    can (one teacher layer in range for each student layer)."""
+    if len(mapping) != student_depth or not all(0 <= t < teacher_depth for t in mapping):
+        return f"--layer-map needs {student_depth} teacher layers in 0..{teacher_depth - 1}, got {mapping}"
+    return None
+
+
 def parse_layer_map(text: str | None, teacher_depth: int, student_depth: int) -> list[int] | None:
     """A --layer-map flag: comma-separated teacher layers, or the name of a rule above."""
     if not text:

@@ -49,6 +49,7 @@ from mobilekd.models.config import ModelConfig
 from mobilekd.models.heads import WORD_EMBEDDINGS, mlm_loss
 from mobilekd.train.loop import Stage
 from mobilekd.transfer.layer_inputs import LayerInputs
+from mobilekd.transfer.layer_maps import map_problem
 from mobilekd.transfer.losses import logit_distillation
 from mobilekd.transfer.objectives import (Features, Match, check_matches, deepest, distilbert_matches, evaluate,
                                           lowest, minilm_matches, mobilebert_matches, projections_for, refuse,
@@ -147,9 +148,8 @@ def check_pair(teacher: ModelConfig, student: ModelConfig, layer_map: list[int] 
             problems.append(f"depths differ (teacher {teacher.num_hidden_layers}, student {n}) and no --layer-map "
                             f"was given")
         layer_map = list(range(n))
-    elif len(layer_map) != n or not all(0 <= t < teacher.num_hidden_layers for t in layer_map):
-        problems.append(f"--layer-map needs {n} teacher layers in 0..{teacher.num_hidden_layers - 1}, got "
-                        f"{layer_map}")
+    elif problem := map_problem(layer_map, teacher.num_hidden_layers, n):
+        problems.append(problem)
     refuse(problems)
     return layer_map
 
