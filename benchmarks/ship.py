@@ -48,7 +48,11 @@ FAMILIES = ["subset", "tinybert"]
 HOURS = "0.75"  # the search's wall limit a run (ship --hours); the issue's goal is 1 hour for the whole command
 GLUE = ("rte", "mrpc", "stsb", "cola", "sst2")  # the shipped GLUE tasks, read by `ship --task`
 TASKS = [*CUSTOM, *GLUE]
-METHODS = ("teacher", "ship", "ship-trial", "ship-wall", "tfidf", "majority", "ship-tfidf-interval")
+METHODS = ("teacher", "ship", "ship-trial", "ship-wall", "tfidf", "majority", "ship-tfidf-interval",
+           "ship-draw-interval")
+# how the run's search drew its trials (a row's "draw", part of its key): absent for the search of before
+# mobilekd.search.study.DRAW (one draw over every family's shapes, halving across families), "family" since
+FAMILY_DRAW = "family"
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
 QUALITY = "docs/results/quality.json"  # on the GLUE tasks, the students picked on dev (`dev_picked`)
 # each finished seed's dev predictions (ship's student, TF-IDF + LR) and labels, kept as data beside the results
@@ -93,8 +97,10 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             s = read_json(run / "ship.json")
             b, metric, c = s["budget"], s["metric"], s["chosen"]
             host = recorded_host(s)
-            searched = sorted({c.split("/")[0] for c in read_json(run / "plan.json")["candidates"]})
+            plan = read_json(run / "plan.json")
+            searched = sorted({c.split("/")[0] for c in plan["candidates"]})
             shared = {"task": task, "seed": seed, "metric": metric, "teacher_choice": teacher_choice(s),
+                      **({"draw": FAMILY_DRAW} if plan.get("draw") else {}),
                       "classes": b["classes"], "families": searched,
                       "train_examples": b["train_examples"], "dev_examples": s["student"]["dev_examples"],
                       "max_len": b["max_len"], "latency_ms": b["latency_ms"]}
@@ -127,14 +133,33 @@ def teacher_choice(s: dict) -> str:
 
 
 TEACHER_CHOICE = {"fixed": "fixed: 3 epochs at 5e-5", "validation": "lr and step chosen on validation"}
+DRAWS = {None: "one draw over all shapes, halved across families", FAMILY_DRAW: "family drawn first, halved within it"}
+
+
+def version(row: dict) -> tuple[str, str | None]:
+    """Which `ship` a row measured: its teacher choice and its search's draw."""
+    return row.get("teacher_choice") or "", row.get("draw")
+
+
+def run_version(s: dict, plan: dict) -> tuple[str, str | None]:
+    """`version` of a run folder's ship.json and plan.json."""
+    return teacher_choice(s), FAMILY_DRAW if plan.get("draw") else None
 
 
 def current(rows: list[dict]) -> list[dict]:
-    """On each task, the rows of today's `ship`: those whose teacher it chose on validation where the task has any,
-    else those of its earlier fixed teacher (both are kept in the results file); what the pages beside
-    benchmarks.ship's own table (the README's summary, SetFit's comparison) read."""
-    chosen = {r["task"] for r in rows if r["method"] == "ship" and r.get("teacher_choice") == "validation"}
-    return [r for r in rows if (r.get("teacher_choice") == "validation") == (r["task"] in chosen)]
+    """On each task, the rows of today's `ship`: its latest version that has a chosen student there (the teacher
+    chosen on validation over the earlier fixed one, the family-first draw over the one before; every version is
+    kept in the results file); what the pages beside benchmarks.ship's own table (the README's summary, SetFit's
+    comparison) read."""
+    latest = {}
+    for r in rows:
+        if r["method"] == "ship":
+            latest[r["task"]] = max(latest.get(r["task"], ("", "")), _sortable(version(r)))
+    return [r for r in rows if _sortable(version(r)) == latest.get(r["task"])]
+
+
+def _sortable(v: tuple[str, str | None]) -> tuple[str, str]:
+    return v[0], v[1] or ""
 
 
 def majority(task: str, data: Path, metric: str) -> float:
@@ -152,21 +177,26 @@ def majority(task: str, data: Path, metric: str) -> float:
     return classification_metrics([metric], [index[e.label] for e in dev], [index[top]] * len(dev))[metric]
 
 
-def keep_predictions(out: Path, task: str, choice: str, seeds: list[int], kept: Path) -> dict[int, dict]:
-    """Every seed's dev predictions of `task` under teacher choice `choice`: those of `seeds`' run folders, written
-    into `kept` (under its lock), and those `kept` already holds from earlier invocations; by seed."""
+def keep_predictions(out: Path, task: str, done: dict[int, tuple], kept: Path) -> dict[tuple, dict[int, dict]]:
+    """Every seed's dev predictions of `task`, by `version` and seed: those of the run folders of `done` (seed ->
+    its run's version), written into `kept` (under its lock, as "task/teacher choice[/draw]/seedN"), and those
+    `kept` already holds from earlier invocations."""
     with FileLock(f"{kept}.lock"):
         held = read_json(kept) if kept.is_file() else {}
-        for s in seeds:
+        for s, (choice, draw) in done.items():
             r = run_dir(out, task, s)
             if (r / "baseline_dev_predictions.tsv").is_file() and (r / "student/dev/dev_predictions.tsv").is_file():
-                held[f"{task}/{choice}/seed{s}"] = {
+                held["/".join([task, choice, *([draw] if draw else []), f"seed{s}"])] = {
                     "labels": _column(r / "student/dev/dev_predictions.tsv", "label"),
                     "ship": _column(r / "student/dev/dev_predictions.tsv", "prediction"),
                     "tfidf": _column(r / "baseline_dev_predictions.tsv", "prediction")}
         write_json(kept, dict(sorted(held.items())))
-    prefix = f"{task}/{choice}/seed"
-    return {int(k[len(prefix):]): v for k, v in held.items() if k.startswith(prefix)}
+    found = {}
+    for key, value in held.items():
+        name, *v, seed = key.split("/")
+        if name == task:
+            found.setdefault((v[0], v[1] if len(v) > 1 else None), {})[int(seed[4:])] = value
+    return found
 
 
 def predictions(by_seed: dict[int, dict]) -> dict | None:
@@ -198,8 +228,9 @@ def table(results: list[dict]) -> str:
              "before: `ship` of one recipe (CSV tasks), the best student picked on dev (GLUE); ship - it |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     earlier = read_json(REPO_ROOT / EARLIER) if (REPO_ROOT / EARLIER).is_file() else []
-    for task, choice in dict.fromkeys((r["task"], r.get("teacher_choice")) for r in results):
-        mine = [r for r in results if r["task"] == task and r.get("teacher_choice") == choice]
+    for task, v in dict.fromkeys((r["task"], version(r)) for r in results):
+        mine = [r for r in results if r["task"] == task and version(r) == v]
+        choice = v[0] or None
         chosen = [r for r in mine if r["method"] == "ship"]
         if not chosen:
             continue
@@ -217,7 +248,7 @@ def table(results: list[dict]) -> str:
             dev_picked(task, metric)
         cost = f"; {(statistics.mean(values('ship')) - statistics.mean(before)) * 100:+.1f}" if before else ""
         pairs = interval_cell(mine)
-        lines.append(f"| {task} ({metric}) | {TEACHER_CHOICE[choice]} | "
+        lines.append(f"| {task} ({metric}) | {TEACHER_CHOICE[choice]}" + (f"; {DRAWS[v[1]]}" if v[1] else "") + " | "
                      f"{first['train_examples']:,} / {first['dev_examples']:,} | "
                      f"{first['latency_ms']:.1f} ms | {picks} | {cell('ship')} | {cell('teacher')} | {cell('tfidf')} | "
                      f"{cell('majority')} | {pairs} | "
@@ -228,7 +259,26 @@ def table(results: list[dict]) -> str:
                                "over dev examples and seeds (benchmarks/intervals.py); before: on the GLUE tasks, "
                                "benchmarks.quality's student to ship (the best dev mean within the budget, chosen "
                                "on the dev set it is scored on), then ship's mean minus it, in points (the cost of "
-                               "honesty); Pixel figures are ESTIMATES of a cost model.\n")
+                               "honesty); Pixel figures are ESTIMATES of a cost model.\n") + draws(results)
+
+
+def draws(results: list[dict]) -> str:
+    """Where a task ran under both draws of the search with the same teacher choice and seeds: the family-first
+    draw's dev score minus the earlier draw's, paired over dev examples and those seeds."""
+    found = [r for r in results if r["method"] == "ship-draw-interval"]
+    if not found:
+        return ""
+    lines = ["\nThe search's draw, paired on the seeds run both ways (the same teacher, seed and validation split): "
+             f"{DRAWS[FAMILY_DRAW]}, against {DRAWS[None]}.\n",
+             "| task | seeds | before | family first | family first - before |", "|---|---|---|---|---|"]
+    for r in found:
+        mine = [x for x in results if x["task"] == r["task"] and x["method"] == "ship" and x["seed"] in r["seeds"]
+                and x.get("teacher_choice") == r["teacher_choice"]]
+        lines.append(f"| {r['task']} ({r['metric']}) | {', '.join(map(str, r['seeds']))} | "
+                     f"{mean_std_cell([x['value'] for x in mine if not x.get('draw')])} | "
+                     f"{mean_std_cell([x['value'] for x in mine if x.get('draw') == FAMILY_DRAW])} | "
+                     f"{intervals.cell(r['interval'])} |")
+    return "\n".join(lines) + "\n"
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -236,7 +286,7 @@ def plot(results: list[dict], path: Path) -> None:
     from mobilekd.fileio import save_png
     from mobilekd.search.frontier import draw
 
-    trials = [r for r in results if r["method"] == "ship-trial"]
+    trials = [r for r in current(results) if r["method"] == "ship-trial"]
     panels = task_panels(trials, 5.5, 4.2)
     if panels is None:
         return
@@ -252,7 +302,7 @@ def plot(results: list[dict], path: Path) -> None:
 
 def interval_cell(mine: list[dict]) -> str:
     """ship - TF-IDF's paired interval, as `found` stored it (among one task's rows of one teacher choice)."""
-    stored = [r for r in mine if r["method"] == "ship-tfidf-interval"]
+    stored = [r for r in mine if r["method"] == "ship-tfidf-interval"]  # `mine`: one version's rows
     return intervals.cell(stored[0]["interval"]) if stored else "-"
 
 
@@ -269,28 +319,37 @@ def main(argv=None):
     def found():
         got = rows(out, run, args.seeds)
         for task in run:  # the interval as data too, so the table needs no run directory; over every seed
-            done = {int(d.name[4:]): read_json(d / "ship.json") for d in (out / task).glob("seed*")
-                    if (d / "ship.json").is_file()}
-            for choice in sorted({teacher_choice(s) for s in done.values()}):  # one interval a teacher choice
-                mine = sorted(seed for seed, s in done.items() if teacher_choice(s) == choice)
-                results = REPO_ROOT / args.results
-                by_seed = keep_predictions(out, task, choice, mine,
-                                           results.with_name(results.stem + KEPT_SUFFIX + results.suffix))
-                p_, seeds = predictions(by_seed), sorted(by_seed)
+            done = {int(d.name[4:]): run_version(read_json(d / "ship.json"), read_json(d / "plan.json"))
+                    for d in (out / task).glob("seed*") if (d / "ship.json").is_file()}
+            results = REPO_ROOT / args.results
+            by_version = keep_predictions(out, task, done, results.with_name(results.stem + KEPT_SUFFIX
+                                                                             + results.suffix))
+            metric = next((r["metric"] for r in [*got, *(read_json(results) if results.is_file() else [])]
+                           if r["task"] == task and r["method"] == "ship"), None)
+            for v, by_seed in by_version.items():  # one interval a version
+                p_ = predictions(by_seed)
                 if p_ is None:
                     continue
-                metric = done[mine[0]]["metric"]
                 got.append({"task": task, "method": "ship-tfidf-interval", "seed": None, "metric": metric,
-                            "teacher_choice": choice, "value": None, "seeds": seeds,
+                            "teacher_choice": v[0], **({"draw": v[1]} if v[1] else {}), "value": None,
+                            "seeds": sorted(by_seed),
                             "interval": intervals.paired_bootstrap(p_["labels"], p_["ship"], p_["tfidf"],
+                                                                   metric=intervals.metric_function(task, metric))})
+            before, after = by_version.get(("validation", None), {}), by_version.get(("validation", FAMILY_DRAW), {})
+            both = sorted(set(before) & set(after))
+            if both:
+                a, b = predictions({s: after[s] for s in both}), predictions({s: before[s] for s in both})
+                got.append({"task": task, "method": "ship-draw-interval", "seed": None, "metric": metric,
+                            "teacher_choice": "validation", "draw": FAMILY_DRAW, "value": None, "seeds": both,
+                            "interval": intervals.paired_bootstrap(a["labels"], a["ship"], b["ship"],
                                                                    metric=intervals.metric_function(task, metric))})
         return got
 
     return comparison(args, lambda: jobs(out, run, args.seeds), found,
-                      lambda r: (tasks.index(r["task"]), r.get("teacher_choice") or "",
+                      lambda r: (tasks.index(r["task"]), *_sortable(version(r)),
                                  METHODS.index(r["method"]) if r["method"] in METHODS else len(METHODS),
                                  r.get("seed") or 0, r.get("trial", -1)),
-                      table, draw=plot, key=("task", "teacher_choice", "method", "seed", "metric", "trial"))
+                      table, draw=plot, key=("task", "teacher_choice", "draw", "method", "seed", "metric", "trial"))
 
 
 if __name__ == "__main__":

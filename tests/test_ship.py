@@ -105,6 +105,41 @@ def test_the_search_space_prices_shapes_and_draws_each_familys_own_flags(tmp_pat
     assert {v["--alpha"] for _, v in flags if v["--augment"]} == {0.0, 0.5}  # its new samples carry the teacher's label
 
 
+def test_each_family_gets_an_equal_share_of_draws_and_is_halved_only_against_its_own_trials(tmp_path):
+    """Five shapes of one family and one of another are drawn family first (about half each, where a draw over the
+    six candidates gives the second one a sixth), and successive halving cuts a trial only by its own family's
+    evaluations: a trial behind the other family's first evaluations goes on, one behind its own family's stops."""
+    import optuna
+
+    from mobilekd.search.space import Candidate
+    from mobilekd.search.study import FamilyHalving, Objective
+
+    found = [Candidate("subset", f"{n}x384", None, (), tmp_path, {}) for n in range(5)]
+    found.append(Candidate("tinybert", "tinybert4_h156", None, (), tmp_path, {}))
+    objective = Objective(tmp_path, found, {}, tmp_path, tmp_path, [], True, 1000, 4)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    drawn = [objective.draw(study.ask()).family for _ in range(600)]
+    assert 0.42 < drawn.count("tinybert") / len(drawn) < 0.58
+    assert {c.shape for c in found[:5]} == {objective.draw(study.ask()).shape for _ in range(200)} - {"tinybert4_h156"}
+
+    def first_evaluation(family: str, value: float) -> bool:
+        trial = study.ask()
+        trial.set_user_attr("family", family)
+        trial.report(value, 1)
+        pruned = trial.should_prune()
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED if pruned else optuna.trial.TrialState.COMPLETE,
+                   values=None if pruned else value)
+        return pruned
+
+    for pruner, cut in ((optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3), True),
+                        (FamilyHalving(reduction_factor=3), False)):
+        study = optuna.create_study(direction="maximize", pruner=pruner)
+        assert [first_evaluation("tinybert", v) for v in (0.62, 0.59, 0.53)] == [False, True, True]
+        assert first_evaluation("subset", 0.41) == cut  # behind every TinyBERT trial, first of its family
+    assert not first_evaluation("subset", 0.45)
+    assert first_evaluation("subset", 0.30)  # behind the best of its own family's (Optuna's first eta - 1 trials)
+
+
 def test_bad_input_is_one_line(tmp_path):
     data = sst2_csv(tmp_path, 20)
     no_teacher = one_line_error(run_module("mobilekd", "ship", "--teacher", tmp_path / "nope", "--data", data,
@@ -323,13 +358,16 @@ def test_the_benchmark_keeps_each_seeds_dev_predictions_so_a_later_invocation_po
 
     kept = tmp_path / "ship_predictions.json"
     finished(0, "aaa", "bbb")
-    first = keep_predictions(tmp_path / "runs", "rte", "validation", [0], kept)
-    assert first == {0: {"labels": ["a", "a", "b"], "ship": ["a", "a", "a"], "tfidf": ["b", "b", "b"]}}
+    honest, family = ("validation", None), ("validation", "family")
+    first = keep_predictions(tmp_path / "runs", "rte", {0: honest}, kept)
+    assert first == {honest: {0: {"labels": ["a", "a", "b"], "ship": ["a", "a", "a"], "tfidf": ["b", "b", "b"]}}}
     shutil.rmtree(tmp_path / "runs")  # the next session's checkout: seed 0's folder is gone
     finished(1, "aab", "abb")
-    both = keep_predictions(tmp_path / "runs", "rte", "validation", [1], kept)
-    assert sorted(both) == [0, 1] and both[0] == first[0]
-    assert keep_predictions(tmp_path / "runs", "rte", "fixed", [1], kept).keys() == {1}  # another choice apart
+    both = keep_predictions(tmp_path / "runs", "rte", {1: honest}, kept)[honest]
+    assert sorted(both) == [0, 1] and both[0] == first[honest][0]
+    versions = keep_predictions(tmp_path / "runs", "rte", {1: family}, kept)  # another version apart
+    assert versions[family].keys() == {1} and versions[honest].keys() == {0, 1}
+    assert keep_predictions(tmp_path / "runs", "mrpc", {}, kept) == {}
     pooled = predictions(both)
     assert pooled["ship"].shape == (2, 3) and pooled["labels"].tolist() == ["a", "a", "b"]
 

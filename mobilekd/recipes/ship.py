@@ -426,7 +426,7 @@ def main(argv=None):
     with owned(out, argv=argv):  # one ship at a time in OUT: a second would fail the first's running trials as stale
         keep_plan(out, {"teacher": {name: without_threads(argv) for name, argv in runs.items()},
                         "candidates": [c.name for c in found], "seed": args.seed, "config": read_json(args.config),
-                        "latency_ms": limit, "trials": trials})
+                        "latency_ms": limit, "trials": trials, "draw": search.DRAW})
         if not (out / "teacher" / "chosen.json").is_file():
             for name, run in runs.items():
                 if finished_results(out / "teachers" / name) is None:
