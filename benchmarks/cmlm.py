@@ -100,7 +100,9 @@ def eval_every(task: str) -> int:
     return max(1, -(-steps // EVAL_POINTS))  # rounded up: the last evaluation is the run's end, not one step before
 
 
-def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
+def jobs(out: Path, tasks: list[str], seeds: list[int], curves: bool = True) -> list[Job]:
+    """The adapted teacher, each task's C-MLM teacher, and per seed its two students; `curves`: the students
+    evaluate on dev EVAL_POINTS times (BLEU against training time), else once, at the end."""
     adapt = adapt_dir()
     plan = [Job("adapt", ["train-teacher", *teacher_value.ADAPT, "--out", str(adapt), *RESUMABLE], adapt)]
     for task in tasks:
@@ -109,7 +111,7 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
                                             TASKS[task].teacher_epochs, "--lr", TASKS[task].teacher_lr, *subset(task),
                                             "--out", str(teacher), *RESUMABLE],
                         teacher, ["adapt"]))
-    every = {task: eval_every(task) for task in tasks}
+    every = {task: eval_every(task) if curves else 0 for task in tasks}
     for seed in seeds:
         for task in tasks:
             teacher = run_dir(out, task, "teacher")

@@ -16,18 +16,25 @@ from mobilekd.fileio import REPO_ROOT, read_json
 
 
 def comparison(args, plan, found, order, report, draw=None, key=ROW_KEY) -> int:
-    """A comparison benchmark's command: run the plan (unless --collect or --table), merge the finished runs' rows
-    into the results file, print `report(rows of the tasks asked for)`, and with --write put it into its pages'
-    blocks (`write_block`), with --plot `draw(rows, path)` its figure; exit 1 if a run failed, 2 with no results
-    or no page to write. `plan()` and `found()` build the jobs and the rows; `order(row)` sorts the file. Nothing
-    but the results file (not with --table), the pages (--write) and the figure (--plot) is written. `key`: what
-    makes two rows the same (`merge_rows`)."""
+    """A comparison benchmark's command: run the plan (unless --collect or --table; again while it names new runs once
+    its runs have finished), merge the finished runs' rows into the results file, print `report(rows of the tasks asked
+    for)`, and with --write put it into its pages' blocks (`write_block`), with --plot `draw(rows, path)` its figure;
+    exit 1 if a run failed, 2 with no results or no page to write. `plan()` and `found()` build the jobs and the rows;
+    `order(row)` sorts the file. Nothing but the results file (not with --table), the pages (--write) and the figure
+    (--plot) is written. `key`: what makes two rows the same (`merge_rows`)."""
     results_path = REPO_ROOT / args.results
     failed = []
     if not args.table:
         start = time.time()
-        if not args.collect:
-            failed = run_all(plan(), args.workers, (REPO_ROOT / args.out).resolve() / "logs")
+        ran = None
+        while not args.collect:  # a plan may grow as its runs finish (a choice made names the runs that follow it)
+            jobs = plan()
+            if [j.name for j in jobs] == ran:
+                break
+            failed = run_all(jobs, args.workers, (REPO_ROOT / args.out).resolve() / "logs")
+            if failed:
+                break
+            ran = [j.name for j in jobs]
         rows = found()
         merge_rows(results_path, rows, order, key)
         print(f"{len(rows)} rows of this invocation in {results_path}; it took {time.time() - start:.0f} s")

@@ -447,3 +447,52 @@ def test_second_machine_compares_only_runs_made_with_the_same_settings():
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
 
+
+
+def test_cmlm_under_the_selection_protocol_names_its_final_runs_only_once_validation_has_chosen(tmp_path, capsys):
+    """benchmarks.cmlm_validation's plan grows stage by stage: the candidate teachers; once they have finished, the
+    candidate students from the one best on validation; once those have, benchmarks.cmlm's final runs at the
+    chosen learning rate, alpha and decoding, dev scored once (no evaluation during training). Every choice reads
+    the validation scores the runs recorded, none their dev scores (set here to point the other way)."""
+    from benchmarks import cmlm, cmlm_validation as cv
+    from mobilekd.fileio import write_json
+
+    def finished(run, **metrics):
+        run.mkdir(parents=True)
+        write_json(run / "results.json", {"complete": True, "metrics": metrics})
+
+    names = lambda: [j.name for j in cv.plan(tmp_path, ["correction"], [0, 1])]  # noqa: E731
+    assert names() == ["adapt", "correction/choose/teacher-lr5e-5", "correction/choose/teacher-lr2e-4"]
+    for lr, val, dev in (("5e-5", 0.31, 0.9), ("2e-4", 0.66, 0.1)):
+        finished(cv.teacher_run(tmp_path, "correction", lr), dev={"token_accuracy": dev},
+                 validation={"token_accuracy": val})
+    students = [j for j in cv.plan(tmp_path, ["correction"], [0, 1]) if "cmlm-alpha" in j.name]
+    assert [j.name for j in students] == ["correction/choose/cmlm-alpha0.2", "correction/choose/cmlm-alpha0.5"]
+    argv = students[0].argv
+    assert argv[argv.index("--teacher") + 1] == str(cv.teacher_run(tmp_path, "correction", "2e-4"))
+    assert argv[argv.index("--validation-seed") + 1] == "0" and argv[argv.index("--beam") + 1] == "5"
+    assert cv.chosen_recipe(tmp_path, "correction") is None
+    for alpha, greedy, beam in (("0.2", 60.0, 59.0), ("0.5", 58.0, 61.5)):
+        finished(cv.student_run(tmp_path, "correction", alpha), dev={"bleu": 100 - greedy},
+                 validation={"bleu": greedy}, validation_beam={"bleu": beam}, dev_beam={"bleu": 100 - beam})
+    recipe = cv.chosen_recipe(tmp_path, "correction")
+    assert (recipe.teacher_lr, recipe.alpha, recipe.beam) == ("2e-4", "0.5", "5")
+    assert recipe[:3] == cmlm.TASKS["correction"][:3]  # pairs and epochs: fixed, not chosen
+    kept = dict(cmlm.TASKS)
+    try:
+        cmlm.TASKS["correction"] = recipe
+        later = {j.name: j for j in cv.plan(tmp_path, ["correction"], [0, 1])}
+    finally:
+        cmlm.TASKS.update(kept)
+    assert {"correction/teacher", "correction/cmlm/0", "correction/ce/1"} <= set(later)
+    teacher, student = later["correction/teacher"].argv, later["correction/cmlm/1"].argv
+    assert teacher[teacher.index("--lr") + 1] == "2e-4"
+    assert teacher[teacher.index("--out") + 1].startswith(str(cv.final(tmp_path)))
+    assert student[student.index("--alpha") + 1] == "0.5" and student[student.index("--beam") + 1] == "5"
+    assert student[student.index("--eval-every") + 1] == "0" and "--validation-fraction" not in student
+    rows = cv.choice_rows(tmp_path, ["correction"])
+    assert [r["method"] for r in rows if r["chosen"]] == ["choice-teacher", "choice-cmlm"]
+    assert len(rows) == 2 + 4 and {r["split"] for r in rows} == {"validation"}
+    text = cv.table(rows)
+    assert "| correction | alpha and decoding | alpha 0.5, beam 5 | BLEU 61.50 | yes |" in text
+    assert "The final runs have not finished." in text

@@ -1,0 +1,214 @@
+"""C-MLM's benchmark under the selection protocol (issue 79, item 1): every choice on a validation split carved
+from the training pairs, dev scored once per final model; rows to docs/results/cmlm_validation.json, the table into
+docs/seq2seq.md beside benchmarks.cmlm's (whose teacher learning rate and alpha were picked on the dev set they are
+scored on).
+
+    python -m benchmarks.cmlm_validation                 # everything, resumable: the choices, then the final runs
+    python -m benchmarks.cmlm_validation --collect       # rows of the finished runs, run nothing
+    python -m benchmarks.cmlm_validation --table --write
+
+1. **Choices**, per task, on seed 0 and a validation split (SPLIT: 10% of the task's training pairs, at most 2,000,
+   whole groups of linked pairs, drawn by seed 0: `mobilekd.finetune.selection.carve_pairs`; the teacher and its
+   students hold out the same pairs, so no student is scored on pairs its teacher trained on): the C-MLM teacher at
+   each learning rate of CHOICES, the one with the best validation token accuracy kept (the score its own run
+   reports); then a C-MLM student from it at each alpha, its validation pairs decoded greedy and with beam 5; the
+   (alpha, decoding) with the best validation BLEU kept. Dev is scored by these runs too (the recipes always score
+   it at the end) and read by nothing here.
+2. **Final runs**: benchmarks.cmlm's plan at the chosen recipe, on every training pair of the task's budget (the
+   validation split back in, as a search refits on the whole training set), seeds 0-2: the teacher once, C-MLM and
+   cross-entropy students per seed, no evaluation during training (`--eval-every 0`), dev scored once per model.
+
+Fixed, not chosen: the pairs and epochs (benchmarks.cmlm's TASKS), the temperature (10) and top-k (8) of the
+official code, the students' learning rate (the recipe's default); the cross-entropy student decodes as the chosen
+C-MLM student does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from benchmarks import cmlm
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.runner import RESUMABLE, Job
+from mobilekd.errors import UserError
+from mobilekd.fileio import REPO_ROOT
+from mobilekd.finetune.selection import VALIDATION
+from mobilekd.rundir import finished_results
+
+CHOICES = {"teacher_lr": ("5e-5", "2e-4"), "alpha": ("0.2", "0.5"), "beam": ("1", "5")}
+SPLIT = ["--validation-fraction", "0.1", "--validation-seed", "0"]
+CHOICE_SEED = 0
+ORDER = ("choice-teacher", "choice-cmlm")
+
+
+def teacher_run(out: Path, task: str, lr: str) -> Path:
+    return out / task / "choose" / f"teacher-lr{lr}"
+
+
+def student_run(out: Path, task: str, alpha: str) -> Path:
+    return out / task / "choose" / f"cmlm-alpha{alpha}"
+
+
+def final(out: Path) -> Path:
+    """Where the final runs go: benchmarks.cmlm's layout under OUT/final."""
+    return out / "final"
+
+
+def teacher_scores(out: Path, task: str) -> dict[str, float] | None:
+    """Each candidate teacher's validation token accuracy, by learning rate; None until every one has finished."""
+    runs = {lr: finished_results(teacher_run(out, task, lr)) for lr in CHOICES["teacher_lr"]}
+    if not all(runs.values()):
+        return None
+    return {lr: r["metrics"][VALIDATION]["token_accuracy"] for lr, r in runs.items()}
+
+
+def student_scores(out: Path, task: str) -> dict[tuple[str, str], float] | None:
+    """Each candidate (alpha, beam)'s validation BLEU (greedy: beam 1; beam search: the largest beam of CHOICES);
+    None until every candidate student has finished."""
+    runs = {a: finished_results(student_run(out, task, a)) for a in CHOICES["alpha"]}
+    if not all(runs.values()):
+        return None
+    wide = max(CHOICES["beam"], key=int)
+    return {(a, beam): r["metrics"][VALIDATION if beam == "1" else f"{VALIDATION}_beam"]["bleu"]
+            for a, r in runs.items() for beam in ("1", wide)}
+
+
+def chosen_lr(out: Path, task: str) -> str | None:
+    scores = teacher_scores(out, task)
+    return max(scores, key=scores.get) if scores else None
+
+
+def chosen_recipe(out: Path, task: str) -> cmlm.Recipe | None:
+    """The task's recipe with its teacher learning rate, alpha and decoding chosen on validation (None until the
+    choice runs have finished); ties go to the earlier candidate of CHOICES."""
+    lr, scores = chosen_lr(out, task), student_scores(out, task)
+    if lr is None or scores is None:
+        return None
+    alpha, beam = max(scores, key=scores.get)
+    pairs, teacher_epochs, epochs, *_ = cmlm.TASKS[task]
+    return cmlm.Recipe(pairs, teacher_epochs, epochs, lr, alpha, beam)
+
+
+def choice_jobs(out: Path, task: str) -> list[Job]:
+    """The choice runs of `task`: every candidate teacher; once they have finished, a C-MLM student from the chosen
+    one at every alpha, decoded on validation with the largest beam too."""
+    r = cmlm.TASKS[task]
+    jobs = [Job(f"{task}/choose/teacher-lr{lr}",
+                ["cmlm", "--teacher", str(cmlm.adapt_dir()), "--task", task, "--epochs", r.teacher_epochs, "--lr", lr,
+                 *cmlm.subset(task), *SPLIT, "--out", str(teacher_run(out, task, lr)), *RESUMABLE],
+                teacher_run(out, task, lr), ["adapt"]) for lr in CHOICES["teacher_lr"]]
+    lr = chosen_lr(out, task)
+    if lr is not None:
+        jobs += [Job(f"{task}/choose/cmlm-alpha{a}",
+                     ["seq2seq", "--task", task, "--method", "cmlm", "--teacher", str(teacher_run(out, task, lr)),
+                      "--alpha", a, "--preset", cmlm.PRESET, "--epochs", r.epochs, *cmlm.subset(task),
+                      "--beam", max(CHOICES["beam"], key=int), "--seed", str(CHOICE_SEED), *SPLIT,
+                      "--out", str(student_run(out, task, a)), *RESUMABLE],
+                     student_run(out, task, a), [f"{task}/choose/teacher-lr{lr}"]) for a in CHOICES["alpha"]]
+    return jobs
+
+
+def plan(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
+    """What can be named now: the choice runs, and benchmarks.cmlm's final plan for the tasks whose recipe is
+    chosen (TASKS set to it: call within `chosen_tasks`)."""
+    adapt = cmlm.jobs(out, [], [])  # the adapted teacher's stage alone, shared with benchmarks.quality and cmlm
+    ready = [t for t in tasks if chosen_recipe(out, t)]
+    later = [j for j in cmlm.jobs(final(out), ready, seeds, curves=False) if j.name != "adapt"] if ready else []
+    return [*adapt, *(j for t in tasks for j in choice_jobs(out, t)), *later]
+
+
+def choice_rows(out: Path, tasks: list[str]) -> list[dict]:
+    """One row per candidate: the teachers' validation token accuracy, the students' validation BLEU per decoding;
+    the chosen ones marked."""
+    found = []
+    for task in tasks:
+        if (scores := teacher_scores(out, task)) is not None:
+            found += [{"task": task, "method": "choice-teacher", "seed": CHOICE_SEED, "metric": "token_accuracy",
+                       "split": VALIDATION, "teacher_lr": float(lr), "value": round(v, 4),
+                       "chosen": lr == chosen_lr(out, task)} for lr, v in scores.items()]
+        if (scores := student_scores(out, task)) is not None:
+            recipe = chosen_recipe(out, task)
+            found += [{"task": task, "method": "choice-cmlm", "seed": CHOICE_SEED, "metric": "bleu",
+                       "split": VALIDATION, "teacher_lr": float(recipe.teacher_lr), "alpha": float(a),
+                       "beam": int(beam), "value": round(v, 2),
+                       "chosen": (a, beam) == (recipe.alpha, recipe.beam)} for (a, beam), v in scores.items()]
+    return found
+
+
+def recipe_of(rows: list[dict], task: str) -> cmlm.Recipe | None:
+    """A task's chosen recipe as its final rows record it (`cmlm.budget`'s fields), for a table printed from the
+    results file alone."""
+    r = next((r for r in rows if r["task"] == task and r["method"] in cmlm.METHODS), None)
+    if r is None:
+        return None
+
+    def text(x):
+        return f"{x:g}"
+    return cmlm.Recipe(None if r["train_pairs"] is None else str(r["train_pairs"]), text(r["teacher_epochs"]),
+                       text(r["epochs"]), text(r["teacher_lr"]), text(r["alpha"]), str(r["beam"]))
+
+
+def table(results: list[dict]) -> str:
+    """The choices (every candidate's validation score, the chosen marked), then benchmarks.cmlm's table of the
+    final runs at the chosen recipes."""
+    lines = ["| task | choice | candidate | validation score | chosen |", "|---|---|---|---|---|"]
+    for r in (r for r in results if r["method"] in ORDER):
+        what, candidate = (("teacher learning rate", f"{r['teacher_lr']:g}") if r["method"] == "choice-teacher" else
+                           ("alpha and decoding", f"alpha {r['alpha']:g}, " +
+                            ("greedy" if r["beam"] == 1 else f"beam {r['beam']}")))
+        score = f"token accuracy {r['value']:.4f}" if r["metric"] == "token_accuracy" else f"BLEU {r['value']:.2f}"
+        lines.append(f"| {r['task']} | {what} | {candidate} | {score} | {'yes' if r['chosen'] else ''} |")
+    finals = [r for r in results if r["method"] not in ORDER]
+    kept = dict(cmlm.TASKS)
+    try:
+        cmlm.TASKS.update({t: recipe for t in cmlm.TASKS if (recipe := recipe_of(finals, t))})
+        rest = cmlm.table(finals) if any(r["method"] in cmlm.METHODS for r in finals) else \
+            "The final runs have not finished.\n"
+    finally:
+        cmlm.TASKS.update(kept)
+    return "\n".join(lines) + "\n\nThe final runs at the chosen recipes, dev scored once per model:\n\n" + rest
+
+
+def order(r: dict):
+    if r["method"] in ORDER:
+        return (list(cmlm.TASKS).index(r["task"]), -1, ORDER.index(r["method"]), r.get("teacher_lr", 0),
+                r.get("alpha", 0), r.get("beam", 0))
+    return (len(cmlm.TASKS) if r["task"] is None else list(cmlm.TASKS).index(r["task"]), *cmlm.order(r)[1:])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.cmlm_validation", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    comparison_flags(p, "runs/cmlm_validation", "docs/results/cmlm_validation.json", list(cmlm.TASKS), cmlm.TASKS)
+    args = p.parse_args(argv)
+    out = (REPO_ROOT / args.out).resolve()
+    kept = dict(cmlm.TASKS)
+
+    def chosen_tasks():  # TASKS at each task's chosen recipe, for the helpers of benchmarks.cmlm that read it
+        cmlm.TASKS.update(kept)
+        cmlm.TASKS.update({t: recipe for t in args.tasks if (recipe := chosen_recipe(out, t))})
+
+    def planned():
+        chosen_tasks()
+        return plan(out, args.tasks, args.seeds)
+
+    def found():
+        chosen_tasks()
+        ready = [t for t in args.tasks if chosen_recipe(out, t)]
+        return choice_rows(out, args.tasks) + [{**r, "selected_on": VALIDATION} for r in
+                                               cmlm.rows(final(out), ready, args.seeds) if r["method"] != "benchmark"]
+
+    try:
+        return comparison(args, planned, found, order, table,
+                          key=("task", "method", "seed", "metric", "teacher_lr", "alpha", "beam"))
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    finally:
+        cmlm.TASKS.update(kept)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
