@@ -18,7 +18,8 @@ stage skipped when its output is complete, so the same command resumes:
                      only if it fits the budget; each trial is `mobilekd finetune` with task distillation from the
                      teacher (`mobilekd bilstm` for the BiLSTM), scored on a validation split carved from the
                      training data (seeded, stratified; dev is never read), cut short by successive halving when
-                     its early evaluations trail (mobilekd/search/study.py)
+                     its early evaluations trail its own family's (each family drawn as often as the others at
+                     first, whatever its number of shapes: mobilekd/search/study.py)
   OUT/student        the trial with the best validation score, its checkpoint chosen on validation; dev read once,
                      now, to score it; README.md is its model card
   OUT/student/tflite its .tflite files (export, parity with PyTorch on all of dev)
@@ -44,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -290,14 +292,15 @@ def report(s: dict) -> str:
     t, st = s["teacher"]["dev"][metric], s["student"]["dev"][metric]
     base = s["baseline"]["metrics"][metric] if s.get("baseline") else None
     counts = {state: sum(r["state"] == state for r in s["trials"]) for state in ("complete", "pruned", "fail")}
+    families = ", ".join(f"{f} {n}" for f, n in Counter(r["family"] for r in s["trials"]).most_common())
     lines = [f"| model | dev {metric} | Pixel 4 (est.) |", "|---|---|---|",
              f"| teacher (your BERT, fine-tuned) | {t:.4f} | {s['budget']['teacher_pixel4_ms_est']:.1f} ms |",
              f"| student: {c['family']} {c['shape']} ({c['params_m']:.1f}M), validation {c['val_value']:.4f} | "
              f"{st:.4f} | {c['pixel4_ms_est']:.1f} ms |",
              *([f"| bag of words ({s['baseline']['method']}) | {base:.4f} | - |"] if base is not None else []), "",
              f"search: {len(s['trials'])} trials ({counts['complete']} complete, {counts['pruned']} cut short, "
-             f"{counts['fail']} failed) in {s['search_seconds'] / 60:.1f} min; budget {s['budget']['latency_ms']:.1f} "
-             f"ms (est.)"]
+             f"{counts['fail']} failed; {families}) in {s['search_seconds'] / 60:.1f} min; budget "
+             f"{s['budget']['latency_ms']:.1f} ms (est.)"]
     if base is not None:
         lines.append(f"the student is {'above' if st > base else 'NOT above'} the bag-of-words baseline by "
                      f"{st - base:+.4f}")
