@@ -16,9 +16,8 @@ successive halving.
   other shapes (a student started from a task-agnostic distillation is ahead at its first evaluation; the
   teacher's own layers over an augmented set can start behind and pass it: STS-B's seed 2 chose one at 0.408,
   0.685, 0.719, 0.727 on validation, and 0.408 is below the top third of seed 0's first evaluations, where
-  TinyBERT's trials stood at 0.43-0.62),
-  which is the premise successive halving rests on: that early ranks predict late ones. The families meet only in
-  the choice, among complete trials.
+  TinyBERT's trials stood at 0.43-0.62), which breaks the premise successive halving rests on, that early ranks
+  predict late ones. The families meet only in the choice, among complete trials.
 - Storage: a journal file (`optuna.storages.JournalStorage` over `JournalFileBackend`), which several processes, on
   this machine or on machines sharing the file system, read and append to at once: the study resumes from it,
   and `--workers N` runs N processes over it.
