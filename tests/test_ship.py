@@ -169,7 +169,9 @@ def test_bad_input_is_one_line(tmp_path):
     assert not (tmp_path / "out").exists()  # refused before any stage ran
     other = tmp_path / "other"
     other.mkdir()
-    (other / "plan.json").write_text('{"teacher": {}}')  # a run with other settings lives there
+    from mobilekd.search.study import DRAW
+
+    (other / "plan.json").write_text(json.dumps({"teacher": {}, "draw": DRAW}))  # a run with other settings there
     reused = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
                                        "--families", "subset", "--out", other, check=False))
     assert "other settings" in reused and not (other / "teacher").exists()
@@ -388,3 +390,23 @@ def test_a_search_resumes_across_edited_descriptions_and_added_families_but_not_
     assert settings(edited) == settings(plan)
     edited["config"]["families"]["subset"]["space"]["--lr"]["low"] = 2e-4
     assert settings(edited) != settings(plan)
+
+
+def test_a_search_drawn_another_way_is_not_resumed(tmp_path):
+    """A run folder whose search drew its trials before families were drawn first is refused in one line, naming
+    both draws, and its plan is left as it was."""
+    from mobilekd.errors import UserError
+    from mobilekd.fileio import read_json, write_json
+    from mobilekd.recipes.ship import keep_plan
+    from mobilekd.search.study import DRAW
+
+    plan = {"candidates": ["subset/1x384"], "seed": 0, "config": {"search": {"trials": 12}}, "teacher": {}}
+    write_json(tmp_path / "plan.json", plan)
+    with pytest.raises(UserError, match="holds a search drawn another way .*halved across families; this mobilekd: "
+                                        "family, then shape"):
+        keep_plan(tmp_path, {**plan, "draw": DRAW})
+    assert read_json(tmp_path / "plan.json") == plan
+    (tmp_path / "new").mkdir()
+    for _ in range(2):  # begun, then resumed under the same draw
+        keep_plan(tmp_path / "new", {**plan, "draw": DRAW})
+    assert read_json(tmp_path / "new" / "plan.json")["draw"] == DRAW

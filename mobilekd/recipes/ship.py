@@ -208,6 +208,10 @@ def keep_plan(out: Path, plan: dict) -> None:
     if kept is not None and isinstance(kept.get("teacher"), list):
         raise located(out, "holds a run of a ship from before the teacher was chosen on validation (one teacher "
                            "run in its plan.json); its ship.json stands as it is: use another --out for a new run")
+    if kept is not None and kept.get("draw") != plan.get("draw"):
+        before = kept.get("draw") or "one draw over every shape, halved across families"
+        raise located(out, f"holds a search drawn another way ({before}; this mobilekd: {plan.get('draw')}): finish "
+                           "it with the mobilekd that began it, or use another --out")
     if kept is not None and settings(kept) != settings(plan):
         raise located(out, "holds a run with other settings (its plan.json); use another --out, or delete it")
     if kept is None and (out / "trials").is_dir() and not (out / "teacher" / "chosen.json").is_file():
