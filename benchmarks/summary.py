@@ -158,9 +158,9 @@ def glue_ship() -> list[str]:
     """`mobilekd ship` on the GLUE tasks it has run (its choices on validation, dev scored once), against the
     student benchmarks.quality picked on dev (`benchmarks.ship.dev_picked`), the teacher and the baselines."""
     from benchmarks.intervals import cell
-    from benchmarks.ship import GLUE, dev_picked
+    from benchmarks.ship import GLUE, current, dev_picked
 
-    rows = [r for r in _rows("ship") if r["task"] in GLUE and r.get("teacher_choice") == "validation"]
+    rows = [r for r in current(_rows("ship")) if r["task"] in GLUE and r.get("teacher_choice") == "validation"]
     tasks = list(dict.fromkeys(r["task"] for r in rows if r["method"] == "ship"))
     if not tasks:
         return []
