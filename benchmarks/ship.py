@@ -16,7 +16,9 @@ Rows: one per trial (method "ship-trial": family, shape, recipe, state, val_valu
 chosen), the chosen student (method "ship": its val_value, and value, dev scored once), the teacher, TF-IDF + LR and
 the majority class on the same examples, and the ship run's wall time ("ship-wall"). The table's intervals are
 paired bootstraps over dev examples and seeds (benchmarks/intervals.py). The `ship` of before the search (one fixed
-recipe: the teacher's layers 0 and 5 with logit KD, docs/results/custom.json) stands beside it.
+recipe: the teacher's layers 0 and 5 with logit KD, docs/results/custom.json) stands beside it. Runs of the
+search's first draw (one draw over every shape, halving across families) keep their rows with no `draw` field;
+today's carry "family", and where a task ran both ways on the same seeds their difference is paired too.
 """
 
 from __future__ import annotations
