@@ -40,6 +40,7 @@ from mobilekd.rundir import finished_results
 CHOICES = {"teacher_lr": ("5e-5", "2e-4"), "alpha": ("0.2", "0.5"), "beam": ("1", "5")}
 SPLIT = ["--validation-fraction", "0.1", "--validation-seed", "0"]
 CHOICE_SEED = 0
+WIDE = max(CHOICES["beam"], key=int)  # the beam a choice run decodes validation with, beside greedy ("1")
 ORDER = ("choice-teacher", "choice-cmlm")
 
 
@@ -70,9 +71,8 @@ def student_scores(out: Path, task: str) -> dict[tuple[str, str], float] | None:
     runs = {a: finished_results(student_run(out, task, a)) for a in CHOICES["alpha"]}
     if not all(runs.values()):
         return None
-    wide = max(CHOICES["beam"], key=int)
     return {(a, beam): r["metrics"][VALIDATION if beam == "1" else f"{VALIDATION}_beam"]["bleu"]
-            for a, r in runs.items() for beam in ("1", wide)}
+            for a, r in runs.items() for beam in ("1", WIDE)}
 
 
 def chosen_lr(out: Path, task: str) -> str | None:
@@ -104,7 +104,7 @@ def choice_jobs(out: Path, task: str) -> list[Job]:
         jobs += [Job(f"{task}/choose/cmlm-alpha{a}",
                      ["seq2seq", "--task", task, "--method", "cmlm", "--teacher", str(teacher_run(out, task, lr)),
                       "--alpha", a, "--preset", cmlm.PRESET, "--epochs", r.epochs, *cmlm.subset(task),
-                      "--beam", max(CHOICES["beam"], key=int), "--seed", str(CHOICE_SEED), *SPLIT,
+                      "--beam", WIDE, "--seed", str(CHOICE_SEED), *SPLIT,
                       "--out", str(student_run(out, task, a)), *RESUMABLE],
                      student_run(out, task, a), [f"{task}/choose/teacher-lr{lr}"]) for a in CHOICES["alpha"]]
     return jobs
@@ -125,9 +125,10 @@ def choice_rows(out: Path, tasks: list[str]) -> list[dict]:
     found = []
     for task in tasks:
         if (scores := teacher_scores(out, task)) is not None:
+            best = max(scores, key=scores.get)  # `chosen_lr`'s choice, from the scores read once
             found += [{"task": task, "method": "choice-teacher", "seed": CHOICE_SEED, "metric": "token_accuracy",
                        "split": VALIDATION, "teacher_lr": float(lr), "value": round(v, 4),
-                       "chosen": lr == chosen_lr(out, task)} for lr, v in scores.items()]
+                       "chosen": lr == best} for lr, v in scores.items()]
         if (scores := student_scores(out, task)) is not None:
             recipe = chosen_recipe(out, task)
             found += [{"task": task, "method": "choice-cmlm", "seed": CHOICE_SEED, "metric": "bleu",
