@@ -12,15 +12,16 @@ from mobilekd.errors import UserError, located
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.finetune.metrics import classification_metrics, squad_metrics
 from mobilekd.finetune.qa import decode_answers
-from mobilekd.models.bilstm import is_bilstm, load_bilstm
+from mobilekd.models.bilstm import load_bilstm
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
+from mobilekd.models.kinds import kind_of
 
 
 def build_model(model_dir, task: Task, role: str = "model", classifier_dropout: float | None = None, **changes):
     """Load `model_dir` with the task's head; its labels, if it has any, must be the task's. A classifier's
     dropout is `classifier_dropout` when given, else the model's own; `changes` override other config fields. A
     BiLSTM directory loads as the classifier it is (to score it)."""
-    if is_bilstm(model_dir):  # a BiLSTM classifier (mobilekd bilstm): its own config file, the same label check
+    if kind_of(model_dir).name == "bilstm":  # its own config file, the same label check
         model = load_bilstm(model_dir)
         if task.head == "qa" or (model.config.id2label and not task.fits(model.config.id2label)):
             raise located(Path(model_dir) / "bilstm.json", f"{role}, a BiLSTM classifier, does not fit task "

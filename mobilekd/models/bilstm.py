@@ -173,10 +173,6 @@ def from_teacher(teacher, tokenizer, pair: bool, id2label: dict[int, str], embed
     return model
 
 
-def is_bilstm(model_dir) -> bool:
-    return (Path(model_dir) / CONFIG_FILE).is_file()
-
-
 def save_bilstm(model: BiLSTMClassifier, out_dir, tokenizer=None) -> Path:
     return save_own(model, out_dir, CONFIG_FILE, tokenizer)
 

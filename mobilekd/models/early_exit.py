@@ -122,10 +122,6 @@ def save_early_exit(model: EarlyExitClassifier, out_dir, tokenizer=None, thresho
     return out_dir
 
 
-def is_early_exit(model_dir) -> bool:
-    return (Path(model_dir) / SETTINGS).is_file()
-
-
 def scored_thresholds(model_dir) -> list[float]:
     """The thresholds `mobilekd fastbert` scored the model at (its results.json), else the default ones."""
     scored = Path(model_dir) / "results.json"

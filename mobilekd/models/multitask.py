@@ -81,10 +81,6 @@ def single_task(model: MultiTaskModel, task: str) -> MobileBertForSequenceClassi
     return classifier.to(next(model.parameters()).device).eval()
 
 
-def is_multitask(model_dir) -> bool:
-    return (Path(model_dir) / SETTINGS).is_file()
-
-
 def save_multitask(model: MultiTaskModel, out_dir, tokenizer=None) -> Path:
     out_dir = save_pretrained(model, out_dir, tokenizer, head="pretraining",
                               refused="a multi-task model (one encoder, a classifier per task, MT-DNN)")

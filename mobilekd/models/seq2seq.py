@@ -291,10 +291,6 @@ def new_seq2seq(preset: str, tokenizer, max_positions: int = 256) -> Seq2SeqTran
         bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id, **SEQ2SEQ_PRESETS[preset]))
 
 
-def is_seq2seq(model_dir) -> bool:
-    return (Path(model_dir) / CONFIG_FILE).is_file()
-
-
 def save_seq2seq(model: Seq2SeqTransformer, out_dir, tokenizer=None) -> Path:
     return save_own(model, out_dir, CONFIG_FILE, tokenizer)
 

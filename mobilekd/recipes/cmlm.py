@@ -40,9 +40,8 @@ from mobilekd.errors import cli_entry, located
 from mobilekd.fileio import write_json
 from mobilekd.finetune.cmlm import cmlm_loss, copies_pass, pass_precision, teacher_score
 from mobilekd.finetune.selection import VALIDATION, carve_pairs
-from mobilekd.models.bilstm import is_bilstm
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained, saved_names
-from mobilekd.models.seq2seq import is_seq2seq
+from mobilekd.models.kinds import require
 from mobilekd.models.pretrained import model_dir
 from mobilekd.train.common import (add_task_flags, add_training_flags, add_validation_flags, check_task_flags,
                                    check_validation_flags, run_owned, train_config)
@@ -79,9 +78,7 @@ def load_masked_lm(path):
     transform must be in the file; a tied decoder (none of its own in the file) starts the output layer from the
     word embeddings."""
     path = model_dir(path)
-    if is_bilstm(path) or is_seq2seq(path):
-        raise located(path, "holds a BiLSTM or seq2seq student; the C-MLM teacher starts from a BERT masked LM "
-                            "(mobilekd train-teacher's OUT)")
+    require(path, "the C-MLM teacher starts from a BERT masked LM (mobilekd train-teacher's OUT)", "bert")
     _, head = load_config(path)
     if head not in ("pretraining", "cmlm"):
         raise located(path, f"holds a {head} model; the C-MLM teacher starts from a masked LM (mobilekd "

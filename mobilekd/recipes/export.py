@@ -66,12 +66,13 @@ from mobilekd.export.signatures import DEFAULT_SIGNATURE, INPUT_NAMES, length_si
 from mobilekd.export.parity import parity_report, run_tflite, xnnpack_undelegated
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.flags import add_length_flag, at_least
-from mobilekd.models.bilstm import is_bilstm, load_bilstm, load_bilstm_config
-from mobilekd.models.early_exit import is_early_exit, load_early_exit, scored_thresholds
+from mobilekd.models.bilstm import load_bilstm, load_bilstm_config
+from mobilekd.models.early_exit import load_early_exit, scored_thresholds
 from mobilekd.models.heads import HEADS
 from mobilekd.models.hf import load_config, load_pretrained
-from mobilekd.models.multitask import is_multitask, load_multitask, single_task
-from mobilekd.models.seq2seq import is_seq2seq, load_seq2seq
+from mobilekd.models.kinds import kind_of
+from mobilekd.models.multitask import load_multitask, single_task
+from mobilekd.models.seq2seq import load_seq2seq
 from mobilekd.rundir import owned
 
 SEQ2SEQ_FILE, EARLY_EXIT_FILE = "model_seq2seq.tflite", "model_early_exit.tflite"
@@ -265,7 +266,7 @@ def main(argv=None):
     if args.fused_lstm:
         from mobilekd.export.fused_lstm import FUSED, tensorflow_python
 
-        if not is_bilstm(args.model):
+        if kind_of(args.model).name != "bilstm":
             raise UserError(f"--fused-lstm: {args.model} is not a BiLSTM (mobilekd bilstm's OUT, with bilstm.json)")
         unfused = [q for q in args.quantize if q not in FUSED]
         if unfused:
@@ -276,20 +277,19 @@ def main(argv=None):
         from mobilekd.export.executorch import require_executorch
 
         require_executorch()  # before any conversion
-    if is_seq2seq(args.model):
-        load_seq2seq(args.model)  # a bad model is named before OUT
-    else:
-        (load_bilstm_config if is_bilstm(args.model) else load_config)(args.model)
+    kind = kind_of(args.model).name  # a bad model is named before OUT
+    (load_seq2seq if kind == "seq2seq" else load_bilstm_config if kind == "bilstm" else load_config)(args.model)
     with owned(args.out or Path(args.model) / "tflite", argv=argv):  # this run's OUT, no other's; checked before any conversion
         run(args)
 
 
 def run(args):
-    if is_seq2seq(args.model):
+    kind = kind_of(args.model).name
+    if kind == "seq2seq":
         return export_seq2seq(args, Path(args.out or Path(args.model) / "tflite"))
-    if is_multitask(args.model):
+    if kind == "multitask":
         return export_multitask(args, Path(args.out or Path(args.model) / "tflite"))
-    if is_bilstm(args.model):  # a BiLSTM (mobilekd bilstm) is a classifier
+    if kind == "bilstm":  # a BiLSTM (mobilekd bilstm) is a classifier
         if args.head not in (None, "classification"):
             raise UserError(f"{args.model}: a BiLSTM classifier has no {args.head} head")
         model, head = load_bilstm(args.model), "classification"
@@ -302,7 +302,7 @@ def run(args):
                             f"or fine-tune it first")
         model = load_pretrained(args.model, head)
     # an early-exit classifier (FastBERT) also gets its layer-by-layer file; a bad branches file stops us here
-    early = load_early_exit(args.model) if is_early_exit(args.model) and head == "classification" else None
+    early = load_early_exit(args.model) if kind == "early_exit" and head == "classification" else None
     tokenizer = load_tokenizer(args.model)
     out = Path(args.out or Path(args.model) / "tflite")
     name, data, regression = parity_task(args)

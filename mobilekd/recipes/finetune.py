@@ -46,9 +46,9 @@ from mobilekd.finetune.selection import CAP, FRACTION, VALIDATION, carve
 from mobilekd.finetune.teacher_features import BUDGET_GB as STORE_GB, teacher_store
 from mobilekd.finetune.teacher_outputs import foreign_outputs, outputs_precision, teacher_outputs
 from mobilekd.models.config import ModelConfig
-from mobilekd.models.foreign import (ForeignTeacher, is_foreign, layer_matching_refusal, load_foreign_teacher,
-                                     model_type)
+from mobilekd.models.foreign import ForeignTeacher, layer_matching_refusal, load_foreign_teacher, model_type
 from mobilekd.models.hf import load_config, load_pretrained
+from mobilekd.models.kinds import kind_of
 from mobilekd.rundir import teacher_record
 from mobilekd.transfer.layer_maps import layer_map, parse_layer_map
 from mobilekd.transfer.objectives import (Match, check_matches, mobilebert_matches, pkd_matches, projections_for,
@@ -178,7 +178,7 @@ def main(argv=None):
 def run(args, accelerator):
     data = task_data(args.task, args.data)
     task = load_task(args.task, data, args.eval_only, args.regression)
-    foreign = foreign_teacher(args, task) if args.teacher and is_foreign(args.teacher) else None
+    foreign = foreign_teacher(args, task) if args.teacher and kind_of(args.teacher).name == "foreign" else None
     if args.teacher and task.head != "qa" and foreign is None:  # before any work: an untrained head would be
         require_labels(args.teacher, "teacher")                  # distilled silently
     tokenizer = load_tokenizer(args.model)

@@ -51,8 +51,8 @@ from mobilekd.finetune.objective import LABEL_SMOOTHING, CMLMDistillation, seq2s
 from mobilekd.finetune.selection import VALIDATION, carve_pairs
 from mobilekd.flags import at_least
 from mobilekd.models.hf import load_config, load_pretrained
-from mobilekd.models.bilstm import is_bilstm
-from mobilekd.models.seq2seq import SEQ2SEQ_PRESETS, is_seq2seq, new_seq2seq, save_seq2seq
+from mobilekd.models.kinds import require
+from mobilekd.models.seq2seq import SEQ2SEQ_PRESETS, new_seq2seq, save_seq2seq
 from mobilekd.models.word_table import teacher_table
 from mobilekd.recipes.cmlm import LENGTHS
 from mobilekd.train.common import (PRECISION_FILE, add_task_flags, add_training_flags, add_validation_flags,
@@ -120,8 +120,7 @@ def main(argv=None):
 
 
 def load_cmlm_teacher(path):
-    if not Path(path).is_dir() or is_bilstm(path) or is_seq2seq(path):
-        raise located(path, "is not a C-MLM teacher's directory (mobilekd cmlm's OUT)")
+    require(path, "the teacher is a C-MLM teacher (mobilekd cmlm's OUT)", "bert")
     _, head = load_config(path)
     if head != "cmlm":
         raise located(path, f"holds a {head} model, not a C-MLM teacher: fine-tune one with mobilekd cmlm")
