@@ -194,3 +194,51 @@ def test_each_default_is_written_once():
     twice = {k: v for k, v in found.items() if len(v) > 1 and k not in COINCIDENT}
     assert twice == {}
     assert all(len(found[k]) > 1 for k in COINCIDENT)  # a listed coincidence that is gone is taken off the list
+
+
+def _library_defaults() -> dict[tuple[str, object], list[str]]:
+    """(name, default) -> where, for every literal default in mobilekd's source of a dataclass field (a plain one
+    or `field(default=...)`) or of a function's parameter."""
+    found = defaultdict(list)
+
+    def keep(name, value, path, node):
+        if isinstance(value, ast.Constant) and value.value not in (None, True, False, 0, ""):
+            found[(name, value.value)].append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+
+    for path in sorted((ROOT / "mobilekd").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any("dataclass" in ast.unparse(d) for d in node.decorator_list):
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value:
+                        value = item.value
+                        if isinstance(value, ast.Call) and ast.unparse(value.func) == "field":
+                            value = next((k.value for k in value.keywords if k.arg == "default"), None)
+                        keep(item.target.id, value, path, node)
+            elif isinstance(node, ast.FunctionDef):
+                a = node.args
+                positional = a.posonlyargs + a.args
+                for arg, value in [*zip(positional[len(positional) - len(a.defaults):], a.defaults),
+                                   *zip(a.kwonlyargs, a.kw_defaults)]:
+                    keep(arg.arg, value, path, node)
+    return found
+
+
+def test_no_flag_repeats_a_library_default():
+    """A flag whose default is written as a literal equal to the literal default of a config field or a function
+    parameter of its own name in the library is one default with two homes: the flag is the field's
+    (`add_flags`), or both read one named constant. The BiLSTM's sizes, FastBERT's branch width and heads, SQuAD's
+    stride and distill's strategy each once had two or three."""
+    fields = _library_defaults()
+    assert fields[("hidden_size", 150)] and fields[("weight_decay", 0.01)] and fields[("max_query_len", 64)]
+    twice = []
+    for path in sorted((ROOT / "mobilekd").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument" and node.args
+                    and isinstance(node.args[0], ast.Constant)):
+                continue
+            dest = node.args[0].value.lstrip("-").replace("-", "_")
+            for k in node.keywords:
+                if k.arg == "default" and isinstance(k.value, ast.Constant) and (dest, k.value.value) in fields:
+                    twice.append((f"{path.relative_to(ROOT)}:{node.lineno} {node.args[0].value}",
+                                  fields[(dest, k.value.value)]))
+    assert twice == []

@@ -14,6 +14,8 @@ import numpy as np
 from mobilekd.errors import located
 from mobilekd.fileio import read_json
 
+STRIDE = 128  # context tokens consecutive windows share: run_qa.py's --doc_stride 128, BERT's (`mobilekd finetune`)
+
 
 @dataclass
 class SquadExample:
@@ -52,7 +54,7 @@ def read_squad(path) -> tuple[list[SquadExample], str]:
     return examples, "2.0" if v2 else "1.1"
 
 
-def squad_features(examples: list[SquadExample], tokenizer, max_len: int = 384, stride: int = 128,
+def squad_features(examples: list[SquadExample], tokenizer, max_len: int, stride: int,
                    max_query_len: int = 64) -> dict[str, np.ndarray]:
     """Tokenize question + context windows. Returns arrays for the model and, for decoding answers,
     `example_index` and `offsets` (character spans of context tokens, (-1, -1) elsewhere)."""

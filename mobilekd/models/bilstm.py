@@ -39,11 +39,15 @@ CONFIG_FILE = "bilstm.json"
 class BiLSTMConfig:
     vocab_size: int
     embedding_size: int
-    hidden_size: int = 150  # confs/birnn_sst2.json (MRPC's is 300)
-    classifier_size: int = 200
+    # the fields with a help are `mobilekd bilstm`'s flags (mobilekd.flags.add_flags): their one home
+    hidden_size: int = field(default=150, metadata={  # confs/birnn_sst2.json (MRPC's is 300)
+        "help": "LSTM units per direction"})
+    classifier_size: int = field(default=200, metadata={"help": "ReLU classifier layer"})
     pair: bool = False
-    pooling: str = "final"  # "final" states (bi_rnn.py) or "max" over time
-    dropout: float = 0.1
+    pooling: str = field(default="final", metadata={
+        "choices": ["final", "max"],
+        "help": "sentence vector: the final states of both directions (bi_rnn.py's) or max over time"})
+    dropout: float = field(default=0.1, metadata={"help": "dropout before the output layer"})
     id2label: dict[int, str] = field(default_factory=dict)
     cls_token_id: int = 101  # left out of every sentence (bert-base-uncased's ids by default)
     sep_token_id: int = 102

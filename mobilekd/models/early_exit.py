@@ -35,12 +35,14 @@ from mobilekd.models.mobilebert import additive_mask
 BRANCHES, SETTINGS = "branches.safetensors", "early_exit.json"
 THRESHOLDS = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]  # the speeds scored by default; 0: the full model
 MAX_DROP = 1.0  # points a chosen threshold may lose on validation against the full model (`mobilekd fastbert`)
+WIDTH, HEADS = 128, 2  # a branch's width and self-attention heads: FastBERT's `MiniClassifier` (fastbert.py)
 
 
 class BranchClassifier(nn.Module):
     """FastBERT's `MiniClassifier` (fastbert.py): width 128, 2 heads, [CLS] pooling."""
 
-    def __init__(self, hidden_size: int, num_labels: int, width: int = 128, heads: int = 2, dropout: float = 0.1):
+    def __init__(self, hidden_size: int, num_labels: int, width: int = WIDTH, heads: int = HEADS,
+                 dropout: float = 0.1):
         super().__init__()
         self.heads, self.head_size = heads, width // heads
         self.dense_in = nn.Linear(hidden_size, width)
@@ -83,7 +85,7 @@ class EarlyExitClassifier(nn.Module):
     last. `train()` leaves `model` in eval mode: the final classifier's targets are its inference-time predictions
     (fastbert.py runs the frozen backbone in train mode, dropout on, under no_grad; we keep it deterministic)."""
 
-    def __init__(self, model: MobileBertForSequenceClassification, width: int = 128, heads: int = 2):
+    def __init__(self, model: MobileBertForSequenceClassification, width: int = WIDTH, heads: int = HEADS):
         super().__init__()
         self.model, self.config = model, model.config
         labels = max(model.config.num_labels, 1)

@@ -51,13 +51,17 @@ from mobilekd.finetune.evaluation import DevEvaluator, fine_tuned_classifier, sc
 from mobilekd.finetune.objective import Distillation, task_loss
 from mobilekd.finetune.selection import CAP, FRACTION, VALIDATION, carve
 from mobilekd.finetune.teacher_outputs import outputs_precision, teacher_outputs
-from mobilekd.flags import at_least
-from mobilekd.models.bilstm import from_teacher, save_bilstm
+from mobilekd.flags import add_flags, at_least
+from mobilekd.models.bilstm import BiLSTMConfig, from_teacher, save_bilstm
 from mobilekd.rundir import teacher_record
 from mobilekd.train.common import PRECISION_FILE, add_task_flags, add_training_flags, check_task_flags, run_owned, \
     train_config
 from mobilekd.train.loop import Stage, run_plan
 from mobilekd.train.precision import describe, pass_flag, pass_setting
+
+# the CE term's weight: Tang et al.'s base.json weighs CE and MSE 1 and 1 (alpha 0.5 up to a factor 2); equal to
+# Distillation's default for logit KD by coincidence, not taken from it
+KD_ALPHA = 0.5
 
 
 def parse_args(argv=None):
@@ -69,7 +73,8 @@ def parse_args(argv=None):
     p.add_argument("--loss", choices=["kd", "ce"], default="kd",
                    help="kd: alpha x CE + (1 - alpha) x the mean squared difference of the logits to the teacher's "
                         "(default); ce: the labels alone")
-    p.add_argument("--alpha", type=float, default=0.5, help="with --loss kd: the CE term's weight (default 0.5)")
+    p.add_argument("--alpha", type=float, default=KD_ALPHA, help=f"with --loss kd: the CE term's weight (default "
+                                                                 f"{KD_ALPHA:g})")
     p.add_argument("--augment", type=int, default=0,
                    help=f"transfer set: up to N new samples per training example (the paper's N: {N_ITER}; "
                         f"default 0: the training examples alone)")
@@ -78,14 +83,10 @@ def parse_args(argv=None):
     p.add_argument("--p-pos", type=float, default=P_POS,
                    help=f"POS-guided replacement probability per word (default {P_POS})")
     p.add_argument("--p-ng", type=float, default=P_NG, help=f"n-gram sampling probability per sample (default {P_NG})")
-    p.add_argument("--hidden-size", type=int, default=150, help="LSTM units per direction (default 150)")
-    p.add_argument("--classifier-size", type=int, default=200, help="ReLU classifier layer (default 200)")
+    add_flags(p, BiLSTMConfig)  # --hidden-size, --classifier-size, --pooling, --dropout
     p.add_argument("--embedding-size", type=int,
                    help="embedding width: the teacher's table projected onto this many principal components "
                         "(default: the teacher's width, its table as it is)")
-    p.add_argument("--pooling", choices=["final", "max"], default="final",
-                   help="sentence vector: the final states of both directions (default, bi_rnn.py's) or max over time")
-    p.add_argument("--dropout", type=float, default=0.1, help="dropout before the output layer (default 0.1)")
     p.add_argument("--select-on", choices=["none", "validation"], default="none",
                    help="none (default): the last step's model, all of the training examples, dev scored once; "
                         "validation: a split carved from the training examples picks the best evaluation's model")

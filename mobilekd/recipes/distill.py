@@ -36,7 +36,7 @@ from mobilekd.train.evaluate import evaluate_pretraining
 from mobilekd.train.loop import Stage, run_plan
 from mobilekd.transfer.inherit import INHERIT_EXAMPLES, check_inheritable, inherit
 from mobilekd.transfer.layer_maps import RULES, parse_layer_map
-from mobilekd.transfer.strategies import (STRATEGIES, Distiller, PlanSettings, TransferWeights, check_pair,
+from mobilekd.transfer.strategies import (STRATEGIES, STRATEGY, Distiller, PlanSettings, TransferWeights, check_pair,
                                           copy_shared_weights, plan)
 
 
@@ -47,8 +47,8 @@ def parse_args(argv=None):
     p.add_argument("--student", default="mobilebert_h384",
                    help="student preset (default mobilebert_h384, the demo teacher's student; see `mobilekd models`), "
                         "or a model directory to start from (e.g. `mobilekd init TEACHER OUT --layers spread:3`)")
-    p.add_argument("--strategy", choices=STRATEGIES, default="pkt",
-                   help="; ".join(f"{k}: {v.help}" for k, v in STRATEGIES.items()) + " (default pkt; "
+    p.add_argument("--strategy", choices=STRATEGIES, default=STRATEGY,
+                   help="; ".join(f"{k}: {v.help}" for k, v in STRATEGIES.items()) + f" (default {STRATEGY}; "
                         "mobilekd.transfer.strategies)")
     p.add_argument("--masked-score", type=float,
                    help="the student masks padding as the official TF1 code does: its attention scores there become "

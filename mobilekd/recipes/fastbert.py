@@ -38,7 +38,8 @@ from mobilekd.finetune.metrics import classification_metrics
 from mobilekd.finetune.selection import CAP, FRACTION, VALIDATION, carve
 from mobilekd.finetune.self_distillation import self_distillation_loss
 from mobilekd.flags import at_least
-from mobilekd.models.early_exit import MAX_DROP, THRESHOLDS, EarlyExitClassifier, predictions_at, save_early_exit
+from mobilekd.models.early_exit import (HEADS, MAX_DROP, THRESHOLDS, WIDTH, EarlyExitClassifier, predictions_at,
+                                        save_early_exit)
 from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 
@@ -48,8 +49,9 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="a classifier fine-tuned on --task (mobilekd finetune's OUT)")
     add_task_flags(p, epochs=10, lr=2e-4, what="self-distillation", source=", fastbert.py's")
-    p.add_argument("--width", type=int, default=128, help="branch classifier width (default 128, FastBERT's)")
-    p.add_argument("--heads", type=int, default=2, help="branch self-attention heads (default 2, FastBERT's)")
+    p.add_argument("--width", type=int, default=WIDTH, help=f"branch classifier width (default {WIDTH}, FastBERT's)")
+    p.add_argument("--heads", type=int, default=HEADS,
+                   help=f"branch self-attention heads (default {HEADS}, FastBERT's)")
     p.add_argument("--thresholds", type=float, nargs="+", default=THRESHOLDS,
                    help="speed thresholds scored, in [0, 1] (default 0 0.1 ... 0.9; 0 = the full model)")
     p.add_argument("--max-drop", type=float, default=MAX_DROP,

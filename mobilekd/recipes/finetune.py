@@ -39,6 +39,7 @@ from mobilekd.flags import add_length_flag, at_least, fill_unset
 from mobilekd.finetune.baseline import bag_of_words_baseline
 from mobilekd.finetune.evaluation import DevEvaluator, build_model, require_labels, score_once
 from mobilekd.data.augment import N_PER_TASK, augmented
+from mobilekd.data.squad import STRIDE
 from mobilekd.finetune.methods import DEFAULTS as KD_DEFAULTS
 from mobilekd.finetune.methods import METHODS, method_flags
 from mobilekd.finetune.objective import Distillation, intermediate_loss, task_loss
@@ -110,7 +111,7 @@ def parse_args(argv=None):
                                             "above)")
     p.add_argument("--warmup", type=float, default=WARMUP, help=f"warm-up fraction (default {WARMUP:g})")
     add_length_flag(p, help="sequence length (default per task, see Defaults above)")
-    p.add_argument("--stride", type=int, default=128,
+    p.add_argument("--stride", type=int, default=STRIDE,
                    help="SQuAD: tokens shared by consecutive windows (default %(default)s, the paper's)")
     p.add_argument("--regression", action="store_true", help="custom task: numeric labels")
     p.add_argument("--max-train-examples", type=int, help="use a seeded random subset of the training set")

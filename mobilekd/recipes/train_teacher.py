@@ -64,7 +64,8 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, help="optimizer steps (default: the preset's config)")
     p.add_argument("--lr", type=float, help="peak learning rate (default: the preset's config)")
     p.add_argument("--warmup", type=float, default=WARMUP, help=f"warm-up fraction of the steps (default {WARMUP:g})")
-    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--weight-decay", type=float, default=Stage.weight_decay,
+                   help=f"AdamW/LAMB weight decay, not on biases and LayerNorms (default {Stage.weight_decay:g})")
     p.add_argument("--dropout", type=float, help="override the preset's hidden and attention dropout")
     p.add_argument("--eval-examples", type=int, default=EVAL_EXAMPLES,
                    help=f"held-out examples to evaluate (default {EVAL_EXAMPLES})")

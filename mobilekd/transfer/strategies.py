@@ -58,6 +58,7 @@ from mobilekd.transfer.objectives import (Features, Match, check_matches, deepes
 # DistilBERT's loss weights and temperature: the README's training command (examples/research_projects/
 # distillation/README.md: --alpha_ce 5.0 --alpha_mlm 2.0 --alpha_cos 1.0; train.py --temperature 2.0)
 DISTILBERT = {"ce": 5.0, "mlm": 2.0, "cos": 1.0, "temperature": 2.0}
+STRATEGY = "pkt"  # the paper's progressive knowledge transfer: `mobilekd distill`'s default
 PD_ALPHA, PD_TEMPERATURE = 0.5, 1.0  # pre-training distillation's defaults (eq. 4 with the hard and soft MLM halved)
 
 
@@ -130,7 +131,7 @@ class PlanSettings:
 
 
 def check_pair(teacher: ModelConfig, student: ModelConfig, layer_map: list[int] | None,
-               strategy: str = "pkt") -> list[int]:
+               strategy: str = STRATEGY) -> list[int]:
     """Refuse a teacher/student that cannot be paired for the strategy's matches (every problem in one line);
     return the teacher layer for each student layer."""
     # widths and head counts, by the matches' own check (layer 0 of each will do for that)
@@ -214,7 +215,7 @@ class Distiller:
     """The loss functions of every stage kind, over one teacher/student pair."""
 
     def __init__(self, teacher, layer_map: list[int], settings: PlanSettings, student_config: ModelConfig,
-                 strategy: str = "pkt"):
+                 strategy: str = STRATEGY):
         settings = dataclasses.replace(settings, weights=settings.weights.for_strategy(strategy))
         self.teacher, self.layer_map, self.s, self.strategy = teacher.eval(), layer_map, settings, strategy
         # teachers of another width pair through learned projections of the student's feature maps
