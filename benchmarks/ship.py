@@ -18,13 +18,18 @@ the majority class on the same examples, and the ship run's wall time ("ship-wal
 paired bootstraps over dev examples and seeds (benchmarks/intervals.py). The `ship` of before the search (one fixed
 recipe: the teacher's layers 0 and 5 with logit KD, docs/results/custom.json) stands beside it. Runs of the
 search's first draw (one draw over every shape, halving across families) keep their rows with no `draw` field;
-today's carry "family", and where a task ran both ways on the same seeds their difference is paired too.
+today's carry "family", and where a task ran both ways on the same seeds their difference is paired too. A run
+searched in another space than the first (configs/ship.json's shapes, starts and spaces of FAMILIES, its search
+and teacher settings) carries that space's name (`SPACES`) in `space`; a run in a space `SPACES` does not name is
+refused when its rows are collected, so no two spaces' rows are ever averaged together.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
+import json
 import statistics
 import sys
 from collections import Counter
@@ -41,6 +46,7 @@ from benchmarks.pages import task_panels
 from benchmarks.rows import recorded_host
 from benchmarks.runner import Job
 from benchmarks.stats import mean_std_cell
+from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 
 # what the benchmark's runs search: ship's default but for the MobileBERT-shaped family, whose start (PKT, about
@@ -55,6 +61,9 @@ METHODS = ("teacher", "ship", "ship-trial", "ship-wall", "tfidf", "majority", "s
 # how the run's search drew its trials (a row's "draw", part of its key): absent for the search of before
 # mobilekd.search.study.DRAW (one draw over every family's shapes, halving across families), "family" since
 FAMILY_DRAW = "family"
+# the search spaces the rows were measured in, by digest (`space_digest`), oldest first: the first, which every row
+# without a `space` field was measured in, and a name and a line for each one since (configs/ship.json edited)
+SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03")}
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
 QUALITY = "docs/results/quality.json"  # on the GLUE tasks, the students picked on dev (`dev_picked`)
 # each finished seed's dev predictions (ship's student, TF-IDF + LR) and labels, kept as data beside the results
@@ -101,8 +110,9 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             host = recorded_host(s)
             plan = read_json(run / "plan.json")
             searched = sorted({c.split("/")[0] for c in plan["candidates"]})
+            space = run_space(run, plan)
             shared = {"task": task, "seed": seed, "metric": metric, "teacher_choice": teacher_choice(s),
-                      **({"draw": FAMILY_DRAW} if plan.get("draw") else {}),
+                      **({"draw": FAMILY_DRAW} if plan.get("draw") else {}), **({"space": space} if space else {}),
                       "classes": b["classes"], "families": searched,
                       "train_examples": b["train_examples"], "dev_examples": s["student"]["dev_examples"],
                       "max_len": b["max_len"], "latency_ms": b["latency_ms"]}
@@ -127,6 +137,24 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     return found
 
 
+def space_digest(plan: dict) -> str:
+    """The digest of what a run's search drew from, of its plan.json: the configuration's search and teacher
+    settings and FAMILIES' shapes, starts and spaces (descriptions left out: `mobilekd.recipes.ship.settings`)."""
+    from mobilekd.recipes.ship import settings
+
+    config = settings({"config": plan["config"], "candidates": [f"{f}/" for f in FAMILIES]})["config"]
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def run_space(run: Path, plan: dict) -> str | None:
+    """The name of the space `run` searched (None: the first); one line where SPACES does not name it."""
+    digest = space_digest(plan)
+    if digest not in SPACES:
+        raise UserError(f"{run / 'plan.json'}: its search space (digest {digest}) is not one benchmarks.ship "
+                        f"names: add it to SPACES (a name and a line) so that its rows stand apart")
+    return SPACES[digest][0]
+
+
 def teacher_choice(s: dict) -> str:
     """How the run's teacher was fine-tuned: "validation" (ship's learning rates and steps, the best on its
     validation split: OUT/teacher/chosen.json) or "fixed" (the ship of before that choice: 3 epochs at 5e-5, last
@@ -138,14 +166,14 @@ TEACHER_CHOICE = {"fixed": "fixed: 3 epochs at 5e-5", "validation": "lr and step
 DRAWS = {None: "one draw over all shapes, halved across families", FAMILY_DRAW: "family drawn first, halved within it"}
 
 
-def version(row: dict) -> tuple[str, str | None]:
-    """Which `ship` a row measured: its teacher choice and its search's draw."""
-    return row.get("teacher_choice") or "", row.get("draw")
+def version(row: dict) -> tuple[str, str | None, str | None]:
+    """Which `ship` a row measured: its teacher choice, its search's draw and its search space."""
+    return row.get("teacher_choice") or "", row.get("draw"), row.get("space")
 
 
-def run_version(s: dict, plan: dict) -> tuple[str, str | None]:
+def run_version(run: Path, s: dict, plan: dict) -> tuple[str, str | None, str | None]:
     """`version` of a run folder's ship.json and plan.json."""
-    return teacher_choice(s), FAMILY_DRAW if plan.get("draw") else None
+    return teacher_choice(s), FAMILY_DRAW if plan.get("draw") else None, run_space(run, plan)
 
 
 def current(rows: list[dict]) -> list[dict]:
@@ -156,12 +184,12 @@ def current(rows: list[dict]) -> list[dict]:
     latest = {}
     for r in rows:
         if r["method"] == "ship":
-            latest[r["task"]] = max(latest.get(r["task"], ("", "")), _sortable(version(r)))
+            latest[r["task"]] = max(latest.get(r["task"], ("", "", -1)), _sortable(version(r)))
     return [r for r in rows if _sortable(version(r)) == latest.get(r["task"])]
 
 
-def _sortable(v: tuple[str, str | None]) -> tuple[str, str]:
-    return v[0], v[1] or ""
+def _sortable(v: tuple[str, str | None, str | None]) -> tuple[str, str, int]:
+    return v[0], v[1] or "", [name for name, _ in SPACES.values()].index(v[2])
 
 
 def majority(task: str, data: Path, metric: str) -> float:
@@ -181,14 +209,15 @@ def majority(task: str, data: Path, metric: str) -> float:
 
 def keep_predictions(out: Path, task: str, done: dict[int, tuple], kept: Path) -> dict[tuple, dict[int, dict]]:
     """Every seed's dev predictions of `task`, by `version` and seed: those of the run folders of `done` (seed ->
-    its run's version), written into `kept` (under its lock, as "task/teacher choice[/draw]/seedN"), and those
-    `kept` already holds from earlier invocations."""
+    its run's version), written into `kept` (under its lock, as "task/teacher choice[/draw][/space:NAME]/seedN"),
+    and those `kept` already holds from earlier invocations."""
     with FileLock(f"{kept}.lock"):
         held = read_json(kept) if kept.is_file() else {}
-        for s, (choice, draw) in done.items():
+        for s, (choice, draw, space) in done.items():
             r = run_dir(out, task, s)
             if (r / "baseline_dev_predictions.tsv").is_file() and (r / "student/dev/dev_predictions.tsv").is_file():
-                held["/".join([task, choice, *([draw] if draw else []), f"seed{s}"])] = {
+                held["/".join([task, choice, *([draw] if draw else []), *([f"space:{space}"] if space else []),
+                               f"seed{s}"])] = {
                     "labels": _column(r / "student/dev/dev_predictions.tsv", "label"),
                     "ship": _column(r / "student/dev/dev_predictions.tsv", "prediction"),
                     "tfidf": _column(r / "baseline_dev_predictions.tsv", "prediction")}
@@ -197,7 +226,9 @@ def keep_predictions(out: Path, task: str, done: dict[int, tuple], kept: Path) -
     for key, value in held.items():
         name, *v, seed = key.split("/")
         if name == task:
-            found.setdefault((v[0], v[1] if len(v) > 1 else None), {})[int(seed[4:])] = value
+            space = next((x[6:] for x in v[1:] if x.startswith("space:")), None)
+            draw = next((x for x in v[1:] if not x.startswith("space:")), None)
+            found.setdefault((v[0], draw, space), {})[int(seed[4:])] = value
     return found
 
 
@@ -250,7 +281,9 @@ def table(results: list[dict]) -> str:
             dev_picked(task, metric)
         cost = f"; {(statistics.mean(values('ship')) - statistics.mean(before)) * 100:+.1f}" if before else ""
         pairs = interval_cell(mine)
-        lines.append(f"| {task} ({metric}) | {TEACHER_CHOICE[choice]}" + (f"; {DRAWS[v[1]]}" if v[1] else "") + " | "
+        named = {name: line for name, line in SPACES.values()}
+        lines.append(f"| {task} ({metric}) | {TEACHER_CHOICE[choice]}" + (f"; {DRAWS[v[1]]}" if v[1] else "")
+                     + (f"; searched in {named[v[2]]}" if v[2] else "") + " | "
                      f"{first['train_examples']:,} / {first['dev_examples']:,} | "
                      f"{first['latency_ms']:.1f} ms | {picks} | {cell('ship')} | {cell('teacher')} | {cell('tfidf')} | "
                      f"{cell('majority')} | {pairs} | "
@@ -275,7 +308,7 @@ def draws(results: list[dict]) -> str:
              "| task | seeds | before | family first | family first - before |", "|---|---|---|---|---|"]
     for r in found:
         mine = [x for x in results if x["task"] == r["task"] and x["method"] == "ship" and x["seed"] in r["seeds"]
-                and x.get("teacher_choice") == r["teacher_choice"]]
+                and x.get("teacher_choice") == r["teacher_choice"] and not x.get("space")]
         lines.append(f"| {r['task']} ({r['metric']}) | {', '.join(map(str, r['seeds']))} | "
                      f"{mean_std_cell([x['value'] for x in mine if not x.get('draw')])} | "
                      f"{mean_std_cell([x['value'] for x in mine if x.get('draw') == FAMILY_DRAW])} | "
@@ -321,7 +354,7 @@ def main(argv=None):
     def found():
         got = rows(out, run, args.seeds)
         for task in run:  # the interval as data too, so the table needs no run directory; over every seed
-            done = {int(d.name[4:]): run_version(read_json(d / "ship.json"), read_json(d / "plan.json"))
+            done = {int(d.name[4:]): run_version(d, read_json(d / "ship.json"), read_json(d / "plan.json"))
                     for d in (out / task).glob("seed*") if (d / "ship.json").is_file()}
             results = REPO_ROOT / args.results
             by_version = keep_predictions(out, task, done, results.with_name(results.stem + KEPT_SUFFIX
@@ -333,11 +366,13 @@ def main(argv=None):
                 if p_ is None:
                     continue
                 got.append({"task": task, "method": "ship-tfidf-interval", "seed": None, "metric": metric,
-                            "teacher_choice": v[0], **({"draw": v[1]} if v[1] else {}), "value": None,
+                            "teacher_choice": v[0], **({"draw": v[1]} if v[1] else {}),
+                            **({"space": v[2]} if v[2] else {}), "value": None,
                             "seeds": sorted(by_seed),
                             "interval": intervals.paired_bootstrap(p_["labels"], p_["ship"], p_["tfidf"],
                                                                    metric=intervals.metric_function(task, metric))})
-            before, after = by_version.get(("validation", None), {}), by_version.get(("validation", FAMILY_DRAW), {})
+            before = by_version.get(("validation", None, None), {})
+            after = by_version.get(("validation", FAMILY_DRAW, None), {})
             both = sorted(set(before) & set(after))
             if both:
                 a, b = predictions({s: after[s] for s in both}), predictions({s: before[s] for s in both})
@@ -351,7 +386,8 @@ def main(argv=None):
                       lambda r: (tasks.index(r["task"]), *_sortable(version(r)),
                                  METHODS.index(r["method"]) if r["method"] in METHODS else len(METHODS),
                                  r.get("seed") or 0, r.get("trial", -1)),
-                      table, draw=plot, key=("task", "teacher_choice", "draw", "method", "seed", "metric", "trial"))
+                      table, draw=plot, key=("task", "teacher_choice", "draw", "space", "method", "seed", "metric",
+                                                        "trial"))
 
 
 if __name__ == "__main__":

@@ -360,7 +360,7 @@ def test_the_benchmark_keeps_each_seeds_dev_predictions_so_a_later_invocation_po
 
     kept = tmp_path / "ship_predictions.json"
     finished(0, "aaa", "bbb")
-    honest, family = ("validation", None), ("validation", "family")
+    honest, family = ("validation", None, None), ("validation", "family", None)
     first = keep_predictions(tmp_path / "runs", "rte", {0: honest}, kept)
     assert first == {honest: {0: {"labels": ["a", "a", "b"], "ship": ["a", "a", "a"], "tfidf": ["b", "b", "b"]}}}
     shutil.rmtree(tmp_path / "runs")  # the next session's checkout: seed 0's folder is gone
@@ -410,3 +410,36 @@ def test_a_search_drawn_another_way_is_not_resumed(tmp_path):
     for _ in range(2):  # begun, then resumed under the same draw
         keep_plan(tmp_path / "new", {**plan, "draw": DRAW})
     assert read_json(tmp_path / "new" / "plan.json")["draw"] == DRAW
+
+
+def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_name(tmp_path):
+    """benchmarks.ship: today's configs/ship.json is the space its rows were measured in (edit its searched families'
+    spaces and this fails until the new space is named in SPACES); a run in an unnamed space is refused in one line,
+    and a named one's predictions are kept apart from the first space's."""
+    import copy
+
+    from benchmarks.ship import FAMILIES, SPACES, keep_predictions, run_dir, run_space, space_digest
+    from mobilekd.errors import UserError
+    from mobilekd.fileio import read_json
+    from mobilekd.search.space import CONFIG
+
+    plan = {"candidates": [f"{f}/x" for f in FAMILIES], "config": read_json(CONFIG)}
+    assert run_space(tmp_path, plan) is None and list(SPACES.values())[0][0] is None
+    reworded = copy.deepcopy(plan)
+    reworded["config"]["families"]["tinybert"]["description"] = "reworded"
+    reworded["config"]["families"]["bilstm"]["space"]["--lr"]["high"] = 0.01  # a family the benchmark leaves out
+    assert space_digest(reworded) == space_digest(plan)
+    wider = copy.deepcopy(plan)
+    wider["config"]["families"]["tinybert"]["space"]["--lr"]["high"] = 3e-3
+    with pytest.raises(UserError, match=f"plan.json: its search space \\(digest {space_digest(wider)}\\) is not one "
+                                        "benchmarks.ship names"):
+        run_space(tmp_path, wider)
+    run = run_dir(tmp_path / "runs", "rte", 0)
+    (run / "student" / "dev").mkdir(parents=True)
+    (run / "student" / "dev" / "dev_predictions.tsv").write_text("label\tprediction\na\ta\n")
+    (run / "baseline_dev_predictions.tsv").write_text("prediction\nb\n")
+    kept = tmp_path / "kept.json"
+    first, named = ("validation", "family", None), ("validation", "family", "wide-lr")
+    keep_predictions(tmp_path / "runs", "rte", {0: first}, kept)
+    both = keep_predictions(tmp_path / "runs", "rte", {0: named}, kept)
+    assert both.keys() == {first, named} and "rte/validation/family/space:wide-lr/seed0" in read_json(kept)
