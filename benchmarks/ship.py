@@ -261,6 +261,7 @@ def table(results: list[dict]) -> str:
              "before: `ship` of one recipe (CSV tasks), the best student picked on dev (GLUE); ship - it |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     earlier = read_json(REPO_ROOT / EARLIER) if (REPO_ROOT / EARLIER).is_file() else []
+    named = {name: line for name, line in SPACES.values()}
     for task, v in dict.fromkeys((r["task"], version(r)) for r in results):
         mine = [r for r in results if r["task"] == task and version(r) == v]
         choice = v[0] or None
@@ -281,7 +282,6 @@ def table(results: list[dict]) -> str:
             dev_picked(task, metric)
         cost = f"; {(statistics.mean(values('ship')) - statistics.mean(before)) * 100:+.1f}" if before else ""
         pairs = interval_cell(mine)
-        named = {name: line for name, line in SPACES.values()}
         lines.append(f"| {task} ({metric}) | {TEACHER_CHOICE[choice]}" + (f"; {DRAWS[v[1]]}" if v[1] else "")
                      + (f"; searched in {named[v[2]]}" if v[2] else "") + " | "
                      f"{first['train_examples']:,} / {first['dev_examples']:,} | "

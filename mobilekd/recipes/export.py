@@ -280,11 +280,11 @@ def main(argv=None):
     kind = kind_of(args.model).name  # a bad model is named before OUT
     (load_seq2seq if kind == "seq2seq" else load_bilstm_config if kind == "bilstm" else load_config)(args.model)
     with owned(args.out or Path(args.model) / "tflite", argv=argv):  # this run's OUT, no other's; checked before any conversion
-        run(args)
+        run(args, kind)
 
 
-def run(args):
-    kind = kind_of(args.model).name
+def run(args, kind: str):
+    """Export `args.model`, a model directory of `kind` (`mobilekd.models.kinds`)."""
     if kind == "seq2seq":
         return export_seq2seq(args, Path(args.out or Path(args.model) / "tflite"))
     if kind == "multitask":
