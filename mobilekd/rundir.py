@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from mobilekd.errors import located
+from mobilekd.errors import UserError, located
 from mobilekd.fileio import file_digest, read_json, write_json
 from mobilekd.host import UNKNOWN
 
@@ -37,7 +37,8 @@ def owned(out, enabled: bool = True, argv: list[str] | None = None):
     `enabled=False` for the other processes of a multi-process run: the main process holds the lock for all.
     Given the run's flags (`argv`, None for sys.argv[1:]), OUT/complete.json says on entry that a run of them is
     under way and, once the body returns (not when it raises), that it finished: the run's own mark that OUT is
-    whole for those flags."""
+    whole for those flags. A run refused for bad input (a UserError) before it wrote anything leaves no OUT
+    behind where it made OUT."""
     out = Path(out)
     if not enabled:
         yield out
@@ -46,6 +47,7 @@ def owned(out, enabled: bool = True, argv: list[str] | None = None):
         raise located(out, f"is a broken link (to {os.readlink(out)}); remove it or choose another --out")
     if out.exists() and not out.is_dir():
         raise located(out, "exists and is not a directory; choose another --out")
+    made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
     try:
@@ -61,7 +63,14 @@ def owned(out, enabled: bool = True, argv: list[str] | None = None):
         flags = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
         started = time.strftime("%Y-%m-%d %H:%M:%S")
         write_json(out / COMPLETE, {"argv": flags, "started": started, "finished": None})  # under way
-        yield out
+        try:
+            yield out
+        except UserError:
+            if made and {p.name for p in out.iterdir()} <= {LOCK, COMPLETE}:  # refused before any work: no OUT
+                for name in (COMPLETE, LOCK):
+                    (out / name).unlink(missing_ok=True)
+                out.rmdir()
+            raise
         write_json(out / COMPLETE, {"argv": flags, "started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
     finally:
         os.close(fd)  # releases the lock; the file stays, harmless, for the next run to take

@@ -1,7 +1,8 @@
 """A transformers classifier of another architecture teaches a student through its logits, read with its own
 tokenizer (mobilekd/models/foreign.py): five architectures, each small, randomly initialised and built here, each
 with a WordPiece vocabulary of its own trained on SST-2's sentences (so the student's token ids would be wrong for
-it); layer matching with such a teacher is refused in one line."""
+it). Layer by layer (TinyBERT's intermediate step, MobileBERT's transfer over the task), a RoBERTa with its own
+byte-level BPE teaches a student that reads its tokenizer; a student that does not is refused in one line."""
 
 import json
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 import transformers
 from safetensors.numpy import load_file
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from helpers import BERT, one_line_error, run_module
 from mobilekd.data.tasks import load_task, task_data, training_subset
@@ -60,8 +61,9 @@ def student(tmp_path_factory, tokenizer):
     return out
 
 
-def make_teacher(kind, out, own_tokenizer, sst2, default_labels=False):
+def make_teacher(kind, out, own_tokenizer, sst2, default_labels=False, **sizes):
     config = ARCHITECTURES[kind](len(own_tokenizer), own_tokenizer.pad_token_id)
+    config = type(config)(**{**config.to_dict(), **sizes}) if sizes else config
     config.num_labels = 2
     if not default_labels:
         config.id2label, config.label2id = dict(sst2.id2label), {v: k for k, v in sst2.id2label.items()}
@@ -97,14 +99,82 @@ def test_a_transformers_classifier_of_another_architecture_teaches_through_its_o
     assert own_tokenizer(text)["input_ids"] != tokenizer(text)["input_ids"]
 
 
-def test_layer_matching_and_squad_are_refused_with_such_a_teacher(tmp_path, own_tokenizer, student, sst2):
+@pytest.fixture(scope="module")
+def bpe_tokenizer(sst2):
+    """RoBERTa's kind of tokenizer: byte-level BPE (800 tokens trained on SST-2's sentences), <s> ... </s>, padding
+    id 1 and no token types: nothing of it is BERT's."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator([e.text_a for e in sst2.train[:3000]], trainers.BpeTrainer(
+        vocab_size=800, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", cls_token="<s>", sep_token="</s>",
+        unk_token="<unk>", pad_token="<pad>", mask_token="<mask>", model_input_names=["input_ids", "attention_mask"])
+
+
+@pytest.mark.parametrize("method", ["tinybert", "pkt-td"])
+def test_a_transformers_teacher_of_another_architecture_teaches_layer_by_layer(method, tmp_path, bpe_tokenizer,
+                                                                              sst2):
+    """A RoBERTa teacher with its own byte-level BPE teaches a MobileBERT-shaped student that reads its tokenizer
+    (`mobilekd init PRESET OUT --vocab TEACHER`) through TinyBERT's intermediate step or MobileBERT's progressive
+    transfer: its hidden states and attention probabilities, as transformers gives them, are what the run's teacher
+    store keeps and the student's layers are matched against."""
+    teacher = make_teacher("roberta", tmp_path / "teacher", bpe_tokenizer, sst2, num_hidden_layers=4,
+                           num_attention_heads=4)
+    run_module("mobilekd", "init", "demo_student", tmp_path / "start", "--vocab", tmp_path / "teacher")
+    config = json.loads((tmp_path / "start" / "config.json").read_text())
+    assert config["vocab_size"] == len(bpe_tokenizer) and config["pad_token_id"] == 1
+    assert not (tmp_path / "start" / "vocab.txt").exists()  # a BPE vocabulary is not WordPiece's list
+    proc = run_module("mobilekd.recipes.finetune", "--model", tmp_path / "start", "--teacher", tmp_path / "teacher",
+                      "--out", tmp_path / "student", "--method", method, "--intermediate-epochs", 1, *COMMON)
+    results = json.loads((tmp_path / "student" / "results.json").read_text())
+    terms = set().union(*(st["mean"] for st in results["training"] if st["stage"].startswith("intermediate")))
+    # each student layer against its teacher layer: attention distributions (KL) and hidden states
+    for layer in range(4):
+        assert f"at_L{layer}" in terms and ({f"mse_L{layer}", f"fmt_L{layer}"} & terms), terms
+    assert results["teacher_store_hit_rate"] == 0 and "teacher store" in proc.stdout
+    # every example the store keeps is transformers' own output for one of the examples drawn, token by token
+    # (float16 on disk): the last layer's hidden states and the first layer's attention probabilities
+    segment = next((tmp_path / "teacher" / "outputs").glob("*-features/segment-*"))
+    lengths = np.load(segment / "lengths.npy")
+    teacher.set_attn_implementation("eager")  # transformers' fused attention gives no probabilities
+    with torch.no_grad():
+        own = [teacher(**bpe_tokenizer(e.text_a, truncation=True, max_length=32, return_tensors="pt"),
+                       output_hidden_states=True, output_attentions=True)
+               for e in training_subset(sst2.train, 64, 0)]
+    hidden, attention = np.load(segment / "hidden_3.npy"), np.load(segment / "attention_0.npy")
+    token_at, pair_at = np.cumsum([0, *lengths]), np.cumsum([0, *(4 * lengths ** 2)])
+    for i, n in enumerate(lengths):
+        h = hidden[token_at[i]:token_at[i + 1]].astype(np.float32)
+        a = attention[pair_at[i]:pair_at[i + 1]].astype(np.float32).reshape(4, n, n)
+        assert any(o.hidden_states[4].shape[1] == n and np.abs(o.hidden_states[4][0].numpy() - h).max() < 1e-2 and
+                   np.abs(o.attentions[0][0].numpy() - a).max() < 1e-3 for o in own), i
+    assert len(lengths) >= 50 and len(set(lengths)) > 5  # examples of many lengths: a mismatch cannot hide
+
+
+def test_layer_matching_needs_the_teachers_tokenizer_and_patience_its_cls(tmp_path, own_tokenizer, student, sst2):
     make_teacher("roberta", tmp_path / "teacher", own_tokenizer, sst2)
-    for flags, what in ((["--method", "pkd-skip"], "BERT-PKD's patience loss"),
-                        (["--method", "tinybert"], "TinyBERT's intermediate step")):
-        line = one_line_error(run_module("mobilekd.recipes.finetune", "--model", student, "--teacher",
-                                         tmp_path / "teacher", "--out", tmp_path / "student", *flags, *COMMON,
-                                         check=False))
-        assert "a transformers roberta teacher teaches through its logits alone" in line and what in line
+    line = one_line_error(run_module("mobilekd.recipes.finetune", "--model", student, "--teacher",
+                                     tmp_path / "teacher", "--out", tmp_path / "student", "--method", "tinybert",
+                                     *COMMON, check=False))
+    assert "does not read the teacher's tokenizer" in line and "mobilekd init PRESET OUT --vocab" in line
+    line = one_line_error(run_module("mobilekd.recipes.finetune", "--model", student, "--teacher",
+                                     tmp_path / "teacher", "--out", tmp_path / "student", "--method", "pkd-skip",
+                                     *COMMON, check=False))
+    assert "BERT-PKD's patience loss reads the teacher's cached [CLS] vectors" in line
+    # task-agnostic distillation needs a BERT-family teacher: refused before the corpus is read
+    line = one_line_error(run_module("mobilekd", "distill", "--teacher", tmp_path / "teacher", "--student",
+                                     "demo_student", "--out", tmp_path / "distilled", check=False))
+    assert "model_type 'roberta' is not a BERT or MobileBERT-family model" in line
+    # a run refused before any work leaves no OUT behind (not even its lock and under-way mark)
+    assert not (tmp_path / "student").exists() and not (tmp_path / "distilled").exists()
+
+
+def test_teachers_of_other_labels_untrained_heads_or_fewer_positions_refused(tmp_path, own_tokenizer, student, sst2):
+    make_teacher("roberta", tmp_path / "teacher", own_tokenizer, sst2)
     config = json.loads((tmp_path / "teacher" / "config.json").read_text())
     config["id2label"], config["label2id"] = {"0": "no", "1": "yes", "2": "maybe"}, {"no": 0, "yes": 1, "maybe": 2}
     (tmp_path / "teacher" / "config.json").write_text(json.dumps(config))

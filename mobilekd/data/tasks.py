@@ -253,7 +253,8 @@ def encode_classification(task: Task, examples, tokenizer, max_len: int) -> Enco
     a = [e.text_a for e in examples]
     b = [e.text_b for e in examples] if examples[0].text_b is not None else None
     enc = tokenizer(a, b, truncation=True, max_length=max_len, padding="max_length")
-    arrays = {k: np.asarray(enc[k], dtype=np.int64) for k in INPUTS}
+    # a tokenizer without token types (RoBERTa's, a foreign teacher's read by its student) gives every token type 0
+    arrays = {k: np.asarray(enc[k] if k in enc else np.zeros_like(enc["input_ids"]), dtype=np.int64) for k in INPUTS}
     if all(e.label is not None for e in examples):
         arrays["labels"] = task.targets(examples)
     return EncodedSplit(arrays)

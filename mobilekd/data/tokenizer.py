@@ -46,9 +46,13 @@ def load_tokenizer(path=DEFAULT_VOCAB, lowercase: bool = True) -> PreTrainedToke
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerBase, out_dir) -> None:
-    """tokenizer.json + tokenizer_config.json, and vocab.txt for tools (TFLite metadata) that want the list."""
+    """tokenizer.json + tokenizer_config.json, and, for a WordPiece tokenizer, vocab.txt for tools (TFLite
+    metadata) that want the list. Another kind (a RoBERTa teacher's byte-level BPE) gets none: `load_tokenizer`
+    would read a vocab.txt as WordPiece."""
     out_dir = Path(out_dir)
     tokenizer.save_pretrained(out_dir)
+    if type(tokenizer.backend_tokenizer.model).__name__ != "WordPiece":
+        return
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     (out_dir / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in vocab), encoding="utf-8")
 

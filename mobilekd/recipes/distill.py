@@ -197,6 +197,7 @@ def run(args, accelerator):
     teacher_dir = Path(args.teacher)
     if not (teacher_dir / "config.json").is_file():
         raise UserError(f"{teacher_dir}: no teacher here (no config.json); train one with scripts/train_teacher.sh")
+    load_config(teacher_dir)  # a teacher of another family is refused in one line before the corpus is read
     tokenizer = load_tokenizer(teacher_dir)
     with accelerator.main_process_first():
         data = load_pretraining_data(args.corpus, tokenizer, args.seq_len, args.seed, args.cache_dir)

@@ -318,7 +318,8 @@ def run(args, kind: str):
     if not args.no_metadata and HEADS[head].metadata and not scores:
         vocab = Path(args.model) / "vocab.txt"
         if not vocab.is_file():
-            raise located(vocab, "missing: the metadata packs the model's vocabulary")
+            raise located(vocab, "missing: the metadata packs a WordPiece vocabulary (MediaPipe's BertTokenizer); "
+                                 "a model of another tokenizer exports with --no-metadata, its app tokenizing")
         metadata = (vocab, [config.id2label[i] for i in range(len(config.id2label))] if config.id2label else None)
 
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}

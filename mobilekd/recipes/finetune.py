@@ -47,7 +47,8 @@ from mobilekd.finetune.selection import CAP, FRACTION, VALIDATION, carve
 from mobilekd.finetune.teacher_features import BUDGET_GB as STORE_GB, teacher_store
 from mobilekd.finetune.teacher_outputs import foreign_outputs, outputs_precision, teacher_outputs
 from mobilekd.models.config import ModelConfig
-from mobilekd.models.foreign import ForeignTeacher, layer_matching_refusal, load_foreign_teacher, model_type
+from mobilekd.models.foreign import ForeignEncoder, ForeignTeacher, layer_matching_refusal, load_foreign_teacher, \
+    model_type, tokenizer_problem
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.models.kinds import kind_of
 from mobilekd.rundir import teacher_record
@@ -252,15 +253,17 @@ def run(args, accelerator):
     teacher = None if foreign or not args.teacher else \
         build_model(args.teacher, task, "teacher").to(accelerator.device).eval()
     outputs_pass = None
-    if foreign is not None:  # its logits, read through its own tokenizer, are all it gives
+    if foreign is not None:  # its logits, read through its own tokenizer (its layers: below)
         foreign.model.to(accelerator.device)
         (outputs, made), got = timed(lambda: foreign_outputs(args.teacher, foreign, train_examples, args.max_len))
         shared = {**shared, **made.record(got, "outputs")}
         train_split.arrays.update(outputs)
         print(f"teacher outputs ({foreign.model_type}, through its own tokenizer) over {len(train_split)} training "
               f"examples: " + ("from the cache" if made.cached else "computed and cached"))
-        foreign.model = None  # its logits are all it gives: not kept on the device for the training
-    if teacher is not None and task.head != "qa":
+        # its layers, for the intermediate step's matches; else its logits are all it gives, and it is let go
+        teacher = ForeignEncoder(foreign.model).eval() if args.intermediate else None
+        foreign.model = None
+    if teacher is not None and not foreign and task.head != "qa":
         outputs_pass = outputs_precision(teacher, train_split, pass_flag(args, "teacher_outputs_precision"),
                                          Path(args.cache_dir) / PRECISION_FILE)
         (outputs, made), got = timed(lambda: teacher_outputs(args.teacher, teacher, train_split,
@@ -271,7 +274,7 @@ def run(args, accelerator):
               ("from the cache" if made.cached else "computed and cached") +
               f"; the teacher's pass {describe(outputs_pass)}")
     kd = Distillation(args.alpha, args.temperature, args.kd_reduction) if foreign else None
-    if teacher is not None:
+    if teacher is not None and not foreign:
         kd = Distillation(args.alpha, args.temperature, args.kd_reduction,
                           patience_matches(args, teacher.config, model.config) if args.patience_weight else [])
     stages = []
@@ -279,8 +282,8 @@ def run(args, accelerator):
         stages, stored = intermediate_stages(args, teacher, model, train_split, steps_per_epoch,
                                              outputs_pass["precision"] if outputs_pass else "no")
         shared = {**shared, **stored}
-    stages.append(Stage(name="finetune", steps=steps, loss=task_loss(task, teacher, kd), lr=args.lr,
-                        warmup=args.warmup, trainable=lambda name: not name.startswith("projections.")))
+    stages.append(Stage(name="finetune", steps=steps, loss=task_loss(task, None if foreign else teacher, kd),
+                        lr=args.lr, warmup=args.warmup, trainable=lambda name: not name.startswith("projections.")))
     cfg = train_config(args, eval_every=steps_per_epoch if args.eval_every is None else args.eval_every,
                        run={"model": str(args.model), "task": task.name, "teacher": args.teacher, "lr": args.lr,
                             "max_len": args.max_len, "alpha": args.alpha, "temperature": args.temperature,
@@ -348,17 +351,19 @@ def _mlm_model(model_dir):
 
 def foreign_teacher(args, task) -> ForeignTeacher:
     """A transformers classifier of another architecture as `--teacher` (`mobilekd.models.foreign`), refused
-    before any work where the task or the method needs more than its logits."""
+    before any work where the task or the method needs more than it gives (logits, hidden states, attentions), or
+    where a method matching layers has a student that does not read the teacher's tokenizer."""
     if task.head == "qa":
         raise UserError(f"{args.teacher}: a transformers {model_type(args.teacher)} teacher is read as a sequence "
                         f"classifier; SQuAD needs a BERT-family teacher")
     if args.patience_weight:
         raise UserError(layer_matching_refusal(args.teacher, "BERT-PKD's patience loss"))
-    if args.intermediate:
-        raise UserError(layer_matching_refusal(args.teacher, "MobileBERT's progressive transfer (--method pkt-td)"
-                                               if args.intermediate == "pkt" else
-                                               "TinyBERT's intermediate step (--method tinybert)"))
-    return load_foreign_teacher(args.teacher, task, args.max_len)
+    foreign = load_foreign_teacher(args.teacher, task, args.max_len, layers=bool(args.intermediate))
+    if args.intermediate:  # matched token by token: the student must read the teacher's tokens
+        problem = tokenizer_problem(args.model, load_tokenizer(args.model), args.teacher, foreign.tokenizer)
+        if problem:
+            raise UserError(problem)
+    return foreign
 
 
 def patience_matches(args, teacher: ModelConfig, student: ModelConfig) -> list[Match]:
@@ -396,8 +401,8 @@ def intermediate_stages(args, teacher, model, train_split, steps_per_epoch: int,
     if args.intermediate == "pkt":
         matches = mobilebert_matches(mapped, list(range(m)),
                                      projection=teacher.config.hidden_size != model.config.hidden_size)
-    else:
-        matches = tinybert_matches(mapped, list(range(m)))
+    else:  # a transformers encoder of another architecture gives attention probabilities, not scores
+        matches = tinybert_matches(mapped, list(range(m)), scores=not isinstance(teacher, ForeignEncoder))
     refuse(check_matches(matches, teacher.config, model.config))
     device = next(model.parameters()).device
     model.add_module("projections", projections_for(matches, teacher.config, model.config).to(device))

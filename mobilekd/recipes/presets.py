@@ -60,6 +60,7 @@ def _print_models(args) -> None:
 def _init(args) -> None:
     """A randomly initialised model directory of a preset (the from-scratch baseline, or a starting point), or a
     model made of some of a model directory's layers (DistilBERT's and BERT-PKD's students), with narrower FFNs."""
+    from dataclasses import replace
     from pathlib import Path
 
     import torch
@@ -104,8 +105,17 @@ def _init(args) -> None:
     if args.from_teacher:
         _inherit(model, args)
         return
-    save_pretrained(model, args.out, load_tokenizer(args.vocab) if args.vocab else load_tokenizer())
-    print(f"{args.preset}: randomly initialised model written to {args.out}")
+    if args.vocab:  # the preset's shape over this vocabulary (a foreign teacher's, for layer matching)
+        tokenizer = load_tokenizer(args.vocab)
+        if tokenizer.pad_token_id is None:
+            raise UserError(f"{args.vocab}: its tokenizer has no padding token")
+        model = MobileBertForPreTraining(replace(get_preset(args.preset).config, vocab_size=len(tokenizer),
+                                                 pad_token_id=tokenizer.pad_token_id))
+    else:
+        tokenizer = load_tokenizer()
+    save_pretrained(model, args.out, tokenizer)
+    print(f"{args.preset}: randomly initialised model written to {args.out}" +
+          (f" (vocabulary of {len(tokenizer)} from {args.vocab})" if args.vocab else ""))
 
 
 def _inherit(student, args) -> None:
@@ -214,7 +224,10 @@ def init(argv=None):
     p.add_argument("--cache-dir", help="where their tokenized examples are cached (default "
                                        ".cache/mobilekd/pretraining)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--vocab", help="vocab.txt (default: the shipped bert-base-uncased vocab)")
+    p.add_argument("--vocab", help="with a preset: vocab.txt, or a model directory whose tokenizer the student "
+                                   "reads (a transformers teacher of another architecture, so that TinyBERT's and "
+                                   "MobileBERT's layer matching can pair them); default: the shipped "
+                                   "bert-base-uncased vocab")
     args = p.parse_args(argv)
     from mobilekd.models.presets import PRESETS, get_preset
     from mobilekd.models.pretrained import model_dir

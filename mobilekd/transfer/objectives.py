@@ -275,17 +275,21 @@ def mobilebert_matches(layer_map: list[int], layers: list[int], *, fmt: float = 
     return matches
 
 
-def tinybert_matches(layer_map: list[int], layers: list[int]) -> list[Match]:
+def tinybert_matches(layer_map: list[int], layers: list[int], scores: bool = True) -> list[Match]:
     """TinyBERT's transformer-layer and embedding-layer distillation (Jiao et al. 2020, eq. 7-9; general_distill.py
     and task_distill.py, `main`: `loss = rep_loss + att_loss`, each an unweighted `MSELoss()` per matched pair): the
     embedding outputs and each student layer's output through the learned projection W_h (`fit_dense`), and the
     attention scores of each student layer against its teacher layer (`layer_map`, `layer_maps.uniform` there).
     `evaluate` divides the sum by the number of student layers, a constant factor the official code does not
-    have (Adam's steps do not depend on it, up to its epsilon)."""
+    have (Adam's steps do not depend on it, up to its epsilon). `scores=False`, for a teacher that gives its
+    attention probabilities only (a transformers encoder of another architecture, `models.foreign`): the attention
+    term is MobileBERT's attention transfer instead (Sun et al. 2020, eq. 3: KL between the distributions), a
+    departure from task_distill.py's `att_loss`."""
     matches = [Match(feature="embeddings", loss="mse", projection=True)]
     for l in layers:
         pair = dict(teacher_layer=layer_map[l], student_layer=l)
-        matches += [Match(feature="scores", loss="mse", **pair),
+        matches += [Match(feature="scores", loss="mse", **pair) if scores else
+                    Match(feature="attention", loss="at", **pair),
                     Match(feature="hidden", loss="mse", projection=True, **pair)]
     return matches
 
