@@ -115,19 +115,23 @@ def bpe_tokenizer(sst2):
         unk_token="<unk>", pad_token="<pad>", mask_token="<mask>", model_input_names=["input_ids", "attention_mask"])
 
 
-@pytest.mark.parametrize("method", ["tinybert", "pkt-td"])
-def test_a_transformers_teacher_of_another_architecture_teaches_layer_by_layer(method, tmp_path, bpe_tokenizer,
-                                                                              sst2):
-    """A RoBERTa teacher with its own byte-level BPE teaches a MobileBERT-shaped student that reads its tokenizer
-    (`mobilekd init PRESET OUT --vocab TEACHER`) through TinyBERT's intermediate step or MobileBERT's progressive
-    transfer: its hidden states and attention probabilities, as transformers gives them, are what the run's teacher
-    store keeps and the student's layers are matched against."""
-    teacher = make_teacher("roberta", tmp_path / "teacher", bpe_tokenizer, sst2, num_hidden_layers=4,
-                           num_attention_heads=4)
+@pytest.mark.parametrize("kind, method", [("roberta", "tinybert"), ("roberta", "pkt-td"),
+                                          *((k, "tinybert") for k in sorted(ARCHITECTURES) if k != "roberta")])
+def test_a_transformers_teacher_of_another_architecture_teaches_layer_by_layer(kind, method, tmp_path,
+                                                                              bpe_tokenizer, own_tokenizer, sst2):
+    """A teacher of each architecture (RoBERTa with its own byte-level BPE, the others with their own WordPiece)
+    teaches a MobileBERT-shaped student that reads its tokenizer (`mobilekd init PRESET OUT --vocab TEACHER`)
+    through TinyBERT's intermediate step (RoBERTa also through MobileBERT's progressive transfer): its hidden states
+    and attention probabilities, as transformers gives them, are what the run's teacher store keeps and the
+    student's layers are matched against."""
+    tokenizer = bpe_tokenizer if kind == "roberta" else own_tokenizer
+    teacher = make_teacher(kind, tmp_path / "teacher", tokenizer, sst2, num_hidden_layers=4, num_attention_heads=4)
+    assert teacher.config.num_hidden_layers == 4 and teacher.config.num_attention_heads == 4
     run_module("mobilekd", "init", "demo_student", tmp_path / "start", "--vocab", tmp_path / "teacher")
     config = json.loads((tmp_path / "start" / "config.json").read_text())
-    assert config["vocab_size"] == len(bpe_tokenizer) and config["pad_token_id"] == 1
-    assert not (tmp_path / "start" / "vocab.txt").exists()  # a BPE vocabulary is not WordPiece's list
+    assert config["vocab_size"] == len(tokenizer) and config["pad_token_id"] == tokenizer.pad_token_id
+    if kind == "roberta":  # padding id 1; a BPE vocabulary is not WordPiece's list
+        assert tokenizer.pad_token_id == 1 and not (tmp_path / "start" / "vocab.txt").exists()
     proc = run_module("mobilekd.recipes.finetune", "--model", tmp_path / "start", "--teacher", tmp_path / "teacher",
                       "--out", tmp_path / "student", "--method", method, "--intermediate-epochs", 1, *COMMON)
     results = json.loads((tmp_path / "student" / "results.json").read_text())
@@ -142,8 +146,9 @@ def test_a_transformers_teacher_of_another_architecture_teaches_layer_by_layer(m
     lengths = np.load(segment / "lengths.npy")
     teacher.set_attn_implementation("eager")  # transformers' fused attention gives no probabilities
     with torch.no_grad():
-        own = [teacher(**bpe_tokenizer(e.text_a, truncation=True, max_length=32, return_tensors="pt"),
-                       output_hidden_states=True, output_attentions=True)
+        own = [teacher(**{k: v for k, v in tokenizer(e.text_a, truncation=True, max_length=32,
+                                                     return_tensors="pt").items()
+                          if k in ("input_ids", "attention_mask")}, output_hidden_states=True, output_attentions=True)
                for e in training_subset(sst2.train, 64, 0)]
     hidden, attention = np.load(segment / "hidden_3.npy"), np.load(segment / "attention_0.npy")
     token_at, pair_at = np.cumsum([0, *lengths]), np.cumsum([0, *(4 * lengths ** 2)])
