@@ -198,3 +198,42 @@ def test_teachers_of_other_labels_untrained_heads_or_fewer_positions_refused(tmp
                                      "--out", tmp_path / "student", *COMMON[:-2], "--max-len", 200, "--threads", 1,
                                      check=False))
     assert "--max-len 200 exceeds the teacher's 78 positions" in line
+
+
+def test_one_function_through_our_classes_and_through_transformers_gives_the_same_features(tmp_path, tokenizer,
+                                                                                           sst2):
+    """A BERT classifier and its RoBERTa copy (benchmarks.foreign_layers.to_roberta: the same function in another
+    layout) read on SST-2's dev sentences: the copy, read as a foreign teacher (`ForeignEncoder`), gives the
+    embedding output, every layer's output and attention probabilities that our own classes give for the BERT, and
+    the same logits; so the foreign path's features mean what the matches take them to mean."""
+    from benchmarks.foreign_layers import to_roberta
+    from mobilekd.data.tasks import INPUTS, encode_classification
+    from mobilekd.finetune.evaluation import build_model
+    from mobilekd.models.foreign import ForeignEncoder, load_foreign_teacher
+
+    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=3,
+                                     num_attention_heads=4, intermediate_size=64, max_position_embeddings=80,
+                                     initializer_range=0.3, num_labels=2, id2label=dict(sst2.id2label),
+                                     label2id={v: k for k, v in sst2.id2label.items()})
+    torch.manual_seed(0)
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "bert")
+    tokenizer.save_pretrained(tmp_path / "bert")
+    assert to_roberta(tmp_path / "bert", tmp_path / "roberta") < 1e-4
+    ours = build_model(tmp_path / "bert", sst2, "teacher").eval()
+    foreign = load_foreign_teacher(tmp_path / "roberta", sst2, 32, layers=True)
+    theirs = ForeignEncoder(foreign.model).eval()
+    assert json.loads((tmp_path / "roberta" / "config.json").read_text())["model_type"] == "roberta"
+    dev = next(iter(sst2.dev.values()))[:48]
+    batch = encode_classification(sst2, dev, tokenizer, 32).arrays
+    inputs = [torch.from_numpy(batch[k]) for k in INPUTS]
+    with torch.no_grad():
+        a = ours.mobilebert(*inputs, output_feature_maps=True, output_attentions=True)
+        b = theirs.mobilebert(*inputs)
+        logits = foreign.logits([e.text_a for e in dev], None, 32)
+        assert (ours(*inputs) - logits).abs().max() < 1e-4
+    real = inputs[1].bool()  # padded positions differ by design (RoBERTa gives them position id 0)
+    assert (a.embeddings - b.embeddings)[real].abs().max() < 1e-4
+    assert len(a.feature_maps) == len(b.feature_maps) == 3 and len(b.attentions) == 3
+    for x, y, p, q in zip(a.feature_maps, b.feature_maps, a.attentions, b.attentions):
+        assert (x - y)[real].abs().max() < 1e-4 and (p - q)[real[:, None, :, None].expand_as(p)].abs().max() < 1e-5
+    assert a.feature_maps[-1].std() > 0.1  # features that differ: the comparison can fail
