@@ -41,13 +41,12 @@ from benchmarks.runner import Job
 from benchmarks.stats import mean_std_cell, values
 from benchmarks.teacher_value import STUDENT_LR, TEACHER_LR
 from mobilekd.fileio import REPO_ROOT, read_json
-from mobilekd.models.pretrained import model_dir
 
 TASK = "sst2"
 STUDENT = "tinybert4_h156"
 DATA = ["--task", TASK, "--max-train-examples", "8000", "--subset-seed", "0", "--max-len", "64",
         "--select-on", "validation", "--threads", "1", "--resume"]
-TEACHER = ["--model", str(model_dir("all-minilm-l6-v2")), *DATA, "--epochs", "2", "--lr", TEACHER_LR, "--seed", "0"]
+TEACHER = ["--model", "all-minilm-l6-v2", *DATA, "--epochs", "2", "--lr", TEACHER_LR, "--seed", "0"]
 # fp32 throughout: a BERT teacher's store pass would take bf16 where this host's probe chose it, a foreign one's
 # stays fp32, and the pair must differ in the attention term alone
 STUDENTS = [*DATA, "--epochs", "3", "--lr", STUDENT_LR, "--mixed-precision", "no"]

@@ -126,3 +126,14 @@ def test_bert_large_shaped_teacher_pairs_with_mobilebert_through_projections(tmp
     proc = run_module("mobilekd.recipes.distill", "--teacher", teacher, "--student", "mobilebert_h384",
                       "--out", tmp_path / "x", "--cache-dir", tmp_path / "c", "--layer-map", "uniform", check=False)
     assert "layer map uniform: a 6-layer student cannot map onto a 4-layer teacher" in one_line_error(proc)
+
+
+def test_finetune_takes_the_packaged_checkpoint_by_name(tmp_path):
+    """`finetune --model all-minilm-l6-v2`, as init, train-teacher and ship take the name: its own folder is read
+    (its fine-tuned copy keeps the checkpoint's encoder shape) and the run records where it was."""
+    run_module("mobilekd", "finetune", "--model", "all-minilm-l6-v2", "--task", "sst2", "--max-train-examples", 32,
+               "--max-steps", 1, "--max-len", 16, "--eval-every", 0, "--skip-dev", "--threads", 1,
+               "--out", tmp_path / "ft")
+    config = json.loads((tmp_path / "ft" / "config.json").read_text())
+    assert config["hidden_size"] == 384 and config["num_hidden_layers"] == 6
+    assert json.loads((tmp_path / "ft" / "results.json").read_text())["model"] == str(model_dir("all-minilm-l6-v2"))

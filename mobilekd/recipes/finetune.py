@@ -51,6 +51,7 @@ from mobilekd.models.foreign import ForeignEncoder, ForeignTeacher, layer_matchi
     model_type, tokenizer_problem
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.models.kinds import kind_of
+from mobilekd.models.pretrained import model_dir
 from mobilekd.rundir import teacher_record
 from mobilekd.transfer.layer_maps import layer_map, parse_layer_map
 from mobilekd.transfer.objectives import (Match, check_matches, mobilebert_matches, pkd_matches, projections_for,
@@ -66,7 +67,8 @@ def parse_args(argv=None):
     description = __doc__ + "\n" + textwrap.fill(f"Defaults: {defaults_text()}.", 115)
     p = argparse.ArgumentParser(prog="mobilekd finetune", description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="model directory (ours, or a transformers MobileBERT/BERT one)")
+    p.add_argument("--model", required=True, help="model directory (ours, or a transformers MobileBERT/BERT one), or a "
+                                                  "packaged checkpoint's name (all-minilm-l6-v2)")
     p.add_argument("--task", required=True, choices=TASK_NAMES)
     p.add_argument("--data", help="task directory with train and dev files (default: the shipped copy for "
                                   "sst2, cola, mrpc, stsb, rte)")
@@ -143,6 +145,9 @@ def parse_args(argv=None):
                         "nearly the same vector; google-research/google-research issue #287, as issue 14 cites it)")
     add_training_flags(p, out="runs/finetune", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
+    # a packaged checkpoint by name (all-minilm-l6-v2), as init, train-teacher and ship take it
+    args.model = str(model_dir(args.model))
+    args.teacher = args.teacher and str(model_dir(args.teacher))
     at_least("--max-steps", args.max_steps, 1)
     at_least("--eval-every", args.eval_every, 0)
     at_least("--max-len", args.max_len, 1)
