@@ -174,6 +174,10 @@ def test_layer_matching_needs_the_teachers_tokenizer_and_patience_its_cls(tmp_pa
     line = one_line_error(run_module("mobilekd", "distill", "--teacher", tmp_path / "teacher", "--student",
                                      "demo_student", "--out", tmp_path / "distilled", check=False))
     assert "model_type 'roberta' is not a BERT or MobileBERT-family model" in line
+    line = one_line_error(run_module("mobilekd", "ship", "--teacher", tmp_path / "teacher", "--task", "sst2",
+                                     "--out", tmp_path / "shipped", check=False))
+    assert "a transformers roberta teacher: ship's families start from a BERT-family teacher" in line
+    assert "mobilekd finetune --method tinybert --teacher TEACHER" in line and not (tmp_path / "shipped").exists()
     # a run refused before any work leaves no OUT behind (not even its lock and under-way mark)
     assert not (tmp_path / "student").exists() and not (tmp_path / "distilled").exists()
 

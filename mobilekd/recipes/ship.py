@@ -361,6 +361,7 @@ def parse_args(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    from mobilekd.models.foreign import is_foreign, model_type
     from mobilekd.models.hf import load_config
     from mobilekd.models.pretrained import model_dir
     from mobilekd.search import study as search
@@ -370,6 +371,11 @@ def main(argv=None):
     teacher, data, out = model_dir(args.teacher), task_data(args.task, args.data), Path(args.out)
     if not (teacher / "config.json").is_file():
         raise located(teacher, "not a model directory (no config.json)")
+    if is_foreign(teacher):  # what it can teach, it teaches through finetune
+        raise located(teacher / "config.json", f"a transformers {model_type(teacher)} teacher: ship's families start "
+                                               "from a BERT-family teacher's layers or masked-LM head; distil it with "
+                                               "`mobilekd init PRESET OUT --vocab TEACHER` and `mobilekd finetune "
+                                               "--method tinybert --teacher TEACHER` (docs/teachers.md)")
     config, _ = load_config(teacher)  # a BERT (ours or transformers'), or one line saying why not
     space = load_space(Path(args.config))
     families = args.families or list(space["families"])
