@@ -17,14 +17,14 @@ then learns SST-2 three ways, seeds 0-2 declared here:
 `tinybert-roberta - kd-roberta` is what layer matching gives a foreign teacher; `tinybert-roberta - tinybert-bert`
 is what the departure (probabilities and KL for scores and MSE) costs.
 
-    python -m benchmarks.foreign_layers                    # about 40 minutes on 2 cores; resumable
+    python -m benchmarks.foreign_layers                    # about 15 minutes on 2 cores; resumable
     python -m benchmarks.foreign_layers --table --write    # the table into docs/teachers.md from the rows
 
 Every run: the same 8,000 SST-2 training examples (drawn once, `--subset-seed 0`), 64 tokens, its step chosen on a
 validation split of them, dev scored once; the students in fp32 (the teachers' passes too), 3 epochs (TinyBERT: 3 of
 the intermediate step, then 3 of the prediction step). Rows (docs/results/foreign_layers.json): each student's dev
-and validation scores, the teacher's, the copy's parity, and the paired intervals (benchmarks/intervals.py) of the
-two differences.
+and validation scores, the teacher's, TF-IDF + LR's on the same examples, the copy's parity, and the paired
+intervals (benchmarks/intervals.py) of the two differences.
 """
 
 from __future__ import annotations
@@ -118,6 +118,10 @@ def jobs(out: Path, seeds: list[int]) -> list[Job]:
 
 def rows(out: Path, seeds: list[int]) -> list[dict]:
     found = finetune_rows(out / "teacher", task=TASK, method="teacher", seed=0)
+    if found:  # the bag-of-words baseline each run fits on the same training examples (the teacher's, seed 0)
+        b = read_json(out / "teacher" / "results.json")["baseline"]
+        found.append({"task": TASK, "method": "tfidf", "seed": 0, "metric": "accuracy",
+                      "value": round(b["metrics"]["accuracy"], 4), "train_examples": b["train_examples"]})
     if (out / "teacher-roberta" / "parity.json").is_file():
         p = read_json(out / "teacher-roberta" / "parity.json")
         found.append({"task": TASK, "method": "roberta_parity", "seed": 0, "metric": "max_logit_difference",
@@ -129,16 +133,17 @@ def table(results: list[dict]) -> str:
     metric = "accuracy"
     if not values(results, TASK, metric, "kd-roberta"):
         return "(no rows yet)\n"
-    cells = [mean_std_cell(v) if (v := values(results, TASK, metric, m)) else "-" for m in ("teacher", *METHODS)]
+    cells = [mean_std_cell(v) if (v := values(results, TASK, metric, m)) else "-"
+             for m in ("teacher", "tfidf", *METHODS)]
     for a, b in PAIRS:
         stored = [r for r in results if r["task"] == TASK and r["method"] == f"{a}-{b}"]
         cells.append(intervals.cell(stored[0]["interval"]) if stored else "-")
     parity = [r for r in results if r["method"] == "roberta_parity"]
     seeds = sorted({r["seed"] for r in results if r["method"] == "kd-roberta" and r["metric"] == metric})
     return "\n".join([
-        "| task (metric) | teacher (BERT; its RoBERTa copy) | KD from the RoBERTa copy | TinyBERT from the RoBERTa "
-        "copy | TinyBERT from the BERT | TinyBERT - KD (RoBERTa) | TinyBERT: RoBERTa copy - BERT |",
-        "|---|---|---|---|---|---|---|",
+        "| task (metric) | teacher (BERT; its RoBERTa copy) | TF-IDF + LR | KD from the RoBERTa copy | TinyBERT from "
+        "the RoBERTa copy | TinyBERT from the BERT | TinyBERT - KD (RoBERTa) | TinyBERT: RoBERTa copy - BERT |",
+        "|---|---|---|---|---|---|---|---|",
         f"| {TASK} ({metric}) | " + " | ".join(cells) + " |"]) + (
         f"\n\nSeeds {', '.join(map(str, seeds))}; the student `{STUDENT}`, started at random; dev scored once per "
         "model. Differences in points with their paired 95% bootstrap intervals over dev examples and seeds "
@@ -153,7 +158,7 @@ def main(argv=None):
     comparison_flags(p, "runs/foreign_layers", "docs/results/foreign_layers.json")
     args = p.parse_args(argv)
     out = (REPO_ROOT / args.out).resolve()
-    order = ["teacher", "roberta_parity", *METHODS]
+    order = ["teacher", "tfidf", "roberta_parity", *METHODS]
     return comparison(args, lambda: jobs(out, args.seeds), lambda: rows(out, args.seeds),
                       lambda r: (order.index(r["method"]) if r["method"] in order else len(order), r["method"],
                                  r.get("seed") or 0, r["metric"]), table)
