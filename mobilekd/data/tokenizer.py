@@ -51,7 +51,8 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerBase, out_dir) -> None:
     would read a vocab.txt as WordPiece."""
     out_dir = Path(out_dir)
     tokenizer.save_pretrained(out_dir)
-    if type(tokenizer.backend_tokenizer.model).__name__ != "WordPiece":
+    model = getattr(getattr(tokenizer, "backend_tokenizer", None), "model", None)  # a slow one writes its own files
+    if type(model).__name__ != "WordPiece":
         return
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     (out_dir / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in vocab), encoding="utf-8")
