@@ -137,3 +137,23 @@ def test_finetune_takes_the_packaged_checkpoint_by_name(tmp_path):
     config = json.loads((tmp_path / "ft" / "config.json").read_text())
     assert config["hidden_size"] == 384 and config["num_hidden_layers"] == 6
     assert json.loads((tmp_path / "ft" / "results.json").read_text())["model"] == str(model_dir("all-minilm-l6-v2"))
+
+
+def test_the_shipped_corpora_are_read_from_any_working_directory(tmp_path, tokenizer):
+    """Adaptation without --corpus, run from another folder, reads the shipped Brown and Austen corpora (the
+    defaults are the repository's files, not paths under the working directory)."""
+    import subprocess
+    import sys
+
+    from helpers import env
+
+    torch.manual_seed(0)
+    bert = tmp_path / "bert"
+    transformers.BertModel(_bert_config()).save_pretrained(bert)
+    save_tokenizer(tokenizer, bert)
+    proc = subprocess.run([sys.executable, "-m", "mobilekd", "train-teacher", "--init-from", str(bert), "--out",
+                           str(tmp_path / "adapted"), "--cache-dir", str(tmp_path / "c"), "--steps", "1",
+                           "--batch-size", "4", "--max-len", "32", "--eval-examples", "8", "--threads", "1"],
+                          cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "adapted" / "summary.json").read_text())["train"]["stage"] == "adapt"

@@ -13,12 +13,14 @@ from accelerate.utils import set_seed
 from mobilekd.data.pretraining import DEFAULT_CACHE
 from mobilekd.data.tasks import DEFAULTS, TASK_NAMES
 from mobilekd.errors import UserError
+from mobilekd.fileio import REPO_ROOT
 from mobilekd.flags import add_flags, add_length_flag, at_least, from_flags
 from mobilekd.rundir import owned
 from mobilekd.train.loop import TrainConfig, refuse_sharded
 
 PRECISION_FILE = "precision.json"  # in --cache-dir: --mixed-precision auto's choices, per host
-SHIPPED_CORPORA = ["data/corpus/brown.txt.gz", "data/corpus/austen.txt.gz"]
+# the shipped corpora, wherever a verb is run from (the cache of their examples is keyed by their contents)
+SHIPPED_CORPORA = [str(REPO_ROOT / "data" / "corpus" / name) for name in ("brown.txt.gz", "austen.txt.gz")]
 WARMUP = 0.1  # the warm-up share of the steps: BERT's (run_classifier.py and run_pretraining.py, warmup_proportion)
 CLASSIFIER_DROPOUT = 0.1  # before a task's output layer: BERT's (run_classifier.py, create_model: keep_prob=0.9)
 EVAL_EXAMPLES = 1000  # held-out examples a pre-training or distillation run evaluates on
