@@ -185,10 +185,11 @@ def main(argv=None):
 def run(args, accelerator):
     data = task_data(args.task, args.data)
     task = load_task(args.task, data, args.eval_only, args.regression)
-    foreign = foreign_teacher(args, task) if args.teacher and kind_of(args.teacher).name == "foreign" else None
+    tokenizer = load_tokenizer(args.model)
+    foreign = foreign_teacher(args, task, tokenizer) if args.teacher and kind_of(args.teacher).name == "foreign" \
+        else None
     if args.teacher and task.head != "qa" and foreign is None:  # before any work: an untrained head would be
         require_labels(args.teacher, "teacher")                  # distilled silently
-    tokenizer = load_tokenizer(args.model)
     model = build_model(args.model, task, classifier_dropout=None if args.eval_only else args.classifier_dropout)
     fresh_pooler = not (args.eval_only or args.keep_pooler) and task.head == "classification"
     if fresh_pooler and load_config(args.model)[1] != "classification":  # a pre-trained model, not a classifier yet
@@ -257,7 +258,7 @@ def run(args, accelerator):
         raise UserError(f"--patience-weight (BERT-PKD) needs a classification or regression task, not {task.name}")
     teacher = None if foreign or not args.teacher else \
         build_model(args.teacher, task, "teacher").to(accelerator.device).eval()
-    outputs_pass = None
+    outputs_pass, foreign_layers = None, None
     if foreign is not None:  # its logits, read through its own tokenizer (its layers: below)
         foreign.model.to(accelerator.device)
         (outputs, made), got = timed(lambda: foreign_outputs(args.teacher, foreign, train_examples, args.max_len))
@@ -266,9 +267,9 @@ def run(args, accelerator):
         print(f"teacher outputs ({foreign.model_type}, through its own tokenizer) over {len(train_split)} training "
               f"examples: " + ("from the cache" if made.cached else "computed and cached"))
         # its layers, for the intermediate step's matches; else its logits are all it gives, and it is let go
-        teacher = ForeignEncoder(foreign.model).eval() if args.intermediate else None
+        foreign_layers = ForeignEncoder(foreign.model).eval() if args.intermediate else None
         foreign.model = None
-    if teacher is not None and not foreign and task.head != "qa":
+    if teacher is not None and task.head != "qa":
         outputs_pass = outputs_precision(teacher, train_split, pass_flag(args, "teacher_outputs_precision"),
                                          Path(args.cache_dir) / PRECISION_FILE)
         (outputs, made), got = timed(lambda: teacher_outputs(args.teacher, teacher, train_split,
@@ -279,16 +280,16 @@ def run(args, accelerator):
               ("from the cache" if made.cached else "computed and cached") +
               f"; the teacher's pass {describe(outputs_pass)}")
     kd = Distillation(args.alpha, args.temperature, args.kd_reduction) if foreign else None
-    if teacher is not None and not foreign:
+    if teacher is not None:
         kd = Distillation(args.alpha, args.temperature, args.kd_reduction,
                           patience_matches(args, teacher.config, model.config) if args.patience_weight else [])
     stages = []
     if args.intermediate:
-        stages, stored = intermediate_stages(args, teacher, model, train_split, steps_per_epoch,
+        stages, stored = intermediate_stages(args, teacher or foreign_layers, model, train_split, steps_per_epoch,
                                              outputs_pass["precision"] if outputs_pass else "no")
         shared = {**shared, **stored}
-    stages.append(Stage(name="finetune", steps=steps, loss=task_loss(task, None if foreign else teacher, kd),
-                        lr=args.lr, warmup=args.warmup, trainable=lambda name: not name.startswith("projections.")))
+    stages.append(Stage(name="finetune", steps=steps, loss=task_loss(task, teacher, kd), lr=args.lr,
+                        warmup=args.warmup, trainable=lambda name: not name.startswith("projections.")))
     cfg = train_config(args, eval_every=steps_per_epoch if args.eval_every is None else args.eval_every,
                        run={"model": str(args.model), "task": task.name, "teacher": args.teacher, "lr": args.lr,
                             "max_len": args.max_len, "alpha": args.alpha, "temperature": args.temperature,
@@ -354,10 +355,11 @@ def _mlm_model(model_dir):
     return load_pretrained(model_dir, "pretraining", require_head=True), load_tokenizer(model_dir)
 
 
-def foreign_teacher(args, task) -> ForeignTeacher:
+def foreign_teacher(args, task, tokenizer) -> ForeignTeacher:
     """A transformers classifier of another architecture as `--teacher` (`mobilekd.models.foreign`), refused
     before any work where the task or the method needs more than it gives (logits, hidden states, attentions), or
-    where a method matching layers has a student that does not read the teacher's tokenizer."""
+    where a method matching layers has a student that does not read the teacher's tokenizer (the student's is
+    `tokenizer`)."""
     if task.head == "qa":
         raise UserError(f"{args.teacher}: a transformers {model_type(args.teacher)} teacher is read as a sequence "
                         f"classifier; SQuAD needs a BERT-family teacher")
@@ -365,7 +367,7 @@ def foreign_teacher(args, task) -> ForeignTeacher:
         raise UserError(layer_matching_refusal(args.teacher, "BERT-PKD's patience loss"))
     foreign = load_foreign_teacher(args.teacher, task, args.max_len, layers=bool(args.intermediate))
     if args.intermediate:  # matched token by token: the student must read the teacher's tokens
-        problem = tokenizer_problem(args.model, load_tokenizer(args.model), args.teacher, foreign.tokenizer)
+        problem = tokenizer_problem(args.model, tokenizer, args.teacher, foreign.tokenizer)
         if problem:
             raise UserError(problem)
     return foreign

@@ -101,19 +101,16 @@ def _init(args) -> None:
         width = f", FFNs narrowed to {args.intermediate_size} neurons" if narrowed else ""
         print(f"{args.preset}: layers {layers} of {depth}{width} written to {args.out}")
         return
-    model = MobileBertForPreTraining(get_preset(args.preset).config)
+    config = get_preset(args.preset).config
     if args.from_teacher:
-        _inherit(model, args)
+        _inherit(MobileBertForPreTraining(config), args)
         return
+    tokenizer = load_tokenizer(args.vocab) if args.vocab else load_tokenizer()
     if args.vocab:  # the preset's shape over this vocabulary (a foreign teacher's, for layer matching)
-        tokenizer = load_tokenizer(args.vocab)
         if tokenizer.pad_token_id is None:
             raise UserError(f"{args.vocab}: its tokenizer has no padding token")
-        model = MobileBertForPreTraining(replace(get_preset(args.preset).config, vocab_size=len(tokenizer),
-                                                 pad_token_id=tokenizer.pad_token_id))
-    else:
-        tokenizer = load_tokenizer()
-    save_pretrained(model, args.out, tokenizer)
+        config = replace(config, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    save_pretrained(MobileBertForPreTraining(config), args.out, tokenizer)
     print(f"{args.preset}: randomly initialised model written to {args.out}" +
           (f" (vocabulary of {len(tokenizer)} from {args.vocab})" if args.vocab else ""))
 
