@@ -40,7 +40,7 @@ from benchmarks.rows import finetune_rows, paired_runs
 from benchmarks.runner import Job
 from benchmarks.stats import mean_std_cell, values
 from benchmarks.teacher_value import STUDENT_LR, TEACHER_LR
-from mobilekd.fileio import REPO_ROOT, read_json
+from mobilekd.fileio import REPO_ROOT, read_json, write_json
 
 TASK = "sst2"
 STUDENT = "tinybert4_h156"
@@ -95,7 +95,7 @@ def to_roberta(bert_dir: Path, out: Path) -> float:
         raise RuntimeError(f"the RoBERTa copy's logits differ from the BERT's by {gap:.2e}")
     roberta.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (out / "parity.json").write_text(f'{{"max_logit_difference": {gap}, "examples": {len(dev)}}}\n')
+    write_json(out / "parity.json", {"max_logit_difference": gap, "examples": len(dev)})
     return gap
 
 
