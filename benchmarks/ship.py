@@ -63,7 +63,9 @@ METHODS = ("teacher", "ship", "ship-trial", "ship-wall", "tfidf", "majority", "s
 FAMILY_DRAW = "family"
 # the search spaces the rows were measured in, by digest (`space_digest`), oldest first: the first, which every row
 # without a `space` field was measured in, and a name and a line for each one since (configs/ship.json edited)
-SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03")}
+SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
+          "d7b9ff56": ("tinybert-wide", "TinyBERT's learning rate up to 3e-3 (was 1e-3) and augmentation up to 12 "
+                                        "copies (was 4): CoLA's chosen lr sat at the bound on 2 of 3 seeds")}
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
 QUALITY = "docs/results/quality.json"  # on the GLUE tasks, the students picked on dev (`dev_picked`)
 # each finished seed's dev predictions (ship's student, TF-IDF + LR) and labels, kept as data beside the results
