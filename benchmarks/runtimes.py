@@ -11,7 +11,10 @@ executorch-fp32), seed, metric and value: agreement (the share of dev examples w
 accuracy (the file's dev accuracy), max_abs_diff (of its outputs, probabilities, from PyTorch's), size_mb, host_ms
 (the median of 30 runs at 1 thread, files interleaved; its host named) and, for a `.tflite`, pixel4_ms_est (the
 cost model's ESTIMATE; it reads `.tflite` graphs only); an ExecuTorch row names the operators XNNPACK left to
-ExecuTorch's portable kernels (`fallback`).
+ExecuTorch's portable kernels (`fallback`). Every row of a run carries how its `.pte` captured attention
+(`attention`, part of the row's key): "explicit" (softmax as written, `mobilekd.models.blocks.explicit_attention`)
+or "sdpa" (torch's fused op, whose decomposition XNNPACK does not take whole: every run before the change), so a
+run of each on the same students stands side by side, each file's time read against LiteRT fp32's of its own run.
 """
 
 from __future__ import annotations
@@ -20,18 +23,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks.custom import TASKS
+from benchmarks.custom import TASKS as CUSTOM
 from benchmarks.command import comparison, comparison_flags
-from benchmarks.rows import recorded_host
+from benchmarks.rows import ROW_KEY, recorded_host
 from benchmarks.runner import Job
 from benchmarks.stats import mean_std_cell
-from benchmarks.ship import run_dir
+from benchmarks.ship import TASKS, run_dir
 from mobilekd.export.executorch import PTE_FILE
 from mobilekd.fileio import REPO_ROOT, read_json
 
 FILES = {"litert-fp32": "model_none.tflite", "litert-dynamic-int8": "model_dynamic_int8.tflite",
          "executorch-fp32": PTE_FILE}
 METRICS = ("agreement", "accuracy", "max_abs_diff", "size_mb", "host_ms", "pixel4_ms_est")
+ATTENTIONS = ("sdpa", "explicit")  # how a run's .pte captured attention, oldest first (`attention` of its report)
+KEY = (*ROW_KEY, "attention")
 
 
 def shipped(ship: Path, task: str, seed: int) -> Path | None:
@@ -65,6 +70,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             if not path.is_file():
                 continue
             reports = read_json(path)
+            attention = reports.get(PTE_FILE, {}).get("attention", "sdpa")  # a report without it: before the change
             for method, name in FILES.items():
                 r = reports.get(name)
                 if r is None or "timing" not in r:
@@ -74,7 +80,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                           "max_abs_diff": r["max_abs_diff"], "size_mb": round(r["size_bytes"] / 1e6, 2),
                           "host_ms": timing["host_ms_p50"], "pixel4_ms_est": timing.get("pixel4_ms_est")}
                 base = {"task": task, "method": method, "seed": seed, "dev_examples": r["examples"],
-                        "seq_len": r["seq_len"], **({"fallback": r["xnnpack_undelegated"]}
+                        "seq_len": r["seq_len"], "attention": attention, **({"fallback": r["xnnpack_undelegated"]}
                                                     if method == "executorch-fp32" else {})}
                 found += [{**base, "metric": metric, "value": value,
                            **(recorded_host(timing) if metric == "host_ms" else {})}
@@ -86,10 +92,13 @@ def table(results: list[dict]) -> str:
     lines = ["| task | file | dev examples | same label as PyTorch | dev accuracy | max abs diff | MB | host ms "
              "(1 thread) | host time / LiteRT fp32's, same run | Pixel 4 ms (est.) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    host = {(r["task"], r["method"], r["seed"]): r["value"] for r in results if r["metric"] == "host_ms"}
-    for task in dict.fromkeys(r["task"] for r in results):
+    host = {(r["task"], r["attention"], r["method"], r["seed"]): r["value"] for r in results
+            if r["metric"] == "host_ms"}
+    groups = sorted({(r["task"], r["attention"]) for r in results},
+                    key=lambda g: (TASKS.index(g[0]), ATTENTIONS.index(g[1])))
+    for task, attention in groups:
         for method in FILES:
-            mine = [r for r in results if r["task"] == task and r["method"] == method]
+            mine = [r for r in results if r["task"] == task and r["attention"] == attention and r["method"] == method]
             if not mine:
                 continue
 
@@ -97,32 +106,35 @@ def table(results: list[dict]) -> str:
                 values = [r["value"] for r in mine if r["metric"] == metric]
                 return mean_std_cell(values, digits=digits) if values else "-"
             diffs = [r["value"] for r in mine if r["metric"] == "max_abs_diff"]
-            ratios = [host[(task, method, seed)] / host[(task, "litert-fp32", seed)]
-                      for (t, m, seed) in host if t == task and m == method and (task, "litert-fp32", seed) in host]
-            lines.append(f"| {task} | {method} | {mine[0]['dev_examples']:,} | {cell('agreement')} | "
+            ratios = [host[(task, attention, method, seed)] / host[(task, attention, "litert-fp32", seed)]
+                      for (t, a, m, seed) in host if (t, a, m) == (task, attention, method)
+                      and (task, attention, "litert-fp32", seed) in host]
+            file = f"{method} (attention: {attention})" if method.startswith("executorch") else method
+            lines.append(f"| {task} | {file} | {mine[0]['dev_examples']:,} | {cell('agreement')} | "
                          f"{cell('accuracy')} | {max(diffs):.1e} | {cell('size_mb', 1)} | {cell('host_ms', 2)} | "
                          f"{mean_std_cell(ratios, digits=2) if ratios else '-'} | {cell('pixel4_ms_est', 1)} |")
     hosts = sorted({r["host"] for r in results if r["metric"] == "host_ms" and r.get("host")})
-    fallback = {op for r in results if r.get("fallback") for op in r["fallback"]}
+    fallback = {a: sorted({op for r in results if r["attention"] == a and r.get("fallback") for op in r["fallback"]})
+                for a in ATTENTIONS}
     return "\n".join(lines) + (
         f"\n\nHost latency: medians of 30 runs at 1 thread, the three files of a run interleaved, on "
         f"{', '.join(f'`{h}`' for h in hosts)}; the seeds' mean ± std where several (each seed ships its own student "
         f"shape: the ratio to LiteRT fp32 in the same run is the figure to compare). Pixel figures are ESTIMATES of a "
-        f"cost model. ExecuTorch left to its portable kernels: {', '.join(sorted(fallback)) or 'nothing'}.\n")
+        f"cost model. ExecuTorch left to its portable kernels, by how the `.pte` captured attention: " +
+        "; ".join(f"{a}: {', '.join(ops) or 'nothing'}" for a, ops in fallback.items() if ops) + ".\n")
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.runtimes", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    comparison_flags(p, "runs/runtimes", "docs/results/runtimes.json", list(TASKS), TASKS)
+    comparison_flags(p, "runs/runtimes", "docs/results/runtimes.json", list(CUSTOM), TASKS)
     p.add_argument("--ship", default="runs/ship", help="where benchmarks.ship's runs are (default runs/ship)")
     p.set_defaults(workers=1)  # each export times its files: one at a time, so that no run slows another's
     args = p.parse_args(argv)
     out, ship = (REPO_ROOT / args.out).resolve(), (REPO_ROOT / args.ship).resolve()
-    tasks = list(TASKS)
     return comparison(args, lambda: jobs(out, ship, args.tasks, args.seeds), lambda: rows(out, args.tasks, args.seeds),
-                      lambda r: (tasks.index(r["task"]), list(FILES).index(r["method"]), r["seed"],
-                                 METRICS.index(r["metric"])), table)
+                      lambda r: (TASKS.index(r["task"]), ATTENTIONS.index(r["attention"]),
+                                 list(FILES).index(r["method"]), r["seed"], METRICS.index(r["metric"])), table, key=KEY)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,11 @@ partitioner=[XnnpackPartitioner()])`, then `.to_executorch()`), in fp32. It runs
 (`executorch.runtime.Runtime`) for parity and timing; the runtime's thread pool is set to the thread count asked
 for (`_unsafe_reset_threadpool`, the one control its Python bindings have).
 
-The operators XNNPACK does not take run on ExecuTorch's portable kernels; `fallback_ops` counts them by name, as
+Attention is captured as written, softmax(q k^T / sqrt(d) + mask) v (`mobilekd.models.blocks.explicit_attention`),
+not as torch's fused op: that op's exported decomposition brings boolean mask operators (eq, any, where,
+logical_not) that XNNPACK does not take, and the portable kernels that ran them made the `.pte` several times
+slower (benchmarks.runtimes: the rows with `attention` "sdpa" are of that graph). The operators XNNPACK does not
+take run on ExecuTorch's portable kernels; `fallback_ops` counts them by name, as
 `get_delegation_info` (executorch/devtools/backend_debug/delegation_info.py) counts a lowered graph's call_function
 nodes outside `executorch_call_delegate`, without its pandas table (pandas is not among our dependencies).
 
@@ -28,8 +32,10 @@ from mobilekd.errors import UserError
 from mobilekd.export.litert import ExportWrapper, sample_inputs
 from mobilekd.export.signatures import INPUT_NAMES
 from mobilekd.fileio import atomic_path
+from mobilekd.models.blocks import explicit_attention
 
 PTE_FILE = "model.pte"
+PTE_ATTENTION = "explicit"  # how a `.pte`'s attention is captured, in its parity report (before it: "sdpa")
 
 
 def require_executorch() -> None:
@@ -62,7 +68,8 @@ def convert_pte(model, head: str, seq_len: int, out_path) -> tuple[Path, dict[st
         raise UserError(f"--max-len {seq_len} exceeds the model's {model.config.max_position_embeddings} positions")
     wrapper = ExportWrapper(model.eval(), head).eval()
     try:
-        exported = torch.export.export(wrapper, (), kwargs=sample_inputs(seq_len))
+        with explicit_attention(model):  # softmax as written: a pattern XNNPACK takes whole
+            exported = torch.export.export(wrapper, (), kwargs=sample_inputs(seq_len))
         edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
         fallback = fallback_ops(edge.exported_program().graph_module)
         program = edge.to_executorch()

@@ -8,6 +8,7 @@ bottleneck, which is what the IB-BERT teacher needs (`ModelConfig.attention_inpu
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -125,7 +126,15 @@ class Bottleneck(nn.Module):
 class SelfAttention(nn.Module):
     """Multi-head scaled dot-product attention; optionally returns the per-head attention distributions, the
     scores they are the softmax of (masking applied: what TinyBERT's attention loss compares) and the value vectors
-    (B, heads, T, head size: whose relations MiniLM transfers)."""
+    (B, heads, T, head size: whose relations MiniLM transfers).
+
+    `explicit` (not a setting of the model: `explicit_attention` turns it on for an export) computes
+    softmax(q k^T / sqrt(d) + mask) v as written, not through torch's fused `scaled_dot_product_attention`, whose
+    exported decomposition (a "safe" softmax: eq, any, where, logical_not over the mask) XNNPACK's ExecuTorch
+    delegate does not take, while the written form is a pattern it fuses (executorch/backends/xnnpack/_passes/
+    convert_to_sdpa.py, `ConvertToSDPAPass`). The two agree to float rounding."""
+
+    explicit = False
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -145,7 +154,7 @@ class SelfAttention(nn.Module):
         """`mask`: (B, 1, 1, T), additive (-10000 at padding) or, with `masked_score`, 1 = token, 0 = padding."""
         q, k, v = self._heads(self.query(q_in)), self._heads(self.key(k_in)), self._heads(self.value(v_in))
         dropout = self.dropout_p if self.training else 0.0
-        if output_attentions or self.masked_score is not None or self.score_clip is not None:
+        if output_attentions or self.explicit or self.masked_score is not None or self.score_clip is not None:
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_size)
             if self.masked_score is None:
                 scores = scores + mask
@@ -161,6 +170,20 @@ class SelfAttention(nn.Module):
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         b, _, t, _ = context.shape
         return context.transpose(1, 2).reshape(b, t, -1), maps
+
+
+@contextmanager
+def explicit_attention(model: nn.Module):
+    """Every `SelfAttention` of `model` computes its softmax as written (`SelfAttention.explicit`) inside the block:
+    what an ExecuTorch export captures."""
+    layers = [m for m in model.modules() if isinstance(m, SelfAttention)]
+    for m in layers:
+        m.explicit = True
+    try:
+        yield model
+    finally:
+        for m in layers:
+            m.explicit = False
 
 
 class DenseResidualNorm(nn.Module):

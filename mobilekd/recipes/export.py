@@ -58,7 +58,7 @@ from mobilekd.data.tasks import TASK_NAMES, default_data, encode_classification,
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.card import agreement_cell, model_card, score_cell
-from mobilekd.export.executorch import PTE_FILE
+from mobilekd.export.executorch import PTE_ATTENTION, PTE_FILE
 from mobilekd.export.graph import float_islands, foreign_ops, nonfinite_constants, op_histogram, read_graph
 from mobilekd.export.litert import (CALIBRATED, QUANTIZATIONS, convert, mean_over_lengths, quantized_copy,
                                     tflite_name)
@@ -358,7 +358,8 @@ def run(args, kind: str):
         report.update(file_report(path, ops, histograms[name]), quantize=quantize, seq_len=args.seq_len,
                       convert_seconds=seconds, model=str(args.model),
                       metadata=metadata is not None and quantize in QUANTIZATIONS,
-                      **({"xnnpack_undelegated": fallback} if quantize == "executorch" else {}))
+                      **({"xnnpack_undelegated": fallback, "attention": PTE_ATTENTION} if quantize == "executorch"
+                         else {}))
         if name in (tflite_name(quantize, lengths=True), tflite_name(quantize, lengths=True, fused=True)):
             report["lengths"] = length_report(model, head, path, task, tokenizer, args, same_labels)
         reports[name] = report
