@@ -12,9 +12,10 @@ accuracy (the file's dev accuracy), max_abs_diff (of its outputs, probabilities,
 (the median of 30 runs at 1 thread, files interleaved; its host named) and, for a `.tflite`, pixel4_ms_est (the
 cost model's ESTIMATE; it reads `.tflite` graphs only); an ExecuTorch row names the operators XNNPACK left to
 ExecuTorch's portable kernels (`fallback`). Every row of a run carries how its `.pte` captured attention
-(`attention`, part of the row's key): "explicit" (softmax as written, `mobilekd.models.blocks.explicit_attention`)
-or "sdpa" (torch's fused op, whose decomposition XNNPACK does not take whole: every run before the change), so a
-run of each on the same students stands side by side, each file's time read against LiteRT fp32's of its own run.
+(`attention`, part of the row's key): "sdpa" (torch's fused op, whose decomposition XNNPACK does not take whole:
+every run before the change), "explicit" (softmax as written, `mobilekd.models.blocks.explicit_attention`, with
+4-D products) or "explicit-bmm" (the same with 3-D batched products: today's), so runs of each on the same students
+stand side by side, each file's time read against LiteRT fp32's of its own run.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from mobilekd.fileio import REPO_ROOT, read_json
 FILES = {"litert-fp32": "model_none.tflite", "litert-dynamic-int8": "model_dynamic_int8.tflite",
          "executorch-fp32": PTE_FILE}
 METRICS = ("agreement", "accuracy", "max_abs_diff", "size_mb", "host_ms", "pixel4_ms_est")
-ATTENTIONS = ("sdpa", "explicit")  # how a run's .pte captured attention, oldest first (`attention` of its report)
+ATTENTIONS = ("sdpa", "explicit", "explicit-bmm")  # how a run's .pte captured attention, oldest first (its report's)
 KEY = (*ROW_KEY, "attention")
 
 

@@ -35,7 +35,9 @@ from mobilekd.fileio import atomic_path
 from mobilekd.models.blocks import explicit_attention
 
 PTE_FILE = "model.pte"
-PTE_ATTENTION = "explicit"  # how a `.pte`'s attention is captured, in its parity report (before it: "sdpa")
+# how a `.pte`'s attention is captured, in its parity report: "explicit-bmm", written out as 3-D batched products
+# (before it: "sdpa", torch's fused op; "explicit", written out with 4-D products)
+PTE_ATTENTION = "explicit-bmm"
 
 
 def require_executorch() -> None:

@@ -150,12 +150,21 @@ class SelfAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.num_heads, self.head_size).transpose(1, 2)
 
+    def _product(self, a, b):
+        """a @ b over (B, heads, ...): where `explicit`, as one 3-D batched product over B x heads, since a 4-D
+        matmul exports as an expand and a bmm, and XNNPACK's ExecuTorch delegate leaves the expand's copy to the
+        portable kernels."""
+        if not self.explicit:
+            return a @ b
+        lead = a.shape[:2]
+        return torch.bmm(a.reshape(-1, *a.shape[2:]), b.reshape(-1, *b.shape[2:])).view(*lead, a.shape[2], b.shape[3])
+
     def forward(self, q_in, k_in, v_in, mask, output_attentions: bool):
         """`mask`: (B, 1, 1, T), additive (-10000 at padding) or, with `masked_score`, 1 = token, 0 = padding."""
         q, k, v = self._heads(self.query(q_in)), self._heads(self.key(k_in)), self._heads(self.value(v_in))
         dropout = self.dropout_p if self.training else 0.0
         if output_attentions or self.explicit or self.masked_score is not None or self.score_clip is not None:
-            scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_size)
+            scores = self._product(q, k.transpose(-1, -2)) / math.sqrt(self.head_size)
             if self.masked_score is None:
                 scores = scores + mask
             else:  # the official TF1 form: a masked score is replaced, not pushed down
@@ -163,7 +172,7 @@ class SelfAttention(nn.Module):
             if self.score_clip is not None:  # the official QAT's bounded range (config.score_clip)
                 scores = scores.clamp(*self.score_clip)
             probs = scores.softmax(dim=-1)  # returned before dropout: what attention transfer compares
-            context = F.dropout(probs, dropout, self.training) @ v
+            context = self._product(F.dropout(probs, dropout, self.training), v)
             maps = (probs, scores, v) if output_attentions else None
         else:
             maps = None
