@@ -24,7 +24,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks.custom import TASKS as CUSTOM
 from benchmarks.command import comparison, comparison_flags
 from benchmarks.rows import ROW_KEY, recorded_host
 from benchmarks.runner import Job
@@ -90,9 +89,9 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| task | file | dev examples | same label as PyTorch | dev accuracy | max abs diff | MB | host ms "
-             "(1 thread) | host time / LiteRT fp32's, same run | Pixel 4 ms (est.) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| task | run (its .pte's attention) | file | dev examples | same label as PyTorch | dev accuracy | "
+             "max abs diff | MB | host ms (1 thread) | host time / LiteRT fp32's, same run | Pixel 4 ms (est.) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     host = {(r["task"], r["attention"], r["method"], r["seed"]): r["value"] for r in results
             if r["metric"] == "host_ms"}
     groups = sorted({(r["task"], r["attention"]) for r in results},
@@ -110,8 +109,7 @@ def table(results: list[dict]) -> str:
             ratios = [host[(task, attention, method, seed)] / host[(task, attention, "litert-fp32", seed)]
                       for (t, a, m, seed) in host if (t, a, m) == (task, attention, method)
                       and (task, attention, "litert-fp32", seed) in host]
-            file = f"{method} (attention: {attention})" if method.startswith("executorch") else method
-            lines.append(f"| {task} | {file} | {mine[0]['dev_examples']:,} | {cell('agreement')} | "
+            lines.append(f"| {task} | {attention} | {method} | {mine[0]['dev_examples']:,} | {cell('agreement')} | "
                          f"{cell('accuracy')} | {max(diffs):.1e} | {cell('size_mb', 1)} | {cell('host_ms', 2)} | "
                          f"{mean_std_cell(ratios, digits=2) if ratios else '-'} | {cell('pixel4_ms_est', 1)} |")
     hosts = sorted({r["host"] for r in results if r["metric"] == "host_ms" and r.get("host")})
@@ -128,7 +126,7 @@ def table(results: list[dict]) -> str:
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.runtimes", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    comparison_flags(p, "runs/runtimes", "docs/results/runtimes.json", list(CUSTOM), TASKS)
+    comparison_flags(p, "runs/runtimes", "docs/results/runtimes.json", list(TASKS), TASKS)
     p.add_argument("--ship", default="runs/ship", help="where benchmarks.ship's runs are (default runs/ship)")
     p.set_defaults(workers=1)  # each export times its files: one at a time, so that no run slows another's
     args = p.parse_args(argv)

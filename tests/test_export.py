@@ -75,6 +75,11 @@ def test_every_format_matches_pytorch(exported):
     fallback = reports["model.pte"]["xnnpack_undelegated"]  # what XNNPACK left to ExecuTorch's portable kernels
     assert "aten.embedding.default" in fallback  # XNNPACK has no gather: the lookups stay on the portable kernels
     assert not {"aten.addmm.default", "aten.mm.default", "aten.bmm.default"} & set(fallback)  # the products do not
+    # attention captured as written (explicit_attention), so its mask's boolean ops and the products' expand copies,
+    # which torch's fused op and 4-D products brought, are not left to the portable kernels
+    assert reports["model.pte"]["attention"] == "explicit-bmm"
+    assert not {"aten.where.self", "aten.logical_not.default", "aten.any.dim", "aten.expand_copy.default"} & \
+        set(fallback)
     assert "- model.pte: " in card.text and "aten.embedding.default" in card.text
     assert pixel["model_int8.tflite"] < pixel["model_none.tflite"]  # the cost model prices integer kernels lower
     assert "ESTIMATES" in card.text and "Host latency measured on `" in card.text

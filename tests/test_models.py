@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mobilekd.errors import UserError
-from mobilekd.models.blocks import NoNorm
+from mobilekd.models.blocks import NoNorm, SelfAttention, explicit_attention
 from mobilekd.models.flops import model_stats
 from mobilekd.models.heads import MobileBertForPreTraining
 from mobilekd.models.mobilebert import MobileBert
@@ -71,6 +71,12 @@ def test_attention_paths_agree_and_distributions_are_dropout_free(name):
     fast = model(ids, mask).last_hidden_state
     explicit = model(ids, mask, output_attentions=True)
     assert torch.allclose(fast, explicit.last_hidden_state, atol=1e-5)
+    with explicit_attention(model):  # the ExecuTorch export's form: written out, as 3-D batched products
+        assert all(m.explicit for m in model.modules() if isinstance(m, SelfAttention))
+        written = model(ids, mask, output_attentions=True)
+        assert torch.allclose(fast, model(ids, mask).last_hidden_state, atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(written.attentions, explicit.attentions))
+    assert not any(m.explicit for m in model.modules() if isinstance(m, SelfAttention))  # put back after the block
     model.train()
     probs = model(ids, mask, output_attentions=True).attentions
     for p in probs:
