@@ -264,6 +264,31 @@ def test_int8_rows_of_another_student_are_kept_apart_and_judged_against_their_ow
     assert "student earlier (sst2, accuracy) | qat-int8 |" in int8.table(rows)
 
 
+def test_runtimes_runs_of_each_attention_form_are_kept_apart_and_read_against_their_own_litert_time(tmp_path):
+    """benchmarks.runtimes: an export run from before attention was written out (its parity report has no
+    `attention`) and one after, on the same student, both kept; each .pte's time is read against LiteRT fp32's of
+    its own run."""
+    from benchmarks import runtimes
+    from benchmarks.ship import run_dir
+    from mobilekd.fileio import write_json
+
+    def report(ms: float, **pte) -> dict:
+        return {"agreement": 1.0, "accuracy_exported": 0.7, "max_abs_diff": 1e-6, "size_bytes": 24e6,
+                "examples": 10, "seq_len": 32, "timing": {"host_ms_p50": ms, "host": "h1"}, **pte}
+
+    for out, litert, pte in ((tmp_path / "before", 0.5, report(2.0, xnnpack_undelegated={})),
+                             (tmp_path / "after", 0.6, report(1.2, xnnpack_undelegated={}, attention="explicit-bmm"))):
+        write_json(run_dir(out, "cola", 1) / "parity.json",
+                   {"model_none.tflite": report(litert), runtimes.PTE_FILE: pte})
+    path = tmp_path / "runtimes.json"
+    for out in ("before", "after"):
+        rows = merge_rows(path, runtimes.rows(tmp_path / out, ["cola"], [1]), lambda r: 0, runtimes.KEY)
+    assert {r["attention"] for r in rows} == {"sdpa", "explicit-bmm"} and len(rows) == 2 * 2 * 5  # 5 metrics a file
+    lines = runtimes.table(rows).splitlines()
+    assert any(x.startswith("| cola | sdpa | executorch-fp32 |") and "| 4.00 [n=1] |" in x for x in lines)
+    assert any(x.startswith("| cola | explicit-bmm | executorch-fp32 |") and "| 2.00 [n=1] |" in x for x in lines)
+
+
 def test_int8_qat_runs_are_judged_against_the_fp32_model_each_quantized_on_the_official_metric():
     from benchmarks import int8
 
