@@ -139,8 +139,10 @@ def test_kd_and_fine_tuning_learning_rate_defaults_have_one_home(capsys):
     shown = " ".join(capsys.readouterr().out.split())
     assert f"distillation; default {kd['alpha']:g}, or the method's" in shown
     assert f"KD temperature (default {kd['temperature']:g}, or the method's)" in shown
-    assert "models under 10M parameters (the demo's): lr 5e-4" in shown and SMALL_MODEL_LR == 5e-4
+    assert "models under 20M parameters (distilled students): lr 5e-4" in shown and SMALL_MODEL_LR == 5e-4
     assert default_lr("sst2", 10**6) == SMALL_MODEL_LR and default_lr("squad1", 10**8) == DEFAULTS["squad1"]["lr"]
+    # a MobileBERT-shaped student (mobilebert_h384, 14.8M) is a student; the packaged teacher (22.7M) is not
+    assert default_lr("custom", 14_800_000) == SMALL_MODEL_LR and default_lr("custom", 22_700_000) == 5e-5
     assert "lr" not in {f.name for f in dataclasses.fields(Stage) if f.default is not dataclasses.MISSING}
 
 
