@@ -137,10 +137,10 @@ def dev_predictions(run: Path):
     return np.array([r["label"] for r in got]), np.array([r["prediction"] for r in got])
 
 
-def paired_runs(out: Path, task: str, seeds: list[int], methods, pairs) -> list[dict]:
+def paired_runs(out: Path, task: str, seeds: list[int], methods, pairs, metric: str | None = None) -> list[dict]:
     """Each method's fine-tuning rows on `task` (runs in OUT/TASK/METHOD/seedN), and over the seeds every method
     has finished, the paired interval (benchmarks/intervals.py: a bootstrap over dev examples and seeds) of each
-    pair (a, b), a - b in the task's official metric, as a row of method "a-b"."""
+    pair (a, b), a - b in `metric` (default: the GLUE task's official one), as a row of method "a-b"."""
     import numpy as np
 
     from benchmarks import intervals
@@ -152,7 +152,7 @@ def paired_runs(out: Path, task: str, seeds: list[int], methods, pairs) -> list[
     if not done:
         return found
     got = {m: [dev_predictions(out / task / m / f"seed{s}") for s in done] for m in methods}
-    labels, metric = got[methods[0]][0][0], GLUE_TASKS[task].metrics[0]
+    labels, metric = got[methods[0]][0][0], metric or GLUE_TASKS[task].metrics[0]
     for a, b in pairs:
         found.append({"task": task, "method": f"{a}-{b}", "seed": None, "metric": metric, "value": None,
                       "seeds": done, "interval": intervals.paired_bootstrap(

@@ -7,11 +7,12 @@ partitioner=[XnnpackPartitioner()])`, then `.to_executorch()`), in fp32. It runs
 (`executorch.runtime.Runtime`) for parity and timing; the runtime's thread pool is set to the thread count asked
 for (`_unsafe_reset_threadpool`, the one control its Python bindings have).
 
-Attention is captured as written, softmax(q k^T / sqrt(d) + mask) v (`mobilekd.models.blocks.explicit_attention`),
-not as torch's fused op: that op's exported decomposition brings boolean mask operators (eq, any, where,
-logical_not) that XNNPACK does not take, and the portable kernels that ran them made the `.pte` several times
-slower (benchmarks.runtimes: the rows with `attention` "sdpa" are of that graph). The operators XNNPACK does not
-take run on ExecuTorch's portable kernels; `fallback_ops` counts them by name, as
+Attention is captured as written, softmax(q k^T / sqrt(d) + mask) v with 3-D batched products
+(`mobilekd.models.blocks.explicit_attention`), not as torch's fused op: that op's exported decomposition brings
+boolean mask operators (eq, any, where, logical_not) that XNNPACK does not take, and a 4-D product an expand whose
+copy it does not take either; on two CoLA students the `.pte` took 2.20x LiteRT fp32's host time that way and 1.18x
+now (benchmarks.runtimes, its rows' `attention`). The operators XNNPACK does not take run on ExecuTorch's portable
+kernels; `fallback_ops` counts them by name, as
 `get_delegation_info` (executorch/devtools/backend_debug/delegation_info.py) counts a lowered graph's call_function
 nodes outside `executorch_call_delegate`, without its pandas table (pandas is not among our dependencies).
 
