@@ -40,6 +40,7 @@ from benchmarks.rows import merge_rows
 from benchmarks.runner import RESUMABLE, Job, run_all, with_needs
 from benchmarks.quality import stage_dirs as quality_stages
 from benchmarks import teacher_value
+from mobilekd.data.tasks import BERT_LR
 from mobilekd.fileio import REPO_ROOT, read_json
 
 LENGTHS = ("16", "32", "64")
@@ -68,7 +69,10 @@ def forms() -> dict[str, dict[str, tuple[str | None, str]]]:
 def jobs(out: Path) -> list[Job]:
     adapt = quality_stages(REPO_ROOT / "runs" / "quality")["adapt"]  # benchmarks.quality's adapted teacher
     student, teacher, bilstm = out / "student", out / "teacher", out / "bilstm"
-    finetune = ["--task", "sst2", "--max-train-examples", TRAIN_EXAMPLES, "--epochs", "1", "--eval-every", "0"]
+    # --lr as its runs had it (finetune's default for this 15.6M student was 5e-5 until the small-model threshold
+    # moved to 20M): the files it times are of the same students
+    finetune = ["--task", "sst2", "--max-train-examples", TRAIN_EXAMPLES, "--epochs", "1", "--eval-every", "0",
+                "--lr", str(BERT_LR)]
 
     def export(name: str, model: Path, folder: str, needs: str, *extra: str) -> Job:
         return Job(name, ["export", "--model", str(model), "--max-len", str(SEQ_LEN), "--lengths", *LENGTHS,

@@ -29,14 +29,24 @@ from benchmarks.rows import ROW_KEY, recorded_host
 from benchmarks.runner import Job
 from benchmarks.stats import mean_std_cell
 from benchmarks.ship import TASKS, run_dir
-from mobilekd.export.executorch import PTE_FILE
+from mobilekd.export.executorch import PTE_ATTENTION, PTE_FILE
 from mobilekd.fileio import REPO_ROOT, read_json
 
 FILES = {"litert-fp32": "model_none.tflite", "litert-dynamic-int8": "model_dynamic_int8.tflite",
          "executorch-fp32": PTE_FILE}
 METRICS = ("agreement", "accuracy", "max_abs_diff", "size_mb", "host_ms", "pixel4_ms_est")
-ATTENTIONS = ("sdpa", "explicit", "explicit-bmm")  # how a run's .pte captured attention, oldest first (its report's)
+ATTENTIONS = ("sdpa", "explicit", PTE_ATTENTION)  # how a run's .pte captured attention, oldest first (its report's)
 KEY = (*ROW_KEY, "attention")
+
+
+def attention_of(row: dict) -> str:
+    """How the row's run captured attention (a row collected before the field: "sdpa", as every run then)."""
+    return row.get("attention") or "sdpa"
+
+
+def rank(attention: str) -> int:
+    """Its place among ATTENTIONS, oldest first; a form this code does not know, last."""
+    return ATTENTIONS.index(attention) if attention in ATTENTIONS else len(ATTENTIONS)
 
 
 def shipped(ship: Path, task: str, seed: int) -> Path | None:
@@ -70,7 +80,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             if not path.is_file():
                 continue
             reports = read_json(path)
-            attention = reports.get(PTE_FILE, {}).get("attention", "sdpa")  # a report without it: before the change
+            attention = attention_of(reports.get(PTE_FILE, {}))  # a report without it: before the change
             for method, name in FILES.items():
                 r = reports.get(name)
                 if r is None or "timing" not in r:
@@ -92,13 +102,12 @@ def table(results: list[dict]) -> str:
     lines = ["| task | run (its .pte's attention) | file | dev examples | same label as PyTorch | dev accuracy | "
              "max abs diff | MB | host ms (1 thread) | host time / LiteRT fp32's, same run | Pixel 4 ms (est.) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    host = {(r["task"], r["attention"], r["method"], r["seed"]): r["value"] for r in results
+    host = {(r["task"], attention_of(r), r["method"], r["seed"]): r["value"] for r in results
             if r["metric"] == "host_ms"}
-    groups = sorted({(r["task"], r["attention"]) for r in results},
-                    key=lambda g: (TASKS.index(g[0]), ATTENTIONS.index(g[1])))
+    groups = sorted({(r["task"], attention_of(r)) for r in results}, key=lambda g: (TASKS.index(g[0]), rank(g[1])))
     for task, attention in groups:
         for method in FILES:
-            mine = [r for r in results if r["task"] == task and r["attention"] == attention and r["method"] == method]
+            mine = [r for r in results if r["task"] == task and attention_of(r) == attention and r["method"] == method]
             if not mine:
                 continue
 
@@ -113,14 +122,14 @@ def table(results: list[dict]) -> str:
                          f"{cell('accuracy')} | {max(diffs):.1e} | {cell('size_mb', 1)} | {cell('host_ms', 2)} | "
                          f"{mean_std_cell(ratios, digits=2) if ratios else '-'} | {cell('pixel4_ms_est', 1)} |")
     hosts = sorted({r["host"] for r in results if r["metric"] == "host_ms" and r.get("host")})
-    fallback = {a: sorted({op for r in results if r["attention"] == a and r.get("fallback") for op in r["fallback"]})
-                for a in ATTENTIONS}
+    fallback = {a: sorted({op for r in results if attention_of(r) == a and r.get("fallback") for op in r["fallback"]})
+                for a in sorted({a for _, a in groups}, key=rank)}
     return "\n".join(lines) + (
         f"\n\nHost latency: medians of 30 runs at 1 thread, the three files of a run interleaved, on "
         f"{', '.join(f'`{h}`' for h in hosts)}; the seeds' mean ± std where several (each seed ships its own student "
         f"shape: the ratio to LiteRT fp32 in the same run is the figure to compare). Pixel figures are ESTIMATES of a "
         f"cost model. ExecuTorch left to its portable kernels, by how the `.pte` captured attention: " +
-        "; ".join(f"{a}: {', '.join(ops) or 'nothing'}" for a, ops in fallback.items() if ops) + ".\n")
+        "; ".join(f"{a}: {', '.join(ops) or 'nothing'}" for a, ops in fallback.items()) + ".\n")
 
 
 def main(argv=None):
@@ -132,7 +141,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     out, ship = (REPO_ROOT / args.out).resolve(), (REPO_ROOT / args.ship).resolve()
     return comparison(args, lambda: jobs(out, ship, args.tasks, args.seeds), lambda: rows(out, args.tasks, args.seeds),
-                      lambda r: (TASKS.index(r["task"]), ATTENTIONS.index(r["attention"]),
+                      lambda r: (TASKS.index(r["task"]), rank(attention_of(r)),
                                  list(FILES).index(r["method"]), r["seed"], METRICS.index(r["metric"])), table, key=KEY)
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from benchmarks.custom import TASKS, write_task
 from benchmarks.command import comparison, comparison_flags
 from benchmarks.stats import mean_std_cell
-from benchmarks.ship import current, run_dir
+from benchmarks.ship import EARLIER, current, run_dir
 from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.host import identity
 
@@ -41,8 +41,6 @@ MAX_STEPS = 500  # of the contrastive phase, batch 16: 8,000 pairs
 THREADS = 2
 WORKER = REPO_ROOT / "benchmarks" / "setfit_worker.py"
 SHIP = "docs/results/ship.json"  # benchmarks.ship's rows, beside which SetFit stands
-# on a task ship's search has not run on, the rows of the ship of before it (one fixed recipe), marked as such
-EARLIER = "docs/results/custom.json"
 
 
 def venv() -> Path:
@@ -79,8 +77,8 @@ def run(out: Path, tasks: list[str], seeds: list[int]) -> list[str]:
 
 
 def beside(task: str) -> tuple[list[dict], bool]:
-    """The ship rows SetFit stands beside on `task`: today's ship's (benchmarks.ship's `current`), else the rows
-    of the ship of one fixed recipe (EARLIER) with True, else none."""
+    """The ship rows SetFit stands beside on `task`: today's ship's (benchmarks.ship's `current`), else, where
+    ship's search has not run on it, the rows of the ship of one fixed recipe before it (EARLIER) with True."""
     ship = current(read_json(REPO_ROOT / SHIP)) if (REPO_ROOT / SHIP).is_file() else []
     mine = [r for r in ship if r["task"] == task]
     if mine or not (REPO_ROOT / EARLIER).is_file():
@@ -134,7 +132,7 @@ def table(results: list[dict]) -> str:
             return mean_std_cell(values) if values else "-"
         seconds = [r["value"] for r in mine if r["method"] == "setfit-train"]
         phone = [r for r in mine if r["method"] == "setfit-phone"]
-        student = [r["pixel4_ms_est"] for r in theirs if r["method"] == "ship"]
+        student = [r["pixel4_ms_est"] for r in theirs if r["method"] == "ship" and "pixel4_ms_est" in r]
         lines.append(f"| {task} | {cell('setfit', mine)} | "
                      + (f"{statistics.mean(seconds) / 60:.1f} min ({mine[0]['max_steps']} steps) | " if seconds
                         else "- | ")

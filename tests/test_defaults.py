@@ -18,6 +18,10 @@ from mobilekd.data.tasks import DEFAULTS, SMALL_MODEL_LR, default_lr
 from mobilekd.errors import UserError
 from mobilekd.finetune.methods import DEFAULTS as KD_DEFAULTS
 from mobilekd.finetune.objective import Distillation
+from mobilekd.models.heads import MobileBertForSequenceClassification
+from mobilekd.models.hf import load_pretrained
+from mobilekd.models.presets import PRESETS
+from mobilekd.models.pretrained import model_dir
 from mobilekd.recipes import finetune
 from mobilekd.recipes.run_config import main as run_config
 from mobilekd.run_config import DEMO, flags, run_settings
@@ -141,8 +145,12 @@ def test_kd_and_fine_tuning_learning_rate_defaults_have_one_home(capsys):
     assert f"KD temperature (default {kd['temperature']:g}, or the method's)" in shown
     assert "models under 20M parameters (distilled students): lr 5e-4" in shown and SMALL_MODEL_LR == 5e-4
     assert default_lr("sst2", 10**6) == SMALL_MODEL_LR and default_lr("squad1", 10**8) == DEFAULTS["squad1"]["lr"]
-    # a MobileBERT-shaped student (mobilebert_h384, 14.8M) is a student; the packaged teacher (22.7M) is not
-    assert default_lr("custom", 14_800_000) == SMALL_MODEL_LR and default_lr("custom", 22_700_000) == 5e-5
+    # a MobileBERT-shaped student (the README path's mobilebert_h384) is fine-tuned as a student; the packaged
+    # teacher (all-MiniLM-L6-v2) is not
+    student = sum(p.numel() for p in
+                  MobileBertForSequenceClassification(PRESETS["mobilebert_h384"].config).parameters())
+    teacher = sum(p.numel() for p in load_pretrained(model_dir("all-minilm-l6-v2"), "classification").parameters())
+    assert default_lr("custom", student) == SMALL_MODEL_LR and default_lr("custom", teacher) == DEFAULTS["custom"]["lr"]
     assert "lr" not in {f.name for f in dataclasses.fields(Stage) if f.default is not dataclasses.MISSING}
 
 

@@ -75,6 +75,7 @@ def test_attention_paths_agree_and_distributions_are_dropout_free(name):
         assert all(m.explicit for m in model.modules() if isinstance(m, SelfAttention))
         written = model(ids, mask, output_attentions=True)
         assert torch.allclose(fast, model(ids, mask).last_hidden_state, atol=1e-5)
+    assert len(written.attentions) == len(explicit.attentions) == model.config.num_hidden_layers
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(written.attentions, explicit.attentions))
     assert not any(m.explicit for m in model.modules() if isinstance(m, SelfAttention))  # put back after the block
     model.train()

@@ -289,6 +289,23 @@ def test_runtimes_runs_of_each_attention_form_are_kept_apart_and_read_against_th
     assert any(x.startswith("| cola | explicit-bmm | executorch-fp32 |") and "| 2.00 [n=1] |" in x for x in lines)
 
 
+def test_setfit_stands_beside_the_ship_of_one_recipe_where_ships_search_has_not_run():
+    """benchmarks.setfit's table: on austen-novel, which ship's search has not run on (docs/results/ship.json), its
+    SetFit row stands beside the earlier ship of one fixed recipe (docs/results/custom.json), marked; on stsb-genre
+    beside today's ship."""
+    from benchmarks import setfit
+    from benchmarks.stats import mean_std_cell
+    from mobilekd.fileio import read_json
+
+    rows = [{"task": t, "method": "setfit", "seed": 0, "metric": "accuracy", "value": 0.5, "max_steps": 500}
+            for t in ("stsb-genre", "austen-novel")]
+    lines = {x.split(" | ")[0].strip("| "): x for x in setfit.table(rows).splitlines() if x.startswith("| ")}
+    earlier = [r["value"] for r in read_json(ROOT / setfit.EARLIER) if r["task"] == "austen-novel"
+               and r["method"] == "ship"]
+    assert f"| {mean_std_cell(earlier)} (one fixed recipe) |" in lines["austen-novel"]
+    assert "(one fixed recipe)" not in lines["stsb-genre"]
+
+
 def test_int8_qat_runs_are_judged_against_the_fp32_model_each_quantized_on_the_official_metric():
     from benchmarks import int8
 

@@ -33,13 +33,15 @@ DEFAULTS = {
     "squad2": dict(lr=4e-5, batch_size=32, epochs=5, max_len=384),
     "custom": dict(lr=BERT_LR, batch_size=32, epochs=3, max_len=128),
 }
-# Below SMALL_MODEL_PARAMS parameters (distilled students: the demo's, the teacher's layer subsets, TinyBERT- and
-# MobileBERT-shaped ones; a pre-trained BERT such as all-MiniLM-L6-v2, 22.7M, and up keeps the task's rate)
-# fine-tuning defaults to SMALL_MODEL_LR instead: at 5e-5 a 2.3M-parameter demo student stayed near chance on a
-# 6-class task, and the README's MobileBERT path (mobilebert_h384, 14.8M, then under a 10M threshold) reached 0.43
-# on a 10-class task where ship's student reached 0.75 (issue 74). Every learning rate ship's searches chose on
-# validation for students of 6-15M parameters lies between 1.2e-4 and 1e-3, median about 5e-4 (30 runs,
-# docs/results/ship.json). With DEFAULTS, the one home of fine-tuning's default learning rate (`default_lr`).
+# Below SMALL_MODEL_PARAMS parameters fine-tuning defaults to SMALL_MODEL_LR: distilled students (the demo's,
+# TinyBERT- and MobileBERT-shaped ones, up to 4 of all-MiniLM-L6-v2's layers), and also a small pre-trained BERT
+# (BERT-mini, 11M: pass --lr for it); the packaged all-MiniLM-L6-v2 (22.7M) and larger keep the task's rate. At 5e-5
+# a 2.3M-parameter demo student stayed near chance on a 6-class task, and the README's MobileBERT path
+# (mobilebert_h384, 14.8M, over the former 10M threshold, so at 5e-5) reached 0.43 on a 10-class task where ship's
+# student reached 0.75 (issue 74). Every learning rate ship's searches chose on validation for students of 6-15M
+# parameters (layer subsets, TinyBERT's shape) lies between 1.2e-4 and 1e-3 (the space's cap), median about 5e-4
+# (30 runs, docs/results/ship.json); benchmarks.readme_path measures the path at both rates. With DEFAULTS, the one
+# home of fine-tuning's default learning rate (`default_lr`).
 SMALL_MODEL_PARAMS = 20_000_000
 SMALL_MODEL_LR = 5e-4
 

@@ -37,7 +37,7 @@ from mobilekd.models.blocks import explicit_attention
 
 PTE_FILE = "model.pte"
 # how a `.pte`'s attention is captured, in its parity report: "explicit-bmm", written out as 3-D batched products
-# (before it: "sdpa", torch's fused op; "explicit", written out with 4-D products)
+# (before it: "sdpa", torch's fused op; "explicit", written out with 4-D products); None for a model without
 PTE_ATTENTION = "explicit-bmm"
 
 
@@ -59,10 +59,11 @@ def fallback_ops(graph_module) -> dict[str, int]:
     return dict(names.most_common())
 
 
-def convert_pte(model, head: str, seq_len: int, out_path) -> tuple[Path, dict[str, int]]:
+def convert_pte(model, head: str, seq_len: int, out_path) -> tuple[Path, dict[str, int], str | None]:
     """`model` (eval mode) with `head`'s app outputs as a `.pte` at `out_path` (written atomically) with the XNNPACK
-    delegate; and the operators left to the portable kernels (`fallback_ops`). A graph ExecuTorch refuses is one
-    line naming the first line of its message."""
+    delegate; the operators left to the portable kernels (`fallback_ops`); and how its attention was captured
+    (PTE_ATTENTION, None for a model without attention). A graph ExecuTorch refuses is one line naming the first
+    line of its message."""
     require_executorch()
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
@@ -71,7 +72,7 @@ def convert_pte(model, head: str, seq_len: int, out_path) -> tuple[Path, dict[st
         raise UserError(f"--max-len {seq_len} exceeds the model's {model.config.max_position_embeddings} positions")
     wrapper = ExportWrapper(model.eval(), head).eval()
     try:
-        with explicit_attention(model):  # softmax as written: a pattern XNNPACK takes whole
+        with explicit_attention(model) as switched:  # softmax as written: operators XNNPACK delegates
             exported = torch.export.export(wrapper, (), kwargs=sample_inputs(seq_len))
         edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
         fallback = fallback_ops(edge.exported_program().graph_module)
@@ -82,7 +83,7 @@ def convert_pte(model, head: str, seq_len: int, out_path) -> tuple[Path, dict[st
     out_path = Path(out_path)
     with atomic_path(out_path) as tmp:
         tmp.write_bytes(program.buffer)
-    return out_path, fallback
+    return out_path, fallback, PTE_ATTENTION if switched else None
 
 
 class PteRunner:

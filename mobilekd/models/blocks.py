@@ -129,10 +129,10 @@ class SelfAttention(nn.Module):
     (B, heads, T, head size: whose relations MiniLM transfers).
 
     `explicit` (not a setting of the model: `explicit_attention` turns it on for an export) computes
-    softmax(q k^T / sqrt(d) + mask) v as written, not through torch's fused `scaled_dot_product_attention`, whose
-    exported decomposition (a "safe" softmax: eq, any, where, logical_not over the mask) XNNPACK's ExecuTorch
-    delegate does not take, while the written form is a pattern it fuses (executorch/backends/xnnpack/_passes/
-    convert_to_sdpa.py, `ConvertToSDPAPass`). The two agree to float rounding."""
+    softmax(q k^T / sqrt(d) + mask) v as written, its products as 3-D batched ones (`_product`), not through torch's
+    fused `scaled_dot_product_attention`, whose exported decomposition (a "safe" softmax: eq, any, where,
+    logical_not over the mask) XNNPACK's ExecuTorch delegate does not take, while it delegates each operator of the
+    written form (bmm, div, add, softmax). The two agree to float rounding."""
 
     explicit = False
 
@@ -183,16 +183,20 @@ class SelfAttention(nn.Module):
 
 @contextmanager
 def explicit_attention(model: nn.Module):
-    """Every `SelfAttention` of `model` computes its softmax as written (`SelfAttention.explicit`) inside the block:
-    what an ExecuTorch export captures."""
-    layers = [m for m in model.modules() if isinstance(m, SelfAttention)]
-    for m in layers:
+    """Every `SelfAttention` of `model` computes its softmax as written (`SelfAttention.explicit`) inside the block,
+    each put back as it was after it: what an ExecuTorch export captures. Yields how many it switched (0: a model
+    without attention, e.g. the BiLSTM)."""
+    layers = [(m, vars(m).get("explicit")) for m in model.modules() if isinstance(m, SelfAttention)]
+    for m, _ in layers:
         m.explicit = True
     try:
-        yield model
+        yield len(layers)
     finally:
-        for m in layers:
-            m.explicit = False
+        for m, before in layers:
+            if before is None:
+                del m.explicit  # the class's default again
+            else:
+                m.explicit = before
 
 
 class DenseResidualNorm(nn.Module):

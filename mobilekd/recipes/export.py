@@ -58,7 +58,7 @@ from mobilekd.data.tasks import TASK_NAMES, default_data, encode_classification,
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.card import agreement_cell, model_card, score_cell
-from mobilekd.export.executorch import PTE_ATTENTION, PTE_FILE
+from mobilekd.export.executorch import PTE_FILE
 from mobilekd.export.graph import float_islands, foreign_ops, nonfinite_constants, op_histogram, read_graph
 from mobilekd.export.litert import (CALIBRATED, QUANTIZATIONS, convert, mean_over_lengths, quantized_copy,
                                     tflite_name)
@@ -333,7 +333,7 @@ def run(args, kind: str):
             ops, histograms[name], runner = [], onnx_ops(path), run_onnx
         elif quantize == "executorch":
             from mobilekd.export.executorch import convert_pte, run_pte
-            path, fallback = convert_pte(model, head, args.seq_len, out / name)
+            path, fallback, attention = convert_pte(model, head, args.seq_len, out / name)
             ops, histograms[name], runner = [], fallback, run_pte  # its histogram: the ops XNNPACK leaves
         else:
             if quantize == "onnx2tf":
@@ -358,7 +358,7 @@ def run(args, kind: str):
         report.update(file_report(path, ops, histograms[name]), quantize=quantize, seq_len=args.seq_len,
                       convert_seconds=seconds, model=str(args.model),
                       metadata=metadata is not None and quantize in QUANTIZATIONS,
-                      **({"xnnpack_undelegated": fallback, "attention": PTE_ATTENTION} if quantize == "executorch"
+                      **({"xnnpack_undelegated": fallback, "attention": attention} if quantize == "executorch"
                          else {}))
         if name in (tflite_name(quantize, lengths=True), tflite_name(quantize, lengths=True, fused=True)):
             report["lengths"] = length_report(model, head, path, task, tokenizer, args, same_labels)
