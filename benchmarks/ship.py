@@ -57,7 +57,7 @@ HOURS = "0.75"  # the search's wall limit a run (ship --hours); the issue's goal
 GLUE = ("rte", "mrpc", "stsb", "cola", "sst2")  # the shipped GLUE tasks, read by `ship --task`
 TASKS = [*CUSTOM, *GLUE]
 METHODS = ("teacher", "ship", "ship-trial", "ship-wall", "tfidf", "majority", "ship-tfidf-interval",
-           "ship-draw-interval")
+           "ship-draw-interval", "ship-space-interval")
 # how the run's search drew its trials (a row's "draw", part of its key): absent for the search of before
 # mobilekd.search.study.DRAW (one draw over every family's shapes, halving across families), "family" since
 FAMILY_DRAW = "family"
@@ -296,7 +296,8 @@ def table(results: list[dict]) -> str:
                                "over dev examples and seeds (benchmarks/intervals.py); before: on the GLUE tasks, "
                                "benchmarks.quality's student to ship (the best dev mean within the budget, chosen "
                                "on the dev set it is scored on), then ship's mean minus it, in points (the cost of "
-                               "honesty); Pixel figures are ESTIMATES of a cost model.\n") + draws(results)
+                               "honesty); Pixel figures are ESTIMATES of a cost model.\n") + draws(results) + \
+        spaces(results)
 
 
 def draws(results: list[dict]) -> str:
@@ -314,6 +315,27 @@ def draws(results: list[dict]) -> str:
         lines.append(f"| {r['task']} ({r['metric']}) | {', '.join(map(str, r['seeds']))} | "
                      f"{mean_std_cell([x['value'] for x in mine if not x.get('draw')])} | "
                      f"{mean_std_cell([x['value'] for x in mine if x.get('draw') == FAMILY_DRAW])} | "
+                     f"{intervals.cell(r['interval'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def spaces(results: list[dict]) -> str:
+    """Where a task ran in a later search space (SPACES) and in the first, under the family-first draw with the
+    same teacher choice and seeds: the later space's dev score minus the first's, paired over dev examples and those
+    seeds."""
+    found = [r for r in results if r["method"] == "ship-space-interval"]
+    if not found:
+        return ""
+    named = {name: line for name, line in SPACES.values()}
+    lines = ["\nThe search space, paired on the seeds run in both (the same teacher, seed, validation split and "
+             "draw): a later space of configs/ship.json against the first.\n",
+             "| task | seeds | space | first space | this space | this - first |", "|---|---|---|---|---|---|"]
+    for r in found:
+        mine = [x for x in results if x["task"] == r["task"] and x["method"] == "ship" and x["seed"] in r["seeds"]
+                and x.get("teacher_choice") == r["teacher_choice"] and x.get("draw") == FAMILY_DRAW]
+        lines.append(f"| {r['task']} ({r['metric']}) | {', '.join(map(str, r['seeds']))} | {r['space']}: "
+                     f"{named[r['space']]} | {mean_std_cell([x['value'] for x in mine if not x.get('space')])} | "
+                     f"{mean_std_cell([x['value'] for x in mine if x.get('space') == r['space']])} | "
                      f"{intervals.cell(r['interval'])} |")
     return "\n".join(lines) + "\n"
 
@@ -373,15 +395,19 @@ def main(argv=None):
                             "seeds": sorted(by_seed),
                             "interval": intervals.paired_bootstrap(p_["labels"], p_["ship"], p_["tfidf"],
                                                                    metric=intervals.metric_function(task, metric))})
-            before = by_version.get(("validation", None, None), {})
-            after = by_version.get(("validation", FAMILY_DRAW, None), {})
-            both = sorted(set(before) & set(after))
-            if both:
-                a, b = predictions({s: after[s] for s in both}), predictions({s: before[s] for s in both})
-                got.append({"task": task, "method": "ship-draw-interval", "seed": None, "metric": metric,
-                            "teacher_choice": "validation", "draw": FAMILY_DRAW, "value": None, "seeds": both,
-                            "interval": intervals.paired_bootstrap(a["labels"], a["ship"], b["ship"],
-                                                                   metric=intervals.metric_function(task, metric))})
+            first = by_version.get(("validation", FAMILY_DRAW, None), {})
+            pairs = [("ship-draw-interval", {"draw": FAMILY_DRAW}, first, by_version.get(("validation", None, None),
+                                                                                            {}))]
+            pairs += [("ship-space-interval", {"draw": FAMILY_DRAW, "space": v[2]}, by_seed, first)
+                      for v, by_seed in by_version.items() if v[:2] == ("validation", FAMILY_DRAW) and v[2]]
+            for method, which, after, before in pairs:  # a version against the one before it, on the seeds both ran
+                both = sorted(set(before) & set(after))
+                if both:
+                    a, b = predictions({s: after[s] for s in both}), predictions({s: before[s] for s in both})
+                    got.append({"task": task, "method": method, "seed": None, "metric": metric,
+                                "teacher_choice": "validation", **which, "value": None, "seeds": both,
+                                "interval": intervals.paired_bootstrap(
+                                    a["labels"], a["ship"], b["ship"], metric=intervals.metric_function(task, metric))})
         return got
 
     return comparison(args, lambda: jobs(out, run, args.seeds), found,

@@ -443,3 +443,22 @@ def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_nam
     keep_predictions(tmp_path / "runs", "rte", {0: first}, kept)
     both = keep_predictions(tmp_path / "runs", "rte", {0: named}, kept)
     assert both.keys() == {first, named} and "rte/validation/family/space:wide-lr/seed0" in read_json(kept)
+
+
+def test_the_benchmark_pairs_a_later_search_space_with_the_first_on_the_seeds_both_ran():
+    """benchmarks.ship's table: a task run in a later space of SPACES and in the first (CoLA's committed rows) gets a
+    line pairing them, each mean over its own space's ship rows of those seeds, and no other space's."""
+    from benchmarks.ship import FAMILY_DRAW, SPACES, spaces
+    from benchmarks.stats import mean_std_cell
+    from mobilekd.fileio import read_json
+
+    rows = read_json(ROOT / "docs" / "results" / "ship.json")
+    found = [r for r in rows if r["method"] == "ship-space-interval"]
+    assert found and all(r["space"] in {name for name, _ in SPACES.values()} for r in found)
+    text = spaces(rows)
+    for r in found:
+        ship = [x for x in rows if x["task"] == r["task"] and x["method"] == "ship" and x["seed"] in r["seeds"]
+                and x.get("draw") == FAMILY_DRAW and x.get("teacher_choice") == r["teacher_choice"]]
+        first = mean_std_cell([x["value"] for x in ship if not x.get("space")])
+        later = mean_std_cell([x["value"] for x in ship if x.get("space") == r["space"]])
+        assert f"| {first} | {later} |" in text and first != later
