@@ -37,7 +37,7 @@ from mobilekd.models.blocks import explicit_attention
 
 PTE_FILE = "model.pte"
 # how a `.pte`'s attention is captured, in its parity report: "explicit-bmm", written out as 3-D batched products
-# (before it: "sdpa", torch's fused op; "explicit", written out with 4-D products); None for a model without
+# (before it: "sdpa", torch's fused op; "explicit", written out with 4-D products); None for a model without any
 PTE_ATTENTION = "explicit-bmm"
 
 

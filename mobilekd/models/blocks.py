@@ -129,7 +129,7 @@ class SelfAttention(nn.Module):
     (B, heads, T, head size: whose relations MiniLM transfers).
 
     `explicit` (not a setting of the model: `explicit_attention` turns it on for an export) computes
-    softmax(q k^T / sqrt(d) + mask) v as written, its products as 3-D batched ones (`_product`), not through torch's
+    softmax(q k^T / sqrt(d) + mask) v (Vaswani et al. 2017, Section 3.2.1, eq. 1) as written, its products as 3-D batched ones (`_product`), not through torch's
     fused `scaled_dot_product_attention`, whose exported decomposition (a "safe" softmax: eq, any, where,
     logical_not over the mask) XNNPACK's ExecuTorch delegate does not take, while it delegates each operator of the
     written form (bmm, div, add, softmax). The two agree to float rounding."""
