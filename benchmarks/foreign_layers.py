@@ -36,7 +36,7 @@ from pathlib import Path
 
 from benchmarks import intervals
 from benchmarks.command import comparison, comparison_flags
-from benchmarks.rows import finetune_rows, paired_runs
+from benchmarks.rows import baseline_rows, finetune_rows, paired_runs
 from benchmarks.runner import Job
 from benchmarks.stats import mean_std_cell, values
 from benchmarks.teacher_value import STUDENT_LR, TEACHER_LR
@@ -118,10 +118,8 @@ def jobs(out: Path, seeds: list[int]) -> list[Job]:
 
 def rows(out: Path, seeds: list[int]) -> list[dict]:
     found = finetune_rows(out / "teacher", task=TASK, method="teacher", seed=0)
-    if found:  # the bag-of-words baseline each run fits on the same training examples (the teacher's, seed 0)
-        b = read_json(out / "teacher" / "results.json")["baseline"]
-        found.append({"task": TASK, "method": "tfidf", "seed": 0, "metric": "accuracy",
-                      "value": round(b["metrics"]["accuracy"], 4), "train_examples": b["train_examples"]})
+    # the bag-of-words baseline each run fits on the same training examples (the teacher's, seed 0)
+    found += baseline_rows(out / "teacher", TASK, 0, "accuracy")
     if (out / "teacher-roberta" / "parity.json").is_file():
         p = read_json(out / "teacher-roberta" / "parity.json")
         found.append({"task": TASK, "method": "roberta_parity", "seed": 0, "metric": "max_logit_difference",

@@ -14,8 +14,8 @@ task, as the issue's 10-class example, where BERT's rate gave a useless model). 
 all-minilm-l6-v2`; step 2: `distill --teacher T --layer-map uniform` (PKT into `mobilebert_h384`, the recipe's
 default steps); step 3: the teacher fine-tuned on the task; step 4: the student with `--teacher` (logit KD), its
 step chosen on a validation split of the training data, dev scored once. Rows (docs/results/readme_path.json):
-each step-4 run's dev accuracy (and the teacher's and TF-IDF's on the same examples, from its results), and the
-paired interval (benchmarks/intervals.py) of default - bert-lr per task.
+each step-4 run's dev accuracy (with its teacher's, `teacher_value`), TF-IDF + LR's on each seed's training split
+(method "tfidf"), and the paired interval (benchmarks/intervals.py) of default - bert-lr per task.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from pathlib import Path
 from benchmarks import intervals
 from benchmarks.command import comparison, comparison_flags
 from benchmarks.custom import write_task
-from benchmarks.rows import paired_runs
+from benchmarks.rows import baseline_rows, paired_runs
 from benchmarks.runner import Job
 from benchmarks.stats import mean_std_cell, values
 from mobilekd.data.tasks import BERT_LR
-from mobilekd.fileio import REPO_ROOT, read_json
+from mobilekd.fileio import REPO_ROOT
 
 TASKS = ("stsb-genre", "docstring-library")
 METHODS = ("default", "bert-lr")
@@ -57,12 +57,11 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
 
 
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
-    found = [r for task in tasks for r in paired_runs(out, task, seeds, METHODS, PAIRS, metric=METRIC)]
-    for r in [x for x in found if x["method"] in METHODS and x["metric"] == METRIC]:
-        result = read_json(out / r["task"] / r["method"] / f"seed{r['seed']}" / "results.json")
-        baseline = result.get("baseline") or {}
-        r.update(teacher_dev=result.get("teacher_dev", {}).get(METRIC),
-                 tfidf=baseline.get("metrics", {}).get(METRIC))
+    found = []
+    for task in tasks:
+        found += paired_runs(out, task, seeds, METHODS, PAIRS, metric=METRIC)
+        for seed in seeds:  # TF-IDF + LR on the seed's training split (both methods' runs of a seed carve one)
+            found += baseline_rows(out / task / METHODS[0] / f"seed{seed}", task, seed, METRIC)
     return found
 
 
@@ -75,8 +74,8 @@ def table(results: list[dict]) -> str:
             continue
         cells = [mean_std_cell(v) if (v := values(results, task, METRIC, m)) else "-" for m in METHODS]
         stored = [r for r in mine if r["method"] == "default-bert-lr"]
-        teacher = sorted({r["teacher_dev"] for r in mine if r.get("teacher_dev") is not None})
-        tfidf = sorted({r["tfidf"] for r in mine if r.get("tfidf") is not None})
+        teacher = sorted({r["teacher_value"] for r in mine if r.get("teacher_value") is not None})
+        tfidf = sorted(values(results, task, METRIC, "tfidf"))
         lines.append(f"| {task} ({METRIC}) | {cells[0]} | {cells[1]} | "
                      f"{intervals.cell(stored[0]['interval']) if stored else '-'} | "
                      f"{', '.join(f'{x:.4f}' for x in teacher) or '-'} | "

@@ -57,6 +57,16 @@ def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> lis
             for m in names]
 
 
+def baseline_rows(run_dir: Path, task: str, seed: int, metric: str) -> list[dict]:
+    """The TF-IDF + LR baseline a finished fine-tuning run fitted on its own training examples (its results.json
+    "baseline", `mobilekd.finetune.baseline`), as a row of method "tfidf" in `metric`; none where it has none."""
+    b = (finished_results(run_dir) or {}).get("baseline")
+    if not b:
+        return []
+    return [{"task": task, "method": "tfidf", "seed": seed, "metric": metric,
+             "value": round(b["metrics"][metric], 4), "train_examples": b["train_examples"]}]
+
+
 ROW_KEY = ("task", "method", "seed", "metric", "threshold", "model", "threads")
 HOSTS = "hosts.json"  # beside the results files: {host id: its fields (`mobilekd.host.identity`)}
 
