@@ -76,14 +76,22 @@ def run(out: Path, tasks: list[str], seeds: list[int]) -> list[str]:
     return failed
 
 
-def beside(task: str) -> tuple[list[dict], bool]:
-    """The ship rows SetFit stands beside on `task`: today's ship's (benchmarks.ship's `current`), else, where
-    ship's search has not run on it, the rows of the ship of one fixed recipe before it (EARLIER) with True."""
-    ship = current(read_json(REPO_ROOT / SHIP)) if (REPO_ROOT / SHIP).is_file() else []
+def ship_results() -> tuple[list[dict], list[dict]]:
+    """Today's ship's rows (benchmarks.ship's `current`) and those of the ship of one fixed recipe before its search
+    (EARLIER), read once for `beside`."""
+    def read(name: str) -> list[dict]:
+        return read_json(REPO_ROOT / name) if (REPO_ROOT / name).is_file() else []
+    return current(read(SHIP)), read(EARLIER)
+
+
+def beside(task: str, results: tuple[list[dict], list[dict]]) -> tuple[list[dict], bool]:
+    """The ship rows SetFit stands beside on `task`, of `ship_results()`: today's ship's, else, where ship's search
+    has not run on it, the rows of the ship of one fixed recipe before it with True."""
+    ship, before = results
     mine = [r for r in ship if r["task"] == task]
-    if mine or not (REPO_ROOT / EARLIER).is_file():
+    if mine:
         return mine, False
-    earlier = [r for r in read_json(REPO_ROOT / EARLIER) if r["task"] == task]
+    earlier = [r for r in before if r["task"] == task]
     return earlier, bool(earlier)
 
 
@@ -94,7 +102,7 @@ def phone_cost(task: str) -> dict | None:
     from mobilekd.models.hf import load_config
     from mobilekd.models.pretrained import model_dir
 
-    max_len = next((r["max_len"] for r in beside(task)[0] if r["method"] == "ship"), None)
+    max_len = next((r["max_len"] for r in beside(task, ship_results())[0] if r["method"] == "ship"), None)
     if max_len is None:
         return None
     return estimate_shape(load_config(model_dir("all-minilm-l6-v2"))[0], max_len)
@@ -123,9 +131,10 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
 def table(results: list[dict]) -> str:
     lines = ["| task | SetFit, dev | its training | ship's student, dev | TF-IDF + LR | teacher | SetFit on a phone "
              "(its body, Pixel 4 est.) | ship's student (Pixel 4 est.) |", "|---|---|---|---|---|---|---|---|"]
+    shipped = ship_results()
     for task in dict.fromkeys(r["task"] for r in results):
         mine = [r for r in results if r["task"] == task]
-        theirs, earlier = beside(task)
+        theirs, earlier = beside(task, shipped)
 
         def cell(method, rows=theirs):
             values = [r["value"] for r in rows if r["method"] == method]
