@@ -3,7 +3,7 @@ installed packages), as CSVs `mobilekd ship --data` reads; and the table of the 
 search (issue 34, item 5: one fixed recipe, the teacher's layers 0 and 5 with logit KD, docs/results/custom.json),
 kept as the reference of the cost of honesty. `python -m benchmarks.ship` runs today's `ship` on them.
 
-    python -m benchmarks.custom --table [--write]       # the earlier rows' table (docs/ship.md)
+    python -m benchmarks.custom --table [--write]       # the earlier rows' table (docs/ship_runs.md)
 
 The tasks (CSV files written to DATA/TASK/{train,dev}.csv with a `text,label` header; labels are words):
   stsb-genre    STS-B's first sentences -> their genre (news, captions, forum): 3 classes, short texts; train and

@@ -104,7 +104,7 @@ def custom() -> list[str]:
     return [f"| `mobilekd ship` before its search (one recipe) on your own CSV ({len(tasks)} tasks built from shipped "
             f"text), accuracy | {_task_cells(rows, tasks, 'ship')} | TF-IDF + LR {_task_cells(rows, tasks, 'tfidf')}; "
             f"teacher {_task_cells(rows, tasks, 'teacher')} | "
-            f"[ship](docs/ship.md#before-its-search-one-fixed-recipe) |"]
+            f"[ship](docs/ship_runs.md#before-its-search-one-fixed-recipe) |"]
 
 
 def ship() -> list[str]:
