@@ -413,18 +413,22 @@ def test_a_search_drawn_another_way_is_not_resumed(tmp_path):
 
 
 def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_name(tmp_path):
-    """benchmarks.ship: today's configs/ship.json is the last space SPACES names (edit its searched families' spaces
-    and this fails until the new space is named there); a run in an unnamed space is refused in one line,
-    and a named one's predictions are kept apart from the first space's."""
+    """benchmarks.ship: today's configs/ship.json, searched with the MobileBERT-shaped family too, is the last space
+    SPACES names, and without it the one before (edit a searched family's space and this fails until the new space
+    is named there); a run in an unnamed space is refused in one line, and a named one's predictions are kept apart
+    from the first space's."""
     import copy
 
-    from benchmarks.ship import FAMILIES, SPACES, keep_predictions, run_dir, run_space, space_digest
+    from benchmarks.ship import FAMILIES, SPACES, earlier_space, keep_predictions, run_dir, run_space, space_digest
     from mobilekd.errors import UserError
     from mobilekd.fileio import read_json
     from mobilekd.search.space import CONFIG
 
     plan = {"candidates": [f"{f}/x" for f in FAMILIES], "config": read_json(CONFIG)}
-    assert run_space(tmp_path, plan) == list(SPACES.values())[-1][0] and list(SPACES.values())[0][0] is None
+    names = [name for name, _ in SPACES.values()]
+    with_mobilebert = {**plan, "candidates": [*plan["candidates"], "mobilebert/mobilebert_tiny_h384_l4"]}
+    assert run_space(tmp_path, with_mobilebert) == names[-1] and run_space(tmp_path, plan) == names[-2]
+    assert earlier_space(names[-1]) == names[-2] and names[0] is None and earlier_space(names[1]) is None
     reworded = copy.deepcopy(plan)
     reworded["config"]["families"]["tinybert"]["description"] = "reworded"
     reworded["config"]["families"]["bilstm"]["space"]["--lr"]["high"] = 0.01  # a family the benchmark leaves out
@@ -445,9 +449,10 @@ def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_nam
     assert both.keys() == {first, named} and "rte/validation/family/space:wide-lr/seed0" in read_json(kept)
 
 
-def test_the_benchmark_pairs_a_later_search_space_with_the_first_on_the_seeds_both_ran():
-    """benchmarks.ship's table: a task run in a later space of SPACES and in the first (CoLA's committed rows) gets a
-    line pairing them, each mean over its own space's ship rows of those seeds, and no other space's."""
+def test_the_benchmark_pairs_a_later_search_space_with_the_one_before_on_the_seeds_both_ran():
+    """benchmarks.ship's table: a task run in a later space of SPACES and in the one before it (CoLA's committed
+    rows: the first) gets a line pairing them, each mean over its own space's ship rows of those seeds, and no other
+    space's."""
     from benchmarks.ship import FAMILY_DRAW, SPACES, spaces
     from benchmarks.stats import mean_std_cell
     from mobilekd.fileio import read_json
@@ -459,6 +464,6 @@ def test_the_benchmark_pairs_a_later_search_space_with_the_first_on_the_seeds_bo
     for r in found:
         ship = [x for x in rows if x["task"] == r["task"] and x["method"] == "ship" and x["seed"] in r["seeds"]
                 and x.get("draw") == FAMILY_DRAW and x.get("teacher_choice") == r["teacher_choice"]]
-        first = mean_std_cell([x["value"] for x in ship if not x.get("space")])
+        before = mean_std_cell([x["value"] for x in ship if x.get("space") == r.get("against")])
         later = mean_std_cell([x["value"] for x in ship if x.get("space") == r["space"]])
-        assert f"| {first} | {later} |" in text and first != later
+        assert f"| {r.get('against') or 'the first'} | {before} | {later} |" in text and before != later
