@@ -540,11 +540,14 @@ def test_cmlm_under_the_selection_protocol_names_its_final_runs_only_once_valida
     assert "The final runs have not finished." in text
 
 
+
 def test_the_demos_choices_are_made_on_validation_step_by_step(tmp_path):
-    """benchmarks.demo_choices: step 1 (the teacher's epochs) names its runs first; once they have finished, the
-    recipes and the PKT student of step 2 are taught by the teacher whose student is best on validation; every
-    choice reads the validation scores the runs recorded (no run reads dev: --skip-dev; the dev scores written here
-    point the other way), and the table says where validation's pick and configs/demo.json's differ."""
+    """benchmarks.demo_choices: the plan grows as each choice is made, and the plan and the table make it from the
+    same rows: first the layer-subset recipes under a one-epoch teacher (with the untaught students); once they have
+    finished, the other teachers, each teaching the recipe validation picked; then the PKT student taught by the
+    teacher picked. Every choice reads the validation scores the runs recorded (no run reads dev: --skip-dev; the
+    dev scores written here point the other way), and the table says where validation's pick and
+    configs/demo.json's differ."""
     from benchmarks import demo_choices as dc
     from mobilekd.fileio import write_json
 
@@ -555,26 +558,37 @@ def test_the_demos_choices_are_made_on_validation_step_by_step(tmp_path):
                                           "lr": 1e-4, "train_examples": 9000, "wall_seconds": 1.0})
 
     seeds, ours = [0, 1], dc.configured()
-    mine, win = dc._slug(ours["subset"]), next(e for e in dc.TEACHER_EPOCHS if e != ours["teacher_epochs"])
+    teacher = max(e for e in dc.TEACHER_EPOCHS if str(e) != ours["teacher"] and e != dc.FIRST_TEACHER)
+    recipe = next(r for r in dc.SUBSET_RECIPES if dc.recipe_name(*r) != ours["recipe"])  # validation's pick
     first = dc.jobs(tmp_path, seeds)
-    assert len(first) == 2 + 2 * len(seeds) * len(dc.TEACHER_EPOCHS)
-    assert all("--skip-dev" in j.argv for j in first if j.argv[0] == "finetune")
+    finetunes = [j for j in first if j.argv[0] == "finetune"]
+    assert all("--skip-dev" in j.argv and j.argv[j.argv.index("--select-on") + 1] == "validation" for j in finetunes)
+    assert len(finetunes) == len(seeds) * (1 + len(dc.SUBSET_RECIPES) + 2)
+    for seed in seeds:
+        finished(dc.run_dir(tmp_path, seed, "teacher", dc.FIRST_TEACHER), 0.9)
+        for r in dc.SUBSET_RECIPES:
+            finished(dc.run_dir(tmp_path, seed, "subset_task_kd", dc.FIRST_TEACHER, r),
+                     0.80 + 0.01 * (r == recipe) + 0.001 * seed)
+        finished(dc.run_dir(tmp_path, seed, "student"), 0.70)
+        finished(dc.run_dir(tmp_path, seed, "scratch"), 0.60)
+    assert dc.choices(dc.rows(tmp_path, seeds), seeds).keys() == {"recipe"}
+    second = dc.jobs(tmp_path, seeds)[len(first):]
+    assert {j.argv[j.argv.index("--lr") + 1] for j in second if "subset_task_kd" in j.name} == {
+        dc.flag_text(recipe[1])}
+    assert len(second) == 2 * len(seeds) * (len(dc.TEACHER_EPOCHS) - 1)
     for seed in seeds:
         for e in dc.TEACHER_EPOCHS:
-            finished(dc.run_dir(tmp_path, seed, "teacher", e), 0.9)
-            finished(dc.run_dir(tmp_path, seed, "subset_task_kd", e, mine), 0.80 + 0.01 * (e == win) + 0.001 * seed)
-    assert dc.chosen_teacher(tmp_path, seeds) == win
-    later = dc.jobs(tmp_path, seeds)[len(first):]
-    taught = [j.argv[j.argv.index("--teacher") + 1] for j in later if j.argv[0] == "finetune"]
-    assert len(taught) == len(seeds) * len(dc.SUBSET_RECIPES) and all(f"teacher-e{win}/" in t for t in taught)
+            if e != dc.FIRST_TEACHER:
+                finished(dc.run_dir(tmp_path, seed, "teacher", e), 0.9)
+                finished(dc.run_dir(tmp_path, seed, "subset_task_kd", e, recipe), 0.805 + 0.01 * (e == teacher))
+    third = dc.jobs(tmp_path, seeds)[len(first) + len(second):]
+    assert [j.argv[j.argv.index("--teacher") + 1] for j in third] == [
+        str(dc.run_dir(tmp_path, seed, "teacher", teacher)) for seed in seeds]
     for seed in seeds:
-        for recipe in dc.SUBSET_RECIPES:
-            if recipe != ours["subset"]:
-                finished(dc.run_dir(tmp_path, seed, "subset_task_kd", win, dc._slug(recipe)), 0.79 + recipe[1] * 10)
-        finished(dc.run_dir(tmp_path, seed, "student_task_kd", win), 0.5)
+        finished(dc.run_dir(tmp_path, seed, "student_task_kd", teacher), 0.5)
     text = dc.table(dc.rows(tmp_path, seeds))
-    recipe = dc.recipe_name(*ours["subset"])
-    assert f"validation picks {win}, configs/demo.json has {ours['teacher_epochs']}: **they differ**" in text
-    assert f"validation picks {recipe}, configs/demo.json has {recipe}: the same" in text
+    assert f"validation picks {dc.recipe_name(*recipe)}, configs/demo.json has {ours['recipe']}: **they differ**" \
+        in text
+    assert f"validation picks {teacher}, configs/demo.json has {ours['teacher']}: **they differ**" in text
     assert f"validation picks subset_task_kd, configs/demo.json has {ours['ship']}: " in text
     assert "not every choice is made yet" not in text
