@@ -20,10 +20,11 @@ recipe: the teacher's layers 0 and 5 with logit KD, docs/results/custom.json) st
 search's first draw (one draw over every shape, halving across families) keep their rows with no `draw` field;
 today's carry "family", and where a task ran both ways on the same seeds their difference is paired too. A run
 searched in another space than the first (configs/ship.json's shapes, starts and spaces of the families it searched,
-its search and teacher settings) carries that space's name (`SPACES`) in `space`, and is paired with the space
-before it on the seeds both ran; a run in a space `SPACES` does not name is refused when its rows are collected, so
-no two spaces' rows are ever averaged together. `--families subset tinybert mobilebert` runs the MobileBERT-shaped
-family too (issue 78), whose starts (PKT from the teacher) are made once per teacher and shared by every task.
+its search and teacher settings) carries that space's name (`SPACES`) in `space`, and is paired with the nearest
+space before it that ran on the task, on the seeds both ran; a run in a space `SPACES` does not name is refused
+when its rows are collected, so no two spaces' rows are ever averaged together. `--families subset tinybert
+mobilebert` runs the MobileBERT-shaped family too (issue 78), whose starts (PKT from the teacher) are made once per
+teacher and shared by every task.
 """
 
 from __future__ import annotations
@@ -65,7 +66,10 @@ METHODS = ("teacher", "ship", "ship-trial", "ship-wall", "tfidf", "majority", "s
 FAMILY_DRAW = "family"
 # the search spaces the rows were measured in, by digest (`space_digest`), oldest first: the first, which every row
 # without a `space` field was measured in, and a name and a line for each one since (configs/ship.json edited, or
-# --families); each is paired with the one before it on the seeds both ran (ship-space-interval)
+# --families); each is paired with the nearest one before it that ran on the task, on the seeds both ran
+# (ship-space-interval). A space of other families needs an --out of its own (ship refuses a run folder searched with
+# other settings). The MobileBERT-shaped family's starts are made inside the first run's timed search (`ship
+# --hours`; later runs find them made): to compare its runs at equal search time, make the starts before them
 SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
           "d7b9ff56": ("tinybert-wide", "TinyBERT's learning rate up to 3e-3 (was 1e-3) and augmentation up to 12 "
                                         "copies (was 4): CoLA's chosen lr sat at the bound on 2 of 3 seeds"),
@@ -326,10 +330,13 @@ def draws(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def earlier_space(name: str) -> str | None:
-    """The search space SPACES lists before `name` (None: the first), which `name` is paired with."""
+def earlier_space(name: str, ran=None) -> str | None:
+    """The search space `name` is paired with: the nearest SPACES lists before it among those `ran` holds (a
+    container of space names; default every space), None for the first. The first space has none."""
     names = [n for n, _ in SPACES.values()]
-    return names[names.index(name) - 1]
+    if names.index(name) == 0:
+        raise ValueError("the first search space has none before it")
+    return next((n for n in reversed(names[:names.index(name)]) if ran is None or n in ran), None)
 
 
 def spaces(results: list[dict]) -> str:
@@ -341,7 +348,7 @@ def spaces(results: list[dict]) -> str:
         return ""
     named = {name: line for name, line in SPACES.values()}
     lines = ["\nThe search space, paired on the seeds run in both (the same teacher, seed, validation split and "
-             "draw): a later space of configs/ship.json against the one before it.\n",
+             "draw): a later space of configs/ship.json against the nearest one before it that ran on the task.\n",
              "| task | seeds | space | the space before | before | this space | this - before |",
              "|---|---|---|---|---|---|---|"]
     for r in found:
@@ -416,9 +423,10 @@ def main(argv=None):
             first = by_version.get(("validation", FAMILY_DRAW, None), {})
             pairs = [("ship-draw-interval", {"draw": FAMILY_DRAW}, first, by_version.get(("validation", None, None),
                                                                                             {}))]
-            for v, by_seed in by_version.items():  # a later space against the one before it
+            ran = {v[2] for v in by_version if v[:2] == ("validation", FAMILY_DRAW)}
+            for v, by_seed in by_version.items():  # a later space against the nearest one before it run here
                 if v[:2] == ("validation", FAMILY_DRAW) and v[2]:
-                    base = earlier_space(v[2])
+                    base = earlier_space(v[2], ran)
                     pairs.append(("ship-space-interval", {"draw": FAMILY_DRAW, "space": v[2],
                                                           **({"against": base} if base else {})},
                                   by_seed, by_version.get(("validation", FAMILY_DRAW, base), {})))

@@ -429,6 +429,9 @@ def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_nam
     with_mobilebert = {**plan, "candidates": [*plan["candidates"], "mobilebert/mobilebert_tiny_h384_l4"]}
     assert run_space(tmp_path, with_mobilebert) == names[-1] and run_space(tmp_path, plan) == names[-2]
     assert earlier_space(names[-1]) == names[-2] and names[0] is None and earlier_space(names[1]) is None
+    assert earlier_space(names[-1], {None, names[-1]}) is None  # a task that ran the first space alone before it
+    with pytest.raises(ValueError):
+        earlier_space(names[0])
     reworded = copy.deepcopy(plan)
     reworded["config"]["families"]["tinybert"]["description"] = "reworded"
     reworded["config"]["families"]["bilstm"]["space"]["--lr"]["high"] = 0.01  # a family the benchmark leaves out
