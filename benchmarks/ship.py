@@ -332,7 +332,7 @@ def draws(results: list[dict]) -> str:
 
 def earlier_space(name: str, ran=None) -> str | None:
     """The search space `name` is paired with: the nearest SPACES lists before it among those `ran` holds (a
-    container of space names; default every space), None for the first. The first space has none."""
+    container of space names; default every space), None meaning the first space; asked of the first, ValueError."""
     names = [n for n, _ in SPACES.values()]
     if names.index(name) == 0:
         raise ValueError("the first search space has none before it")
