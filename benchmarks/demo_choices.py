@@ -63,8 +63,12 @@ def configured() -> dict:
             "ship": SETTINGS["ship"]}
 
 
+def epochs_text(epochs: float) -> str:
+    return f"{epochs:g} epoch{'s' if epochs != 1 else ''}"
+
+
 def recipe_name(epochs: float, lr: float) -> str:
-    return f"{epochs:g} epoch{'s' if epochs != 1 else ''} at {flag_text(lr)}"
+    return f"{epochs_text(epochs)} at {flag_text(lr)}"
 
 
 def _slug(recipe: tuple[float, float]) -> str:
@@ -133,8 +137,8 @@ def rows(out: Path, seeds: list[int]) -> list[dict]:
                 continue
             method, _, slug = folder.name.partition("-")
             e = int(folder.parent.name.removeprefix("teacher-e")) if folder.parent.name != "untaught" else None
-            option = (recipe_name(*_parse(slug)) if slug else f"{e} epoch{'s' if e != 1 else ''}"
-                      if method == "teacher" else f"{flag_text(r['lr'])}, the file's")
+            option = (recipe_name(*_parse(slug)) if slug else epochs_text(e) if method == "teacher"
+                      else f"{flag_text(r['lr'])}, the file's")
             found.append({"task": TASK, "method": method, "teacher_epochs": e, "option": option, "seed": seed,
                           "metric": "accuracy", "split": "validation",
                           "value": round(r["metrics"]["validation"]["accuracy"], 4),

@@ -95,34 +95,34 @@ def beside(task: str, results: tuple[list[dict], list[dict]]) -> tuple[list[dict
     return earlier, bool(earlier)
 
 
-def phone_cost(task: str) -> dict | None:
-    """SetFit's body on a phone: the Pixel 4 ESTIMATE of all-MiniLM-L6-v2 as a classifier at the sequence length
-    ship gave the task's students (`beside`'s rows; None before any ship ran on the task)."""
-    from android_bench.budget import estimate_shape
-    from mobilekd.models.hf import load_config
-    from mobilekd.models.pretrained import model_dir
-
-    max_len = next((r["max_len"] for r in beside(task, ship_results())[0] if r["method"] == "ship"), None)
-    if max_len is None:
-        return None
-    return estimate_shape(load_config(model_dir("all-minilm-l6-v2"))[0], max_len)
-
-
-def fixed_recipe_cost(rows: list[dict]) -> float | None:
-    """The Pixel 4 ESTIMATE of the ship of one fixed recipe's student (its rows, of `beside`, record none): the
-    teacher's layers it kept (`init --layers spread:K`) at the task's sequence length."""
+def body_estimate(max_len: int, layers: int | None = None) -> dict:
+    """The Pixel 4 ESTIMATE of all-MiniLM-L6-v2 as a classifier at `max_len`, or of its first-`layers`-deep shape
+    (a student of that many of its layers)."""
     import dataclasses
 
     from android_bench.budget import estimate_shape
     from mobilekd.models.hf import load_config
     from mobilekd.models.pretrained import model_dir
 
+    config = load_config(model_dir("all-minilm-l6-v2"))[0]
+    return estimate_shape(config if layers is None else dataclasses.replace(config, num_hidden_layers=layers),
+                          max_len)
+
+
+def phone_cost(task: str) -> dict | None:
+    """SetFit's body on a phone: `body_estimate` at the sequence length ship gave the task's students (`beside`'s
+    rows; None before any ship ran on the task)."""
+    max_len = next((r["max_len"] for r in beside(task, ship_results())[0] if r["method"] == "ship"), None)
+    return None if max_len is None else body_estimate(max_len)
+
+
+def fixed_recipe_cost(rows: list[dict]) -> float | None:
+    """The Pixel 4 ESTIMATE of the ship of one fixed recipe's student (its rows, of `beside`, record none): the
+    teacher's layers it kept (`init --layers spread:K`) at the task's sequence length."""
     shipped = [r for r in rows if r["method"] == "ship" and "layers" in r]
     if not shipped:
         return None
-    layers = int(shipped[0]["layers"].removeprefix("spread:"))
-    config = dataclasses.replace(load_config(model_dir("all-minilm-l6-v2"))[0], num_hidden_layers=layers)
-    return estimate_shape(config, shipped[0]["max_len"])["ms"]
+    return body_estimate(shipped[0]["max_len"], int(shipped[0]["layers"].removeprefix("spread:")))["ms"]
 
 
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
