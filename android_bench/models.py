@@ -18,7 +18,7 @@ import torch
 
 from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.data.tokenizer import load_tokenizer
-from mobilekd.export.litert import convert, quantized_copy, sample_inputs
+from mobilekd.export.litert import convert, load_litert_torch, quantized_copy, sample_inputs
 from mobilekd.export.signatures import INPUT_NAMES
 from mobilekd.export.qat import convert_qat, freeze_ranges, prepare_qat, quantization
 from mobilekd.fileio import REPO_ROOT, atomic_path
@@ -106,7 +106,6 @@ class _TransformersClassifier(torch.nn.Module):
 
 def export_transformers_mobilebert(seq_len: int, cache: Path) -> Path:
     """transformers' MobileBertForSequenceClassification (its default config = the paper's MobileBERT)."""
-    import litert_torch
     from transformers import MobileBertConfig, MobileBertForSequenceClassification as HFModel
 
     path = cache / f"transformers_mobilebert_none_{seq_len}_{GRAPHS}.tflite"
@@ -114,7 +113,7 @@ def export_transformers_mobilebert(seq_len: int, cache: Path) -> Path:
         return path
     torch.manual_seed(0)
     model = _TransformersClassifier(trained_like(HFModel(MobileBertConfig(num_labels=2)).eval())).eval()
-    edge = litert_torch.convert(model, sample_kwargs=sample_inputs(seq_len))
+    edge = load_litert_torch().convert(model, sample_kwargs=sample_inputs(seq_len))
     with atomic_path(path) as tmp:
         edge.export(str(tmp))
     return path

@@ -30,16 +30,14 @@ FLOPS = 2 * ROWS * WIDTH * WIDTH * LAYERS
 
 def peak_models(cache: Path) -> dict[str, Path]:
     """fp32 and dynamic-int8 matmul stacks, converted once and kept in `cache`."""
-    import litert_torch
-
-    from mobilekd.export.litert import quantize_file
+    from mobilekd.export.litert import load_litert_torch, quantize_file
 
     paths = {"fp32": cache / "peak_fp32.tflite", "int8": cache / "peak_int8.tflite"}
     if all(p.is_file() for p in paths.values()):
         return paths
     torch.manual_seed(0)
     model = MatmulStack().eval()
-    edge = litert_torch.convert(model, (torch.randn(ROWS, WIDTH),))
+    edge = load_litert_torch().convert(model, (torch.randn(ROWS, WIDTH),))
     with atomic_path(paths["fp32"]) as tmp:
         edge.export(str(tmp))
     with atomic_path(paths["int8"]) as tmp:

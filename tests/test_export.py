@@ -231,11 +231,12 @@ def test_the_official_masked_score_form_exports_with_parity(tmp_path, tokenizer)
 
 @pytest.mark.parametrize("preset,trained,shared", [("mobilebert_tiny", False, 3), ("mobilebert_tiny", True, 0),
                                                    ("mobilebert", False, 0)])
-def test_tiny_bottleneck_is_computed_once(preset, trained, shared, tmp_path):
+def test_tiny_bottleneck_is_computed_once(preset, trained, shared, tmp_path, capsys):
     """TINY feeds Q/K/V and the residual from one bottleneck. With the NoNorm at its initial identity (the latency
     benchmark's random-weight files) the converter computes it twice per layer, our export once (one RESHAPE
     instead), with bit-equal outputs; a trained NoNorm is folded into a single product and nothing is shared.
-    MobileBERT's two bottlenecks (different weights) stay two."""
+    MobileBERT's two bottlenecks (different weights) stay two. Our conversion prints nothing on stdout (the
+    converter's progress goes to stderr), so that a table a benchmark prints stays the table."""
     import litert_torch
 
     from mobilekd.export.graph import shared_products
@@ -249,7 +250,10 @@ def test_tiny_bottleneck_is_computed_once(preset, trained, shared, tmp_path):
     model = perturbed(model) if trained else model
     raw = tmp_path / "raw.tflite"
     litert_torch.convert(ExportWrapper(model, "qa").eval(), sample_kwargs=sample_inputs(32)).export(str(raw))
+    capsys.readouterr()
     ours = convert(model, "qa", 32, tmp_path / "ours.tflite")
+    printed = capsys.readouterr()
+    assert printed.out == "" and "LiteRT-Torch Convert" in printed.err
 
     def products(path):
         return [op for op in read_graph(path) if op.name in ("FULLY_CONNECTED", "BATCH_MATMUL")]

@@ -58,6 +58,17 @@ def mean_over_lengths(share: dict, per_length: dict) -> float:
     return sum(share[n] * per_length[n] for n in share)
 
 
+def load_litert_torch():
+    """litert-torch, its progress lines ("[START] LiteRT-Torch Convert", "Write Model to") sent to stderr, so that
+    stdout stays what our commands print (tables, JSON) even when a conversion runs inside them. Its progress
+    console is rich's, which picks `sys.stderr` at each print once `stderr` is set."""
+    import litert_torch
+    import litert_torch.progress
+
+    litert_torch.progress.console.stderr = True
+    return litert_torch
+
+
 def sample_inputs(seq_len: int) -> dict[str, torch.Tensor]:
     return {name: (torch.ones if name == "attention_mask" else torch.zeros)(1, seq_len, dtype=torch.int32)
             for name in INPUT_NAMES}
@@ -82,7 +93,7 @@ def convert_module(module: torch.nn.Module, config, seq_len: int, out_path, quan
                    lengths: tuple[int, ...] = ()) -> Path:
     """`convert` for any module taking the three int32 inputs (`ExportWrapper`'s, or the multi-task model's, whose
     outputs are named), `config` its model's: the same checks, graph rewrite, quantization and metadata."""
-    import litert_torch
+    litert_torch = load_litert_torch()
 
     if quantize not in QUANTIZATIONS:
         raise UserError(f"--quantize {quantize!r}: choose one of {', '.join(QUANTIZATIONS)}")
@@ -124,7 +135,7 @@ def convert_signatures(signatures: list[tuple[str, torch.nn.Module, dict]], out_
 
 def _convert_signatures(signatures: list[tuple[str, torch.nn.Module, dict]]):
     """litert-torch's edge model of one signature per (name, module, sample keyword inputs)."""
-    import litert_torch
+    litert_torch = load_litert_torch()
 
     converter = None
     for name, module, sample in signatures:

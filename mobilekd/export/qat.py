@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from mobilekd.export.litert import ExportWrapper, sample_inputs
+from mobilekd.export.litert import ExportWrapper, load_litert_torch, sample_inputs
 from mobilekd.export.signatures import INPUT_NAMES
 from mobilekd.fileio import atomic_path
 
@@ -237,13 +237,12 @@ def convert_qat(prepared: torch.fx.GraphModule, seq_len: int, out_path, metadata
     """Lower a trained `prepare_qat` graph to a full-integer `.tflite` at `out_path` (written atomically), its
     ranges the ones training tracked; `metadata` as `mobilekd.export.litert.convert` takes it. With
     `int8_embeddings`, the lookup tables too are stored in int8 (`quantize_embeddings`)."""
-    import litert_torch
     from litert_torch.quantize.quant_config import QuantConfig
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
     converted = convert_pt2e(prepared, fold_quantize=False)
     # litert-torch reads only whether the quantizer is dynamic: the fake quantization in the graph decides the rest
-    edge = litert_torch.convert(converted, sample_kwargs=sample_inputs(seq_len),
+    edge = load_litert_torch().convert(converted, sample_kwargs=sample_inputs(seq_len),
                                 quant_config=QuantConfig(pt2e_quantizer=quantizer()))
     out_path = Path(out_path)
     with atomic_path(out_path) as tmp:
