@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.command import comparison, comparison_flags
-from benchmarks.rows import finetune_rows
+from benchmarks.rows import baseline_rows, finetune_rows
 from benchmarks.runner import RESUMABLE, Job, with_needs
 from benchmarks.stats import (VERDICTS, by_seed, columns, judged_cell, mean_std_cell, metric_rank, paired_by_seed,
                               paired_differences, row_order, values, verdict)
@@ -100,10 +100,17 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], stages: Path | None = No
 
 
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
-    """The finished fine-tuning runs' rows (their dev scores at the end of training, one row per metric)."""
-    return [row for task in tasks for method in METHODS for seed in seeds
-            for row in finetune_rows(finetune_dir(out, task, method, seed), task=task, method=method, seed=seed,
-                                     student=STUDENTS.get(method, STUDENT))]
+    """The finished fine-tuning runs' rows (their dev scores at the end of training, one row per metric), and per
+    task and seed the TF-IDF + LR baseline of the first finished run (every run of a task and seed fits it on the
+    same training examples), so that a comparison with the bag of words reads rows alone."""
+    found = [row for task in tasks for method in METHODS for seed in seeds
+             for row in finetune_rows(finetune_dir(out, task, method, seed), task=task, method=method, seed=seed,
+                                      student=STUDENTS.get(method, STUDENT))]
+    for task, seed in {(r["task"], r["seed"]) for r in found}:
+        for metric in dict.fromkeys(r["metric"] for r in found if r["task"] == task):
+            found += next((b for method in METHODS
+                           if (b := baseline_rows(finetune_dir(out, task, method, seed), task, seed, metric))), [])
+    return found
 
 
 def table(results: list[dict]) -> str:
