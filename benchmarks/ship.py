@@ -68,8 +68,9 @@ FAMILY_DRAW = "family"
 # without a `space` field was measured in, and a name and a line for each one since (configs/ship.json edited, or
 # --families); each is paired with the nearest one before it that ran on the task, on the seeds both ran
 # (ship-space-interval). A space of other families needs an --out of its own (ship refuses a run folder searched with
-# other settings). The MobileBERT-shaped family's starts are made inside the first run's timed search (`ship
-# --hours`; later runs find them made): to compare its runs at equal search time, make the starts before them
+# other settings). The MobileBERT-shaped family's starts would be made inside the first run's timed search (`ship
+# --hours`; later runs find them made): to compare its runs at equal search time, make them before any run
+# (`mobilekd ship --teacher OUT/teacher --task T --families ... --make-starts`)
 SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
           "d7b9ff56": ("tinybert-wide", "TinyBERT's learning rate up to 3e-3 (was 1e-3) and augmentation up to 12 "
                                         "copies (was 4): CoLA's chosen lr sat at the bound on 2 of 3 seeds"),

@@ -181,6 +181,27 @@ def test_bad_input_is_one_line(tmp_path):
     assert "before the teacher was chosen on validation" in older and not (other / "teacher").exists()
 
 
+def test_the_starts_are_made_ahead_of_a_search_once_per_teacher(tmp_path):
+    """--make-starts makes the start of every candidate that fits (here the teacher's own layers), each whole in
+    its place and no `.partial` left, trains no teacher and writes no OUT; made again, each is found made."""
+    data = sst2_csv(tmp_path, 40)
+    config = tmp_path / "space.json"
+    config.write_text(json.dumps({"search": {"trials": 2, "rungs": 1, "reduction_factor": 2}, "families": {
+        "subset": {"shapes": {"layers": [1, 2]}, "start": ["init", "{teacher}", "{start}", "--layers",
+                                                             "spread:{layers}"],
+                   "space": {"--lr": {"low": 2e-4, "high": 8e-4, "log": True}}}}}))
+    starts, out = tmp_path / "starts", tmp_path / "out"
+    argv = ["mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data, "--config", config, "--starts",
+            starts, "--latency-ms", 100, "--out", out, "--make-starts"]
+    first = run_module(*argv)
+    made = sorted(p.name for p in starts.iterdir() if p.is_dir())
+    assert [m.split("-")[:2] for m in made] == [["subset", "1x384"], ["subset", "2x384"]], made
+    assert all((starts / m / "model.safetensors").is_file() for m in made) and not out.exists()
+    assert first.stdout.count(": made, ") == 2
+    again = run_module(*argv)
+    assert again.stdout.count("already made") == 2
+
+
 def _writer(fifo):
     """The pipe's write end once a reader has opened it (None before: then wait a little)."""
     try:

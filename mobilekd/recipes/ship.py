@@ -4,6 +4,7 @@ command, chosen without reading your dev set.
     mobilekd ship --teacher path/to/your-bert --data my_data --out runs/my
     mobilekd ship --teacher T --data D --out O --latency-ms 5 --hours 1 --workers 2
     mobilekd ship --teacher T --data D --out O --dry-run        # the budgets and the candidates, nothing trained
+    mobilekd ship --teacher T --data D --out O --make-starts    # the students' starts first, outside --hours
 
 DATA holds train and dev files (.csv with a header `text,label` or `text,text_pair,label`, .tsv, or .jsonl with the
 same keys; `--regression` for numeric labels), as `mobilekd finetune --task custom` reads them. What it does, each
@@ -349,6 +350,10 @@ def parse_args(argv):
                         "matching trial (finetune --teacher-store-gb; 0: the teacher runs at every step; default "
                         "%(default)g)")
     p.add_argument("--dry-run", action="store_true", help="print the budgets and the candidates, train nothing")
+    p.add_argument("--make-starts", action="store_true",
+                   help="make the starts of the candidates that fit (the teacher's layers; task-agnostic "
+                        "distillation, minutes to an hour each) and stop: made once per teacher and shared by every "
+                        "task and seed, so that a later search's --hours goes to its trials")
     p.add_argument("--join", type=int, default=0, help=argparse.SUPPRESS)  # worker N of --workers: trials only
     args = p.parse_args(argv)
     if args.workers < 1 or (args.trials is not None and args.trials < 1):
@@ -412,6 +417,9 @@ def main(argv=None):
     if not found:
         raise UserError(f"{args.config}: no student shape fits {limit:.1f} ms on {args.device} (est.); raise "
                         f"--latency-ms or add smaller shapes")
+    if args.make_starts:
+        make_starts([c for c in found if verb(space["families"][c.family]) != "bilstm"])  # a BiLSTM has no start
+        return
     trials = args.trials or space["search"]["trials"]
     flags = task_flags(args.task, data, b, args.seed, args.regression, args.threads)  # a trial's
     # a finetune trial's layer matching reads the teacher's store
@@ -466,6 +474,23 @@ def main(argv=None):
                     w.terminate()
                     w.wait()
         finish(args, study, out, data, teacher, b, whole, search.wall_seconds(study))
+
+
+def make_starts(found: list[Candidate]) -> None:
+    """Each candidate's start, the smallest Pixel estimate first, as a search would make it (`study.make_start`:
+    once, under a lock, renamed into place when whole); a stage that fails is one line naming its log."""
+    from tqdm import tqdm
+
+    from mobilekd.search.study import TrialFailed, make_start
+
+    todo = sorted({c.start_dir: c for c in found}.values(), key=lambda c: c.estimate["ms"])
+    for c in tqdm(todo, desc="starts", unit="start"):
+        made = c.start_dir.is_dir()
+        try:
+            make_start(c)
+        except TrialFailed as err:
+            raise UserError(str(err)) from None
+        tqdm.write(f"  {c.name}: {'already made' if made else 'made'}, {c.start_dir}")
 
 
 def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: list[str], seconds: float) -> None:
