@@ -68,9 +68,8 @@ FAMILY_DRAW = "family"
 # without a `space` field was measured in, and a name and a line for each one since (configs/ship.json edited, or
 # --families); each is paired with the nearest one before it that ran on the task, on the seeds both ran
 # (ship-space-interval). A space of other families needs an --out of its own (ship refuses a run folder searched with
-# other settings). The MobileBERT-shaped family's starts would be made inside the first run's timed search (`ship
-# --hours`; later runs find them made): to compare its runs at equal search time, make them before any run
-# (`mobilekd ship --teacher OUT/teacher --task T --families ... --make-starts`)
+# other settings). The students' starts are made before any search (`jobs`: `ship --make-starts`), so that every
+# run searches for its full --hours; runs before that job existed made them inside the first run's search
 SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
           "d7b9ff56": ("tinybert-wide", "TinyBERT's learning rate up to 3e-3 (was 1e-3) and augmentation up to 12 "
                                         "copies (was 4): CoLA's chosen lr sat at the bound on 2 of 3 seeds"),
@@ -89,14 +88,20 @@ def run_dir(out: Path, task: str, seed: int) -> Path:
 
 
 def jobs(out: Path, tasks: list[str], seeds: list[int], families: list[str] = FAMILIES) -> list[Job]:
+    """The teacher; per task, its candidates' starts made before any search (`ship --make-starts`: the first
+    search would otherwise spend its --hours on them; made once per teacher, so later tasks find most made); then
+    a ship a seed."""
     teacher = Job("teacher", ["train-teacher", "--init-from", "all-minilm-l6-v2", "--out", str(out / "teacher")],
                   out / "teacher")
-    return [teacher] + [
-        Job(f"{task}/ship/{seed}", ["ship", "--teacher", str(out / "teacher"), *task_flags(out, task),
-                                    "--seed", str(seed), "--families", *families,
+    ship = ["ship", "--teacher", str(out / "teacher")]
+    starts = [Job(f"{task}/starts", [*ship, *task_flags(out, task), "--families", *families, "--make-starts",
+                                     "--out", str(out / "starts" / task)], out / "starts" / task, needs=["teacher"])
+              for task in tasks]
+    return [teacher, *starts] + [
+        Job(f"{task}/ship/{seed}", [*ship, *task_flags(out, task), "--seed", str(seed), "--families", *families,
                                     "--hours", HOURS, "--workers", "2", "--threads", "1",
                                     "--out", str(run_dir(out, task, seed))],
-            run_dir(out, task, seed), needs=["teacher"])
+            run_dir(out, task, seed), needs=[f"{task}/starts"])
         for seed in seeds for task in tasks]
 
 

@@ -183,7 +183,8 @@ def test_bad_input_is_one_line(tmp_path):
 
 def test_the_starts_are_made_ahead_of_a_search_once_per_teacher(tmp_path):
     """--make-starts makes the start of every candidate that fits (here the teacher's own layers), each whole in
-    its place and no `.partial` left, trains no teacher and writes no OUT; made again, each is found made."""
+    its place and no `.partial` left, trains no teacher and records them in OUT/starts.json; made again, each is
+    found made."""
     data = sst2_csv(tmp_path, 40)
     config = tmp_path / "space.json"
     config.write_text(json.dumps({"search": {"trials": 2, "rungs": 1, "reduction_factor": 2}, "families": {
@@ -196,10 +197,13 @@ def test_the_starts_are_made_ahead_of_a_search_once_per_teacher(tmp_path):
     first = run_module(*argv)
     made = sorted(p.name for p in starts.iterdir() if p.is_dir())
     assert [m.split("-")[:2] for m in made] == [["subset", "1x384"], ["subset", "2x384"]], made
-    assert all((starts / m / "model.safetensors").is_file() for m in made) and not out.exists()
+    assert all((starts / m / "model.safetensors").is_file() for m in made) and not (out / "teacher").exists()
+    record = json.loads((out / "starts.json").read_text())["starts"]
+    assert [r["made"] for r in record] == [True, True] and all(r["seconds"] > 0 for r in record)
     assert first.stdout.count(": made, ") == 2
     again = run_module(*argv)
     assert again.stdout.count("already made") == 2
+    assert [r["made"] for r in json.loads((out / "starts.json").read_text())["starts"]] == [False, False]
 
 
 def _writer(fifo):

@@ -352,8 +352,9 @@ def parse_args(argv):
     p.add_argument("--dry-run", action="store_true", help="print the budgets and the candidates, train nothing")
     p.add_argument("--make-starts", action="store_true",
                    help="make the starts of the candidates that fit (the teacher's layers; task-agnostic "
-                        "distillation, minutes to an hour each) and stop: made once per teacher and shared by every "
-                        "task and seed, so that a later search's --hours goes to its trials")
+                        "distillation, minutes to an hour each), record them in OUT/starts.json and stop: made once "
+                        "per teacher and shared by every task and seed, so that a later search's --hours goes to its "
+                        "trials")
     p.add_argument("--join", type=int, default=0, help=argparse.SUPPRESS)  # worker N of --workers: trials only
     args = p.parse_args(argv)
     if args.workers < 1 or (args.trials is not None and args.trials < 1):
@@ -418,7 +419,10 @@ def main(argv=None):
         raise UserError(f"{args.config}: no student shape fits {limit:.1f} ms on {args.device} (est.); raise "
                         f"--latency-ms or add smaller shapes")
     if args.make_starts:
-        make_starts([c for c in found if verb(space["families"][c.family]) != "bilstm"])  # a BiLSTM has no start
+        with owned(out, argv=argv):
+            made = make_starts([c for c in found if verb(space["families"][c.family]) != "bilstm"])  # a BiLSTM: none
+            write_json(out / "starts.json", {"teacher": str(teacher), "starts": made, "host": identity()})
+        print(f"the starts: {out / 'starts.json'}")
         return
     trials = args.trials or space["search"]["trials"]
     flags = task_flags(args.task, data, b, args.seed, args.regression, args.threads)  # a trial's
@@ -476,21 +480,28 @@ def main(argv=None):
         finish(args, study, out, data, teacher, b, whole, search.wall_seconds(study))
 
 
-def make_starts(found: list[Candidate]) -> None:
+def make_starts(found: list[Candidate]) -> list[dict]:
     """Each candidate's start, the smallest Pixel estimate first, as a search would make it (`study.make_start`:
-    once, under a lock, renamed into place when whole); a stage that fails is one line naming its log."""
+    once, under a lock, renamed into place when whole); a stage that fails is one line naming its log. Returns a
+    record a start: its candidate, folder, whether this call made it, and the seconds it took."""
+    import time
+
     from tqdm import tqdm
 
     from mobilekd.search.study import TrialFailed, make_start
 
-    todo = sorted({c.start_dir: c for c in found}.values(), key=lambda c: c.estimate["ms"])
-    for c in tqdm(todo, desc="starts", unit="start"):
-        made = c.start_dir.is_dir()
+    records = []
+    for c in tqdm(sorted({c.start_dir: c for c in found}.values(), key=lambda c: c.estimate["ms"]), desc="starts",
+                  unit="start"):
+        made, begun = not c.start_dir.is_dir(), time.time()
         try:
             make_start(c)
         except TrialFailed as err:
             raise UserError(str(err)) from None
-        tqdm.write(f"  {c.name}: {'already made' if made else 'made'}, {c.start_dir}")
+        records.append({"candidate": c.name, "start": str(c.start_dir), "made": made,
+                        "seconds": round(time.time() - begun, 1) if made else 0.0})
+        tqdm.write(f"  {c.name}: {'made' if made else 'already made'}, {c.start_dir}")
+    return records
 
 
 def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: list[str], seconds: float) -> None:
