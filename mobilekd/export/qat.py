@@ -243,7 +243,7 @@ def convert_qat(prepared: torch.fx.GraphModule, seq_len: int, out_path, metadata
     converted = convert_pt2e(prepared, fold_quantize=False)
     # litert-torch reads only whether the quantizer is dynamic: the fake quantization in the graph decides the rest
     edge = load_litert_torch().convert(converted, sample_kwargs=sample_inputs(seq_len),
-                                quant_config=QuantConfig(pt2e_quantizer=quantizer()))
+                                       quant_config=QuantConfig(pt2e_quantizer=quantizer()))
     out_path = Path(out_path)
     with atomic_path(out_path) as tmp:
         edge.export(str(tmp))
