@@ -94,11 +94,12 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], families: list[str] = FA
     teacher = Job("teacher", ["train-teacher", "--init-from", "all-minilm-l6-v2", "--out", str(out / "teacher")],
                   out / "teacher")
     ship = ["ship", "--teacher", str(out / "teacher")]
-    starts = [Job(f"{task}/starts", [*ship, *task_flags(out, task), "--families", *families, "--make-starts",
+    flags = {task: task_flags(out, task) for task in tasks}
+    starts = [Job(f"{task}/starts", [*ship, *flags[task], "--families", *families, "--make-starts",
                                      "--out", str(out / "starts" / task)], out / "starts" / task, needs=["teacher"])
               for task in tasks]
     return [teacher, *starts] + [
-        Job(f"{task}/ship/{seed}", [*ship, *task_flags(out, task), "--seed", str(seed), "--families", *families,
+        Job(f"{task}/ship/{seed}", [*ship, *flags[task], "--seed", str(seed), "--families", *families,
                                     "--hours", HOURS, "--workers", "2", "--threads", "1",
                                     "--out", str(run_dir(out, task, seed))],
             run_dir(out, task, seed), needs=[f"{task}/starts"])
