@@ -166,6 +166,9 @@ def test_bad_input_is_one_line(tmp_path):
                                       "--latency-ms", "0.1", "--families", "subset", "--out", tmp_path / "out",
                                       check=False))
     assert "no student shape fits 0.1 ms" in tight
+    both = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
+                                     "--dry-run", "--make-starts", "--out", tmp_path / "out", check=False))
+    assert "--dry-run" in both and "--make-starts" in both
     assert not (tmp_path / "out").exists()  # refused before any stage ran
     other = tmp_path / "other"
     other.mkdir()

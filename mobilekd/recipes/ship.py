@@ -360,6 +360,8 @@ def parse_args(argv):
     if args.workers < 1 or (args.trials is not None and args.trials < 1):
         raise UserError("--workers and --trials must be at least 1")
     at_least("--teacher-store-gb", args.teacher_store_gb, 0)
+    if args.dry_run and args.make_starts:
+        raise UserError("--dry-run trains nothing and --make-starts trains the starts: choose one")
     return args
 
 
