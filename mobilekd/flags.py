@@ -1,9 +1,12 @@
 """Command-line flags from config dataclasses, so that a default lives in one place: the dataclass field.
 
 A field becomes a flag when its metadata has a `help`; the flag is `--field-name` unless the metadata names
-another (`flag`), its type is the default's (or metadata `type` where the default is None), `choices` pass
-through, a boolean defaulting to False is a switch, and one defaulting to True is a switch with a `--no-` twin. transformers' `HfArgumentParser` does the same for
-whole parsers; ours adds fields to a parser that also has hand-made flags, and keeps nested configs apart.
+another (`flag`; former names in `aliases`), its type is the default's (or metadata `type` where the default is
+None), `choices` and `required` pass through, `default_help` says in --help what a None default means, `min` (or
+`above`, strictly) bounds its value, `length` makes it the sequence length's flag (`add_length_flag`), a boolean
+defaulting to False is a switch, and one defaulting to True is a switch with a `--no-` twin. transformers'
+`HfArgumentParser` does the same for whole parsers; ours adds fields to a parser that also has hand-made flags, and
+keeps nested configs apart.
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, sh
             continue
         flag, dest = _flag(f)
         default = defaults.get(f.name, _default(f))
+        described = (shown or {}).get(f.name, f.metadata.get("default_help", default))
+        if f.metadata.get("length"):
+            add_length_flag(parser, dest=dest, default=default, help=f"{f.metadata['help']} (default {described})")
+            continue
         if default is False:
             parser.add_argument(flag, dest=dest, action="store_true", help=f.metadata["help"])
             continue
@@ -45,19 +52,33 @@ def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, sh
                                 help=f"{f.metadata['help']} (default on)")
             continue
         kind = f.metadata.get("type", type(_default(f)) if _default(f) is not None else str)
-        described = (shown or {}).get(f.name, f.metadata.get("default_help", default))
-        parser.add_argument(flag, dest=dest, type=kind, default=default, choices=f.metadata.get("choices"),
-                            help=f"{f.metadata['help']} (default {described})")
+        if f.metadata.get("required"):
+            parser.add_argument(flag, *f.metadata.get("aliases", []), dest=dest, type=kind, required=True,
+                                choices=f.metadata.get("choices"), help=f.metadata["help"])
+            continue
+        parser.add_argument(flag, *f.metadata.get("aliases", []), dest=dest, type=kind, default=default,
+                            choices=f.metadata.get("choices"), help=f"{f.metadata['help']} (default {described})")
 
 
 def from_flags(cls, args: argparse.Namespace, **values):
     """An instance of `cls` from the parsed flags that `add_flags` added, and `values` for the other fields."""
     flagged = {f.name: getattr(args, _flag(f)[1]) for f in dataclasses.fields(cls)
                if "help" in f.metadata and hasattr(args, _flag(f)[1])}
-    for f in dataclasses.fields(cls):  # a field's metadata "min" bounds its flag
+    for f in dataclasses.fields(cls):  # a field's metadata "min" (or "above", strictly) bounds its flag
         if f.name in flagged and "min" in f.metadata:
             at_least(_flag(f)[0], flagged[f.name], f.metadata["min"])
+        if f.name in flagged and "above" in f.metadata:
+            at_least(_flag(f)[0], flagged[f.name], f.metadata["above"], strictly=True)
     return cls(**{**flagged, **values})
+
+
+def take_flags(cls, args: argparse.Namespace, **values):
+    """`from_flags`, the flags taken off `args`: a recipe then reads its own settings from the instance alone."""
+    found = from_flags(cls, args, **values)
+    for f in dataclasses.fields(cls):
+        if "help" in f.metadata and hasattr(args, _flag(f)[1]):
+            delattr(args, _flag(f)[1])
+    return found
 
 
 def at_least(flag: str, value, minimum, *, strictly: bool = False) -> None:

@@ -141,7 +141,7 @@ def test_kd_and_fine_tuning_learning_rate_defaults_have_one_home(capsys):
     with pytest.raises(SystemExit):
         finetune.parse_args(["--help"])
     shown = " ".join(capsys.readouterr().out.split())
-    assert f"distillation; default {kd['alpha']:g}, or the method's" in shown
+    assert f"(the rest goes to distillation) (default {kd['alpha']:g}, or the method's)" in shown
     assert f"KD temperature (default {kd['temperature']:g}, or the method's)" in shown
     assert "models under 20M parameters (distilled students): lr 5e-4" in shown and SMALL_MODEL_LR == 5e-4
     assert default_lr("sst2", 10**6) == SMALL_MODEL_LR and default_lr("squad1", 10**8) == DEFAULTS["squad1"]["lr"]

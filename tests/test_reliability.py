@@ -102,6 +102,13 @@ def test_values_that_make_no_sense_are_refused(tmp_path):
     assert "--steps must be at least 1, got 0" in line
     line = one_line_error(run_module(FINETUNE, "--model", tmp_path, "--task", "sst2", "--max-steps", 0, check=False))
     assert "--max-steps must be at least 1, got 0" in line
+    # finetune's flags are FinetuneConfig's fields: their bounds, checks and former names hold as declared there
+    for flags, problem in ((["--epochs", 0], "--epochs must be greater than 0, got 0.0"),
+                           (["--intermediate-epochs", -1], "--intermediate-epochs must be greater than 0, got -1.0"),
+                           (["--augment", 4], "--augment needs --augment-model"),
+                           (["--selection-fraction", 2], "--validation-fraction must be between 0 and 1, got 2.0")):
+        line = one_line_error(run_module(FINETUNE, "--model", tmp_path, "--task", "sst2", *flags, check=False))
+        assert problem in line
     help_text = run_module(FINETUNE, "--help").stdout
     assert "--max-len" in help_text and "--seq-len" not in help_text  # one flag for the sequence length
 

@@ -30,21 +30,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mobilekd.data.tasks import (DEFAULTS, TASK_NAMES, default_lr, defaults_text, encode_classification, encode_qa,
-                                 load_task, task_data, training_subset)
+from mobilekd.data.tasks import (default_lr, defaults_text, encode_classification, encode_qa, load_task, task_data,
+                                 training_subset)
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, timed, write_json
-from mobilekd.flags import add_length_flag, at_least, fill_unset
+from mobilekd.flags import add_flags, take_flags
 from mobilekd.finetune.baseline import bag_of_words_baseline
 from mobilekd.finetune.evaluation import DevEvaluator, build_model, require_labels, score_once
-from mobilekd.data.augment import N_PER_TASK, augmented
-from mobilekd.data.squad import STRIDE
-from mobilekd.finetune.methods import DEFAULTS as KD_DEFAULTS
-from mobilekd.finetune.methods import METHODS, method_flags
+from mobilekd.data.augment import augmented
+from mobilekd.finetune.config import FinetuneConfig, check, fill_defaults
 from mobilekd.finetune.objective import Distillation, intermediate_loss, task_loss
-from mobilekd.finetune.selection import CAP, FRACTION, VALIDATION, carve
-from mobilekd.finetune.teacher_features import BUDGET_GB as STORE_GB, teacher_store
+from mobilekd.finetune.selection import VALIDATION, carve
+from mobilekd.finetune.teacher_features import teacher_store
 from mobilekd.finetune.teacher_outputs import foreign_outputs, outputs_precision, teacher_outputs
 from mobilekd.models.config import ModelConfig
 from mobilekd.models.foreign import ForeignEncoder, ForeignTeacher, layer_matching_refusal, load_foreign_teacher, \
@@ -57,124 +55,27 @@ from mobilekd.transfer.layer_maps import layer_map, parse_layer_map
 from mobilekd.transfer.objectives import (Match, check_matches, mobilebert_matches, pkd_matches, projections_for,
                                           refuse, tinybert_matches)
 from mobilekd.transfer.strategies import layer_index
-from mobilekd.train.common import (CLASSIFIER_DROPOUT, PRECISION_FILE, WARMUP, add_training_flags, run_owned,
-                                   train_config)
+from mobilekd.train.common import PRECISION_FILE, add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 from mobilekd.train.precision import describe, pass_flag, pass_setting
 
 
 def parse_args(argv=None):
+    """The parsed flags: the training loop's (`add_training_flags`) on the namespace, the recipe's own as one
+    `FinetuneConfig` in its `finetune`, checked and with the task's and the method's defaults filled in."""
     description = __doc__ + "\n" + textwrap.fill(f"Defaults: {defaults_text()}.", 115)
     p = argparse.ArgumentParser(prog="mobilekd finetune", description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="model directory (ours, or a transformers MobileBERT/BERT one), or a "
-                                                  "packaged checkpoint's name (all-minilm-l6-v2)")
-    p.add_argument("--task", required=True, choices=TASK_NAMES)
-    p.add_argument("--data", help="task directory with train and dev files (default: the shipped copy for "
-                                  "sst2, cola, mrpc, stsb, rte)")
-    p.add_argument("--teacher", help="a model directory fine-tuned on the same task: adds logit distillation (its "
-                                     "outputs over the training set are computed once and cached beside it); a "
-                                     "transformers classifier of another architecture (RoBERTa, DeBERTa, ELECTRA, "
-                                     "...) teaches through its logits alone, read with its own tokenizer")
-    p.add_argument("--method", choices=sorted(METHODS),
-                   help="a task-distillation method's settings for the flags left unset (mobilekd.finetune.methods): "
-                        "ft, kd, pkd-skip, pkd-last (BERT-PKD), tinybert (TinyBERT); default: logit KD with the "
-                        "flags below when --teacher is given")
-    p.add_argument("--alpha", type=float, help="with --teacher: weight of the hard-label loss (the rest goes to "
-                                               f"distillation; default {KD_DEFAULTS['alpha']:g}, or the method's)")
-    p.add_argument("--temperature", type=float,
-                   help=f"with --teacher: KD temperature (default {KD_DEFAULTS['temperature']:g}, or the method's)")
-    p.add_argument("--kd-reduction", choices=["batchmean", "mean"],
-                   help="KL averaged over examples (batchmean) or over examples and classes (mean: BERT-PKD's and "
-                        f"TinyBERT's); default {KD_DEFAULTS['kd_reduction']}, or the method's")
-    p.add_argument("--patience-weight", type=float,
-                   help="BERT-PKD's beta: weight of the patience loss on normalised [CLS] vectors (default "
-                        f"{KD_DEFAULTS['patience_weight']:g}: off, or the method's)")
-    p.add_argument("--patience-layers",
-                   help="teacher layers for the student's layers but its last: pkd_skip, pkd_last, or "
-                        f"comma-separated 0-based layers (default {KD_DEFAULTS['patience_layers']}, or the method's)")
-    p.add_argument("--intermediate-epochs", type=float,
-                   help="--method tinybert or pkt-td: epochs of intermediate-layer distillation before the prediction "
-                        "step (pkt-td: over all its stages, one a student layer; default: --epochs)")
-    p.add_argument("--teacher-store-gb", type=float, default=STORE_GB,
-                   help="--method tinybert or pkt-td: the disk the teacher's stored layer features may take (they are "
-                        "computed once beside the teacher and read by every seed; over this, or over the free disk, "
-                        "the teacher runs at every step instead; 0: never stored; default %(default)g)")
-    p.add_argument("--augment", type=int, default=0,
-                   help="TinyBERT's data augmentation: up to N new copies of each training example (official N: "
-                        + ", ".join(f"{k} {v}" for k, v in N_PER_TASK.items()) + "; default 0: none)")
-    p.add_argument("--augment-seed", type=int, default=0,
-                   help="the augmentation's seed (default 0: one augmented set for every --seed)")
-    p.add_argument("--augment-model", help="with --augment: the pre-trained model (with its MLM head) whose "
-                                           "predictions give the candidate words, e.g. the teacher before fine-tuning")
-    p.add_argument("--eval-only", action="store_true", help="evaluate --model on dev, no training")
-    p.add_argument("--epochs", type=float, help="training epochs (default per task)")
-    p.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
-    p.add_argument("--lr", type=float, help="peak learning rate (default: by task and model size, see Defaults "
-                                            "above)")
-    p.add_argument("--warmup", type=float, default=WARMUP, help=f"warm-up fraction (default {WARMUP:g})")
-    add_length_flag(p, help="sequence length (default per task, see Defaults above)")
-    p.add_argument("--stride", type=int, default=STRIDE,
-                   help="SQuAD: tokens shared by consecutive windows (default %(default)s, the paper's)")
-    p.add_argument("--regression", action="store_true", help="custom task: numeric labels")
-    p.add_argument("--max-train-examples", type=int, help="use a seeded random subset of the training set")
-    p.add_argument("--subset-seed", type=int, help="the seed that draws that subset (default: --seed; fix it to give "
-                                                   "every seed the same examples)")
-    p.add_argument("--eval-every", type=int, help="evaluate on the selection split every N steps (default: once per "
-                                                 "epoch; 0: only after the last step, so the model kept is the last)")
-    p.add_argument("--select-on", choices=["auto", "validation", "none", "dev", "train-slice"], default="auto",
-                   help="which split picks the best checkpoint: a validation split carved from the training data "
-                        "(dev is read once, after, to score the model chosen); none (the last step's model, all of "
-                        "the training data, dev scored once); or the dev set itself (its best score is then "
-                        "optimistic). auto (default): validation, or none with --eval-every 0, where there is no "
-                        "checkpoint to choose. train-slice is validation's former name")
-    p.add_argument("--validation-fraction", "--selection-fraction", dest="validation_fraction", type=float,
-                   default=FRACTION, help=f"the share of training examples held out for validation (default "
-                                          f"{FRACTION:g}, at most {CAP:,} examples; --selection-fraction is its "
-                                          f"former name)")
-    p.add_argument("--skip-dev", action="store_true",
-                   help="never read dev: the run trains and chooses on validation only (a search's trial, scored "
-                        "later, once, if chosen: --eval-only --model OUT)")
-    p.add_argument("--dropout", type=float, help="override the model's hidden dropout")
-    p.add_argument("--classifier-dropout", type=float, default=CLASSIFIER_DROPOUT,
-                   help=f"dropout before the classifier (default {CLASSIFIER_DROPOUT:g}, the official "
-                        f"run_classifier.py's)")
-    p.add_argument("--keep-pooler", action="store_true",
-                   help="start from the pre-trained pooler dense; by default a model that is not yet a classifier "
-                        "gets a fresh one (a pooler trained for next-sentence prediction can map every sentence to "
-                        "nearly the same vector; google-research/google-research issue #287, as issue 14 cites it)")
+    add_flags(p, FinetuneConfig)
     add_training_flags(p, out="runs/finetune", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
+    c = take_flags(FinetuneConfig, args)
     # a packaged checkpoint by name (all-minilm-l6-v2), as init, train-teacher and ship take it
-    args.model = str(model_dir(args.model))
-    args.teacher = args.teacher and str(model_dir(args.teacher))
-    at_least("--max-steps", args.max_steps, 1)
-    at_least("--eval-every", args.eval_every, 0)
-    at_least("--max-len", args.max_len, 1)
-    at_least("--epochs", args.epochs, 0, strictly=True)
-    at_least("--augment", args.augment, 0)
-    if args.augment and not args.augment_model:
-        raise UserError("--augment needs --augment-model (a pre-trained model with its MLM head)")
-    if (args.method not in (None, "ft") or args.patience_weight) and not args.teacher:
-        raise UserError(f"--method {args.method or 'with --patience-weight'} needs --teacher")
-    if args.method == "ft" and args.teacher:
-        raise UserError("--method ft fine-tunes on the labels alone: drop --teacher (or choose kd)")
-    at_least("--intermediate-epochs", args.intermediate_epochs, 0, strictly=True)
-    at_least("--teacher-store-gb", args.teacher_store_gb, 0)
-    if not 0 < args.validation_fraction < 1:
-        raise UserError(f"--validation-fraction must be between 0 and 1, got {args.validation_fraction}")
-    if args.select_on == "train-slice":
-        print("--select-on train-slice is now called --select-on validation")
-        args.select_on = "validation"
-    if args.skip_dev and (args.eval_only or args.select_on == "dev"):
-        raise UserError("--skip-dev trains without reading dev: drop --eval-only and --select-on dev")
-    if args.select_on == "auto":  # a split to choose on only where there is a choice to make
-        args.select_on = "none" if args.eval_every == 0 else "validation"
+    c.model = str(model_dir(c.model))
+    c.teacher = c.teacher and str(model_dir(c.teacher))
     train_config(args)  # bad training flags are refused before any work
-    # the defaults the task and the method give, filled here once; the learning rate's depends on the model's size
-    # and is filled once the model is loaded (`default_lr`, in run)
-    fill_unset(args, {k: v for k, v in DEFAULTS[args.task].items() if k != "lr"})
-    return fill_unset(args, method_flags(args.method))
+    args.finetune = fill_defaults(check(c))
+    return args
 
 
 @cli_entry
@@ -183,59 +84,60 @@ def main(argv=None):
 
 
 def run(args, accelerator):
-    data = task_data(args.task, args.data)
-    task = load_task(args.task, data, args.eval_only, args.regression)
-    tokenizer = load_tokenizer(args.model)
-    foreign = foreign_teacher(args, task, tokenizer) if args.teacher and kind_of(args.teacher).name == "foreign" \
+    c = args.finetune  # the recipe's settings (FinetuneConfig); args holds the training loop's
+    data = task_data(c.task, c.data)
+    task = load_task(c.task, data, c.eval_only, c.regression)
+    tokenizer = load_tokenizer(c.model)
+    foreign = foreign_teacher(c, task, tokenizer) if c.teacher and kind_of(c.teacher).name == "foreign" \
         else None
-    if args.teacher and task.head != "qa" and foreign is None:  # before any work: an untrained head would be
-        require_labels(args.teacher, "teacher")                  # distilled silently
-    model = build_model(args.model, task, classifier_dropout=None if args.eval_only else args.classifier_dropout)
-    fresh_pooler = not (args.eval_only or args.keep_pooler) and task.head == "classification"
-    if fresh_pooler and load_config(args.model)[1] != "classification":  # a pre-trained model, not a classifier yet
+    if c.teacher and task.head != "qa" and foreign is None:  # before any work: an untrained head would be
+        require_labels(c.teacher, "teacher")                  # distilled silently
+    model = build_model(c.model, task, classifier_dropout=None if c.eval_only else c.classifier_dropout)
+    fresh_pooler = not (c.eval_only or c.keep_pooler) and task.head == "classification"
+    if fresh_pooler and load_config(c.model)[1] != "classification":  # a pre-trained model, not a classifier yet
         model.mobilebert.pooler.reset()
-    if args.dropout is not None:
+    if c.dropout is not None:
         for m in model.modules():
             if isinstance(m, torch.nn.Dropout):
-                m.p = args.dropout
-    if args.max_len > model.config.max_position_embeddings:
-        raise UserError(f"--max-len {args.max_len} exceeds the model's {model.config.max_position_embeddings} "
-                        f"positions ({args.model})")
+                m.p = c.dropout
+    if c.max_len > model.config.max_position_embeddings:
+        raise UserError(f"--max-len {c.max_len} exceeds the model's {model.config.max_position_embeddings} "
+                        f"positions ({c.model})")
     model.to(accelerator.device)
     out = Path(args.out)
-    if args.lr is None and not args.eval_only:
+    if c.lr is None and not c.eval_only:
         params = sum(p.numel() for p in model.parameters())
-        args.lr = default_lr(args.task, params)
-        print(f"--lr not given: {args.lr:g} for a model of {params / 1e6:.1f}M parameters (see --help)")
+        c.lr = default_lr(c.task, params)
+        print(f"--lr not given: {c.lr:g} for a model of {params / 1e6:.1f}M parameters (see --help)")
 
     def encode(examples):
         if task.head == "qa":
-            return encode_qa(examples, tokenizer, args.max_len, args.stride)
-        return encode_classification(task, examples, tokenizer, args.max_len), None
+            return encode_qa(examples, tokenizer, c.max_len, c.stride)
+        return encode_classification(task, examples, tokenizer, c.max_len), None
 
-    identity = {"model": str(args.model), "task": task.name, "data": str(data), "regression": args.regression}
+    identity = {"model": str(c.model), "task": task.name, "data": str(data), "regression": c.regression}
     start = time.time()
     train_examples, carved = task.train, None
-    if not args.eval_only:
-        train_examples = training_subset(train_examples, args.max_train_examples,
-                                         args.seed if args.subset_seed is None else args.subset_seed)
-    if not args.eval_only and args.select_on == "validation":  # it picks the checkpoint and never trains
-        carved = carve(task, train_examples, args.seed, args.validation_fraction)
+    if not c.eval_only:
+        train_examples = training_subset(train_examples, c.max_train_examples,
+                                         args.seed if c.subset_seed is None else c.subset_seed)
+    if not c.eval_only and c.select_on == "validation":  # it picks the checkpoint and never trains
+        carved = carve(task, train_examples, args.seed, c.validation_fraction)
         train_examples = carved.train
         print(f"validation split: {carved.record['size']} of {carved.record['size'] + carved.record['train_size']} "
               f"training examples held out ({carved.record['rule']}); dev is read once, after training, to score "
               f"the model chosen")
-    splits = ({VALIDATION: carved.validation} if carved else {} if args.select_on == "none" and not args.eval_only
+    splits = ({VALIDATION: carved.validation} if carved else {} if c.select_on == "none" and not c.eval_only
               else dict(task.dev))  # none: nothing is scored before the last step's model is kept
     augment_pass, shared = None, {}  # shared: the augmented set's and the teacher's outputs' records (`Made.record`)
-    if not args.eval_only and args.augment:
+    if not c.eval_only and c.augment:
         if task.head == "qa":
             raise UserError("--augment (TinyBERT's) works on sentence tasks, not on SQuAD")
-        if not (Path(args.augment_model) / "model.safetensors").is_file():
-            raise UserError(f"{args.augment_model}: no model here (model.safetensors) for --augment-model")
+        if not (Path(c.augment_model) / "model.safetensors").is_file():
+            raise UserError(f"{c.augment_model}: no model here (model.safetensors) for --augment-model")
         n = len(train_examples)
         (train_examples, made, augment_pass), got = timed(lambda: augmented(
-            train_examples, Path(args.augment_model), args.augment, args.augment_seed, Path(args.cache_dir),
+            train_examples, Path(c.augment_model), c.augment, c.augment_seed, Path(args.cache_dir),
             load=_mlm_model, flag=pass_flag(args, "augment_precision"),
             precision_cache=Path(args.cache_dir) / PRECISION_FILE))
         stored = {k: augment_pass[k] for k in ("candidate_sentences", "candidates_stored_share") if k in augment_pass}
@@ -245,71 +147,71 @@ def run(args, accelerator):
               (f"; word candidates of {stored['candidates_stored_share']:.0%} of its "
                f"{stored['candidate_sentences']} sentences read from the store" if stored else ""))
     dev = {name: (examples, *encode(examples)) for name, examples in splits.items()}
-    evaluator = DevEvaluator(task, dev, out, tokenizer, save_model=not args.eval_only)
-    if args.eval_only:
+    evaluator = DevEvaluator(task, dev, out, tokenizer, save_model=not c.eval_only)
+    if c.eval_only:
         print(f"{task.name}: {evaluator(model, 0, {**identity, 'steps': 0})}")
         return
     train_split, _ = encode(train_examples)
     if task.head == "classification" and "labels" not in train_split.arrays:
         raise UserError(f"{data}: the training split has unlabelled rows")
     steps_per_epoch = math.ceil(len(train_split) / args.batch_size)
-    steps = args.max_steps or max(1, round(args.epochs * steps_per_epoch))
-    if args.patience_weight and task.head != "classification":
+    steps = c.max_steps or max(1, round(c.epochs * steps_per_epoch))
+    if c.patience_weight and task.head != "classification":
         raise UserError(f"--patience-weight (BERT-PKD) needs a classification or regression task, not {task.name}")
-    teacher = None if foreign or not args.teacher else \
-        build_model(args.teacher, task, "teacher").to(accelerator.device).eval()
+    teacher = None if foreign or not c.teacher else \
+        build_model(c.teacher, task, "teacher").to(accelerator.device).eval()
     outputs_pass, foreign_layers = None, None
     if foreign is not None:  # its logits, read through its own tokenizer (its layers: below)
         foreign.model.to(accelerator.device)
-        (outputs, made), got = timed(lambda: foreign_outputs(args.teacher, foreign, train_examples, args.max_len))
+        (outputs, made), got = timed(lambda: foreign_outputs(c.teacher, foreign, train_examples, c.max_len))
         shared = {**shared, **made.record(got, "outputs")}
         train_split.arrays.update(outputs)
         print(f"teacher outputs ({foreign.model_type}, through its own tokenizer) over {len(train_split)} training "
               f"examples: " + ("from the cache" if made.cached else "computed and cached"))
         # its layers, for the intermediate step's matches; else its logits are all it gives, and it is let go
-        foreign_layers = ForeignEncoder(foreign.model).eval() if args.intermediate else None
+        foreign_layers = ForeignEncoder(foreign.model).eval() if c.intermediate else None
         foreign.model = None
     if teacher is not None and task.head != "qa":
         outputs_pass = outputs_precision(teacher, train_split, pass_flag(args, "teacher_outputs_precision"),
                                          Path(args.cache_dir) / PRECISION_FILE)
-        (outputs, made), got = timed(lambda: teacher_outputs(args.teacher, teacher, train_split,
+        (outputs, made), got = timed(lambda: teacher_outputs(c.teacher, teacher, train_split,
                                                              precision=outputs_pass["precision"]))
         shared = {**shared, **made.record(got, "outputs")}
         train_split.arrays.update(outputs)
         print(f"teacher outputs over {len(train_split)} training examples: " +
               ("from the cache" if made.cached else "computed and cached") +
               f"; the teacher's pass {describe(outputs_pass)}")
-    kd = Distillation(args.alpha, args.temperature, args.kd_reduction) if foreign else None
+    kd = Distillation(c.alpha, c.temperature, c.kd_reduction) if foreign else None
     if teacher is not None:
-        kd = Distillation(args.alpha, args.temperature, args.kd_reduction,
-                          patience_matches(args, teacher.config, model.config) if args.patience_weight else [])
+        kd = Distillation(c.alpha, c.temperature, c.kd_reduction,
+                          patience_matches(c, teacher.config, model.config) if c.patience_weight else [])
     stages = []
-    if args.intermediate:
-        stages, stored = intermediate_stages(args, teacher or foreign_layers, model, train_split, steps_per_epoch,
+    if c.intermediate:
+        stages, stored = intermediate_stages(c, teacher or foreign_layers, model, train_split, steps_per_epoch,
                                              outputs_pass["precision"] if outputs_pass else "no")
         shared = {**shared, **stored}
-    stages.append(Stage(name="finetune", steps=steps, loss=task_loss(task, teacher, kd), lr=args.lr,
-                        warmup=args.warmup, trainable=lambda name: not name.startswith("projections.")))
-    cfg = train_config(args, eval_every=steps_per_epoch if args.eval_every is None else args.eval_every,
-                       run={"model": str(args.model), "task": task.name, "teacher": args.teacher, "lr": args.lr,
-                            "max_len": args.max_len, "alpha": args.alpha, "temperature": args.temperature,
-                            "classifier_dropout": args.classifier_dropout, "keep_pooler": args.keep_pooler,
-                            "train_examples": len(train_split), "method": args.method,
-                            "kd_reduction": args.kd_reduction, "patience_weight": args.patience_weight,
-                            "patience_layers": args.patience_layers, "intermediate": args.intermediate,
-                            "intermediate_epochs": args.intermediate_epochs, "augment": args.augment,
-                            "augment_model": args.augment_model, "subset_seed": args.subset_seed,
-                            "select_on": args.select_on,
-                            "validation_fraction": args.validation_fraction if carved else None,
+    stages.append(Stage(name="finetune", steps=steps, loss=task_loss(task, teacher, kd), lr=c.lr,
+                        warmup=c.warmup, trainable=lambda name: not name.startswith("projections.")))
+    cfg = train_config(args, eval_every=steps_per_epoch if c.eval_every is None else c.eval_every,
+                       run={"model": str(c.model), "task": task.name, "teacher": c.teacher, "lr": c.lr,
+                            "max_len": c.max_len, "alpha": c.alpha, "temperature": c.temperature,
+                            "classifier_dropout": c.classifier_dropout, "keep_pooler": c.keep_pooler,
+                            "train_examples": len(train_split), "method": c.method,
+                            "kd_reduction": c.kd_reduction, "patience_weight": c.patience_weight,
+                            "patience_layers": c.patience_layers, "intermediate": c.intermediate,
+                            "intermediate_epochs": c.intermediate_epochs, "augment": c.augment,
+                            "augment_model": c.augment_model, "subset_seed": c.subset_seed,
+                            "select_on": c.select_on,
+                            "validation_fraction": c.validation_fraction if carved else None,
                             "augment_precision": pass_setting(augment_pass),
                             "teacher_outputs_precision": pass_setting(outputs_pass)})
     # the teacher that taught it, restated at the end (a resumed run's best, and so its results, may be older)
-    taught = teacher_record(args.teacher, task.name) if args.teacher else {}
-    extra = {**identity, "method": args.method, "teacher": args.teacher, "steps": sum(st.steps for st in stages),
+    taught = teacher_record(c.teacher, task.name) if c.teacher else {}
+    extra = {**identity, "method": c.method, "teacher": c.teacher, "steps": sum(st.steps for st in stages),
              "train_examples": len(train_split),
-             "selected_on": VALIDATION if carved else "none (the last step)" if args.select_on == "none" else
+             "selected_on": VALIDATION if carved else "none (the last step)" if c.select_on == "none" else
              next(iter(task.dev)),
-             **({"validation_split": carved.record} if carved else {}), "lr": args.lr,
+             **({"validation_split": carved.record} if carved else {}), "lr": c.lr,
              **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}),
              **({"augment_precision": augment_pass["precision"]} if augment_pass else {}),
              **taught, **shared}
@@ -325,27 +227,27 @@ def run(args, accelerator):
     if accelerator.is_main_process:
         wall = round(time.time() - start, 1)  # training and selection; dev's one scoring is not a training cost
         result = read_json(out / "results.json")
-        if args.skip_dev:
+        if c.skip_dev:
             result["dev_scored"] = "never (--skip-dev)"
-        elif args.select_on != "dev":  # every choice is made: now, and only now, dev is read and scored once
+        elif c.select_on != "dev":  # every choice is made: now, and only now, dev is read and scored once
             dev_metrics = score_once(task, out, tokenizer, encode, accelerator.device)
             result["metrics"] = {**dev_metrics, **{k: v for k, v in result["metrics"].items() if k == VALIDATION}}
             result["dev_scored"] = f"once, the model {'chosen on validation' if carved else 'of the last step'}"
             if not carved:  # the score the kept model is known by
                 result["best_score"] = next(iter(dev_metrics.values()), {}).get(result["best_metric"])
-        dev_examples = [] if args.skip_dev else next(iter(task.dev.values()))
+        dev_examples = [] if c.skip_dev else next(iter(task.dev.values()))
         baseline = None
         if dev_examples and task.head == "classification" and all(e.label is not None for e in dev_examples):
             baseline = bag_of_words_baseline(task, train_examples, dev_examples, args.seed)
         result.update(wall_seconds=wall, complete=True, training=summaries, baseline=baseline, **taught, **shared)
         write_json(out / "results.json", result)  # this attempt's seconds, a resumed run's too
         metric = result["best_metric"]
-        dev_score = None if args.skip_dev else result["metrics"].get(next(iter(task.dev)), {}).get(metric)
-        chosen = (f"the last step's model ({extra['steps']} steps)" if args.select_on == "none" else
+        dev_score = None if c.skip_dev else result["metrics"].get(next(iter(task.dev)), {}).get(metric)
+        chosen = (f"the last step's model ({extra['steps']} steps)" if c.select_on == "none" else
                   f"best {metric} {result['best_score']:.4f} on {result['selected_on']} at step {result['best_step']} "
                   f"of {extra['steps']}")
         print(f"{task.name}: {chosen}; model in {out}" +
-              (f"; its dev {metric} {dev_score:.4f}" if args.select_on != "dev" and dev_score is not None else "") +
+              (f"; its dev {metric} {dev_score:.4f}" if c.select_on != "dev" and dev_score is not None else "") +
               (f"; bag-of-words baseline ({baseline['method']}, same training examples) "
                f"{baseline['metrics'][metric]:.4f}" if baseline else ""))
 
@@ -355,41 +257,41 @@ def _mlm_model(model_dir):
     return load_pretrained(model_dir, "pretraining", require_head=True), load_tokenizer(model_dir)
 
 
-def foreign_teacher(args, task, tokenizer) -> ForeignTeacher:
+def foreign_teacher(c: FinetuneConfig, task, tokenizer) -> ForeignTeacher:
     """A transformers classifier of another architecture as `--teacher` (`mobilekd.models.foreign`), refused
     before any work where the task or the method needs more than it gives (logits, hidden states, attentions), or
     where a method matching layers has a student that does not read the teacher's tokenizer (the student's is
     `tokenizer`)."""
     if task.head == "qa":
-        raise UserError(f"{args.teacher}: a transformers {model_type(args.teacher)} teacher is read as a sequence "
+        raise UserError(f"{c.teacher}: a transformers {model_type(c.teacher)} teacher is read as a sequence "
                         f"classifier; SQuAD needs a BERT-family teacher")
-    if args.patience_weight:
-        raise UserError(layer_matching_refusal(args.teacher, "BERT-PKD's patience loss"))
-    foreign = load_foreign_teacher(args.teacher, task, args.max_len, layers=bool(args.intermediate))
-    if args.intermediate:  # matched token by token: the student must read the teacher's tokens
-        problem = tokenizer_problem(args.model, tokenizer, args.teacher, foreign.tokenizer)
+    if c.patience_weight:
+        raise UserError(layer_matching_refusal(c.teacher, "BERT-PKD's patience loss"))
+    foreign = load_foreign_teacher(c.teacher, task, c.max_len, layers=bool(c.intermediate))
+    if c.intermediate:  # matched token by token: the student must read the teacher's tokens
+        problem = tokenizer_problem(c.model, tokenizer, c.teacher, foreign.tokenizer)
         if problem:
             raise UserError(problem)
     return foreign
 
 
-def patience_matches(args, teacher: ModelConfig, student: ModelConfig) -> list[Match]:
+def patience_matches(c: FinetuneConfig, teacher: ModelConfig, student: ModelConfig) -> list[Match]:
     """BERT-PKD's patience matches for this pair (--patience-layers: a rule or the teacher layers)."""
     n, m = teacher.num_hidden_layers, student.num_hidden_layers
     if m < 2:
         raise UserError("--patience-weight: a 1-layer student has no layer below its last to learn patiently")
-    layers = parse_layer_map(args.patience_layers, n, m)
+    layers = parse_layer_map(c.patience_layers, n, m)
     if len(layers) != m - 1:
         raise UserError(f"--patience-layers needs {m - 1} teacher layers (one per student layer but the last), "
                         f"got {layers}")
-    matches = pkd_matches(layers, args.patience_weight)
+    matches = pkd_matches(layers, c.patience_weight)
     refuse(check_matches(matches, teacher, student))
     return matches
 
 
-def intermediate_stages(args, teacher, model, train_split, steps_per_epoch: int, precision: str) -> \
+def intermediate_stages(c: FinetuneConfig, teacher, model, train_split, steps_per_epoch: int, precision: str) -> \
         tuple[list[Stage], dict]:
-    """The intermediate step of `args.intermediate`, for --intermediate-epochs (default --epochs) in all, through
+    """The intermediate step of `c.intermediate`, for --intermediate-epochs (default --epochs) in all, through
     projections trained here and never saved, at a constant learning rate without warm-up (TinyBERT's official
     schedule 'none'); the classifier does not train.
 
@@ -405,7 +307,7 @@ def intermediate_stages(args, teacher, model, train_split, steps_per_epoch: int,
     record (second value) says which."""
     n, m = teacher.config.num_hidden_layers, model.config.num_hidden_layers
     mapped = layer_map("uniform", n, m)
-    if args.intermediate == "pkt":
+    if c.intermediate == "pkt":
         matches = mobilebert_matches(mapped, list(range(m)),
                                      projection=teacher.config.hidden_size != model.config.hidden_size)
     else:  # a transformers encoder of another architecture gives attention probabilities, not scores
@@ -413,18 +315,18 @@ def intermediate_stages(args, teacher, model, train_split, steps_per_epoch: int,
     refuse(check_matches(matches, teacher.config, model.config))
     device = next(model.parameters()).device
     model.add_module("projections", projections_for(matches, teacher.config, model.config).to(device))
-    steps = max(1, round((args.epochs if args.intermediate_epochs is None else args.intermediate_epochs)
+    steps = max(1, round((c.epochs if c.intermediate_epochs is None else c.intermediate_epochs)
                          * steps_per_epoch))
-    common = dict(lr=args.lr, warmup=0.0, decay_to=1.0)
-    (store, record), got = timed(lambda: teacher_store(args.teacher, teacher, train_split, matches, precision,
-                                                       args.teacher_store_gb))
+    common = dict(lr=c.lr, warmup=0.0, decay_to=1.0)
+    (store, record), got = timed(lambda: teacher_store(c.teacher, teacher, train_split, matches, precision,
+                                                       c.teacher_store_gb))
     record["teacher_store_seconds"] = got
     if store is not None:
         train_split.arrays["example_index"] = np.arange(len(train_split))
         print(f"teacher store {store.folder} ({record['teacher_store_bytes'] / 1e9:.2f} GB, {precision}): "
               f"{record['teacher_store_hit_rate']:.0%} of the training examples were stored" +
               (f", the others added in {got:.0f} s" if record["teacher_store_hit_rate"] < 1 else ""))
-    if args.intermediate != "pkt":
+    if c.intermediate != "pkt":
         return [Stage(name="intermediate", steps=steps, loss=intermediate_loss(teacher, matches, store), **common,
                       trainable=lambda name: name.startswith(("mobilebert.embeddings.", "mobilebert.encoder.",
                                                               "projections.")),
