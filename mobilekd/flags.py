@@ -2,11 +2,11 @@
 
 A field becomes a flag when its metadata has a `help`; the flag is `--field-name` unless the metadata names
 another (`flag`; former names in `aliases`), its type is the default's (or metadata `type` where the default is
-None), `choices` and `required` pass through, `default_help` says in --help what a None default means, `min` (or
-`above`, strictly) bounds its value, `length` makes it the sequence length's flag (`add_length_flag`), a boolean
-defaulting to False is a switch, and one defaulting to True is a switch with a `--no-` twin. transformers'
-`HfArgumentParser` does the same for whole parsers; ours adds fields to a parser that also has hand-made flags, and
-keeps nested configs apart.
+None; a list's items: `type` or str), `choices`, `nargs` and `required` pass through, `hidden` keeps it out of
+--help, `default_help` says in --help what a None default means, `min` (or `above`, strictly) bounds its value,
+`length` makes it the sequence length's flag (`add_length_flag`), a boolean defaulting to False is a switch, and
+one defaulting to True is a switch with a `--no-` twin. transformers' `HfArgumentParser` does the same for whole
+parsers; ours adds fields to a parser that also has hand-made flags, and keeps nested configs apart.
 """
 
 from __future__ import annotations
@@ -52,12 +52,15 @@ def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, sh
                                 help=f"{f.metadata['help']} (default on)")
             continue
         kind = f.metadata.get("type", type(_default(f)) if _default(f) is not None else str)
+        if isinstance(default, list):  # a list's items are of the type given, or str
+            kind = f.metadata.get("type", str)
+        common = dict(dest=dest, type=kind, choices=f.metadata.get("choices"), nargs=f.metadata.get("nargs"))
         if f.metadata.get("required"):
-            parser.add_argument(flag, *f.metadata.get("aliases", []), dest=dest, type=kind, required=True,
-                                choices=f.metadata.get("choices"), help=f.metadata["help"])
+            parser.add_argument(flag, *f.metadata.get("aliases", []), required=True, help=f.metadata["help"],
+                                **common)
             continue
-        parser.add_argument(flag, *f.metadata.get("aliases", []), dest=dest, type=kind, default=default,
-                            choices=f.metadata.get("choices"), help=f"{f.metadata['help']} (default {described})")
+        shown_help = argparse.SUPPRESS if f.metadata.get("hidden") else f"{f.metadata['help']} (default {described})"
+        parser.add_argument(flag, *f.metadata.get("aliases", []), default=default, help=shown_help, **common)
 
 
 def from_flags(cls, args: argparse.Namespace, **values):

@@ -169,6 +169,10 @@ def test_bad_input_is_one_line(tmp_path):
     both = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
                                      "--dry-run", "--make-starts", "--out", tmp_path / "out", check=False))
     assert "--dry-run" in both and "--make-starts" in both
+    for flag in ("--latency-ms", "--hours"):  # a budget of nothing is refused, not searched
+        zero = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data, flag,
+                                         "0", "--out", tmp_path / "out", check=False))
+        assert f"{flag} must be greater than 0, got 0.0" in zero
     assert not (tmp_path / "out").exists()  # refused before any stage ran
     other = tmp_path / "other"
     other.mkdir()

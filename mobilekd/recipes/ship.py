@@ -52,20 +52,17 @@ from pathlib import Path
 import numpy as np
 
 from mobilekd.errors import UserError, cli_entry, located
-from mobilekd.export.litert import QUANTIZATIONS
-from mobilekd.flags import at_least
+from mobilekd.flags import add_flags, from_flags
 from mobilekd.fileio import atomic_path, file_digest, read_json, write_json
 from mobilekd.host import identity
 from mobilekd.rundir import COMPLETE, completed, finished_results, owned, training_host
-from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.finetune.selection import validation_size
-from mobilekd.finetune.teacher_features import BUDGET_GB as STORE_GB
-from mobilekd.search.space import BATCH_SIZE, CONFIG, Candidate, load_space, needs_head, shapes, start_argv, verb
+from mobilekd.search.config import STARTS, ShipConfig, check
+from mobilekd.search.space import BATCH_SIZE, Candidate, load_space, needs_head, shapes, start_argv, verb
 
 LENGTHS = (32, 64, 128)  # the --max-len choices
 LENGTH_SAMPLE = 2_000  # training texts tokenized to measure the length distribution
 SHARE = 1 / 3  # the default budget: this share of the teacher's own Pixel 4 estimate
-STARTS = ".cache/mobilekd/starts"  # relative to the working directory, as the other caches
 MODEL_FILES = ("config.json", "model.safetensors", "results.json", "history.json", "dev_predictions.tsv")
 
 
@@ -312,57 +309,11 @@ def report(s: dict) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv):
+def parse_args(argv) -> ShipConfig:
     p = argparse.ArgumentParser(prog="mobilekd ship", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--teacher", required=True,
-                   help="your BERT: a transformers BERT directory, one of ours, or all-minilm-l6-v2 (packaged)")
-    p.add_argument("--data", help="directory with train and dev files (.csv, .tsv or .jsonl); default: the shipped "
-                                  "copy of a GLUE --task")
-    p.add_argument("--task", default="custom", choices=["custom", *(t for t in GLUE_TASKS if t != "mnli")],
-                   help="custom (your --data, the default) or a shipped GLUE task read as the toolkit reads it")
-    p.add_argument("--out", required=True, help="output directory (teacher/, trials/, student/, ship.json)")
-    p.add_argument("--regression", action="store_true", help="numeric labels (scored by Pearson correlation)")
-    p.add_argument("--latency-ms", type=float, help="the student's latency budget on --device, ms (estimated; "
-                                                    "default: a third of the teacher's own estimate)")
-    p.add_argument("--device", default="pixel4", help="the phone the budget is for (android_bench/profiles; "
-                                                      "default pixel4)")
-    p.add_argument("--families", nargs="+", help="the student families to search (default: all of --config's)")
-    p.add_argument("--trials", type=int, help="trials in the search (default: --config's search.trials)")
-    p.add_argument("--hours", type=float, help="a wall limit on the search, hours (trials under way finish)")
-    p.add_argument("--workers", type=int, default=1, help="processes running trials at once over the study's "
-                                                          "journal (default 1; each trial gets --threads)")
-    p.add_argument("--threads", type=int, help="threads per trial (default: torch's)")
-    p.add_argument("--config", default=str(CONFIG), help="the search's families and spaces (default "
-                                                         "configs/ship.json)")
-    p.add_argument("--starts", help="where the students' starts are made (the teacher's layers, task-agnostic "
-                                    "distillation), shared by every task and seed of one teacher (default "
-                                    f"{STARTS}/<the teacher's digest>)")
-    p.add_argument("--quantize", nargs="+", choices=list(QUANTIZATIONS), default=["none", "dynamic-int8"],
-                   help="the .tflite forms to export (default none dynamic-int8)")
-    p.add_argument("--keep-teacher-features", action="store_true",
-                   help="keep the teacher's layer-feature stores the trials read (OUT/teacher/outputs/*-features, "
-                        "up to --teacher-store-gb each; by default removed once the student is exported)")
-    p.add_argument("--seed", type=int, default=0, help="the seed of the teacher, the validation split, the "
-                                                       "sampler and every trial (default 0)")
-    p.add_argument("--teacher-store-gb", type=float, default=STORE_GB,
-                   help="the disk the fine-tuned teacher's stored layer features may take, read by every layer-"
-                        "matching trial (finetune --teacher-store-gb; 0: the teacher runs at every step; default "
-                        "%(default)g)")
-    p.add_argument("--dry-run", action="store_true", help="print the budgets and the candidates, train nothing")
-    p.add_argument("--make-starts", action="store_true",
-                   help="make the starts of the candidates that fit (the teacher's layers; task-agnostic "
-                        "distillation, minutes to an hour each), record them in OUT/starts.json and stop: made once "
-                        "per teacher and shared by every task and seed, so that a later search's --hours goes to its "
-                        "trials")
-    p.add_argument("--join", type=int, default=0, help=argparse.SUPPRESS)  # worker N of --workers: trials only
-    args = p.parse_args(argv)
-    if args.workers < 1 or (args.trials is not None and args.trials < 1):
-        raise UserError("--workers and --trials must be at least 1")
-    at_least("--teacher-store-gb", args.teacher_store_gb, 0)
-    if args.dry_run and args.make_starts:
-        raise UserError("--dry-run trains nothing and --make-starts trains the starts: choose one")
-    return args
+    add_flags(p, ShipConfig)
+    return check(from_flags(ShipConfig, p.parse_args(argv)))
 
 
 @cli_entry

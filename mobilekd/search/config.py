@@ -1,0 +1,75 @@
+"""`mobilekd ship`'s settings, one dataclass: each field with a help is a flag (`mobilekd.flags.add_flags`), its
+default written here and nowhere else; the search's own settings (families, shapes, spaces, trials) are
+configs/ship.json's (`--config`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mobilekd.data.glue import TASKS as GLUE_TASKS
+from mobilekd.errors import UserError
+from mobilekd.export.litert import QUANTIZATIONS
+from mobilekd.finetune.teacher_features import BUDGET_GB as STORE_GB
+from mobilekd.search.space import CONFIG
+
+STARTS = ".cache/mobilekd/starts"  # relative to the working directory, as the other caches
+
+
+@dataclass
+class ShipConfig:
+    teacher: str = field(default=None, metadata={
+        "required": True,
+        "help": "your BERT: a transformers BERT directory, one of ours, or all-minilm-l6-v2 (packaged)"})
+    data: str | None = field(default=None, metadata={
+        "help": "directory with train and dev files (.csv, .tsv or .jsonl)",
+        "default_help": "the shipped copy of a GLUE --task"})
+    task: str = field(default="custom", metadata={
+        "choices": ["custom", *(t for t in GLUE_TASKS if t != "mnli")],
+        "help": "custom (your --data) or a shipped GLUE task read as the toolkit reads it"})
+    out: str = field(default=None, metadata={
+        "required": True, "help": "output directory (teacher/, trials/, student/, ship.json)"})
+    regression: bool = field(default=False, metadata={"help": "numeric labels (scored by Pearson correlation)"})
+    latency_ms: float | None = field(default=None, metadata={
+        "type": float, "above": 0, "help": "the student's latency budget on --device, ms (estimated)",
+        "default_help": "a third of the teacher's own estimate"})
+    device: str = field(default="pixel4", metadata={"help": "the phone the budget is for (android_bench/profiles)"})
+    families: list[str] | None = field(default=None, metadata={
+        "nargs": "+", "help": "the student families to search", "default_help": "all of --config's"})
+    trials: int | None = field(default=None, metadata={
+        "type": int, "min": 1, "help": "trials in the search", "default_help": "--config's search.trials"})
+    hours: float | None = field(default=None, metadata={
+        "type": float, "above": 0, "help": "a wall limit on the search, hours (trials under way finish)",
+        "default_help": "none"})
+    workers: int = field(default=1, metadata={
+        "min": 1, "help": "processes running trials at once over the study's journal (each trial gets --threads)"})
+    threads: int | None = field(default=None, metadata={
+        "type": int, "min": 1, "help": "threads per trial", "default_help": "torch's"})
+    config: str = field(default=str(CONFIG), metadata={
+        "help": "the search's families and spaces", "default_help": "configs/ship.json"})
+    starts: str | None = field(default=None, metadata={
+        "help": "where the students' starts are made (the teacher's layers, task-agnostic distillation), shared by "
+                "every task and seed of one teacher", "default_help": f"{STARTS}/<the teacher's digest>"})
+    quantize: list[str] = field(default_factory=lambda: ["none", "dynamic-int8"], metadata={
+        "nargs": "+", "choices": list(QUANTIZATIONS), "help": "the .tflite forms to export",
+        "default_help": "none dynamic-int8"})
+    keep_teacher_features: bool = field(default=False, metadata={
+        "help": "keep the teacher's layer-feature stores the trials read (OUT/teacher/outputs/*-features, up to "
+                "--teacher-store-gb each; by default removed once the student is exported)"})
+    seed: int = field(default=0, metadata={
+        "help": "the seed of the teacher, the validation split, the sampler and every trial"})
+    teacher_store_gb: float = field(default=STORE_GB, metadata={
+        "min": 0, "help": "the disk the fine-tuned teacher's stored layer features may take, read by every layer-"
+                          "matching trial (finetune --teacher-store-gb; 0: the teacher runs at every step)"})
+    dry_run: bool = field(default=False, metadata={"help": "print the budgets and the candidates, train nothing"})
+    make_starts: bool = field(default=False, metadata={
+        "help": "make the starts of the candidates that fit (the teacher's layers; task-agnostic distillation, "
+                "minutes to an hour each), record them in OUT/starts.json and stop: made once per teacher and "
+                "shared by every task and seed, so that a later search's --hours goes to its trials"})
+    join: int = field(default=0, metadata={"hidden": True, "help": "worker N of --workers: trials only"})
+
+
+def check(c: ShipConfig) -> ShipConfig:
+    """Refuse, in one line, settings that do not go together, before any work."""
+    if c.dry_run and c.make_starts:
+        raise UserError("--dry-run trains nothing and --make-starts trains the starts: choose one")
+    return c
