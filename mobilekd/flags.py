@@ -2,11 +2,11 @@
 
 A field becomes a flag when its metadata has a `help`; the flag is `--field-name` unless the metadata names
 another (`flag`; former names in `aliases`), its type is the default's (or metadata `type` where the default is
-None; a list's items: `type` or str), `choices`, `nargs` and `required` pass through, `hidden` keeps it out of
---help, `default_help` says in --help what a None default means, `min` (or `above`, strictly) bounds its value,
-`length` makes it the sequence length's flag (`add_length_flag`), a boolean defaulting to False is a switch, and
-one defaulting to True is a switch with a `--no-` twin. transformers' `HfArgumentParser` does the same for whole
-parsers; ours adds fields to a parser that also has hand-made flags, and keeps nested configs apart.
+None; a list's items: `type` or str), `choices`, `nargs`, `metavar` and `required` pass through, `hidden` keeps it
+out of --help, `default_help` says in --help what a None default means, `min` (or `above`, strictly) bounds its
+value, `length` makes it the sequence length's flag (`add_length_flag`), a boolean defaulting to False is a
+switch, and one defaulting to True is a switch with a `--no-` twin. transformers' `HfArgumentParser` does the same
+for whole parsers; ours adds fields to a parser that also has hand-made flags, and keeps nested configs apart.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ from mobilekd.errors import UserError
 
 
 def _flag(f: dataclasses.Field) -> tuple[str, str]:
-    """The field's flag and the attribute argparse stores it under (`--batch-size` -> `batch_size`)."""
+    """The field's flag and the attribute argparse stores it under (`--batch-size` -> `batch_size`; the sequence
+    length's, `--max-len`, under the field's own name)."""
+    if f.metadata.get("length"):
+        return LENGTH_FLAG, f.name
     flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
     return flag, flag[2:].replace("-", "_")
 
@@ -54,7 +57,8 @@ def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, sh
         kind = f.metadata.get("type", type(_default(f)) if _default(f) is not None else str)
         if isinstance(default, list):  # a list's items are of the type given, or str
             kind = f.metadata.get("type", str)
-        common = dict(dest=dest, type=kind, choices=f.metadata.get("choices"), nargs=f.metadata.get("nargs"))
+        common = dict(dest=dest, type=kind, choices=f.metadata.get("choices"), nargs=f.metadata.get("nargs"),
+                      metavar=f.metadata.get("metavar"))
         if f.metadata.get("required"):
             parser.add_argument(flag, *f.metadata.get("aliases", []), required=True, help=f.metadata["help"],
                                 **common)

@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 
 from mobilekd.data.custom import read_custom
-from mobilekd.data.tasks import TASK_NAMES, default_data, encode_classification, load_task
+from mobilekd.data.tasks import default_data, encode_classification, load_task
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.card import agreement_cell, model_card, score_cell
@@ -65,7 +65,8 @@ from mobilekd.export.litert import (CALIBRATED, QUANTIZATIONS, convert, mean_ove
 from mobilekd.export.signatures import DEFAULT_SIGNATURE, INPUT_NAMES, length_signature
 from mobilekd.export.parity import parity_report, run_tflite, xnnpack_undelegated
 from mobilekd.fileio import atomic_path, read_json, write_json
-from mobilekd.flags import add_length_flag, at_least
+from mobilekd.export.config import SENTENCE_TASKS, ExportConfig, check
+from mobilekd.flags import add_flags, from_flags
 from mobilekd.models.bilstm import load_bilstm, load_bilstm_config
 from mobilekd.models.early_exit import load_early_exit, scored_thresholds
 from mobilekd.models.heads import HEADS
@@ -77,53 +78,13 @@ from mobilekd.rundir import owned
 
 SEQ2SEQ_FILE, EARLY_EXIT_FILE = "model_seq2seq.tflite", "model_early_exit.tflite"
 SEQ2SEQ_QUANTIZE = ("none", "fp16", "dynamic-int8")  # weight quantizations: the decoder's inputs stay as they are
-SENTENCE_TASKS = [t for t in TASK_NAMES if not t.startswith("squad")]  # what the parity check can encode
 
 
-def parse_args(argv=None):
+def parse_args(argv=None) -> ExportConfig:
     p = argparse.ArgumentParser(prog="mobilekd export", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="model directory")
-    p.add_argument("--head", "--task", dest="head", choices=list(HEADS),
-                   help="what the file computes (default: the directory's own head)")
-    add_length_flag(p, dest="seq_len", default=128, help="static input length (default 128)")
-    p.add_argument("--lengths", type=int, nargs="+", default=[], metavar="N",
-                   help="also write model_<quantize>_lengths.tflite: serving_default at --max-len and a signature "
-                        "seq_N for each of these shorter lengths, over the same weights (fp32 ones stored once); an "
-                        "app runs the shortest that holds its text. The report adds each signature's parity, the parity "
-                        "task's dev lengths bucketed, and the host latency at --max-len and at those lengths "
-                        "(MediaPipe's text tasks read one-subgraph files only: model_<quantize>.tflite stays theirs)")
-    p.add_argument("--quantize", nargs="+", choices=list(QUANTIZATIONS), default=["none"],
-                   help="one or more of: " + "; ".join(f"{k} = {v}" for k, v in QUANTIZATIONS.items()))
-    p.add_argument("--fused-lstm", action="store_true",
-                   help="a BiLSTM: also write model_<quantize>_fused.tflite with TFLite's fused LSTM kernel, converted "
-                        "by TensorFlow in a venv of its own (made once under .cache/, minutes; or "
-                        "$MOBILEKD_TENSORFLOW_PYTHON); --quantize none and dynamic-int8")
-    p.add_argument("--onnx", action="store_true", help="also export model.onnx and check it with onnxruntime")
-    p.add_argument("--onnx2tf", metavar="EXECUTABLE",
-                   help="also convert model.onnx to model_onnx2tf.tflite with this onnx2tf (implies --onnx; "
-                        "onnx2tf needs TensorFlow, so give the executable of its own environment)")
-    p.add_argument("--executorch", action="store_true",
-                   help="also export model.pte for ExecuTorch with the XNNPACK delegate (fp32), checked through "
-                        "ExecuTorch's runtime and timed beside the .tflite files in the model card; the operators "
-                        "XNNPACK does not take are listed")
-    p.add_argument("--no-metadata", action="store_true", help="leave TFLite metadata out")
-    p.add_argument("--parity-task", choices=SENTENCE_TASKS,
-                   help="task whose dev sentences feed the check; a classifier with that task's labels is also "
-                        "scored on them (default: the task the model was fine-tuned on, from MODEL/results.json, "
-                        "with its data; else sst2)")
-    p.add_argument("--parity-data", help="task directory for --parity-task (default: the model's own task data, "
-                                         "or the shipped copy)")
-    p.add_argument("--parity-examples", type=int, default=200, help="dev examples to compare (default 200)")
-    p.add_argument("--calibration", help="int8 calibration text: CSV/TSV/JSONL with a 'text' (and optional "
-                                         "'text_pair') column; default: training examples of the parity task")
-    p.add_argument("--calibration-examples", type=int, default=200, help="int8 calibration examples (default 200)")
-    p.add_argument("--single-task-files", action="store_true",
-                   help="a multi-task model: also one file per task (fp32), to compare with the one shared file")
-    p.add_argument("--license", help="the model card's license (a Hugging Face license id, e.g. apache-2.0; default "
-                                     "other: a student inherits its teacher's and its data's terms)")
-    p.add_argument("--out", help="output directory (default: MODEL/tflite)")
-    return p.parse_args(argv)
+    add_flags(p, ExportConfig)
+    return check(from_flags(ExportConfig, p.parse_args(argv)))
 
 
 def calibration_inputs(args, task, data: Path, tokenizer) -> dict[str, list[dict[str, np.ndarray]]]:
@@ -256,13 +217,6 @@ def multitask_files(args, tasks) -> list[tuple[str, str]]:
 @cli_entry
 def main(argv=None):
     args = parse_args(argv)
-    at_least("--max-len", args.seq_len, 1)
-    for n in args.lengths:
-        if not 1 <= n < args.seq_len:
-            raise UserError(f"--lengths {n}: each length is between 1 and --max-len ({args.seq_len}), which the file "
-                            f"has already")
-    if len(set(args.lengths)) != len(args.lengths):
-        raise UserError(f"--lengths {' '.join(map(str, args.lengths))}: a length given twice")
     if args.fused_lstm:
         from mobilekd.export.fused_lstm import FUSED, tensorflow_python
 
