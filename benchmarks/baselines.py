@@ -48,7 +48,7 @@ def examples(task_name: str, flags: list[str], seed: int):
     """The task, and the training and dev examples `mobilekd finetune --task TASK FLAGS --seed SEED` trains and
     scores on (the same parser, data directory and subset draw as finetune.run)."""
     args = finetune.parse_args(["--model", "-", "--task", task_name, *flags, "--seed", str(seed)])
-    c = args.finetune
+    c = args.recipe
     task = load_task(c.task, task_data(c.task, c.data))
     train = training_subset(task.train, c.max_train_examples, args.seed if c.subset_seed is None else c.subset_seed)
     return task, train, next(iter(task.dev.values()))

@@ -116,7 +116,7 @@ def test_one_head_registry_names_classes_architectures_and_outputs():
 LIBRARY = {
     "mobilekd": {"mobilekd"},  # the library below the recipes: itself only
     "android_bench": {"android_bench", "mobilekd"},
-    "teacher_ib_bert": {"mobilekd"},
+    "teacher_ib_bert": {"teacher_ib_bert", "mobilekd"},
     # the comparisons share benchmarks.runner; benchmarks.int8 names the latency run's files and kernel families
     "benchmarks": {"mobilekd", "teacher_ib_bert", "android_bench", "benchmarks"},
 }

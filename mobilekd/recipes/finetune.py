@@ -62,7 +62,7 @@ from mobilekd.train.precision import describe, pass_flag, pass_setting
 
 def parse_args(argv=None):
     """The parsed flags: the training loop's (`add_training_flags`) on the namespace, the recipe's own as one
-    `FinetuneConfig` in its `finetune`, checked and with the task's and the method's defaults filled in."""
+    `FinetuneConfig` in its `recipe`, checked and with the task's and the method's defaults filled in."""
     description = __doc__ + "\n" + textwrap.fill(f"Defaults: {defaults_text()}.", 115)
     p = argparse.ArgumentParser(prog="mobilekd finetune", description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -74,7 +74,7 @@ def parse_args(argv=None):
     c.model = str(model_dir(c.model))
     c.teacher = c.teacher and str(model_dir(c.teacher))
     train_config(args)  # bad training flags are refused before any work
-    args.finetune = fill_defaults(check(c))
+    args.recipe = fill_defaults(check(c))
     return args
 
 
@@ -84,7 +84,7 @@ def main(argv=None):
 
 
 def run(args, accelerator):
-    c = args.finetune  # the recipe's settings (FinetuneConfig); args holds the training loop's
+    c = args.recipe  # the recipe's settings (FinetuneConfig); args holds the training loop's
     data = task_data(c.task, c.data)
     task = load_task(c.task, data, c.eval_only, c.regression)
     tokenizer = load_tokenizer(c.model)
