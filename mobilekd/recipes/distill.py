@@ -30,76 +30,54 @@ from mobilekd.fileio import atomic_path, write_json
 from mobilekd.models.heads import MobileBertForPreTraining, pretraining_loss
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
 from mobilekd.models.presets import PRESETS, get_preset
-from mobilekd.flags import add_flags, at_least, from_flags
-from mobilekd.train.common import EVAL_EXAMPLES, SHIPPED_CORPORA, add_training_flags, run_owned, train_config
+from mobilekd.flags import add_flags, from_flags, take_flags
+from mobilekd.train.common import add_training_flags, run_owned, train_config
+from mobilekd.transfer.config import DistillConfig
 from mobilekd.train.evaluate import evaluate_pretraining
 from mobilekd.train.loop import Stage, run_plan
-from mobilekd.transfer.inherit import INHERIT_EXAMPLES, check_inheritable, inherit
-from mobilekd.transfer.layer_maps import RULES, parse_layer_map
-from mobilekd.transfer.strategies import (STRATEGIES, STRATEGY, Distiller, PlanSettings, TransferWeights, check_pair,
+from mobilekd.transfer.inherit import check_inheritable, inherit
+from mobilekd.transfer.layer_maps import parse_layer_map
+from mobilekd.transfer.strategies import (STRATEGIES, Distiller, PlanSettings, TransferWeights, check_pair,
                                           copy_shared_weights, plan)
 
 
 def parse_args(argv=None):
+    """The parsed flags: the plan's and the training loop's on the namespace (the plan's as `settings`), the recipe's
+    own as one `DistillConfig` in its `recipe`; every setting checked before any work."""
     p = argparse.ArgumentParser(prog="mobilekd distill", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--teacher", default="runs/teacher", help="teacher directory (default runs/teacher)")
-    p.add_argument("--student", default="mobilebert_h384",
-                   help="student preset (default mobilebert_h384, the demo teacher's student; see `mobilekd models`), "
-                        "or a model directory to start from (e.g. `mobilekd init TEACHER OUT --layers spread:3`)")
-    p.add_argument("--strategy", choices=STRATEGIES, default=STRATEGY,
-                   help="; ".join(f"{k}: {v.help}" for k, v in STRATEGIES.items()) + f" (default {STRATEGY}; "
-                        "mobilekd.transfer.strategies)")
-    p.add_argument("--masked-score", type=float,
-                   help="the student masks padding as the official TF1 code does: its attention scores there become "
-                        "this value (-6 officially; quantization friendly) instead of dropping by 10000; such a "
-                        "student is saved as model_type ib_bert, since transformers masks additively")
+    add_flags(p, DistillConfig)
     add_flags(p, PlanSettings)
     add_flags(p, TransferWeights)
-    p.add_argument("--layer-map", help="teacher layer (0-based) for each student layer, comma-separated, when "
-                                       "depths differ, e.g. 1,3,5,7 for a 4-layer student of an 8-layer teacher, "
-                                       f"or a rule ({', '.join(RULES)}; uniform is TinyBERT's: student layer l reads "
-                                       "teacher layer (l + 1) * teacher depth / student depth - 1; see "
-                                       "mobilekd.transfer.layer_maps)")
-    p.add_argument("--inherit", action="store_true",
-                   help="start a MobileBERT-shaped preset's blocks from the teacher's weights through its bottlenecks "
-                        "(as `mobilekd init PRESET OUT --from-teacher TEACHER`; mobilekd/transfer/inherit.py), fitted "
-                        "over --inherit-examples training examples, instead of from random weights")
-    p.add_argument("--inherit-examples", type=int, default=INHERIT_EXAMPLES, metavar="N",
-                   help=f"with --inherit: the examples the start is fitted over (default {INHERIT_EXAMPLES})")
-    p.add_argument("--compare", help="comma-separated strategies to run at equal total steps, e.g. akt,jkt,pkt; "
-                                     "add 'scratch' for the student trained without a teacher")
-    p.add_argument("--corpus", nargs="+", default=SHIPPED_CORPORA, help="pre-training text (default: shipped)")
-    p.add_argument("--eval-examples", type=int, default=EVAL_EXAMPLES,
-                   help=f"held-out examples to evaluate (default {EVAL_EXAMPLES})")
     add_training_flags(p, out="runs/student", batch_size=32, seq_len=64, optimizer="adamw")
     args = p.parse_args(argv)
-    at_least("--inherit-examples", args.inherit_examples, 1)
+    args.recipe = take_flags(DistillConfig, args)
     args.settings = from_flags(PlanSettings, args, weights=from_flags(TransferWeights, args))  # refused here if bad
     for strategy in asked(args):
         if strategy in STRATEGIES:  # a weight a strategy has no use for is refused before any work
             args.settings.weights.for_strategy(strategy)
     train_config(args)  # so are bad training flags
-    if args.inherit:
+    if args.recipe.inherit:
         check_inherit(args)
     return args
 
 
 def asked(args) -> list[str]:
     """The strategies a run names: --strategy, then --compare's."""
-    return [args.strategy, *(s.strip() for s in (args.compare or "").split(",") if s.strip())]
+    return [args.recipe.strategy, *(s.strip() for s in (args.recipe.compare or "").split(",") if s.strip())]
 
 
 def check_inherit(args) -> None:
     """Refuse, before OUT is made, an --inherit this run could not honour: a student directory (started already),
     a teacher/student pair the start is not defined for, or a strategy with no teacher layer for each student block
     (DistilBERT's and MiniLM's, whose matches read the last layers alone)."""
-    if Path(args.student).is_dir():
-        raise UserError(f"--inherit starts a preset; --student {args.student} is a directory (start it with `mobilekd "
+    c = args.recipe
+    if Path(c.student).is_dir():
+        raise UserError(f"--inherit starts a preset; --student {c.student} is a directory (start it with `mobilekd "
                         "init PRESET OUT --from-teacher TEACHER`, or give the preset)")
-    teacher, student = load_config(args.teacher)[0], get_preset(args.student).config
+    teacher, student = load_config(c.teacher)[0], get_preset(c.student).config
     check_inheritable(teacher, student)
-    mapped = parse_layer_map(args.layer_map, teacher.num_hidden_layers, student.num_hidden_layers)
+    mapped = parse_layer_map(c.layer_map, teacher.num_hidden_layers, student.num_hidden_layers)
     for strategy in asked(args):
         if strategy != "scratch" and len(check_pair(teacher, student, mapped, strategy)) != student.num_hidden_layers:
             raise UserError(f"--inherit needs a teacher layer for each student block; --strategy {strategy} maps "
@@ -109,7 +87,7 @@ def check_inherit(args) -> None:
 def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teacher_dir: Path) -> dict:
     """One strategy (or 'scratch') from the teacher directory into a fresh student (or the --student directory's
     model); returns its summary."""
-    student = student_model(args.student, args.masked_score)
+    student = student_model(args.recipe.student, args.recipe.masked_score)
     config = student.config
     n_layers = config.num_hidden_layers
     settings = dataclasses.replace(  # scratch records PD's defaults, as it always has (it reads none of them)
@@ -117,25 +95,25 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
     w = settings.weights  # as this strategy trains with them, so its summary records what was used
     run = {"student": config.to_dict(), "teacher": str(teacher_dir), "seq_len": args.seq_len, "data": data.path.name,
            "strategy": strategy, "freeze": settings.freeze, "lr": settings.lr, "layer_lr": settings.layer_lr,
-           "alpha": w.alpha, "temperature": w.temperature, "layer_map": args.layer_map,
+           "alpha": w.alpha, "temperature": w.temperature, "layer_map": args.recipe.layer_map,
            "weights": [w.fmt, w.at, w.mean, w.var], "train_word_embeddings": settings.train_word_embeddings,
            # the examples the start was fitted over; None without --inherit, as runs before the flag
-           "inherit": args.inherit_examples if args.inherit and strategy != "scratch" else None}
+           "inherit": args.recipe.inherit_examples if args.recipe.inherit and strategy != "scratch" else None}
     cfg = train_config(args, out_dir=out, run=run)
     distiller, inherited = None, None
     if strategy == "scratch":
-        if Path(args.student).is_dir():  # from random weights, even when --student is a directory
+        if Path(args.recipe.student).is_dir():  # from random weights, even when --student is a directory
             student = MobileBertForPreTraining(config)
         stages = [Stage(name="scratch", steps=settings.total_steps(n_layers), loss=pretraining_loss, lr=settings.lr,
                         warmup=settings.warmup)]
         copied = []
     else:
         teacher = load_pretrained(teacher_dir, "pretraining", require_head=True).to(accelerator.device)
-        layer_map = parse_layer_map(args.layer_map, teacher.config.num_hidden_layers, n_layers)
+        layer_map = parse_layer_map(args.recipe.layer_map, teacher.config.num_hidden_layers, n_layers)
         layer_map = check_pair(teacher.config, config, layer_map, strategy)
         copied = copy_shared_weights(teacher, student)
-        if args.inherit:  # every block from the teacher's weights (the embeddings and heads copied again there)
-            inherited = inherit(teacher, student, layer_map, data.train.first_batches(args.inherit_examples))
+        if args.recipe.inherit:  # every block from the teacher's weights (the embeddings and heads copied again there)
+            inherited = inherit(teacher, student, layer_map, data.train.first_batches(args.recipe.inherit_examples))
         distiller = Distiller(teacher, layer_map, settings, config, strategy)
         projections = distiller.projections()
         if len(projections):
@@ -143,7 +121,7 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
         stages = plan(strategy, distiller, n_layers, shared=copied)
     start = time.time()
     summaries = run_plan(stages, student, data.train, cfg, accelerator, resume=args.resume)
-    result = {"strategy": strategy, "student": args.student, "teacher": str(teacher_dir),
+    result = {"strategy": strategy, "student": args.recipe.student, "teacher": str(teacher_dir),
               "total_steps": sum(s.steps for s in stages), "wall_seconds": round(time.time() - start, 1),
               "copied_from_teacher": len(copied), "stages": summaries,
               **({"inherited": inherited} if inherited else {})}
@@ -153,7 +131,7 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
         del student.projections  # they served the transfer; the student is saved and exported without them
     if accelerator.is_main_process:
         result["heldout"] = evaluate_pretraining(student, data.heldout, data.meta["most_frequent_token"],
-                                                 args.eval_examples)
+                                                 args.recipe.eval_examples)
         save_pretrained(student, out, tokenizer)
         write_json(out / "summary.json", result)
         with atomic_path(out / "summary.md") as tmp:
@@ -194,22 +172,22 @@ def main(argv=None):
 
 
 def run(args, accelerator):
-    teacher_dir = Path(args.teacher)
+    teacher_dir = Path(args.recipe.teacher)
     if not (teacher_dir / "config.json").is_file():
         raise UserError(f"{teacher_dir}: no teacher here (no config.json); train one with scripts/train_teacher.sh")
     load_config(teacher_dir)  # a teacher of another family is refused in one line before the corpus is read
     tokenizer = load_tokenizer(teacher_dir)
     with accelerator.main_process_first():
-        data = load_pretraining_data(args.corpus, tokenizer, args.seq_len, args.seed, args.cache_dir)
+        data = load_pretraining_data(args.recipe.corpus, tokenizer, args.seq_len, args.seed, args.cache_dir)
     out = Path(args.out)
-    if not args.compare:
-        result = distill(args, args.strategy, out, accelerator, data, tokenizer, teacher_dir)
+    if not args.recipe.compare:
+        result = distill(args, args.recipe.strategy, out, accelerator, data, tokenizer, teacher_dir)
         if accelerator.is_main_process:
             h = result["heldout"]
-            print(f"{args.strategy}: held-out MLM accuracy {h['mlm_accuracy']:.4f} (unigram "
+            print(f"{args.recipe.strategy}: held-out MLM accuracy {h['mlm_accuracy']:.4f} (unigram "
                   f"{h['unigram_accuracy']:.4f}), MLM loss {h['mlm_loss']:.4f}; student saved to {out}")
         return
-    strategies = [s.strip() for s in args.compare.split(",") if s.strip()]
+    strategies = [s.strip() for s in args.recipe.compare.split(",") if s.strip()]
     unknown = [s for s in strategies if s not in (*STRATEGIES, "scratch")]
     if unknown:
         raise UserError(f"--compare: unknown strategies {unknown} (choose from {', '.join(STRATEGIES)}, scratch)")
