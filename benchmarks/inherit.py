@@ -61,18 +61,24 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     return plan
 
 
-def transfer_rows(out: Path) -> list[dict]:
-    """Each start's held-out masked-LM scores after its transfer, and each transfer's wall time (task None)."""
+def distill_rows(out: Path, methods) -> list[dict]:
+    """Each distill run OUT/METHOD's wall time with the host of its first stage (where the seconds were measured) and
+    its held-out masked-LM scores, as rows of task None."""
     found = []
-    for m in ("random", "inherited"):
+    for m in methods:
         if not (out / m / "summary.json").is_file():
             continue
         s = read_json(out / m / "summary.json")
-        host = recorded_host(s["stages"][0])  # its first stage: where the seconds were measured
         found.append({"task": None, "method": m, "seed": 0, "metric": "wall_seconds", "value": s["wall_seconds"],
-                      "steps": s["total_steps"], **host})
+                      "steps": s["total_steps"], **recorded_host(s["stages"][0])})
         found += [{"task": None, "method": m, "seed": 0, "metric": k, "value": round(s["heldout"][k], 4),
                    "steps": s["total_steps"]} for k in MLM]
+    return found
+
+
+def transfer_rows(out: Path) -> list[dict]:
+    """Each start's held-out masked-LM scores after its transfer, and each transfer's wall time (task None)."""
+    found = distill_rows(out, ("random", "inherited"))
     if (out / "start" / "summary.json").is_file():
         s = read_json(out / "start" / "summary.json")
         found.append({"task": None, "method": "inherited-0", "seed": 0, "metric": "fit_relative_error",

@@ -22,13 +22,13 @@ from pathlib import Path
 
 from benchmarks import intervals, teacher_value
 from benchmarks.command import comparison, comparison_flags
-from benchmarks.inherit import MLM, STUDENT, TASKS
+from benchmarks.inherit import STUDENT, TASKS, distill_rows
 from benchmarks.minilm import FINETUNE
-from benchmarks.rows import paired_runs, recorded_host
+from benchmarks.rows import paired_runs
 from benchmarks.runner import RESUMABLE, Job
 from benchmarks.stats import mean_std_cell, values
 from mobilekd.data.tasks import GLUE_TASKS
-from mobilekd.fileio import REPO_ROOT, read_json
+from mobilekd.fileio import REPO_ROOT
 
 STEPS = (100, 300, 1000)  # PKT steps a stage
 METHODS = tuple(f"pkt-{n}" for n in STEPS)
@@ -49,23 +49,8 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     return plan
 
 
-def transfer_rows(out: Path) -> list[dict]:
-    """Each transfer's wall time (one thread: its CPU-seconds) with its host, and its start's held-out masked-LM
-    scores (task None)."""
-    found = []
-    for m in METHODS:
-        if not (out / m / "summary.json").is_file():
-            continue
-        s = read_json(out / m / "summary.json")
-        found.append({"task": None, "method": m, "seed": 0, "metric": "wall_seconds", "value": s["wall_seconds"],
-                      "steps": s["total_steps"], **recorded_host(s["stages"][0])})
-        found += [{"task": None, "method": m, "seed": 0, "metric": k, "value": round(s["heldout"][k], 4),
-                   "steps": s["total_steps"]} for k in MLM]
-    return found
-
-
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
-    found = transfer_rows(out)
+    found = distill_rows(out, METHODS)  # each transfer's wall time (one thread: its CPU-seconds) and MLM scores
     for task in tasks:
         found += paired_runs(out, task, seeds, METHODS, PAIRS)
     return found
