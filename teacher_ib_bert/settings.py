@@ -39,7 +39,7 @@ class TeacherConfig:
                 "get no gradient: with the decoder tied to them, Adam would move them all the same way; "
                 "mobilekd/train/vocab.py)"})
     head_lr_scale: float | None = field(default=None, metadata={
-        "type": float, "above": 0, "help": "with --init-from: the heads' learning rate as a multiple of --lr",
+        "type": float, "min": 0, "help": "with --init-from: the heads' learning rate as a multiple of --lr",
         "default_help": "from adaptation.json: the new heads start from scratch, the encoder is already trained"})
     corpus: list[str] = field(default_factory=lambda: list(SHIPPED_CORPORA), metadata={
         "nargs": "+", "default_help": "the shipped Brown and Austen corpora",

@@ -26,7 +26,9 @@ class FinetuneConfig:
     model: str = field(default=None, metadata={
         "required": True, "help": "model directory (ours, or a transformers MobileBERT/BERT one), or a packaged "
                                   "checkpoint's name (all-minilm-l6-v2)"})
-    task: str = field(default=None, metadata={"required": True, "choices": TASK_NAMES, "help": "the task"})
+    task: str = field(default=None, metadata={
+        "required": True, "choices": TASK_NAMES,
+        "help": "a GLUE task, SQuAD (squad1, squad2), or custom (your --data)"})
     data: str | None = field(default=None, metadata={
         "help": "task directory with train and dev files", "default_help": "the shipped copy for sst2, cola, mrpc, "
                                                                            "stsb, rte"})
@@ -144,5 +146,6 @@ def fill_defaults(c: FinetuneConfig) -> FinetuneConfig:
     """The settings the user left unset (None), from the task's defaults (but the learning rate, whose default
     depends on the model's size: `data.tasks.default_lr`, once the model is loaded) and then the method's."""
     unset = {f.name for f in dataclasses.fields(c) if getattr(c, f.name) is None}
-    found = {**{k: v for k, v in DEFAULTS[c.task].items() if k != "lr"}, **method_flags(c.method)}
+    # the task's value first where both give one, as before the dataclass
+    found = {**method_flags(c.method), **{k: v for k, v in DEFAULTS[c.task].items() if k != "lr"}}
     return dataclasses.replace(c, **{k: v for k, v in found.items() if k in unset})

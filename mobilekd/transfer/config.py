@@ -27,7 +27,8 @@ class DistillConfig:
                 "value (-6 officially; quantization friendly) instead of dropping by 10000; such a student is saved "
                 "as model_type ib_bert, since transformers masks additively"})
     layer_map: str | None = field(default=None, metadata={
-        "default_help": "student layer l reads teacher layer l; required where depths differ",
+        "default_help": "student layer l reads teacher layer l; required where depths differ, refused by the "
+                        "strategies that match the last layers alone (distilbert, minilm)",
         "help": "teacher layer (0-based) for each student layer, comma-separated, when depths differ, e.g. 1,3,5,7 "
                 f"for a 4-layer student of an 8-layer teacher, or a rule ({', '.join(RULES)}; uniform is TinyBERT's: "
                 "student layer l reads teacher layer (l + 1) * teacher depth / student depth - 1; see "
