@@ -334,7 +334,9 @@ def family_table(results: list[dict]) -> str:
     of a millisecond faster than the others (a 1-layer subset at MCC 0.05 beside TinyBERT's 0.22) would stand on a
     frontier of all trials and say nothing of what a user would ship. Issue 78's goal, a MobileBERT-shaped student on
     the frontier of 3 of the 5 GLUE tasks, is judged here on validation, where every trial was scored (dev scores only
-    the chosen one), on most of a task's seeds."""
+    the chosen one), on most of a task's seeds, in the newest space that searched the family on it. Searches of the
+    first draw (one draw over every shape, halved across families) are left out: their families were not drawn
+    equally."""
     lines = ["\nThe families of each search, on validation (complete trials; frontier: of the families' best "
              "complete trials in one seed's search, validation score x Pixel 4 estimate).\n",
              "| task | space | family | trials (complete), all seeds | best complete trial a seed: validation | "
@@ -357,8 +359,9 @@ def family_table(results: list[dict]) -> str:
             if family == "mobilebert" and task in GLUE:
                 points = [b for (f, seed), b in bests.items() if f == family and b in frontier[seed]]
                 tops = [max(frontier[seed], key=lambda b: b["val_value"]) for seed in front]
-                met[task] = (2 * len(front) > len(seeds), f"{len(front)} of {len(seeds)} seeds" + (
-                    f": {_spread(points)}, where that seed's best student is {_spread(tops)}" if points else ""))
+                if task not in met or _sortable(v) > met[task][0]:  # the newest space that searched the family
+                    met[task] = (_sortable(v), 2 * len(front) > len(seeds), f"{len(front)} of {len(seeds)} seeds" + (
+                        f": {_spread(points)}, where that seed's best student is {_spread(tops)}" if points else ""))
             lines.append(f"| {task} | {v[2] or 'the first'} | {family} | {len(mine)} "
                          f"({sum(t['state'] == 'complete' for t in mine)}) | "
                          + (f"{mean_std_cell([b['val_value'] for b in best])} | "
@@ -368,9 +371,9 @@ def family_table(results: list[dict]) -> str:
     if len(lines) == 3:
         return ""
     verdict = (f"\nIssue 78's goal, a MobileBERT-shaped student on the frontier (on most seeds) of at least 3 of the 5 "
-               f"GLUE tasks: {sum(ok for ok, _ in met.values())} of the {len(met)} searched with it so far ("
-               + "; ".join(f"{t}: {'on it' if ok else 'not'}, {why}" for t, (ok, why) in met.items()) + "); "
-               + ("**met**" if sum(ok for ok, _ in met.values()) >= 3 else "**not met**") + ".\n") if met else ""
+               f"GLUE tasks: {sum(ok for _, ok, _ in met.values())} of the {len(met)} searched with it so far ("
+               + "; ".join(f"{t}: {'on it' if ok else 'not'}, {why}" for t, (_, ok, why) in met.items()) + "); "
+               + ("**met**" if sum(ok for _, ok, _ in met.values()) >= 3 else "**not met**") + ".\n") if met else ""
     return "\n".join(lines) + "\n" + verdict
 
 

@@ -8,10 +8,11 @@ the CPU-seconds of transfer, so that a user sees what more compute would buy. Se
     python -m benchmarks.transfer_curve --table --write --plot    # the table into docs/methods.md, the figure
 
 Transfer: `distill --strategy pkt --layer-map uniform --layer-steps N --pd-steps N` (32 sequences of 64 tokens a
-step on the shipped corpora, one thread, so its wall seconds are its CPU-seconds); N = 100 is benchmarks.inherit's
-`random` start, made again here. Rows (docs/results/transfer_curve.json): each transfer's wall time with its host
-and its held-out masked-LM accuracy and loss; each fine-tuned run's dev and validation scores; the paired intervals
-(benchmarks/intervals.py) of each longer transfer against the shortest, in the task's metric.
+step on the shipped corpora, one thread, so its seconds are its CPU-seconds); N = 100 is benchmarks.inherit's
+`random` start, made again here. Rows (docs/results/transfer_curve.json): each transfer's training seconds (its
+stages', which carry across a resume) with its host and its held-out masked-LM accuracy and loss; each fine-tuned
+run's dev and validation scores; the paired intervals (benchmarks/intervals.py) of each longer transfer against the
+shortest, in the task's metric. No page holds its table yet: its block joins docs/methods.md with its first rows.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
 
 
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
-    found = distill_rows(out, METHODS)  # each transfer's wall time (one thread: its CPU-seconds) and MLM scores
+    found = distill_rows(out, METHODS)  # each transfer's seconds (one thread: its CPU-seconds) and MLM scores
     for task in tasks:
         found += paired_runs(out, task, seeds, METHODS, PAIRS)
     return found
@@ -64,7 +65,7 @@ def table(results: list[dict]) -> str:
     agnostic = _agnostic(results)
 
     def head(m):
-        wall = agnostic.get((m, "wall_seconds"))
+        wall = agnostic.get((m, "transfer_seconds"))
         return f"PKT {m[4:]} a stage" + (f" ({wall['value'] / 60:.0f} CPU-min)" if wall else "")
 
     lines = ["| task (metric) | " + " | ".join(map(head, METHODS)) + " | "
@@ -79,9 +80,9 @@ def table(results: list[dict]) -> str:
             stored = [r for r in results if r["task"] == task and r["method"] == f"{a}-{b}"]
             cells.append(intervals.cell(stored[0]["interval"]) if stored else "-")
         lines.append(f"| {task} ({metric}) | " + " | ".join(cells) + " |")
-    mlm = "; ".join(f"{m[4:]} steps {agnostic[m, 'mlm_accuracy']['value']:.4f}" for m in METHODS
+    mlm = "; ".join(f"{m[4:]} steps a stage {agnostic[m, 'mlm_accuracy']['value']:.4f}" for m in METHODS
                     if (m, "mlm_accuracy") in agnostic)
-    hosts = sorted({agnostic[m, "wall_seconds"]["host"] for m in METHODS if (m, "wall_seconds") in agnostic})
+    hosts = sorted({agnostic[m, "transfer_seconds"]["host"] for m in METHODS if (m, "transfer_seconds") in agnostic})
     return "\n".join(lines) + (
         "\n\nDifferences in points of the task's metric with their paired 95% bootstrap intervals over dev examples "
         f"and seeds (benchmarks/intervals.py). Held-out masked-LM accuracy after the transfer: {mlm or '-'}. "
@@ -102,8 +103,8 @@ def plot(results: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         metric = GLUE_TASKS[task].metrics[0]
-        points = [(agnostic[m, "wall_seconds"]["value"] / 60, values(results, task, metric, m)) for m in METHODS
-                  if (m, "wall_seconds") in agnostic and values(results, task, metric, m)]
+        points = [(agnostic[m, "transfer_seconds"]["value"] / 60, values(results, task, metric, m)) for m in METHODS
+                  if (m, "transfer_seconds") in agnostic and values(results, task, metric, m)]
         ax.errorbar([x for x, _ in points], [statistics.mean(v) for _, v in points],
                     yerr=[statistics.stdev(v) if len(v) > 1 else 0 for _, v in points], marker="o", capsize=3)
         ax.set_xscale("log")

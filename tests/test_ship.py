@@ -505,8 +505,9 @@ def test_the_benchmark_pairs_a_later_search_space_with_the_one_before_on_the_see
 
 
 def test_the_family_table_judges_the_frontier_on_each_familys_best_complete_trial():
-    """A family stands on a seed's frontier by its best complete trial: a pruned trial is not compared, and a weak
-    trial of a faster shape does not put its family there (issue 78's goal is judged from these)."""
+    """A family stands on a seed's frontier by its best complete trial: a pruned trial is not compared, a weak trial
+    of a faster shape does not put its family there, and a slower trial scoring only as well is dominated (issue 78's
+    goal is judged from these, in the newest space that searched the family)."""
     from benchmarks.ship import FAMILY_DRAW, family_table, on_frontier
 
     def trial(seed, family, ms, val, state="complete", chosen=False):
@@ -517,14 +518,18 @@ def test_the_family_table_judges_the_frontier_on_each_familys_best_complete_tria
     rows = [trial(0, "tinybert", 1.5, 0.22, chosen=True), trial(0, "mobilebert", 1.2, 0.11),
             trial(0, "mobilebert", 1.2, 0.30, state="pruned"), trial(0, "subset", 2.6, 0.17),
             trial(0, "subset", 1.1, 0.05),
-            trial(1, "tinybert", 1.5, 0.20, chosen=True), trial(1, "mobilebert", 1.9, 0.10),
+            trial(1, "tinybert", 1.5, 0.20, chosen=True), trial(1, "mobilebert", 1.9, 0.20),
             trial(1, "subset", 2.6, 0.15)]
     assert on_frontier([r for r in rows if r["seed"] == 0 and r["state"] == "complete"]) == [rows[0], rows[1], rows[4]]
     text = family_table(rows)
     assert "| cola | the first | subset | 3 (3) | 0.1600 ± 0.0141 [n=2] | subset-2.6 2.6 ms | 0 of 2 | 0 of 2 |" in text
-    assert "| cola | the first | mobilebert | 3 (2) | 0.1050 ± 0.0071 [n=2] | mobilebert-1.2 1.2, mobilebert-1.9 1.9 " \
+    assert "| cola | the first | mobilebert | 3 (2) | 0.1550 ± 0.0636 [n=2] | mobilebert-1.2 1.2, mobilebert-1.9 1.9 " \
            "ms | 0 of 2 | 1 of 2 |" in text
     assert "tinybert | 2 (2) | 0.2100 ± 0.0141 [n=2] | tinybert-1.5 1.5 ms | 2 of 2 | 2 of 2 |" in text
     assert "0 of the 1 searched with it so far (cola: not, 1 of 2 seeds: mobilebert-1.2 1.2 ms at 0.1100, where " \
            "that seed's best student is tinybert-1.5 1.5 ms at 0.2200); **not met**" in text
     assert family_table([r for r in rows if r["family"] == "tinybert"]) == ""  # one family: nothing to compare
+    later = [{**r, "space": "mobilebert", "val_value": r["val_value"] + (0.2 if r["family"] == "mobilebert" else 0)}
+             for r in rows]  # a newer space where the family leads on both seeds decides, in either order
+    for both in (rows + later, later + rows):
+        assert "1 of the 1 searched with it so far (cola: on it, 2 of 2 seeds" in family_table(both)
