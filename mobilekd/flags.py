@@ -34,58 +34,65 @@ def _default(f: dataclasses.Field):
 
 
 def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, shown: dict | None = None,
-              **defaults) -> None:
+              meta: dict[str, dict] | None = None, **defaults) -> None:
     """Add one flag per documented field of dataclass `cls`; `defaults` override the field defaults (a recipe's
     own choice, e.g. a smaller batch; None where the recipe fills it in later, described by `shown`), and the
-    help says which default applies."""
+    help says which default applies; `meta` overrides a field's metadata for this parser (a recipe's own choices
+    or help text)."""
     for f in dataclasses.fields(cls):
-        if "help" not in f.metadata:
+        m = {**f.metadata, **(meta or {}).get(f.name, {})}
+        if "help" not in m:
             continue
         flag, dest = _flag(f)
         default = defaults.get(f.name, _default(f))
-        described = (shown or {}).get(f.name, f.metadata.get("default_help", default))
-        if f.metadata.get("length"):
-            add_length_flag(parser, dest=dest, default=default, help=f"{f.metadata['help']} (default {described})")
+        described = (shown or {}).get(f.name, m.get("default_help", default))
+        if m.get("length"):
+            add_length_flag(parser, dest=dest, default=default, help=f"{m['help']} (default {described})")
             continue
         if default is False:
-            parser.add_argument(flag, dest=dest, action="store_true", help=f.metadata["help"])
+            parser.add_argument(flag, dest=dest, action="store_true", help=m["help"])
             continue
         if default is True:
             parser.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=True,
-                                help=f"{f.metadata['help']} (default on)")
+                                help=f"{m['help']} (default on)")
             continue
-        kind = f.metadata.get("type", type(_default(f)) if _default(f) is not None else str)
+        kind = m.get("type", type(_default(f)) if _default(f) is not None else str)
         if isinstance(default, list):  # a list's items are of the type given, or str
-            kind = f.metadata.get("type", str)
-        common = dict(dest=dest, type=kind, choices=f.metadata.get("choices"), nargs=f.metadata.get("nargs"),
-                      metavar=f.metadata.get("metavar"))
-        if f.metadata.get("required"):
-            parser.add_argument(flag, *f.metadata.get("aliases", []), required=True, help=f.metadata["help"],
-                                **common)
+            kind = m.get("type", str)
+        common = dict(dest=dest, type=kind, choices=m.get("choices"), nargs=m.get("nargs"), metavar=m.get("metavar"))
+        if m.get("required"):
+            parser.add_argument(flag, *m.get("aliases", []), required=True, help=m["help"], **common)
             continue
-        shown_help = argparse.SUPPRESS if f.metadata.get("hidden") else f"{f.metadata['help']} (default {described})"
-        parser.add_argument(flag, *f.metadata.get("aliases", []), default=default, help=shown_help, **common)
+        shown_help = argparse.SUPPRESS if m.get("hidden") else f"{m['help']} (default {described})"
+        parser.add_argument(flag, *m.get("aliases", []), default=default, help=shown_help, **common)
+
+
+def flag_values(cls, args: argparse.Namespace) -> dict:
+    """The values of the flags that `add_flags` added for `cls`, by field name, taken off `args`; a field's metadata
+    "min" (or "above", strictly) bounds its flag's value."""
+    flagged = {}
+    for f in dataclasses.fields(cls):
+        flag, dest = _flag(f)
+        if "help" not in f.metadata or not hasattr(args, dest):
+            continue
+        flagged[f.name] = getattr(args, dest)
+        if "min" in f.metadata:
+            at_least(flag, flagged[f.name], f.metadata["min"])
+        if "above" in f.metadata:
+            at_least(flag, flagged[f.name], f.metadata["above"], strictly=True)
+        delattr(args, dest)
+    return flagged
 
 
 def from_flags(cls, args: argparse.Namespace, **values):
-    """An instance of `cls` from the parsed flags that `add_flags` added, and `values` for the other fields."""
-    flagged = {f.name: getattr(args, _flag(f)[1]) for f in dataclasses.fields(cls)
-               if "help" in f.metadata and hasattr(args, _flag(f)[1])}
-    for f in dataclasses.fields(cls):  # a field's metadata "min" (or "above", strictly) bounds its flag
-        if f.name in flagged and "min" in f.metadata:
-            at_least(_flag(f)[0], flagged[f.name], f.metadata["min"])
-        if f.name in flagged and "above" in f.metadata:
-            at_least(_flag(f)[0], flagged[f.name], f.metadata["above"], strictly=True)
-    return cls(**{**flagged, **values})
+    """An instance of `cls` from the parsed flags that `add_flags` added, and `values` for the other fields; the
+    flags stay on `args` (the training loop's, read by several helpers)."""
+    return cls(**{**flag_values(cls, argparse.Namespace(**vars(args))), **values})
 
 
 def take_flags(cls, args: argparse.Namespace, **values):
     """`from_flags`, the flags taken off `args`: a recipe then reads its own settings from the instance alone."""
-    found = from_flags(cls, args, **values)
-    for f in dataclasses.fields(cls):
-        if "help" in f.metadata and hasattr(args, _flag(f)[1]):
-            delattr(args, _flag(f)[1])
-    return found
+    return cls(**{**flag_values(cls, args), **values})
 
 
 def at_least(flag: str, value, minimum, *, strictly: bool = False) -> None:

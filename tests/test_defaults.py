@@ -4,6 +4,7 @@ scripts/demo.sh (through `mobilekd run-config`) and benchmarks.teacher_value bot
 
 import ast
 import dataclasses
+import importlib
 import json
 import re
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from benchmarks import teacher_value as tv
 from conftest import ROOT
 from helpers import one_line_error, run_module
+from mobilekd.data.pairs import MAX_LEN as PAIR_LENGTHS
 from mobilekd.data.tasks import DEFAULTS, SMALL_MODEL_LR, default_lr
 from mobilekd.errors import UserError
 from mobilekd.finetune.methods import DEFAULTS as KD_DEFAULTS
@@ -26,6 +28,7 @@ from mobilekd.recipes import finetune
 from mobilekd.recipes.run_config import main as run_config
 from mobilekd.run_config import DEMO, flags, run_settings
 from mobilekd.train.loop import Stage
+from mobilekd.train.task_training import Schedule
 
 DEMO_SH = ROOT / "scripts" / "demo.sh"
 
@@ -173,6 +176,35 @@ def test_the_sequence_length_has_one_name_in_every_verb_and_the_old_one_says_so(
     assert "--seq-len is deprecated, use --max-len" in old.stderr and "deprecated" not in new.stderr
 
 
+# (verb, its required flags, the task's default sequence length) of every verb that trains on a task's training set
+TASK_TRAINED = [("fastbert", ["--model", "m", "--task", "mrpc"], DEFAULTS["mrpc"]["max_len"]),
+                ("qat", ["--model", "m", "--task", "stsb"], DEFAULTS["stsb"]["max_len"]),
+                ("bilstm", ["--teacher", "t", "--task", "sst2"], DEFAULTS["sst2"]["max_len"]),
+                ("cmlm", ["--teacher", "t", "--task", "correction"], PAIR_LENGTHS["correction"]),
+                ("seq2seq", ["--method", "ce", "--task", "entailment"], PAIR_LENGTHS["entailment"]),
+                ("multitask", ["--model", "m", "--tasks", "sst2", "rte"], 128)]
+
+
+@pytest.mark.parametrize("verb, given, length", TASK_TRAINED, ids=[v[0] for v in TASK_TRAINED])
+def test_a_task_trained_verb_reads_its_schedule_from_one_config(verb, given, length):
+    """fastbert, qat, bilstm, cmlm, seq2seq and multitask take their task and schedule as one `Schedule` (the
+    verb's `add_task_flags` call holds its epochs and learning rate): an unset --max-len is the task's, the flags
+    are read from the config alone (taken off the namespace), and a bad value is refused in one line."""
+    parse = importlib.import_module(f"mobilekd.recipes.{verb}").parse_args
+    args = parse([*given, "--lr", "3e-4"])
+    c = args.recipe
+    t = c.schedule if verb == "multitask" else c.training
+    assert isinstance(t, Schedule) and (t.max_len, t.lr) == (length, 3e-4)
+    assert t.epochs > 0 and t.steps(100, 32) == round(t.epochs * 4)
+    assert not any(hasattr(args, name) for name in ("epochs", "lr", "max_len", "task", "data", "model", "teacher"))
+    assert parse([*given, "--max-len", "48", "--max-steps", "7"]).recipe.__dict__[
+        "schedule" if verb == "multitask" else "training"].steps(10**6, 1) == 7
+    for bad, said in ((["--epochs", "0"], "--epochs must be greater than 0"), (["--max-len", "0"], "--max-len must"),
+                      (["--lr", "-1"], "--lr must be greater than 0")):
+        with pytest.raises(UserError, match=said):
+            parse([*given, *bad])
+
+
 # Defaults of one flag that are equal in several verbs by coincidence, not one default copied: each is its
 # method's own (credited in its recipe's --help)
 COINCIDENT = {("--lr", 0.001): "seq2seq's (OpenNMT-style Adam) and the BiLSTM's (Tang et al.'s Adadelta replaced)",
@@ -186,7 +218,7 @@ def test_each_default_is_written_once():
     CLASSIFIER_DROPOUT, EVAL_EXAMPLES; data/tasks.py's BERT_LR). Zero (off, the first seed) is not a tuned value and
     is not counted."""
 
-    helpers = {"add_task_flags": {"epochs": "--epochs", "lr": "--lr", "warmup": "--warmup"}}
+    helpers = {"add_task_flags": {"epochs": "--epochs", "lr": "--lr", "warmup": "--warmup", "max_len": "--max-len"}}
     found = defaultdict(list)
     for path in sorted((ROOT / "mobilekd").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

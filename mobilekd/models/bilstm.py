@@ -41,8 +41,8 @@ class BiLSTMConfig:
     embedding_size: int
     # the fields with a help are `mobilekd bilstm`'s flags (mobilekd.flags.add_flags): their one home
     hidden_size: int = field(default=150, metadata={  # confs/birnn_sst2.json (MRPC's is 300)
-        "help": "LSTM units per direction"})
-    classifier_size: int = field(default=200, metadata={"help": "ReLU classifier layer"})
+        "min": 1, "help": "LSTM units per direction"})
+    classifier_size: int = field(default=200, metadata={"min": 1, "help": "ReLU classifier layer"})
     pair: bool = False
     pooling: str = field(default="final", metadata={
         "choices": ["final", "max"],

@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mobilekd.data.tasks import encode_classification, load_task, task_data, training_subset
@@ -51,73 +52,78 @@ from mobilekd.finetune.evaluation import DevEvaluator, fine_tuned_classifier, sc
 from mobilekd.finetune.objective import Distillation, task_loss
 from mobilekd.finetune.selection import CAP, FRACTION, VALIDATION, carve
 from mobilekd.finetune.teacher_outputs import outputs_precision, teacher_outputs
-from mobilekd.flags import add_flags, at_least
+from mobilekd.flags import add_flags, flag_values, take_flags
 from mobilekd.models.bilstm import BiLSTMConfig, from_teacher, save_bilstm
 from mobilekd.rundir import teacher_record
-from mobilekd.train.common import PRECISION_FILE, add_task_flags, add_training_flags, check_task_flags, run_owned, \
-    train_config
+from mobilekd.train.common import PRECISION_FILE, add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 from mobilekd.train.precision import describe, pass_flag, pass_setting
+from mobilekd.train.task_training import TaskTraining, add_task_flags, task_training
 
 # the CE term's weight: Tang et al.'s base.json weighs CE and MSE 1 and 1 (alpha 0.5 up to a factor 2); equal to
 # Distillation's default for logit KD by coincidence, not taken from it
 KD_ALPHA = 0.5
 
 
+@dataclass
+class BiLSTMRecipeConfig:
+    teacher: str = field(default=None, metadata={
+        "required": True, "help": "a model fine-tuned on --task (mobilekd finetune's OUT)"})
+    regression: bool = field(default=False, metadata={"help": "custom task: numeric labels"})
+    loss: str = field(default="kd", metadata={
+        "choices": ["kd", "ce"], "help": "kd: alpha x CE + (1 - alpha) x the mean squared difference of the logits "
+                                         "to the teacher's; ce: the labels alone"})
+    alpha: float = field(default=KD_ALPHA, metadata={"help": "with --loss kd: the CE term's weight"})
+    augment: int = field(default=0, metadata={
+        "min": 0, "default_help": "0: the training examples alone",
+        "help": f"transfer set: up to N new samples per training example (the paper's N: {N_ITER})"})
+    augment_seed: int = field(default=0, metadata={"min": 0, "help": "the transfer set's seed"})
+    p_mask: float = field(default=P_MASK, metadata={"help": "masking probability per word"})
+    p_pos: float = field(default=P_POS, metadata={"help": "POS-guided replacement probability per word"})
+    p_ng: float = field(default=P_NG, metadata={"help": "n-gram sampling probability per sample"})
+    embedding_size: int | None = field(default=None, metadata={
+        "type": int, "min": 1, "default_help": "the teacher's width, its table as it is",
+        "help": "embedding width: the teacher's table projected onto this many principal components"})
+    select_on: str = field(default="none", metadata={
+        "choices": ["none", "validation"],
+        "help": "none: the last step's model, all of the training examples, dev scored once; validation: a split "
+                "carved from the training examples picks the best evaluation's model"})
+    validation_fraction: float = field(default=FRACTION, metadata={
+        "help": f"with --select-on validation: the share of training examples held out (at most {CAP:,})"})
+    eval_every: int | None = field(default=None, metadata={
+        "type": int, "min": 1, "default_help": "once per epoch of the transfer set",
+        "help": "with --select-on validation: evaluate every N steps"})
+    skip_dev: bool = field(default=False, metadata={
+        "help": "never read dev (a search's trial, scored later, once, if chosen: finetune --eval-only)"})
+    sizes: dict = field(default_factory=dict)  # the student's shape: BiLSTMConfig's flagged fields
+    training: TaskTraining = None  # the task, its data and the schedule (`add_task_flags`)
+
+
 def parse_args(argv=None):
+    """The parsed flags: the training loop's on the namespace, the recipe's own as one `BiLSTMRecipeConfig` in its
+    `recipe`, checked."""
     p = argparse.ArgumentParser(prog="mobilekd bilstm", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--teacher", required=True, help="a model fine-tuned on --task (mobilekd finetune's OUT)")
+    add_flags(p, BiLSTMRecipeConfig)
     add_task_flags(p, epochs=10, lr=1e-3, warmup=0.0, what="transfer-set")
-    p.add_argument("--regression", action="store_true", help="custom task: numeric labels")
-    p.add_argument("--loss", choices=["kd", "ce"], default="kd",
-                   help="kd: alpha x CE + (1 - alpha) x the mean squared difference of the logits to the teacher's "
-                        "(default); ce: the labels alone")
-    p.add_argument("--alpha", type=float, default=KD_ALPHA, help=f"with --loss kd: the CE term's weight (default "
-                                                                 f"{KD_ALPHA:g})")
-    p.add_argument("--augment", type=int, default=0,
-                   help=f"transfer set: up to N new samples per training example (the paper's N: {N_ITER}; "
-                        f"default 0: the training examples alone)")
-    p.add_argument("--augment-seed", type=int, default=0, help="the transfer set's seed (default 0)")
-    p.add_argument("--p-mask", type=float, default=P_MASK, help=f"masking probability per word (default {P_MASK})")
-    p.add_argument("--p-pos", type=float, default=P_POS,
-                   help=f"POS-guided replacement probability per word (default {P_POS})")
-    p.add_argument("--p-ng", type=float, default=P_NG, help=f"n-gram sampling probability per sample (default {P_NG})")
     add_flags(p, BiLSTMConfig)  # --hidden-size, --classifier-size, --pooling, --dropout
-    p.add_argument("--embedding-size", type=int,
-                   help="embedding width: the teacher's table projected onto this many principal components "
-                        "(default: the teacher's width, its table as it is)")
-    p.add_argument("--select-on", choices=["none", "validation"], default="none",
-                   help="none (default): the last step's model, all of the training examples, dev scored once; "
-                        "validation: a split carved from the training examples picks the best evaluation's model")
-    p.add_argument("--validation-fraction", type=float, default=FRACTION,
-                   help=f"with --select-on validation: the share of training examples held out (default {FRACTION:g}, "
-                        f"at most {CAP:,})")
-    p.add_argument("--eval-every", type=int, help="with --select-on validation: evaluate every N steps (default: once "
-                                                 "per epoch of the transfer set)")
-    p.add_argument("--skip-dev", action="store_true",
-                   help="never read dev (a search's trial, scored later, once, if chosen: finetune --eval-only)")
     add_training_flags(p, out="runs/bilstm", batch_size=50, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
-    check_task_flags(args)
-    for flag in ("--hidden-size", "--classifier-size", "--embedding-size"):
-        at_least(flag, getattr(args, flag[2:].replace("-", "_")), 1)
-    at_least("--augment", args.augment, 0)
-    at_least("--augment-seed", args.augment_seed, 0)
-    if args.augment and args.loss == "ce":
+    c = take_flags(BiLSTMRecipeConfig, args, sizes=flag_values(BiLSTMConfig, args), training=task_training(args))
+    if c.augment and c.loss == "ce":
         raise UserError("--augment needs --loss kd: the transfer set's new samples are labelled by the teacher")
-    for flag in ("--alpha", "--p-mask", "--p-pos", "--p-ng", "--dropout"):
-        value = getattr(args, flag[2:].replace("-", "_"))
+    for flag, value in (("--alpha", c.alpha), ("--p-mask", c.p_mask), ("--p-pos", c.p_pos), ("--p-ng", c.p_ng),
+                        ("--dropout", c.sizes["dropout"])):
         if not 0 <= value <= 1:
             raise UserError(f"{flag} must lie in [0, 1], got {value}")
-    at_least("--eval-every", args.eval_every, 1)
-    if not 0 < args.validation_fraction < 1:
-        raise UserError(f"--validation-fraction must be between 0 and 1, got {args.validation_fraction}")
-    if args.skip_dev and args.select_on != "validation":
+    if not 0 < c.validation_fraction < 1:
+        raise UserError(f"--validation-fraction must be between 0 and 1, got {c.validation_fraction}")
+    if c.skip_dev and c.select_on != "validation":
         raise UserError("--skip-dev needs --select-on validation: without it nothing is chosen and dev is the score")
-    if args.p_mask + args.p_pos > 1:
-        raise UserError(f"--p-mask + --p-pos must be at most 1, got {args.p_mask + args.p_pos}")
+    if c.p_mask + c.p_pos > 1:
+        raise UserError(f"--p-mask + --p-pos must be at most 1, got {c.p_mask + c.p_pos}")
     train_config(args)  # bad training flags are refused before any work
+    args.recipe = c
     return args
 
 
@@ -136,31 +142,32 @@ def main(argv=None):
 
 
 def run(args, accelerator):
+    c, t = args.recipe, args.recipe.training  # the recipe's settings; args holds the training loop's
     start = time.time()
-    data = task_data(args.task, args.data)
-    task = load_task(args.task, data, regression=args.regression)
-    teacher = fine_tuned_classifier(args.teacher, task, "teacher").to(accelerator.device).eval()
-    tokenizer = load_tokenizer(args.teacher)
-    examples = training_subset(task.train, args.max_train_examples, args.subset_seed)
-    carved = carve(task, examples, args.seed, args.validation_fraction) if args.select_on == "validation" else None
+    data = task_data(t.task, t.data)
+    task = load_task(t.task, data, regression=c.regression)
+    teacher = fine_tuned_classifier(c.teacher, task, "teacher").to(accelerator.device).eval()
+    tokenizer = load_tokenizer(c.teacher)
+    examples = training_subset(task.train, t.max_train_examples, t.subset_seed)
+    carved = carve(task, examples, args.seed, c.validation_fraction) if c.select_on == "validation" else None
     if carved:  # held out before the transfer set is made, so no copy of a validation example trains
         examples = carved.train
         print(f"validation split: {carved.record['size']} of {carved.record['size'] + carved.record['train_size']} "
               f"training examples held out ({carved.record['rule']})" +
-              ("; dev is never read (--skip-dev)" if args.skip_dev else "; dev is read once, after training"))
+              ("; dev is never read (--skip-dev)" if c.skip_dev else "; dev is read once, after training"))
     originals, shared = len(examples), {}  # shared: the transfer set's and outputs' records (`Made.record`)
-    if args.augment:
+    if c.augment:
         (examples, made), got = timed(lambda: cached_transfer_set(
-            examples, args.augment, args.augment_seed, Path(args.cache_dir), p_mask=args.p_mask, p_pos=args.p_pos,
-            p_ng=args.p_ng))
+            examples, c.augment, c.augment_seed, Path(args.cache_dir), p_mask=c.p_mask, p_pos=c.p_pos,
+            p_ng=c.p_ng))
         shared = made.record(got)
         print(f"transfer set: {originals} -> {len(examples)} examples" + (" (cached)" if made.cached else ""))
-    train = encode_classification(task, examples, tokenizer, args.max_len)
+    train = encode_classification(task, examples, tokenizer, t.max_len)
     kd, outputs_pass = None, None
-    if args.loss == "kd":
+    if c.loss == "kd":
         outputs_pass = outputs_precision(teacher, train, pass_flag(args, "teacher_outputs_precision"),
                                          Path(args.cache_dir) / PRECISION_FILE, with_cls=False)
-        (outputs, made), got = timed(lambda: teacher_outputs(args.teacher, teacher, train, with_cls=False,
+        (outputs, made), got = timed(lambda: teacher_outputs(c.teacher, teacher, train, with_cls=False,
                                                              precision=outputs_pass["precision"]))
         shared = {**shared, **made.record(got, "outputs")}
         train.arrays["teacher_logits"] = outputs["teacher_logits"]
@@ -168,34 +175,33 @@ def run(args, accelerator):
         print(f"teacher logits over {len(train)} examples: " +
               ("from the cache" if made.cached else "computed and cached") +
               f"; the teacher's pass {describe(outputs_pass)}")
-        kd = Distillation(alpha=args.alpha, logits="mse")
+        kd = Distillation(alpha=c.alpha, logits="mse")
     pair = examples[0].text_b is not None
-    model = from_teacher(teacher.cpu(), tokenizer, pair, task.id2label, args.embedding_size,
-                         hidden_size=args.hidden_size,
-                         classifier_size=args.classifier_size, pooling=args.pooling, dropout=args.dropout)
+    model = from_teacher(teacher.cpu(), tokenizer, pair, task.id2label, c.embedding_size,
+                         **c.sizes)
     del teacher
     model.to(accelerator.device)
-    steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
-    stage = Stage(name="bilstm", steps=steps, loss=task_loss(task, None, kd), lr=args.lr, warmup=args.warmup)
+    steps = t.steps(len(train), args.batch_size)
+    stage = Stage(name="bilstm", steps=steps, loss=task_loss(task, None, kd), lr=t.lr, warmup=t.warmup)
     per_epoch = math.ceil(len(train) / args.batch_size)
-    cfg = train_config(args, eval_every=(args.eval_every or per_epoch) if carved else 0, run={
-        "teacher": str(args.teacher), "task": task.name, "loss": args.loss, "alpha": args.alpha, "lr": args.lr,
-        "max_len": args.max_len, "train_examples": len(train), "subset_seed": args.subset_seed,
-        "augment": args.augment, "augment_seed": args.augment_seed, "config": model.config.to_dict(),
+    cfg = train_config(args, eval_every=(c.eval_every or per_epoch) if carved else 0, run={
+        "teacher": str(c.teacher), "task": task.name, "loss": c.loss, "alpha": c.alpha, "lr": t.lr,
+        "max_len": t.max_len, "train_examples": len(train), "subset_seed": t.subset_seed,
+        "augment": c.augment, "augment_seed": c.augment_seed, "config": model.config.to_dict(),
         "teacher_outputs_precision": pass_setting(outputs_pass),
-        **({"select_on": "validation", "validation_fraction": args.validation_fraction} if carved else {})})
+        **({"select_on": "validation", "validation_fraction": c.validation_fraction} if carved else {})})
 
     def encode(ex):
-        return encode_classification(task, ex, tokenizer, args.max_len), None
+        return encode_classification(task, ex, tokenizer, t.max_len), None
 
     scored = {VALIDATION: carved.validation} if carved else task.dev
     out = Path(args.out)
     evaluator = DevEvaluator(task, {name: (ex, *encode(ex)) for name, ex in scored.items()}, out, tokenizer,
                              save=save_bilstm)
-    taught = teacher_record(args.teacher, task.name)  # restated at the end, as a resumed run's best may be older
-    extra = {"model": "bilstm", "task": task.name, "data": str(data), "method": f"bilstm-{args.loss}",
-             "teacher": str(args.teacher), "steps": steps, "train_examples": len(train),
-             "original_examples": originals, "augment": args.augment, "lr": args.lr,
+    taught = teacher_record(c.teacher, task.name)  # restated at the end, as a resumed run's best may be older
+    extra = {"model": "bilstm", "task": task.name, "data": str(data), "method": f"bilstm-{c.loss}",
+             "teacher": str(c.teacher), "steps": steps, "train_examples": len(train),
+             "original_examples": originals, "augment": c.augment, "lr": t.lr,
              "selected_on": VALIDATION if carved else "none (the last step: dev is scored once, after training)",
              **({"validation_split": carved.record} if carved else {}),
              **({"teacher_outputs_precision": outputs_pass["precision"]} if outputs_pass else {}),
@@ -206,7 +212,7 @@ def run(args, accelerator):
     if accelerator.is_main_process:
         result = read_json(out / "results.json")
         wall = round(time.time() - start, 1)  # training and selection; dev's one scoring is not a training cost
-        if carved and args.skip_dev:
+        if carved and c.skip_dev:
             result["dev_scored"] = "never (--skip-dev)"
         elif carved:  # every choice is made: now, and only now, dev is read and scored once
             result["metrics"] = {**score_once(task, out, tokenizer, encode, accelerator.device),

@@ -27,8 +27,8 @@ results.json.
 from __future__ import annotations
 
 import argparse
-import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mobilekd.data.cmlm import CMLMSplit, check_positions
@@ -43,26 +43,36 @@ from mobilekd.finetune.selection import VALIDATION, carve_pairs
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained, saved_names
 from mobilekd.models.kinds import require
 from mobilekd.models.pretrained import model_dir
-from mobilekd.train.common import (add_task_flags, add_training_flags, add_validation_flags, check_task_flags,
-                                   check_validation_flags, run_owned, train_config)
+from mobilekd.flags import add_flags, take_flags
+from mobilekd.train.common import add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 from mobilekd.train.precision import describe
+from mobilekd.train.task_training import (PairValidation, TaskTraining, add_task_flags, add_validation_flags,
+                                          pair_validation, task_training)
 
 LENGTHS = "per task: " + ", ".join(f"{task} {n}" for task, n in MAX_LEN.items()) + " word pieces a side"
 
 
+@dataclass
+class CmlmConfig:
+    teacher: str = field(default=None, metadata={
+        "required": True, "help": "a pre-trained masked LM (mobilekd train-teacher's OUT, or a transformers BERT "
+                                  "with its MLM head) whose vocabulary the student will share"})
+    training: TaskTraining = None  # the task, its data and the schedule (`add_task_flags`)
+    validation: PairValidation = None  # the training pairs held out (`add_validation_flags`)
+
+
 def parse_args(argv=None):
+    """The parsed flags: the training loop's on the namespace, the recipe's own as one `CmlmConfig` in its
+    `recipe`, checked."""
     p = argparse.ArgumentParser(prog="mobilekd cmlm", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--teacher", required=True,
-                   help="a pre-trained masked LM (mobilekd train-teacher's OUT, or a transformers BERT with its MLM "
-                        "head) whose vocabulary the student will share")
+    add_flags(p, CmlmConfig)
     add_task_flags(p, epochs=10, lr=BERT_LR, tasks=list(PAIR_TASKS), lengths=LENGTHS)
     add_validation_flags(p, reads="the teacher is scored")
     add_training_flags(p, out="runs/cmlm-teacher", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
-    check_task_flags(args, MAX_LEN)
-    check_validation_flags(args)
+    args.recipe = take_flags(CmlmConfig, args, training=task_training(args, MAX_LEN), validation=pair_validation(args))
     train_config(args)
     return args
 
@@ -94,27 +104,28 @@ def load_masked_lm(path):
 
 
 def run(args, accelerator):
+    c, t, v = args.recipe, args.recipe.training, args.recipe.validation  # args: the training loop's
     start = time.time()
-    task = load_pairs(args.task, args.data)
-    model, tokenizer = load_masked_lm(args.teacher)
-    check_positions(args.teacher, model.config.max_position_embeddings, args.max_len)
-    train_pairs = training_subset(task.train, args.max_train_examples, args.subset_seed)
-    carved = (carve_pairs(train_pairs, args.validation_seed, args.validation_fraction) if args.validation_fraction
+    task = load_pairs(t.task, t.data)
+    model, tokenizer = load_masked_lm(c.teacher)
+    check_positions(c.teacher, model.config.max_position_embeddings, t.max_len)
+    train_pairs = training_subset(task.train, t.max_train_examples, t.subset_seed)
+    carved = (carve_pairs(train_pairs, v.validation_seed, v.validation_fraction) if v.validation_fraction
               else None)
-    train, train_pairs, dev, _ = encode_task(task, tokenizer, args.max_len, carved.train if carved else train_pairs)
+    train, train_pairs, dev, _ = encode_task(task, tokenizer, t.max_len, carved.train if carved else train_pairs)
     scored = {"dev": dev}  # dev first: the score the model card and the rows read
     if carved:
-        scored[VALIDATION] = encode_pairs(carved.validation, tokenizer, args.max_len, task.user_file,
+        scored[VALIDATION] = encode_pairs(carved.validation, tokenizer, t.max_len, task.user_file,
                                           f"{task.name} validation")[0]
         print(f"validation split: {len(scored[VALIDATION])} of {len(train) + len(scored[VALIDATION])} training pairs "
               f"held out ({carved.record['rule']})")
     split = CMLMSplit(train, tokenizer, args.seed)
-    steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(split) / args.batch_size)))
-    stage = Stage(name="cmlm", steps=steps, loss=cmlm_loss, lr=args.lr, warmup=args.warmup)
+    steps = t.steps(len(split), args.batch_size)
+    stage = Stage(name="cmlm", steps=steps, loss=cmlm_loss, lr=t.lr, warmup=t.warmup)
     cfg = train_config(args, eval_every=0, run={
-        "teacher": str(args.teacher), "task": task.name, "lr": args.lr, "max_len": args.max_len,
-        "train_pairs": len(train), "subset_seed": args.subset_seed,
-        **({"validation_fraction": args.validation_fraction, "validation_seed": args.validation_seed} if carved
+        "teacher": str(c.teacher), "task": task.name, "lr": t.lr, "max_len": t.max_len,
+        "train_pairs": len(train), "subset_seed": t.subset_seed,
+        **({"validation_fraction": v.validation_fraction, "validation_seed": v.validation_seed} if carved
            else {})})
     model.to(accelerator.device)
     summaries = run_plan([stage], model, split, cfg, accelerator, resume=args.resume)
@@ -130,10 +141,10 @@ def run(args, accelerator):
         print(f"(its pass {describe(precision)}); in {out}")
         chosen_on = VALIDATION if carved else "dev"  # the score a choice of teacher reads
         write_json(out / "results.json", {
-            "task": task.name, "method": "cmlm-teacher", "teacher": str(args.teacher), "metrics": metrics,
+            "task": task.name, "method": "cmlm-teacher", "teacher": str(c.teacher), "metrics": metrics,
             "best_metric": "token_accuracy", "best_score": metrics[chosen_on]["token_accuracy"], "steps": steps,
             **({"validation_split": carved.record} if carved else {}),
-            "train_pairs": len(train), "dev_pairs": len(dev), "max_len": args.max_len, "lr": args.lr,
+            "train_pairs": len(train), "dev_pairs": len(dev), "max_len": t.max_len, "lr": t.lr,
             "score_precision": precision["precision"], "wall_seconds": round(time.time() - start, 1),
             "training": summaries, "complete": True})
 

@@ -21,8 +21,8 @@ at --max-len (what the exported file computes), and each layer's classifier alon
 from __future__ import annotations
 
 import argparse
-import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,40 +37,47 @@ from mobilekd.finetune.evaluation import fine_tuned_classifier, predict
 from mobilekd.finetune.metrics import classification_metrics
 from mobilekd.finetune.selection import CAP, FRACTION, VALIDATION, carve
 from mobilekd.finetune.self_distillation import self_distillation_loss
-from mobilekd.flags import at_least
+from mobilekd.flags import add_flags, take_flags
 from mobilekd.models.early_exit import (HEADS, MAX_DROP, THRESHOLDS, WIDTH, EarlyExitClassifier, predictions_at,
                                         save_early_exit)
-from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
+from mobilekd.train.common import add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
+from mobilekd.train.task_training import TaskTraining, add_task_flags, task_training
+
+
+@dataclass
+class FastBertConfig:
+    model: str = field(default=None, metadata={
+        "required": True, "help": "a classifier fine-tuned on --task (mobilekd finetune's OUT)"})
+    width: int = field(default=WIDTH, metadata={"min": 1, "help": "branch classifier width (FastBERT's)"})
+    heads: int = field(default=HEADS, metadata={"min": 1, "help": "branch self-attention heads (FastBERT's)"})
+    thresholds: list[float] = field(default_factory=lambda: list(THRESHOLDS), metadata={
+        "nargs": "+", "type": float, "default_help": "0 0.1 ... 0.9; 0 = the full model",
+        "help": "speed thresholds scored, in [0, 1]"})
+    max_drop: float = field(default=MAX_DROP, metadata={
+        "min": 0, "help": "the threshold chosen is the fastest whose validation score is at most this many points "
+                          "(hundredths of the metric) under threshold 0's"})
+    validation_fraction: float = field(default=FRACTION, metadata={
+        "help": f"the share of training examples held out to choose the threshold (at most {CAP:,})"})
+    training: TaskTraining = None  # the task, its data and the schedule (`add_task_flags`)
 
 
 def parse_args(argv=None):
+    """The parsed flags: the training loop's on the namespace, the recipe's own as one `FastBertConfig` in its
+    `recipe`, checked."""
     p = argparse.ArgumentParser(prog="mobilekd fastbert", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="a classifier fine-tuned on --task (mobilekd finetune's OUT)")
+    add_flags(p, FastBertConfig)
     add_task_flags(p, epochs=10, lr=2e-4, what="self-distillation", source=", fastbert.py's")
-    p.add_argument("--width", type=int, default=WIDTH, help=f"branch classifier width (default {WIDTH}, FastBERT's)")
-    p.add_argument("--heads", type=int, default=HEADS,
-                   help=f"branch self-attention heads (default {HEADS}, FastBERT's)")
-    p.add_argument("--thresholds", type=float, nargs="+", default=THRESHOLDS,
-                   help="speed thresholds scored, in [0, 1] (default 0 0.1 ... 0.9; 0 = the full model)")
-    p.add_argument("--max-drop", type=float, default=MAX_DROP,
-                   help="the threshold chosen is the fastest whose validation score is at most this many points "
-                        "(hundredths of the metric) under threshold 0's (default %(default)g)")
-    p.add_argument("--validation-fraction", type=float, default=FRACTION,
-                   help=f"the share of training examples held out to choose the threshold (default {FRACTION:g}, at "
-                        f"most {CAP:,})")
     add_training_flags(p, out="runs/fastbert", batch_size=16, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
-    check_task_flags(args)
-    at_least("--width", args.width, 1)
-    at_least("--heads", args.heads, 1)
-    if args.width % args.heads:
-        raise UserError(f"--width {args.width} is not divisible by --heads {args.heads}")
-    at_least("--max-drop", args.max_drop, 0)
-    if not all(0 <= t <= 1 for t in args.thresholds):
-        raise UserError(f"--thresholds must lie in [0, 1], got {args.thresholds}")
+    c = take_flags(FastBertConfig, args, training=task_training(args))
+    if c.width % c.heads:
+        raise UserError(f"--width {c.width} is not divisible by --heads {c.heads}")
+    if not all(0 <= t <= 1 for t in c.thresholds):
+        raise UserError(f"--thresholds must lie in [0, 1], got {c.thresholds}")
     train_config(args)  # bad training flags are refused before any work
+    args.recipe = c
     return args
 
 
@@ -80,37 +87,38 @@ def main(argv=None):
 
 
 def run(args, accelerator):
+    c, t = args.recipe, args.recipe.training  # the recipe's settings; args holds the training loop's
     start = time.time()
-    task, data = classification_task(args.task, args.data, "early exits need a classifier's uncertainty")
-    tokenizer = load_tokenizer(args.model)
-    model = EarlyExitClassifier(fine_tuned_classifier(args.model, task), args.width, args.heads).to(accelerator.device)
+    task, data = classification_task(t.task, t.data, "early exits need a classifier's uncertainty")
+    tokenizer = load_tokenizer(c.model)
+    model = EarlyExitClassifier(fine_tuned_classifier(c.model, task), c.width, c.heads).to(accelerator.device)
     if model.config.num_hidden_layers < 2:
-        raise UserError(f"{args.model}: a 1-layer model has no layer to exit early at")
-    examples = training_subset(task.train, args.max_train_examples, args.subset_seed)
-    carved = carve(task, examples, args.seed, args.validation_fraction)
-    train = encode_classification(task, carved.train, tokenizer, args.max_len)
-    steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
-    stage = Stage(name="self-distillation", steps=steps, loss=self_distillation_loss, lr=args.lr, warmup=args.warmup,
+        raise UserError(f"{c.model}: a 1-layer model has no layer to exit early at")
+    examples = training_subset(task.train, t.max_train_examples, t.subset_seed)
+    carved = carve(task, examples, args.seed, c.validation_fraction)
+    train = encode_classification(task, carved.train, tokenizer, t.max_len)
+    steps = t.steps(len(train), args.batch_size)
+    stage = Stage(name="self-distillation", steps=steps, loss=self_distillation_loss, lr=t.lr, warmup=t.warmup,
                   trainable=lambda name: name.startswith("branches."))
-    cfg = train_config(args, eval_every=0, run={"model": str(args.model), "task": task.name, "lr": args.lr,
-                                                "max_len": args.max_len, "train_examples": len(train),
-                                                "subset_seed": args.subset_seed, "width": args.width,
-                                                "heads": args.heads, "validation_split": carved.record})
+    cfg = train_config(args, eval_every=0, run={"model": str(c.model), "task": task.name, "lr": t.lr,
+                                                "max_len": t.max_len, "train_examples": len(train),
+                                                "subset_seed": t.subset_seed, "width": c.width,
+                                                "heads": c.heads, "validation_split": carved.record})
     run_plan([stage], model, train, cfg, accelerator, resume=args.resume)
     if not accelerator.is_main_process:
         return
     out = Path(args.out)
     metric = task.metrics[0]
-    validation = evaluate(model, task, carved.validation, tokenizer, args.max_len, args.thresholds)
-    chosen = choose_threshold(validation["thresholds"], metric, args.max_drop)
+    validation = evaluate(model, task, carved.validation, tokenizer, t.max_len, c.thresholds)
+    chosen = choose_threshold(validation["thresholds"], metric, c.max_drop)
     save_early_exit(model, out, tokenizer, threshold=chosen)
     name, dev_examples = next(iter(task.dev.items()))  # now, and only now, dev is read: to score
-    dev = evaluate(model, task, dev_examples, tokenizer, args.max_len, args.thresholds)
-    result = {"task": task.name, "model": str(args.model), "data": str(data), "method": "fastbert",
-              "train_examples": len(train), "steps": steps, "max_len": args.max_len, "split": name,
+    dev = evaluate(model, task, dev_examples, tokenizer, t.max_len, c.thresholds)
+    result = {"task": task.name, "model": str(c.model), "data": str(data), "method": "fastbert",
+              "train_examples": len(train), "steps": steps, "max_len": t.max_len, "split": name,
               "dev_examples": dev["examples"], "thresholds": dev["thresholds"], "layers": dev["layers"],
-              "chosen_threshold": chosen, "chosen_on": VALIDATION, "max_drop": args.max_drop,
-              "rule": f"the fastest threshold whose validation {metric} is within {args.max_drop:g} points of "
+              "chosen_threshold": chosen, "chosen_on": VALIDATION, "max_drop": c.max_drop,
+              "rule": f"the fastest threshold whose validation {metric} is within {c.max_drop:g} points of "
                       f"threshold 0's", "validation_split": carved.record,
               "validation": validation["thresholds"], "wall_seconds": round(time.time() - start, 1),
               "complete": True}

@@ -14,41 +14,56 @@ shared machine vary between runs: compare the ratios measured in one run, not ab
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from android_bench.models import CACHE, PAPER_MODELS, QUANTIZE
 from android_bench.report import DEVICES, collect, markdown, plot
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import atomic_path, read_json, write_json
-from mobilekd.flags import add_length_flag, pairs
+from mobilekd.flags import add_flags, at_least, pairs, take_flags
 from mobilekd.rundir import owned
 
 
+@dataclass
+class LatencyConfig:
+    models: list[str] = field(default_factory=lambda: list(PAPER_MODELS), metadata={
+        "nargs": "*", "default_help": f"{' '.join(PAPER_MODELS)}; none with a bare --models",
+        "help": "presets to export and compare"})
+    quantize: list[str] = field(default_factory=lambda: ["none", "dynamic-int8"], metadata={
+        "nargs": "+", "choices": QUANTIZE, "default_help": "none dynamic-int8",
+        "help": "how the presets are exported (int8: post-training full integer, qat-int8: full integer through "
+                "mobilekd.export.qat, ranges observed on shipped sentences; qat-int8-sym: the same with the "
+                "attention products' second operands symmetric, which XNNPACK takes; qat-int8-sym-float-softmax: "
+                "that with each softmax in float, which XNNPACK takes where it takes no int8 softmax; "
+                "qat-int8-float-attention: the attention cores in float, which XNNPACK runs)"})
+    tflite: list[str] = field(default_factory=list, metadata={
+        "nargs": "*", "metavar": "NAME=PATH", "default_help": "none",
+        "help": "existing .tflite files to add (a file name containing int8 is set against the int8 peak)"})
+    accuracy: list[str] = field(default_factory=list, metadata={
+        "nargs": "*", "metavar": "NAME=VALUE", "default_help": "none",
+        "help": "task accuracy of a model row (plotted against latency)"})
+    transformers_reference: bool = field(default=False, metadata={
+        "help": "also time transformers' MobileBERT through the same converter"})
+    seq_len: int = field(default=128, metadata={"length": True, "min": 1, "help": "sequence length"})
+    threads: list[int] = field(default_factory=lambda: [1, 4], metadata={
+        "nargs": "+", "type": int, "default_help": "1 4", "help": "thread counts timed"})
+    runs: int = field(default=20, metadata={"min": 1, "help": "timed runs per model and thread count"})
+    devices: list[str] = field(default_factory=lambda: list(DEVICES), metadata={
+        "nargs": "+", "choices": list(DEVICES), "default_help": "all", "help": "phones estimated"})
+    cache: str = field(default=str(CACHE), metadata={"help": "exported presets"})
+    out: str = field(default="runs/latency", metadata={"help": "output directory"})
+
+
 def parse_args(argv=None):
+    """The parsed flags as one `LatencyConfig`, checked."""
     p = argparse.ArgumentParser(prog="mobilekd latency", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="*", default=list(PAPER_MODELS), help="presets to export and compare "
-                   f"(default: {' '.join(PAPER_MODELS)}; none with a bare --models)")
-    p.add_argument("--quantize", nargs="+", default=["none", "dynamic-int8"], choices=QUANTIZE,
-                   help="how the presets are exported (default none dynamic-int8; int8: post-training full integer, "
-                        "qat-int8: full integer through mobilekd.export.qat, ranges observed on shipped sentences; "
-                        "qat-int8-sym: the same with the attention products' second operands symmetric, which "
-                        "XNNPACK takes; qat-int8-sym-float-softmax: that with each softmax in float, which XNNPACK "
-                        "takes where it takes no int8 softmax; qat-int8-float-attention: the attention cores in "
-                        "float, which XNNPACK runs)")
-    p.add_argument("--tflite", nargs="*", default=[], metavar="NAME=PATH",
-                   help="existing .tflite files to add (a file name containing int8 is set against the int8 peak)")
-    p.add_argument("--accuracy", nargs="*", default=[], metavar="NAME=VALUE",
-                   help="task accuracy of a model row (plotted against latency)")
-    p.add_argument("--transformers-reference", action="store_true",
-                   help="also time transformers' MobileBERT through the same converter")
-    add_length_flag(p, dest="seq_len", default=128, help="sequence length (default 128)")
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 4])
-    p.add_argument("--runs", type=int, default=20, help="timed runs per model and thread count (default 20)")
-    p.add_argument("--devices", nargs="+", default=list(DEVICES))
-    p.add_argument("--cache", default=str(CACHE), help="exported presets")
-    p.add_argument("--out", default="runs/latency")
-    return p.parse_args(argv)
+    add_flags(p, LatencyConfig)
+    c = take_flags(LatencyConfig, p.parse_args(argv))
+    for n in c.threads:
+        at_least("--threads", n, 1)
+    return c
 
 
 @cli_entry

@@ -23,8 +23,8 @@ metadata then: the app reads the number).
 from __future__ import annotations
 
 import argparse
-import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,8 +41,10 @@ from mobilekd.export.qat import convert_qat, freeze_ranges, int8_lookup_tables, 
 from mobilekd.fileio import write_json
 from mobilekd.finetune.evaluation import fine_tuned_classifier, predict
 from mobilekd.finetune.metrics import classification_metrics
-from mobilekd.train.common import add_task_flags, add_training_flags, check_task_flags, run_owned, train_config
+from mobilekd.flags import add_flags, take_flags
+from mobilekd.train.common import add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
+from mobilekd.train.task_training import TaskTraining, add_task_flags, task_training
 
 FILE = "model_qat_int8.tflite"
 
@@ -73,51 +75,62 @@ def qat_loss(regression: bool):
     return loss
 
 
+@dataclass
+class QatConfig:
+    model: str = field(default=None, metadata={
+        "required": True, "help": "a classifier fine-tuned on --task (mobilekd finetune's OUT)"})
+    masked_score: float | None = field(default=None, metadata={
+        "type": float, "default_help": "the model's own M, else -6, the official code's",
+        "help": "attention to padding in the official form, score x mask + (1 - mask) x M, whose int8 range the "
+                "official QAT keeps"})
+    score_clip: list[float] | None = field(default=None, metadata={
+        "type": float, "nargs": 2, "metavar": ("LOW", "HIGH"), "default_help": "the model's own clip, if any",
+        "help": "clip the masked attention scores to [LOW, HIGH] while training and in the file, as the official "
+                "QAT does with -6 60"})
+    float_attention: bool = field(default=False, metadata={
+        "help": "keep each attention's core (Q K^T, masking, softmax, P V) in float: XNNPACK runs it, where it takes "
+                "neither today's int8 attention products nor int8 softmax"})
+    symmetric_attention: bool = field(default=False, metadata={
+        "help": "quantize the second operand of each attention product (K^T, V) symmetric, zero point 0: the int8 "
+                "BATCH_MATMUL XNNPACK takes (the softmax stays int8, outside it, unless --float-softmax)"})
+    float_softmax: bool = field(default=False, metadata={
+        "help": "with --symmetric-attention: run each attention's masking and softmax in float between its two "
+                "int8 products (the official QAT leaves the probabilities float too), so that XNNPACK takes them"})
+    int8_embeddings: bool = field(default=False, metadata={
+        "help": "also store the embedding tables in int8 (per row; a third of the file's size): they are put on "
+                "that grid before training and frozen, so the network learns against them"})
+    training: TaskTraining = None  # the task, its data and the schedule (`add_task_flags`)
+
+
 def parse_args(argv=None):
+    """The parsed flags: the training loop's on the namespace, the recipe's own as one `QatConfig` in its
+    `recipe`, checked."""
     p = argparse.ArgumentParser(prog="mobilekd qat", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="a classifier fine-tuned on --task (mobilekd finetune's OUT)")
+    add_flags(p, QatConfig)
     add_task_flags(p, epochs=1, lr=1e-5, what="QAT")  # lr: the model is trained already
-    p.add_argument("--masked-score", type=float,
-                   help="attention to padding in the official form, score x mask + (1 - mask) x M, whose int8 range "
-                        "the official QAT keeps (default: the model's own M, else -6, the official code's)")
-    p.add_argument("--score-clip", type=float, nargs=2, metavar=("LOW", "HIGH"),
-                   help="clip the masked attention scores to [LOW, HIGH] while training and in the file, as the "
-                        "official QAT does with -6 60 (default: the model's own clip, if any)")
-    attention = p.add_mutually_exclusive_group()
-    attention.add_argument("--float-attention", action="store_true",
-                           help="keep each attention's core (Q K^T, masking, softmax, P V) in float: XNNPACK runs "
-                                "it, where it takes neither today's int8 attention products nor int8 softmax")
-    attention.add_argument("--symmetric-attention", action="store_true",
-                           help="quantize the second operand of each attention product (K^T, V) symmetric, zero "
-                                "point 0: the int8 BATCH_MATMUL XNNPACK takes (the softmax stays int8, outside it, "
-                                "unless --float-softmax)")
-    p.add_argument("--float-softmax", action="store_true",
-                   help="with --symmetric-attention: run each attention's masking and softmax in float between its "
-                        "two int8 products (the official QAT leaves the probabilities float too), so that XNNPACK "
-                        "takes them")
-    p.add_argument("--int8-embeddings", action="store_true",
-                   help="also store the embedding tables in int8 (per row; a third of the file's size): they are put "
-                        "on that grid before training and frozen, so the network learns against them")
     # fp32 by default: the fake quantization learns the scales the int8 file will use, under bf16 it would learn
     # them on rounded values (and its graph is padded to --max-len, so grouping saves nothing here)
     add_training_flags(p, out="runs/qat", batch_size=32, optimizer="adamw", with_seq_len=False, mixed_precision="no")
     args = p.parse_args(argv)
-    check_task_flags(args)
-    if args.score_clip and not args.score_clip[0] < args.score_clip[1]:
-        raise UserError(f"--score-clip LOW HIGH needs LOW < HIGH, got {args.score_clip}")
-    if args.float_softmax and not args.symmetric_attention:
+    c = take_flags(QatConfig, args, training=task_training(args))
+    if c.score_clip and not c.score_clip[0] < c.score_clip[1]:
+        raise UserError(f"--score-clip LOW HIGH needs LOW < HIGH, got {c.score_clip}")
+    if c.float_attention and c.symmetric_attention:
+        raise UserError("--float-attention and --symmetric-attention are two forms of the attention core: give one")
+    if c.float_softmax and not c.symmetric_attention:
         raise UserError("--float-softmax goes with --symmetric-attention (the int8 attention products XNNPACK takes)")
     train_config(args)  # bad training flags are refused before any work
+    args.recipe = c
     return args
 
 
-def attention_form(args) -> str:
+def attention_form(c: QatConfig) -> str:
     """The attention core's quantization (mobilekd.export.qat.ATTENTION) the flags ask for."""
-    if args.float_attention:
+    if c.float_attention:
         return "float"
-    if args.symmetric_attention:
-        return "int8-sym-float-softmax" if args.float_softmax else "int8-sym"
+    if c.symmetric_attention:
+        return "int8-sym-float-softmax" if c.float_softmax else "int8-sym"
     return "int8"
 
 
@@ -127,38 +140,39 @@ def main(argv=None):
 
 
 def run(args, accelerator):
+    c, t = args.recipe, args.recipe.training  # the recipe's settings; args holds the training loop's
     start = time.time()
-    data = task_data(args.task, args.data)
-    task = load_task(args.task, data)
+    data = task_data(t.task, t.data)
+    task = load_task(t.task, data)
     regression = task.is_regression
-    tokenizer = load_tokenizer(args.model)
-    float_model = fine_tuned_classifier(args.model, task)
-    masked_score = next(m for m in (args.masked_score, float_model.config.masked_score, -6.0) if m is not None)
-    vocab = Path(args.model) / "vocab.txt"
+    tokenizer = load_tokenizer(c.model)
+    float_model = fine_tuned_classifier(c.model, task)
+    masked_score = next(m for m in (c.masked_score, float_model.config.masked_score, -6.0) if m is not None)
+    vocab = Path(c.model) / "vocab.txt"
     if not vocab.is_file():
         raise located(vocab, "missing: the file's metadata packs the model's vocabulary")
-    examples = training_subset(task.train, args.max_train_examples, args.subset_seed)
-    train = encode_classification(task, examples, tokenizer, args.max_len)
+    examples = training_subset(task.train, t.max_train_examples, t.subset_seed)
+    train = encode_classification(task, examples, tokenizer, t.max_len)
     dev_name, dev_examples = next(iter(task.dev.items()))
-    dev = encode_classification(task, dev_examples, tokenizer, args.max_len)
-    score_clip = args.score_clip or float_model.config.score_clip  # the model's own clip unless one is given
-    qat_model = fine_tuned_classifier(args.model, task, masked_score=masked_score, score_clip=score_clip)
-    frozen = int8_lookup_tables(qat_model) if args.int8_embeddings else []
-    model = QatClassifier(quantization(prepare_qat(qat_model, "classification", args.max_len,
-                                                   attention_form(args)), True), args.max_len)
-    steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
-    stage = Stage(name="qat", steps=steps, loss=qat_loss(regression), lr=args.lr, warmup=args.warmup,
+    dev = encode_classification(task, dev_examples, tokenizer, t.max_len)
+    score_clip = c.score_clip or float_model.config.score_clip  # the model's own clip unless one is given
+    qat_model = fine_tuned_classifier(c.model, task, masked_score=masked_score, score_clip=score_clip)
+    frozen = int8_lookup_tables(qat_model) if c.int8_embeddings else []
+    model = QatClassifier(quantization(prepare_qat(qat_model, "classification", t.max_len,
+                                                   attention_form(c)), True), t.max_len)
+    steps = t.steps(len(train), args.batch_size)
+    stage = Stage(name="qat", steps=steps, loss=qat_loss(regression), lr=t.lr, warmup=t.warmup,
                   trainable=lambda name: not name.endswith(tuple(frozen)))
-    cfg = train_config(args, eval_every=0, run={"model": str(args.model), "task": task.name, "lr": args.lr,
-                                                "max_len": args.max_len, "masked_score": masked_score,
+    cfg = train_config(args, eval_every=0, run={"model": str(c.model), "task": task.name, "lr": t.lr,
+                                                "max_len": t.max_len, "masked_score": masked_score,
                                                 # None when off: a checkpoint from before these options resumes
                                                 "score_clip": score_clip,
-                                                "int8_embeddings": args.int8_embeddings or None,
-                                                "float_attention": args.float_attention or None,
-                                                "symmetric_attention": args.symmetric_attention or None,
-                                                "float_softmax": args.float_softmax or None,
+                                                "int8_embeddings": c.int8_embeddings or None,
+                                                "float_attention": c.float_attention or None,
+                                                "symmetric_attention": c.symmetric_attention or None,
+                                                "float_softmax": c.float_softmax or None,
                                                 "train_examples": len(train),
-                                                "subset_seed": args.subset_seed})
+                                                "subset_seed": t.subset_seed})
     run_plan([stage], model, train, cfg, accelerator, resume=args.resume)
     if not accelerator.is_main_process:
         return
@@ -167,9 +181,9 @@ def run(args, accelerator):
     freeze_ranges(model.prepared)
     twin = predict(model, dev)
     id2label = float_model.config.id2label
-    path = convert_qat(model.prepared, args.max_len, out / FILE,
+    path = convert_qat(model.prepared, t.max_len, out / FILE,
                        None if regression else (vocab, [id2label[i] for i in range(len(id2label))]),
-                       int8_embeddings=args.int8_embeddings)
+                       int8_embeddings=c.int8_embeddings)
     exported = run_tflite(path, dev.arrays)[0]
 
     def predicted(out):  # scores (N,), or the class of a classifier's logits or probabilities (same order)
@@ -179,11 +193,11 @@ def run(args, accelerator):
     agreement = {} if regression else {
         "agreement_int8_fake_quant": float((int8_predictions == twin_predictions).mean()),
         "agreement_int8_float": float((int8_predictions == float_predictions).mean())}
-    result = {"task": task.name, "model": str(args.model), "data": str(data), "method": "qat-int8",
+    result = {"task": task.name, "model": str(c.model), "data": str(data), "method": "qat-int8",
               "split": dev_name, "dev_examples": len(dev), "train_examples": len(train), "steps": steps,
-              "max_len": args.max_len, "lr": args.lr, "masked_score": masked_score, "score_clip": score_clip,
-              "int8_embeddings": args.int8_embeddings, "float_attention": args.float_attention,
-              "symmetric_attention": args.symmetric_attention, "float_softmax": args.float_softmax,
+              "max_len": t.max_len, "lr": t.lr, "masked_score": masked_score, "score_clip": score_clip,
+              "int8_embeddings": c.int8_embeddings, "float_attention": c.float_attention,
+              "symmetric_attention": c.symmetric_attention, "float_softmax": c.float_softmax,
               "metrics_float": classification_metrics(names, labels, float_predictions),
               "metrics_fake_quant": classification_metrics(names, labels, twin_predictions),
               "metrics_int8": classification_metrics(names, labels, int8_predictions), **agreement,

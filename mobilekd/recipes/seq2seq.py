@@ -31,8 +31,8 @@ greedy and beam BLEU / chrF (sacrebleu), copying's, steps, seconds.
 from __future__ import annotations
 
 import argparse
-import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -42,75 +42,85 @@ from mobilekd.data.pairs import MAX_LEN, PAIR_TASKS, load_pairs
 from mobilekd.data.seq2seq import encode_pairs, encode_task
 from mobilekd.data.tasks import training_subset
 from mobilekd.data.tokenizer import DEFAULT_VOCAB, load_tokenizer
-from mobilekd.errors import cli_entry, located
+from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.fileio import read_json, write_json
 from mobilekd.finetune.cmlm import TOPK, pass_precision, soft_targets
 from mobilekd.finetune.generation import GenerationEvaluator, copies, generate, references, scores, \
     write_generations
 from mobilekd.finetune.objective import LABEL_SMOOTHING, CMLMDistillation, seq2seq_loss
 from mobilekd.finetune.selection import VALIDATION, carve_pairs
-from mobilekd.flags import at_least
+from mobilekd.flags import add_flags, take_flags
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.models.kinds import require
 from mobilekd.models.seq2seq import SEQ2SEQ_PRESETS, new_seq2seq, save_seq2seq
 from mobilekd.models.word_table import teacher_table
 from mobilekd.recipes.cmlm import LENGTHS
-from mobilekd.train.common import (PRECISION_FILE, add_task_flags, add_training_flags, add_validation_flags,
-                                   check_task_flags, check_validation_flags, run_owned, train_config)
+from mobilekd.train.common import PRECISION_FILE, add_training_flags, run_owned, train_config
 from mobilekd.train.loop import Stage, run_plan
 from mobilekd.train.precision import describe
+from mobilekd.train.task_training import (PairValidation, TaskTraining, add_task_flags, add_validation_flags,
+                                          pair_validation, task_training)
 
 DEFAULT_KD = CMLMDistillation()
 BEAM = 5
 
 
+@dataclass
+class Seq2SeqConfig:
+    preset: str = field(default="seq2seq_tiny", metadata={
+        "choices": list(SEQ2SEQ_PRESETS), "default_help": "seq2seq_tiny: 2 + 2 layers of 256",
+        "help": "the student's shape"})
+    method: str = field(default="cmlm", metadata={
+        "choices": ["ce", "cmlm"], "help": "cmlm: label-smoothed CE mixed with C-MLM distillation from --teacher; "
+                                           "ce: the targets alone"})
+    teacher: str | None = field(default=None, metadata={
+        "default_help": "none", "help": "with --method cmlm: a C-MLM teacher (mobilekd cmlm's OUT) fine-tuned on "
+                                        "these pairs"})
+    tokenizer: str | None = field(default=None, metadata={
+        "default_help": f"{DEFAULT_VOCAB.name}, bert-base-uncased's", "help": "with --method ce: the vocabulary"})
+    init_embeddings: str | None = field(default=None, metadata={
+        "metavar": "BERT_DIR", "default_help": "random",
+        "help": "start the student's word table from this BERT model's (its vocabulary must be the student's), "
+                "projected onto the table's width by its principal components"})
+    alpha: float = field(default=DEFAULT_KD.alpha, metadata={
+        "default_help": f"{DEFAULT_KD.alpha}, the official --kd_alpha", "help": "the distillation term's weight"})
+    temperature: float = field(default=DEFAULT_KD.temperature, metadata={
+        "above": 0, "default_help": f"{DEFAULT_KD.temperature:g}, --kd_temperature",
+        "help": "the teacher's temperature"})
+    topk: int = field(default=TOPK, metadata={"min": 1, "default_help": f"{TOPK}, --kd_topk",
+                                              "help": "the teacher's top-k kept"})
+    label_smoothing: float = field(default=LABEL_SMOOTHING, metadata={"help": "label smoothing of the CE term"})
+    eval_every: int = field(default=0, metadata={
+        "min": 0, "default_help": "0: once, at the end",
+        "help": "decode dev greedily every N steps, into history.json"})
+    beam: int = field(default=BEAM, metadata={
+        "min": 1, "help": "beam size of the final dev decoding (1: greedy only)"})
+    training: TaskTraining = None  # the task, its data and the schedule (`add_task_flags`)
+    validation: PairValidation = None  # the training pairs held out (`add_validation_flags`)
+
+
 def parse_args(argv=None):
+    """The parsed flags: the training loop's on the namespace, the recipe's own as one `Seq2SeqConfig` in its
+    `recipe`, checked."""
     p = argparse.ArgumentParser(prog="mobilekd seq2seq", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_task_flags(p, epochs=20, lr=1e-3, tasks=list(PAIR_TASKS), lengths=LENGTHS)
-    p.add_argument("--preset", choices=list(SEQ2SEQ_PRESETS), default="seq2seq_tiny",
-                   help="the student's shape (default seq2seq_tiny: 2 + 2 layers of 256)")
-    p.add_argument("--method", choices=["ce", "cmlm"], default="cmlm",
-                   help="cmlm: label-smoothed CE mixed with C-MLM distillation from --teacher (default); ce: the "
-                        "targets alone")
-    p.add_argument("--teacher", help="with --method cmlm: a C-MLM teacher (mobilekd cmlm's OUT) fine-tuned on "
-                                     "these pairs")
-    p.add_argument("--tokenizer", help=f"with --method ce: the vocabulary (default {DEFAULT_VOCAB.name}, "
-                                       f"bert-base-uncased's)")
-    p.add_argument("--init-embeddings", metavar="BERT_DIR",
-                   help="start the student's word table from this BERT model's (its vocabulary must be the "
-                        "student's), projected onto the table's width by its principal components (default: random)")
-    p.add_argument("--alpha", type=float, default=DEFAULT_KD.alpha,
-                   help=f"the distillation term's weight (default {DEFAULT_KD.alpha}, the official --kd_alpha)")
-    p.add_argument("--temperature", type=float, default=DEFAULT_KD.temperature,
-                   help=f"the teacher's temperature (default {DEFAULT_KD.temperature:g}, --kd_temperature)")
-    p.add_argument("--topk", type=int, default=TOPK, help=f"the teacher's top-k kept (default {TOPK}, --kd_topk)")
-    p.add_argument("--label-smoothing", type=float, default=LABEL_SMOOTHING,
-                   help=f"(default {LABEL_SMOOTHING})")
-    p.add_argument("--eval-every", type=int, default=0,
-                   help="decode dev greedily every N steps, into history.json (default 0: once, at the end)")
-    p.add_argument("--beam", type=int, default=BEAM, help=f"beam size of the final dev decoding (default {BEAM}; "
-                                                          f"1: greedy only)")
+    add_flags(p, Seq2SeqConfig)
     add_validation_flags(p, reads="every evaluation and the final scores a choice reads (alpha, epochs, beam) are")
     add_training_flags(p, out="runs/seq2seq", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
-    check_task_flags(args, MAX_LEN)
-    if args.method == "cmlm" and not args.teacher:
-        p.error("--method cmlm needs --teacher (a C-MLM teacher: mobilekd cmlm's OUT)")
-    if args.method == "ce" and args.teacher:
-        p.error("--teacher is for --method cmlm")
-    if args.method == "cmlm" and args.tokenizer:
-        p.error("--tokenizer is for --method ce (with --method cmlm the student reads the teacher's)")
-    for flag in ("--alpha", "--label-smoothing"):
-        value = getattr(args, flag[2:].replace("-", "_"))
+    c = take_flags(Seq2SeqConfig, args, training=task_training(args, MAX_LEN), validation=pair_validation(args))
+    if c.method == "cmlm" and not c.teacher:
+        raise UserError("--method cmlm needs --teacher (a C-MLM teacher: mobilekd cmlm's OUT)")
+    if c.method == "ce" and c.teacher:
+        raise UserError("--teacher is for --method cmlm")
+    if c.method == "cmlm" and c.tokenizer:
+        raise UserError("--tokenizer is for --method ce (with --method cmlm the student reads the teacher's)")
+    for flag, value in (("--alpha", c.alpha), ("--label-smoothing", c.label_smoothing)):
         if not 0 <= value <= 1:
-            p.error(f"{flag} must lie in [0, 1], got {value}")
-    at_least("--temperature", args.temperature, 0, strictly=True)
-    at_least("--topk", args.topk, 1)
-    at_least("--beam", args.beam, 1)
-    at_least("--eval-every", args.eval_every, 0)
-    check_validation_flags(args)
+            raise UserError(f"{flag} must lie in [0, 1], got {value}")
     train_config(args)
+    args.recipe = c
     return args
 
 
@@ -141,22 +151,23 @@ def start_table(model, bert_dir, tokenizer) -> None:
 
 
 def run(args, accelerator):
+    c, t, v = args.recipe, args.recipe.training, args.recipe.validation  # args: the training loop's
     start = time.time()
-    task = load_pairs(args.task, args.data)
+    task = load_pairs(t.task, t.data)
     teacher = None
-    if args.method == "cmlm":
-        teacher, tokenizer = load_cmlm_teacher(args.teacher)
-        check_positions(args.teacher, teacher.config.max_position_embeddings, args.max_len)
+    if c.method == "cmlm":
+        teacher, tokenizer = load_cmlm_teacher(c.teacher)
+        check_positions(c.teacher, teacher.config.max_position_embeddings, t.max_len)
         teacher.to(accelerator.device)
     else:
-        tokenizer = load_tokenizer(args.tokenizer or DEFAULT_VOCAB)
-    train_pairs = training_subset(task.train, args.max_train_examples, args.subset_seed)
-    carved = (carve_pairs(train_pairs, args.validation_seed, args.validation_fraction) if args.validation_fraction
+        tokenizer = load_tokenizer(c.tokenizer or DEFAULT_VOCAB)
+    train_pairs = training_subset(task.train, t.max_train_examples, t.subset_seed)
+    carved = (carve_pairs(train_pairs, v.validation_seed, v.validation_fraction) if v.validation_fraction
               else None)
-    train, train_pairs, dev, dev_pairs = encode_task(task, tokenizer, args.max_len,
+    train, train_pairs, dev, dev_pairs = encode_task(task, tokenizer, t.max_len,
                                                      carved.train if carved else train_pairs)
     if carved:  # what every evaluation reads; dev is scored once, after training
-        held, held_pairs = encode_pairs(carved.validation, tokenizer, args.max_len, task.user_file,
+        held, held_pairs = encode_pairs(carved.validation, tokenizer, t.max_len, task.user_file,
                                         f"{task.name} validation")
         print(f"validation split: {len(held)} of {len(train) + len(held)} training pairs held out "
               f"({carved.record['rule']}); dev is read once, after training")
@@ -164,37 +175,37 @@ def run(args, accelerator):
     if teacher is not None:
         soft_precision = pass_precision(teacher, train, tokenizer, args.mixed_precision,
                                         Path(args.cache_dir) / PRECISION_FILE)
-        found, cached, soft_seconds = soft_targets(args.teacher, teacher, train, tokenizer, args.topk,
+        found, cached, soft_seconds = soft_targets(c.teacher, teacher, train, tokenizer, c.topk,
                                                    soft_precision["precision"])
         train.arrays.update(found)
         print(f"C-MLM soft targets over {len(train)} training pairs: " + ("from the cache" if cached else
                                                                          "computed and cached") +
               f"; the teacher's pass {describe(soft_precision)}")
-        kd = CMLMDistillation(args.alpha, args.temperature)
+        kd = CMLMDistillation(c.alpha, c.temperature)
         del teacher
-    model = new_seq2seq(args.preset, tokenizer, max_positions=args.max_len + 1)
-    if args.init_embeddings:
-        start_table(model, args.init_embeddings, tokenizer)
+    model = new_seq2seq(c.preset, tokenizer, max_positions=t.max_len + 1)
+    if c.init_embeddings:
+        start_table(model, c.init_embeddings, tokenizer)
     model.to(accelerator.device)
-    steps = args.max_steps or max(1, round(args.epochs * math.ceil(len(train) / args.batch_size)))
-    stage = Stage(name="seq2seq", steps=steps, loss=seq2seq_loss(kd, args.label_smoothing), lr=args.lr,
-                  warmup=args.warmup)
-    cfg = train_config(args, eval_every=args.eval_every, run={
-        "task": task.name, "method": args.method, "teacher": str(args.teacher), "preset": args.preset,
-        "init_embeddings": args.init_embeddings,
-        "alpha": args.alpha, "temperature": args.temperature, "topk": args.topk, "lr": args.lr,
-        "label_smoothing": args.label_smoothing, "max_len": args.max_len, "train_pairs": len(train),
-        "subset_seed": args.subset_seed, "validation_fraction": args.validation_fraction or None,
-        **({"validation_seed": args.validation_seed} if args.validation_seed != args.seed else {})})
+    steps = t.steps(len(train), args.batch_size)
+    stage = Stage(name="seq2seq", steps=steps, loss=seq2seq_loss(kd, c.label_smoothing), lr=t.lr,
+                  warmup=t.warmup)
+    cfg = train_config(args, eval_every=c.eval_every, run={
+        "task": task.name, "method": c.method, "teacher": str(c.teacher), "preset": c.preset,
+        "init_embeddings": c.init_embeddings,
+        "alpha": c.alpha, "temperature": c.temperature, "topk": c.topk, "lr": t.lr,
+        "label_smoothing": c.label_smoothing, "max_len": t.max_len, "train_pairs": len(train),
+        "subset_seed": t.subset_seed, "validation_fraction": v.validation_fraction or None,
+        **({"validation_seed": v.validation_seed} if v.validation_seed != args.seed else {})})
     out = Path(args.out)
-    evaluator = (GenerationEvaluator(held, held_pairs, out, tokenizer, args.max_len, save_seq2seq, VALIDATION)
-                 if carved else GenerationEvaluator(dev, dev_pairs, out, tokenizer, args.max_len, save_seq2seq))
-    extra = {"task": task.name, "data": args.data, "method": args.method, "teacher": args.teacher, "preset": args.preset,
-             "init_embeddings": args.init_embeddings,
+    evaluator = (GenerationEvaluator(held, held_pairs, out, tokenizer, t.max_len, save_seq2seq, VALIDATION)
+                 if carved else GenerationEvaluator(dev, dev_pairs, out, tokenizer, t.max_len, save_seq2seq))
+    extra = {"task": task.name, "data": t.data, "method": c.method, "teacher": c.teacher, "preset": c.preset,
+             "init_embeddings": c.init_embeddings,
              "params": sum(p.numel() for p in model.parameters()), "steps": steps, "train_pairs": len(train),
-             "dev_pairs": len(dev), "max_len": args.max_len, "lr": args.lr,
+             "dev_pairs": len(dev), "max_len": t.max_len, "lr": t.lr,
              "evaluated_on": VALIDATION if carved else "dev", **({"validation_split": carved.record} if carved else {}),
-             **({"alpha": args.alpha, "temperature": args.temperature, "topk": args.topk} if kd else {})}
+             **({"alpha": c.alpha, "temperature": c.temperature, "topk": c.topk} if kd else {})}
     summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume,
                          on_eval=lambda m, step: evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)}))
     if accelerator.is_main_process:
@@ -202,26 +213,26 @@ def run(args, accelerator):
         refs = references(tokenizer, dev)
         if carved:  # the last model, chosen by nothing that read dev: dev scored once, greedy, and put first among
             # the splits not held out, the one `rundir.dev_scores` (the model card, the rows) reads
-            hyps = generate(model, dev, tokenizer, args.max_len)
+            hyps = generate(model, dev, tokenizer, t.max_len)
             result["metrics"] = {"dev": scores(hyps, refs), **result["metrics"]}
             write_generations(out / "dev_generations.jsonl", dev_pairs, refs, hyps)
-            if args.beam > 1:  # the beam's score where a choice of beam size reads it
+            if c.beam > 1:  # the beam's score where a choice of beam size reads it
                 result["metrics"][f"{VALIDATION}_beam"] = scores(
-                    generate(model, held, tokenizer, args.max_len, beam=args.beam), references(tokenizer, held))
+                    generate(model, held, tokenizer, t.max_len, beam=c.beam), references(tokenizer, held))
         result["metrics"]["dev_copy"] = scores(copies(tokenizer, dev), refs)
-        if args.beam > 1:
-            hyps = generate(model, dev, tokenizer, args.max_len, beam=args.beam)
+        if c.beam > 1:
+            hyps = generate(model, dev, tokenizer, t.max_len, beam=c.beam)
             result["metrics"]["dev_beam"] = scores(hyps, refs)
             write_generations(out / "dev_generations_beam.jsonl", dev_pairs, refs, hyps)
         # soft_target_seconds: the teacher's pass over the training pairs, whichever run computed the cache (the
         # teacher's cost); the training loop's own seconds, whole across resumes, are the summaries'
         result.update(wall_seconds=round(time.time() - start, 1), soft_target_seconds=soft_seconds,
-                      soft_target_precision=soft_precision and soft_precision["precision"], beam=args.beam,
+                      soft_target_precision=soft_precision and soft_precision["precision"], beam=c.beam,
                       training=summaries, complete=True)
         write_json(out / "results.json", result)
         m = result["metrics"]
         print(f"{task.name}: dev BLEU greedy {m['dev']['bleu']:.2f}" +
-              (f", beam {args.beam} {m['dev_beam']['bleu']:.2f}" if args.beam > 1 else "") +
+              (f", beam {c.beam} {m['dev_beam']['bleu']:.2f}" if c.beam > 1 else "") +
               f"; copying the source {m['dev_copy']['bleu']:.2f}; student in {out}")
 
 
