@@ -22,15 +22,13 @@ import argparse
 import sys
 import time
 
-import numpy as np
 
 from benchmarks import methods, teacher_value
 from benchmarks.rows import merge_rows
 from benchmarks.stats import BASELINES, mean_std_cell, row_order, values
 from mobilekd.data.tasks import load_task, task_data, training_subset
 from mobilekd.fileio import REPO_ROOT, read_json
-from mobilekd.finetune.baseline import bag_of_words_baseline
-from mobilekd.finetune.metrics import classification_metrics
+from mobilekd.finetune.baseline import bag_of_words_baseline, majority_baseline
 from mobilekd.recipes import finetune
 from mobilekd.host import cpu_model, identity
 
@@ -54,15 +52,6 @@ def examples(task_name: str, flags: list[str], seed: int):
     return task, train, next(iter(task.dev.values()))
 
 
-def majority(task, train, dev) -> dict | None:
-    """The metrics of answering every dev example with the training examples' most frequent class."""
-    if task.is_regression:
-        return None
-    y = task.targets(train)
-    predictions = np.full(len(dev), np.bincount(y).argmax())
-    return classification_metrics(task.metrics, task.targets(dev), predictions)
-
-
 def baseline_rows(task_name: str, flags: list[str], seed: int) -> list[dict]:
     """One row per baseline and dev metric of the task (its official metric first)."""
     task, train, dev = examples(task_name, flags, seed)
@@ -70,9 +59,9 @@ def baseline_rows(task_name: str, flags: list[str], seed: int) -> list[dict]:
     found = [{"task": task_name, "method": "tfidf", "seed": seed, "metric": m, "value": round(v, 4),
               "train_examples": len(train), "train_seconds": tfidf["seconds"], "cpu": cpu, "host": identity()["id"]}
              for m, v in tfidf["metrics"].items()]
-    always = majority(task, train, dev)
+    always = majority_baseline(task, train, dev)
     found += [{"task": task_name, "method": "majority", "seed": seed, "metric": m, "value": round(v, 4),
-               "train_examples": len(train)} for m, v in (always or {}).items()]
+               "train_examples": len(train)} for m, v in (always["metrics"] if always else {}).items()]
     return found
 
 

@@ -24,7 +24,7 @@ Every run: the same 8,000 SST-2 training examples (drawn once, `--subset-seed 0`
 validation split of them, dev scored once; the students in fp32 (the teachers' passes too), 3 epochs (TinyBERT: 3 of
 the intermediate step, then 3 of the prediction step). Rows (docs/results/foreign_layers.json): each student's dev
 and validation scores, the teacher's, TF-IDF + LR's on the same examples, the copy's parity, and the paired
-intervals (benchmarks/intervals.py) of the two differences.
+intervals (mobilekd/finetune/intervals.py) of the two differences.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 
-from benchmarks import intervals
+from mobilekd.finetune import intervals
 from benchmarks.command import comparison, comparison_flags
 from benchmarks.rows import baseline_rows, finetune_rows, paired_runs
 from benchmarks.runner import Job
@@ -145,7 +145,7 @@ def table(results: list[dict]) -> str:
         f"| {TASK} ({metric}) | " + " | ".join(cells) + " |"]) + (
         f"\n\nSeeds {', '.join(map(str, seeds))}; the student `{STUDENT}`, started at random; dev scored once per "
         "model. Differences in points with their paired 95% bootstrap intervals over dev examples and seeds "
-        "(benchmarks/intervals.py)." + (f" The RoBERTa copy's logits differ from the BERT's by at most "
+        "(mobilekd/finetune/intervals.py)." + (f" The RoBERTa copy's logits differ from the BERT's by at most "
                                         f"{parity[0]['value']:.1e} on {parity[0]['examples']} dev sentences."
                                         if parity else "") + "\n")
 

@@ -14,7 +14,7 @@ the same 2,000 training examples (drawn once, seed 0), 3 epochs at the students'
 validation split of those examples, dev scored once. Rows (docs/results/inherit.json): each fine-tuned run's dev and
 validation scores; each start's held-out masked-LM accuracy and loss after its transfer (distill's and init's
 summaries: the same 2,000 held-out examples); each transfer's wall time with its host; and the paired intervals
-(benchmarks/intervals.py) of inherited - random and inherited-0 - random in the task's metric.
+(mobilekd/finetune/intervals.py) of inherited - random and inherited-0 - random in the task's metric.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 
-from benchmarks import intervals, teacher_value
+from benchmarks import teacher_value
 from benchmarks.command import comparison, comparison_flags
 from benchmarks.minilm import FINETUNE
 from benchmarks.rows import paired_runs, recorded_host
@@ -32,6 +32,7 @@ from benchmarks.runner import RESUMABLE, Job
 from benchmarks.stats import mean_std_cell, values
 from mobilekd.data.tasks import GLUE_TASKS
 from mobilekd.fileio import REPO_ROOT, read_json
+from mobilekd.finetune import intervals
 
 STUDENT = "mobilebert_h384_l4"
 TASKS = {"sst2": "64", "mrpc": "128"}  # --max-len per task
@@ -121,7 +122,7 @@ def table(results: list[dict]) -> str:
              f"{fit['wall_seconds']:.0f} s." if fit else "")
     return "\n".join(lines) + (
         "\n\nDifferences in points of the task's metric with their paired 95% bootstrap intervals over dev examples "
-        f"and seeds (benchmarks/intervals.py). Held-out masked-LM accuracy after the transfer: {mlm or '-'}. "
+        f"and seeds (mobilekd/finetune/intervals.py). Held-out masked-LM accuracy after the transfer: {mlm or '-'}. "
         f"Transfer wall time, 1 thread: {walls or '-'}.{start}\n")
 
 

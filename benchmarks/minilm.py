@@ -12,8 +12,8 @@ Task-agnostic steps as benchmarks.methods runs DistilBERT's (3 x 100 layer steps
 student fine-tunes on the same 2,000 training examples (drawn once, seed 0) for 3 epochs at the students' learning
 rate, its step chosen on a validation split of those examples, dev scored once. Rows (docs/results/minilm.json):
 each fine-tuned run's dev and validation scores, each distillation's wall time with its host, and the paired
-intervals (benchmarks/intervals.py: bootstrap over dev examples and seeds) of MiniLM - init, DistilBERT - init and
-MiniLM - DistilBERT, in the task's metric.
+intervals (mobilekd/finetune/intervals.py: bootstrap over dev examples and seeds) of MiniLM - init, DistilBERT -
+init and MiniLM - DistilBERT, in the task's metric.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ import sys
 from pathlib import Path
 
 
-from benchmarks import intervals, teacher_value
+from benchmarks import teacher_value
 from benchmarks.command import comparison, comparison_flags
 from benchmarks.rows import paired_runs, recorded_host
 from benchmarks.runner import RESUMABLE, Job
 from benchmarks.stats import mean_std_cell, values
 from mobilekd.fileio import REPO_ROOT, read_json
+from mobilekd.finetune import intervals
 
 TASKS = {"sst2": "64", "mrpc": "128"}  # --max-len per task
 STRATEGIES = ("minilm", "distilbert")
@@ -87,8 +88,8 @@ def table(results: list[dict]) -> str:
     walls = {r["method"]: r for r in results if r["task"] is None}
     note = "; ".join(f"{m} {walls[m]['value'] / 60:.1f} min on {walls[m]['host']}" for m in STRATEGIES if m in walls)
     return "\n".join(lines) + ("\n\nDifferences in points of the task's metric with their paired 95% bootstrap "
-                               "intervals over dev examples and seeds (benchmarks/intervals.py). Task-agnostic wall "
-                               f"time, 1 thread: {note or '-'}.\n")
+                               "intervals over dev examples and seeds (mobilekd/finetune/intervals.py). "
+                               f"Task-agnostic wall time, 1 thread: {note or '-'}.\n")
 
 
 def main(argv=None):

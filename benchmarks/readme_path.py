@@ -15,7 +15,7 @@ all-minilm-l6-v2`; step 2: `distill --teacher T --layer-map uniform` (PKT into `
 default steps); step 3: the teacher fine-tuned on the task; step 4: the student with `--teacher` (logit KD), its
 step chosen on a validation split of the training data, dev scored once. Rows (docs/results/readme_path.json):
 each step-4 run's dev accuracy (with its teacher's, `teacher_value`), TF-IDF + LR's on each seed's training split
-(method "tfidf"), and the paired interval (benchmarks/intervals.py) of default - bert-lr per task.
+(method "tfidf"), and the paired interval (mobilekd/finetune/intervals.py) of default - bert-lr per task.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks import intervals
+from mobilekd.finetune import intervals
 from benchmarks.command import comparison, comparison_flags
 from benchmarks.custom import write_task
 from benchmarks.rows import baseline_rows, paired_runs
@@ -85,7 +85,8 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines) + (
         f"\n\nThe README's MobileBERT path with every flag at its default but step 4's --lr (learning rates used: "
         f"{used}); the difference "
-        f"in points with its paired 95% bootstrap interval over dev examples and seeds (benchmarks/intervals.py).\n")
+        "in points with its paired 95% bootstrap interval over dev examples and seeds "
+        "(mobilekd/finetune/intervals.py).\n")
 
 
 def main(argv=None):

@@ -4,7 +4,6 @@ replaces its own rows; another host's stay beside them)."""
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
@@ -140,20 +139,18 @@ def merge_rows(path: Path, found: list[dict], order, key=ROW_KEY) -> list[dict]:
 
 def dev_predictions(run: Path):
     """A finished fine-tuning run's dev labels and predictions (dev_predictions.tsv), as arrays."""
-    import numpy as np
+    from mobilekd.finetune.intervals import read_predictions
 
-    with open(run / "dev_predictions.tsv", newline="", encoding="utf-8") as f:
-        got = list(csv.DictReader(f, delimiter="\t"))
-    return np.array([r["label"] for r in got]), np.array([r["prediction"] for r in got])
+    return read_predictions(run / "dev_predictions.tsv")
 
 
 def paired_runs(out: Path, task: str, seeds: list[int], methods, pairs, metric: str | None = None) -> list[dict]:
     """Each method's fine-tuning rows on `task` (runs in OUT/TASK/METHOD/seedN), and over the seeds every method
-    has finished, the paired interval (benchmarks/intervals.py: a bootstrap over dev examples and seeds) of each
+    has finished, the paired interval (mobilekd/finetune/intervals.py: a bootstrap over dev examples and seeds) of each
     pair (a, b), a - b in `metric` (default: the GLUE task's official one), as a row of method "a-b"."""
     import numpy as np
 
-    from benchmarks import intervals
+    from mobilekd.finetune import intervals
     from mobilekd.data.tasks import GLUE_TASKS
 
     found = [r for m in methods for seed in seeds

@@ -15,8 +15,8 @@ fine-tunes it on each task. Each run: `mobilekd ship --teacher OUT/teacher --dat
 Rows: one per trial (method "ship-trial": family, shape, recipe, state, val_value, pixel4_ms_est, wall_seconds,
 chosen), the chosen student (method "ship": its val_value, and value, dev scored once), the teacher, TF-IDF + LR and
 the majority class on the same examples, and the ship run's wall time ("ship-wall"). The table's intervals are
-paired bootstraps over dev examples and seeds (benchmarks/intervals.py). The `ship` of before the search (one fixed
-recipe: the teacher's layers 0 and 5 with logit KD, docs/results/custom.json) stands beside it. Runs of the
+paired bootstraps over dev examples and seeds (mobilekd/finetune/intervals.py). The `ship` of before the search (one
+fixed recipe: the teacher's layers 0 and 5 with logit KD, docs/results/custom.json) stands beside it. Runs of the
 search's first draw (one draw over every shape, halving across families) keep their rows with no `draw` field;
 today's carry "family", and where a task ran both ways on the same seeds their difference is paired too. A run
 searched in another space than the first (configs/ship.json's shapes, starts and spaces of the families it searched,
@@ -35,13 +35,12 @@ import hashlib
 import json
 import statistics
 import sys
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 from filelock import FileLock
 
-from benchmarks import intervals
+from mobilekd.finetune import intervals
 from benchmarks.custom import TASKS as CUSTOM
 from benchmarks.custom import write_task
 from benchmarks.command import comparison, comparison_flags
@@ -148,7 +147,8 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                 {**shared, "method": "teacher", "value": round(s["teacher"]["dev"][metric], 4),
                  "pixel4_ms_est": b["teacher_pixel4_ms_est"], "wall_seconds": s["teacher"]["train_seconds"],
                  **recorded_host({"host": s["teacher"]["host"]})},
-                {**shared, "method": "majority", "value": round(majority(task, Path(s["data"]), metric), 4)}]
+                {**shared, "method": "majority", "value": round(s["majority"]["metrics"][metric] if s.get("majority")
+                                                                else majority(task, Path(s["data"]), metric), 4)}]
             if s.get("baseline"):
                 found.append({**shared, "method": "tfidf", "value": round(s["baseline"]["metrics"][metric], 4),
                               "wall_seconds": s["baseline"]["seconds"], **host})
@@ -213,18 +213,15 @@ def _sortable(v: tuple[str, str | None, str | None]) -> tuple[str, str, int]:
 
 
 def majority(task: str, data: Path, metric: str) -> float:
-    """The dev `metric` of always answering the training set's most frequent label (the data a run was given; for
-    regression, its mean score: a constant, whose correlation is 0)."""
+    """The dev `metric` of always answering the training set's most frequent label (the data a run was given;
+    `mobilekd.finetune.baseline.majority_baseline`; for regression 0: a constant score has no correlation), for a
+    ship.json from before ship recorded it."""
     from mobilekd.data.tasks import load_task
-    from mobilekd.finetune.metrics import classification_metrics
+    from mobilekd.finetune.baseline import majority_baseline
 
     t = load_task("custom" if task in CUSTOM else task, data)
-    dev = next(iter(t.dev.values()))
-    if t.is_regression:
-        return 0.0
-    index = {name: i for i, name in enumerate(t.labels)}
-    top = Counter(e.label for e in t.train).most_common(1)[0][0]
-    return classification_metrics([metric], [index[e.label] for e in dev], [index[top]] * len(dev))[metric]
+    always = majority_baseline(t, t.train, next(iter(t.dev.values())))
+    return always["metrics"][metric] if always else 0.0
 
 
 def keep_predictions(out: Path, task: str, done: dict[int, tuple], kept: Path) -> dict[tuple, dict[int, dict]]:
@@ -311,7 +308,8 @@ def table(results: list[dict]) -> str:
                      + f"{statistics.mean(values('ship-wall')) / 60:.0f} min | "
                      + (f"{mean_std_cell(before)}{cost} |" if before else "- |"))
     return "\n".join(lines) + ("\n\nship - TF-IDF: the difference in points with its paired 95% bootstrap interval "
-                               "over dev examples and seeds (benchmarks/intervals.py); before: on the GLUE tasks, "
+                               "over dev examples and seeds (mobilekd/finetune/intervals.py); before: on the GLUE "
+                               "tasks, "
                                "benchmarks.quality's student to ship (the best dev mean within the budget, chosen "
                                "on the dev set it is scored on), then ship's mean minus it, in points (the cost of "
                                "honesty); Pixel figures are ESTIMATES of a cost model.\n") + draws(results) + \

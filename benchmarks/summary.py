@@ -116,7 +116,7 @@ def ship() -> list[str]:
     """Today's `mobilekd ship` (its search, dev scored once) on the CSV tasks: its student against TF-IDF; on each
     task the runs whose teacher ship chose on validation where there are any, else those of its earlier fixed
     teacher (benchmarks.ship keeps both)."""
-    from benchmarks.intervals import cell
+    from mobilekd.finetune.intervals import cell
     from benchmarks.ship import CUSTOM, current
 
     rows = current([r for r in _rows("ship") if r["task"] in CUSTOM])
@@ -162,7 +162,7 @@ def quality() -> list[str]:
 def glue_ship() -> list[str]:
     """`mobilekd ship` on the GLUE tasks it has run (its choices on validation, dev scored once), against the
     student benchmarks.quality picked on dev (`benchmarks.ship.dev_picked`), the teacher and the baselines."""
-    from benchmarks.intervals import cell
+    from mobilekd.finetune.intervals import cell
     from benchmarks.ship import GLUE, current, dev_picked
 
     rows = [r for r in current(_rows("ship")) if r["task"] in GLUE and r.get("teacher_choice") == "validation"]

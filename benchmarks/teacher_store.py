@@ -14,7 +14,7 @@ TinyBERT's attention scores pair head by head). Every run: the same 8,000 SST-2 
 seed 0), 2 intermediate epochs then 2 prediction epochs at the students' learning rate, its step chosen on a
 validation split of those examples, dev scored once. Rows (docs/results/teacher_store.json): each run's dev and
 validation scores with its seconds (the intermediate step's, the whole run's, the store's making or reading) and
-host; the store's size; the paired interval (benchmarks/intervals.py) of stored - live in the task's metric.
+host; the store's size; the paired interval (mobilekd/finetune/intervals.py) of stored - live in the task's metric.
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import intervals, teacher_value
+from benchmarks import teacher_value
 from benchmarks.rows import dev_predictions as predictions
 from benchmarks.command import comparison, comparison_flags
 from benchmarks.rows import finetune_rows, recorded_host
 from benchmarks.runner import RESUMABLE, Job
 from benchmarks.stats import mean_std_cell, values
+from mobilekd.finetune import intervals
 from mobilekd.rundir import finished_results
 from mobilekd.data.tasks import GLUE_TASKS
 from mobilekd.fileio import REPO_ROOT

@@ -11,8 +11,8 @@ Transfer: `distill --strategy pkt --layer-map uniform --layer-steps N --pd-steps
 step on the shipped corpora, one thread, so its seconds are its CPU-seconds); N = 100 is benchmarks.inherit's
 `random` start, made again here. Rows (docs/results/transfer_curve.json): each transfer's training seconds (its
 stages', which carry across a resume) with its host and its held-out masked-LM accuracy and loss; each fine-tuned
-run's dev and validation scores; the paired intervals (benchmarks/intervals.py) of each longer transfer against the
-shortest, in the task's metric. No page holds its table yet: its block joins docs/methods.md with its first rows.
+run's dev and validation scores; the paired intervals (mobilekd/finetune/intervals.py) of each longer transfer against
+the shortest, in the task's metric. No page holds its table yet: its block joins docs/methods.md with its first rows.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks import intervals, teacher_value
+from benchmarks import teacher_value
 from benchmarks.command import comparison, comparison_flags
 from benchmarks.inherit import STUDENT, TASKS, distill_rows
 from benchmarks.minilm import FINETUNE
@@ -30,6 +30,7 @@ from benchmarks.runner import RESUMABLE, Job
 from benchmarks.stats import mean_std_cell, values
 from mobilekd.data.tasks import GLUE_TASKS
 from mobilekd.fileio import REPO_ROOT
+from mobilekd.finetune import intervals
 
 STEPS = (100, 300, 1000)  # PKT steps a stage
 METHODS = tuple(f"pkt-{n}" for n in STEPS)
@@ -85,7 +86,7 @@ def table(results: list[dict]) -> str:
     hosts = sorted({agnostic[m, "transfer_seconds"]["host"] for m in METHODS if (m, "transfer_seconds") in agnostic})
     return "\n".join(lines) + (
         "\n\nDifferences in points of the task's metric with their paired 95% bootstrap intervals over dev examples "
-        f"and seeds (benchmarks/intervals.py). Held-out masked-LM accuracy after the transfer: {mlm or '-'}. "
+        f"and seeds (mobilekd/finetune/intervals.py). Held-out masked-LM accuracy after the transfer: {mlm or '-'}. "
         f"Transfers timed at 1 thread on {', '.join(hosts) or '-'}.\n")
 
 

@@ -315,10 +315,21 @@ def test_a_search_of_the_bilstm_family_ships_its_fused_file(tmp_path):
                                 "space": {"--lr": {"low": 1e-3, "high": 3e-3, "log": True},
                                           "--augment": {"choices": [0, 1]}, "examples_seen": {"choices": [320]}}}}}))
     out = tmp_path / "out"
-    run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data, "--config", config,
-               "--workers", "1", "--threads", "1", "--out", out, timeout=900)
+    proc = run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data, "--config", config,
+                      "--workers", "1", "--threads", "1", "--out", out, timeout=900)
     s = json.loads((out / "ship.json").read_text())
     chosen = s["chosen"]
+    # the student against the teacher and TF-IDF on dev: each difference the scores' own, with a paired interval
+    # over the 60 dev examples that holds it, printed and in the model card
+    base = {"teacher": s["teacher"]["dev"]["accuracy"], "baseline": s["baseline"]["metrics"]["accuracy"],
+            "majority": s["majority"]["metrics"]["accuracy"]}
+    assert s["majority"]["label"] in ("negative", "positive") and 0 < base["majority"] < 1
+    for name, score in base.items():
+        i = s["intervals"][f"student-{name}"]
+        assert i["mean"] == pytest.approx(s["student"]["dev"]["accuracy"] - score, abs=1e-4)
+        assert i["low"] <= i["mean"] <= i["high"] and i["examples"] == 60
+    assert proc.stdout.count("95% paired bootstrap over the 60 dev examples") == 3
+    assert "student - the teacher:" in (out / "student" / "README.md").read_text()
     assert chosen["family"] == "bilstm" and chosen["verb"] == "bilstm" and chosen["shape"] == "h16-e16"
     assert chosen["pixel4_ms_est"] <= s["budget"]["latency_ms"] and (out / "student" / "bilstm.json").is_file()
     trial = json.loads((out / "trials" / f"{chosen['trial']:04d}" / "results.json").read_text())
@@ -348,7 +359,7 @@ def test_custom_tasks_from_shipped_text_split_cleanly():
 
 
 def test_the_paired_bootstrap_counts_the_dev_sets_noise_and_the_seeds():
-    from benchmarks.intervals import cell, paired_bootstrap
+    from mobilekd.finetune.intervals import cell, paired_bootstrap
 
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 400)
@@ -366,7 +377,7 @@ def test_the_paired_bootstrap_counts_the_dev_sets_noise_and_the_seeds():
 def test_each_task_is_bootstrapped_in_its_own_metric():
     """The interval's metric over label names as the prediction files hold them: MRPC's F1 on "equivalent", CoLA's
     Matthews correlation, STS-B's correlations over scores written as text; an unknown metric is refused."""
-    from benchmarks.intervals import metric_function
+    from mobilekd.finetune.intervals import metric_function
 
     labels = np.array(["equivalent", "not_equivalent", "equivalent", "equivalent"])
     guess = np.array(["equivalent", "equivalent", "not_equivalent", "equivalent"])

@@ -40,3 +40,14 @@ def bag_of_words_baseline(task: Task, train, dev, seed: int = 0, keep_prediction
             "metrics": classification_metrics(task.metrics, labels, predictions),
             "seconds": round(time.time() - start, 2),
             **({"predictions": predictions.tolist()} if keep_predictions else {})}
+
+
+def majority_baseline(task: Task, train, dev) -> dict | None:
+    """Metrics on `dev` of answering every example with the most frequent class of `train` (on a tie, the first of
+    the task's labels); None for a regression task (a constant score has no correlation). A student near it has
+    learned nothing a phone needs."""
+    if task.is_regression:
+        return None
+    top = int(np.bincount(task.targets(train)).argmax())
+    return {"method": "majority", "label": task.labels[top], "train_examples": len(train), "dev_examples": len(dev),
+            "metrics": classification_metrics(task.metrics, task.targets(dev), np.full(len(dev), top))}

@@ -9,10 +9,15 @@ independently is the "pigeonhole" bootstrap of Owen, "The pigeonhole bootstrap" 
 2007), which is conservative (its variance errs high by the interaction term) where a naive bootstrap over
 examples alone would ignore the seeds. Over examples it is the paired bootstrap Koehn, "Statistical Significance
 Tests for Machine Translation Evaluation" (EMNLP 2004), Section 4, uses for two systems. With one seed only the
-dev examples vary: the interval then says nothing of another seed's noise, and the table says [n=1].
+dev examples vary: the interval then says nothing of another seed's noise, and the table says [n=1]. `mobilekd ship`
+reports its student against its teacher and the bag-of-words baseline this way; the benchmarks, their methods over
+seeds.
 """
 
 from __future__ import annotations
+
+import csv
+from pathlib import Path
 
 import numpy as np
 
@@ -42,6 +47,15 @@ def metric_function(task: str, metric: str):
     if metric == "matthews_corr":
         return lambda labels, predictions: float(matthews_corrcoef(labels, predictions))
     return accuracy
+
+
+def read_predictions(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A dev_predictions.tsv (`mobilekd finetune`'s, or ship's baseline_dev_predictions.tsv): its labels (None where
+    the file has none) and predictions, as arrays of text."""
+    with open(path, newline="", encoding="utf-8") as f:
+        got = list(csv.DictReader(f, delimiter="\t"))
+    labels = np.array([r["label"] for r in got]) if got and "label" in got[0] else None
+    return labels, np.array([r["prediction"] for r in got])
 
 
 def paired_bootstrap(labels: np.ndarray, a: np.ndarray, b: np.ndarray, metric=accuracy, replicates: int = REPLICATES,

@@ -268,7 +268,9 @@ def model_card(s: dict) -> str:
         f"{c['val_value']:.4f} chose it |",
         f"| teacher | {s['teacher']['dev'][metric]:.4f} | {teacher_choice(s)} |",
         *([f"| TF-IDF + LR | {s['baseline']['metrics'][metric]:.4f} | all of the training examples |"]
-          if s.get("baseline") else []), "",
+          if s.get("baseline") else []),
+        *([f"| majority class | {s['majority']['metrics'][metric]:.4f} | always `{s['majority']['label']}` |"]
+          if s.get("majority") else []), "", *[f"- {line}." for line in differences(s)],
         f"- Recipe: `mobilekd {c.get('verb', 'finetune')} {c['recipe']}` from `{c['start']}`.",
         f"- Pixel 4 estimate: {c['pixel4_ms_est']:.1f} ms at sequence {s['budget']['max_len']} "
         f"(the teacher's: {s['budget']['teacher_pixel4_ms_est']:.1f} ms).",
@@ -299,14 +301,31 @@ def report(s: dict) -> str:
              f"| teacher (your BERT, fine-tuned) | {t:.4f} | {s['budget']['teacher_pixel4_ms_est']:.1f} ms |",
              f"| student: {c['family']} {c['shape']} ({c['params_m']:.1f}M), validation {c['val_value']:.4f} | "
              f"{st:.4f} | {c['pixel4_ms_est']:.1f} ms |",
-             *([f"| bag of words ({s['baseline']['method']}) | {base:.4f} | - |"] if base is not None else []), "",
+             *([f"| bag of words ({s['baseline']['method']}) | {base:.4f} | - |"] if base is not None else []),
+             *([f"| majority class ({s['majority']['label']}) | {s['majority']['metrics'][metric]:.4f} | - |"]
+               if s.get("majority") else []), "",
              f"search: {len(s['trials'])} trials ({counts['complete']} complete, {counts['pruned']} cut short, "
              f"{counts['fail']} failed; {families}) in {s['search_seconds'] / 60:.1f} min; budget "
              f"{s['budget']['latency_ms']:.1f} ms (est.)"]
-    if base is not None:
+    lines += differences(s)
+    if base is not None and "student-baseline" not in s.get("intervals", {}):  # a ship.json from before intervals
         lines.append(f"the student is {'above' if st > base else 'NOT above'} the bag-of-words baseline by "
                      f"{st - base:+.4f}")
     return "\n".join(lines)
+
+
+def differences(s: dict) -> list[str]:
+    """The student against the teacher and the bag-of-words baseline on dev, each difference with its 95% interval
+    (`dev_intervals`) and what it says: above, below, or neither (a tie on this dev set)."""
+    lines = []
+    for name, what in (("teacher", "the teacher"), ("baseline", "the bag-of-words baseline"),
+                       ("majority", "the majority class")):
+        i = s.get("intervals", {}).get(f"student-{name}")
+        if i:
+            verdict = "above" if i["low"] > 0 else "below" if i["high"] < 0 else "neither above nor below"
+            lines.append(f"student - {what}: {i['mean']:+.4f} {s['metric']} [{i['low']:+.4f}, {i['high']:+.4f}]: "
+                         f"{verdict} it (95% paired bootstrap over the {i['examples']} dev examples)")
+    return lines
 
 
 def parse_args(argv) -> ShipConfig:
@@ -509,11 +528,32 @@ def drop_teacher_features(teacher: Path) -> float:
     return freed / 1e9
 
 
+def dev_intervals(out: Path, task_name: str, metric: str, majority: str | None = None) -> dict:
+    """The student's dev score against the teacher's, the bag-of-words baseline's and (given its label) the majority
+    class's, each difference in `metric` with its 95% paired bootstrap interval over the dev examples
+    (mobilekd/finetune/intervals.py: Koehn 2004's paired bootstrap; one run of each, so the interval counts dev's
+    sampling noise, not another seed's)."""
+    from mobilekd.finetune.intervals import metric_function, paired_bootstrap, read_predictions
+
+    try:
+        score = metric_function(task_name, metric)
+    except ValueError:  # a metric the bootstrap has no function for: no intervals
+        return {}
+    labels, student = read_predictions(out / "student" / "dev" / "dev_predictions.tsv")
+    others = {"teacher": out / "teacher" / "dev" / "dev_predictions.tsv",
+              "baseline": out / "baseline_dev_predictions.tsv"}
+    found = {f"student-{name}": paired_bootstrap(labels, student, read_predictions(path)[1], metric=score)
+             for name, path in others.items() if path.is_file()}
+    if majority is not None:
+        found["student-majority"] = paired_bootstrap(labels, student, np.full(len(labels), majority), metric=score)
+    return found
+
+
 def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Path, b: dict, chosen,
             rows: list[dict], seconds: float, final: float) -> dict:
     """OUT/ship.json: the budget, what was chosen and why, every trial, the dev scores, the files."""
     from mobilekd.data.tasks import load_task
-    from mobilekd.finetune.baseline import bag_of_words_baseline
+    from mobilekd.finetune.baseline import bag_of_words_baseline, majority_baseline
 
     t, picked = (read_json(out / "teacher" / name) for name in ("results.json", "chosen.json"))
     t_dev, dev = (read_json(out / m / "dev" / "results.json") for m in ("teacher", "student"))
@@ -531,6 +571,8 @@ def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Pa
                 for e, p in zip(dev_examples, baseline.pop("predictions"))))
     parity = read_json(out / "student" / "tflite" / "parity.json")
     wall = {"teacher": picked["wall_seconds"], "search": round(seconds, 1), "final": final}
+    always = majority_baseline(task, task.train, dev_examples)
+    compared = dev_intervals(out, task_name, metric, always and always["label"])
     return {"data": str(data), "budget": b, "metric": metric, "search_seconds": round(seconds, 1),
             "wall_seconds": {**wall, "total": round(sum(wall.values()), 1)},
             "host": identity(),
@@ -542,7 +584,7 @@ def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Pa
                         "host": training_host(t), "chosen": picked},
             "student": {"dev": dev["metrics"]["dev"], "dev_scored": "once, after the search chose it",
                         "dev_examples": len(dev_examples)},
-            "baseline": baseline, "trials": rows,
+            "baseline": baseline, "majority": always, "intervals": compared, "trials": rows,
             "tflite": {name: {k: r[k] for k in ("size_bytes", "agreement", "accuracy_exported") if k in r}
                        for name, r in parity.items()}}
 
