@@ -11,6 +11,7 @@ import argparse
 from android_bench.host import measure_in_child
 from mobilekd.errors import cli_entry
 from mobilekd.fileio import write_json
+from mobilekd.flags import at_least
 
 
 @cli_entry
@@ -18,11 +19,15 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="mobilekd host-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="+", help=".tflite files")
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4])
-    p.add_argument("--runs", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4], help="thread counts (default 1 2 4)")
+    p.add_argument("--runs", type=int, default=30, help="timed runs per file and thread count (default 30)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed runs before them (default 5)")
     p.add_argument("--out", help="write the timings as JSON here")
     args = p.parse_args(argv)
+    for n in args.threads:
+        at_least("--threads", n, 1)
+    at_least("--runs", args.runs, 1)
+    at_least("--warmup", args.warmup, 0)
     result = measure_in_child(args.models, args.threads, args.runs, args.warmup)
     if args.out:
         write_json(args.out, result)
