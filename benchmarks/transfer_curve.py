@@ -2,17 +2,18 @@
 benchmarks.inherit (`mobilebert_h384_l4`, from random weights) distilled by the paper's progressive knowledge transfer
 for N steps a stage (each of its 4 blocks' stages and the pre-training distillation stage: 5N steps in all), N in
 STEPS, then each fine-tuned on the task as benchmarks.inherit fine-tunes it: the curve of the task's dev score against
-the CPU-seconds of transfer, so that a user sees what more compute would buy. Seeds 0-2, declared here.
+the seconds of transfer at one thread, so that a user sees what more compute would buy. Seeds 0-2, declared here.
 
     python -m benchmarks.transfer_curve                     # about 2 hours on 2 cores; resumable
     python -m benchmarks.transfer_curve --table --write --plot    # the table into docs/methods.md, the figure
 
 Transfer: `distill --strategy pkt --layer-map uniform --layer-steps N --pd-steps N` (32 sequences of 64 tokens a
-step on the shipped corpora, one thread, so its seconds are its CPU-seconds); N = 100 is benchmarks.inherit's
-`random` start, made again here. Rows (docs/results/transfer_curve.json): each transfer's training seconds (its
-stages', which carry across a resume) with its host and its held-out masked-LM accuracy and loss; each fine-tuned
-run's dev and validation scores; the paired intervals (mobilekd/finetune/intervals.py) of each longer transfer against
-the shortest, in the task's metric. No page holds its table yet: its block joins docs/methods.md with its first rows.
+step on the shipped corpora, one thread: on a quiet machine its seconds are its CPU-seconds); N = 100 is
+benchmarks.inherit's `random` start, made again here. Rows (docs/results/transfer_curve.json): each transfer's
+training seconds (its stages', which carry across a resume) with its host and its held-out masked-LM accuracy and
+loss; each fine-tuned run's dev and validation scores; the paired intervals (mobilekd/finetune/intervals.py) of each
+longer transfer against the shortest, in the task's metric. Its table and figure: docs/methods.md,
+docs/transfer_curve.png.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
 
 
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
-    found = distill_rows(out, METHODS)  # each transfer's seconds (one thread: its CPU-seconds) and MLM scores
+    found = distill_rows(out, METHODS)  # each transfer's seconds (one thread) and MLM scores
     for task in tasks:
         found += paired_runs(out, task, seeds, METHODS, PAIRS)
     return found
@@ -67,7 +68,7 @@ def table(results: list[dict]) -> str:
 
     def head(m):
         wall = agnostic.get((m, "transfer_seconds"))
-        return f"PKT {m[4:]} a stage" + (f" ({wall['value'] / 60:.0f} CPU-min)" if wall else "")
+        return f"PKT {m[4:]} a stage" + (f" ({wall['value'] / 60:.0f} min, 1 thread)" if wall else "")
 
     lines = ["| task (metric) | " + " | ".join(map(head, METHODS)) + " | "
              + " | ".join(f"{a[4:]} - {b[4:]}" for a, b in PAIRS) + " |", "|---" * (1 + len(METHODS) + len(PAIRS))
@@ -91,11 +92,13 @@ def table(results: list[dict]) -> str:
 
 
 def plot(results: list[dict], path: Path) -> None:
-    """Each task's dev score (mean and standard deviation over seeds) against the transfer's CPU-minutes."""
+    """Each task's dev score (mean and standard deviation over seeds) against the transfer's minutes at 1 thread."""
     import statistics
 
-    from mobilekd.fileio import save_png
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    from mobilekd.fileio import save_png
 
     agnostic = _agnostic(results)
     tasks = [t for t in TASKS if values(results, t, GLUE_TASKS[t].metrics[0], METHODS[0])]
@@ -109,7 +112,10 @@ def plot(results: list[dict], path: Path) -> None:
         ax.errorbar([x for x, _ in points], [statistics.mean(v) for _, v in points],
                     yerr=[statistics.stdev(v) if len(v) > 1 else 0 for _, v in points], marker="o", capsize=3)
         ax.set_xscale("log")
-        ax.set(xlabel="PKT transfer, CPU-minutes (1 thread)", ylabel=f"dev {metric}", title=f"{task}: {STUDENT}")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.0f"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xticks([x for x, _ in points])
+        ax.set(xlabel="PKT transfer, minutes at 1 thread", ylabel=f"dev {metric}", title=f"{task}: {STUDENT}")
     fig.tight_layout()
     save_png(fig, path)
 
