@@ -1,8 +1,9 @@
-"""What a recipe that trains on a task's training set reads from it and for how long: one dataclass whose fields are
-the flags of every such verb (fastbert, qat, bilstm, cmlm, seq2seq), and `PairValidation`, the split of the training
-pairs that cmlm and seq2seq hold out. A recipe's call of `add_task_flags` is the one
-home of its `epochs` and `lr` defaults (each method's own, credited in its --help), and of a warm-up other than
-BERT's; the sequence length, where left unset, is the task's, filled once by `task_training`."""
+"""What a recipe that trains on a task's training set reads from it and for how long: `TaskTraining`, whose fields
+are the flags of every such verb (fastbert, qat, bilstm, cmlm, seq2seq; multitask takes its `Schedule` alone, over
+all of its tasks), and `PairValidation`, the split of the training pairs that cmlm and seq2seq hold out. A recipe's
+call of `add_task_flags` is the one home of its `epochs` and `lr` defaults (each method's own, credited in its
+--help), and of a warm-up other than BERT's; the sequence length, where left unset, is the task's, filled once by
+`task_training`."""
 
 from __future__ import annotations
 
