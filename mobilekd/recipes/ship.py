@@ -315,8 +315,8 @@ def report(s: dict) -> str:
 
 
 def differences(s: dict) -> list[str]:
-    """The student against the teacher and the bag-of-words baseline on dev, each difference with its 95% interval
-    (`dev_intervals`) and what it says: above, below, or neither (a tie on this dev set)."""
+    """The student against the teacher, the bag-of-words baseline and the majority class on dev, each difference
+    with its 95% interval (`dev_intervals`) and what it says: above, below, or neither (a tie on this dev set)."""
     lines = []
     for name, what in (("teacher", "the teacher"), ("baseline", "the bag-of-words baseline"),
                        ("majority", "the majority class")):
