@@ -1,0 +1,103 @@
+"""What task distillation adds to a MobileBERT-shaped student (issue 78, item 1): benchmarks.transfer_curve's
+student after 100 PKT steps a stage (`mobilebert_h384_l4` from random weights, its `pkt-100`), fine-tuned on the
+task three ways: on the labels alone (`pkt-100`, transfer_curve's own runs), with logit KD from a teacher fine-tuned
+on the same examples (`pkt-100-kd`: `finetune --method kd`), and with the paper's progressive knowledge transfer
+run again against that teacher over the task's examples before the prediction step (`pkt-100-td`: `finetune
+--method pkt-td`, TinyBERT's two steps with MobileBERT's objectives; MobileBERT paper, Section 4.3; TinyBERT,
+Section 3.3). Seeds 0-2, declared here.
+
+    python -m benchmarks.task_transfer                       # after (or with) benchmarks.transfer_curve; resumable
+    python -m benchmarks.task_transfer --table --write       # the table into docs/methods.md from the rows
+
+It shares transfer_curve's run folder (default runs/transfer_curve): the adapted teacher, the pkt-100 start and its
+plain fine-tuning runs are found there made, or made here by the same commands. The task's teacher: the adapted
+teacher fine-tuned on the same 2,000 training examples (seed 0, at the teacher's learning rate, its step chosen on
+the validation split), one teacher for every student seed. Every student: benchmarks.minilm's fine-tuning (those
+2,000 examples, 3 epochs, step chosen on validation, dev scored once); pkt-td's transfer step runs as many epochs
+as its prediction step (finetune's default). Rows (docs/results/task_transfer.json): each run's dev and validation
+scores, the teacher's, and the paired intervals (mobilekd/finetune/intervals.py) of KD - labels, PKT-TD - labels
+and PKT-TD - KD in the task's metric.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from benchmarks import teacher_value, transfer_curve
+from benchmarks.command import comparison, comparison_flags
+from benchmarks.inherit import TASKS
+from benchmarks.minilm import FINETUNE
+from benchmarks.rows import finetune_rows, paired_runs
+from benchmarks.runner import Job
+from benchmarks.stats import mean_std_cell, values
+from mobilekd.data.tasks import GLUE_TASKS
+from mobilekd.fileio import REPO_ROOT
+from mobilekd.finetune import intervals
+
+START = "pkt-100"  # transfer_curve's shortest transfer, its method name and folder
+METHODS = (START, f"{START}-kd", f"{START}-td")
+FLAGS = {f"{START}-kd": ["--method", "kd"], f"{START}-td": ["--method", "pkt-td"]}
+PAIRS = ((METHODS[1], METHODS[0]), (METHODS[2], METHODS[0]), (METHODS[2], METHODS[1]))
+NAMES = {METHODS[0]: "labels", METHODS[1]: "logit KD", METHODS[2]: "PKT-TD"}
+
+
+def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
+    plan = [j for j in transfer_curve.jobs(out, tasks, seeds)  # the adapted teacher, the start, its plain runs
+            if j.name in ("teacher", f"distill/{START}") or j.name.split("/")[1:2] == [START]]
+    for task, length in TASKS.items():
+        if task not in tasks:
+            continue
+        teacher = out / task / "teacher"
+        plan.append(Job(f"{task}/teacher", ["finetune", "--model", str(out / "teacher"), "--task", task, "--max-len",
+                                            length, *FINETUNE, "--lr", teacher_value.TEACHER_LR, "--seed", "0",
+                                            "--out", str(teacher)], teacher, needs=["teacher"]))
+        plan += [Job(f"{task}/{m}/{seed}", ["finetune", "--model", str(out / START), "--task", task, "--max-len",
+                                            length, *FINETUNE, "--teacher", str(teacher), *FLAGS[m], "--seed",
+                                            str(seed), "--out", str(out / task / m / f"seed{seed}")],
+                     out / task / m / f"seed{seed}", needs=[f"distill/{START}", f"{task}/teacher"])
+                 for seed in seeds for m in METHODS[1:]]
+    return plan
+
+
+def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
+    found = []
+    for task in tasks:
+        found += finetune_rows(out / task / "teacher", task=task, method="teacher", seed=0)
+        found += paired_runs(out, task, seeds, METHODS, PAIRS)
+    return found
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| task (metric) | teacher | " + " | ".join(f"student, {NAMES[m]}" for m in METHODS) + " | "
+             + " | ".join(f"{NAMES[a]} - {NAMES[b]}" for a, b in PAIRS) + " |",
+             "|---" * (2 + len(METHODS) + len(PAIRS)) + "|"]
+    for task in TASKS:
+        metric = GLUE_TASKS[task].metrics[0]
+        if not values(results, task, metric, METHODS[0]):
+            continue
+        cells = [mean_std_cell(v) if (v := values(results, task, metric, m)) else "-"
+                 for m in ("teacher", *METHODS)]
+        for a, b in PAIRS:
+            stored = [r for r in results if r["task"] == task and r["method"] == f"{a}-{b}"]
+            cells.append(intervals.cell(stored[0]["interval"]) if stored else "-")
+        lines.append(f"| {task} ({metric}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + (
+        "\n\nThe student: mobilebert_h384_l4 after 100 PKT steps a stage; every run on the same 2,000 training "
+        "examples, its step chosen on validation, dev scored once. Differences in points of the task's metric with "
+        "their paired 95% bootstrap intervals over dev examples and seeds (mobilekd/finetune/intervals.py).\n")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.task_transfer", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    comparison_flags(p, "runs/transfer_curve", "docs/results/task_transfer.json", list(TASKS), TASKS)
+    args = p.parse_args(argv)
+    out = (REPO_ROOT / args.out).resolve()
+    return comparison(args, lambda: jobs(out, args.tasks, args.seeds), lambda: rows(out, args.tasks, args.seeds),
+                      lambda r: (list(TASKS).index(r["task"]), r["method"], r.get("seed") or 0, r["metric"]), table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
