@@ -115,3 +115,32 @@ def test_with_a_full_basis_and_every_head_the_attention_is_the_teachers_exactly(
         expected = s_block.bottleneck.input.dense(t_pre)  # P^T (t_pre - mu): the input bottleneck is that map
     keep = mask.bool()
     assert (s_pre[keep] - expected[keep]).abs().max() < 1e-4 * expected[keep].abs().max()
+
+
+def test_task_transfer_teaches_every_student_with_one_teacher_on_the_students_own_examples(tmp_path):
+    """benchmarks.task_transfer's plan: transfer_curve's start and plain runs (found made there), one teacher per
+    task fine-tuned on the very examples the students see (at the teacher's learning rate, which wins), and the KD
+    and PKT-TD students of each seed taught by it from that start."""
+    from benchmarks import task_transfer, teacher_value, transfer_curve
+
+    plan = {j.name: j for j in task_transfer.jobs(tmp_path, ["mrpc"], [0, 1])}
+    shared = {j.name: j.argv for j in transfer_curve.jobs(tmp_path, ["mrpc"], [0, 1])}
+    assert {"teacher", "distill/pkt-100", "mrpc/pkt-100/0", "mrpc/pkt-100/1"} <= set(plan)
+    assert all(plan[n].argv == shared[n] for n in ("teacher", "distill/pkt-100", "mrpc/pkt-100/0"))
+    assert not any("pkt-300" in n or "pkt-1000" in n for n in plan)
+    teacher = plan["mrpc/teacher"].argv
+
+    def last(argv, flag):
+        return argv[len(argv) - 1 - argv[::-1].index(flag) + 1]
+
+    assert last(teacher, "--lr") == teacher_value.TEACHER_LR and last(teacher, "--seed") == "0"
+    for m, method in (("pkt-100-kd", "kd"), ("pkt-100-td", "pkt-td")):
+        for seed in (0, 1):
+            job = plan[f"mrpc/{m}/{seed}"]
+            argv = job.argv
+            assert last(argv, "--method") == method and last(argv, "--seed") == str(seed)
+            assert last(argv, "--teacher") == str(tmp_path / "mrpc" / "teacher")
+            assert last(argv, "--model") == str(tmp_path / "pkt-100")
+            assert set(job.needs) == {"distill/pkt-100", "mrpc/teacher"}
+            for flag in ("--max-train-examples", "--subset-seed", "--epochs", "--max-len"):
+                assert last(argv, flag) == last(teacher, flag) == last(shared["mrpc/pkt-100/0"], flag)
