@@ -13,10 +13,12 @@ It shares transfer_curve's run folder (default runs/transfer_curve): the adapted
 plain fine-tuning runs are found there made, or made here by the same commands. The task's teacher: the adapted
 teacher fine-tuned on the same 2,000 training examples (seed 0, at the teacher's learning rate, its step chosen on
 the validation split), one teacher for every student seed. Every student: benchmarks.minilm's fine-tuning (those
-2,000 examples, 3 epochs, step chosen on validation, dev scored once); pkt-td's transfer step runs as many epochs
-as its prediction step (finetune's default). Rows (docs/results/task_transfer.json): each run's dev and validation
-scores, the teacher's, and the paired intervals (mobilekd/finetune/intervals.py) of KD - labels, PKT-TD - labels
-and PKT-TD - KD in the task's metric.
+2,000 examples, 3 epochs, step chosen on validation, dev scored once); pkt-td's transfer step, split over the
+student's stages, takes about as many steps as its prediction step (finetune's default). Rows (docs/results/task_transfer.json): each run's dev and validation
+scores, the teacher's, and the paired intervals (mobilekd/finetune/intervals.py) of KD - labels, PKT-TD - labels,
+PKT-TD - KD and PKT-TD - TinyBERT_4's student (TinyBERT's general distillation for the same 500 steps from the same
+adapted teacher, then `--method tinybert` against the same task teacher: issue 78's SST-2 goal at this budget) in
+the task's metric, and TinyBERT_4's transfer seconds and held-out masked-LM scores.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from benchmarks import teacher_value, transfer_curve
 from benchmarks.command import comparison, comparison_flags
-from benchmarks.inherit import TASKS
+from benchmarks.inherit import TASKS, distill_rows
 from benchmarks.minilm import FINETUNE
 from benchmarks.rows import finetune_rows, paired_runs
 from benchmarks.runner import Job
@@ -37,15 +39,22 @@ from mobilekd.fileio import REPO_ROOT
 from mobilekd.finetune import intervals
 
 START = "pkt-100"  # transfer_curve's shortest transfer, its method name and folder
-METHODS = (START, f"{START}-kd", f"{START}-td")
-FLAGS = {f"{START}-kd": ["--method", "kd"], f"{START}-td": ["--method", "pkt-td"]}
-PAIRS = ((METHODS[1], METHODS[0]), (METHODS[2], METHODS[0]), (METHODS[2], METHODS[1]))
-NAMES = {METHODS[0]: "labels", METHODS[1]: "logit KD", METHODS[2]: "PKT-TD"}
+TINYBERT = "tinybert-100"  # TinyBERT_4's general distillation at the same 500 steps (4 x 100 + 100)
+METHODS = (START, f"{START}-kd", f"{START}-td", f"{TINYBERT}-td")
+FLAGS = {f"{START}-kd": ["--method", "kd"], f"{START}-td": ["--method", "pkt-td"],
+         f"{TINYBERT}-td": ["--method", "tinybert"]}
+START_OF = {m: TINYBERT if m.startswith(TINYBERT) else START for m in METHODS}
+PAIRS = ((METHODS[1], METHODS[0]), (METHODS[2], METHODS[0]), (METHODS[2], METHODS[1]), (METHODS[2], METHODS[3]))
+NAMES = {METHODS[0]: "labels", METHODS[1]: "logit KD", METHODS[2]: "PKT-TD", METHODS[3]: "TinyBERT_4, TinyBERT-TD"}
 
 
 def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     plan = [j for j in transfer_curve.jobs(out, tasks, seeds)  # the adapted teacher, the start, its plain runs
             if j.name in ("teacher", f"distill/{START}") or j.name.split("/")[1:2] == [START]]
+    plan.append(Job(f"distill/{TINYBERT}", ["distill", "--teacher", str(out / "teacher"), "--student", "tinybert4_h156",
+                                            "--strategy", "tinybert", "--layer-map", "uniform", "--layer-steps", "100",
+                                            "--pd-steps", "100", "--threads", "1", "--resume", "--out",
+                                            str(out / TINYBERT)], out / TINYBERT, needs=["teacher"]))
     for task, length in TASKS.items():
         if task not in tasks:
             continue
@@ -53,16 +62,16 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
         plan.append(Job(f"{task}/teacher", ["finetune", "--model", str(out / "teacher"), "--task", task, "--max-len",
                                             length, *FINETUNE, "--lr", teacher_value.TEACHER_LR, "--seed", "0",
                                             "--out", str(teacher)], teacher, needs=["teacher"]))
-        plan += [Job(f"{task}/{m}/{seed}", ["finetune", "--model", str(out / START), "--task", task, "--max-len",
-                                            length, *FINETUNE, "--teacher", str(teacher), *FLAGS[m], "--seed",
-                                            str(seed), "--out", str(out / task / m / f"seed{seed}")],
-                     out / task / m / f"seed{seed}", needs=[f"distill/{START}", f"{task}/teacher"])
+        plan += [Job(f"{task}/{m}/{seed}", ["finetune", "--model", str(out / START_OF[m]), "--task", task,
+                                            "--max-len", length, *FINETUNE, "--teacher", str(teacher), *FLAGS[m],
+                                            "--seed", str(seed), "--out", str(out / task / m / f"seed{seed}")],
+                     out / task / m / f"seed{seed}", needs=[f"distill/{START_OF[m]}", f"{task}/teacher"])
                  for seed in seeds for m in METHODS[1:]]
     return plan
 
 
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
-    found = []
+    found = distill_rows(out, (TINYBERT,))  # TinyBERT_4's transfer: its seconds and held-out masked-LM scores
     for task in tasks:
         found += finetune_rows(out / task / "teacher", task=task, method="teacher", seed=0)
         found += paired_runs(out, task, seeds, METHODS, PAIRS)
@@ -84,9 +93,10 @@ def table(results: list[dict]) -> str:
             cells.append(intervals.cell(stored[0]["interval"]) if stored else "-")
         lines.append(f"| {task} ({metric}) | " + " | ".join(cells) + " |")
     return "\n".join(lines) + (
-        "\n\nThe student: mobilebert_h384_l4 after 100 PKT steps a stage; every run on the same 2,000 training "
-        "examples, its step chosen on validation, dev scored once. Differences in points of the task's metric with "
-        "their paired 95% bootstrap intervals over dev examples and seeds (mobilekd/finetune/intervals.py).\n")
+        "\n\nThe student: mobilebert_h384_l4 after 100 PKT steps a stage, or TinyBERT_4 (tinybert4_h156) after "
+        "TinyBERT's general distillation for the same 500 steps; every run on the same 2,000 training examples, its "
+        "step chosen on validation, dev scored once. Differences in points of the task's metric with their paired "
+        "95% bootstrap intervals over dev examples and seeds (mobilekd/finetune/intervals.py).\n")
 
 
 def main(argv=None):
@@ -95,8 +105,9 @@ def main(argv=None):
     comparison_flags(p, "runs/transfer_curve", "docs/results/task_transfer.json", list(TASKS), TASKS)
     args = p.parse_args(argv)
     out = (REPO_ROOT / args.out).resolve()
+    order = [*TASKS, None]  # the task-agnostic rows (task None) last
     return comparison(args, lambda: jobs(out, args.tasks, args.seeds), lambda: rows(out, args.tasks, args.seeds),
-                      lambda r: (list(TASKS).index(r["task"]), r["method"], r.get("seed") or 0, r["metric"]), table)
+                      lambda r: (order.index(r["task"]), r["method"], r.get("seed") or 0, r["metric"]), table)
 
 
 if __name__ == "__main__":

@@ -144,3 +144,9 @@ def test_task_transfer_teaches_every_student_with_one_teacher_on_the_students_ow
             assert set(job.needs) == {"distill/pkt-100", "mrpc/teacher"}
             for flag in ("--max-train-examples", "--subset-seed", "--epochs", "--max-len"):
                 assert last(argv, flag) == last(teacher, flag) == last(shared["mrpc/pkt-100/0"], flag)
+    tinybert = plan["mrpc/tinybert-100-td/1"]  # TinyBERT_4 at the same 500 transfer steps, the same teacher
+    assert last(tinybert.argv, "--model") == str(tmp_path / "tinybert-100") and last(tinybert.argv, "--method") == \
+        "tinybert" and last(tinybert.argv, "--teacher") == str(tmp_path / "mrpc" / "teacher")
+    transfer = plan["distill/tinybert-100"].argv
+    assert (last(transfer, "--strategy"), last(transfer, "--layer-steps"), last(transfer, "--pd-steps")) == \
+        ("tinybert", "100", "100")
