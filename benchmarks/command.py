@@ -110,3 +110,20 @@ def comparison_flags(p, out: str, results: str, tasks: list[str] | None = None, 
                    help="only gather the runs finished so far into the results file (e.g. while a run goes on)")
     if plot:
         p.add_argument("--plot", action="store_const", const=plot, help=f"also draw {plot} from the results file")
+
+
+def task_comparison(argv, module: str, doc: str, out: str, results: str, tasks: dict, jobs, rows, table,
+                    plot: str | None = None, draw=None) -> int:
+    """The whole command of a comparison over `tasks` (names, in the table's order) and seeds whose runs live in
+    OUT/TASK/METHOD/seedN beside task-agnostic rows (task None, sorted last): `python -m benchmarks.MODULE`, its
+    flags (`comparison_flags`), `jobs(out, tasks, seeds)` and `rows(out, tasks, seeds)`, the file sorted by task,
+    method, seed and metric."""
+    p = argparse.ArgumentParser(prog=f"python -m benchmarks.{module}", description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    comparison_flags(p, out, results, list(tasks), tasks, plot=plot)
+    args = p.parse_args(argv)
+    where = (REPO_ROOT / args.out).resolve()
+    order = [*tasks, None]
+    return comparison(args, lambda: jobs(where, args.tasks, args.seeds), lambda: rows(where, args.tasks, args.seeds),
+                      lambda r: (order.index(r["task"]), r["method"], r.get("seed") or 0, r["metric"]), table,
+                      draw=draw)

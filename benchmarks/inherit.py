@@ -19,19 +19,18 @@ summaries: the same 2,000 held-out examples); each transfer's wall time with its
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 
 from benchmarks import teacher_value
-from benchmarks.command import comparison, comparison_flags
+from benchmarks.command import task_comparison
 from benchmarks.minilm import FINETUNE
 from benchmarks.rows import paired_runs, recorded_host
 from benchmarks.runner import RESUMABLE, Job
 from benchmarks.stats import mean_std_cell, values
 from mobilekd.data.tasks import GLUE_TASKS
-from mobilekd.fileio import REPO_ROOT, read_json
+from mobilekd.fileio import read_json
 from mobilekd.finetune import intervals
 
 STUDENT = "mobilebert_h384_l4"
@@ -127,14 +126,8 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.inherit", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    comparison_flags(p, "runs/inherit", "docs/results/inherit.json", list(TASKS), TASKS)
-    args = p.parse_args(argv)
-    out = (REPO_ROOT / args.out).resolve()
-    order = [*TASKS, None]  # the task-agnostic rows (task None) last
-    return comparison(args, lambda: jobs(out, args.tasks, args.seeds), lambda: rows(out, args.tasks, args.seeds),
-                      lambda r: (order.index(r["task"]), r["method"], r.get("seed") or 0, r["metric"]), table)
+    return task_comparison(argv, "inherit", __doc__, "runs/inherit",
+                           "docs/results/inherit.json", TASKS, jobs, rows, table)
 
 
 if __name__ == "__main__":

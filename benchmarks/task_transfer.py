@@ -14,28 +14,27 @@ plain fine-tuning runs are found there made, or made here by the same commands. 
 teacher fine-tuned on the same 2,000 training examples (seed 0, at the teacher's learning rate, its step chosen on
 the validation split), one teacher for every student seed. Every student: benchmarks.minilm's fine-tuning (those
 2,000 examples, 3 epochs, step chosen on validation, dev scored once); pkt-td's transfer step, split over the
-student's stages, takes about as many steps as its prediction step (finetune's default). Rows (docs/results/task_transfer.json): each run's dev and validation
-scores, the teacher's, and the paired intervals (mobilekd/finetune/intervals.py) of KD - labels, PKT-TD - labels,
-PKT-TD - KD and PKT-TD - TinyBERT_4's student (TinyBERT's general distillation for the same 500 steps from the same
-adapted teacher, then `--method tinybert` against the same task teacher: issue 78's SST-2 goal at this budget) in
-the task's metric, and TinyBERT_4's transfer seconds and held-out masked-LM scores.
+student's stages, takes about as many steps as its prediction step (finetune's default). Rows
+(docs/results/task_transfer.json): each run's dev and validation scores, the teacher's, and the paired intervals
+(mobilekd/finetune/intervals.py) of KD - labels, PKT-TD - labels, PKT-TD - KD and PKT-TD - TinyBERT_4's student
+(TinyBERT's general distillation for the same 500 steps from the same adapted teacher, then `--method tinybert`
+against the same task teacher: issue 78's SST-2 goal at this budget) in the task's metric, and TinyBERT_4's transfer
+seconds and held-out masked-LM scores.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from benchmarks import teacher_value, transfer_curve
-from benchmarks.command import comparison, comparison_flags
+from benchmarks.command import task_comparison
 from benchmarks.inherit import TASKS, distill_rows
 from benchmarks.minilm import FINETUNE
 from benchmarks.rows import finetune_rows, paired_runs
 from benchmarks.runner import Job
 from benchmarks.stats import mean_std_cell, values
 from mobilekd.data.tasks import GLUE_TASKS
-from mobilekd.fileio import REPO_ROOT
 from mobilekd.finetune import intervals
 
 START = "pkt-100"  # transfer_curve's shortest transfer, its method name and folder
@@ -100,14 +99,8 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.task_transfer", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    comparison_flags(p, "runs/transfer_curve", "docs/results/task_transfer.json", list(TASKS), TASKS)
-    args = p.parse_args(argv)
-    out = (REPO_ROOT / args.out).resolve()
-    order = [*TASKS, None]  # the task-agnostic rows (task None) last
-    return comparison(args, lambda: jobs(out, args.tasks, args.seeds), lambda: rows(out, args.tasks, args.seeds),
-                      lambda r: (order.index(r["task"]), r["method"], r.get("seed") or 0, r["metric"]), table)
+    return task_comparison(argv, "task_transfer", __doc__, "runs/transfer_curve",
+                           "docs/results/task_transfer.json", TASKS, jobs, rows, table)
 
 
 if __name__ == "__main__":

@@ -18,19 +18,17 @@ docs/transfer_curve.png.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from benchmarks import teacher_value
-from benchmarks.command import comparison, comparison_flags
+from benchmarks.command import task_comparison
 from benchmarks.inherit import STUDENT, TASKS, distill_rows
 from benchmarks.minilm import FINETUNE
 from benchmarks.rows import paired_runs
 from benchmarks.runner import RESUMABLE, Job
 from benchmarks.stats import mean_std_cell, values
 from mobilekd.data.tasks import GLUE_TASKS
-from mobilekd.fileio import REPO_ROOT
 from mobilekd.finetune import intervals
 
 STEPS = (100, 300, 1000)  # PKT steps a stage
@@ -121,16 +119,9 @@ def plot(results: list[dict], path: Path) -> None:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.transfer_curve", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    comparison_flags(p, "runs/transfer_curve", "docs/results/transfer_curve.json", list(TASKS), TASKS,
-                     plot="docs/transfer_curve.png")
-    args = p.parse_args(argv)
-    out = (REPO_ROOT / args.out).resolve()
-    order = [*TASKS, None]  # the task-agnostic rows (task None) last
-    return comparison(args, lambda: jobs(out, args.tasks, args.seeds), lambda: rows(out, args.tasks, args.seeds),
-                      lambda r: (order.index(r["task"]), r["method"], r.get("seed") or 0, r["metric"]), table,
-                      draw=plot)
+    return task_comparison(argv, "transfer_curve", __doc__, "runs/transfer_curve",
+                           "docs/results/transfer_curve.json", TASKS, jobs, rows, table,
+                           plot="docs/transfer_curve.png", draw=plot)
 
 
 if __name__ == "__main__":
