@@ -34,11 +34,10 @@ import sys
 from pathlib import Path
 
 
-from mobilekd.finetune import intervals
 from benchmarks.command import comparison, comparison_flags
 from benchmarks.rows import baseline_rows, finetune_rows, paired_runs
 from benchmarks.runner import Job
-from benchmarks.stats import mean_std_cell, values
+from benchmarks.stats import values, paired_cells
 from benchmarks.teacher_value import STUDENT_LR, TEACHER_LR
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 
@@ -131,11 +130,7 @@ def table(results: list[dict]) -> str:
     metric = "accuracy"
     if not values(results, TASK, metric, "kd-roberta"):
         return "(no rows yet)\n"
-    cells = [mean_std_cell(v) if (v := values(results, TASK, metric, m)) else "-"
-             for m in ("teacher", "tfidf", *METHODS)]
-    for a, b in PAIRS:
-        stored = [r for r in results if r["task"] == TASK and r["method"] == f"{a}-{b}"]
-        cells.append(intervals.cell(stored[0]["interval"]) if stored else "-")
+    cells = paired_cells(results, TASK, metric, ("teacher", "tfidf", *METHODS), PAIRS)
     parity = [r for r in results if r["method"] == "roberta_parity"]
     seeds = sorted({r["seed"] for r in results if r["method"] == "kd-roberta" and r["metric"] == metric})
     return "\n".join([

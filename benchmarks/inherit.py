@@ -28,10 +28,9 @@ from benchmarks.command import task_comparison
 from benchmarks.minilm import FINETUNE
 from benchmarks.rows import paired_runs, recorded_host
 from benchmarks.runner import RESUMABLE, Job
-from benchmarks.stats import mean_std_cell, values
+from benchmarks.stats import values, paired_cells
 from mobilekd.data.tasks import GLUE_TASKS
 from mobilekd.fileio import read_json
-from mobilekd.finetune import intervals
 
 STUDENT = "mobilebert_h384_l4"
 TASKS = {"sst2": "64", "mrpc": "128"}  # --max-len per task
@@ -101,14 +100,10 @@ def table(results: list[dict]) -> str:
     lines = ["| task (metric) | random start, PKT 500 steps | inherited start, PKT 500 steps | inherited start, no "
              "transfer | inherited - random | inherited, no transfer - random |", "|---|---|---|---|---|---|"]
     for task in TASKS:
-        mine = [r for r in results if r["task"] == task]
         metric = GLUE_TASKS[task].metrics[0]  # the task's official metric, as the intervals are
         if not values(results, task, metric, "random"):
             continue
-        cells = [mean_std_cell(v) if (v := values(results, task, metric, m)) else "-" for m in METHODS]
-        for a, b in PAIRS:
-            stored = [r for r in mine if r["method"] == f"{a}-{b}"]
-            cells.append(intervals.cell(stored[0]["interval"]) if stored else "-")
+        cells = paired_cells(results, task, metric, METHODS, PAIRS)
         lines.append(f"| {task} ({metric}) | " + " | ".join(cells) + " |")
     agnostic = {(r["method"], r["metric"]): r for r in results if r["task"] is None}
     mlm = "; ".join(f"{m} {agnostic[m, 'mlm_accuracy']['value']:.4f} (loss {agnostic[m, 'mlm_loss']['value']:.3f})"

@@ -27,9 +27,8 @@ from benchmarks import teacher_value
 from benchmarks.command import comparison, comparison_flags
 from benchmarks.rows import paired_runs, recorded_host
 from benchmarks.runner import RESUMABLE, Job
-from benchmarks.stats import mean_std_cell, values
+from benchmarks.stats import paired_cells
 from mobilekd.fileio import REPO_ROOT, read_json
-from mobilekd.finetune import intervals
 
 TASKS = {"sst2": "64", "mrpc": "128"}  # --max-len per task
 STRATEGIES = ("minilm", "distilbert")
@@ -78,13 +77,8 @@ def table(results: list[dict]) -> str:
         metric = next((r["metric"] for r in mine if r["method"] == "init"), None)
         if metric is None:
             continue
-        cells = [mean_std_cell(v) if (v := values(results, task, metric, m)) else "-"
-                 for m in ("init", "distilbert", "minilm")]
-        pairs = []
-        for a, b in PAIRS:
-            stored = [r for r in mine if r["method"] == f"{a}-{b}"]
-            pairs.append(intervals.cell(stored[0]["interval"]) if stored else "-")
-        lines.append(f"| {task} ({metric}) | " + " | ".join(cells + pairs) + " |")
+        cells = paired_cells(results, task, metric, ("init", "distilbert", "minilm"), PAIRS)
+        lines.append(f"| {task} ({metric}) | " + " | ".join(cells) + " |")
     walls = {r["method"]: r for r in results if r["task"] is None}
     note = "; ".join(f"{m} {walls[m]['value'] / 60:.1f} min on {walls[m]['host']}" for m in STRATEGIES if m in walls)
     return "\n".join(lines) + ("\n\nDifferences in points of the task's metric with their paired 95% bootstrap "

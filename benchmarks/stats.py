@@ -63,6 +63,18 @@ WITHIN = ("*Within* ±bound: the whole of mean ± 2 standard errors inside the b
           "one, *fails* when it lies beyond one.")
 
 
+def paired_cells(results: list[dict], task: str, metric: str, methods, pairs) -> list[str]:
+    """A table row's cells: each method's mean and standard deviation over seeds of `metric` on `task`, then each
+    pair (a, b)'s paired interval as stored (a row of method "a-b", `benchmarks.rows.paired_runs`); "-" where none."""
+    from mobilekd.finetune.intervals import cell
+
+    cells = [mean_std_cell(v) if (v := values(results, task, metric, m)) else "-" for m in methods]
+    for a, b in pairs:
+        stored = [r for r in results if r["task"] == task and r["method"] == f"{a}-{b}"]
+        cells.append(cell(stored[0]["interval"]) if stored else "-")
+    return cells
+
+
 def verdict(differences: list[float], above: float = 0.0) -> str:
     """Whether seed-by-seed differences (or per-seed values) stand above `above` beyond their own noise: "holds"
     when their mean exceeds `above` by more than two standard errors (SE = sample std / sqrt(n)), "fails" when it

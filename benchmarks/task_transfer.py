@@ -33,9 +33,8 @@ from benchmarks.inherit import TASKS, distill_rows
 from benchmarks.minilm import FINETUNE
 from benchmarks.rows import finetune_rows, paired_runs
 from benchmarks.runner import Job
-from benchmarks.stats import mean_std_cell, values
+from benchmarks.stats import values, paired_cells
 from mobilekd.data.tasks import GLUE_TASKS
-from mobilekd.finetune import intervals
 
 START = "pkt-100"  # transfer_curve's shortest transfer, its method name and folder
 TINYBERT = "tinybert-100"  # TinyBERT_4's general distillation at the same 500 steps (4 x 100 + 100)
@@ -85,11 +84,7 @@ def table(results: list[dict]) -> str:
         metric = GLUE_TASKS[task].metrics[0]
         if not values(results, task, metric, METHODS[0]):
             continue
-        cells = [mean_std_cell(v) if (v := values(results, task, metric, m)) else "-"
-                 for m in ("teacher", *METHODS)]
-        for a, b in PAIRS:
-            stored = [r for r in results if r["task"] == task and r["method"] == f"{a}-{b}"]
-            cells.append(intervals.cell(stored[0]["interval"]) if stored else "-")
+        cells = paired_cells(results, task, metric, ("teacher", *METHODS), PAIRS)
         lines.append(f"| {task} ({metric}) | " + " | ".join(cells) + " |")
     return "\n".join(lines) + (
         "\n\nThe student: mobilebert_h384_l4 after 100 PKT steps a stage, or TinyBERT_4 (tinybert4_h156) after "

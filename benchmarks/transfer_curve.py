@@ -27,9 +27,8 @@ from benchmarks.inherit import STUDENT, TASKS, distill_rows
 from benchmarks.minilm import FINETUNE
 from benchmarks.rows import paired_runs
 from benchmarks.runner import RESUMABLE, Job
-from benchmarks.stats import mean_std_cell, values
+from benchmarks.stats import values, paired_cells
 from mobilekd.data.tasks import GLUE_TASKS
-from mobilekd.finetune import intervals
 
 STEPS = (100, 300, 1000)  # PKT steps a stage
 METHODS = tuple(f"pkt-{n}" for n in STEPS)
@@ -75,10 +74,7 @@ def table(results: list[dict]) -> str:
         metric = GLUE_TASKS[task].metrics[0]
         if not values(results, task, metric, METHODS[0]):
             continue
-        cells = [mean_std_cell(v) if (v := values(results, task, metric, m)) else "-" for m in METHODS]
-        for a, b in PAIRS:
-            stored = [r for r in results if r["task"] == task and r["method"] == f"{a}-{b}"]
-            cells.append(intervals.cell(stored[0]["interval"]) if stored else "-")
+        cells = paired_cells(results, task, metric, METHODS, PAIRS)
         lines.append(f"| {task} ({metric}) | " + " | ".join(cells) + " |")
     mlm = "; ".join(f"{m[4:]} steps a stage {agnostic[m, 'mlm_accuracy']['value']:.4f}" for m in METHODS
                     if (m, "mlm_accuracy") in agnostic)
