@@ -113,17 +113,22 @@ def comparison_flags(p, out: str, results: str, tasks: list[str] | None = None, 
 
 
 def task_comparison(argv, module: str, doc: str, out: str, results: str, tasks: dict, jobs, rows, table,
-                    plot: str | None = None, draw=None) -> int:
+                    plot: str | None = None, draw=None, flags=None) -> int:
     """The whole command of a comparison over `tasks` (names, in the table's order) and seeds whose runs live in
     OUT/TASK/METHOD/seedN beside task-agnostic rows (task None, sorted last): `python -m benchmarks.MODULE`, its
     flags (`comparison_flags`), `jobs(out, tasks, seeds)` and `rows(out, tasks, seeds)`, the file sorted by task,
-    method, seed and metric."""
+    method, seed and metric. A benchmark with flags of its own adds them by `flags(parser)`; its `jobs` and `rows`
+    then take the parsed arguments as a fourth argument."""
     p = argparse.ArgumentParser(prog=f"python -m benchmarks.{module}", description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     comparison_flags(p, out, results, list(tasks), tasks, plot=plot)
+    if flags:
+        flags(p)
     args = p.parse_args(argv)
     where = (REPO_ROOT / args.out).resolve()
     order = [*tasks, None]
-    return comparison(args, lambda: jobs(where, args.tasks, args.seeds), lambda: rows(where, args.tasks, args.seeds),
+    own = (args,) if flags else ()
+    return comparison(args, lambda: jobs(where, args.tasks, args.seeds, *own),
+                      lambda: rows(where, args.tasks, args.seeds, *own),
                       lambda r: (order.index(r["task"]), r["method"], r.get("seed") or 0, r["metric"]), table,
                       draw=draw)

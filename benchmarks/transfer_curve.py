@@ -14,6 +14,17 @@ training seconds (its stages', which carry across a resume) with its host and it
 loss; each fine-tuned run's dev and validation scores; the paired intervals (mobilekd/finetune/intervals.py) of each
 longer transfer against the shortest, in the task's metric. Its table and figure: docs/methods.md,
 docs/transfer_curve.png.
+
+Longer transfers (LONGER: 3,000 and 10,000 steps a stage) are run where a GPU is, transfer only, and fine-tuned here
+like the others:
+
+    python -m benchmarks.transfer_curve --steps 3000 10000 --transfer-only    # on the GPU machine
+    python -m benchmarks.transfer_curve --steps 100 300 1000 3000 10000       # here: the fine-tunes, the rows
+
+The teacher travels to the GPU machine with its weights rounded to bf16 (the machine takes 64 MiB of files; the
+fp32 teacher is 92 MB) and is cast back to fp32 there; the transferred students come back in bf16 likewise
+(`benchmarks.device_files`). Their transfer seconds are the GPU's, said so in the table; the figure's axis is the
+steps a stage, which mean the same on both machines.
 """
 
 from __future__ import annotations
@@ -27,66 +38,101 @@ from benchmarks.inherit import STUDENT, TASKS, distill_rows
 from benchmarks.minilm import FINETUNE
 from benchmarks.rows import paired_runs
 from benchmarks.runner import RESUMABLE, Job
-from benchmarks.stats import values, paired_cells
+from benchmarks.stats import paired_cells, values
 from mobilekd.data.tasks import GLUE_TASKS
 
-STEPS = (100, 300, 1000)  # PKT steps a stage
-METHODS = tuple(f"pkt-{n}" for n in STEPS)
-PAIRS = tuple((m, METHODS[0]) for m in METHODS[1:])
+STEPS = (100, 300, 1000)  # PKT steps a stage, on this machine's CPU
+LONGER = (3000, 10000)  # on a GPU
+BASE = "pkt-100"  # what each longer transfer is paired against
 
 
-def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
+def method(steps: int) -> str:
+    return f"pkt-{steps}"
+
+
+def flags(p) -> None:
+    p.add_argument("--steps", nargs="+", type=int, default=list(STEPS), metavar="N",
+                   help=f"PKT steps a stage of the transfers to run (default {' '.join(map(str, STEPS))}; "
+                        f"{' '.join(map(str, LONGER))} where a GPU is)")
+    p.add_argument("--transfer-only", action="store_true",
+                   help="only the teacher and the transfers (on a GPU machine, whose students are fine-tuned here)")
+
+
+def jobs(out: Path, tasks: list[str], seeds: list[int], args=None) -> list[Job]:
+    """The adapted teacher, a transfer for each --steps (default STEPS) and, but with --transfer-only, each one's
+    fine-tunes."""
+    steps = args.steps if args else STEPS
     teacher = out / "teacher"
     plan = [Job("teacher", ["train-teacher", *teacher_value.ADAPT, "--out", str(teacher), *RESUMABLE], teacher)]
-    plan += [Job(f"distill/{m}", ["distill", "--teacher", str(teacher), "--student", STUDENT, "--strategy", "pkt",
-                                  "--layer-map", "uniform", "--layer-steps", str(n), "--pd-steps", str(n),
-                                  "--threads", "1", "--resume", "--out", str(out / m)], out / m, needs=["teacher"])
-             for n, m in zip(STEPS, METHODS)]
-    plan += [Job(f"{task}/{m}/{seed}", ["finetune", "--model", str(out / m), "--task", task, "--max-len", length,
-                                        *FINETUNE, "--seed", str(seed), "--out", str(out / task / m / f"seed{seed}")],
-                 out / task / m / f"seed{seed}", needs=[f"distill/{m}"])
-             for task, length in TASKS.items() if task in tasks for seed in seeds for m in METHODS]
+    plan += [Job(f"distill/{method(n)}", ["distill", "--teacher", str(teacher), "--student", STUDENT, "--strategy",
+                                          "pkt", "--layer-map", "uniform", "--layer-steps", str(n), "--pd-steps",
+                                          str(n), "--threads", "1", "--resume", "--out", str(out / method(n))],
+                 out / method(n), needs=["teacher"])
+             for n in steps]
+    if args and args.transfer_only:
+        return plan
+    plan += [Job(f"{task}/{method(n)}/{seed}",
+                 ["finetune", "--model", str(out / method(n)), "--task", task, "--max-len", length, *FINETUNE,
+                  "--seed", str(seed), "--out", str(out / task / method(n) / f"seed{seed}")],
+                 out / task / method(n) / f"seed{seed}", needs=[f"distill/{method(n)}"])
+             for task, length in TASKS.items() if task in tasks for seed in seeds for n in steps]
     return plan
 
 
-def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
-    found = distill_rows(out, METHODS)  # each transfer's seconds (one thread) and MLM scores
+def rows(out: Path, tasks: list[str], seeds: list[int], args=None) -> list[dict]:
+    methods = [method(n) for n in sorted(set(args.steps if args else STEPS) | {int(BASE[4:])})]
+    found = distill_rows(out, methods)  # each transfer's seconds and MLM scores
     for task in tasks:
-        found += paired_runs(out, task, seeds, METHODS, PAIRS)
+        found += paired_runs(out, task, seeds, methods, [(m, BASE) for m in methods if m != BASE])
     return found
+
+
+def _methods(results: list[dict]) -> list[str]:
+    """The transfers in the rows, shortest first."""
+    return sorted({r["method"] for r in results if r["method"].count("-") == 1}, key=lambda m: int(m[4:]))
 
 
 def _agnostic(results: list[dict]) -> dict:
     return {(r["method"], r["metric"]): r for r in results if r["task"] is None}
 
 
+def _where(row: dict | None) -> str:
+    """Where a transfer ran, as its head says it: the GPU's model, or one CPU thread."""
+    if row is None:
+        return ""
+    return f"on an {row['gpu'].split()[-1]}" if row.get("gpu") else "1 thread"
+
+
 def table(results: list[dict]) -> str:
     agnostic = _agnostic(results)
+    methods = _methods(results)
+    pairs = [(m, BASE) for m in methods if m != BASE]
 
     def head(m):
         wall = agnostic.get((m, "transfer_seconds"))
-        return f"PKT {m[4:]} a stage" + (f" ({wall['value'] / 60:.0f} min, 1 thread)" if wall else "")
+        return f"PKT {m[4:]} a stage" + (f" ({wall['value'] / 60:.0f} min, {_where(wall)})" if wall else "")
 
-    lines = ["| task (metric) | " + " | ".join(map(head, METHODS)) + " | "
-             + " | ".join(f"{a[4:]} - {b[4:]}" for a, b in PAIRS) + " |", "|---" * (1 + len(METHODS) + len(PAIRS))
+    lines = ["| task (metric) | " + " | ".join(map(head, methods)) + " | "
+             + " | ".join(f"{a[4:]} - {b[4:]}" for a, b in pairs) + " |", "|---" * (1 + len(methods) + len(pairs))
              + "|"]
     for task in TASKS:
         metric = GLUE_TASKS[task].metrics[0]
-        if not values(results, task, metric, METHODS[0]):
+        if not values(results, task, metric, BASE):
             continue
-        cells = paired_cells(results, task, metric, METHODS, PAIRS)
+        cells = paired_cells(results, task, metric, methods, pairs)
         lines.append(f"| {task} ({metric}) | " + " | ".join(cells) + " |")
-    mlm = "; ".join(f"{m[4:]} steps a stage {agnostic[m, 'mlm_accuracy']['value']:.4f}" for m in METHODS
+    mlm = "; ".join(f"{m[4:]} steps a stage {agnostic[m, 'mlm_accuracy']['value']:.4f}" for m in methods
                     if (m, "mlm_accuracy") in agnostic)
-    hosts = sorted({agnostic[m, "transfer_seconds"]["host"] for m in METHODS if (m, "transfer_seconds") in agnostic})
+    hosts = sorted({agnostic[m, "transfer_seconds"]["host"] for m in methods if (m, "transfer_seconds") in agnostic})
     return "\n".join(lines) + (
         "\n\nDifferences in points of the task's metric with their paired 95% bootstrap intervals over dev examples "
         f"and seeds (mobilekd/finetune/intervals.py). Held-out masked-LM accuracy after the transfer: {mlm or '-'}. "
-        f"Transfers timed at 1 thread on {', '.join(hosts) or '-'}.\n")
+        f"Transfers timed on {', '.join(hosts) or '-'}; every fine-tune on this page's CPU host.\n")
 
 
 def plot(results: list[dict], path: Path) -> None:
-    """Each task's dev score (mean and standard deviation over seeds) against the transfer's minutes at 1 thread."""
+    """Each task's dev score (mean and standard deviation over seeds) against the transfer's steps a stage (which
+    mean the same on a CPU and a GPU), marked by where the transfer ran."""
     import statistics
 
     import matplotlib.pyplot as plt
@@ -95,21 +141,27 @@ def plot(results: list[dict], path: Path) -> None:
     from mobilekd.fileio import save_png
 
     agnostic = _agnostic(results)
-    tasks = [t for t in TASKS if values(results, t, GLUE_TASKS[t].metrics[0], METHODS[0])]
+    methods = _methods(results)
+    tasks = [t for t in TASKS if values(results, t, GLUE_TASKS[t].metrics[0], BASE)]
     if not tasks:
         return
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         metric = GLUE_TASKS[task].metrics[0]
-        points = [(agnostic[m, "transfer_seconds"]["value"] / 60, values(results, task, metric, m)) for m in METHODS
-                  if (m, "transfer_seconds") in agnostic and values(results, task, metric, m)]
-        ax.errorbar([x for x, _ in points], [statistics.mean(v) for _, v in points],
-                    yerr=[statistics.stdev(v) if len(v) > 1 else 0 for _, v in points], marker="o", capsize=3)
+        points = [(int(m[4:]), values(results, task, metric, m), _where(agnostic.get((m, "transfer_seconds"))))
+                  for m in methods if values(results, task, metric, m)]
+        ax.plot([x for x, _, _ in points], [statistics.mean(v) for _, v, _ in points], color="0.6", zorder=1)
+        for where, marker in sorted({(w, "s" if w.startswith("on") else "o") for _, _, w in points}):
+            mine = [(x, v) for x, v, w in points if w == where]
+            ax.errorbar([x for x, _ in mine], [statistics.mean(v) for _, v in mine], fmt=marker, capsize=3,
+                        yerr=[statistics.stdev(v) if len(v) > 1 else 0 for _, v in mine],
+                        label=f"transfer {where}" if where.startswith("on") else f"transfer at {where}")
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.0f"))
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_xticks([x for x, _ in points])
-        ax.set(xlabel="PKT transfer, minutes at 1 thread", ylabel=f"dev {metric}", title=f"{task}: {STUDENT}")
+        ax.set_xticks([x for x, _, _ in points])
+        ax.set(xlabel="PKT steps a stage (5 stages)", ylabel=f"dev {metric}", title=f"{task}: {STUDENT}")
+        ax.legend(fontsize="small")
     fig.tight_layout()
     save_png(fig, path)
 
@@ -117,7 +169,7 @@ def plot(results: list[dict], path: Path) -> None:
 def main(argv=None):
     return task_comparison(argv, "transfer_curve", __doc__, "runs/transfer_curve",
                            "docs/results/transfer_curve.json", TASKS, jobs, rows, table,
-                           plot="docs/transfer_curve.png", draw=plot)
+                           plot="docs/transfer_curve.png", draw=plot, flags=flags)
 
 
 if __name__ == "__main__":
