@@ -63,7 +63,8 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
 def distill_rows(out: Path, methods) -> list[dict]:
     """Each distill run OUT/METHOD's wall time (of its last process) and its stages' training seconds (summed: they
     carry across a resume, the wall time does not), with the host of its first stage (where the seconds were
-    measured), and its held-out masked-LM scores, as rows of task None."""
+    measured; its GPU and precision where it records them), and its held-out masked-LM scores, as rows of task
+    None."""
     found = []
     for m in methods:
         if not (out / m / "summary.json").is_file():
@@ -73,7 +74,8 @@ def distill_rows(out: Path, methods) -> list[dict]:
         found.append({"task": None, "method": m, "seed": 0, "metric": "wall_seconds", "value": s["wall_seconds"],
                       "steps": s["total_steps"], **host})
         found.append({"task": None, "method": m, "seed": 0, "metric": "transfer_seconds", "steps": s["total_steps"],
-                      "value": round(sum(st["seconds"] for st in s["stages"]), 1), **host})
+                      "value": round(sum(st["seconds"] for st in s["stages"]), 1), **host,
+                      **{k: s["stages"][0][k] for k in ("gpu", "precision") if k in s["stages"][0]}})
         found += [{"task": None, "method": m, "seed": 0, "metric": k, "value": round(s["heldout"][k], 4),
                    "steps": s["total_steps"]} for k in MLM]
     return found
