@@ -9,6 +9,7 @@ import time
 
 from safetensors.torch import load_file
 
+import forkserver
 from conftest import ROOT
 from mobilekd.models.config import ModelConfig
 from mobilekd.train.checkpoint import find_checkpoint
@@ -26,8 +27,8 @@ def env(threads: int = 1) -> dict:
 
 
 def run_module(module: str, *args, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
-                          env=env(), cwd=ROOT, timeout=timeout)
+    """`python -m module args`, a process of its own (forked from this worker's server of imports: forkserver.py)."""
+    proc = forkserver.run(module, [str(a) for a in args], env(), ROOT, timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc

@@ -150,3 +150,41 @@ def test_task_transfer_teaches_every_student_with_one_teacher_on_the_students_ow
     transfer = plan["distill/tinybert-100"].argv
     assert (last(transfer, "--strategy"), last(transfer, "--layer-steps"), last(transfer, "--pd-steps")) == \
         ("tinybert", "100", "100")
+
+
+def test_a_transfer_made_on_a_gpu_machine_travels_within_its_limits_and_joins_the_curve(tmp_path, student_dir):
+    """benchmarks.transfer_curve --transfer-only plans the teacher and the transfers alone (the GPU machine's part);
+    benchmarks.device_files brings a run folder back in parts a returned file may hold, its training state left
+    behind, its weights fp32 again within bf16's rounding, and the plan here then takes the transfer as done."""
+    import argparse
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from benchmarks import device_files, transfer_curve
+    from mobilekd.rundir import completed
+
+    args = argparse.Namespace(steps=[3000], transfer_only=True)
+    plan = transfer_curve.jobs(tmp_path, ["mrpc"], [0], args)
+    assert [j.name for j in plan] == ["teacher", "distill/pkt-3000"]
+    full = {j.name for j in transfer_curve.jobs(tmp_path, ["mrpc"], [0], argparse.Namespace(steps=[3000],
+                                                                                           transfer_only=False))}
+    assert {"mrpc/pkt-3000/0"} < full
+
+    run = tmp_path / "pkt-3000"  # a finished transfer, as the GPU machine leaves it
+    shutil.copytree(student_dir, run)
+    (run / "checkpoint").mkdir()
+    (run / "checkpoint" / "optimizer.bin").write_bytes(b"\0" * 1024)
+    (run / "complete.json").write_text(json.dumps({"argv": plan[1].argv[1:], "finished": "now"}))
+    parts = device_files.pack(run, tmp_path / "out" / "pkt-3000")
+    assert parts and all(p.stat().st_size <= device_files.PART_BYTES for p in parts)
+    back = tmp_path / "here" / "pkt-3000"
+    device_files.unpack(tmp_path / "out" / "pkt-3000", back)
+    assert not (back / "checkpoint").exists() and (back / "travelled.json").is_file()
+    assert completed(back, plan[1].argv[1:])
+    before, after = load_file(str(run / "model.safetensors")), load_file(str(back / "model.safetensors"))
+    assert before.keys() == after.keys()
+    for k in before:
+        assert after[k].dtype == before[k].dtype
+        torch.testing.assert_close(after[k], before[k], rtol=2 ** -8, atol=0)  # bf16 keeps 8 significant bits
+        assert torch.equal(after[k], before[k].to(torch.bfloat16).to(before[k].dtype))
