@@ -20,10 +20,15 @@ student's stages, takes about as many steps as its prediction step (finetune's d
 (TinyBERT's general distillation for the same 500 steps from the same adapted teacher, then `--method tinybert`
 against the same task teacher: issue 78's SST-2 goal at this budget) in the task's metric, and TinyBERT_4's transfer
 seconds and held-out masked-LM scores.
+
+Whether the two levers add up: PKT-TD from transfer_curve's 3,000-step transfer (`pkt-3000-td`, the start made on a
+GPU machine there; made here by its command if absent, about 1.5 hours at one thread) against PKT-TD from the
+100-step one.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -37,18 +42,22 @@ from benchmarks.stats import values, paired_cells
 from mobilekd.data.tasks import GLUE_TASKS
 
 START = "pkt-100"  # transfer_curve's shortest transfer, its method name and folder
+LONG = "pkt-3000"  # transfer_curve's 3,000-step transfer
 TINYBERT = "tinybert-100"  # TinyBERT_4's general distillation at the same 500 steps (4 x 100 + 100)
-METHODS = (START, f"{START}-kd", f"{START}-td", f"{TINYBERT}-td")
+METHODS = (START, f"{START}-kd", f"{START}-td", f"{TINYBERT}-td", f"{LONG}-td")
 FLAGS = {f"{START}-kd": ["--method", "kd"], f"{START}-td": ["--method", "pkt-td"],
-         f"{TINYBERT}-td": ["--method", "tinybert"]}
-START_OF = {m: TINYBERT if m.startswith(TINYBERT) else START for m in METHODS}
-PAIRS = ((METHODS[1], METHODS[0]), (METHODS[2], METHODS[0]), (METHODS[2], METHODS[1]), (METHODS[2], METHODS[3]))
-NAMES = {METHODS[0]: "labels", METHODS[1]: "logit KD", METHODS[2]: "PKT-TD", METHODS[3]: "TinyBERT_4, TinyBERT-TD"}
+         f"{TINYBERT}-td": ["--method", "tinybert"], f"{LONG}-td": ["--method", "pkt-td"]}
+START_OF = {m: next((s for s in (TINYBERT, LONG) if m.startswith(f"{s}-")), START) for m in METHODS}
+PAIRS = ((METHODS[1], METHODS[0]), (METHODS[2], METHODS[0]), (METHODS[2], METHODS[1]), (METHODS[2], METHODS[3]),
+         (METHODS[4], METHODS[2]))
+NAMES = {METHODS[0]: "labels", METHODS[1]: "logit KD", METHODS[2]: "PKT-TD", METHODS[3]: "TinyBERT_4, TinyBERT-TD",
+         METHODS[4]: "PKT-TD after 3,000 steps a stage"}
 
 
 def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
-    plan = [j for j in transfer_curve.jobs(out, tasks, seeds)  # the adapted teacher, the start, its plain runs
-            if j.name in ("teacher", f"distill/{START}") or j.name.split("/")[1:2] == [START]]
+    starts = argparse.Namespace(steps=[int(START[4:]), int(LONG[4:])], transfer_only=False)
+    plan = [j for j in transfer_curve.jobs(out, tasks, seeds, starts)  # the adapted teacher, the starts, plain runs
+            if j.name in ("teacher", f"distill/{START}", f"distill/{LONG}") or j.name.split("/")[1:2] == [START]]
     plan.append(Job(f"distill/{TINYBERT}", ["distill", "--teacher", str(out / "teacher"), "--student", "tinybert4_h156",
                                             "--strategy", "tinybert", "--layer-map", "uniform", "--layer-steps", "100",
                                             "--pd-steps", "100", "--threads", "1", "--resume", "--out",
@@ -87,10 +96,11 @@ def table(results: list[dict]) -> str:
         cells = paired_cells(results, task, metric, ("teacher", *METHODS), PAIRS)
         lines.append(f"| {task} ({metric}) | " + " | ".join(cells) + " |")
     return "\n".join(lines) + (
-        "\n\nThe student: mobilebert_h384_l4 after 100 PKT steps a stage, or TinyBERT_4 (tinybert4_h156) after "
-        "TinyBERT's general distillation for the same 500 steps; every run on the same 2,000 training examples, its "
-        "step chosen on validation, dev scored once. Differences in points of the task's metric with their paired "
-        "95% bootstrap intervals over dev examples and seeds (mobilekd/finetune/intervals.py).\n")
+        "\n\nThe student: mobilebert_h384_l4 after 100 PKT steps a stage (3,000 where the column says so), or "
+        "TinyBERT_4 (tinybert4_h156) after TinyBERT's general distillation for the same 500 steps; every run on the "
+        "same 2,000 training examples, its step chosen on validation, dev scored once. Differences in points of the "
+        "task's metric with their paired 95% bootstrap intervals over dev examples and seeds "
+        "(mobilekd/finetune/intervals.py).\n")
 
 
 def main(argv=None):

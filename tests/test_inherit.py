@@ -121,13 +121,19 @@ def test_task_transfer_teaches_every_student_with_one_teacher_on_the_students_ow
     """benchmarks.task_transfer's plan: transfer_curve's start and plain runs (found made there), one teacher per
     task fine-tuned on the very examples the students see (at the teacher's learning rate, which wins), and the KD
     and PKT-TD students of each seed taught by it from that start."""
+    import argparse
+
     from benchmarks import task_transfer, teacher_value, transfer_curve
 
     plan = {j.name: j for j in task_transfer.jobs(tmp_path, ["mrpc"], [0, 1])}
     shared = {j.name: j.argv for j in transfer_curve.jobs(tmp_path, ["mrpc"], [0, 1])}
+    shared_long = {j.name: j.argv for j in transfer_curve.jobs(
+        tmp_path, ["mrpc"], [0, 1], argparse.Namespace(steps=[3000], transfer_only=True))}
     assert {"teacher", "distill/pkt-100", "mrpc/pkt-100/0", "mrpc/pkt-100/1"} <= set(plan)
     assert all(plan[n].argv == shared[n] for n in ("teacher", "distill/pkt-100", "mrpc/pkt-100/0"))
-    assert not any("pkt-300" in n or "pkt-1000" in n for n in plan)
+    assert not {"pkt-300", "pkt-1000"} & {part for n in plan for part in n.split("/")}
+    assert plan["mrpc/pkt-3000-td/1"].needs == ["distill/pkt-3000", "mrpc/teacher"]
+    assert plan["distill/pkt-3000"].argv == shared_long["distill/pkt-3000"]
     teacher = plan["mrpc/teacher"].argv
 
     def last(argv, flag):
