@@ -43,30 +43,28 @@ def _cast(src: Path, dst: Path, dtype: torch.dtype) -> None:
     save_file(tensors, dst, metadata=metadata)
 
 
-def shrink(run: Path, dest: Path) -> None:
-    """RUN's files (but its training state) into DEST, the weights in bf16."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for path in run.iterdir():
-        if path.name in LEFT_BEHIND:
+def _copy(src: Path, dst: Path, dtype: torch.dtype, skip=()) -> None:
+    """SRC's files but `skip` into DST, the weights in `dtype`."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for path in src.iterdir():
+        if path.name in skip:
             continue
         if path.name == WEIGHTS:
-            _cast(path, dest / WEIGHTS, torch.bfloat16)
+            _cast(path, dst / WEIGHTS, dtype)
         elif path.is_dir():
-            shutil.copytree(path, dest / path.name, dirs_exist_ok=True)
+            shutil.copytree(path, dst / path.name, dirs_exist_ok=True)
         else:
-            shutil.copy2(path, dest / path.name)
+            shutil.copy2(path, dst / path.name)
+
+
+def shrink(run: Path, dest: Path) -> None:
+    """RUN's files (but its training state) into DEST, the weights in bf16."""
+    _copy(run, dest, torch.bfloat16, skip=LEFT_BEHIND)
 
 
 def restore(src: Path, run: Path) -> None:
     """SRC's files into RUN, the weights cast back to fp32, and RUN/travelled.json saying they went through bf16."""
-    run.mkdir(parents=True, exist_ok=True)
-    for path in src.iterdir():
-        if path.name == WEIGHTS:
-            _cast(path, run / WEIGHTS, torch.float32)
-        elif path.is_dir():
-            shutil.copytree(path, run / path.name, dirs_exist_ok=True)
-        else:
-            shutil.copy2(path, run / path.name)
+    _copy(src, run, torch.float32)
     write_json(run / "travelled.json", {"weights": "rounded to bf16 to travel between machines, cast back to fp32",
                                         "by": "benchmarks.device_files"})
 
