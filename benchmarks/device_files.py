@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from mobilekd.fileio import write_json
+from mobilekd.errors import UserError, cli_entry
+from mobilekd.fileio import read_json, write_json
 
 WEIGHTS = "model.safetensors"
 LEFT_BEHIND = ("checkpoint", "tensorboard", ".mobilekd.lock")
@@ -69,8 +70,19 @@ def restore(src: Path, run: Path) -> None:
                                         "by": "benchmarks.device_files"})
 
 
+def finished(run: Path) -> bool:
+    """RUN's recipe marked it finished (OUT/complete.json, written at the start and completed at the end)."""
+    try:
+        return bool(read_json(run / "complete.json").get("finished"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def pack(run: Path, prefix: Path) -> list[Path]:
-    """RUN, shrunk, as one tar cut into PREFIX.tar.00, .01, ... of at most PART_BYTES each."""
+    """RUN, shrunk, as one tar cut into PREFIX.tar.00, .01, ... of at most PART_BYTES each; a run not finished is
+    refused (its weights are not the run's)."""
+    if not finished(run):
+        raise UserError(f"{run}: not finished (its complete.json has no 'finished'): nothing to pack")
     with tempfile.TemporaryDirectory() as work:
         shrink(run, Path(work) / run.name)
         buffer = io.BytesIO()
@@ -89,7 +101,7 @@ def unpack(prefix: Path, run: Path) -> None:
     """The parts PREFIX.tar.NN, joined, into RUN (`restore`)."""
     parts = sorted(prefix.parent.glob(f"{prefix.name}.tar.[0-9][0-9]"))
     if not parts:
-        raise SystemExit(f"error: {prefix}.tar.00: no such file")
+        raise UserError(f"{prefix}.tar.00: no such file")
     data = b"".join(p.read_bytes() for p in parts)
     with tempfile.TemporaryDirectory() as work, tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(work, filter="data")
@@ -97,6 +109,7 @@ def unpack(prefix: Path, run: Path) -> None:
         restore(inner, run)
 
 
+@cli_entry
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.device_files", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -105,8 +118,7 @@ def main(argv=None) -> int:
     p.add_argument("dst", type=Path)
     args = p.parse_args(argv)
     if args.action != "unpack" and not args.src.is_dir():
-        print(f"error: {args.src}: no such run folder", file=sys.stderr)
-        return 2
+        raise UserError(f"{args.src}: no such run folder")
     if args.action == "pack":
         for part in pack(args.src, args.dst):
             print(f"{part} {part.stat().st_size} bytes")

@@ -18,8 +18,15 @@ docs/transfer_curve.png.
 Longer transfers (LONGER: 3,000 and 10,000 steps a stage) are run where a GPU is, transfer only, and fine-tuned here
 like the others:
 
-    python -m benchmarks.transfer_curve --steps 3000 10000 --transfer-only    # on the GPU machine
-    python -m benchmarks.transfer_curve --steps 100 300 1000 3000 10000       # here: the fine-tunes, the rows
+    python -m benchmarks.device_files shrink runs/transfer_curve/teacher .gpu/teacher     # here, to carry
+    python -m benchmarks.device_files restore .gpu/teacher runs/transfer_curve/teacher    # there, then:
+    python -m benchmarks.transfer_curve --steps 3000 10000 --transfer-only               # there
+    python -m benchmarks.device_files pack runs/transfer_curve/pkt-3000 $OUT/pkt-3000     # there, each finished one
+    python -m benchmarks.device_files unpack FILES/pkt-3000 runs/transfer_curve/pkt-3000  # here, from its files
+    python -m benchmarks.transfer_curve --steps 100 300 1000 3000 10000                  # here: fine-tunes, rows
+
+The GPU machine runs from a copy of the tree at the same absolute path as here, so that every run's recorded flags
+(OUT/complete.json) are the ones this plan asks for and the transfers count as done.
 
 The teacher travels to the GPU machine with its weights rounded to bf16 (the machine takes 64 MiB of files; the
 fp32 teacher is 92 MB) and is cast back to fp32 there; the transferred students come back in bf16 likewise

@@ -168,6 +168,7 @@ def test_a_transfer_made_on_a_gpu_machine_travels_within_its_limits_and_joins_th
     from safetensors.torch import load_file
 
     from benchmarks import device_files, transfer_curve
+    from mobilekd.errors import UserError
     from mobilekd.rundir import completed
 
     args = argparse.Namespace(steps=[3000], transfer_only=True)
@@ -181,6 +182,9 @@ def test_a_transfer_made_on_a_gpu_machine_travels_within_its_limits_and_joins_th
     shutil.copytree(student_dir, run)
     (run / "checkpoint").mkdir()
     (run / "checkpoint" / "optimizer.bin").write_bytes(b"\0" * 1024)
+    (run / "complete.json").write_text(json.dumps({"argv": plan[1].argv[1:], "started": "now"}))
+    with pytest.raises(UserError, match="not finished"):  # a run still going has no weights of its own yet
+        device_files.pack(run, tmp_path / "out" / "pkt-3000")
     (run / "complete.json").write_text(json.dumps({"argv": plan[1].argv[1:], "finished": "now"}))
     parts = device_files.pack(run, tmp_path / "out" / "pkt-3000")
     assert parts and all(p.stat().st_size <= device_files.PART_BYTES for p in parts)
