@@ -1,4 +1,5 @@
-"""Shared test helpers: a small BERT-layout config; our command-line programs run as users run them (a subprocess)."""
+"""Shared test helpers: a small BERT-layout config; our command-line programs run as users run them (a process of
+their own, forked from a server of the heavy imports: forkserver.py)."""
 
 import json
 import os
