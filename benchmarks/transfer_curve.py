@@ -1,8 +1,9 @@
 """What longer task-agnostic transfer buys a MobileBERT-shaped student (issue 78, item 4): the same student as
 benchmarks.inherit (`mobilebert_h384_l4`, from random weights) distilled by the paper's progressive knowledge transfer
 for N steps a stage (each of its 4 blocks' stages and the pre-training distillation stage: 5N steps in all), N in
-STEPS, then each fine-tuned on the task as benchmarks.inherit fine-tunes it: the curve of the task's dev score against
-the seconds of transfer at one thread, so that a user sees what more compute would buy. Seeds 0-2, declared here.
+STEPS (and LONGER, on a GPU), then each fine-tuned on the task as benchmarks.inherit fine-tunes it: the curve of the
+task's dev score against the steps of transfer, each with its seconds and host, so that a user sees what more compute
+would buy. Seeds 0-2, declared here.
 
     python -m benchmarks.transfer_curve                     # about 2 hours on 2 cores; resumable
     python -m benchmarks.transfer_curve --table --write --plot    # the table into docs/methods.md, the figure
