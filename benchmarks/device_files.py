@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from mobilekd.errors import UserError, cli_entry
@@ -36,8 +37,6 @@ PART_BYTES = 15 * 2 ** 20  # under the 16 MiB a returned file may hold
 
 def _cast(src: Path, dst: Path, dtype: torch.dtype) -> None:
     """Every floating-point tensor of the weights file `src` in `dtype`, into `dst` (its metadata kept)."""
-    from safetensors import safe_open
-
     with safe_open(src, "pt") as f:
         metadata = f.metadata()
     tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in load_file(src).items()}

@@ -41,8 +41,8 @@ from benchmarks.runner import Job
 from benchmarks.stats import values, paired_cells
 from mobilekd.data.tasks import GLUE_TASKS
 
-START = "pkt-100"  # transfer_curve's shortest transfer, its method name and folder
-LONG = "pkt-3000"  # transfer_curve's 3,000-step transfer
+START_STEPS, LONG_STEPS = 100, 3000  # transfer_curve's shortest transfer and its 3,000-step one
+START, LONG = transfer_curve.method(START_STEPS), transfer_curve.method(LONG_STEPS)  # their method names, folders
 TINYBERT = "tinybert-100"  # TinyBERT_4's general distillation at the same 500 steps (4 x 100 + 100)
 METHODS = (START, f"{START}-kd", f"{START}-td", f"{TINYBERT}-td", f"{LONG}-td")
 FLAGS = {f"{START}-kd": ["--method", "kd"], f"{START}-td": ["--method", "pkt-td"],
@@ -55,7 +55,7 @@ NAMES = {METHODS[0]: "labels", METHODS[1]: "logit KD", METHODS[2]: "PKT-TD", MET
 
 
 def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
-    starts = argparse.Namespace(steps=[int(START[4:]), int(LONG[4:])], transfer_only=False)
+    starts = argparse.Namespace(steps=[START_STEPS, LONG_STEPS], transfer_only=False)
     plan = [j for j in transfer_curve.jobs(out, tasks, seeds, starts)  # the adapted teacher, the starts, plain runs
             if j.name in ("teacher", f"distill/{START}", f"distill/{LONG}") or j.name.split("/")[1:2] == [START]]
     plan.append(Job(f"distill/{TINYBERT}", ["distill", "--teacher", str(out / "teacher"), "--student", "tinybert4_h156",

@@ -51,11 +51,20 @@ from mobilekd.data.tasks import GLUE_TASKS
 
 STEPS = (100, 300, 1000)  # PKT steps a stage, on this machine's CPU
 LONGER = (3000, 10000)  # on a GPU
-BASE = "pkt-100"  # what each longer transfer is paired against
+BASE_STEPS = 100  # what each longer transfer is paired against
 
 
 def method(steps: int) -> str:
+    """A transfer's method name (and folder) from its PKT steps a stage."""
     return f"pkt-{steps}"
+
+
+def steps_of(name: str) -> int:
+    """The PKT steps a stage of a transfer's method name (`method`'s inverse)."""
+    return int(name.removeprefix("pkt-"))
+
+
+BASE = method(BASE_STEPS)
 
 
 def flags(p) -> None:
@@ -88,7 +97,7 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], args=None) -> list[Job]:
 
 
 def rows(out: Path, tasks: list[str], seeds: list[int], args=None) -> list[dict]:
-    methods = [method(n) for n in sorted(set(args.steps if args else STEPS) | {int(BASE[4:])})]
+    methods = [method(n) for n in sorted(set(args.steps if args else STEPS) | {BASE_STEPS})]
     found = distill_rows(out, methods)  # each transfer's seconds and MLM scores
     for task in tasks:
         found += paired_runs(out, task, seeds, methods, [(m, BASE) for m in methods if m != BASE])
@@ -97,7 +106,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int], args=None) -> list[dict]
 
 def _methods(results: list[dict]) -> list[str]:
     """The transfers in the rows, shortest first."""
-    return sorted({r["method"] for r in results if r["method"].count("-") == 1}, key=lambda m: int(m[4:]))
+    return sorted({r["method"] for r in results if r["method"].count("-") == 1}, key=steps_of)
 
 
 def _agnostic(results: list[dict]) -> dict:
@@ -118,18 +127,18 @@ def table(results: list[dict]) -> str:
 
     def head(m):
         wall = agnostic.get((m, "transfer_seconds"))
-        return f"PKT {m[4:]} a stage" + (f" ({wall['value'] / 60:.0f} min, {_where(wall)})" if wall else "")
+        return f"PKT {steps_of(m)} a stage" + (f" ({wall['value'] / 60:.0f} min, {_where(wall)})" if wall else "")
 
     lines = ["| task (metric) | " + " | ".join(map(head, methods)) + " | "
-             + " | ".join(f"{a[4:]} - {b[4:]}" for a, b in pairs) + " |", "|---" * (1 + len(methods) + len(pairs))
-             + "|"]
+             + " | ".join(f"{steps_of(a)} - {steps_of(b)}" for a, b in pairs) + " |",
+             "|---" * (1 + len(methods) + len(pairs)) + "|"]
     for task in TASKS:
         metric = GLUE_TASKS[task].metrics[0]
         if not values(results, task, metric, BASE):
             continue
         cells = paired_cells(results, task, metric, methods, pairs)
         lines.append(f"| {task} ({metric}) | " + " | ".join(cells) + " |")
-    mlm = "; ".join(f"{m[4:]} steps a stage {agnostic[m, 'mlm_accuracy']['value']:.4f}" for m in methods
+    mlm = "; ".join(f"{steps_of(m)} steps a stage {agnostic[m, 'mlm_accuracy']['value']:.4f}" for m in methods
                     if (m, "mlm_accuracy") in agnostic)
     hosts = sorted({agnostic[m, "transfer_seconds"]["host"] for m in methods if (m, "transfer_seconds") in agnostic})
     return "\n".join(lines) + (
@@ -156,7 +165,7 @@ def plot(results: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         metric = GLUE_TASKS[task].metrics[0]
-        points = [(int(m[4:]), values(results, task, metric, m), _where(agnostic.get((m, "transfer_seconds"))))
+        points = [(steps_of(m), values(results, task, metric, m), _where(agnostic.get((m, "transfer_seconds"))))
                   for m in methods if values(results, task, metric, m)]
         ax.plot([x for x, _, _ in points], [statistics.mean(v) for _, v, _ in points], color="0.6", zorder=1)
         for where, marker in sorted({(w, "s" if w.startswith("on") else "o") for _, _, w in points}):

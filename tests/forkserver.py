@@ -36,6 +36,7 @@ reply.write(json.dumps({"ready": threads == 1, "threads": threads}) + "\n")
 def child(req):
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
+    os.close(null)
     for fd, path in ((1, req["stdout"]), (2, req["stderr"])):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(f, fd)
@@ -97,9 +98,14 @@ for line in sys.stdin:
 """
 
 
+def _import_time(env: dict) -> dict:
+    """What of an environment the imports read (and the server's children therefore share)."""
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME)}
+
+
 class ForkServer:
     def __init__(self, env: dict, cwd: Path):
-        self.env, self.cwd, self.lock = env, cwd, threading.Lock()
+        self.fixed, self.lock = _import_time(env), threading.Lock()
         read, write = os.pipe()
         self.proc = subprocess.Popen([sys.executable, "-c", SERVER, str(write)], stdin=subprocess.PIPE, env=env,
                                      cwd=cwd, pass_fds=(write,), text=True, stdout=subprocess.DEVNULL)
@@ -109,10 +115,7 @@ class ForkServer:
         self.ready = bool(first) and json.loads(first)["ready"]
 
     def serves(self, env: dict) -> bool:
-        def fixed(e):
-            return {k: v for k, v in e.items() if k.startswith(IMPORT_TIME)}
-
-        return self.ready and self.proc.poll() is None and fixed(env) == fixed(self.env)
+        return self.ready and self.proc.poll() is None and _import_time(env) == self.fixed
 
     def run(self, module: str, args: list[str], env: dict, cwd: Path, timeout: float):
         """`python -m module args` in a child of the server; None if the server cannot take it now."""
