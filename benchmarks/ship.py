@@ -73,7 +73,10 @@ SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
           "d7b9ff56": ("tinybert-wide", "TinyBERT's learning rate up to 3e-3 (was 1e-3) and augmentation up to 12 "
                                         "copies (was 4): CoLA's chosen lr sat at the bound on 2 of 3 seeds"),
           "7c042a33": ("mobilebert", "tinybert-wide and the MobileBERT-shaped family (`--families subset tinybert "
-                                     "mobilebert`): its starts, PKT from the teacher, made once per teacher")}
+                                     "mobilebert`): its starts, PKT from the teacher, made once per teacher"),
+          "bc5c48dd": ("mobilebert-3000", "the MobileBERT-shaped family's starts transferred 3,000 steps a stage, "
+                                          "made on a GPU (configs/ship_gpu.json, `--config`): its 6-block, 4-block "
+                                          "and MobileBERT_TINY 4-block shapes")}
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
 QUALITY = "docs/results/quality.json"  # on the GLUE tasks, the students picked on dev (`dev_picked`)
 # each finished seed's dev predictions (ship's student, TF-IDF + LR) and labels, kept as data beside the results
@@ -86,13 +89,15 @@ def run_dir(out: Path, task: str, seed: int) -> Path:
     return out / task / f"seed{seed}"
 
 
-def jobs(out: Path, tasks: list[str], seeds: list[int], families: list[str] = FAMILIES) -> list[Job]:
+def jobs(out: Path, tasks: list[str], seeds: list[int], families: list[str] = FAMILIES,
+         config: str | None = None) -> list[Job]:
     """The teacher; per task, its candidates' starts made before any search (`ship --make-starts`: the first
     search would otherwise spend its --hours on them; made once per teacher, so later tasks find most made); then
-    a ship a seed."""
+    a ship a seed. `config`: ship's --config where not configs/ship.json (starts made elsewhere, as
+    configs/ship_gpu.json's on a GPU, are found in the teacher's --starts folder)."""
     teacher = Job("teacher", ["train-teacher", "--init-from", "all-minilm-l6-v2", "--out", str(out / "teacher")],
                   out / "teacher")
-    ship = ["ship", "--teacher", str(out / "teacher")]
+    ship = ["ship", "--teacher", str(out / "teacher"), *(["--config", config] if config else [])]
     flags = {task: task_flags(out, task) for task in tasks}
     starts = [Job(f"{task}/starts", [*ship, *flags[task], "--families", *families, "--make-starts",
                                      "--out", str(out / "starts" / task)], out / "starts" / task, needs=["teacher"])
@@ -466,6 +471,8 @@ def main(argv=None):
     p.set_defaults(tasks=None)  # runs: the CSV tasks unless named; the table and plot: every task with rows
     p.add_argument("--families", nargs="+", default=FAMILIES, help=f"the families its runs search (default "
                    f"{' '.join(FAMILIES)}); a run's rows are kept apart by the space it searched (SPACES)")
+    p.add_argument("--config", help="ship's --config for its runs (default configs/ship.json); another file's "
+                   "space is kept apart likewise")
     args = p.parse_args(argv)
     run = args.tasks or list(CUSTOM)
     out = (REPO_ROOT / args.out).resolve()
@@ -511,7 +518,7 @@ def main(argv=None):
                                     a["labels"], a["ship"], b["ship"], metric=intervals.metric_function(task, metric))})
         return got
 
-    return comparison(args, lambda: jobs(out, run, args.seeds, args.families), found,
+    return comparison(args, lambda: jobs(out, run, args.seeds, args.families, args.config), found,
                       lambda r: (tasks.index(r["task"]), *_sortable(version(r)),
                                  METHODS.index(r["method"]) if r["method"] in METHODS else len(METHODS),
                                  r.get("seed") or 0, r.get("trial", -1)),

@@ -422,7 +422,7 @@ def main(argv=None):
         return
     with owned(out, argv=argv):  # one ship at a time in OUT: a second would fail the first's running trials as stale
         keep_plan(out, {"teacher": {name: without_threads(argv) for name, argv in runs.items()},
-                        "candidates": [c.name for c in found], "seed": args.seed, "config": read_json(args.config),
+                        "candidates": [c.name for c in found], "seed": args.seed, "config": space,
                         "latency_ms": limit, "trials": trials, "draw": search.DRAW})
         if not (out / "teacher" / "chosen.json").is_file():
             for name, run in runs.items():

@@ -45,8 +45,14 @@ class Candidate:
 
 
 def load_space(path: Path = CONFIG) -> dict:
-    """The configuration file, checked: a family without shapes, a start or a space is named here."""
+    """The configuration file, checked: a family without shapes, a start or a space is named here. A file may name
+    a `base` (a path beside it) and give only what it changes (`merged`)."""
     config = read_json(path)
+    if "base" in config:
+        base = Path(path).parent / config.pop("base")
+        if not base.is_file() or base.resolve() == Path(path).resolve():
+            raise located(path, f"its base {base} is not another configuration file")
+        config = merged(read_json(base), config)
     if not isinstance(config.get("families"), dict) or not config["families"]:
         raise located(path, "has no families")
     for name, family in config["families"].items():
@@ -87,6 +93,14 @@ def load_space(path: Path = CONFIG) -> dict:
                                              for k in ("small", "large"))):
         raise located(path, "teacher.epochs must give small and large, each a positive number of epochs")
     return config
+
+
+def merged(base: dict, changes: dict) -> dict:
+    """`base` with `changes` written over it: a dictionary key by key, anything else (a list, a number) whole."""
+    out = dict(base)
+    for key, value in changes.items():
+        out[key] = merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return out
 
 
 def verb(spec: dict) -> str:
