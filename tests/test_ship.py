@@ -105,6 +105,26 @@ def test_the_search_space_prices_shapes_and_draws_each_familys_own_flags(tmp_pat
     assert {v["--alpha"] for _, v in flags if v["--augment"]} == {0.0, 0.5}  # its new samples carry the teacher's label
 
 
+def test_a_config_naming_a_base_changes_only_what_it_gives(tmp_path):
+    """configs/ship_gpu.json is configs/ship.json but for the MobileBERT-shaped family's shapes and start (3,000
+    steps a stage); a file naming a base that is not there, or itself, is refused in one line naming it."""
+    from mobilekd.errors import UserError
+    from mobilekd.search.space import CONFIG, load_space
+
+    shipped, gpu = load_space(), load_space(CONFIG.with_name("ship_gpu.json"))
+    assert "base" not in gpu and gpu["search"] == shipped["search"] and gpu["teacher"] == shipped["teacher"]
+    assert {f: v for f, v in gpu["families"].items() if f != "mobilebert"} == \
+        {f: v for f, v in shipped["families"].items() if f != "mobilebert"}
+    mine, theirs = gpu["families"]["mobilebert"], shipped["families"]["mobilebert"]
+    assert mine["space"] == theirs["space"] and mine["shapes"]["preset"] != theirs["shapes"]["preset"]
+    steps = mine["start"][mine["start"].index("--layer-steps") + 1]
+    assert steps == "3000" and theirs["start"][theirs["start"].index("--layer-steps") + 1] == "500"
+    for base in ("missing.json", "mine.json"):
+        (tmp_path / "mine.json").write_text(json.dumps({"base": base, "search": {"trials": 3}}))
+        with pytest.raises(UserError, match="mine.json.*base"):
+            load_space(tmp_path / "mine.json")
+
+
 def test_each_family_gets_an_equal_share_of_draws_and_is_halved_only_against_its_own_trials(tmp_path):
     """Five shapes of one family and one of another are drawn family first (about half each, where a draw over the
     six candidates gives the second one a sixth), and successive halving cuts a trial only by its own family's
@@ -456,22 +476,24 @@ def test_a_search_drawn_another_way_is_not_resumed(tmp_path):
 
 
 def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_name(tmp_path):
-    """benchmarks.ship: today's configs/ship.json, searched with the MobileBERT-shaped family too, is the last space
-    SPACES names, and without it the one before (edit a searched family's space and this fails until the new space
-    is named there); a run in an unnamed space is refused in one line, and a named one's predictions are kept apart
-    from the first space's."""
+    """benchmarks.ship: configs/ship_gpu.json (the MobileBERT-shaped family's longer starts) is the last space SPACES
+    names, today's configs/ship.json searched with that family too the one before it, and without it the one before
+    that (edit a searched family's space and this fails until the new space is named there); a run in an unnamed
+    space is refused in one line, and a named one's predictions are kept apart from the first space's."""
     import copy
 
     from benchmarks.ship import FAMILIES, SPACES, earlier_space, keep_predictions, run_dir, run_space, space_digest
     from mobilekd.errors import UserError
     from mobilekd.fileio import read_json
-    from mobilekd.search.space import CONFIG
+    from mobilekd.search.space import CONFIG, load_space
 
     plan = {"candidates": [f"{f}/x" for f in FAMILIES], "config": read_json(CONFIG)}
     names = [name for name, _ in SPACES.values()]
     with_mobilebert = {**plan, "candidates": [*plan["candidates"], "mobilebert/mobilebert_tiny_h384_l4"]}
-    assert run_space(tmp_path, with_mobilebert) == names[-1] and run_space(tmp_path, plan) == names[-2]
-    assert earlier_space(names[-1]) == names[-2] and names[0] is None and earlier_space(names[1]) is None
+    assert run_space(tmp_path, with_mobilebert) == names[-2] and run_space(tmp_path, plan) == names[-3]
+    gpu = {**with_mobilebert, "config": load_space(CONFIG.with_name("ship_gpu.json"))}  # its starts 3,000 steps
+    assert run_space(tmp_path, gpu) == names[-1] and earlier_space(names[-1]) == names[-2]
+    assert earlier_space(names[-2]) == names[-3] and names[0] is None and earlier_space(names[1]) is None
     assert earlier_space(names[-1], {None, names[-1]}) is None  # a task that ran the first space alone before it
     with pytest.raises(ValueError):
         earlier_space(names[0])
