@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -221,15 +222,19 @@ def test_the_starts_are_made_ahead_of_a_search_once_per_teacher(tmp_path):
     starts, out = tmp_path / "starts", tmp_path / "out"
     argv = ["mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data, "--config", config, "--starts",
             starts, "--latency-ms", 100, "--out", out, "--make-starts"]
+    dry = [line.split("its start: mobilekd ")[1].split() for line in run_module(*argv[:-1], "--dry-run").stdout
+           .splitlines() if "its start: " in line]  # each command, to run here or where a GPU is
     first = run_module(*argv)
     made = sorted(p.name for p in starts.iterdir() if p.is_dir())
     assert [m.split("-")[:2] for m in made] == [["subset", "1x384"], ["subset", "2x384"]], made
+    assert sorted(Path(x[2]).name for x in dry) == made and all(x[0] == "init" for x in dry)
     assert all((starts / m / "model.safetensors").is_file() for m in made) and not (out / "teacher").exists()
     record = json.loads((out / "starts.json").read_text())["starts"]
     assert [r["made"] for r in record] == [True, True] and all(r["seconds"] > 0 for r in record)
     assert first.stdout.count(": made, ") == 2
     again = run_module(*argv)
     assert again.stdout.count("already made") == 2
+    assert "its start: " not in run_module(*argv[:-1], "--dry-run").stdout  # made: nothing left to make
     assert [r["made"] for r in json.loads((out / "starts.json").read_text())["starts"]] == [False, False]
 
 

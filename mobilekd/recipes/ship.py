@@ -385,6 +385,9 @@ def main(argv=None):
               f"{args.device} (est.; the teacher's {teacher_ms:.1f} ms)")
         for c in found:
             print(f"  candidate {c.name}: {c.estimate['params_m']:.1f}M parameters, {c.estimate['ms']:.1f} ms (est.)")
+            if args.dry_run and c.start and not c.start_dir.is_dir():  # to make here, or on a GPU and copy back
+                partial = str(c.start_dir.with_name(c.start_dir.name + ".partial"))  # where a search makes it
+                print(f"    its start: mobilekd {' '.join(str(c.start_dir) if a == partial else a for a in c.start)}")
         for line in left:
             print(f"  left out: {line}" + (f" ({problem})" if "masked-LM" in line and problem else ""))
     if not found:
