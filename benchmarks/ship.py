@@ -59,7 +59,7 @@ HOURS = "0.75"  # the search's wall limit a run (ship --hours); the issue's goal
 GLUE = ("rte", "mrpc", "stsb", "cola", "sst2")  # the shipped GLUE tasks, read by `ship --task`
 TASKS = [*CUSTOM, *GLUE]
 METHODS = ("teacher", "ship", "ship-trial", "ship-wall", "tfidf", "majority", "ship-tfidf-interval",
-           "ship-draw-interval", "ship-space-interval")
+           "ship-draw-interval", "ship-space-interval", "ship-start")
 # how the run's search drew its trials (a row's "draw", part of its key): absent for the search of before
 # mobilekd.search.study.DRAW (one draw over every family's shapes, halving across families), "family" since
 FAMILY_DRAW = "family"
@@ -120,9 +120,39 @@ def _column(path: Path, name: str) -> list[str]:
         return [r[name] for r in csv.DictReader(f, delimiter="\t")]
 
 
+def start_rows(out: Path, task: str) -> list[dict]:
+    """Each start the task's `ship --make-starts` job made or found (OUT/starts/TASK/starts.json): a task-agnostic
+    distillation's training seconds (its stages', with the host, GPU and precision they ran on: another machine's
+    for configs/ship_gpu.json's starts) and held-out masked-LM accuracy; a start without stages (the teacher's
+    layers), the seconds the job took to make it. A relative start folder is the job's working directory's: the
+    checkout that holds OUT."""
+    path = out / "starts" / task / "starts.json"
+    if not path.is_file():
+        return []
+    record, found = read_json(path), []
+    root = next((d for d in out.parents if (d / ".git").exists()), Path.cwd())
+    for r in record["starts"]:
+        start = root / r["start"]
+        summary = read_json(start / "summary.json") if (start / "summary.json").is_file() else {}
+        shared = {"task": task, "method": "ship-start", "seed": None, "candidate": r["candidate"],
+                  "start": start.name, "made_by_the_job": r["made"]}
+        stages = summary.get("stages") or []
+        if stages and all("seconds" in st for st in stages):
+            found.append({**shared, "metric": "train_seconds", "value": round(sum(st["seconds"] for st in stages), 1),
+                          "steps": summary.get("total_steps"), **recorded_host(stages[0]),
+                          **{k: stages[0][k] for k in ("gpu", "precision") if k in stages[0]}})
+            if "heldout" in summary:
+                found.append({**shared, "metric": "mlm_accuracy",
+                              "value": round(summary["heldout"]["mlm_accuracy"], 4)})
+        elif r["made"]:
+            found.append({**shared, "metric": "wall_seconds", "value": r["seconds"], **recorded_host(record)})
+    return found
+
+
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     found = []
     for task in tasks:
+        found += start_rows(out, task)
         for seed in seeds:
             run = run_dir(out, task, seed)
             if not (run / "ship.json").is_file():
@@ -318,7 +348,24 @@ def table(results: list[dict]) -> str:
                                "benchmarks.quality's student to ship (the best dev mean within the budget, chosen "
                                "on the dev set it is scored on), then ship's mean minus it, in points (the cost of "
                                "honesty); Pixel figures are ESTIMATES of a cost model.\n") + draws(results) + \
-        spaces(results) + family_table(results)
+        spaces(results) + family_table(results) + starts_table(results)
+
+
+def starts_table(results: list[dict]) -> str:
+    """The task-agnostic starts the searches began from (`start_rows`): where and how long each was made, and its
+    held-out masked-LM accuracy."""
+    made = [r for r in results if r["method"] == "ship-start" and r["metric"] == "train_seconds"]
+    if not made:
+        return ""
+    mlm = {(r["task"], r["start"]): r["value"] for r in results
+           if r["method"] == "ship-start" and r["metric"] == "mlm_accuracy"}
+    lines = ["\nThe students' task-agnostic starts (made once per teacher before a task's searches, shared by its "
+             "seeds; `ship --make-starts`):\n", "| task | candidate | start | steps | training time | where | "
+             "held-out masked-LM accuracy |", "|---|---|---|---|---|---|---|"]
+    for r in made:
+        lines.append(f"| {r['task']} | {r['candidate']} | {r['start']} | {r['steps']:,} | {r['value'] / 60:.1f} min | "
+                     f"{r.get('gpu') or r['host']} | {mlm.get((r['task'], r['start']), '-')} |")
+    return "\n".join(lines) + "\n"
 
 
 def on_frontier(trials: list[dict]) -> list[dict]:
@@ -521,9 +568,9 @@ def main(argv=None):
     return comparison(args, lambda: jobs(out, run, args.seeds, args.families, args.config), found,
                       lambda r: (tasks.index(r["task"]), *_sortable(version(r)),
                                  METHODS.index(r["method"]) if r["method"] in METHODS else len(METHODS),
-                                 r.get("seed") or 0, r.get("trial", -1)),
+                                 r.get("seed") or 0, r.get("trial", -1), r.get("start") or ""),
                       table, draw=plot, key=("task", "teacher_choice", "draw", "space", "method", "seed", "metric",
-                                                        "trial"))
+                                                        "trial", "start"))
 
 
 if __name__ == "__main__":

@@ -232,6 +232,12 @@ def test_the_starts_are_made_ahead_of_a_search_once_per_teacher(tmp_path):
     record = json.loads((out / "starts.json").read_text())["starts"]
     assert [r["made"] for r in record] == [True, True] and all(r["seconds"] > 0 for r in record)
     assert first.stdout.count(": made, ") == 2
+    from benchmarks.ship import start_rows  # the benchmark's rows of them: each made here, its seconds and host
+
+    (tmp_path / "runs" / "starts").mkdir(parents=True)
+    shutil.copytree(out, tmp_path / "runs" / "starts" / "sst2")
+    found = start_rows(tmp_path / "runs", "sst2")
+    assert sorted(r["start"] for r in found) == made and all(r["made_by_the_job"] and r["value"] > 0 for r in found)
     again = run_module(*argv)
     assert again.stdout.count("already made") == 2
     assert "its start: " not in run_module(*argv[:-1], "--dry-run").stdout  # made: nothing left to make
