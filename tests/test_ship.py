@@ -108,7 +108,7 @@ def test_the_search_space_prices_shapes_and_draws_each_familys_own_flags(tmp_pat
 
 def test_a_config_naming_a_base_changes_only_what_it_gives(tmp_path):
     """configs/ship_gpu.json is configs/ship.json but for the MobileBERT-shaped family's shapes and start (3,000
-    steps a stage); a file naming a base that is not there, or itself, is refused in one line naming it."""
+    steps a stage); bases chain, and a base that is not there, or a circle, is refused in one line naming the file."""
     from mobilekd.errors import UserError
     from mobilekd.search.space import CONFIG, load_space
 
@@ -120,10 +120,14 @@ def test_a_config_naming_a_base_changes_only_what_it_gives(tmp_path):
     assert mine["space"] == theirs["space"] and mine["shapes"]["preset"] != theirs["shapes"]["preset"]
     steps = mine["start"][mine["start"].index("--layer-steps") + 1]
     assert steps == "3000" and theirs["start"][theirs["start"].index("--layer-steps") + 1] == "500"
-    for base in ("missing.json", "mine.json"):
+    (tmp_path / "theirs.json").write_text(json.dumps({"base": "mine.json"}))
+    for base in ("missing.json", "mine.json", "theirs.json"):  # not there; itself; a circle through another
         (tmp_path / "mine.json").write_text(json.dumps({"base": base, "search": {"trials": 3}}))
-        with pytest.raises(UserError, match="mine.json.*base"):
+        with pytest.raises(UserError, match="json: its base .* is not another configuration file"):
             load_space(tmp_path / "mine.json")
+    (tmp_path / "theirs.json").write_text(json.dumps({"base": str(CONFIG), "search": {"rungs": 2}}))
+    chained = load_space(tmp_path / "mine.json")  # mine over theirs over the shipped file
+    assert chained["search"] == {**shipped["search"], "trials": 3, "rungs": 2}
 
 
 def test_each_family_gets_an_equal_share_of_draws_and_is_halved_only_against_its_own_trials(tmp_path):

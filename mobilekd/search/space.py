@@ -47,12 +47,7 @@ class Candidate:
 def load_space(path: Path = CONFIG) -> dict:
     """The configuration file, checked: a family without shapes, a start or a space is named here. A file may name
     a `base` (a path beside it) and give only what it changes (`merged`)."""
-    config = read_json(path)
-    if "base" in config:
-        base = Path(path).parent / config.pop("base")
-        if not base.is_file() or base.resolve() == Path(path).resolve():
-            raise located(path, f"its base {base} is not another configuration file")
-        config = merged(read_json(base), config)
+    config = read_with_base(Path(path))
     if not isinstance(config.get("families"), dict) or not config["families"]:
         raise located(path, "has no families")
     for name, family in config["families"].items():
@@ -93,6 +88,18 @@ def load_space(path: Path = CONFIG) -> dict:
                                              for k in ("small", "large"))):
         raise located(path, "teacher.epochs must give small and large, each a positive number of epochs")
     return config
+
+
+def read_with_base(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """The file's settings written over those of the file it names as its `base` (a path beside it; that one's own
+    base first), if it names one."""
+    config = read_json(path)
+    if "base" not in config:
+        return config
+    base, seen = path.parent / config.pop("base"), (*seen, path.resolve())
+    if not base.is_file() or base.resolve() in seen:
+        raise located(path, f"its base {base} is not another configuration file (missing, or a circle)")
+    return merged(read_with_base(base, seen), config)
 
 
 def merged(base: dict, changes: dict) -> dict:
