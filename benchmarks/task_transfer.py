@@ -24,6 +24,10 @@ seconds and held-out masked-LM scores.
 Whether the two levers add up: PKT-TD from transfer_curve's 3,000-step transfer (`pkt-3000-td`, the start made on a
 GPU machine there; made here by its command if absent, about 1.5 hours at one thread) against PKT-TD from the
 100-step one.
+
+Which MobileBERT shape, at 3,000 steps a stage (SHAPES: `ship`'s configs/ship_gpu.json starts, made on a GPU machine
+by the same command from the same teacher, OUT/pkt-3000-PRESET): MobileBERT_TINY's 4 blocks (under TinyBERT_4's Pixel
+estimate) and MobileBERT's 6, each by PKT-TD against the 4-block student's and TinyBERT_4's, in a table of their own.
 """
 
 from __future__ import annotations
@@ -52,6 +56,14 @@ PAIRS = ((METHODS[1], METHODS[0]), (METHODS[2], METHODS[0]), (METHODS[2], METHOD
          (METHODS[4], METHODS[2]))
 NAMES = {METHODS[0]: "labels", METHODS[1]: "logit KD", METHODS[2]: "PKT-TD", METHODS[3]: "TinyBERT_4, TinyBERT-TD",
          METHODS[4]: "PKT-TD after 3,000 steps a stage"}
+SHAPES = ("mobilebert_tiny_h384_l4", "mobilebert_h384")  # other shapes after the 3,000-step transfer
+SHAPE_STARTS = {f"{LONG}-{preset}": preset for preset in SHAPES}  # their start folders, by preset
+SHAPE_METHODS = tuple(f"{start}-td" for start in SHAPE_STARTS)
+START_OF |= {m: m[:-3] for m in SHAPE_METHODS}
+FLAGS |= {m: ["--method", "pkt-td"] for m in SHAPE_METHODS}
+SHAPE_PAIRS = ((SHAPE_METHODS[0], METHODS[3]), (SHAPE_METHODS[0], METHODS[4]), (SHAPE_METHODS[1], METHODS[4]))
+NAMES |= {SHAPE_METHODS[0]: "MobileBERT_TINY, 4 blocks", SHAPE_METHODS[1]: "MobileBERT, 6 blocks"}
+SHORT = {**NAMES, METHODS[3]: "TinyBERT_4 (500 steps)", METHODS[4]: "MobileBERT, 4 blocks"}  # the shapes' table
 
 
 def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
@@ -62,6 +74,10 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
                                             "--strategy", "tinybert", "--layer-map", "uniform", "--layer-steps", "100",
                                             "--pd-steps", "100", "--threads", "1", "--resume", "--out",
                                             str(out / TINYBERT)], out / TINYBERT, needs=["teacher"]))
+    plan += [Job(f"distill/{start}", ["distill", "--teacher", str(out / "teacher"), "--student", preset, "--strategy",
+                                      "pkt", "--layer-map", "uniform", "--layer-steps", str(LONG_STEPS), "--pd-steps",
+                                      str(LONG_STEPS), "--threads", "1", "--resume", "--out", str(out / start)],
+                 out / start, needs=["teacher"]) for start, preset in SHAPE_STARTS.items()]
     for task, length in TASKS.items():
         if task not in tasks:
             continue
@@ -73,15 +89,17 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
                                             "--max-len", length, *FINETUNE, "--teacher", str(teacher), *FLAGS[m],
                                             "--seed", str(seed), "--out", str(out / task / m / f"seed{seed}")],
                      out / task / m / f"seed{seed}", needs=[f"distill/{START_OF[m]}", f"{task}/teacher"])
-                 for seed in seeds for m in METHODS[1:]]
+                 for seed in seeds for m in (*METHODS[1:], *SHAPE_METHODS)]
     return plan
 
 
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
-    found = distill_rows(out, (TINYBERT,))  # TinyBERT_4's transfer: its seconds and held-out masked-LM scores
+    found = distill_rows(out, (TINYBERT, *SHAPE_STARTS))  # each transfer's seconds, host, held-out MLM scores
     for task in tasks:
         found += finetune_rows(out / task / "teacher", task=task, method="teacher", seed=0)
         found += paired_runs(out, task, seeds, METHODS, PAIRS)
+        found += [r for r in paired_runs(out, task, seeds, (*SHAPE_METHODS, METHODS[3], METHODS[4]), SHAPE_PAIRS)
+                  if r["method"] not in METHODS]  # the shapes' runs and pairs; the others' rows are above
     return found
 
 
@@ -100,7 +118,22 @@ def table(results: list[dict]) -> str:
         "TinyBERT_4 (tinybert4_h156) after TinyBERT's general distillation for the same 500 steps; every run on the "
         "same 2,000 training examples, its step chosen on validation, dev scored once. Differences in points of the "
         "task's metric with their paired 95% bootstrap intervals over dev examples and seeds "
-        "(mobilekd/finetune/intervals.py).\n")
+        "(mobilekd/finetune/intervals.py).\n") + shapes_table(results)
+
+
+def shapes_table(results: list[dict]) -> str:
+    """PKT-TD from each MobileBERT shape after the 3,000-step transfer, against the 4-block one's and TinyBERT_4's."""
+    methods = (METHODS[4], *SHAPE_METHODS, METHODS[3])
+    lines = ["\nThe shapes after 3,000 PKT steps a stage (each start made on a GPU machine), PKT-TD:\n",
+             "| task (metric) | " + " | ".join(SHORT[m] for m in methods) + " | "
+             + " | ".join(f"{SHORT[a]} - {SHORT[b]}" for a, b in SHAPE_PAIRS) + " |",
+             "|---" * (1 + len(methods) + len(SHAPE_PAIRS)) + "|"]
+    for task in TASKS:
+        metric = GLUE_TASKS[task].metrics[0]
+        if values(results, task, metric, SHAPE_METHODS[0]):
+            lines.append(f"| {task} ({metric}) | " + " | ".join(paired_cells(results, task, metric, methods,
+                                                                             SHAPE_PAIRS)) + " |")
+    return "\n".join(lines) + "\n" if len(lines) > 3 else ""
 
 
 def main(argv=None):
