@@ -134,6 +134,11 @@ def test_task_transfer_teaches_every_student_with_one_teacher_on_the_students_ow
     assert not {"pkt-300", "pkt-1000"} & {part for n in plan for part in n.split("/")}
     assert plan["mrpc/pkt-3000-td/1"].needs == ["distill/pkt-3000", "mrpc/teacher"]
     assert plan["distill/pkt-3000"].argv == shared_long["distill/pkt-3000"]
+    for preset in task_transfer.SHAPES:  # the other shapes' starts: the same transfer but for the student
+        start = plan[f"distill/pkt-3000-{preset}"].argv
+        assert start == [preset if a == "mobilebert_h384_l4" else a for a in plan["distill/pkt-3000"].argv
+                         ][:-1] + [str(tmp_path / f"pkt-3000-{preset}")]
+        assert plan[f"mrpc/pkt-3000-{preset}-td/0"].needs == [f"distill/pkt-3000-{preset}", "mrpc/teacher"]
     teacher = plan["mrpc/teacher"].argv
 
     def last(argv, flag):
