@@ -123,7 +123,8 @@ def _column(path: Path, name: str) -> list[str]:
 def start_rows(out: Path, task: str) -> list[dict]:
     """Each start the task's `ship --make-starts` job made or found (OUT/starts/TASK/starts.json): a task-agnostic
     distillation's training seconds (its stages', with the host, GPU and precision they ran on: another machine's
-    for configs/ship_gpu.json's starts) and held-out masked-LM accuracy; a start without stages (the teacher's
+    for configs/ship_gpu.json's starts) and, for PKT's (whose last stage distils the masked-LM head; TinyBERT's
+    general distillation leaves it untrained), its held-out masked-LM accuracy; a start without stages (the teacher's
     layers), the seconds the job took to make it. A relative start folder is the job's working directory's: the
     checkout that holds OUT."""
     path = out / "starts" / task / "starts.json"
@@ -141,7 +142,7 @@ def start_rows(out: Path, task: str) -> list[dict]:
             found.append({**shared, "metric": "train_seconds", "value": round(sum(st["seconds"] for st in stages), 1),
                           "steps": summary.get("total_steps"), **recorded_host(stages[0]),
                           **{k: stages[0][k] for k in ("gpu", "precision") if k in stages[0]}})
-            if "heldout" in summary:
+            if "heldout" in summary and summary.get("strategy") == "pkt":  # its PD stage teaches the MLM head
                 found.append({**shared, "metric": "mlm_accuracy",
                               "value": round(summary["heldout"]["mlm_accuracy"], 4)})
         elif r["made"]:
