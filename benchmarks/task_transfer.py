@@ -59,7 +59,7 @@ NAMES = {METHODS[0]: "labels", METHODS[1]: "logit KD", METHODS[2]: "PKT-TD", MET
 SHAPES = ("mobilebert_tiny_h384_l4", "mobilebert_h384")  # other shapes after the 3,000-step transfer
 SHAPE_STARTS = {f"{LONG}-{preset}": preset for preset in SHAPES}  # their start folders, by preset
 SHAPE_METHODS = tuple(f"{start}-td" for start in SHAPE_STARTS)
-START_OF |= {m: m[:-3] for m in SHAPE_METHODS}
+START_OF |= {m: m.removesuffix("-td") for m in SHAPE_METHODS}
 FLAGS |= {m: ["--method", "pkt-td"] for m in SHAPE_METHODS}
 SHAPE_PAIRS = ((SHAPE_METHODS[0], METHODS[3]), (SHAPE_METHODS[0], METHODS[4]), (SHAPE_METHODS[1], METHODS[4]))
 NAMES |= {SHAPE_METHODS[0]: "MobileBERT_TINY, 4 blocks", SHAPE_METHODS[1]: "MobileBERT, 6 blocks"}
@@ -74,10 +74,7 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
                                             "--strategy", "tinybert", "--layer-map", "uniform", "--layer-steps", "100",
                                             "--pd-steps", "100", "--threads", "1", "--resume", "--out",
                                             str(out / TINYBERT)], out / TINYBERT, needs=["teacher"]))
-    plan += [Job(f"distill/{start}", ["distill", "--teacher", str(out / "teacher"), "--student", preset, "--strategy",
-                                      "pkt", "--layer-map", "uniform", "--layer-steps", str(LONG_STEPS), "--pd-steps",
-                                      str(LONG_STEPS), "--threads", "1", "--resume", "--out", str(out / start)],
-                 out / start, needs=["teacher"]) for start, preset in SHAPE_STARTS.items()]
+    plan += [transfer_curve.transfer(out, LONG_STEPS, preset, start) for start, preset in SHAPE_STARTS.items()]
     for task, length in TASKS.items():
         if task not in tasks:
             continue

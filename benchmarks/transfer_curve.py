@@ -75,17 +75,23 @@ def flags(p) -> None:
                    help="only the teacher and the transfers (on a GPU machine, whose students are fine-tuned here)")
 
 
+def transfer(out: Path, steps: int, student: str = STUDENT, name: str | None = None) -> Job:
+    """The paper's progressive knowledge transfer of `student` from OUT/teacher, `steps` a stage, into OUT/NAME
+    (default `method(steps)`)."""
+    name = name or method(steps)
+    return Job(f"distill/{name}", ["distill", "--teacher", str(out / "teacher"), "--student", student, "--strategy",
+                                   "pkt", "--layer-map", "uniform", "--layer-steps", str(steps), "--pd-steps",
+                                   str(steps), "--threads", "1", "--resume", "--out", str(out / name)],
+               out / name, needs=["teacher"])
+
+
 def jobs(out: Path, tasks: list[str], seeds: list[int], args=None) -> list[Job]:
     """The adapted teacher, a transfer for each --steps (default STEPS) and, but with --transfer-only, each one's
     fine-tunes."""
     steps = args.steps if args else STEPS
     teacher = out / "teacher"
     plan = [Job("teacher", ["train-teacher", *teacher_value.ADAPT, "--out", str(teacher), *RESUMABLE], teacher)]
-    plan += [Job(f"distill/{method(n)}", ["distill", "--teacher", str(teacher), "--student", STUDENT, "--strategy",
-                                          "pkt", "--layer-map", "uniform", "--layer-steps", str(n), "--pd-steps",
-                                          str(n), "--threads", "1", "--resume", "--out", str(out / method(n))],
-                 out / method(n), needs=["teacher"])
-             for n in steps]
+    plan += [transfer(out, n) for n in steps]
     if args and args.transfer_only:
         return plan
     plan += [Job(f"{task}/{method(n)}/{seed}",
