@@ -76,7 +76,11 @@ SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
                                      "mobilebert`): its starts, PKT from the teacher, made once per teacher"),
           "bc5c48dd": ("mobilebert-3000", "the MobileBERT-shaped family's starts transferred 3,000 steps a stage, "
                                           "made on a GPU (configs/ship_gpu.json, `--config`): its 6-block, 4-block "
-                                          "and MobileBERT_TINY 4-block shapes")}
+                                          "and MobileBERT_TINY 4-block shapes"),
+          "2460c6fb": ("cut", "tinybert-wide, with a trial under way at --hours cut there once one is complete "
+                              "(search.at_wall_limit \"cut\"; before, every trial under way finished)"),
+          "4ac977db": ("mobilebert-cut", "mobilebert, with a trial under way at --hours cut there (as cut)"),
+          "cea671fa": ("mobilebert-3000-cut", "mobilebert-3000, with a trial under way at --hours cut there (as cut)")}
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
 QUALITY = "docs/results/quality.json"  # on the GLUE tasks, the students picked on dev (`dev_picked`)
 # each finished seed's dev predictions (ship's student, TF-IDF + LR) and labels, kept as data beside the results
@@ -172,7 +176,8 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             found += [{**shared, "method": "ship-trial", "trial": t["trial"], "family": t["family"],
                        "shape": t["shape"], "recipe": t["recipe"], "state": t["state"], "val_value": t["val_value"],
                        "value": None, "pixel4_ms_est": t["pixel4_ms_est"], "wall_seconds": t["wall_seconds"],
-                       "chosen": t["chosen"], "host": t["host"]} for t in s["trials"]]
+                       "chosen": t["chosen"], "host": t["host"], **({"cut": t["cut"]} if "cut" in t else {})}
+                      for t in s["trials"]]
             found += [
                 {**shared, "method": "ship", "family": c["family"], "shape": c["shape"], "recipe": c["recipe"],
                  "val_value": round(c["val_value"], 4), "value": round(s["student"]["dev"][metric], 4),

@@ -338,6 +338,34 @@ def test_a_search_on_two_workers_chooses_without_reading_dev(tmp_path):
     assert not store.exists() and sorted((out / "teacher" / "outputs").glob("*-outputs")) == logits and logits
 
 
+def test_a_trial_under_way_at_the_wall_limit_is_cut_once_a_trial_is_complete(student_dir, tmp_path):
+    """--hours with search.at_wall_limit "cut": past the limit, a trial runs to its end while the study holds no
+    complete trial (a search always has one to choose), and once it does, the next trial's run is stopped at the
+    limit, pruned with its `cut` attribute, its process gone and no results written."""
+    import optuna
+
+    from mobilekd.search.study import CUT, run_trial, trial_rows
+
+    data = sst2_csv(tmp_path, 120, n_dev=20)
+    flags = ["finetune", "--model", str(student_dir), "--task", "custom", "--data", str(data), "--batch-size", "16",
+             "--max-len", "32", "--threads", "1", "--eval-every", "2", "--select-on", "validation", "--skip-dev"]
+    study = optuna.create_study(direction="maximize")
+    past = time.time() - 1  # the limit has passed before either trial starts
+    first = study.ask()
+    value = run_trial(first, [*flags, "--max-steps", "4", "--out", str(tmp_path / "a")], tmp_path / "a", 2, past)
+    study.tell(first, value)  # nothing was complete: it ran to its end
+    assert (tmp_path / "a" / "results.json").is_file() and "cut" not in first.user_attrs
+    second, begun = study.ask(), time.time()
+    with pytest.raises(optuna.TrialPruned):
+        run_trial(second, [*flags, "--max-steps", "5000", "--out", str(tmp_path / "b")], tmp_path / "b", 2, past)
+    study.tell(second, state=optuna.trial.TrialState.PRUNED)
+    assert time.time() - begun < 60 and not (tmp_path / "b" / "results.json").exists()  # 5,000 steps not waited on
+    rows = trial_rows(study, first.number)
+    assert [r.get("cut") for r in rows] == [None, CUT] and [r["state"] for r in rows] == ["complete", "pruned"]
+    limitless = study.ask()  # no limit: the same run is not cut
+    assert run_trial(limitless, [*flags, "--max-steps", "4", "--out", str(tmp_path / "c")], tmp_path / "c", 2) >= 0
+
+
 def test_a_search_of_the_bilstm_family_ships_its_fused_file(tmp_path):
     """ship with Tang et al.'s BiLSTM as its family: each trial a `mobilekd bilstm` run from the fine-tuned teacher
     on a validation split (dev never read), priced and exported as the fused-LSTM file an app ships, the chosen

@@ -28,7 +28,8 @@ stage skipped when its output is complete, so the same command resumes:
   OUT/frontier.png   every trial's validation score against its Pixel 4 estimate
 
 The budget: --latency-ms (default: a third of the teacher's own Pixel 4 estimate at the task's sequence length),
---trials (configs/ship.json's), --hours (a wall limit on the search: trials under way finish). The families that
+--trials (configs/ship.json's), --hours (a wall limit on the search: no trial starts after it, and one under way
+is cut there once a trial is complete, as configs/ship.json's search.at_wall_limit says). The families that
 need the teacher's masked-LM head (narrowing, augmentation, task-agnostic distillation) are left out, with a line
 saying so, for a teacher without one (a transformers BertModel: fit them with scripts/train_teacher.sh --init-from).
 Sequence length and the teacher's epochs come from the data (`budget`); Pixel figures are ESTIMATES of a cost model
@@ -46,6 +47,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -417,8 +419,10 @@ def main(argv=None):
     def study_and_objective():
         study = search.open_study(out, args.seed, space["search"]["reduction_factor"], args.join,
                                   startup=max(2, trials // 3))
+        cut = timeout is not None and space["search"]["at_wall_limit"] == "cut"
         return study, search.Objective(out, found, space["families"], teacher, out / "teacher", flags,
-                                       problem is None, b["train_examples"], space["search"]["rungs"], verb_flags)
+                                       problem is None, b["train_examples"], space["search"]["rungs"], verb_flags,
+                                       cut_at=time.time() + timeout if cut else None)
 
     if args.join:  # a worker of the parent below, which holds OUT
         search.search(*study_and_objective(), trials, timeout)
@@ -459,8 +463,6 @@ def make_starts(found: list[Candidate]) -> list[dict]:
     """Each candidate's start, the smallest Pixel estimate first, as a search would make it (`study.make_start`:
     once, under a lock, renamed into place when whole); a stage that fails is one line naming its log. Returns a
     record a start: its candidate, folder, whether this call made it, and the seconds it took."""
-    import time
-
     from tqdm import tqdm
 
     from mobilekd.search.study import TrialFailed, make_start

@@ -38,7 +38,9 @@ class ShipConfig:
     trials: int | None = field(default=None, metadata={
         "type": int, "min": 1, "help": "trials in the search", "default_help": "--config's search.trials"})
     hours: float | None = field(default=None, metadata={
-        "type": float, "above": 0, "help": "a wall limit on the search, hours (trials under way finish)",
+        "type": float, "above": 0,
+        "help": "a wall limit on the search, hours: no trial starts after it, and a trial under way is cut there "
+                "once one is complete (--config's search.at_wall_limit)",
         "default_help": "none"})
     workers: int = field(default=1, metadata={
         "min": 1, "help": "processes running trials at once over the study's journal (each trial gets --threads)"})

@@ -23,6 +23,7 @@ BATCH_SIZE = 32  # every trial's batch: examples_seen / BATCH_SIZE is its --max-
 MAX_EPOCHS = 10  # a trial sees at most this many epochs of the task's training examples
 SEEN = "examples_seen"  # the space's one entry that is not a finetune flag
 VERBS = ("finetune", "bilstm")  # what may train a family's trials
+AT_WALL_LIMIT = ("cut", "finish")  # search.at_wall_limit: a trial under way at --hours is cut there, or finishes
 BILSTM_SIZES = {"hidden_size": "h", "embedding_size": "e", "classifier_size": "c"}  # a BiLSTM shape's, and its name's
 
 
@@ -73,6 +74,11 @@ def load_space(path: Path = CONFIG) -> dict:
     for key in ("trials", "rungs", "reduction_factor"):
         if not isinstance(config.get("search", {}).get(key), int) or config["search"][key] < 1:
             raise located(path, f"search.{key} must be a whole number of at least 1")
+    if "at_wall_limit" not in config.get("search", {}) and Path(path) != CONFIG:  # a copy made before the setting
+        print(f"{path}: no search.at_wall_limit; a trial under way at --hours is treated as {CONFIG} says")
+        config["search"]["at_wall_limit"] = read_json(CONFIG)["search"]["at_wall_limit"]
+    if config["search"].get("at_wall_limit") not in AT_WALL_LIMIT:
+        raise located(path, f"search.at_wall_limit must be one of {', '.join(AT_WALL_LIMIT)}")
     if "teacher" not in config and Path(path) != CONFIG:  # a copy made before the section: the shipped one's
         print(f"{path}: no teacher section; the teacher is fine-tuned as {CONFIG} says")
         config["teacher"] = read_json(CONFIG)["teacher"]

@@ -18,6 +18,12 @@ successive halving.
   0.685, 0.719, 0.727 on validation, and 0.408 is below the top third of seed 0's first evaluations, where
   TinyBERT's trials stood at 0.43-0.62), which breaks the premise successive halving rests on, that early ranks
   predict late ones. The families meet only in the choice, among complete trials.
+- The wall limit (`--hours`): no trial starts after it, and where configs/ship.json's `search.at_wall_limit` is
+  "cut", a trial still running at it is stopped there (pruned, its `cut` attribute "wall limit") once the study
+  holds a complete trial to choose, so that a search ends within about one validation interval of the limit instead
+  of waiting on trials drawn just before it (MRPC's TinyBERT trials with 12 augmented copies ran 29 minutes past a
+  0.75-hour limit, docs/ship_runs.md). Until a trial is complete, nothing is cut: a search always has a choice.
+  "finish" lets every trial under way finish (Optuna's `timeout`, as before the setting).
 - Storage: a journal file (`optuna.storages.JournalStorage` over `JournalFileBackend`), which several processes, on
   this machine or on machines sharing the file system, read and append to at once: the study resumes from it,
   and `--workers N` runs N processes over it.
@@ -44,6 +50,7 @@ from mobilekd.search.space import Candidate, shape_flags, suggest, verb
 STUDY = "ship"
 DRAW = "family, then shape; halving within a family"  # in plan.json: a journal drawn otherwise is not resumed
 JOURNAL = "search.journal"  # in OUT
+CUT = "wall limit"  # a trial's `cut` attribute where the wall limit stopped it
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
 POLL_SECONDS = 1.0
 
@@ -115,11 +122,12 @@ def finished(study: optuna.Study) -> int:
 class Objective:
     """One trial: draw a family, one of its shapes and its flags, make the candidate's start once (shared, under a
     lock), run its family's verb (`mobilekd finetune` on the start; `mobilekd bilstm` from the fine-tuned teacher)
-    and report each validation evaluation to the pruner. `verb_flags`: flags one verb takes beyond the task's."""
+    and report each validation evaluation to the pruner. `verb_flags`: flags one verb takes beyond the task's.
+    `cut_at`: the wall limit (seconds since the epoch) past which a trial under way is cut (`run_trial`), or None."""
 
     def __init__(self, out: Path, candidates: list[Candidate], families: dict, teacher: Path, fine_tuned: Path,
                  task_flags: list[str], has_head: bool, train_examples: int, rungs: int,
-                 verb_flags: dict[str, list[str]] | None = None):
+                 verb_flags: dict[str, list[str]] | None = None, cut_at: float | None = None):
         self.out, self.candidates, self.families = out, {c.name: c for c in candidates}, families
         self.shapes = {}  # family -> its candidates' shapes, in the budget
         for c in candidates:
@@ -127,6 +135,7 @@ class Objective:
         self.teacher, self.fine_tuned, self.task_flags = teacher, fine_tuned, task_flags
         self.has_head, self.train_examples, self.rungs = has_head, train_examples, rungs
         self.verb_flags = verb_flags or {}
+        self.cut_at = cut_at
 
     def draw(self, trial: optuna.Trial) -> Candidate:
         """The trial's candidate: its family, then one of that family's shapes."""
@@ -166,7 +175,7 @@ class Objective:
         argv = [*head, *flags, "--eval-every", str(max(1, -(-steps // self.rungs))), "--select-on", "validation",
                 "--skip-dev", "--out", str(run_dir)]
         try:
-            return run_trial(trial, argv, run_dir, self.rungs)
+            return run_trial(trial, argv, run_dir, self.rungs, self.cut_at)
         finally:
             trial.set_user_attr("wall_seconds", round(time.time() - start, 1))
 
@@ -192,10 +201,10 @@ def make_start(candidate: Candidate) -> Path:
     return start
 
 
-def run_trial(trial: optuna.Trial, argv: list[str], run_dir: Path, rungs: int) -> float:
+def run_trial(trial: optuna.Trial, argv: list[str], run_dir: Path, rungs: int, cut_at: float | None = None) -> float:
     """Run one trial's `mobilekd` run (finetune or bilstm), reporting its validation evaluations; returns the best
     (the checkpoint it keeps), or stops it when the pruner says so (never at its last evaluation: the run is then
-    trained)."""
+    trained), or when the clock passes `cut_at` while the study holds a complete trial (the wall limit)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log = open(run_dir / "trial.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "mobilekd", *argv], env=os.environ, stdout=log,
@@ -213,6 +222,11 @@ def run_trial(trial: optuna.Trial, argv: list[str], run_dir: Path, rungs: int) -
                     raise optuna.TrialPruned(f"pruned at evaluation {reported}")
             if done:
                 break
+            if cut_at is not None and time.time() > cut_at and has_complete(trial.study):
+                proc.terminate()
+                proc.wait()
+                trial.set_user_attr("cut", CUT)
+                raise optuna.TrialPruned(f"cut at the search's wall limit after {reported} evaluation(s)")
             time.sleep(POLL_SECONDS)
     finally:
         if proc.poll() is None:
@@ -226,6 +240,11 @@ def run_trial(trial: optuna.Trial, argv: list[str], run_dir: Path, rungs: int) -
     trial.set_user_attr("metric", result["best_metric"])
     trial.set_user_attr("best_step", result["best_step"])
     return float(result["best_score"])
+
+
+def has_complete(study: optuna.Study) -> bool:
+    """Whether any worker has completed a trial: one the search can choose."""
+    return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
 
 
 def validation_values(history: Path) -> list[float]:
@@ -244,7 +263,7 @@ def validation_values(history: Path) -> list[float]:
 
 def search(study: optuna.Study, objective: Objective, trials: int, timeout: float | None, progress=None) -> None:
     """Run trials in this process until `trials` have finished in the study (any worker's count) or `timeout`
-    seconds have passed (trials under way finish)."""
+    seconds have passed (no trial starts after it; one under way finishes unless the objective's `cut_at` cuts it)."""
     stop = optuna.study.MaxTrialsCallback(trials, states=FINISHED)
     callbacks = [stop] + ([lambda s, t: progress(finished(s))] if progress else [])
     if finished(study) >= trials:
@@ -284,5 +303,6 @@ def trial_rows(study: optuna.Study, chosen: int | None) -> list[dict]:
                      "val_value": t.value if t.value is not None else (values[-1] if values else None),
                      "evaluations": len(values), "pixel4_ms_est": a.get("pixel_ms_est"),
                      "params_m": a.get("params_m"), "wall_seconds": a.get("wall_seconds"), "host": a.get("host"),
-                     "chosen": t.number == chosen, **({"error": a["error"]} if "error" in a else {})})
+                     "chosen": t.number == chosen, **({"error": a["error"]} if "error" in a else {}),
+                     **({"cut": a["cut"]} if "cut" in a else {})})
     return rows
