@@ -169,6 +169,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             searched = sorted({c.split("/")[0] for c in plan["candidates"]})
             space = run_space(run, plan)
             shared = {"task": task, "seed": seed, "metric": metric, "teacher_choice": teacher_choice(s),
+                      **({"val_metric": c["selected_on"]} if c.get("selected_on", metric) != metric else {}),
                       **({"draw": FAMILY_DRAW} if plan.get("draw") else {}), **({"space": space} if space else {}),
                       "classes": b["classes"], "families": searched,
                       "train_examples": b["train_examples"], "dev_examples": s["student"]["dev_examples"],
@@ -507,7 +508,8 @@ def plot(results: list[dict], path: Path) -> None:
         seed = min(r["seed"] for r in trials if r["task"] == task and (r.get("teacher_choice") or "") == choice)
         mine = [r for r in trials if r["task"] == task and r["seed"] == seed and (r.get("teacher_choice") or "")
                 == choice]
-        draw(ax, mine, mine[0]["latency_ms"], mine[0]["metric"], f"{task}, seed {seed}, teacher {choice}")
+        draw(ax, mine, mine[0]["latency_ms"], mine[0].get("val_metric", mine[0]["metric"]),
+             f"{task}, seed {seed}, teacher {choice}")
     save_png(fig, path)
 
 

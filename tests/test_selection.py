@@ -159,3 +159,50 @@ def test_squad_questions_are_held_out_by_paragraph(tmp_path):
     held, kept = {e.context for e in carved.validation}, {e.context for e in carved.train}
     assert held and kept and not held & kept and carved.record["rule"] == "random paragraphs"
     assert len(carved.validation) % 3 == 0 and len(carved.validation) + len(carved.train) == 60
+
+
+def test_mrpc_chooses_on_f1_and_accuracy_so_answering_equivalent_to_every_pair_is_not_chosen():
+    """On MRPC's dev labels (68% paraphrases), answering "equivalent" to every pair scores an F1 above that of a model
+    right on three pairs in four of each class: F1 alone would pick the constant answer, and early checkpoints that
+    answer so were picked (ship's MRPC students sat at the majority class's F1). The score a run chooses on, the mean
+    of F1 and accuracy, puts the model first."""
+    import numpy as np
+
+    from mobilekd.data.tasks import default_data
+    from mobilekd.finetune.metrics import classification_metrics
+
+    task = load_task("mrpc", default_data("mrpc"), eval_only=True)
+    labels = task.targets(next(iter(task.dev.values())))
+    rng = np.random.default_rng(0)
+    model = labels.copy()
+    for cls in (0, 1):  # a quarter of each class answered wrong
+        where = np.flatnonzero(labels == cls)
+        model[rng.choice(where, len(where) // 4, replace=False)] = 1 - cls
+    constant = np.ones_like(labels)
+    scores = {name: classification_metrics(task.scored_metrics, labels, p) for name, p in
+              (("model", model), ("constant", constant))}
+    assert scores["constant"]["f1"] > scores["model"]["f1"]  # what choosing on F1 alone would do
+    chosen = task.selection_metric
+    assert chosen != task.metrics[0] and scores["model"][chosen] > scores["constant"][chosen]
+    assert task.metrics[0] == "f1" and load_task("sst2", default_data("sst2"), eval_only=True).selection_metric == \
+        "accuracy"  # the tables still report MRPC's F1; other tasks choose on their first metric
+
+
+def test_a_run_records_the_score_it_chose_on_in_each_evaluation(student_dir, tmp_path):
+    """A fine-tuning run on MRPC writes, beside each evaluation's metrics, the score it chooses its checkpoint by
+    (what `ship`'s pruner reads), and its best_metric names it."""
+    out = tmp_path / "ft"
+    subprocess.run([sys.executable, "-m", "mobilekd.recipes.finetune", "--model", str(student_dir), "--task", "mrpc",
+                    "--max-train-examples", "200", "--out", str(out), "--batch-size", "16", "--max-len", "48",
+                    "--threads", "1", "--max-steps", "4", "--eval-every", "2", "--select-on", "validation",
+                    "--skip-dev"], cwd=ROOT, env=env(), check=True, capture_output=True)
+    result = json.loads((out / "results.json").read_text())
+    history = json.loads((out / "history.json").read_text())
+    from mobilekd.search.study import validation_values
+
+    assert result["best_metric"] == "acc_and_f1" and [h["step"] for h in history] == [2, 4]
+    for h in history:
+        v = h["metrics"]["validation"]
+        assert list(v)[:2] == ["f1", "accuracy"] and h["score"] == pytest.approx((v["f1"] + v["accuracy"]) / 2)
+    assert validation_values(out / "history.json") == [h["score"] for h in history]
+    assert result["best_score"] == max(h["score"] for h in history)

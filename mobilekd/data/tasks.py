@@ -95,6 +95,16 @@ class Task:
     dev: Mapping[str, list]  # split name -> examples (MNLI has two dev sets), read when first used (`LazySplits`)
     version: str | None = None  # SQuAD 1.1 / 2.0
     file_labels: list[str] | None = None  # the label values in the files, where `labels` names them otherwise
+    selection: str | None = None  # the score a run picks its checkpoint by (GlueTask.selection); None: metrics[0]
+
+    @property
+    def selection_metric(self) -> str:
+        return self.selection or self.metrics[0]
+
+    @property
+    def scored_metrics(self) -> tuple[str, ...]:
+        """The metrics an evaluation computes: the task's, and the selection score where it is not one of them."""
+        return self.metrics if self.selection_metric in self.metrics else (*self.metrics, self.selection_metric)
 
     @property
     def is_regression(self) -> bool:
@@ -177,7 +187,7 @@ def load_task(name: str, data: Path, eval_only: bool = False, regression: bool =
         train = None if eval_only else read("train")
         labels = list(spec.label_names) if spec.labels else None
         return Task(name, "classification", labels, spec.metrics, train, dev,
-                    file_labels=list(spec.labels) if spec.names else None)
+                    file_labels=list(spec.labels) if spec.names else None, selection=spec.selection)
     if name in ("squad1", "squad2"):
         dev_path = _find(data, "dev", [".json"])
         if eval_only:  # evaluation only: dev is what it reads, and its version is the data's

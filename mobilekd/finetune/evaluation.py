@@ -115,19 +115,20 @@ class DevEvaluator:
                     pred = out.argmax(-1)
                     shown = [self.task.labels[i] for i in pred]
                 if "labels" in split.arrays:
-                    metrics[name] = classification_metrics(self.task.metrics, split.arrays["labels"], pred)
+                    metrics[name] = classification_metrics(self.task.scored_metrics, split.arrays["labels"], pred)
                 predictions[name] = [(e.source, e.label, p) for e, p in zip(examples, shown)]
         return metrics, predictions
 
     def __call__(self, model, step: int, extra: dict | None = None) -> dict:
         metrics, predictions = self.score(model)
         first = next(iter(metrics.values()), {})
-        score = first.get(self.task.metrics[0], float("nan"))
+        score = first.get(self.task.selection_metric, float("nan"))  # the first split's: what the run chooses on
         print(f"step {step}: " + ", ".join(f"{s} {k} {v:.4f}" for s, m in metrics.items() for k, v in m.items()))
         if self.save_model:
             history = read_json(self.history_path) if self.history_path.is_file() else []
             write_json(self.history_path, [h for h in history if h["step"] < step] + [
-                {"step": step, "wall_seconds": (extra or {}).get("wall_seconds"), "metrics": metrics}])
+                {"step": step, "wall_seconds": (extra or {}).get("wall_seconds"), "metrics": metrics,
+                 "score": score}])
         if metrics and self.best is not None and not score > self.best:  # no metrics: nothing to choose on,
             return metrics  # so the latest model is the one kept (--select-on none)
         self.best = score
@@ -135,7 +136,7 @@ class DevEvaluator:
             self.save(model, self.out, self.tokenizer)
         write_predictions(self.out, predictions, qa=self.task.head == "qa")
         write_json(self.out / "results.json", {"task": self.task.name, "metrics": metrics, "best_step": step,
-                                               "best_metric": self.task.metrics[0], "best_score": score,
+                                               "best_metric": self.task.selection_metric, "best_score": score,
                                                **(extra or {})})
         return metrics
 

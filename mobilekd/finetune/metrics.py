@@ -11,8 +11,14 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
+from mobilekd.data.glue import ACC_AND_F1
+
+
 def classification_metrics(names, labels, predictions) -> dict[str, float]:
-    """`labels`/`predictions`: class indices, or floats for regression (STS-B and custom regression)."""
+    """`labels`/`predictions`: class indices, or floats for regression (STS-B and custom regression).
+    `acc_and_f1`: the unweighted mean of accuracy and binary F1, GLUE's score for a task it reports with both (Wang
+    et al. 2019, "GLUE": a task with several metrics is scored by their unweighted average; transformers'
+    `acc_and_f1`, src/transformers/data/metrics/__init__.py, the same mean for MRPC and QQP)."""
     out = {}
     for name in names:
         if name == "matthews_corr":
@@ -23,6 +29,8 @@ def classification_metrics(names, labels, predictions) -> dict[str, float]:
             out[name] = float(spearmanr(labels, predictions)[0])
         elif name == "f1":
             out[name] = float(f1_score(labels, predictions))
+        elif name == ACC_AND_F1:
+            out[name] = (float(f1_score(labels, predictions)) + float(accuracy_score(labels, predictions))) / 2
         else:
             out[name] = float(accuracy_score(labels, predictions))
     return out

@@ -256,18 +256,19 @@ def scored(model: Path) -> bool:
 def model_card(s: dict) -> str:
     """OUT/student/README.md: what the model is, how it was chosen, what it scores, what it costs."""
     c, metric = s["chosen"], s["metric"]
+    selected = c.get("selected_on", metric)  # the validation score that chose it (MRPC's: F1 and accuracy's mean)
     return "\n".join([
         "---", *(["library_name: transformers"] if c.get("verb", "finetune") == "finetune" else []),
         "pipeline_tag: text-classification",
         "tags: [mobilekd, knowledge-distillation, tflite]", "---", "",
         f"# {c['family']} student ({c['shape']}), distilled by mobilekd ship", "",
         f"A {c['params_m']:.1f}M-parameter student of `{s['teacher']['model']}` fine-tuned on `{s['data']}`, "
-        f"chosen by `mobilekd ship` among {len(s['trials'])} trials as the best validation {metric} within a "
+        f"chosen by `mobilekd ship` among {len(s['trials'])} trials as the best validation {selected} within a "
         f"Pixel 4 budget of {s['budget']['latency_ms']:.1f} ms (an ESTIMATE of a cost model, not a measurement "
         f"on a phone).", "",
         "| | dev " + metric + " | note |", "|---|---|---|",
         f"| this student | {s['student']['dev'][metric]:.4f} | dev read once, after every choice; validation "
-        f"{c['val_value']:.4f} chose it |",
+        f"{selected} {c['val_value']:.4f} chose it |",
         f"| teacher | {s['teacher']['dev'][metric]:.4f} | {teacher_choice(s)} |",
         *([f"| TF-IDF + LR | {s['baseline']['metrics'][metric]:.4f} | all of the training examples |"]
           if s.get("baseline") else []),
@@ -298,15 +299,18 @@ def report(s: dict) -> str:
     t, st = s["teacher"]["dev"][metric], s["student"]["dev"][metric]
     base = s["baseline"]["metrics"][metric] if s.get("baseline") else None
     counts = {state: sum(r["state"] == state for r in s["trials"]) for state in ("complete", "pruned", "fail")}
+    walled = sum("cut" in r for r in s["trials"])
     families = ", ".join(f"{f} {n}" for f, n in Counter(r["family"] for r in s["trials"]).most_common())
     lines = [f"| model | dev {metric} | Pixel 4 (est.) |", "|---|---|---|",
              f"| teacher (your BERT, fine-tuned) | {t:.4f} | {s['budget']['teacher_pixel4_ms_est']:.1f} ms |",
-             f"| student: {c['family']} {c['shape']} ({c['params_m']:.1f}M), validation {c['val_value']:.4f} | "
+             f"| student: {c['family']} {c['shape']} ({c['params_m']:.1f}M), validation "
+             f"{c.get('selected_on', metric)} {c['val_value']:.4f} | "
              f"{st:.4f} | {c['pixel4_ms_est']:.1f} ms |",
              *([f"| bag of words ({s['baseline']['method']}) | {base:.4f} | - |"] if base is not None else []),
              *([f"| majority class ({s['majority']['label']}) | {s['majority']['metrics'][metric]:.4f} | - |"]
                if s.get("majority") else []), "",
-             f"search: {len(s['trials'])} trials ({counts['complete']} complete, {counts['pruned']} cut short, "
+             f"search: {len(s['trials'])} trials ({counts['complete']} complete, {counts['pruned']} cut short"
+             + (f" ({walled} at the wall limit)" if walled else "") + ", "
              f"{counts['fail']} failed; {families}) in {s['search_seconds'] / 60:.1f} min; budget "
              f"{s['budget']['latency_ms']:.1f} ms (est.)"]
     lines += differences(s)
@@ -515,7 +519,7 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
     write_json(out / "ship.json", s)
     with atomic_path(student / "README.md") as tmp:
         tmp.write_text(model_card(s))
-    plot(rows, b["latency_ms"], s["metric"], out / "frontier.png", title=f"ship: {data.name}")
+    plot(rows, b["latency_ms"], s["chosen"]["selected_on"], out / "frontier.png", title=f"ship: {data.name}")
     print(report(s))
     print(f"summary: {out / 'ship.json'}; the app's file: {student / 'tflite'}; the search: {out / 'frontier.png'}")
 
@@ -562,9 +566,10 @@ def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Pa
 
     t, picked = (read_json(out / "teacher" / name) for name in ("results.json", "chosen.json"))
     t_dev, dev = (read_json(out / m / "dev" / "results.json") for m in ("teacher", "student"))
-    metric = chosen.user_attrs["metric"]
-    row = next(r for r in rows if r["chosen"])
     task = load_task(task_name, data, regression=regression)
+    # the dev figures in the task's own metric; the search chose on its selection score (MRPC: F1 and accuracy's mean)
+    metric, selected = task.metrics[0], chosen.user_attrs["metric"]
+    row = next(r for r in rows if r["chosen"])
     dev_examples = next(iter(task.dev.values()))
     baseline = (bag_of_words_baseline(task, task.train, dev_examples, 0, keep_predictions=True)
                 if task.head == "classification" else None)
@@ -581,9 +586,9 @@ def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Pa
     return {"data": str(data), "budget": b, "metric": metric, "search_seconds": round(seconds, 1),
             "wall_seconds": {**wall, "total": round(sum(wall.values()), 1)},
             "host": identity(),
-            "chosen": {**row, "metric": metric, "start": chosen.user_attrs["start"],
+            "chosen": {**row, "metric": metric, "selected_on": selected, "start": chosen.user_attrs["start"],
                        "verb": chosen.user_attrs.get("verb", "finetune"),
-                       "why": f"the best validation {metric} of the {sum(r['state'] == 'complete' for r in rows)} "
+                       "why": f"the best validation {selected} of the {sum(r['state'] == 'complete' for r in rows)} "
                               f"complete trials within {b['latency_ms']:.1f} ms (est.)"},
             "teacher": {"model": str(teacher), "dev": t_dev["metrics"]["dev"], "train_seconds": picked["wall_seconds"],
                         "host": training_host(t), "chosen": picked},

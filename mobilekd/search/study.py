@@ -248,7 +248,8 @@ def has_complete(study: optuna.Study) -> bool:
 
 
 def validation_values(history: Path) -> list[float]:
-    """The validation scores of a run's evaluations so far (its task's first metric), in order."""
+    """The validation scores of a run's evaluations so far (the score it chooses its checkpoint by: `score`, or its
+    task's first metric in a history written before that field), in order."""
     try:
         entries = json.loads(history.read_text()) if history.is_file() else []
     except json.JSONDecodeError:  # written atomically, but read between replace and rename on some filesystems
@@ -257,7 +258,7 @@ def validation_values(history: Path) -> list[float]:
     for e in entries:
         metrics = e.get("metrics", {}).get("validation")
         if metrics:
-            values.append(float(next(iter(metrics.values()))))
+            values.append(float(e["score"] if "score" in e else next(iter(metrics.values()))))
     return values
 
 
