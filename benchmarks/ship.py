@@ -78,7 +78,8 @@ SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
                                           "made on a GPU (configs/ship_gpu.json, `--config`): its 6-block, 4-block "
                                           "and MobileBERT_TINY 4-block shapes"),
           "2460c6fb": ("cut", "tinybert-wide, with a trial under way at --hours cut there once one is complete "
-                              "(search.at_wall_limit \"cut\"; before, every trial under way finished)"),
+                              "(search.at_wall_limit \"cut\"; before, every trial under way finished), and MRPC's "
+                              "checkpoints and students chosen on the mean of F1 and accuracy (before: F1)"),
           "4ac977db": ("mobilebert-cut", "mobilebert, with a trial under way at --hours cut there (as cut)"),
           "cea671fa": ("mobilebert-3000-cut", "mobilebert-3000, with a trial under way at --hours cut there (as cut)")}
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
