@@ -170,7 +170,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             searched = sorted({c.split("/")[0] for c in plan["candidates"]})
             space = run_space(run, plan)
             shared = {"task": task, "seed": seed, "metric": metric, "teacher_choice": teacher_choice(s),
-                      **({"val_metric": c["selected_on"]} if c.get("selected_on", metric) != metric else {}),
+                      **({"val_metric": c["selection_metric"]} if c.get("selection_metric", metric) != metric else {}),
                       **({"draw": FAMILY_DRAW} if plan.get("draw") else {}), **({"space": space} if space else {}),
                       "classes": b["classes"], "families": searched,
                       "train_examples": b["train_examples"], "dev_examples": s["student"]["dev_examples"],

@@ -169,7 +169,7 @@ def test_mrpc_chooses_on_f1_and_accuracy_so_answering_equivalent_to_every_pair_i
     import numpy as np
 
     from mobilekd.data.tasks import default_data
-    from mobilekd.finetune.metrics import classification_metrics
+    from mobilekd.finetune.metrics import classification_metrics, selection_score
 
     task = load_task("mrpc", default_data("mrpc"), eval_only=True)
     labels = task.targets(next(iter(task.dev.values())))
@@ -178,19 +178,20 @@ def test_mrpc_chooses_on_f1_and_accuracy_so_answering_equivalent_to_every_pair_i
     for cls in (0, 1):  # a quarter of each class answered wrong
         where = np.flatnonzero(labels == cls)
         model[rng.choice(where, len(where) // 4, replace=False)] = 1 - cls
-    constant = np.ones_like(labels)
-    scores = {name: classification_metrics(task.scored_metrics, labels, p) for name, p in
-              (("model", model), ("constant", constant))}
+    scores = {name: classification_metrics(task.metrics, labels, p) for name, p in
+              (("model", model), ("constant", np.ones_like(labels)))}
     assert scores["constant"]["f1"] > scores["model"]["f1"]  # what choosing on F1 alone would do
-    chosen = task.selection_metric
-    assert chosen != task.metrics[0] and scores["model"][chosen] > scores["constant"][chosen]
+    chosen = {name: selection_score(task.selection_metric, m) for name, m in scores.items()}
+    assert chosen["model"] > chosen["constant"]
+    assert chosen["constant"] == pytest.approx((scores["constant"]["f1"] + scores["constant"]["accuracy"]) / 2)
     assert task.metrics[0] == "f1" and load_task("sst2", default_data("sst2"), eval_only=True).selection_metric == \
         "accuracy"  # the tables still report MRPC's F1; other tasks choose on their first metric
 
 
 def test_a_run_records_the_score_it_chose_on_in_each_evaluation(student_dir, tmp_path):
     """A fine-tuning run on MRPC writes, beside each evaluation's metrics, the score it chooses its checkpoint by
-    (what `ship`'s pruner reads), and its best_metric names it."""
+    (what `ship`'s pruner reads); its results name that score and keep F1, the task's own metric, as best_metric;
+    a run resumed from a results.json written before the score existed does not compare F1 with it."""
     out = tmp_path / "ft"
     subprocess.run([sys.executable, "-m", "mobilekd.recipes.finetune", "--model", str(student_dir), "--task", "mrpc",
                     "--max-train-examples", "200", "--out", str(out), "--batch-size", "16", "--max-len", "48",
@@ -198,11 +199,18 @@ def test_a_run_records_the_score_it_chose_on_in_each_evaluation(student_dir, tmp
                     "--skip-dev"], cwd=ROOT, env=env(), check=True, capture_output=True)
     result = json.loads((out / "results.json").read_text())
     history = json.loads((out / "history.json").read_text())
+    from mobilekd.data.tasks import default_data
+    from mobilekd.finetune.evaluation import chosen_by, kept_score
     from mobilekd.search.study import validation_values
 
-    assert result["best_metric"] == "acc_and_f1" and [h["step"] for h in history] == [2, 4]
+    assert [h["step"] for h in history] == [2, 4] and result["selected_on"] == "validation"
     for h in history:
         v = h["metrics"]["validation"]
-        assert list(v)[:2] == ["f1", "accuracy"] and h["score"] == pytest.approx((v["f1"] + v["accuracy"]) / 2)
+        assert list(v) == ["f1", "accuracy"] and h["score"] == pytest.approx((v["f1"] + v["accuracy"]) / 2)
     assert validation_values(out / "history.json") == [h["score"] for h in history]
-    assert result["best_score"] == max(h["score"] for h in history)
+    best = next(h for h in history if h["step"] == result["best_step"])
+    assert chosen_by(result) == ("acc_and_f1", max(h["score"] for h in history)) == ("acc_and_f1", best["score"])
+    assert result["best_metric"] == "f1" and result["best_score"] == best["metrics"]["validation"]["f1"]
+    task = load_task("mrpc", default_data("mrpc"), eval_only=True)
+    older = {k: v for k, v in result.items() if not k.startswith("selection")}
+    assert kept_score(result, task) == best["score"] and kept_score(older, task) is None

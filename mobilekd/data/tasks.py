@@ -102,11 +102,6 @@ class Task:
         return self.selection or self.metrics[0]
 
     @property
-    def scored_metrics(self) -> tuple[str, ...]:
-        """The metrics an evaluation computes: the task's, and the selection score where it is not one of them."""
-        return self.metrics if self.selection_metric in self.metrics else (*self.metrics, self.selection_metric)
-
-    @property
     def is_regression(self) -> bool:
         return self.head == "classification" and self.labels is None
 

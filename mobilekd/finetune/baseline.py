@@ -37,7 +37,7 @@ def bag_of_words_baseline(task: Task, train, dev, seed: int = 0, keep_prediction
     else:
         predictions = model.fit(x_train, y).predict(x_dev)
     return {"method": method, "train_examples": len(train), "dev_examples": len(dev),
-            "metrics": classification_metrics(task.scored_metrics, labels, predictions),
+            "metrics": classification_metrics(task.metrics, labels, predictions),
             "seconds": round(time.time() - start, 2),
             **({"predictions": predictions.tolist()} if keep_predictions else {})}
 
@@ -50,4 +50,4 @@ def majority_baseline(task: Task, train, dev) -> dict | None:
         return None
     top = int(np.bincount(task.targets(train)).argmax())
     return {"method": "majority", "label": task.labels[top], "train_examples": len(train), "dev_examples": len(dev),
-            "metrics": classification_metrics(task.scored_metrics, task.targets(dev), np.full(len(dev), top))}
+            "metrics": classification_metrics(task.metrics, task.targets(dev), np.full(len(dev), top))}

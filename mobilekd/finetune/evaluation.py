@@ -10,7 +10,7 @@ import torch
 from mobilekd.data.tasks import Task
 from mobilekd.errors import UserError, located
 from mobilekd.fileio import atomic_path, read_json, write_json
-from mobilekd.finetune.metrics import classification_metrics, squad_metrics
+from mobilekd.finetune.metrics import classification_metrics, selection_score, squad_metrics
 from mobilekd.finetune.qa import decode_answers
 from mobilekd.models.bilstm import load_bilstm
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
@@ -96,7 +96,7 @@ class DevEvaluator:
         self.task, self.dev, self.out, self.tokenizer, self.save_model = task, dev, out, tokenizer, save_model
         self.save = save
         best = out / "results.json"
-        self.best = read_json(best).get("best_score") if best.is_file() and save_model else None
+        self.best = kept_score(read_json(best), task) if best.is_file() and save_model else None
         self.history_path = out / "history.json"
 
     def score(self, model) -> tuple[dict, dict]:
@@ -115,14 +115,14 @@ class DevEvaluator:
                     pred = out.argmax(-1)
                     shown = [self.task.labels[i] for i in pred]
                 if "labels" in split.arrays:
-                    metrics[name] = classification_metrics(self.task.scored_metrics, split.arrays["labels"], pred)
+                    metrics[name] = classification_metrics(self.task.metrics, split.arrays["labels"], pred)
                 predictions[name] = [(e.source, e.label, p) for e, p in zip(examples, shown)]
         return metrics, predictions
 
     def __call__(self, model, step: int, extra: dict | None = None) -> dict:
         metrics, predictions = self.score(model)
         first = next(iter(metrics.values()), {})
-        score = first.get(self.task.selection_metric, float("nan"))  # the first split's: what the run chooses on
+        score = selection_score(self.task.selection_metric, first)  # the first split's: what the run chooses on
         print(f"step {step}: " + ", ".join(f"{s} {k} {v:.4f}" for s, m in metrics.items() for k, v in m.items()))
         if self.save_model:
             history = read_json(self.history_path) if self.history_path.is_file() else []
@@ -135,10 +135,27 @@ class DevEvaluator:
         if self.save_model:
             self.save(model, self.out, self.tokenizer)
         write_predictions(self.out, predictions, qa=self.task.head == "qa")
+        metric = self.task.metrics[0]  # what the kept model is reported by; `selection_score`: what chose it
         write_json(self.out / "results.json", {"task": self.task.name, "metrics": metrics, "best_step": step,
-                                               "best_metric": self.task.selection_metric, "best_score": score,
+                                               "best_metric": metric, "best_score": first.get(metric, float("nan")),
+                                               "selection_metric": self.task.selection_metric, "selection_score": score,
                                                **(extra or {})})
         return metrics
+
+
+def kept_score(result: dict, task: Task) -> float | None:
+    """The score the model a run kept was chosen by, from its results.json (what a resumed run's later evaluations
+    must beat): its `selection_score`; a results.json written before that field holds only its first metric's, which
+    is that score only where the task chooses on its first metric (else None: the next evaluation is kept)."""
+    if "selection_score" in result:
+        return result["selection_score"]
+    return result.get("best_score") if task.selection_metric == task.metrics[0] else None
+
+
+def chosen_by(result: dict) -> tuple[str, float]:
+    """What a finished run's kept model was chosen by: (the score's name, its value); a results.json written before
+    `selection_metric` chose on its `best_metric`."""
+    return result.get("selection_metric", result["best_metric"]), result.get("selection_score", result["best_score"])
 
 
 def score_once(task, out: Path, tokenizer, encode, device) -> dict:

@@ -15,10 +15,7 @@ from mobilekd.data.glue import ACC_AND_F1
 
 
 def classification_metrics(names, labels, predictions) -> dict[str, float]:
-    """`labels`/`predictions`: class indices, or floats for regression (STS-B and custom regression).
-    `acc_and_f1`: the unweighted mean of accuracy and binary F1, GLUE's score for a task it reports with both (Wang
-    et al. 2019, "GLUE": a task with several metrics is scored by their unweighted average; transformers'
-    `acc_and_f1`, src/transformers/data/metrics/__init__.py, the same mean for MRPC and QQP)."""
+    """`labels`/`predictions`: class indices, or floats for regression (STS-B and custom regression)."""
     out = {}
     for name in names:
         if name == "matthews_corr":
@@ -29,11 +26,20 @@ def classification_metrics(names, labels, predictions) -> dict[str, float]:
             out[name] = float(spearmanr(labels, predictions)[0])
         elif name == "f1":
             out[name] = float(f1_score(labels, predictions))
-        elif name == ACC_AND_F1:
-            out[name] = (float(f1_score(labels, predictions)) + float(accuracy_score(labels, predictions))) / 2
         else:
             out[name] = float(accuracy_score(labels, predictions))
     return out
+
+
+def selection_score(name: str, metrics: dict[str, float]) -> float:
+    """The score a run chooses its checkpoint by (`Task.selection_metric`), from one evaluation's metrics: one of
+    them, or `acc_and_f1`, the unweighted mean of accuracy and binary F1, GLUE's score for a task it reports with
+    both (Wang et al. 2019, "GLUE": a task with several metrics is scored by their unweighted average; transformers'
+    `acc_and_f1`, src/transformers/data/metrics/__init__.py, the same mean for MRPC and QQP). NaN where the
+    evaluation lacks what it needs (an unlabelled split)."""
+    if name == ACC_AND_F1:
+        return (metrics["f1"] + metrics["accuracy"]) / 2 if {"f1", "accuracy"} <= set(metrics) else float("nan")
+    return metrics.get(name, float("nan"))
 
 
 def normalize_answer(text: str) -> str:

@@ -92,10 +92,13 @@ def teacher_runs(b: dict, teacher_spec: dict, flags: list[str], teacher: Path, o
 def choose_teacher(runs: dict[str, list[str]], out: Path) -> dict:
     """The run whose chosen checkpoint scored best on validation, copied to OUT/teacher (whole, by a rename) with
     OUT/teacher/chosen.json: every run's validation score, step and seconds, and which was chosen."""
+    from mobilekd.finetune.evaluation import chosen_by
+
     scores = []
     for name in runs:
         r = read_json(out / "teachers" / name / "results.json")
-        scores.append({"run": name, "lr": r["lr"], "val_value": r["best_score"], "metric": r["best_metric"],
+        metric, score = chosen_by(r)  # the score its checkpoint was chosen by (MRPC: F1 and accuracy's mean)
+        scores.append({"run": name, "lr": r["lr"], "val_value": score, "metric": metric,
                        "best_step": r["best_step"], "steps": r["steps"], "wall_seconds": r["wall_seconds"]})
     scored = [x for x in scores if x["val_value"] == x["val_value"]]  # a NaN (Pearson of constant scores) loses
     if not scored:
@@ -256,7 +259,7 @@ def scored(model: Path) -> bool:
 def model_card(s: dict) -> str:
     """OUT/student/README.md: what the model is, how it was chosen, what it scores, what it costs."""
     c, metric = s["chosen"], s["metric"]
-    selected = c.get("selected_on", metric)  # the validation score that chose it (MRPC's: F1 and accuracy's mean)
+    selected = c.get("selection_metric", metric)  # the validation score that chose it (MRPC's: F1 and accuracy's mean)
     return "\n".join([
         "---", *(["library_name: transformers"] if c.get("verb", "finetune") == "finetune" else []),
         "pipeline_tag: text-classification",
@@ -304,7 +307,7 @@ def report(s: dict) -> str:
     lines = [f"| model | dev {metric} | Pixel 4 (est.) |", "|---|---|---|",
              f"| teacher (your BERT, fine-tuned) | {t:.4f} | {s['budget']['teacher_pixel4_ms_est']:.1f} ms |",
              f"| student: {c['family']} {c['shape']} ({c['params_m']:.1f}M), validation "
-             f"{c.get('selected_on', metric)} {c['val_value']:.4f} | "
+             f"{c.get('selection_metric', metric)} {c['val_value']:.4f} | "
              f"{st:.4f} | {c['pixel4_ms_est']:.1f} ms |",
              *([f"| bag of words ({s['baseline']['method']}) | {base:.4f} | - |"] if base is not None else []),
              *([f"| majority class ({s['majority']['label']}) | {s['majority']['metrics'][metric]:.4f} | - |"]
@@ -519,7 +522,7 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
     write_json(out / "ship.json", s)
     with atomic_path(student / "README.md") as tmp:
         tmp.write_text(model_card(s))
-    plot(rows, b["latency_ms"], s["chosen"]["selected_on"], out / "frontier.png", title=f"ship: {data.name}")
+    plot(rows, b["latency_ms"], s["chosen"]["selection_metric"], out / "frontier.png", title=f"ship: {data.name}")
     print(report(s))
     print(f"summary: {out / 'ship.json'}; the app's file: {student / 'tflite'}; the search: {out / 'frontier.png'}")
 
@@ -586,7 +589,7 @@ def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Pa
     return {"data": str(data), "budget": b, "metric": metric, "search_seconds": round(seconds, 1),
             "wall_seconds": {**wall, "total": round(sum(wall.values()), 1)},
             "host": identity(),
-            "chosen": {**row, "metric": metric, "selected_on": selected, "start": chosen.user_attrs["start"],
+            "chosen": {**row, "metric": metric, "selection_metric": selected, "start": chosen.user_attrs["start"],
                        "verb": chosen.user_attrs.get("verb", "finetune"),
                        "why": f"the best validation {selected} of the {sum(r['state'] == 'complete' for r in rows)} "
                               f"complete trials within {b['latency_ms']:.1f} ms (est.)"},

@@ -44,6 +44,7 @@ from filelock import FileLock
 
 from mobilekd.errors import UserError
 from mobilekd.fileio import read_json
+from mobilekd.finetune.evaluation import chosen_by
 from mobilekd.host import identity
 from mobilekd.search.space import Candidate, shape_flags, suggest, verb
 
@@ -222,7 +223,8 @@ def run_trial(trial: optuna.Trial, argv: list[str], run_dir: Path, rungs: int, c
                     raise optuna.TrialPruned(f"pruned at evaluation {reported}")
             if done:
                 break
-            if cut_at is not None and time.time() > cut_at and has_complete(trial.study):
+            if (cut_at is not None and time.time() > cut_at and reported < rungs and proc.poll() is None
+                    and has_complete(trial.study)):  # as the pruner: never after its last evaluation
                 proc.terminate()
                 proc.wait()
                 trial.set_user_attr("cut", CUT)
@@ -237,9 +239,10 @@ def run_trial(trial: optuna.Trial, argv: list[str], run_dir: Path, rungs: int, c
         trial.set_user_attr("error", tail[0][:300])
         raise TrialFailed(tail[0])
     result = read_json(run_dir / "results.json")
-    trial.set_user_attr("metric", result["best_metric"])
+    metric, score = chosen_by(result)  # MRPC's: the mean of F1 and accuracy, as its run chose its checkpoint
+    trial.set_user_attr("metric", metric)
     trial.set_user_attr("best_step", result["best_step"])
-    return float(result["best_score"])
+    return float(score)
 
 
 def has_complete(study: optuna.Study) -> bool:
