@@ -37,7 +37,7 @@ from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, timed, write_json
 from mobilekd.flags import add_flags, take_flags
 from mobilekd.finetune.baseline import bag_of_words_baseline
-from mobilekd.finetune.evaluation import DevEvaluator, build_model, require_labels, score_once
+from mobilekd.finetune.evaluation import DevEvaluator, build_model, chosen_by, require_labels, score_once
 from mobilekd.data.augment import augmented
 from mobilekd.finetune.config import FinetuneConfig, check, fill_defaults
 from mobilekd.finetune.objective import Distillation, intermediate_loss, task_loss
@@ -243,8 +243,9 @@ def run(args, accelerator):
         write_json(out / "results.json", result)  # this attempt's seconds, a resumed run's too
         metric = result["best_metric"]
         dev_score = None if c.skip_dev else result["metrics"].get(next(iter(task.dev)), {}).get(metric)
+        chosen_on, best = chosen_by(result)  # MRPC's checkpoint: the best mean of F1 and accuracy
         chosen = (f"the last step's model ({extra['steps']} steps)" if c.select_on == "none" else
-                  f"best {metric} {result['best_score']:.4f} on {result['selected_on']} at step {result['best_step']} "
+                  f"best {chosen_on} {best:.4f} on {result['selected_on']} at step {result['best_step']} "
                   f"of {extra['steps']}")
         print(f"{task.name}: {chosen}; model in {out}" +
               (f"; its dev {metric} {dev_score:.4f}" if c.select_on != "dev" and dev_score is not None else "") +
