@@ -147,15 +147,15 @@ def kept_score(result: dict, task: Task) -> float | None:
     """The score the model a run kept was chosen by, from its results.json (what a resumed run's later evaluations
     must beat): its `selection_score`; a results.json written before that field holds only its first metric's, which
     is that score only where the task chooses on its first metric (else None: the next evaluation is kept)."""
-    if "selection_score" in result:
-        return result["selection_score"]
-    return result.get("best_score") if task.selection_metric == task.metrics[0] else None
+    name, score = chosen_by(result)
+    return score if name == task.selection_metric else None
 
 
-def chosen_by(result: dict) -> tuple[str, float]:
-    """What a finished run's kept model was chosen by: (the score's name, its value); a results.json written before
+def chosen_by(result: dict) -> tuple[str | None, float | None]:
+    """What a run's kept model was chosen by: (the score's name, its value); a results.json written before
     `selection_metric` chose on its `best_metric`."""
-    return result.get("selection_metric", result["best_metric"]), result.get("selection_score", result["best_score"])
+    return (result.get("selection_metric", result.get("best_metric")),
+            result.get("selection_score", result.get("best_score")))
 
 
 def score_once(task, out: Path, tokenizer, encode, device) -> dict:
