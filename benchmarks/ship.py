@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import hashlib
 import json
 import statistics
@@ -191,7 +192,9 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                  "pixel4_ms_est": b["teacher_pixel4_ms_est"], "wall_seconds": s["teacher"]["train_seconds"],
                  **recorded_host({"host": s["teacher"]["host"]})},
                 {**shared, "method": "majority", "value": round(s["majority"]["metrics"][metric] if s.get("majority")
-                                                                else majority(task, Path(s["data"]), metric), 4)}]
+                                                                else majority(task, Path(s["data"]), metric), 4),
+                 **({"val_value": s["majority"]["validation"]["value"]}
+                    if (s.get("majority") or {}).get("validation") else {})}]
             if s.get("baseline"):
                 found.append({**shared, "method": "tfidf", "value": round(s["baseline"]["metrics"][metric], 4),
                               "wall_seconds": s["baseline"]["seconds"], **host})
@@ -265,6 +268,20 @@ def majority(task: str, data: Path, metric: str) -> float:
     t = load_task("custom" if task in CUSTOM else task, data)
     always = majority_baseline(t, t.train, next(iter(t.dev.values())))
     return always["metrics"][metric] if always else 0.0
+
+
+@functools.cache
+def majority_validation(task: str, seed: int, metric: str) -> float | None:
+    """The majority class's `metric` on the validation split a ship run with `seed` carved from a GLUE task's shipped
+    training data (`mobilekd.finetune.baseline.majority_on_validation`), for rows from before ship recorded it; None
+    where it has none (regression, or a custom task: its rows do not name its data)."""
+    from mobilekd.data.tasks import load_task, task_data
+    from mobilekd.finetune.baseline import majority_on_validation
+
+    if task not in GLUE:
+        return None
+    always = majority_on_validation(load_task(task, task_data(task)), seed, metric=metric)
+    return always and always["value"]
 
 
 def keep_predictions(out: Path, task: str, done: dict[int, tuple], kept: Path) -> dict[tuple, dict[int, dict]]:
@@ -396,9 +413,11 @@ def family_table(results: list[dict]) -> str:
     first draw (one draw over every shape, halved across families) are left out: their families were not drawn
     equally."""
     lines = ["\nThe families of each search, on validation (complete trials; frontier: of the families' best "
-             "complete trials in one seed's search, validation score x Pixel 4 estimate).\n",
+             "complete trials in one seed's search, validation score x Pixel 4 estimate, with the majority class at "
+             "0 ms: a best at or below the constant answer's validation score is not on it).\n",
              "| task | space | family | trials (complete), all seeds | best complete trial a seed: validation | "
-             "its Pixel 4 (est.) | chosen on | on the frontier on |", "|---|---|---|---|---|---|---|---|"]
+             "its Pixel 4 (est.) | majority class: validation | chosen on | on the frontier on |",
+             "|---|---|---|---|---|---|---|---|---|"]
     met = {}
     for task, v in dict.fromkeys((r["task"], version(r)) for r in results if r["method"] == "ship-trial"):
         trials = [r for r in results if r["method"] == "ship-trial" and r["task"] == task and version(r) == v]
@@ -408,7 +427,9 @@ def family_table(results: list[dict]) -> str:
         bests = {(f, s): max((t for t in trials if t["family"] == f and t["seed"] == s and t["state"] == "complete"),
                              key=lambda t: t["val_value"], default=None) for f in {t["family"] for t in trials}
                  for s in seeds}
-        frontier = {s: on_frontier([b for (f, seed), b in bests.items() if seed == s and b]) for s in seeds}
+        floor = {s: constant(results, trials, task, v, s) for s in seeds}
+        frontier = {s: on_frontier([b for (f, seed), b in bests.items() if seed == s and b and (
+            floor[s] is None or b["val_value"] > floor[s])]) for s in seeds}
         for family in dict.fromkeys(t["family"] for t in trials):
             mine = [t for t in trials if t["family"] == family]
             best = [bests[family, s] for s in seeds if bests[family, s]]
@@ -425,7 +446,8 @@ def family_table(results: list[dict]) -> str:
                          + (f"{mean_std_cell([b['val_value'] for b in best])} | "
                             f"{', '.join(sorted({b['shape'] + ' ' + format(b['pixel4_ms_est'], '.1f') for b in best}))}"
                             f" ms |" if best else "- | - |")
-                         + f" {len(chosen)} of {len(seeds)} | {len(front)} of {len(seeds)} |")
+                         + f" {_floor_cell(floor, seeds)} | {len(chosen)} of {len(seeds)} | "
+                           f"{len(front)} of {len(seeds)} |")
     if len(lines) == 3:
         return ""
     verdict = (f"\nIssue 78's goal, a MobileBERT-shaped student on the frontier (on most seeds) of at least 3 of the 5 "
@@ -433,6 +455,23 @@ def family_table(results: list[dict]) -> str:
                + "; ".join(f"{t}: {'on it' if ok else 'not'}, {why}" for t, (_, ok, why) in met.items()) + "); "
                + ("**met**" if sum(ok for _, ok, _ in met.values()) >= 3 else "**not met**") + ".\n") if met else ""
     return "\n".join(lines) + "\n" + verdict
+
+
+def constant(results: list[dict], trials: list[dict], task: str, v: tuple, seed: int) -> float | None:
+    """The majority class's validation score in the search of (`task`, `v`, `seed`), in the score its trials were
+    chosen on: its row's `val_value`, else `majority_validation`. A constant answer costs nothing on a phone, so it
+    stands on every frontier at 0 ms: a family's best at or below it is dominated."""
+    row = next((r for r in results if r["method"] == "majority" and r["task"] == task and r["seed"] == seed
+                and version(r) == v and "val_value" in r), None)
+    if row:
+        return row["val_value"]
+    t = next(t for t in trials if t["seed"] == seed)
+    return majority_validation(task, seed, t.get("val_metric", t["metric"]))
+
+
+def _floor_cell(floor: dict[int, float | None], seeds: list[int]) -> str:
+    known = [floor[s] for s in seeds if floor[s] is not None]
+    return mean_std_cell(known) if known else "-"
 
 
 def _spread(trials: list[dict]) -> str:
@@ -509,8 +548,9 @@ def plot(results: list[dict], path: Path) -> None:
         seed = min(r["seed"] for r in trials if r["task"] == task and (r.get("teacher_choice") or "") == choice)
         mine = [r for r in trials if r["task"] == task and r["seed"] == seed and (r.get("teacher_choice") or "")
                 == choice]
+        floor = constant(results, mine, task, version(mine[0]), seed)
         draw(ax, mine, mine[0]["latency_ms"], mine[0].get("val_metric", mine[0]["metric"]),
-             f"{task}, seed {seed}, teacher {choice}")
+             f"{task}, seed {seed}, teacher {choice}", None if floor is None else {"value": floor})
     save_png(fig, path)
 
 

@@ -17,7 +17,7 @@ from helpers import env
 from mobilekd.data.glue import read_glue
 from mobilekd.data.tasks import load_task
 from mobilekd.errors import UserError
-from mobilekd.finetune.selection import carve
+from mobilekd.finetune.selection import carve, validation_size
 
 
 def _write_task(directory, train=300, dev=120):
@@ -186,6 +186,28 @@ def test_mrpc_chooses_on_f1_and_accuracy_so_answering_equivalent_to_every_pair_i
     assert chosen["constant"] == pytest.approx((scores["constant"]["f1"] + scores["constant"]["accuracy"]) / 2)
     assert task.metrics[0] == "f1" and load_task("sst2", default_data("sst2"), eval_only=True).selection_metric == \
         "accuracy"  # the tables still report MRPC's F1; other tasks choose on their first metric
+
+
+def test_the_majority_class_on_validation_is_scored_on_the_split_a_run_carves():
+    """What a chosen student's validation score is read against (ship's warning, the frontier's floor): the
+    constant answer on the very examples `carve` holds out for that seed, in the score a run chooses on. On MRPC the
+    constant's F1 on validation is far above its F1-and-accuracy mean, the score that no longer rewards it; each
+    seed's split holds the same share of each class (stratified), so the constant scores alike; regression has none."""
+    from mobilekd.data.tasks import default_data
+    from mobilekd.finetune.baseline import majority_on_validation
+    from mobilekd.finetune.metrics import classification_metrics
+
+    task = load_task("mrpc", default_data("mrpc"))
+    always = majority_on_validation(task, 0)
+    held = carve(task, task.train, 0).validation
+    assert always["metric"] == "acc_and_f1" and always["examples"] == len(held) == validation_size(len(task.train))
+    share = sum(e.label == always["label"] for e in held) / len(held)  # its accuracy: the label's share there
+    assert always["label"] == "equivalent" and share > 0.5
+    f1 = majority_on_validation(task, 0, metric="f1")["value"]
+    assert f1 == pytest.approx(classification_metrics(["f1"], task.targets(held), [1] * len(held))["f1"])
+    assert always["value"] == pytest.approx((f1 + share) / 2) and f1 - always["value"] > 0.05
+    assert majority_on_validation(task, 1)["value"] == pytest.approx(always["value"], abs=0.01)
+    assert majority_on_validation(load_task("stsb", default_data("stsb")), 0) is None
 
 
 def test_a_run_records_the_score_it_chose_on_in_each_evaluation(student_dir, tmp_path):

@@ -398,6 +398,11 @@ def test_a_search_of_the_bilstm_family_ships_its_fused_file(tmp_path):
     trial = json.loads((out / "trials" / f"{chosen['trial']:04d}" / "results.json").read_text())
     assert trial["dev_scored"].startswith("never") and list(trial["metrics"]) == ["validation"]
     assert trial["validation_split"]["size"] == 24  # finetune's carve: a tenth of the 240 training examples
+    always = s["majority"]["validation"]  # the constant answer on those same 24 examples, read against the choice
+    assert always["examples"] == 24 and always["label"] == s["majority"]["label"] and 0 < always["value"] < 1
+    assert chosen["above_majority"] == (chosen["val_value"] > always["value"])
+    warned = "is not above always answering" in proc.stdout
+    assert warned == (not chosen["above_majority"]) == ("WARNING" in (out / "student" / "README.md").read_text())
     assert 0 <= s["student"]["dev"]["accuracy"] <= 1 and s["student"]["dev_examples"] == 60
     parity = json.loads((out / "student/tflite/parity.json").read_text())
     assert parity["model_none_fused.tflite"]["agreement"] == 1.0  # the app's file
@@ -588,6 +593,7 @@ def test_the_family_table_judges_the_frontier_on_each_familys_best_complete_tria
 
     def trial(seed, family, ms, val, state="complete", chosen=False):
         return {"method": "ship-trial", "task": "cola", "seed": seed, "teacher_choice": "validation",
+                "metric": "matthews_corr",
                 "draw": FAMILY_DRAW, "family": family, "shape": f"{family}-{ms}", "pixel4_ms_est": ms,
                 "val_value": val, "state": state, "chosen": chosen}
 
@@ -598,12 +604,20 @@ def test_the_family_table_judges_the_frontier_on_each_familys_best_complete_tria
             trial(1, "subset", 2.6, 0.15)]
     assert on_frontier([r for r in rows if r["seed"] == 0 and r["state"] == "complete"]) == [rows[0], rows[1], rows[4]]
     text = family_table(rows)
-    assert "| cola | the first | subset | 3 (3) | 0.1600 ± 0.0141 [n=2] | subset-2.6 2.6 ms | 0 of 2 | 0 of 2 |" in text
+    constant = "0.0000 ± 0.0000 [n=2]"  # CoLA's majority class on each seed's validation split: an MCC of 0
+    assert f"| cola | the first | subset | 3 (3) | 0.1600 ± 0.0141 [n=2] | subset-2.6 2.6 ms | {constant} | 0 of 2 | " \
+           "0 of 2 |" in text
     assert "| cola | the first | mobilebert | 3 (2) | 0.1550 ± 0.0636 [n=2] | mobilebert-1.2 1.2, mobilebert-1.9 1.9 " \
-           "ms | 0 of 2 | 1 of 2 |" in text
-    assert "tinybert | 2 (2) | 0.2100 ± 0.0141 [n=2] | tinybert-1.5 1.5 ms | 2 of 2 | 2 of 2 |" in text
+           f"ms | {constant} | 0 of 2 | 1 of 2 |" in text
+    assert f"tinybert | 2 (2) | 0.2100 ± 0.0141 [n=2] | tinybert-1.5 1.5 ms | {constant} | 2 of 2 | 2 of 2 |" in text
     assert "0 of the 1 searched with it so far (cola: not, 1 of 2 seeds: mobilebert-1.2 1.2 ms at 0.1100, where " \
            "that seed's best student is tinybert-1.5 1.5 ms at 0.2200); **not met**" in text
+    # a constant answer costs nothing on a phone: a family's best at or below the majority class's validation score
+    # (its row's, as ship.json records it) is dominated, however fast
+    floors = [{"method": "majority", "task": "cola", "seed": seed, "teacher_choice": "validation", "draw": FAMILY_DRAW,
+               "metric": "matthews_corr", "value": 0.0, "val_value": 0.11} for seed in (0, 1)]
+    assert "mobilebert | 3 (2) | 0.1550 ± 0.0636 [n=2] | mobilebert-1.2 1.2, mobilebert-1.9 1.9 ms | 0.1100 ± 0.0000 " \
+           "[n=2] | 0 of 2 | 0 of 2 |" in family_table(rows + floors)
     assert family_table([r for r in rows if r["family"] == "tinybert"]) == ""  # one family: nothing to compare
     later = [{**r, "space": "mobilebert", "val_value": r["val_value"] + (0.2 if r["family"] == "mobilebert" else 0)}
              for r in rows]  # a newer space where the family leads on both seeds decides, in either order

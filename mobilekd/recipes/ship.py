@@ -277,6 +277,7 @@ def model_card(s: dict) -> str:
           if s.get("baseline") else []),
         *([f"| majority class | {s['majority']['metrics'][metric]:.4f} | always `{s['majority']['label']}` |"]
           if s.get("majority") else []), "", *[f"- {line}." for line in differences(s)],
+        *([f"- **{w}**."] if (w := constant_warning(s)) else []),
         f"- Recipe: `mobilekd {c.get('verb', 'finetune')} {c['recipe']}` from `{c['start']}`.",
         f"- Pixel 4 estimate: {c['pixel4_ms_est']:.1f} ms at sequence {s['budget']['max_len']} "
         f"(the teacher's: {s['budget']['teacher_pixel4_ms_est']:.1f} ms).",
@@ -295,6 +296,19 @@ def teacher_choice(s: dict) -> str:
     run = next(r for r in picked["runs"] if r["run"] == picked["chosen"])
     return (f"lr {run['lr']:g}, step {run['best_step']} of {run['steps']}, chosen on validation "
             f"({run['val_value']:.4f}) among {len(picked['runs'])} runs")
+
+
+def constant_warning(s: dict) -> str | None:
+    """One line where the chosen student's validation score is not above the majority class's on the same split
+    (`chosen.above_majority`): the search found nothing better than a constant answer, whatever dev says."""
+    c = s["chosen"]
+    if c.get("above_majority", True):
+        return None
+    v = s["majority"]["validation"]
+    return (f"WARNING: the chosen student's validation {v['metric']} {c['val_value']:.4f} is not above always "
+            f"answering '{v['label']}' ({v['value']:.4f} on the same {v['examples']} examples): no trial learned more "
+            "than the majority class. More training data, a stronger teacher or a longer search (--hours, --trials) "
+            "may help; do not ship it as a model of the task")
 
 
 def report(s: dict) -> str:
@@ -317,6 +331,7 @@ def report(s: dict) -> str:
              f"{counts['fail']} failed; {families}) in {s['search_seconds'] / 60:.1f} min; budget "
              f"{s['budget']['latency_ms']:.1f} ms (est.)"]
     lines += differences(s)
+    lines += [w for w in [constant_warning(s)] if w]
     if base is not None and "student-baseline" not in s.get("intervals", {}):  # a ship.json from before intervals
         lines.append(f"the student is {'above' if st > base else 'NOT above'} the bag-of-words baseline by "
                      f"{st - base:+.4f}")
@@ -513,7 +528,7 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
         run_stage("export", export, out)
     # the scorings and the export: from the search's last trial to the export's end (any invocation's)
     final = round((student / "tflite" / COMPLETE).stat().st_mtime - search.ended(study), 1)
-    s = summary(out, args.task, data, args.regression, teacher, b, chosen, rows, seconds, final)
+    s = summary(out, args.task, data, args.regression, teacher, b, chosen, rows, seconds, final, args.seed)
     if not args.keep_teacher_features:
         freed = drop_teacher_features(out / "teacher")
         if freed:
@@ -522,7 +537,8 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
     write_json(out / "ship.json", s)
     with atomic_path(student / "README.md") as tmp:
         tmp.write_text(model_card(s))
-    plot(rows, b["latency_ms"], s["chosen"]["selection_metric"], out / "frontier.png", title=f"ship: {data.name}")
+    plot(rows, b["latency_ms"], s["chosen"]["selection_metric"], out / "frontier.png", title=f"ship: {data.name}",
+         constant=(s.get("majority") or {}).get("validation"))
     print(report(s))
     print(f"summary: {out / 'ship.json'}; the app's file: {student / 'tflite'}; the search: {out / 'frontier.png'}")
 
@@ -562,10 +578,12 @@ def dev_intervals(out: Path, task_name: str, metric: str, majority: str | None =
 
 
 def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Path, b: dict, chosen,
-            rows: list[dict], seconds: float, final: float) -> dict:
-    """OUT/ship.json: the budget, what was chosen and why, every trial, the dev scores, the files."""
+            rows: list[dict], seconds: float, final: float, seed: int) -> dict:
+    """OUT/ship.json: the budget, what was chosen and why, every trial, the dev scores, the files; the majority
+    class on dev and on the trials' validation split (`majority.validation`), and whether the chosen student's
+    validation score is above that constant answer (`chosen.above_majority`)."""
     from mobilekd.data.tasks import load_task
-    from mobilekd.finetune.baseline import bag_of_words_baseline, majority_baseline
+    from mobilekd.finetune.baseline import bag_of_words_baseline, majority_baseline, majority_on_validation
 
     t, picked = (read_json(out / "teacher" / name) for name in ("results.json", "chosen.json"))
     t_dev, dev = (read_json(out / m / "dev" / "results.json") for m in ("teacher", "student"))
@@ -586,10 +604,14 @@ def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Pa
     wall = {"teacher": picked["wall_seconds"], "search": round(seconds, 1), "final": final}
     always = majority_baseline(task, task.train, dev_examples)
     compared = dev_intervals(out, task_name, metric, always and always["label"])
+    if always:  # what the trials' validation scores are to be read against (the same split, the same score)
+        always["validation"] = majority_on_validation(task, seed, metric=selected)
+    above = {"above_majority": row["val_value"] > always["validation"]["value"]} if always else {}
     return {"data": str(data), "budget": b, "metric": metric, "search_seconds": round(seconds, 1),
             "wall_seconds": {**wall, "total": round(sum(wall.values()), 1)},
             "host": identity(),
-            "chosen": {**row, "metric": metric, "selection_metric": selected, "start": chosen.user_attrs["start"],
+            "chosen": {**row, **above, "metric": metric, "selection_metric": selected,
+                       "start": chosen.user_attrs["start"],
                        "verb": chosen.user_attrs.get("verb", "finetune"),
                        "why": f"the best validation {selected} of the {sum(r['state'] == 'complete' for r in rows)} "
                               f"complete trials within {b['latency_ms']:.1f} ms (est.)"},

@@ -1,5 +1,7 @@
 """The search's picture: every trial's validation score against its Pixel 4 estimate, by family, the budget as a
-line and the chosen student marked; pruned trials hollow (their score is the last evaluation they reached)."""
+line and the chosen student marked; pruned trials hollow (their score is the last evaluation they reached); the
+majority class's score on the same validation split as a dotted line (a constant answer costs nothing on a phone,
+so a trial below it is dominated)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from mobilekd.fileio import save_png
 MARKERS = {"subset": "o", "tinybert": "s", "mobilebert": "D", "bilstm": "^"}
 
 
-def draw(ax, rows: list[dict], budget_ms: float, metric: str, title: str = "") -> None:
-    """Every trial of `rows` (ship.json's "trials") on `ax`: validation score against Pixel 4 estimate."""
+def draw(ax, rows: list[dict], budget_ms: float, metric: str, title: str = "", constant: dict | None = None) -> None:
+    """Every trial of `rows` (ship.json's "trials") on `ax`: validation score against Pixel 4 estimate; `constant`:
+    the majority class on validation (ship.json's `majority.validation`)."""
     scored = [r for r in rows if r["val_value"] is not None and r["pixel4_ms_est"] is not None]
     for i, family in enumerate(sorted({r["family"] for r in scored})):
         color = f"C{i}"
@@ -25,6 +28,9 @@ def draw(ax, rows: list[dict], budget_ms: float, metric: str, title: str = "") -
             ax.scatter([r["pixel4_ms_est"]], [r["val_value"]], marker="*", s=260, color="gold", edgecolors="black",
                        zorder=5, label=f"chosen: trial {r['trial']}")
     ax.axvline(budget_ms, color="grey", linestyle="--", label=f"budget {budget_ms:.1f} ms")
+    if constant:
+        said = f": always '{constant['label']}'" if constant.get("label") else ""
+        ax.axhline(constant["value"], color="black", linestyle=":", label=f"majority class{said}")
     ax.set_xlabel("Pixel 4 latency, ms (ESTIMATE, cost model)")
     ax.set_ylabel(f"validation {metric} (a split of train)")
     ax.set_title(title or "ship's search: every trial")
@@ -32,7 +38,8 @@ def draw(ax, rows: list[dict], budget_ms: float, metric: str, title: str = "") -
     ax.grid(alpha=0.3)
 
 
-def plot(rows: list[dict], budget_ms: float, metric: str, path: Path, title: str = "") -> None:
+def plot(rows: list[dict], budget_ms: float, metric: str, path: Path, title: str = "",
+         constant: dict | None = None) -> None:
     """OUT/frontier.png: `draw` on a figure of its own."""
     import matplotlib
 
@@ -40,5 +47,5 @@ def plot(rows: list[dict], budget_ms: float, metric: str, path: Path, title: str
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    draw(ax, rows, budget_ms, metric, title)
+    draw(ax, rows, budget_ms, metric, title, constant)
     save_png(fig, path)
