@@ -153,3 +153,7 @@ def test_the_threshold_chosen_is_the_fastest_within_the_drop_allowed():
     assert choose_threshold(rows, "accuracy", 1.5) == 0.5
     assert choose_threshold(rows, "accuracy", 0.0) == 0.0  # nothing may be lost: the full model
     assert choose_threshold(rows[1:], "accuracy", 1.0) == 0.0  # no full model scored: no basis to choose
+    # MRPC chooses on F1 and accuracy's mean: an exit that answers "equivalent" more often keeps F1 and loses accuracy
+    pairs = [{"threshold": 0.0, "metrics": {"f1": 0.85, "accuracy": 0.80}, "avg_layers": 6},
+             {"threshold": 0.6, "metrics": {"f1": 0.845, "accuracy": 0.74}, "avg_layers": 2}]
+    assert choose_threshold(pairs, "f1", 1.0) == 0.6 and choose_threshold(pairs, "acc_and_f1", 1.0) == 0.0

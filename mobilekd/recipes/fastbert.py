@@ -34,7 +34,7 @@ from mobilekd.errors import UserError, cli_entry
 from mobilekd.export.early_exit import segment_flops
 from mobilekd.fileio import write_json
 from mobilekd.finetune.evaluation import fine_tuned_classifier, predict
-from mobilekd.finetune.metrics import classification_metrics
+from mobilekd.finetune.metrics import classification_metrics, selection_score
 from mobilekd.finetune.selection import CAP, FRACTION, VALIDATION, carve
 from mobilekd.finetune.self_distillation import self_distillation_loss
 from mobilekd.flags import add_flags, take_flags
@@ -108,7 +108,7 @@ def run(args, accelerator):
     if not accelerator.is_main_process:
         return
     out = Path(args.out)
-    metric = task.metrics[0]
+    metric = task.selection_metric  # MRPC's F1 and accuracy's mean: F1 alone rewards the majority answer
     validation = evaluate(model, task, carved.validation, tokenizer, t.max_len, c.thresholds)
     chosen = choose_threshold(validation["thresholds"], metric, c.max_drop)
     save_early_exit(model, out, tokenizer, threshold=chosen)
@@ -133,14 +133,15 @@ def run(args, accelerator):
 
 def choose_threshold(rows: list[dict], metric: str, max_drop: float) -> float:
     """The fastest threshold (fewest layers on average, then the larger) whose score in `rows` (one split's, as
-    `evaluate` gives them) is at most `max_drop` points (hundredths of `metric`) under threshold 0's; threshold 0
-    where none is scored or none qualifies. FastBERT's paper reports the speed-accuracy curve and leaves the choice
+    `evaluate` gives them) is at most `max_drop` points (hundredths of `metric`, one of the metrics or a selection
+    score such as `acc_and_f1`: `selection_score`) under threshold 0's; threshold 0 where none is scored or none
+    qualifies. FastBERT's paper reports the speed-accuracy curve and leaves the choice
     to the user (Liu et al. 2020, Section 4.3); the rule is ours, on validation."""
     full = next((r for r in rows if r["threshold"] == 0), None)
     if full is None:
         return 0.0
-    floor = full["metrics"][metric] - max_drop / 100
-    fit = [r for r in rows if r["metrics"][metric] >= floor]
+    floor = selection_score(metric, full["metrics"]) - max_drop / 100
+    fit = [r for r in rows if selection_score(metric, r["metrics"]) >= floor]
     return min(fit, key=lambda r: (r["avg_layers"], -r["threshold"]))["threshold"]
 
 
