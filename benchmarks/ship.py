@@ -272,15 +272,17 @@ def majority(task: str, data: Path, metric: str) -> float:
 
 @functools.cache
 def majority_validation(task: str, seed: int, metric: str) -> float | None:
-    """The majority class's `metric` on the validation split a ship run with `seed` carved from a GLUE task's shipped
-    training data (`mobilekd.finetune.baseline.majority_on_validation`), for rows from before ship recorded it; None
-    where it has none (regression, or a custom task: its rows do not name its data)."""
+    """The majority class's `metric` on the validation split a ship run with `seed` carved from a task's training
+    data (`mobilekd.finetune.baseline.majority_on_validation`; a GLUE task's shipped files, a custom task's written
+    again from the text it is built of), for rows from before ship recorded it; None for regression."""
+    import tempfile
+
     from mobilekd.data.tasks import load_task, task_data
     from mobilekd.finetune.baseline import majority_on_validation
 
-    if task not in GLUE:
-        return None
-    always = majority_on_validation(load_task(task, task_data(task)), seed, metric=metric)
+    with tempfile.TemporaryDirectory() as tmp:
+        t = load_task(task, task_data(task)) if task in GLUE else load_task("custom", write_task(task, Path(tmp)))
+        always = majority_on_validation(t, seed, metric=metric)
     return always and always["value"]
 
 

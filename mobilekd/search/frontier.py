@@ -29,8 +29,13 @@ def draw(ax, rows: list[dict], budget_ms: float, metric: str, title: str = "", c
                        zorder=5, label=f"chosen: trial {r['trial']}")
     ax.axvline(budget_ms, color="grey", linestyle="--", label=f"budget {budget_ms:.1f} ms")
     if constant:
-        said = f": always '{constant['label']}'" if constant.get("label") else ""
-        ax.axhline(constant["value"], color="black", linestyle=":", label=f"majority class{said}")
+        said = f"majority class{': always ' + repr(constant['label']) if constant.get('label') else ''}"
+        values = [r["val_value"] for r in scored]
+        if values and constant["value"] < min(values) - (max(values) - min(values)):  # far below: named, not drawn
+            ax.text(0.02, 0.02, f"{said}: {constant['value']:.4f} (below the axis)", transform=ax.transAxes,
+                    fontsize=7)
+        else:
+            ax.axhline(constant["value"], color="black", linestyle=":", label=said)
     ax.set_xlabel("Pixel 4 latency, ms (ESTIMATE, cost model)")
     ax.set_ylabel(f"validation {metric} (a split of train)")
     ax.set_title(title or "ship's search: every trial")
