@@ -188,26 +188,42 @@ def test_mrpc_chooses_on_f1_and_accuracy_so_answering_equivalent_to_every_pair_i
         "accuracy"  # the tables still report MRPC's F1; other tasks choose on their first metric
 
 
-def test_the_majority_class_on_validation_is_scored_on_the_split_a_run_carves():
-    """What a chosen student's validation score is read against (ship's warning, the frontier's floor): the
-    constant answer on the very examples `carve` holds out for that seed, in the score a run chooses on. On MRPC the
-    constant's F1 on validation is far above its F1-and-accuracy mean, the score that no longer rewards it; each
-    seed's split holds the same share of each class (stratified), so the constant scores alike; regression has none."""
+def test_the_best_constant_answer_is_scored_on_the_split_a_run_carves(tmp_path):
+    """What a chosen student's validation score is read against (ship's warning, the frontier's floor): each class
+    answered to every example `carve` holds out for that seed, in the score a run chooses on, the best kept. On MRPC
+    it is "equivalent", whose F1 on validation is far above its F1-and-accuracy mean, the score that no longer
+    rewards it. Where paraphrases are the minority (MRPC's training pairs with two thirds of its paraphrases left
+    out) the majority answer scores an F1 of 0 and the best constant is still "equivalent"; regression has none."""
+    import gzip
+
+    import numpy as np
+
     from mobilekd.data.tasks import default_data
-    from mobilekd.finetune.baseline import majority_on_validation
+    from mobilekd.finetune.baseline import constant_on_validation
     from mobilekd.finetune.metrics import classification_metrics
 
     task = load_task("mrpc", default_data("mrpc"))
-    always = majority_on_validation(task, 0)
+    best = constant_on_validation(task, 0)
     held = carve(task, task.train, 0).validation
-    assert always["metric"] == "acc_and_f1" and always["examples"] == len(held) == validation_size(len(task.train))
-    share = sum(e.label == always["label"] for e in held) / len(held)  # its accuracy: the label's share there
-    assert always["label"] == "equivalent" and share > 0.5
-    f1 = majority_on_validation(task, 0, metric="f1")["value"]
-    assert f1 == pytest.approx(classification_metrics(["f1"], task.targets(held), [1] * len(held))["f1"])
-    assert always["value"] == pytest.approx((f1 + share) / 2) and f1 - always["value"] > 0.05
-    assert majority_on_validation(task, 1)["value"] == pytest.approx(always["value"], abs=0.01)
-    assert majority_on_validation(load_task("stsb", default_data("stsb")), 0) is None
+    assert best["metric"] == "acc_and_f1" and best["examples"] == len(held) == validation_size(len(task.train))
+    share = sum(e.label == best["label"] for e in held) / len(held)  # its accuracy: the label's share there
+    assert best["label"] == "equivalent" and share > 0.5
+    f1 = constant_on_validation(task, 0, metric="f1")["value"]
+    assert f1 == pytest.approx(classification_metrics(["f1"], task.targets(held), np.ones(len(held)))["f1"])
+    assert best["value"] == pytest.approx((f1 + share) / 2) and f1 - best["value"] > 0.05
+
+    lines = gzip.open(default_data("mrpc") / "train.tsv.gz", "rt", encoding="utf-8").read().splitlines()
+    kept = [line for k, line in enumerate(lines[1:]) if not line.startswith("1") or k % 3 == 0]
+    (tmp_path / "train.tsv").write_text("\n".join([lines[0], *kept]) + "\n", encoding="utf-8")
+    (tmp_path / "dev.tsv.gz").write_bytes((default_data("mrpc") / "dev.tsv.gz").read_bytes())
+    fewer = load_task("mrpc", tmp_path)
+    labels = fewer.targets(carve(fewer, fewer.train, 0).validation)
+    assert labels.mean() < 0.5  # the majority is now "not_equivalent", whose F1 is 0
+    got = constant_on_validation(fewer, 0)
+    scores = [(classification_metrics(["f1"], labels, np.full(len(labels), k))["f1"] + np.mean(labels == k)) / 2
+              for k in (0, 1)]
+    assert got["label"] == "equivalent" and got["value"] == pytest.approx(max(scores)) and scores[1] > scores[0]
+    assert constant_on_validation(load_task("stsb", default_data("stsb")), 0) is None
 
 
 def test_a_run_records_the_score_it_chose_on_in_each_evaluation(student_dir, tmp_path):

@@ -322,6 +322,18 @@ def test_a_search_on_two_workers_chooses_without_reading_dev(tmp_path):
     assert list(teacher_run["metrics"]) == ["validation"] and teacher_run["selected_on"] == "validation"
     results = json.loads((out / "trials" / f"{chosen[0]['trial']:04d}" / "results.json").read_text())
     assert results["dev_scored"].startswith("never") and list(results["metrics"]) == ["validation"]
+    # the best constant answer, scored on the very examples the chosen trial validated on (its predictions' labels)
+    with open(out / "trials" / f"{chosen[0]['trial']:04d}" / "validation_predictions.tsv", encoding="utf-8") as f:
+        held = [row["label"] for row in csv.DictReader(f, delimiter="\t")]
+    constant = s["constant"]
+    shares = {label: held.count(label) / len(held) for label in set(held)}
+    assert constant["examples"] == len(held) and constant["value"] == pytest.approx(max(shares.values()))
+    assert shares[constant["label"]] == max(shares.values()) and constant["metric"] == "accuracy"
+    above = s["chosen"]["above_constant"]
+    assert above == (chosen[0]["val_value"] > constant["value"])
+    warned = ("is not above always answering" in (tmp_path / "ship.log").read_text(),
+              "WARNING" in (out / "student" / "README.md").read_text())
+    assert warned == (not above, not above)
     parity = json.loads((out / "student/tflite/parity.json").read_text())
     assert parity["model_none.tflite"]["agreement"] == 1.0
     assert (out / "frontier.png").stat().st_size > 10_000 and "validation" in (out / "student/README.md").read_text()
@@ -398,11 +410,7 @@ def test_a_search_of_the_bilstm_family_ships_its_fused_file(tmp_path):
     trial = json.loads((out / "trials" / f"{chosen['trial']:04d}" / "results.json").read_text())
     assert trial["dev_scored"].startswith("never") and list(trial["metrics"]) == ["validation"]
     assert trial["validation_split"]["size"] == 24  # finetune's carve: a tenth of the 240 training examples
-    always = s["majority"]["validation"]  # the constant answer on those same 24 examples, read against the choice
-    assert always["examples"] == 24 and always["label"] == s["majority"]["label"] and 0 < always["value"] < 1
-    assert chosen["above_majority"] == (chosen["val_value"] > always["value"])
-    warned = "is not above always answering" in proc.stdout
-    assert warned == (not chosen["above_majority"]) == ("WARNING" in (out / "student" / "README.md").read_text())
+    assert s["constant"]["examples"] == 24 and "above_constant" in chosen  # the split it is read against
     assert 0 <= s["student"]["dev"]["accuracy"] <= 1 and s["student"]["dev_examples"] == 60
     parity = json.loads((out / "student/tflite/parity.json").read_text())
     assert parity["model_none_fused.tflite"]["agreement"] == 1.0  # the app's file
@@ -604,7 +612,7 @@ def test_the_family_table_judges_the_frontier_on_each_familys_best_complete_tria
             trial(1, "subset", 2.6, 0.15)]
     assert on_frontier([r for r in rows if r["seed"] == 0 and r["state"] == "complete"]) == [rows[0], rows[1], rows[4]]
     text = family_table(rows)
-    constant = "0.0000 ± 0.0000 [n=2]"  # CoLA's majority class on each seed's validation split: an MCC of 0
+    constant = "0.0000 ± 0.0000 [n=2]"  # a constant answer on each seed's validation split of CoLA: an MCC of 0
     assert f"| cola | the first | subset | 3 (3) | 0.1600 ± 0.0141 [n=2] | subset-2.6 2.6 ms | {constant} | 0 of 2 | " \
            "0 of 2 |" in text
     assert "| cola | the first | mobilebert | 3 (2) | 0.1550 ± 0.0636 [n=2] | mobilebert-1.2 1.2, mobilebert-1.9 1.9 " \
@@ -612,10 +620,10 @@ def test_the_family_table_judges_the_frontier_on_each_familys_best_complete_tria
     assert f"tinybert | 2 (2) | 0.2100 ± 0.0141 [n=2] | tinybert-1.5 1.5 ms | {constant} | 2 of 2 | 2 of 2 |" in text
     assert "0 of the 1 searched with it so far (cola: not, 1 of 2 seeds: mobilebert-1.2 1.2 ms at 0.1100, where " \
            "that seed's best student is tinybert-1.5 1.5 ms at 0.2200); **not met**" in text
-    # a constant answer costs nothing on a phone: a family's best at or below the majority class's validation score
+    # a constant answer costs nothing on a phone: a family's best at or below the best constant's validation score
     # (its row's, as ship.json records it) is dominated, however fast
-    floors = [{"method": "majority", "task": "cola", "seed": seed, "teacher_choice": "validation", "draw": FAMILY_DRAW,
-               "metric": "matthews_corr", "value": 0.0, "val_value": 0.11} for seed in (0, 1)]
+    floors = [{"method": "constant", "task": "cola", "seed": seed, "teacher_choice": "validation", "draw": FAMILY_DRAW,
+               "metric": "matthews_corr", "value": None, "val_value": 0.11} for seed in (0, 1)]
     assert "mobilebert | 3 (2) | 0.1550 ± 0.0636 [n=2] | mobilebert-1.2 1.2, mobilebert-1.9 1.9 ms | 0.1100 ± 0.0000 " \
            "[n=2] | 0 of 2 | 0 of 2 |" in family_table(rows + floors)
     assert family_table([r for r in rows if r["family"] == "tinybert"]) == ""  # one family: nothing to compare

@@ -54,18 +54,19 @@ def majority_baseline(task: Task, train, dev) -> dict | None:
             "metrics": classification_metrics(task.metrics, task.targets(dev), np.full(len(dev), top))}
 
 
-def majority_on_validation(task: Task, seed: int, fraction: float = FRACTION, metric: str | None = None) -> dict | None:
-    """The majority class on the validation split a run with `seed` carves from the training data (`carve`, as
-    `finetune --select-on validation` and every trial of `ship` do): the most frequent class of the split's training
-    side answered to every validation example, scored in the task's selection score (`Task.selection_metric`, MRPC's
-    F1 and accuracy's mean; `metric`: another of its scores, for runs chosen on it). What a chosen student's
-    validation score must beat to be more than a constant answer: on MRPC the constant scores 0.81 F1, and students
-    chosen on F1 were that constant (docs/ship_runs.md). None for regression, where a constant has no correlation."""
-    if task.is_regression:
+def constant_on_validation(task: Task, seed: int, fraction: float = FRACTION, metric: str | None = None) -> dict | None:
+    """The best constant answer on the validation split a run with `seed` carves from the training data (`carve`,
+    as `finetune --select-on validation`, `bilstm` and every trial of `ship` do): each class answered to every
+    validation example, scored in the task's selection score (`Task.selection_metric`, MRPC's F1 and accuracy's
+    mean; `metric`: another of its scores, for runs chosen on it), the best kept. Usually the majority class, but
+    not where F1 counts and the majority is the negative class (QQP: always "duplicate" scores above always
+    "not_duplicate" in F1 and accuracy's mean). What a chosen student's validation score must beat to be more than a
+    constant answer: on MRPC the constant scores 0.81 F1, and students chosen on F1 were that constant
+    (docs/ship_runs.md). None for regression, where a constant has no correlation."""
+    if task.is_regression or not task.labels:
         return None
-    carved = carve(task, task.train, seed, fraction)
-    top, metric = int(np.bincount(task.targets(carved.train)).argmax()), metric or task.selection_metric
-    held = task.targets(carved.validation)
-    metrics = classification_metrics(task.metrics, held, np.full(len(held), top))
-    return {"label": task.labels[top], "metric": metric, "value": selection_score(metric, metrics),
-            "examples": len(carved.validation)}
+    held, metric = task.targets(carve(task, task.train, seed, fraction).validation), metric or task.selection_metric
+    scores = [selection_score(metric, classification_metrics(task.metrics, held, np.full(len(held), k)))
+              for k in range(len(task.labels))]
+    best = int(np.argmax(scores))
+    return {"label": task.labels[best], "metric": metric, "value": scores[best], "examples": len(held)}

@@ -299,15 +299,15 @@ def teacher_choice(s: dict) -> str:
 
 
 def constant_warning(s: dict) -> str | None:
-    """One line where the chosen student's validation score is not above the majority class's on the same split
-    (`chosen.above_majority`): the search found nothing better than a constant answer, whatever dev says."""
+    """One line where the chosen student's validation score is not above the best constant answer's on the same
+    split (`chosen.above_constant`): the search found nothing better than a constant, whatever dev says."""
     c = s["chosen"]
-    if c.get("above_majority", True):
+    if c.get("above_constant", True):
         return None
-    v = s["majority"]["validation"]
+    v = s["constant"]
     return (f"WARNING: the chosen student's validation {v['metric']} {c['val_value']:.4f} is not above always "
             f"answering '{v['label']}' ({v['value']:.4f} on the same {v['examples']} examples): no trial learned more "
-            "than the majority class. More training data, a stronger teacher or a longer search (--hours, --trials) "
+            "than a constant answer. More training data, a stronger teacher or a longer search (--hours, --trials) "
             "may help; do not ship it as a model of the task")
 
 
@@ -538,7 +538,7 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
     with atomic_path(student / "README.md") as tmp:
         tmp.write_text(model_card(s))
     plot(rows, b["latency_ms"], s["chosen"]["selection_metric"], out / "frontier.png", title=f"ship: {data.name}",
-         constant=(s.get("majority") or {}).get("validation"))
+         constant=s.get("constant"))
     print(report(s))
     print(f"summary: {out / 'ship.json'}; the app's file: {student / 'tflite'}; the search: {out / 'frontier.png'}")
 
@@ -579,11 +579,11 @@ def dev_intervals(out: Path, task_name: str, metric: str, majority: str | None =
 
 def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Path, b: dict, chosen,
             rows: list[dict], seconds: float, final: float, seed: int) -> dict:
-    """OUT/ship.json: the budget, what was chosen and why, every trial, the dev scores, the files; the majority
-    class on dev and on the trials' validation split (`majority.validation`), and whether the chosen student's
-    validation score is above that constant answer (`chosen.above_majority`)."""
+    """OUT/ship.json: the budget, what was chosen and why, every trial, the dev scores, the files; the best
+    constant answer on the trials' validation split (`constant`) and whether the chosen student's validation score
+    is above it (`chosen.above_constant`)."""
     from mobilekd.data.tasks import load_task
-    from mobilekd.finetune.baseline import bag_of_words_baseline, majority_baseline, majority_on_validation
+    from mobilekd.finetune.baseline import bag_of_words_baseline, constant_on_validation, majority_baseline
 
     t, picked = (read_json(out / "teacher" / name) for name in ("results.json", "chosen.json"))
     t_dev, dev = (read_json(out / m / "dev" / "results.json") for m in ("teacher", "student"))
@@ -604,9 +604,8 @@ def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Pa
     wall = {"teacher": picked["wall_seconds"], "search": round(seconds, 1), "final": final}
     always = majority_baseline(task, task.train, dev_examples)
     compared = dev_intervals(out, task_name, metric, always and always["label"])
-    if always:  # what the trials' validation scores are to be read against (the same split, the same score)
-        always["validation"] = majority_on_validation(task, seed, metric=selected)
-    above = {"above_majority": row["val_value"] > always["validation"]["value"]} if always else {}
+    constant = constant_on_validation(task, seed, metric=selected)  # the trials' split, in the score they chose on
+    above = {"above_constant": row["val_value"] > constant["value"]} if constant else {}
     return {"data": str(data), "budget": b, "metric": metric, "search_seconds": round(seconds, 1),
             "wall_seconds": {**wall, "total": round(sum(wall.values()), 1)},
             "host": identity(),
@@ -619,7 +618,7 @@ def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Pa
                         "host": training_host(t), "chosen": picked},
             "student": {"dev": dev["metrics"]["dev"], "dev_scored": "once, after the search chose it",
                         "dev_examples": len(dev_examples)},
-            "baseline": baseline, "majority": always, "intervals": compared, "trials": rows,
+            "baseline": baseline, "majority": always, "constant": constant, "intervals": compared, "trials": rows,
             "tflite": {name: {k: r[k] for k in ("size_bytes", "agreement", "accuracy_exported") if k in r}
                        for name, r in parity.items()}}
 

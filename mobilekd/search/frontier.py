@@ -1,6 +1,6 @@
 """The search's picture: every trial's validation score against its Pixel 4 estimate, by family, the budget as a
 line and the chosen student marked; pruned trials hollow (their score is the last evaluation they reached); the
-majority class's score on the same validation split as a dotted line (a constant answer costs nothing on a phone,
+best constant answer's score on the same validation split as a dotted line (a constant costs nothing on a phone,
 so a trial below it is dominated)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ MARKERS = {"subset": "o", "tinybert": "s", "mobilebert": "D", "bilstm": "^"}
 
 def draw(ax, rows: list[dict], budget_ms: float, metric: str, title: str = "", constant: dict | None = None) -> None:
     """Every trial of `rows` (ship.json's "trials") on `ax`: validation score against Pixel 4 estimate; `constant`:
-    the majority class on validation (ship.json's `majority.validation`)."""
+    the best constant answer on validation (ship.json's `constant`)."""
     scored = [r for r in rows if r["val_value"] is not None and r["pixel4_ms_est"] is not None]
     for i, family in enumerate(sorted({r["family"] for r in scored})):
         color = f"C{i}"
@@ -29,7 +29,7 @@ def draw(ax, rows: list[dict], budget_ms: float, metric: str, title: str = "", c
                        zorder=5, label=f"chosen: trial {r['trial']}")
     ax.axvline(budget_ms, color="grey", linestyle="--", label=f"budget {budget_ms:.1f} ms")
     if constant:
-        said = f"majority class{': always ' + repr(constant['label']) if constant.get('label') else ''}"
+        said = f"always {constant['label']!r}" if constant.get("label") else "the best constant answer"
         values = [r["val_value"] for r in scored]
         if values and constant["value"] < min(values) - (max(values) - min(values)):  # far below: named, not drawn
             ax.text(0.02, 0.02, f"{said}: {constant['value']:.4f} (below the axis)", transform=ax.transAxes,
