@@ -17,6 +17,8 @@ scored on).
 2. **Final runs**: benchmarks.cmlm's plan at the chosen recipe, on every training pair of the task's budget (the
    validation split back in, as a search refits on the whole training set), seeds 0-2: the teacher once, C-MLM and
    cross-entropy students per seed, no evaluation during training (`--eval-every 0`), dev scored once per model.
+   Where OUT holds no finished choice runs but the results file's rows mark a task's choice (an earlier
+   invocation's, on another machine perhaps), the final runs follow that choice rather than making it again.
 
 Fixed, not chosen: the pairs and epochs (benchmarks.cmlm's TASKS), the temperature (10) and top-k (8) of the
 official code, the students' learning rate (the recipe's default); the cross-entropy student decodes as the chosen
@@ -33,7 +35,7 @@ from benchmarks import cmlm
 from benchmarks.command import comparison, comparison_flags
 from benchmarks.runner import RESUMABLE, Job
 from mobilekd.errors import UserError
-from mobilekd.fileio import REPO_ROOT
+from mobilekd.fileio import REPO_ROOT, read_json
 from mobilekd.finetune.selection import VALIDATION
 from mobilekd.rundir import finished_results
 
@@ -80,15 +82,26 @@ def chosen_lr(out: Path, task: str) -> str | None:
     return max(scores, key=scores.get) if scores else None
 
 
-def chosen_recipe(out: Path, task: str) -> cmlm.Recipe | None:
-    """The task's recipe with its teacher learning rate, alpha and decoding chosen on validation (None until the
-    choice runs have finished); ties go to the earlier candidate of CHOICES."""
+def chosen_recipe(out: Path, task: str, recorded: list[dict] = ()) -> cmlm.Recipe | None:
+    """The task's recipe with its teacher learning rate, alpha and decoding chosen on validation: from its choice
+    runs in OUT once they have finished (ties go to the earlier candidate of CHOICES), else the one `recorded` (the
+    results file's rows) marks chosen, else None."""
     lr, scores = chosen_lr(out, task), student_scores(out, task)
     if lr is None or scores is None:
-        return None
+        return recorded_recipe(recorded, task)
     alpha, beam = max(scores, key=scores.get)
     pairs, teacher_epochs, epochs, *_ = cmlm.TASKS[task]
     return cmlm.Recipe(pairs, teacher_epochs, epochs, lr, alpha, beam)
+
+
+def recorded_recipe(rows: list[dict], task: str) -> cmlm.Recipe | None:
+    """The recipe that a task's choice rows mark chosen: choice runs of an earlier invocation whose folders are gone
+    (another machine's, a session's that ended), so the final runs go on without choosing again. None without them."""
+    student = next((r for r in rows if r["task"] == task and r["method"] == "choice-cmlm" and r["chosen"]), None)
+    if student is None:
+        return None
+    pairs, teacher_epochs, epochs, *_ = cmlm.TASKS[task]
+    return cmlm.Recipe(pairs, teacher_epochs, epochs, *(f"{student[k]:g}" for k in ("teacher_lr", "alpha", "beam")))
 
 
 def choice_jobs(out: Path, task: str) -> list[Job]:
@@ -110,13 +123,14 @@ def choice_jobs(out: Path, task: str) -> list[Job]:
     return jobs
 
 
-def plan(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
-    """What can be named now: the choice runs, and benchmarks.cmlm's final plan for the tasks whose recipe is
-    chosen (TASKS set to it: call within `chosen_tasks`)."""
+def plan(out: Path, tasks: list[str], seeds: list[int], recorded: list[dict] = ()) -> list[Job]:
+    """What can be named now: the choice runs (none for a task whose choice `recorded` holds and OUT does not), and
+    benchmarks.cmlm's final plan for the tasks whose recipe is chosen (TASKS set to it: call within `chosen_tasks`)."""
     adapt = cmlm.jobs(out, [], [])  # the adapted teacher's stage alone, shared with benchmarks.quality and cmlm
-    ready = [t for t in tasks if chosen_recipe(out, t)]
+    ready = [t for t in tasks if chosen_recipe(out, t, recorded)]
     later = [j for j in cmlm.jobs(final(out), ready, seeds, curves=False) if j.name != "adapt"] if ready else []
-    return [*adapt, *(j for t in tasks for j in choice_jobs(out, t)), *later]
+    choosing = [t for t in tasks if chosen_recipe(out, t) or not recorded_recipe(recorded, t)]
+    return [*adapt, *(j for t in choosing for j in choice_jobs(out, t)), *later]
 
 
 def choice_rows(out: Path, tasks: list[str]) -> list[dict]:
@@ -186,18 +200,19 @@ def main(argv=None):
     args = p.parse_args(argv)
     out = (REPO_ROOT / args.out).resolve()
     kept = dict(cmlm.TASKS)
+    recorded = read_json(REPO_ROOT / args.results) if (REPO_ROOT / args.results).is_file() else []
 
     def chosen_tasks():  # TASKS at each task's chosen recipe, for the helpers of benchmarks.cmlm that read it
         cmlm.TASKS.update(kept)
-        cmlm.TASKS.update({t: recipe for t in args.tasks if (recipe := chosen_recipe(out, t))})
+        cmlm.TASKS.update({t: recipe for t in args.tasks if (recipe := chosen_recipe(out, t, recorded))})
 
     def planned():
         chosen_tasks()
-        return plan(out, args.tasks, args.seeds)
+        return plan(out, args.tasks, args.seeds, recorded)
 
     def found():
         chosen_tasks()
-        ready = [t for t in args.tasks if chosen_recipe(out, t)]
+        ready = [t for t in args.tasks if chosen_recipe(out, t, recorded)]
         return choice_rows(out, args.tasks) + [{**r, "selected_on": VALIDATION} for r in
                                                cmlm.rows(final(out), ready, args.seeds) if r["method"] != "benchmark"]
 

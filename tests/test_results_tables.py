@@ -538,6 +538,10 @@ def test_cmlm_under_the_selection_protocol_names_its_final_runs_only_once_valida
     text = cv.table(rows)
     assert "| correction | alpha and decoding | alpha 0.5, beam 5 | BLEU 61.50 | yes |" in text
     assert "The final runs have not finished." in text
+    elsewhere = tmp_path / "elsewhere"  # the choice runs' folders gone: the rows' choice is followed, not made again
+    assert cv.chosen_recipe(elsewhere, "correction") is None
+    assert cv.chosen_recipe(elsewhere, "correction", rows) == cmlm.Recipe(*recipe[:3], "0.0002", "0.5", "5")
+    assert [j.name for j in cv.plan(elsewhere, ["correction"], [0], rows)][:2] == ["adapt", "correction/teacher"]
 
 
 
