@@ -4,7 +4,7 @@ seed, so each seed augments another training set; the masked-LM pass that finds 
 the cost, and a sentence's candidates do not depend on the seed.
 
     python -m benchmarks.candidate_store                  # in one process, about 10 minutes on 1 thread
-    python -m benchmarks.candidate_store --table --write  # the table into docs/throughput.md from the rows
+    python -m benchmarks.candidate_store --table --write  # the table into docs/throughput_runs.md from the rows
 
 On the task's training examples (SST-2: the 8,000 the teacher store's benchmark uses), each seed's training split as
 `ship` carves it (`mobilekd.finetune.selection.carve`), augmented with 4 new copies an example by the adapted
