@@ -413,7 +413,8 @@ def test_a_search_of_the_bilstm_family_ships_its_fused_file(tmp_path):
     assert s["constant"]["examples"] == 24 and "above_constant" in chosen  # the split it is read against
     assert 0 <= s["student"]["dev"]["accuracy"] <= 1 and s["student"]["dev_examples"] == 60
     parity = json.loads((out / "student/tflite/parity.json").read_text())
-    assert parity["model_none_fused.tflite"]["agreement"] == 1.0  # the app's file
+    assert parity["model_none_fused.tflite"]["agreement"] == 1.0  # the app's file, and no unrolled one beside it
+    assert sorted(parity) == ["model_dynamic_int8_fused.tflite", "model_none_fused.tflite"]
     assert "mobilekd bilstm" in (out / "student/README.md").read_text()
 
 

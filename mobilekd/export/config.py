@@ -34,6 +34,9 @@ class ExportConfig:
         "help": "a BiLSTM: also write model_<quantize>_fused.tflite with TFLite's fused LSTM kernel, converted by "
                 "TensorFlow in a venv of its own (made once under .cache/, minutes; or $MOBILEKD_TENSORFLOW_PYTHON); "
                 "--quantize none and dynamic-int8"})
+    fused_only: bool = field(default=False, metadata={
+        "help": "with --fused-lstm: write the fused files alone, not the unrolled ones (the file an app ships is the "
+                "fused one; litert-torch unrolls the LSTM over every position, which takes minutes to convert)"})
     onnx: bool = field(default=False, metadata={"help": "also export model.onnx and check it with onnxruntime"})
     onnx2tf: str | None = field(default=None, metadata={
         "metavar": "EXECUTABLE", "default_help": "none",
@@ -64,7 +67,10 @@ class ExportConfig:
 
 
 def check(c: ExportConfig) -> ExportConfig:
-    """Refuse, in one line, --lengths that the file cannot have."""
+    """Refuse, in one line, --lengths that the file cannot have, and --fused-only without --fused-lstm."""
+    if c.fused_only and not c.fused_lstm:
+        raise UserError("--fused-only needs --fused-lstm (it leaves out the unrolled files written beside the fused "
+                        "ones)")
     for n in c.lengths:
         if not 1 <= n < c.seq_len:
             raise UserError(f"--lengths {n}: each length is between 1 and --max-len ({c.seq_len}), which the file "

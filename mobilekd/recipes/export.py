@@ -14,7 +14,8 @@ Writes into OUT, each file atomically:
   model_<quantize>_fused.tflite  with --fused-lstm, for a BiLSTM: TFLite's fused LSTM kernel (two
                             UNIDIRECTIONAL_SEQUENCE_LSTM ops) instead of the unrolled steps, by the TensorFlow converter
                             (mobilekd/export/fused_lstm.py; none and dynamic-int8), with the same inputs and metadata;
-                            with --lengths also model_<quantize>_lengths_fused.tflite
+                            with --lengths also model_<quantize>_lengths_fused.tflite; with --fused-only these
+                            alone (no unrolled file: the app's is the fused one, and unrolling takes minutes)
   model.onnx                with --onnx (opset 20), checked with onnxruntime
   model.pte                 with --executorch: for ExecuTorch, lowered to its XNNPACK delegate (fp32), checked
                             through ExecuTorch's runtime; the operators left to its portable kernels are listed
@@ -197,9 +198,11 @@ def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
 
 
 def routes(args) -> list[tuple[str, str]]:
-    """A classifier's (quantization or route, file) pairs, in the order they are written."""
-    found = [(q, tflite_name(q)) for q in args.quantize]
-    found += [(q, tflite_name(q, lengths=True)) for q in args.quantize] if args.lengths else []
+    """A classifier's (quantization or route, file) pairs, in the order they are written (with --fused-only, no
+    unrolled file)."""
+    unrolled = not (args.fused_lstm and args.fused_only)
+    found = [(q, tflite_name(q)) for q in args.quantize] if unrolled else []
+    found += [(q, tflite_name(q, lengths=True)) for q in args.quantize] if args.lengths and unrolled else []
     found += [(q, tflite_name(q, fused=True)) for q in args.quantize] if args.fused_lstm else []
     both = args.fused_lstm and args.lengths
     found += [(q, tflite_name(q, lengths=True, fused=True)) for q in args.quantize] if both else []
