@@ -523,7 +523,8 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
                                                   "--out", str(model / "dev")], out)
     bilstm = chosen.user_attrs.get("verb") == "bilstm"  # its app's file: TFLite's fused LSTM kernel
     export = ["export", "--model", str(student), "--quantize", *args.quantize, "--max-len", str(b["max_len"]),
-              *(["--fused-lstm", "--fused-only"] if bilstm else []), "--parity-examples", "1000000", "--out", str(student / "tflite")]
+              *(["--fused-lstm", "--fused-only"] if bilstm else []), "--parity-examples", "1000000", "--out",
+              str(student / "tflite")]
     if not completed(student / "tflite", export[1:]):
         run_stage("export", export, out)
     # the scorings and the export: from the search's last trial to the export's end (any invocation's)
