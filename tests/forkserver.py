@@ -24,13 +24,15 @@ IMPORT_TIME = ("OMP_", "MKL_", "KMP_", "TORCH", "PYTHON", "HF_", "TOKENIZERS", "
 
 SERVER = r"""
 import atexit, json, os, runpy, signal, sys, time, traceback
+before = dict(os.environ)
 import numpy, torch, transformers, tokenizers, safetensors.torch, accelerate, tqdm, scipy.stats, sklearn.metrics
 from transformers import BertTokenizerFast
 
 threads = len(os.listdir("/proc/self/task"))
 REPLY = int(sys.argv[1])
 reply = os.fdopen(REPLY, "w", buffering=1)
-reply.write(json.dumps({"ready": threads == 1, "threads": threads}) + "\n")
+added = {k: v for k, v in os.environ.items() if k not in before}  # scikit-learn's KMP_* setdefaults
+reply.write(json.dumps({"ready": threads == 1, "threads": threads, "added": added}) + "\n")
 
 
 def child(req):
@@ -105,17 +107,24 @@ def _import_time(env: dict) -> dict:
 
 class ForkServer:
     def __init__(self, env: dict, cwd: Path):
-        self.fixed, self.lock = _import_time(env), threading.Lock()
+        self.lock = threading.Lock()
         read, write = os.pipe()
         self.proc = subprocess.Popen([sys.executable, "-c", SERVER, str(write)], stdin=subprocess.PIPE, env=env,
                                      cwd=cwd, pass_fds=(write,), text=True, stdout=subprocess.DEVNULL)
         os.close(write)
         self.replies = os.fdopen(read, "r")
-        first = self.replies.readline()
-        self.ready = bool(first) and json.loads(first)["ready"]
+        first = json.loads(self.replies.readline() or "{}")
+        self.ready, self.added = first.get("ready", False), first.get("added", {})
+        self.fixed = self._import_time(env)
+
+    def _import_time(self, env: dict) -> dict:
+        """`env`'s import-time part as the server's children see it: with what the server's own imports set by
+        default (scikit-learn sets KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK in os.environ when imported, so a test
+        process's environment gains them once any test imports it, and a plain subprocess would set them too)."""
+        return _import_time({**self.added, **env})
 
     def serves(self, env: dict) -> bool:
-        return self.ready and self.proc.poll() is None and _import_time(env) == self.fixed
+        return self.ready and self.proc.poll() is None and self._import_time(env) == self.fixed
 
     def run(self, module: str, args: list[str], env: dict, cwd: Path, timeout: float):
         """`python -m module args` in a child of the server; None if the server cannot take it now."""
