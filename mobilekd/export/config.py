@@ -36,7 +36,7 @@ class ExportConfig:
                 "--quantize none and dynamic-int8"})
     fused_only: bool = field(default=False, metadata={
         "help": "with --fused-lstm: write the fused files alone, not the unrolled ones (the file an app ships is the "
-                "fused one; litert-torch unrolls the LSTM over every position, which takes minutes to convert)"})
+                "fused one; litert-torch unrolls the LSTM over every position, which is slow to convert)"})
     onnx: bool = field(default=False, metadata={"help": "also export model.onnx and check it with onnxruntime"})
     onnx2tf: str | None = field(default=None, metadata={
         "metavar": "EXECUTABLE", "default_help": "none",

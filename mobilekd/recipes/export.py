@@ -15,7 +15,7 @@ Writes into OUT, each file atomically:
                             UNIDIRECTIONAL_SEQUENCE_LSTM ops) instead of the unrolled steps, by the TensorFlow converter
                             (mobilekd/export/fused_lstm.py; none and dynamic-int8), with the same inputs and metadata;
                             with --lengths also model_<quantize>_lengths_fused.tflite; with --fused-only these
-                            alone (no unrolled file: the app's is the fused one, and unrolling takes minutes)
+                            alone (no unrolled file: the app's is the fused one, and the unrolled one is slow to convert)
   model.onnx                with --onnx (opset 20), checked with onnxruntime
   model.pte                 with --executorch: for ExecuTorch, lowered to its XNNPACK delegate (fp32), checked
                             through ExecuTorch's runtime; the operators left to its portable kernels are listed
