@@ -53,6 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mobilekd import launch
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.flags import add_flags, from_flags
 from mobilekd.fileio import atomic_path, file_digest, read_json, write_json
@@ -190,7 +191,7 @@ def teacher_starts(teacher: Path) -> Path:
 
 def run_stage(name: str, argv: list[str], out: Path) -> None:
     print(f"== {name}: mobilekd {' '.join(argv)}", flush=True)
-    code = subprocess.run([sys.executable, "-m", "mobilekd", *argv], env=os.environ).returncode
+    code = launch.run(argv)
     if code != 0:
         raise UserError(f"{out}: the {name} stage failed (exit {code}; its error is above); run the same command "
                         f"again to resume")

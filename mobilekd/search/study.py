@@ -34,14 +34,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import optuna
 from filelock import FileLock
 
+from mobilekd import launch
 from mobilekd.errors import UserError
 from mobilekd.fileio import read_json
 from mobilekd.finetune.evaluation import chosen_by
@@ -192,9 +191,7 @@ def make_start(candidate: Candidate) -> Path:
         if not start.is_dir():
             shutil.rmtree(partial, ignore_errors=True)  # an interrupted stage's: begun again
             log = start.with_name(start.name + ".log")  # its progress, to follow a task-agnostic stage's minutes
-            with open(log, "w") as f:
-                code = subprocess.run([sys.executable, "-m", "mobilekd", *candidate.start], env=os.environ,
-                                      stdout=f, stderr=subprocess.STDOUT, check=False).returncode
+            code = launch.run(candidate.start, log)
             if code != 0 or not (partial / "model.safetensors").is_file():
                 tail = log.read_text().strip().splitlines()[-1:] or ["no output"]
                 raise TrialFailed(f"the start of {candidate.name} failed ({log}): {tail[0][:300]}")
@@ -207,9 +204,7 @@ def run_trial(trial: optuna.Trial, argv: list[str], run_dir: Path, rungs: int, c
     (the checkpoint it keeps), or stops it when the pruner says so (never at its last evaluation: the run is then
     trained), or when the clock passes `cut_at` while the study holds a complete trial (the wall limit)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    log = open(run_dir / "trial.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "mobilekd", *argv], env=os.environ, stdout=log,
-                            stderr=subprocess.STDOUT)
+    proc = launch.Run(argv, run_dir / "trial.log")
     reported = 0
     try:
         while True:
@@ -233,7 +228,7 @@ def run_trial(trial: optuna.Trial, argv: list[str], run_dir: Path, rungs: int, c
     finally:
         if proc.poll() is None:
             proc.kill()
-        log.close()
+            proc.wait()
     if proc.returncode != 0:
         tail = (run_dir / "trial.log").read_text().strip().splitlines()[-1:] or ["no output"]
         trial.set_user_attr("error", tail[0][:300])
