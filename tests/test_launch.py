@@ -1,0 +1,21 @@
+"""mobilekd/launch.py: a `mobilekd` run forked from a server of the heavy imports is still a run of its own (its
+stopping mid-run: test_ship.py, the wall-limit cut)."""
+
+import time
+
+from mobilekd import launch
+
+
+def test_a_forked_run_has_its_own_output_and_status_as_a_fresh_process_has_and_skips_the_imports(tmp_path,
+                                                                                                  monkeypatch):
+    assert launch.run(["models"], tmp_path / "forked.log") == 0  # the server's imports, once
+    begun = time.time()
+    code = launch.run(["finetune", "--task", "sst2", "--model", str(tmp_path / "none")], tmp_path / "bad.log")
+    forked_seconds = time.time() - begun
+    lines = (tmp_path / "bad.log").read_text().strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and str(tmp_path / "none") in lines[0]
+    assert forked_seconds < 4  # a fresh `python -m mobilekd finetune` imports for about 7 s before it reads a flag
+    monkeypatch.setenv("MOBILEKD_FORK", "0")  # read as each run starts: a plain `python -m mobilekd`
+    assert launch.run(["models"], tmp_path / "fresh.log") == 0
+    assert (tmp_path / "fresh.log").read_text() == (tmp_path / "forked.log").read_text()
+    assert "MobileBERT" in (tmp_path / "forked.log").read_text()
