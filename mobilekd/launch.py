@@ -1,4 +1,4 @@
-"""`mobilekd VERB ...` in a process of its own, without paying its imports every time.
+"""`mobilekd VERB ...` (or `python -m MODULE ...`) in a process of its own, without paying its imports every time.
 
 A search (`mobilekd ship`) runs tens of short trials, each a `mobilekd finetune` or `mobilekd bilstm` run of its
 own (so that a trial can be stopped, and its memory returned, at any moment). A fresh `python -m mobilekd finetune`
@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -46,38 +47,53 @@ def _context():
 
 
 class Run:
-    """A `mobilekd` run under way, as a `subprocess.Popen` is read: poll(), wait(), terminate(), kill(),
-    returncode."""
+    """`python -m module *argv` under way (module `mobilekd` unless named), read as a `subprocess.Popen` is:
+    poll(), wait(timeout), terminate(), kill(), returncode. Its stdout goes to `log` (or this process's stdout),
+    its stderr to `stderr` (or where its stdout goes); it runs in `cwd` (or here) with `env` (or this process's
+    environment as it is now)."""
 
-    def __init__(self, argv: list[str], log: Path | None):
+    def __init__(self, argv: list[str], log: Path | None = None, *, module: str = "mobilekd",
+                 stderr: Path | None = None, env: dict | None = None, cwd: Path | None = None):
         self.argv = [str(a) for a in argv]
+        env = dict(os.environ if env is None else env)
         if forked():
-            self.proc = _context().Process(target=_child, args=(self.argv, str(log) if log else None,
-                                                                 dict(os.environ)), name="mobilekd")
+            self.proc = _context().Process(target=_child, name=module,
+                                           args=(module, self.argv, _path(log), _path(stderr), env, _path(cwd)))
             self.proc.start()
-        else:
-            out = open(log, "w") if log else None
-            try:
-                self.proc = subprocess.Popen([sys.executable, "-m", "mobilekd", *self.argv], env=os.environ,
-                                             stdout=out, stderr=subprocess.STDOUT if out else None)
-            finally:
-                if out:
-                    out.close()
+            return
+        out = open(log, "w") if log else None
+        err = open(stderr, "w") if stderr else None
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", module, *self.argv], env=env, cwd=cwd, stdout=out,
+                                         stderr=err or (subprocess.STDOUT if out else None))
+        finally:
+            for f in (out, err):
+                if f:
+                    f.close()
 
     @property
     def returncode(self) -> int | None:
-        return self.proc.exitcode if isinstance(self.proc, multiprocessing.process.BaseProcess) \
-            else self.proc.returncode
+        return self.proc.returncode if isinstance(self.proc, subprocess.Popen) else self.proc.exitcode
 
     def poll(self) -> int | None:
         if isinstance(self.proc, subprocess.Popen):
             self.proc.poll()
         return self.returncode
 
-    def wait(self) -> int:
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit status; subprocess.TimeoutExpired (the run killed) if it has not ended within `timeout` s."""
         if isinstance(self.proc, subprocess.Popen):
-            return self.proc.wait()
-        self.proc.join()
+            try:
+                return self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise
+        self.proc.join(timeout)
+        if self.proc.exitcode is None:
+            self.proc.kill()
+            self.proc.join()
+            raise subprocess.TimeoutExpired([sys.executable, "-m", self.proc.name, *self.argv], timeout)
         return self.proc.exitcode
 
     def terminate(self) -> None:
@@ -93,22 +109,31 @@ def run(argv: list[str], log: Path | None = None) -> int:
     return Run(argv, log).wait()
 
 
-def _child(argv: list[str], log: str | None, env: dict) -> None:
-    """The run, in the forked child: the caller's environment, output to `log`, `mobilekd *argv`, then the atexit
-    handlers a normal exit runs (a multiprocessing child ends in os._exit, which skips them)."""
-    if log:
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-        sys.stdout = open(1, "w", buffering=1, closefd=False)
-        sys.stderr = open(2, "w", buffering=1, closefd=False)
+def _path(p) -> str | None:
+    return str(p) if p else None
+
+
+def _child(module: str, argv: list[str], log: str | None, stderr: str | None, env: dict, cwd: str | None) -> None:
+    """The run, in the forked child, as `python -m module *argv` starts one: its output files, environment, working
+    directory (first on sys.path) and argv; then the atexit handlers a normal exit runs (a multiprocessing child
+    ends in os._exit, which skips them)."""
+    for fd, path in ((1, log), (2, stderr)):
+        if path:
+            f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(f, fd)
+            os.close(f)
+    if log and not stderr:
+        os.dup2(1, 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
     os.environ.clear()
     os.environ.update(env)
-    sys.argv = ["mobilekd", *argv]
-    from mobilekd.cli import main
+    if cwd:
+        os.chdir(cwd)
+    sys.path.insert(0, os.getcwd())
+    sys.argv = [module, *argv]
     try:
-        main(argv)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     finally:
         atexit._run_exitfuncs()
         sys.stdout.flush()

@@ -4,13 +4,15 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parents[1]
+# every program a test runs sees these (helpers.env), and so does this process, before torch is imported: the server
+# our programs fork from (mobilekd/launch.py) imports torch with this environment, as a fresh process would
+os.environ.update({"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_OFFLINE": "1",
+                   "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"})
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one of scripts/test.sh's processes, one per core: one thread each
     import torch
 
     torch.set_num_threads(1)
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 

@@ -1,17 +1,19 @@
 """Shared test helpers: a small BERT-layout config; our command-line programs run as users run them (a process of
-their own, forked from a server of the heavy imports: forkserver.py)."""
+their own, forked from a server of the heavy imports: mobilekd/launch.py)."""
 
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from safetensors.torch import load_file
 
-import forkserver
 from conftest import ROOT
+from mobilekd import launch
 from mobilekd.models.config import ModelConfig
 from mobilekd.train.checkpoint import find_checkpoint
 
@@ -23,13 +25,19 @@ BERT = ModelConfig(hidden_size=96, num_hidden_layers=4, num_attention_heads=12, 
 
 
 def env(threads: int = 1) -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_OFFLINE": "1",
-            "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    """A program's environment: this process's (conftest.py sets what every test's programs share), `threads`
+    threads."""
+    return {**os.environ, "OMP_NUM_THREADS": str(threads)}
 
 
 def run_module(module: str, *args, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
-    """`python -m module args`, a process of its own (forked from this worker's server of imports: forkserver.py)."""
-    proc = forkserver.run(module, [str(a) for a in args], env(), ROOT, timeout)
+    """`python -m module args`, a process of its own, forked from this worker's server of the heavy imports (or
+    started afresh under MOBILEKD_FORK=0): its stdout, stderr and exit status."""
+    with tempfile.TemporaryDirectory() as work:
+        out, err = Path(work) / "stdout", Path(work) / "stderr"
+        code = launch.Run(args, out, module=module, stderr=err, env=env(), cwd=ROOT).wait(timeout)
+        proc = subprocess.CompletedProcess([sys.executable, "-m", module, *map(str, args)], code,
+                                           out.read_text(errors="replace"), err.read_text(errors="replace"))
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc
