@@ -10,6 +10,7 @@ from mobilekd.data.custom import read_custom
 from mobilekd.data.glue import TASKS, find_split, read_glue
 from mobilekd.data.pretraining import load_pretraining_data
 from mobilekd.data.squad import read_squad, squad_features
+from mobilekd.data.tasks import load_task
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError
 
@@ -198,3 +199,16 @@ def test_read_only_passes_batch_by_length_and_return_outputs_in_order(tokenizer)
     in_order = sum(32 * int(split.lengths[i:i + 32].max()) for i in range(0, 300, 32))
     assert padded < in_order  # fewer padded positions than the split's own order
     assert np.array_equal(split.arrays["input_ids"][order][back], split.arrays["input_ids"])
+
+
+def test_a_custom_training_set_of_one_class_is_refused_before_any_training(tmp_path):
+    """Found when the task is loaded, not when dev is scored at the end of a whole run (or search), where the one
+    class the model learnt cannot hold dev's others; dev is not read to find it."""
+    (tmp_path / "train.csv").write_text("text,label\na film,captions\nanother,captions\n")
+    (tmp_path / "dev.csv").write_text("text,label\nnews item,news\n")
+    with pytest.raises(UserError, match=r"train.csv: every example has the label 'captions': a classifier needs two"):
+        load_task("custom", tmp_path)
+    (tmp_path / "train.csv").write_text("text,label\na film,captions\nnews,news\n")
+    assert load_task("custom", tmp_path).labels == ["captions", "news"]
+    (tmp_path / "train.csv").write_text("text,label\na film,1.5\nanother,1.5\n")
+    assert load_task("custom", tmp_path, regression=True).is_regression

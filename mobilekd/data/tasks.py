@@ -197,10 +197,14 @@ def load_task(name: str, data: Path, eval_only: bool = False, regression: bool =
                     "2.0" if name == "squad2" else "1.1")
     if name == "custom":
         suffixes = [".csv", ".tsv", ".jsonl"]
-        train = None if eval_only else read_custom(_find(data, "train", suffixes), regression=regression)
+        train_path = None if eval_only else _find(data, "train", suffixes)
+        train = None if eval_only else read_custom(train_path, regression=regression)
         labels = None
         if not regression:
             labels = sorted({e.label for e in (train or []) if e.label is not None})
+            if train and len(labels) == 1:  # found now, not after a whole run, when dev holds another label
+                raise located(train_path, f"every example has the label {labels[0]!r}: a classifier needs two "
+                                          f"classes or more (numeric labels: --regression)")
         dev_path = _find(data, "dev", suffixes)
         dev = LazySplits(["dev"], lambda _: read_custom(dev_path, labels if labels else None, regression))
         if not regression and not labels:  # evaluation only: the labels are dev's

@@ -520,8 +520,8 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
         write_json(kept, {"trial": chosen.number, "dir": chosen.user_attrs["dir"]})
     for name, model in (("teacher", out / "teacher"), ("student", student)):  # every choice is made: dev, once
         if not scored(model):
-            run_stage(f"the {name} on dev, once", ["finetune", *flags, "--model", str(model), "--eval-only",
-                                                  "--out", str(model / "dev")], out)
+            run_stage(f"{name} on dev, once", ["finetune", *flags, "--model", str(model), "--eval-only",
+                                              "--out", str(model / "dev")], out)
     bilstm = chosen.user_attrs.get("verb") == "bilstm"  # its app's file: TFLite's fused LSTM kernel
     export = ["export", "--model", str(student), "--quantize", *args.quantize, "--max-len", str(b["max_len"]),
               *(["--fused-lstm", "--fused-only"] if bilstm else []), "--parity-examples", "1000000", "--out",
