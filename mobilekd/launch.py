@@ -12,9 +12,11 @@ after it (its pthread_atfork handlers); torch's OpenMP pool starts at the first 
 never runs. The caller's main module must be safe to import (Python's rule for forkserver children): `python -m
 mobilekd` and the `mobilekd` command are.
 
-A child is still a run of its own: its argv, the caller's environment as it is when the run starts, its output
-(a log file, or the caller's stdout and stderr), its exit status (`Process.exitcode`: 2 for a UserError or a flag
-error), and atexit handlers run as at a normal exit. `MOBILEKD_FORK=0` runs each as `python -m mobilekd`
+The server starts with the caller's environment at its first run, and what the imports read then (OMP_NUM_THREADS,
+which torch's OpenMP reads once) holds for every run it forks; the recipes set their thread count themselves
+(--threads). A child is still a run of its own: its argv, the caller's environment as it is when the run starts, its
+output (a log file, or the caller's stdout and stderr), its exit status (`Process.exitcode`: 2 for a UserError or a
+flag error), and atexit handlers run as at a normal exit. `MOBILEKD_FORK=0` runs each as `python -m mobilekd`
 instead (what a run costs without the server, or where forking is not wanted).
 """
 
@@ -28,9 +30,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-# What every recipe imports and what takes the time (python -X importtime), not the recipes themselves: a module
-# the server imported is not imported again by the child, so a change to our code reaches the next run.
-# transformers' classes load lazily: the tokenizer's modules are named (0.7 s more of every run otherwise).
+# What every recipe imports and what takes the time (python -X importtime): third-party modules only, so that each
+# run imports our own code afresh (an edit reaches the next run). transformers loads its classes lazily: the
+# tokenizer's modules are named (0.7 s more of every run otherwise).
 PRELOAD = ["torch", "transformers", "transformers.models.auto.tokenization_auto",
            "transformers.models.bert.tokenization_bert", "tokenizers", "safetensors.torch", "accelerate", "scipy.stats",
            "sklearn.metrics", "optuna", "tqdm", "torch.utils.tensorboard"]
