@@ -58,11 +58,17 @@ class Run:
                  stderr: Path | None = None, env: dict | None = None, cwd: Path | None = None):
         self.argv = [str(a) for a in argv]
         env = dict(os.environ if env is None else env)
+        for path in (log, stderr):  # made here, so that a run that never starts still leaves its (empty) files
+            if path:
+                open(path, "w").close()
         if forked():
-            self.proc = _context().Process(target=_child, name=module,
-                                           args=(module, self.argv, _path(log), _path(stderr), env, _path(cwd)))
-            self.proc.start()
-            return
+            try:
+                self.proc = _context().Process(target=_child, name=module,
+                                               args=(module, self.argv, _path(log), _path(stderr), env, _path(cwd)))
+                self.proc.start()
+                return
+            except (OSError, EOFError) as err:  # the server could not start (or died): a fresh process instead
+                print(f"warning: mobilekd.launch: no fork server ({err}); starting a fresh process", file=sys.stderr)
         out = open(log, "w") if log else None
         err = open(stderr, "w") if stderr else None
         try:
@@ -83,20 +89,20 @@ class Run:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        """The exit status; subprocess.TimeoutExpired (the run killed) if it has not ended within `timeout` s."""
-        if isinstance(self.proc, subprocess.Popen):
-            try:
+        """The exit status; subprocess.TimeoutExpired (the run killed) if it has not ended within `timeout` s. A
+        caller interrupted while waiting (Ctrl-C, a signal) kills the run first, as subprocess.run does."""
+        try:
+            if isinstance(self.proc, subprocess.Popen):
                 return self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise
-        self.proc.join(timeout)
-        if self.proc.exitcode is None:
-            self.proc.kill()
-            self.proc.join()
-            raise subprocess.TimeoutExpired([sys.executable, "-m", self.proc.name, *self.argv], timeout)
-        return self.proc.exitcode
+            self.proc.join(timeout)
+            if self.proc.exitcode is None:
+                raise subprocess.TimeoutExpired([sys.executable, "-m", self.proc.name, *self.argv], timeout)
+            return self.proc.exitcode
+        except BaseException:
+            if self.poll() is None:
+                self.kill()
+                self.proc.wait() if isinstance(self.proc, subprocess.Popen) else self.proc.join()
+            raise
 
     def terminate(self) -> None:
         self.proc.terminate()
@@ -127,7 +133,7 @@ def _child(module: str, argv: list[str], log: str | None, stderr: str | None, en
     if log and not stderr:
         os.dup2(1, 2)
     sys.stdout = open(1, "w", buffering=1, closefd=False)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")  # as Python's own stderr
     os.environ.clear()
     os.environ.update(env)
     if cwd:

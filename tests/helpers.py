@@ -35,7 +35,11 @@ def run_module(module: str, *args, check: bool = True, timeout: int = 600) -> su
     started afresh under MOBILEKD_FORK=0): its stdout, stderr and exit status."""
     with tempfile.TemporaryDirectory() as work:
         out, err = Path(work) / "stdout", Path(work) / "stderr"
-        code = launch.Run(args, out, module=module, stderr=err, env=env(), cwd=ROOT).wait(timeout)
+        try:
+            code = launch.Run(args, out, module=module, stderr=err, env=env(), cwd=ROOT).wait(timeout)
+        except subprocess.TimeoutExpired as expired:  # killed: what it printed, for the failure's message
+            expired.output, expired.stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+            raise
         proc = subprocess.CompletedProcess([sys.executable, "-m", module, *map(str, args)], code,
                                            out.read_text(errors="replace"), err.read_text(errors="replace"))
     if check and proc.returncode != 0:

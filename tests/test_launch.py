@@ -1,7 +1,11 @@
 """mobilekd/launch.py: a `mobilekd` run forked from a server of the heavy imports is still a run of its own (its
 stopping mid-run: test_ship.py, the wall-limit cut)."""
 
+import signal
+import subprocess
 import time
+
+import pytest
 
 from mobilekd import launch
 
@@ -19,3 +23,26 @@ def test_a_forked_run_has_its_own_output_and_status_as_a_fresh_process_has_and_s
     assert launch.run(["models"], tmp_path / "fresh.log") == 0
     assert (tmp_path / "fresh.log").read_text() == (tmp_path / "forked.log").read_text()
     assert "MobileBERT" in (tmp_path / "forked.log").read_text()
+
+
+def test_a_run_is_killed_when_its_wait_times_out_or_is_interrupted(tmp_path):
+    """As subprocess.run does: a caller that stops waiting (a timeout, Ctrl-C) leaves no run behind it."""
+    sleeper = ["-n", "1", "import time; time.sleep(120)"]  # `python -m timeit`: a process that runs two minutes
+    run = launch.Run(sleeper, tmp_path / "a.log", module="timeit")
+    with pytest.raises(subprocess.TimeoutExpired):
+        run.wait(timeout=1)
+    assert run.returncode is not None and run.returncode < 0  # killed, not left running
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    run = launch.Run(sleeper, tmp_path / "b.log", module="timeit")
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        with pytest.raises(KeyboardInterrupt):
+            run.wait()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert run.returncode is not None and run.returncode < 0

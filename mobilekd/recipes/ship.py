@@ -44,6 +44,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -447,7 +448,8 @@ def main(argv=None):
                                        problem is None, b["train_examples"], space["search"]["rungs"], verb_flags,
                                        cut_at=time.time() + timeout if cut else None)
 
-    if args.join:  # a worker of the parent below, which holds OUT
+    if args.join:  # a worker of the parent below, which holds OUT; stopped by it, it stops its trial (run_trial)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
         search.search(*study_and_objective(), trials, timeout)
         return
     with owned(out, argv=argv):  # one ship at a time in OUT: a second would fail the first's running trials as stale
