@@ -101,7 +101,10 @@ class Run:
         except BaseException:
             if self.poll() is None:
                 self.kill()
-                self.proc.wait() if isinstance(self.proc, subprocess.Popen) else self.proc.join()
+                if isinstance(self.proc, subprocess.Popen):
+                    self.proc.wait()
+                else:
+                    self.proc.join()
             raise
 
     def terminate(self) -> None:
