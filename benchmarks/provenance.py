@@ -31,7 +31,7 @@ TIMING_METRICS = {
     "paper_schedule_hours", "pd_seconds", "peak_gflops", "pkt_seconds", "profiled_wall_ms", "ratio",
     "real_tokens_per_second", "seconds", "seconds_per_pass", "seconds_per_step", "speedup", "std_ms",
     "tokens_per_s", "useful_gflops", "wall_seconds", "peak_gpu_gib", "memory_mb", "intermediate_seconds",
-    "teacher_store_seconds", "transfer_seconds"}
+    "teacher_store_seconds", "transfer_seconds", "search_wall_seconds", "trial_wall_seconds_median"}
 # fields beside a score that are a time or a precision the host's probe chose
 TIMING_FIELDS = {
     "train_seconds", "host_ms", "full_host_ms", "single_task_host_ms", "soft_target_seconds", "importance_seconds",
