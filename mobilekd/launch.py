@@ -1,10 +1,10 @@
 """`mobilekd VERB ...` (or `python -m MODULE ...`) in a process of its own, without paying its imports every time.
 
-A search (`mobilekd ship`) runs tens of short trials, each a `mobilekd finetune` or `mobilekd bilstm` run of its
-own (so that a trial can be stopped, and its memory returned, at any moment). A fresh `python -m mobilekd finetune`
-spends about 7 s importing torch, transformers, scipy and scikit-learn (measured: `python -X importtime` on a 2-core
-AMD EPYC) before a small trial's second of training. Here a server process imports them once and forks a child for
-each run: Python's own `multiprocessing` forkserver, with those modules preloaded
+A search (`mobilekd ship`) runs tens of short trials, each a `mobilekd finetune` or `mobilekd bilstm` run of its own
+(so that a trial can be stopped, and its memory returned, at any moment). A fresh `python -m mobilekd finetune`
+spends seconds importing torch, transformers, scipy and scikit-learn before it trains (a search's trials start about
+4 s sooner forked: `python -m benchmarks.trial_start`, docs/throughput.md). Here a server process imports them once
+and forks a child for each run: Python's own `multiprocessing` forkserver, with those modules preloaded
 (`multiprocessing.set_forkserver_preload`).
 The server is spawned afresh, not forked from the caller (whose threads a fork would not carry). The only threads
 its imports start are the OpenBLAS pools of numpy and scipy, which OpenBLAS stops before a fork and starts again
