@@ -1,6 +1,7 @@
 """Every command the README and the docs pages print runs as typed on a fresh clone: each script they name is
 executable in git's index (a clone keeps only that bit), and each `python -m mobilekd VERB` and
-`python -m benchmarks.NAME` they name exists and answers `--help` with exit 0."""
+`python -m benchmarks.NAME` they name exists and answers `--help` with exit 0; every link between them reaches a
+file, and a heading where it names one."""
 
 import json
 import re
@@ -37,6 +38,30 @@ def test_the_pages_print_the_two_commands_and_more():
     assert "scripts/demo.sh" in lines and "scripts/test.sh" in lines  # the README's two commands
     assert any(MODULE.search(line) for line in lines)
 
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")  # a markdown link's target
+
+
+def headings(page) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation but hyphens dropped, spaces as hyphens."""
+    text = BLOCK.sub("", page.read_text(encoding="utf-8"))  # a "# comment" in a shell block is no heading
+    return {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            for line in text.splitlines() if re.match(r"#{1,6} ", line)}
+
+
+def test_every_link_between_the_pages_reaches_its_file_and_heading():
+    broken, seen = [], 0
+    for page in PAGES:
+        for target in LINK.findall(page.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", target):  # https:, mailto:
+                continue
+            path, _, heading = target.partition("#")
+            dest, seen = (page.parent / path if path else page), seen + 1
+            if not dest.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif heading and dest.suffix == ".md" and heading not in headings(dest):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert seen > 100 and not broken, broken
 
 def test_every_script_a_page_names_is_executable_in_git():
     named = sorted({m for _, line in commands() for m in SCRIPT.findall(line)})
