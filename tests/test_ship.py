@@ -632,3 +632,18 @@ def test_the_family_table_judges_the_frontier_on_each_familys_best_complete_tria
              for r in rows]  # a newer space where the family leads on both seeds decides, in either order
     for both in (rows + later, later + rows):
         assert "1 of the 1 searched with it so far (cola: on it, 2 of 2 seeds" in family_table(both)
+
+
+def test_sst2s_ship_is_set_against_model_makers_model_from_their_rows():
+    """Issue 74: on SST-2, ship at least 6 points above Model Maker's average-word-embedding model. The note reads
+    today's ship rows and the Model Maker rows kept in docs/results/quality.json (5 seeds, about 0.808)."""
+    from benchmarks.ship import model_maker
+
+    def ship(seed, value):
+        return {"method": "ship", "task": "sst2", "seed": seed, "teacher_choice": "validation", "draw": "family",
+                "metric": "accuracy", "value": value}
+
+    assert model_maker([{**ship(0, 0.9), "task": "cola"}]) == ""  # no SST-2 run: nothing said
+    met = model_maker([ship(0, 0.87), ship(1, 0.88)])
+    assert "ship 0.8750 ± 0.0071 [n=2]" in met and "[n=5]" in met and "+6.7 points" in met and "met on" in met
+    assert "missed on the means" in model_maker([ship(0, 0.85)])
