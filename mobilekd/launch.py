@@ -3,7 +3,7 @@
 A search (`mobilekd ship`) runs tens of short trials, each a `mobilekd finetune` or `mobilekd bilstm` run of its own
 (so that a trial can be stopped, and its memory returned, at any moment). A fresh `python -m mobilekd finetune`
 spends seconds importing torch, transformers, scipy and scikit-learn before it trains (a search's trials start about
-4 s sooner forked: `python -m benchmarks.trial_start`, docs/throughput.md). Here a server process imports them once
+4 s sooner forked: `python -m benchmarks.search_wall`, docs/throughput.md). Here a server process imports them once
 and forks a child for each run: Python's own `multiprocessing` forkserver, with those modules preloaded
 (`multiprocessing.set_forkserver_preload`).
 The server is spawned afresh, not forked from the caller (whose threads a fork would not carry). The only threads

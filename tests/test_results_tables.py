@@ -596,3 +596,21 @@ def test_the_demos_choices_are_made_on_validation_step_by_step(tmp_path):
     assert f"validation picks {teacher}, configs/demo.json has {ours['teacher']}: **they differ**" in text
     assert f"validation picks subset_task_kd, configs/demo.json has {ours['ship']}: " in text
     assert "not every choice is made yet" not in text
+
+
+def test_the_search_wall_table_pairs_each_comparisons_variants_and_leaves_out_the_warm_up():
+    from benchmarks.search_wall import table
+
+    def row(variant, metric, value, started):
+        return {"task": "stsb-genre-1000", "method": "ship-search", "variant": variant, "metric": metric,
+                "value": value, "started": started, "trials": 8, "host": "h"}
+
+    rows = [row("warm-up", "search_wall_seconds", 999, "0"), row("warm-up", "trial_wall_seconds_median", 99, "0")]
+    for i, (store, none) in enumerate([(100, 150), (110, 170)]):
+        rows += [row("store", "search_wall_seconds", store, f"{i}a"), row("no store", "search_wall_seconds", none,
+                                                                          f"{i}b"),
+                 row("store", "trial_wall_seconds_median", 10, f"{i}a"),
+                 row("no store", "trial_wall_seconds_median", 15, f"{i}b")]
+    text = table(rows)
+    assert "`--compare store` (subset, tinybert)" in text and "`--compare start`" not in text  # no start rows
+    assert "| stsb-genre-1000 | h | 8 | 2 | 105 s | 160 s | 10.0 s | 15.0 s | 1.52x |" in text
