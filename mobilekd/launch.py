@@ -28,6 +28,7 @@ import os
 import runpy
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 # What every recipe imports and what takes the time (python -X importtime): third-party modules only, so that each
@@ -139,6 +140,13 @@ def _child(module: str, argv: list[str], log: str | None, stderr: str | None, en
     sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")  # as Python's own stderr
     os.environ.clear()
     os.environ.update(env)
+    # tqdm's bars share a lock that is by default a multiprocessing RLock: a named semaphore registered with the
+    # resource tracker, which a forked child shares with its caller. A run killed mid-way (a trial cut short) never
+    # unregisters it, and the caller's tracker reports it as leaked when the caller exits. A run's bars are one
+    # process's: a thread lock serves them.
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
     if cwd:
         os.chdir(cwd)
     sys.path.insert(0, os.getcwd())

@@ -3,6 +3,7 @@ stopping mid-run: test_ship.py, the wall-limit cut)."""
 
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -46,3 +47,20 @@ def test_a_run_is_killed_when_its_wait_times_out_or_is_interrupted(tmp_path):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert run.returncode is not None and run.returncode < 0
+
+
+
+def test_a_run_killed_mid_way_leaves_its_caller_no_leaked_semaphore_to_report(tmp_path):
+    """A trial cut short is killed mid-run; its progress bar's lock must not be a semaphore of the resource tracker
+    it shares with its caller, or the caller (`mobilekd ship`) ends with "leaked semaphore objects" on stderr."""
+    log = tmp_path / "bar.log"
+    barred = ["-n", "1", "-s", "from tqdm import tqdm; bar = tqdm(total=3)", "import time; time.sleep(120)"]
+    caller = "\n".join([
+        "import time", "from mobilekd import launch",
+        f"run = launch.Run({barred!r}, {str(log)!r}, module='timeit')",
+        f"while run.poll() is None and '%' not in open({str(log)!r}).read(): time.sleep(0.2)",
+        "run.kill(); run.wait()"])
+    done = subprocess.run([sys.executable, "-c", caller], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "%" in log.read_text()  # the bar had started when the run was killed
+    assert "leaked" not in done.stderr, done.stderr
