@@ -82,7 +82,12 @@ SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
                               "(search.at_wall_limit \"cut\"; before, every trial under way finished), and MRPC's "
                               "checkpoints and students chosen on the mean of F1 and accuracy (before: F1)"),
           "4ac977db": ("mobilebert-cut", "mobilebert, with a trial under way at --hours cut there (as cut)"),
-          "cea671fa": ("mobilebert-3000-cut", "mobilebert-3000, with a trial under way at --hours cut there (as cut)")}
+          "cea671fa": ("mobilebert-3000-cut", "mobilebert-3000, with a trial under way at --hours cut there (as cut)"),
+          "cd2a1e92": ("cut-grouped", "cut, with a one-text task's validation split grouped by text: a phrase with "
+                                      "the training texts holding it (SST-2's phrases of one sentence on one side)"),
+          "a09ebfec": ("mobilebert-cut-grouped", "mobilebert-cut, its validation split grouped (as cut-grouped)"),
+          "99b68071": ("mobilebert-3000-cut-grouped", "mobilebert-3000-cut, its validation split grouped (as "
+                                                      "cut-grouped)")}
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
 QUALITY = "docs/results/quality.json"  # on the GLUE tasks, the students picked on dev (`dev_picked`)
 # each finished seed's dev predictions (ship's student, TF-IDF + LR) and labels, kept as data beside the results
@@ -205,11 +210,14 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
 def space_digest(plan: dict) -> str:
     """The digest of what a run's search drew from, of its plan.json: the configuration's search and teacher
     settings and the shapes, starts and spaces of FAMILIES and of every other family it had candidates of (a run of
-    `--families ... mobilebert`), descriptions left out (`mobilekd.recipes.ship.settings`)."""
+    `--families ... mobilebert`), descriptions left out (`mobilekd.recipes.ship.settings`), and how its validation
+    split was grouped where the plan says (`mobilekd.finetune.selection.GROUPING`)."""
     from mobilekd.recipes.ship import settings
 
     families = dict.fromkeys([*FAMILIES, *(name.split("/")[0] for name in plan["candidates"])])
     config = settings({"config": plan["config"], "candidates": [f"{f}/" for f in families]})["config"]
+    if plan.get("validation"):  # how the validation split was grouped, where plan.json says (ship since 2026-12-05)
+        config = {**config, "validation": plan["validation"]}
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8]
 
 

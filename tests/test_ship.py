@@ -517,6 +517,7 @@ def test_a_search_drawn_another_way_is_not_resumed(tmp_path):
     both draws, and its plan is left as it was."""
     from mobilekd.errors import UserError
     from mobilekd.fileio import read_json, write_json
+    from mobilekd.finetune.selection import GROUPING
     from mobilekd.recipes.ship import keep_plan
     from mobilekd.search.study import DRAW
 
@@ -530,6 +531,10 @@ def test_a_search_drawn_another_way_is_not_resumed(tmp_path):
     for _ in range(2):  # begun, then resumed under the same draw
         keep_plan(tmp_path / "new", {**plan, "draw": DRAW})
     assert read_json(tmp_path / "new" / "plan.json")["draw"] == DRAW
+    with pytest.raises(UserError, match="holds a search whose validation split was grouped otherwise \\(a text's "
+                                        "copies; this mobilekd: a text's copies, and in a one-text task"):
+        keep_plan(tmp_path / "new", {**plan, "draw": DRAW, "validation": GROUPING})
+    assert "validation" not in read_json(tmp_path / "new" / "plan.json")
 
 
 def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_name(tmp_path):
@@ -542,15 +547,18 @@ def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_nam
     from benchmarks.ship import FAMILIES, SPACES, earlier_space, keep_predictions, run_dir, run_space, space_digest
     from mobilekd.errors import UserError
     from mobilekd.fileio import read_json
+    from mobilekd.finetune.selection import GROUPING
     from mobilekd.search.space import CONFIG, load_space
 
-    plan = {"candidates": [f"{f}/x" for f in FAMILIES], "config": read_json(CONFIG)}
+    plan = {"candidates": [f"{f}/x" for f in FAMILIES], "config": read_json(CONFIG), "validation": GROUPING}
     names = [name for name, _ in SPACES.values()]
+    assert run_space(tmp_path, {**plan, "validation": None}) == names[-6]  # before ship recorded its grouping
     with_mobilebert = {**plan, "candidates": [*plan["candidates"], "mobilebert/mobilebert_tiny_h384_l4"]}
     assert run_space(tmp_path, with_mobilebert) == names[-2] and run_space(tmp_path, plan) == names[-3]
     gpu = {**with_mobilebert, "config": load_space(CONFIG.with_name("ship_gpu.json"))}  # its starts 3,000 steps
     assert run_space(tmp_path, gpu) == names[-1] and earlier_space(names[-1]) == names[-2]
-    assert earlier_space(names[-2]) == names[-3] and names[0] is None and earlier_space(names[1]) is None
+    assert earlier_space(names[-2]) == names[-3] and earlier_space(names[-3]) == names[-4]
+    assert names[0] is None and earlier_space(names[1]) is None
     assert earlier_space(names[-1], {None, names[-1]}) is None  # a task that ran the first space alone before it
     with pytest.raises(ValueError):
         earlier_space(names[0])

@@ -7,7 +7,9 @@ estimates), one scored once after every choice is not.
 The split (`carve`) is seeded, stratified where the task allows (by label for classification, by quantile bin of
 the score for regression), for SQuAD drawn by paragraph (a paragraph's questions all on one side, so validation
 never reads a context training saw), with a text that recurs in the training data kept on one side (so validation
-never scores a sentence training saw: StratifiedGroupKFold's first fold) and capped in size, and its rule is recorded beside the results
+never scores a sentence training saw: StratifiedGroupKFold's first fold), and for one-text tasks a text found word
+for word inside a longer training text kept on that text's side (`text_groups`: SST-2's training examples are the
+phrases of its sentences' parse trees), and capped in size, and its rule is recorded beside the results
 (`Carved.record`) so a reader knows what chose the model. Stratified splitting is scikit-learn's
 `train_test_split`, the grouped one its `GroupShuffleSplit`.
 """
@@ -28,6 +30,9 @@ from mobilekd.rundir import HELD_OUT
 VALIDATION = HELD_OUT[0]  # the split's name in results.json, history.json and the rows
 FRACTION, CAP = 0.1, 2000  # a tenth of the training examples, at most 2,000 (a GLUE dev set's size: 277-1,500)
 SCORE_BINS = 5  # regression: stratified by the score's quintile
+# how `carve` groups a task's examples, recorded in `ship`'s plan.json (a search carved otherwise is not resumed)
+GROUPING = "a text's copies, and in a one-text task a text with the training texts holding it"
+SPAN_BUDGET = 20_000_000  # word spans `text_groups` may index (SST-2's 66,978 texts: 5.5M, 5 s); past it, copies only
 
 
 @dataclass
@@ -79,18 +84,18 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
                             f"hold out for validation (--select-on none keeps them all)")
         rule = "random paragraphs"
     else:
-        texts = np.unique([f"{e.text_a}\t{e.text_b}" for e in examples], return_inverse=True)[1]
+        texts, grouping = text_groups(examples)
         rule = ("stratified by label" if strata is not None and not task.is_regression else
                 f"stratified by the score's {SCORE_BINS} quantile bins" if strata is not None else "random")
         if texts.max() == 0:
-            raise UserError(f"the {n} training examples are one text repeated: nothing to hold out for validation "
-                            f"that training does not see (--select-on none keeps them all)")
-        if texts.max() + 1 < n:  # a text repeated (a sentence recurring across examples): all its copies on one side
-            folds = min(max(2, round(n / size)), texts.max() + 1)  # no more folds than distinct texts
+            raise UserError(f"the {n} training examples are one text repeated, or each inside another: nothing to "
+                            f"hold out for validation that training does not see (--select-on none keeps them all)")
+        if grouping:  # all of a group on one side
+            folds = min(max(2, round(n / size)), texts.max() + 1)  # no more folds than groups
             splitter = (StratifiedGroupKFold(folds, shuffle=True, random_state=seed) if strata is not None else
                         GroupKFold(folds, shuffle=True, random_state=seed))
             held = next(splitter.split(index, strata, groups=texts))[1]
-            rule += ", a repeated text's copies on one side"
+            rule += grouping
         else:
             rest, held = train_test_split(index, test_size=size, random_state=seed, shuffle=True, stratify=strata)
     held_set = set(held.tolist())
@@ -99,6 +104,36 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
                   record={"rule": rule, "fraction": fraction, "cap": cap, "seed": seed, "size": len(held_set),
                           "train_size": n - len(held_set)})
 
+
+def text_groups(examples: list) -> tuple[np.ndarray, str]:
+    """Each example's group for `carve`, numbered from 0, and the rule's words ("" when every group is one example).
+    A text's copies share a group. In a one-text task (no text_b), a text found word for word inside a longer
+    training text (lower-cased, split on spaces) joins the group of the longest one holding it: SST-2's training set
+    is the phrases of its 6,885 sentences' parse trees (Socher et al. 2013), and of a validation split drawn at
+    random from it 88% stand inside a training phrase (1,751 of 1,981, seed 0; of dev's 872 sentences, 2), so it
+    would score phrases of sentences training saw. Grouped, its 66,978 distinct texts fall into 6,885 groups. The
+    longer texts' word spans are indexed (a dictionary from each span to the longest text holding it); past
+    SPAN_BUDGET spans, copies alone are grouped."""
+    one_text = all(e.text_b is None for e in examples)
+    distinct, of_example = np.unique([e.text_a if one_text else f"{e.text_a}\t{e.text_b}" for e in examples],
+                                     return_inverse=True)
+    words = [tuple(k.lower().split()) for k in distinct]
+    parent = np.arange(len(distinct))
+    inside = False
+    if one_text and sum(len(w) * (len(w) + 1) // 2 for w in words) <= SPAN_BUDGET:
+        holder: dict[tuple, int] = {}  # a word span -> the longest text holding it (longer texts indexed first)
+        for i in sorted(range(len(words)), key=lambda i: -len(words[i])):
+            w = words[i]
+            if w in holder:  # inside a longer text (or the same words, cased or spaced otherwise)
+                parent[i], inside = parent[holder[w]], True
+            for a in range(len(w)):
+                for b in range(a + 1, len(w) + 1):
+                    holder.setdefault(w[a:b], i)
+    groups = np.unique(parent, return_inverse=True)[1][of_example]
+    if groups.max() + 1 == len(examples):
+        return groups, ""
+    return groups, (", a text and the training texts holding it on one side" if inside else
+                    ", a repeated text's copies on one side")
 
 def carve_pairs(pairs: list, seed: int, fraction: float = FRACTION, cap: int = CAP) -> Carved:
     """`carve` for (source, target) pairs (`mobilekd.data.pairs.TextPair`): `fraction` of them (at most `cap`, at

@@ -60,7 +60,7 @@ from mobilekd.flags import add_flags, from_flags
 from mobilekd.fileio import atomic_path, file_digest, read_json, write_json
 from mobilekd.host import identity
 from mobilekd.rundir import COMPLETE, completed, finished_results, owned, training_host
-from mobilekd.finetune.selection import validation_size
+from mobilekd.finetune.selection import GROUPING, validation_size
 from mobilekd.search.config import STARTS, ShipConfig, check
 from mobilekd.search.space import BATCH_SIZE, Candidate, load_space, needs_head, shapes, start_argv, verb
 
@@ -217,6 +217,11 @@ def keep_plan(out: Path, plan: dict) -> None:
         before = kept.get("draw") or "one draw over every shape, halved across families"
         raise located(out, f"holds a search drawn another way ({before}; this mobilekd: {plan.get('draw')}): finish "
                            "it with the mobilekd that began it, or use another --out")
+    if kept is not None and kept.get("validation") != plan.get("validation"):
+        before = kept.get("validation") or "a text's copies"
+        raise located(out, f"holds a search whose validation split was grouped otherwise ({before}; this mobilekd: "
+                           f"{plan.get('validation')}): finish it with the mobilekd that began it, or use another "
+                           "--out")
     if kept is not None and settings(kept) != settings(plan):
         raise located(out, "holds a run with other settings (its plan.json); use another --out, or delete it")
     if kept is None and (out / "trials").is_dir() and not (out / "teacher" / "chosen.json").is_file():
@@ -455,7 +460,7 @@ def main(argv=None):
     with owned(out, argv=argv):  # one ship at a time in OUT: a second would fail the first's running trials as stale
         keep_plan(out, {"teacher": {name: without_threads(argv) for name, argv in runs.items()},
                         "candidates": [c.name for c in found], "seed": args.seed, "config": space,
-                        "latency_ms": limit, "trials": trials, "draw": search.DRAW})
+                        "latency_ms": limit, "trials": trials, "draw": search.DRAW, "validation": GROUPING})
         if not (out / "teacher" / "chosen.json").is_file():
             for name, run in runs.items():
                 if finished_results(out / "teachers" / name) is None:
