@@ -32,7 +32,6 @@ FRACTION, CAP = 0.1, 2000  # a tenth of the training examples, at most 2,000 (a 
 SCORE_BINS = 5  # regression: stratified by the score's quintile
 # how `carve` groups a task's examples, recorded in `ship`'s plan.json (a search carved otherwise is not resumed)
 GROUPING = "a text's copies, and in a one-text task a text with the training texts holding it"
-SPAN_BUDGET = 20_000_000  # word spans `text_groups` may index (SST-2's 66,978 texts: 5.5M, 5 s); past it, copies only
 
 
 @dataclass
@@ -111,29 +110,38 @@ def text_groups(examples: list) -> tuple[np.ndarray, str]:
     training text (lower-cased, split on spaces) joins the group of the longest one holding it: SST-2's training set
     is the phrases of its 6,885 sentences' parse trees (Socher et al. 2013), and of a validation split drawn at
     random from it 88% stand inside a training phrase (1,751 of 1,981, seed 0; of dev's 872 sentences, 2), so it
-    would score phrases of sentences training saw. Grouped, its 66,978 distinct texts fall into 6,885 groups. The
-    longer texts' word spans are indexed (a dictionary from each span to the longest text holding it); past
-    SPAN_BUDGET spans, copies alone are grouped."""
+    would score phrases of sentences training saw. Grouped, its 66,978 distinct texts fall into 6,885 groups.
+    A text is looked for where its rarest word stands in the texts grouped before it (longest first), so the index
+    is one entry a word of the training data."""
     one_text = all(e.text_b is None for e in examples)
     distinct, of_example = np.unique([e.text_a if one_text else f"{e.text_a}\t{e.text_b}" for e in examples],
                                      return_inverse=True)
-    words = [tuple(k.lower().split()) for k in distinct]
     parent = np.arange(len(distinct))
     inside = False
-    if one_text and sum(len(w) * (len(w) + 1) // 2 for w in words) <= SPAN_BUDGET:
-        holder: dict[tuple, int] = {}  # a word span -> the longest text holding it (longer texts indexed first)
-        for i in sorted(range(len(words)), key=lambda i: -len(words[i])):
+    if one_text:
+        words = [tuple(k.lower().split()) for k in distinct]
+        where: dict[str, list[tuple[int, int]]] = {}  # a word -> (text, position) of each of its occurrences
+        for i, w in enumerate(words):
+            for position, word in enumerate(w):
+                where.setdefault(word, []).append((i, position))
+        order = sorted(range(len(words)), key=lambda i: -len(words[i]))
+        rank = np.empty(len(words), dtype=np.int64)
+        rank[order] = np.arange(len(words))
+        for i in order:  # a holder is grouped before it, so its group is final
             w = words[i]
-            if w in holder:  # inside a longer text (or the same words, cased or spaced otherwise)
-                parent[i], inside = parent[holder[w]], True
-            for a in range(len(w)):
-                for b in range(a + 1, len(w) + 1):
-                    holder.setdefault(w[a:b], i)
+            if not w:
+                continue
+            k = min(range(len(w)), key=lambda j: len(where[w[j]]))
+            holders = [u for u, position in where[w[k]] if rank[u] < rank[i] and position >= k
+                       and words[u][position - k:position - k + len(w)] == w]
+            if holders:
+                parent[i], inside = parent[max(holders, key=lambda u: (len(words[u]), -rank[u]))], True
     groups = np.unique(parent, return_inverse=True)[1][of_example]
     if groups.max() + 1 == len(examples):
         return groups, ""
     return groups, (", a text and the training texts holding it on one side" if inside else
                     ", a repeated text's copies on one side")
+
 
 def carve_pairs(pairs: list, seed: int, fraction: float = FRACTION, cap: int = CAP) -> Carved:
     """`carve` for (source, target) pairs (`mobilekd.data.pairs.TextPair`): `fraction` of them (at most `cap`, at
