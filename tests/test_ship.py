@@ -201,9 +201,11 @@ def test_bad_input_is_one_line(tmp_path):
     assert not (tmp_path / "out").exists()  # refused before any stage ran
     other = tmp_path / "other"
     other.mkdir()
+    from mobilekd.finetune.selection import GROUPING
     from mobilekd.search.study import DRAW
 
-    (other / "plan.json").write_text(json.dumps({"teacher": {}, "draw": DRAW}))  # a run with other settings there
+    other_settings = {"teacher": {}, "draw": DRAW, "validation": GROUPING}  # a run with other settings there
+    (other / "plan.json").write_text(json.dumps(other_settings))
     reused = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
                                        "--families", "subset", "--out", other, check=False))
     assert "other settings" in reused and not (other / "teacher").exists()
