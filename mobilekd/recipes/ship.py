@@ -213,15 +213,11 @@ def keep_plan(out: Path, plan: dict) -> None:
     if kept is not None and isinstance(kept.get("teacher"), list):
         raise located(out, "holds a run of a ship from before the teacher was chosen on validation (one teacher "
                            "run in its plan.json); its ship.json stands as it is: use another --out for a new run")
-    if kept is not None and kept.get("draw") != plan.get("draw"):
-        before = kept.get("draw") or "one draw over every shape, halved across families"
-        raise located(out, f"holds a search drawn another way ({before}; this mobilekd: {plan.get('draw')}): finish "
-                           "it with the mobilekd that began it, or use another --out")
-    if kept is not None and kept.get("validation") != plan.get("validation"):
-        before = kept.get("validation") or "a text's copies"
-        raise located(out, f"holds a search whose validation split was grouped otherwise ({before}; this mobilekd: "
-                           f"{plan.get('validation')}): finish it with the mobilekd that began it, or use another "
-                           "--out")
+    for field, how, unrecorded in (("draw", "drawn another way", "one draw over every shape, halved across families"),
+                                   ("validation", "whose validation split was grouped otherwise", "a text's copies")):
+        if kept is not None and kept.get(field) != plan.get(field):  # unrecorded: what an older plan.json meant
+            raise located(out, f"holds a search {how} ({kept.get(field) or unrecorded}; this mobilekd: "
+                               f"{plan.get(field)}): finish it with the mobilekd that began it, or use another --out")
     if kept is not None and settings(kept) != settings(plan):
         raise located(out, "holds a run with other settings (its plan.json); use another --out, or delete it")
     if kept is None and (out / "trials").is_dir() and not (out / "teacher" / "chosen.json").is_file():
