@@ -87,7 +87,14 @@ SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
                                       "the training texts holding it (SST-2's phrases of one sentence on one side)"),
           "a09ebfec": ("mobilebert-cut-grouped", "mobilebert-cut, its validation split grouped (as cut-grouped)"),
           "99b68071": ("mobilebert-3000-cut-grouped", "mobilebert-3000-cut, its validation split grouped (as "
-                                                      "cut-grouped)")}
+                                                      "cut-grouped)"),
+          "900dca04": ("cut-grouped-aug20k", "cut-grouped, with no augmented set drawn for a task of over 20,000 "
+                                             "training examples (--augment's up_to_examples): SST-2's took a "
+                                             "trial's whole share of the search"),
+          "ebe4c407": ("mobilebert-cut-grouped-aug20k", "mobilebert-cut-grouped, augmented sets as "
+                                                        "cut-grouped-aug20k"),
+          "05e059e4": ("mobilebert-3000-cut-grouped-aug20k", "mobilebert-3000-cut-grouped, augmented sets as "
+                                                             "cut-grouped-aug20k")}
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
 QUALITY = "docs/results/quality.json"  # on the GLUE tasks, the students picked on dev (`dev_picked`)
 # each finished seed's dev predictions (ship's student, TF-IDF + LR) and labels, kept as data beside the results

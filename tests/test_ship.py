@@ -95,6 +95,13 @@ def test_the_search_space_prices_shapes_and_draws_each_familys_own_flags(tmp_pat
     assert methods == {"kd", "pkt-td"}  # logit KD, or MobileBERT's transfer over the task's examples first
     headless = suggest(study.ask(), "subset", space["families"]["subset"], teacher, False, 5000)[1]
     assert "--augment" not in headless  # augmentation draws its words from a masked LM the teacher lacks
+    # a task over the space's up_to_examples (SST-2's 67,349) trains on its own examples: no augmented set drawn
+    for family in ("subset", "tinybert", "bilstm"):
+        limit = space["families"][family]["space"]["--augment"]["up_to_examples"]
+        large = [suggest(study.ask(), family, space["families"][family], teacher, True, limit + 1) for _ in range(6)]
+        assert all("--augment" not in v and "--augment" not in f for f, v in large)
+        assert {suggest(study.ask(), family, space["families"][family], teacher, True, limit)[1]["--augment"]
+                for _ in range(12)} > {0}
     # the BiLSTM: its sizes are its shapes and flags, no start stage, its transfer set needs no masked LM
     lstm = space["families"]["bilstm"]
     found = shapes("bilstm", lstm, config)
@@ -554,7 +561,11 @@ def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_nam
 
     plan = {"candidates": [f"{f}/x" for f in FAMILIES], "config": read_json(CONFIG), "validation": GROUPING}
     names = [name for name, _ in SPACES.values()]
-    assert run_space(tmp_path, {**plan, "validation": None}) == names[-6]  # before ship recorded its grouping
+    before = copy.deepcopy(plan)  # before --augment's up_to_examples
+    for family in before["config"]["families"].values():
+        family["space"]["--augment"].pop("up_to_examples")
+    assert run_space(tmp_path, before) == names[-6]
+    assert run_space(tmp_path, {**before, "validation": None}) == names[-9]  # before ship recorded its grouping
     with_mobilebert = {**plan, "candidates": [*plan["candidates"], "mobilebert/mobilebert_tiny_h384_l4"]}
     assert run_space(tmp_path, with_mobilebert) == names[-2] and run_space(tmp_path, plan) == names[-3]
     gpu = {**with_mobilebert, "config": load_space(CONFIG.with_name("ship_gpu.json"))}  # its starts 3,000 steps

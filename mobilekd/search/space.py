@@ -22,6 +22,7 @@ CONFIG = REPO_ROOT / "configs" / "ship.json"
 BATCH_SIZE = 32  # every trial's batch: examples_seen / BATCH_SIZE is its --max-steps
 MAX_EPOCHS = 10  # a trial sees at most this many epochs of the task's training examples
 SEEN = "examples_seen"  # the space's one entry that is not a finetune flag
+UP_TO = "up_to_examples"  # a flag drawn only for a task of at most this many training examples (its default above)
 VERBS = ("finetune", "bilstm")  # what may train a family's trials
 AT_WALL_LIMIT = ("cut", "finish")  # search.at_wall_limit: a trial under way at --hours is cut there, or finishes
 BILSTM_SIZES = {"hidden_size": "h", "embedding_size": "e", "classifier_size": "c"}  # a BiLSTM shape's, and its name's
@@ -71,6 +72,8 @@ def load_space(path: Path = CONFIG) -> dict:
         for flag, spec in family["space"].items():
             if not ("choices" in spec or {"low", "high"} <= set(spec)):
                 raise located(path, f"family {name!r}: {flag} needs choices, or low and high")
+            if UP_TO in spec and not (isinstance(spec[UP_TO], int) and spec[UP_TO] >= 1):
+                raise located(path, f"family {name!r}: {flag}'s {UP_TO} must be a whole number of at least 1")
     for key in ("trials", "rungs", "reduction_factor"):
         if not isinstance(config.get("search", {}).get(key), int) or config["search"][key] < 1:
             raise located(path, f"search.{key} must be a whole number of at least 1")
@@ -184,12 +187,16 @@ def suggest(trial, family: str, spec: dict, teacher: Path, has_head: bool,
     """The flags of one trial of `family` (its fixed ones, then those drawn from its space) for its verb, and the
     drawn values by name. Over TinyBERT's augmented set only the teacher's soft targets teach (--alpha 0): its
     augmented examples carry no label of their own (Jiao et al. 2020, Section 3.1; quality's -kd-aug recipes). The
-    BiLSTM's --augment is Tang et al.'s transfer set (no masked LM; its new samples labelled by the teacher)."""
+    BiLSTM's --augment is Tang et al.'s transfer set (no masked LM; its new samples labelled by the teacher). A flag
+    with `up_to_examples` is drawn only for a task of at most that many training examples: Jiao et al. augment every
+    GLUE task, SST-2 included, on GPUs; on a CPU the set would cost more than the search it serves."""
     drawn = {}
     tinybert_set = verb(spec) == "finetune"  # TinyBERT's augmentation, from the teacher's masked LM
     for flag, s in sorted(spec["space"].items(), key=lambda kv: kv[0] != "--augment"):  # --alpha depends on it
         if flag == "--augment" and tinybert_set and not has_head:
             continue  # augmentation draws its words from the teacher's masked LM
+        if train_examples > s.get(UP_TO, train_examples):
+            continue  # a larger task: the flag keeps its default (configs/ship.json says why for --augment)
         if flag == "--alpha" and tinybert_set and drawn.get("--augment"):
             drawn[flag] = 0.0
             continue
