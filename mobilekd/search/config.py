@@ -45,7 +45,9 @@ class ShipConfig:
     workers: int = field(default=1, metadata={
         "min": 1, "help": "processes running trials at once over the study's journal (each trial gets --threads)"})
     threads: int | None = field(default=None, metadata={
-        "type": int, "min": 1, "help": "threads per trial", "default_help": "torch's"})
+        "type": int, "min": 1, "help": "threads per trial; the stages no trial runs beside (the teacher's "
+                                       "fine-tuning, the final scoring and export) get --threads x --workers",
+        "default_help": "torch's"})
     config: str = field(default=str(CONFIG), metadata={
         "help": "the search's families and spaces", "default_help": "configs/ship.json"})
     starts: str | None = field(default=None, metadata={
