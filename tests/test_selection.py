@@ -70,7 +70,6 @@ def test_a_text_that_recurs_in_training_is_never_on_both_sides(tmp_path):
     assert "one side" in carved.record["rule"] and 100 <= carved.record["size"] <= 200
 
 
-
 def test_a_phrase_inside_a_longer_training_text_is_held_on_that_texts_side():
     """SST-2's training examples are the phrases of its sentences' parse trees: a split drawn at random scores
     validation on phrases of sentences training saw (88% of them on the whole set). Grouped, a phrase goes where the

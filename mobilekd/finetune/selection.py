@@ -11,7 +11,8 @@ never scores a sentence training saw: StratifiedGroupKFold's first fold), and fo
 for word inside a longer training text kept on that text's side (`text_groups`: SST-2's training examples are the
 phrases of its sentences' parse trees), and capped in size, and its rule is recorded beside the results
 (`Carved.record`) so a reader knows what chose the model. Stratified splitting is scikit-learn's
-`train_test_split`, the grouped one its `GroupShuffleSplit`.
+`train_test_split`, the grouped one its `StratifiedGroupKFold` (`GroupKFold` unstratified; `GroupShuffleSplit` for
+SQuAD's paragraphs).
 """
 
 from __future__ import annotations
