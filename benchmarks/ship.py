@@ -94,7 +94,14 @@ SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
           "ebe4c407": ("mobilebert-cut-grouped-aug20k", "mobilebert-cut-grouped, augmented sets as "
                                                         "cut-grouped-aug20k"),
           "05e059e4": ("mobilebert-3000-cut-grouped-aug20k", "mobilebert-3000-cut-grouped, augmented sets as "
-                                                             "cut-grouped-aug20k")}
+                                                             "cut-grouped-aug20k"),
+          "1fc7437d": ("cut-grouped-aug20k-whole", "cut-grouped-aug20k, with --max-len measured over the whole "
+                                                   "training texts (a phrase inside a longer text counted as that "
+                                                   "one): SST-2's phrases put it at 32, its sentences at 64"),
+          "4af052c9": ("mobilebert-cut-grouped-aug20k-whole", "mobilebert-cut-grouped-aug20k, --max-len as "
+                                                              "cut-grouped-aug20k-whole"),
+          "3b8f5606": ("mobilebert-3000-cut-grouped-aug20k-whole", "mobilebert-3000-cut-grouped-aug20k, --max-len as "
+                                                                   "cut-grouped-aug20k-whole")}
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
 QUALITY = "docs/results/quality.json"  # on the GLUE tasks, the students picked on dev (`dev_picked`)
 # each finished seed's dev predictions (ship's student, TF-IDF + LR) and labels, kept as data beside the results
@@ -218,13 +225,16 @@ def space_digest(plan: dict) -> str:
     """The digest of what a run's search drew from, of its plan.json: the configuration's search and teacher
     settings and the shapes, starts and spaces of FAMILIES and of every other family it had candidates of (a run of
     `--families ... mobilebert`), descriptions left out (`mobilekd.recipes.ship.settings`), and how its validation
-    split was grouped where the plan says (`mobilekd.finetune.selection.GROUPING`)."""
+    split was grouped and what its --max-len was measured over where the plan says
+    (`mobilekd.finetune.selection.GROUPING`, `mobilekd.recipes.ship.LENGTHS_OF`)."""
     from mobilekd.recipes.ship import settings
 
     families = dict.fromkeys([*FAMILIES, *(name.split("/")[0] for name in plan["candidates"])])
     config = settings({"config": plan["config"], "candidates": [f"{f}/" for f in families]})["config"]
     if plan.get("validation"):  # how the validation split was grouped, where plan.json says (ship since 2026-12-05)
         config = {**config, "validation": plan["validation"]}
+    if plan.get("lengths"):  # what --max-len was measured over, where plan.json says (ship since 2026-12-05)
+        config = {**config, "lengths": plan["lengths"]}
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8]
 
 

@@ -53,6 +53,32 @@ def test_budgets_follow_the_data_size_and_its_lengths(tmp_path):
     assert (large["teacher_epochs"], large["max_len"]) == (1, 128)
 
 
+
+def test_the_sequence_length_is_measured_on_whole_texts_not_on_phrases_of_them(tmp_path):
+    """SST-2's training examples are the phrases of its sentences: 95% of them fit 32 word pieces, and a quarter of
+    the sentences its users send (and its dev set holds) do not. ship measures the whole texts of the training data
+    (a phrase found inside a longer training text counted as that one), so SST-2 gets 64; a task of whole texts
+    alone (MRPC's pairs) measures every example, a repeated one once."""
+    from mobilekd.data.tasks import load_task
+    from mobilekd.finetune.selection import whole_texts
+    from mobilekd.models.pretrained import model_dir
+    from mobilekd.recipes.ship import measure
+    from mobilekd.search.space import load_space
+
+    sst2 = load_task("sst2", ROOT / "data/glue/SST-2")
+    examples = sst2.train[:20_000]
+    whole = whole_texts(examples)
+    assert 1_000 < len(whole) < len(examples) / 2  # phrases of one sentence count once
+    holder = {e.text_a.lower() for e in whole}
+    assert all(any(e.text_a.lower() in h for h in holder) for e in examples[:50])  # each phrase inside a whole one
+    data = sst2_csv(tmp_path, 20_000)
+    (data / "dev.csv").write_text("not,a,valid\nrow\n")  # dev is not read
+    b = measure(model_dir("all-minilm-l6-v2"), "custom", data, regression=False, teacher_spec=load_space()["teacher"])
+    assert b["max_len"] == 64 and 32 < b["length_p95"] <= 64 and b["train_examples"] == 20_000
+    pairs = load_task("mrpc", ROOT / "data/glue/MRPC").train[:300]
+    assert whole_texts(pairs + pairs[:10]) == pairs  # no pair inside another: every pair once, in order
+
+
 def test_the_search_space_prices_shapes_and_draws_each_familys_own_flags(tmp_path):
     """configs/ship.json as shipped: every family's shapes, a trial's flags drawn from its own family's space (its
     --alpha 0 over an augmented set), and its length in steps capped at ten epochs."""
@@ -209,9 +235,10 @@ def test_bad_input_is_one_line(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     from mobilekd.finetune.selection import GROUPING
+    from mobilekd.recipes.ship import LENGTHS_OF
     from mobilekd.search.study import DRAW
 
-    other_settings = {"teacher": {}, "draw": DRAW, "validation": GROUPING}  # a run with other settings there
+    other_settings = {"teacher": {}, "draw": DRAW, "validation": GROUPING, "lengths": LENGTHS_OF}  # other settings
     (other / "plan.json").write_text(json.dumps(other_settings))
     reused = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
                                        "--families", "subset", "--out", other, check=False))
@@ -527,7 +554,7 @@ def test_a_search_drawn_another_way_is_not_resumed(tmp_path):
     from mobilekd.errors import UserError
     from mobilekd.fileio import read_json, write_json
     from mobilekd.finetune.selection import GROUPING
-    from mobilekd.recipes.ship import keep_plan
+    from mobilekd.recipes.ship import LENGTHS_OF, keep_plan
     from mobilekd.search.study import DRAW
 
     plan = {"candidates": ["subset/1x384"], "seed": 0, "config": {"search": {"trials": 12}}, "teacher": {}}
@@ -544,6 +571,10 @@ def test_a_search_drawn_another_way_is_not_resumed(tmp_path):
                                         "copies; this mobilekd: a text's copies, and in a one-text task"):
         keep_plan(tmp_path / "new", {**plan, "draw": DRAW, "validation": GROUPING})
     assert "validation" not in read_json(tmp_path / "new" / "plan.json")
+    keep_plan(tmp_path / "grouped", {**plan, "draw": DRAW, "validation": GROUPING})
+    with pytest.raises(UserError, match="holds a search whose --max-len was measured otherwise \\(every training "
+                                        "example; this mobilekd: whole texts"):
+        keep_plan(tmp_path / "grouped", {**plan, "draw": DRAW, "validation": GROUPING, "lengths": LENGTHS_OF})
 
 
 def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_name(tmp_path):
@@ -557,15 +588,18 @@ def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_nam
     from mobilekd.errors import UserError
     from mobilekd.fileio import read_json
     from mobilekd.finetune.selection import GROUPING
+    from mobilekd.recipes.ship import LENGTHS_OF
     from mobilekd.search.space import CONFIG, load_space
 
-    plan = {"candidates": [f"{f}/x" for f in FAMILIES], "config": read_json(CONFIG), "validation": GROUPING}
+    plan = {"candidates": [f"{f}/x" for f in FAMILIES], "config": read_json(CONFIG), "validation": GROUPING,
+            "lengths": LENGTHS_OF}
     names = [name for name, _ in SPACES.values()]
-    before = copy.deepcopy(plan)  # before --augment's up_to_examples
+    assert run_space(tmp_path, {**plan, "lengths": None}) == names[-6]  # before ship measured whole texts
+    before = copy.deepcopy({**plan, "lengths": None})  # before --augment's up_to_examples
     for family in before["config"]["families"].values():
         family["space"]["--augment"].pop("up_to_examples")
-    assert run_space(tmp_path, before) == names[-6]
-    assert run_space(tmp_path, {**before, "validation": None}) == names[-9]  # before ship recorded its grouping
+    assert run_space(tmp_path, before) == names[-9]
+    assert run_space(tmp_path, {**before, "validation": None}) == names[-12]  # before ship recorded its grouping
     with_mobilebert = {**plan, "candidates": [*plan["candidates"], "mobilebert/mobilebert_tiny_h384_l4"]}
     assert run_space(tmp_path, with_mobilebert) == names[-2] and run_space(tmp_path, plan) == names[-3]
     gpu = {**with_mobilebert, "config": load_space(CONFIG.with_name("ship_gpu.json"))}  # its starts 3,000 steps

@@ -60,12 +60,14 @@ from mobilekd.flags import add_flags, from_flags
 from mobilekd.fileio import atomic_path, file_digest, read_json, write_json
 from mobilekd.host import identity
 from mobilekd.rundir import COMPLETE, completed, finished_results, owned, training_host
-from mobilekd.finetune.selection import GROUPING, validation_size
+from mobilekd.finetune.selection import GROUPING, validation_size, whole_texts
 from mobilekd.search.config import STARTS, ShipConfig, check
 from mobilekd.search.space import BATCH_SIZE, Candidate, load_space, needs_head, shapes, start_argv, verb
 
 LENGTHS = (32, 64, 128)  # the --max-len choices
 LENGTH_SAMPLE = 2_000  # training texts tokenized to measure the length distribution
+# what --max-len is measured over, recorded in plan.json (absent: every training example, as ship did before)
+LENGTHS_OF = "whole texts: a text inside a longer training text counted as that one"
 SHARE = 1 / 3  # the default budget: this share of the teacher's own Pixel 4 estimate
 MODEL_FILES = ("config.json", "model.safetensors", "results.json", "history.json", "dev_predictions.tsv")
 
@@ -117,15 +119,19 @@ def choose_teacher(runs: dict[str, list[str]], out: Path) -> dict:
 
 
 def measure(teacher: Path, task_name: str, data: Path, regression: bool, teacher_spec: dict) -> dict:
-    """The budget of this data from its training split alone (dev is not read): its size, its classes, its texts'
-    lengths under the teacher's tokenizer."""
+    """The budget of this data from its training split alone (dev is not read): its size, its classes, and the
+    lengths under the teacher's tokenizer of its whole texts (`LENGTHS_OF`: a text found inside a longer training
+    text counted as that one, `whole_texts`). A task's inputs are whole texts: SST-2's training phrases put its
+    95th percentile at 32 word pieces and its sentences at 45, and a --max-len of 32 cut a quarter of its dev
+    sentences short (a diagnosis of the runs of before; the rule itself reads training texts alone)."""
     from mobilekd.data.tasks import load_task
     from mobilekd.data.tokenizer import load_tokenizer
 
     task = load_task(task_name, data, regression=regression)
     tokenizer = load_tokenizer(teacher)
+    texts = whole_texts(task.train)
     rng = np.random.default_rng(0)
-    sample = [task.train[i] for i in rng.choice(len(task.train), min(LENGTH_SAMPLE, len(task.train)), replace=False)]
+    sample = [texts[i] for i in rng.choice(len(texts), min(LENGTH_SAMPLE, len(texts)), replace=False)]
     lengths = [len(tokenizer(e.text_a, e.text_b)["input_ids"]) for e in sample]
     return budget(len(task.train), lengths, teacher_spec) | {"classes": len(task.labels) if task.labels else None,
                                                              "pair": task.train[0].text_b is not None}
@@ -214,7 +220,8 @@ def keep_plan(out: Path, plan: dict) -> None:
         raise located(out, "holds a run of a ship from before the teacher was chosen on validation (one teacher "
                            "run in its plan.json); its ship.json stands as it is: use another --out for a new run")
     for field, how, unrecorded in (("draw", "drawn another way", "one draw over every shape, halved across families"),
-                                   ("validation", "whose validation split was grouped otherwise", "a text's copies")):
+                                   ("validation", "whose validation split was grouped otherwise", "a text's copies"),
+                                   ("lengths", "whose --max-len was measured otherwise", "every training example")):
         if kept is not None and kept.get(field) != plan.get(field):  # unrecorded: what an older plan.json meant
             raise located(out, f"holds a search {how} ({kept.get(field) or unrecorded}; this mobilekd: "
                                f"{plan.get(field)}): finish it with the mobilekd that began it, or use another --out")
@@ -406,9 +413,9 @@ def main(argv=None):
     if not args.join:
         print(f"budget from the data ({b['train_examples']} training examples, "
               + (f"{b['classes']} classes, " if b["classes"] else "")
-              + f"95% of them within {b['length_p95']:.0f} word pieces): --max-len {b['max_len']}; teacher up "
-              f"to {b['teacher_epochs']:g} epochs at lr {' or '.join(f'{x:g}' for x in b['teacher_lrs'])}, chosen "
-              f"on validation; students within {limit:.1f} ms on "
+              + f"95% of its whole texts within {b['length_p95']:.0f} word pieces): --max-len {b['max_len']}; "
+              f"teacher up to {b['teacher_epochs']:g} epochs at lr {' or '.join(f'{x:g}' for x in b['teacher_lrs'])}, "
+              f"chosen on validation; students within {limit:.1f} ms on "
               f"{args.device} (est.; the teacher's {teacher_ms:.1f} ms)")
         for c in found:
             print(f"  candidate {c.name}: {c.estimate['params_m']:.1f}M parameters, {c.estimate['ms']:.1f} ms (est.)")
@@ -456,7 +463,8 @@ def main(argv=None):
     with owned(out, argv=argv):  # one ship at a time in OUT: a second would fail the first's running trials as stale
         keep_plan(out, {"teacher": {name: without_threads(argv) for name, argv in runs.items()},
                         "candidates": [c.name for c in found], "seed": args.seed, "config": space,
-                        "latency_ms": limit, "trials": trials, "draw": search.DRAW, "validation": GROUPING})
+                        "latency_ms": limit, "trials": trials, "draw": search.DRAW, "validation": GROUPING,
+                        "lengths": LENGTHS_OF})
         if not (out / "teacher" / "chosen.json").is_file():
             for name, run in runs.items():
                 if finished_results(out / "teachers" / name) is None:
