@@ -101,7 +101,14 @@ SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
           "4af052c9": ("mobilebert-cut-grouped-aug20k-whole", "mobilebert-cut-grouped-aug20k, --max-len as "
                                                               "cut-grouped-aug20k-whole"),
           "3b8f5606": ("mobilebert-3000-cut-grouped-aug20k-whole", "mobilebert-3000-cut-grouped-aug20k, --max-len as "
-                                                                   "cut-grouped-aug20k-whole")}
+                                                                   "cut-grouped-aug20k-whole"),
+          "976c7697": ("whole-scaled", "cut-grouped-aug20k-whole, with a trial's examples_seen scaled on a task of "
+                                       "over 20,000 training examples (scale_above): SST-2's trials see 1, 2 or 4 "
+                                       "epochs, where they saw 0.3 to 1.2"),
+          "070617ad": ("mobilebert-whole-scaled", "mobilebert-cut-grouped-aug20k-whole, examples_seen as "
+                                                  "whole-scaled"),
+          "57fca21f": ("mobilebert-3000-whole-scaled", "mobilebert-3000-cut-grouped-aug20k-whole, examples_seen as "
+                                                       "whole-scaled")}
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
 QUALITY = "docs/results/quality.json"  # on the GLUE tasks, the students picked on dev (`dev_picked`)
 # each finished seed's dev predictions (ship's student, TF-IDF + LR) and labels, kept as data beside the results

@@ -104,6 +104,9 @@ def test_the_search_space_prices_shapes_and_draws_each_familys_own_flags(tmp_pat
     assert [c.num_hidden_layers for _, c, _ in mobile] == [6, 4, 6, 4]  # MobileBERT's and MobileBERT_TINY's blocks
     assert "uniform" in start_argv(space["families"]["mobilebert"], teacher, tmp_path / "m", mobile[1][2])
     assert training_steps(80_000, 500) == 157 and training_steps(20_000, 100_000) == 625
+    # a task over scale_above sees the epochs a task of scale_above examples sees (SST-2's 67,349: 1, 2 or 4)
+    assert training_steps(20_000, 67_349, 20_000) == 2105 and training_steps(80_000, 67_349, 20_000) == 8419
+    assert training_steps(80_000, 20_000, 20_000) == 2500 and training_steps(80_000, 5_000, 20_000) == 1563
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=0))
     drawn = []
     for _ in range(12):
@@ -126,6 +129,8 @@ def test_the_search_space_prices_shapes_and_draws_each_familys_own_flags(tmp_pat
         limit = space["families"][family]["space"]["--augment"]["up_to_examples"]
         large = [suggest(study.ask(), family, space["families"][family], teacher, True, limit + 1) for _ in range(6)]
         assert all("--augment" not in v and "--augment" not in f for f, v in large)
+        sst2 = [suggest(study.ask(), family, space["families"][family], teacher, True, 67_349)[0] for _ in range(6)]
+        assert {int(f[f.index("--max-steps") + 1]) for f in sst2} <= {2105, 4210, 8419}  # 1, 2 or 4 epochs
         assert {suggest(study.ask(), family, space["families"][family], teacher, True, limit)[1]["--augment"]
                 for _ in range(12)} > {0}
     # the BiLSTM: its sizes are its shapes and flags, no start stage, its transfer set needs no masked LM
@@ -594,12 +599,16 @@ def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_nam
     plan = {"candidates": [f"{f}/x" for f in FAMILIES], "config": read_json(CONFIG), "validation": GROUPING,
             "lengths": LENGTHS_OF}
     names = [name for name, _ in SPACES.values()]
-    assert run_space(tmp_path, {**plan, "lengths": None}) == names[-6]  # before ship measured whole texts
-    before = copy.deepcopy({**plan, "lengths": None})  # before --augment's up_to_examples
+    unscaled = copy.deepcopy(plan)  # before examples_seen's scale_above
+    for family in unscaled["config"]["families"].values():
+        family["space"]["examples_seen"].pop("scale_above")
+    assert run_space(tmp_path, unscaled) == names[-6]
+    assert run_space(tmp_path, {**unscaled, "lengths": None}) == names[-9]  # before ship measured whole texts
+    before = copy.deepcopy({**unscaled, "lengths": None})  # before --augment's up_to_examples
     for family in before["config"]["families"].values():
         family["space"]["--augment"].pop("up_to_examples")
-    assert run_space(tmp_path, before) == names[-9]
-    assert run_space(tmp_path, {**before, "validation": None}) == names[-12]  # before ship recorded its grouping
+    assert run_space(tmp_path, before) == names[-12]
+    assert run_space(tmp_path, {**before, "validation": None}) == names[-15]  # before ship recorded its grouping
     with_mobilebert = {**plan, "candidates": [*plan["candidates"], "mobilebert/mobilebert_tiny_h384_l4"]}
     assert run_space(tmp_path, with_mobilebert) == names[-2] and run_space(tmp_path, plan) == names[-3]
     gpu = {**with_mobilebert, "config": load_space(CONFIG.with_name("ship_gpu.json"))}  # its starts 3,000 steps

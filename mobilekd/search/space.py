@@ -23,6 +23,7 @@ BATCH_SIZE = 32  # every trial's batch: examples_seen / BATCH_SIZE is its --max-
 MAX_EPOCHS = 10  # a trial sees at most this many epochs of the task's training examples
 SEEN = "examples_seen"  # the space's one entry that is not a finetune flag
 UP_TO = "up_to_examples"  # a flag drawn only for a task of at most this many training examples (its default above)
+SCALE_ABOVE = "scale_above"  # examples_seen's: on a task of more training examples, each choice grows with its size
 VERBS = ("finetune", "bilstm")  # what may train a family's trials
 AT_WALL_LIMIT = ("cut", "finish")  # search.at_wall_limit: a trial under way at --hours is cut there, or finishes
 BILSTM_SIZES = {"hidden_size": "h", "embedding_size": "e", "classifier_size": "c"}  # a BiLSTM shape's, and its name's
@@ -74,6 +75,9 @@ def load_space(path: Path = CONFIG) -> dict:
                 raise located(path, f"family {name!r}: {flag} needs choices, or low and high")
             if UP_TO in spec and not (isinstance(spec[UP_TO], int) and spec[UP_TO] >= 1):
                 raise located(path, f"family {name!r}: {flag}'s {UP_TO} must be a whole number of at least 1")
+            if SCALE_ABOVE in spec and not (flag == SEEN and isinstance(spec[SCALE_ABOVE], int)
+                                            and spec[SCALE_ABOVE] >= 1):
+                raise located(path, f"family {name!r}: {SCALE_ABOVE} is {SEEN}'s, a whole number of at least 1")
     for key in ("trials", "rungs", "reduction_factor"):
         if not isinstance(config.get("search", {}).get(key), int) or config["search"][key] < 1:
             raise located(path, f"search.{key} must be a whole number of at least 1")
@@ -177,8 +181,13 @@ def needs_head(spec: dict, values: dict) -> bool:
     return bool(spec.get("needs_mlm_head")) or values.get("ffn") is not None
 
 
-def training_steps(examples_seen: int, train_examples: int) -> int:
-    """A trial's --max-steps: `examples_seen` examples at BATCH_SIZE, at most MAX_EPOCHS epochs."""
+def training_steps(examples_seen: int, train_examples: int, scale_above: int | None = None) -> int:
+    """A trial's --max-steps: `examples_seen` examples at BATCH_SIZE, at most MAX_EPOCHS epochs; on a task of more
+    than `scale_above` training examples, `examples_seen` times train_examples / scale_above (the epochs a task of
+    `scale_above` examples sees: 20,000, 40,000 and 80,000 examples are 1, 2 and 4 epochs of SST-2's 67,349 at
+    20,000, where unscaled they were 0.3 to 1.2 epochs and its best trials were its longest)."""
+    if scale_above and train_examples > scale_above:
+        examples_seen = examples_seen * train_examples / scale_above
     return max(1, math.ceil(min(examples_seen, MAX_EPOCHS * train_examples) / BATCH_SIZE))
 
 
@@ -206,7 +215,8 @@ def suggest(trial, family: str, spec: dict, teacher: Path, has_head: bool,
     flags = [str(x) for k, v in spec.get("finetune", {}).items() for x in (k, v)]
     for flag, value in drawn.items():
         if flag == SEEN:
-            flags += ["--max-steps", str(training_steps(value, train_examples)), "--batch-size", str(BATCH_SIZE)]
+            steps = training_steps(value, train_examples, spec["space"][SEEN].get(SCALE_ABOVE))
+            flags += ["--max-steps", str(steps), "--batch-size", str(BATCH_SIZE)]
         elif flag == "--augment":
             flags += ["--augment", str(value), *(["--augment-model", str(teacher)] if tinybert_set else [])] \
                 if value else []
