@@ -108,7 +108,8 @@ SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
                                                                    "cut-grouped-aug20k-whole"),
           "976c7697": ("whole-scaled", "cut-grouped-aug20k-whole, with a trial's examples_seen scaled on a task of "
                                        "over 20,000 training examples (scale_above): SST-2's trials see 1, 2 or 4 "
-                                       "epochs, where they saw 0.3 to 1.2"),
+                                       "epochs, where they saw 0.3 to 1.2 (and benchmarks.ship "
+                                       "searches SST-2 for 2 hours, TASK_HOURS, where it searched 0.75)"),
           "070617ad": ("mobilebert-whole-scaled", "mobilebert-cut-grouped-aug20k-whole, examples_seen as "
                                                   "whole-scaled"),
           "57fca21f": ("mobilebert-3000-whole-scaled", "mobilebert-3000-cut-grouped-aug20k-whole, examples_seen as "

@@ -44,14 +44,13 @@ def test_budgets_follow_the_data_size_and_its_lengths(tmp_path):
     teacher = load_space()["teacher"]
     data = sst2_csv(tmp_path, 3000)
     (data / "dev.csv").write_text("not,a,valid\nrow\n")  # the budget is measured without reading dev
-    # SST-2's training phrases under the packaged teacher's tokenizer: short, so 32 or 64 word pieces, not 128
+    # SST-2's training texts under the packaged teacher's tokenizer: short, so 32 or 64 word pieces, not 128
     b = measure(model_dir("all-minilm-l6-v2"), "custom", data, regression=False, teacher_spec=teacher)
     assert b["train_examples"] == 3000 and b["classes"] == 2
     assert b["max_len"] in (32, 64) and b["length_p95"] <= b["max_len"]
     assert b["teacher_epochs"] == 4 and b["teacher_lrs"] == [5e-5, 2e-4]  # at most; the step chosen on validation
     large = budget(67_349, [200] * 10, teacher)
     assert (large["teacher_epochs"], large["max_len"]) == (1, 128)
-
 
 
 def test_the_sequence_length_is_measured_on_whole_texts_not_on_phrases_of_them(tmp_path):
@@ -589,7 +588,8 @@ def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_nam
     space is refused in one line, and a named one's predictions are kept apart from the first space's."""
     import copy
 
-    from benchmarks.ship import FAMILIES, SPACES, earlier_space, keep_predictions, run_dir, run_space, space_digest
+    from benchmarks.ship import (FAMILIES, SPACES, earlier_space, jobs, keep_predictions, run_dir, run_space,
+                                 space_digest)
     from mobilekd.errors import UserError
     from mobilekd.fileio import read_json
     from mobilekd.finetune.selection import GROUPING
@@ -599,6 +599,9 @@ def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_nam
     plan = {"candidates": [f"{f}/x" for f in FAMILIES], "config": read_json(CONFIG), "validation": GROUPING,
             "lengths": LENGTHS_OF}
     names = [name for name, _ in SPACES.values()]
+    hours = {j.name: j.argv[j.argv.index("--hours") + 1] for j in jobs(tmp_path, ["sst2", "rte"], [0])
+             if "--hours" in j.argv}  # SST-2's search the longer: its trials scale with its size (3-hour goal)
+    assert hours == {"sst2/ship/0": "2", "rte/ship/0": "0.75"}
     unscaled = copy.deepcopy(plan)  # before examples_seen's scale_above
     for family in unscaled["config"]["families"].values():
         family["space"]["examples_seen"].pop("scale_above")

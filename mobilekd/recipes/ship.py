@@ -213,7 +213,8 @@ def without_threads(argv: list[str]) -> list[str]:
 def keep_plan(out: Path, plan: dict) -> None:
     """OUT/plan.json records the settings a search runs under: a later run into OUT with others (data, seed,
     budget, families) would otherwise resume the old study under the new settings; threads, workers and --trials
-    (a search extended) may change."""
+    (a search extended) may change. A run whose plan does not record what its --max-len was measured over (before
+    `LENGTHS_OF`) is refused too, even where the length came out the same (its plan alone cannot tell)."""
     path = out / "plan.json"
     kept = read_json(path) if path.is_file() else None
     if kept is not None and isinstance(kept.get("teacher"), list):
