@@ -39,7 +39,7 @@ from benchmarks.quality import stage_dirs as quality_stages
 from benchmarks.command import comparison, comparison_flags
 from benchmarks.rows import write_rows
 from benchmarks.runner import RESUMABLE, Job, whole_plan_wall
-from benchmarks.stats import VERDICTS, by_seed, mean_std_cell, paired_by_seed, paired_differences, verdict
+from benchmarks.stats import VERDICTS, by_seed, mean_std_cell, paired_by_seed, verdict
 from benchmarks import teacher_value
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
@@ -72,6 +72,9 @@ METRICS = ("bleu", "chrf", "bleu_greedy", "chrf_greedy", "token_accuracy", "perp
 PRECISIONS = {"no": " (fp32)", "bf16": " (bf16)"}  # the teacher's copies pass, as the table says it
 SEEDS = [0, 1, 2]  # the whole plan's (the default --seeds)
 HOURS = 2  # the issue's "the benchmark runs within 2 hours on 2 cores"
+# how far above copying the source a task's C-MLM student must be, in BLEU: issue 36's "above copying"; issue 79's
+# "the correction student above copying the source by at least 3 BLEU on dev"
+ABOVE_COPY = {"paraphrase": 0.0, "correction": 3.0}
 SAMPLES = 5  # generations shown per task
 GENERATIONS = {True: "dev_generations_beam.jsonl", False: "dev_generations.jsonl"}  # a run's beam / greedy outputs
 EVAL_POINTS = 5  # greedy dev evaluations per student run (history.json: BLEU against training time)
@@ -271,12 +274,15 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                 found.append({"task": task, "method": "cmlm-vs-ce", "seed": seed, "metric": "bootstrap_p",
                               "value": round(p, 4), **budget(task)})
     wall = whole_plan_wall(out / "logs", jobs(out, list(TASKS), SEEDS))
-    if wall is not None:
-        found.append({"task": None, "method": "benchmark", "seed": None, "metric": "wall_seconds",
-                      "value": wall["seconds"], "workers": wall["workers"], "cpu": wall["cpu"],
-                      "host": wall.get("host", UNKNOWN), **{k: wall[k] for k in ("host_fields",) if k in wall},
-                      "started": wall["started"], "runs": len(wall["ran"]), "recipes": {t: budget(t) for t in TASKS}})
-    return found
+    return found + ([wall_row(wall, list(TASKS))] if wall else [])
+
+
+def wall_row(wall: dict, tasks: list[str]) -> dict:
+    """The row of a whole plan's measured wall time (`whole_plan_wall`'s record), with the tasks' recipes."""
+    return {"task": None, "method": "benchmark", "seed": None, "metric": "wall_seconds", "value": wall["seconds"],
+            "workers": wall["workers"], "cpu": wall["cpu"], "host": wall.get("host", UNKNOWN),
+            **{k: wall[k] for k in ("host_fields",) if k in wall}, "started": wall["started"],
+            "runs": len(wall["ran"]), "recipes": {t: budget(t) for t in tasks}}
 
 
 def order(r: dict):
@@ -284,19 +290,19 @@ def order(r: dict):
             -1 if r["seed"] is None else r["seed"], METRICS.index(r["metric"]))
 
 
-def wall_goal(results: list[dict]) -> str:
-    """The goal line of the issue's "the benchmark runs within 2 hours on 2 cores": the wall time of the last
-    invocation that ran the whole plan from nothing (every task, seeds 0-2: `whole_plan_wall`), as measured."""
+def wall_goal(results: list[dict], hours: float = HOURS) -> str:
+    """The goal line of the issue's "the benchmark runs within 2 hours on 2 cores" (or `hours`): the wall time of the
+    last command that ran the whole plan from nothing (its tasks, seeds 0-2: `whole_plan_wall`), as measured."""
     wall = [r for r in results if r["method"] == "benchmark" and r["metric"] == "wall_seconds"]
-    what = f"| the whole benchmark from nothing ({', '.join(TASKS)}; seeds 0-2"
+    what = f"| the whole benchmark from nothing ({', '.join(wall[-1]['recipes'] if wall else TASKS)}; seeds 0-2"
     if not wall:
-        return f"{what}) | not measured: no invocation has run the whole plan since runs record it | <= {HOURS} h | - |"
+        return f"{what}) | not measured: no invocation has run the whole plan since runs record it | <= {hours} h | - |"
     w = wall[-1]
-    hours = w["value"] / 3600
+    took = w["value"] / 3600
     judged = ("not judged: more than 2 runs at a time" if w["workers"] > 2 else
-              f"{'holds' if hours <= HOURS else 'fails'} (one measurement)")
-    return (f"{what}; {w['runs']} runs, {w['workers']} at a time) | {hours:.2f} h on {w['cpu']} "
-            f"({w['started'][:10]}) | <= {HOURS} h | {judged} |")
+              f"{'holds' if took <= hours else 'fails'} (one measurement)")
+    return (f"{what}; {w['runs']} runs, {w['workers']} at a time) | {took:.2f} h on {w['cpu']} "
+            f"[{w.get('host', UNKNOWN)}] ({w['started'][:10]}) | <= {hours} h | {judged} |")
 
 
 def cell(results, task, metric, method) -> str:
@@ -304,9 +310,10 @@ def cell(results, task, metric, method) -> str:
     return mean_std_cell(v, digits=2) if v else "-"
 
 
-def table(results: list[dict]) -> str:
+def table(results: list[dict], hours: float = HOURS) -> str:
     """Per task: each method's BLEU and chrF (beam, then greedy), mean +- std over seeds; the teacher's score on the
-    conditional MLM task; the goals, seed by seed; a sample of seed 0's generations."""
+    conditional MLM task; the goals, seed by seed (the whole plan within `hours`); a sample of seed 0's
+    generations."""
     tasks = list(dict.fromkeys(r["task"] for r in results if r["task"] is not None))
     lines = ["| task | method | BLEU | chrF | BLEU greedy | chrF greedy | params | train s (one thread) |",
              "|---|---|---|---|---|---|---|---|"]
@@ -328,13 +335,16 @@ def table(results: list[dict]) -> str:
         if t:
             lines.append(f"| {task} | {t['token_accuracy']['value']:.4f} | {t['perplexity']['value']:.1f} | "
                          f"{t['token_accuracy']['train_seconds']:.0f} | {soft[0] if soft else '-'} |")
-    lines += ["", "| goal | measured, seed by seed | target | verdict |", "|---|---|---|---|", wall_goal(results)]
+    lines += ["", "| goal | measured, seed by seed | target | verdict |", "|---|---|---|---|",
+              wall_goal(results, hours)]
     for task in tasks:
-        for base in ("ce", "copy"):
-            d = paired_differences(results, task, headline(task), "cmlm", base)
+        mine = by_seed(results, task, headline(task), "cmlm")
+        for base, metric, above in (("ce", headline(task), 0.0), ("copy", "bleu", ABOVE_COPY.get(task, 0.0))):
+            theirs = by_seed(results, task, metric, base)  # copying has no decoding: its one BLEU
+            d = [mine[s] - theirs[s] for s in sorted(set(mine) & set(theirs))]
             if d:
-                lines.append(f"| {task}: BLEU cmlm - {base} | {mean_std_cell(d, signed=True, digits=2)} | > 0 | "
-                             f"{verdict(d)} |")
+                lines.append(f"| {task}: BLEU cmlm - {base} | {mean_std_cell(d, signed=True, digits=2)} | "
+                             f"> {f'{above:+g}' if above else 0} | {verdict(d, above)} |")
         p = by_seed(results, task, "bootstrap_p", "cmlm-vs-ce")
         gap = paired_by_seed(results, task, headline(task), "cmlm", "ce")
         if p:  # sacrebleu's p says whether the two differ, not which way: the sign is the BLEU difference's

@@ -165,19 +165,31 @@ def record_invocation(logs: Path, entry: dict) -> None:
 
 
 def whole_plan_wall(logs: Path, plan: list[Job]) -> dict | None:
-    """The last invocation recorded in `logs` that ran the jobs of `plan`, no other, from nothing (none done before
-    it, no output folder there to resume) and none failing, as `run_all` recorded it, while what it wrote is what
-    the plan's outputs still are (no file of theirs written after it ended): the plan's measured wall time on one
-    machine; None if no invocation did."""
+    """The last command recorded in `logs` that ran the jobs of `plan`, no other, from nothing (none done before it,
+    no output folder there to resume) and none failing, while what it wrote is what the plan's outputs still are (no
+    file of theirs written after it ended): the plan's measured wall time on one machine; None if no command did.
+    A command is one `run_all` entry, or consecutive ones where its plan grows as its runs finish (a choice made
+    names the runs that follow it: `benchmarks.command.comparison` calls `run_all` again), each later entry having
+    found done exactly what the ones before it ran; their span, first start to last end, is its wall time."""
     path = logs / INVOCATIONS
-    names = {j.name for j in plan}
-    for entry in reversed(read_json(path) if path.is_file() else []):
-        if set(entry.get("ran", [])) != names or entry.get("failed") or names & set(entry.get("existed", [])):
-            continue  # (running every job of the plan, it found none done before)
-        start = time.mktime(time.strptime(entry["started"], "%Y-%m-%dT%H:%M:%S"))
-        if all(start <= written(j.out) <= start + entry["seconds"] + 1 for j in plan):
-            return entry
-    return None
+    names, found, chain = {j.name for j in plan}, None, []
+    for entry in read_json(path) if path.is_file() else []:
+        before, ran = names & set(entry.get("done_before", [])), set(entry.get("ran", []))
+        so_far = {n for e in chain for n in e["ran"]}
+        if entry.get("failed") or names & set(entry.get("existed", [])) or not ran <= names:
+            chain = []
+        elif chain and before == so_far:
+            chain.append(entry)
+        else:
+            chain = [entry] if not before else []
+        if chain and {n for e in chain for n in e["ran"]} == names:
+            start = time.mktime(time.strptime(chain[0]["started"], "%Y-%m-%dT%H:%M:%S"))
+            end = time.mktime(time.strptime(entry["started"], "%Y-%m-%dT%H:%M:%S")) + entry["seconds"]
+            if all(start <= written(j.out) <= end + 1 for j in plan):
+                found = chain[0] if len(chain) == 1 else {
+                    **chain[0], "seconds": round(end - start, 1), "ran": [n for e in chain for n in e["ran"]],
+                    "invocations": len(chain)}
+    return found
 
 
 def written(folder: Path) -> float:

@@ -280,6 +280,29 @@ def test_a_benchmark_job_after_a_failed_one_still_runs_and_a_job_that_needs_it_d
     assert whole_plan_wall(tmp_path / "logs", [again]) is None
 
 
+def test_a_command_whose_plan_grows_as_its_runs_finish_is_timed_from_its_first_run_to_its_last(tmp_path):
+    """A comparison whose plan grows (a choice made names the runs that follow it) calls `run_all` once per stage:
+    consecutive entries, each finding done what the ones before ran, are one command, its wall time their span;
+    a stage run again later breaks the chain."""
+    import shutil
+
+    from benchmarks.runner import INVOCATIONS, Job, run_all, whole_plan_wall
+    from mobilekd.fileio import read_json
+
+    logs = tmp_path / "logs"
+    first = Job("first", ["init", "demo_student", str(tmp_path / "first")], tmp_path / "first")
+    grown = Job("grown", ["init", "demo_student", str(tmp_path / "grown")], tmp_path / "grown", needs=["first"])
+    assert run_all([first], 1, logs) == [] and run_all([first, grown], 1, logs) == []
+    one, two = read_json(logs / INVOCATIONS)
+    wall = whole_plan_wall(logs, [first, grown])
+    assert wall["ran"] == ["first", "grown"] and wall["invocations"] == 2 and wall["started"] == one["started"]
+    assert one["seconds"] + two["seconds"] - 2 <= wall["seconds"] <= one["seconds"] + two["seconds"] + 60
+    assert whole_plan_wall(logs, [first]) == one  # the first stage alone, a plan of its own
+    shutil.rmtree(grown.out)
+    assert run_all([first, grown], 1, logs) == []  # `grown` again: found `first` done, not run by this command
+    assert whole_plan_wall(logs, [first, grown]) is None
+
+
 def test_a_run_another_invocation_is_running_is_waited_for_not_started_twice(tmp_path, capsys):
     """Two invocations on one --out share their stages: a job the other has claimed is waited for; done there, it
     is done here and what needs it starts; ended there unfinished, it runs here."""

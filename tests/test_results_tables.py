@@ -452,6 +452,20 @@ def test_cmlm_judges_its_wall_time_only_from_an_invocation_that_ran_the_whole_pl
     assert "not judged" in cmlm.wall_goal([{**rows[0], "workers": 4}])
 
 
+def test_cmlm_judges_the_correction_student_against_copying_by_the_issues_margin():
+    """Copying has one BLEU (no decoding): the greedy correction student is set against it, seed by seed, and must
+    clear it by ABOVE_COPY's 3 BLEU, not merely 0 (issue 79)."""
+    from benchmarks import cmlm
+
+    rows = [{"task": "correction", "method": m, "seed": s, "metric": metric, "value": v}
+            for s in range(3) for m, metric, v in (("cmlm", "bleu_greedy", 63.0 + 0.1 * s), ("copy", "bleu", 61.42),
+                                                   ("ce", "bleu_greedy", 62.0))]
+    lines = cmlm.table(rows, hours=3).splitlines()
+    assert next(x for x in lines if "cmlm - copy" in x).endswith("| +1.68 ± 0.10 [n=3] | > +3 | fails |")
+    assert next(x for x in lines if "cmlm - ce" in x).endswith("| > 0 | holds |")
+    assert any("not measured" in x and x.endswith("| <= 3 h | - |") for x in lines)
+
+
 def test_cmlm_samples_of_a_changed_recipe_are_not_shown(tmp_path):
     from benchmarks import cmlm
     from mobilekd.fileio import write_json
