@@ -42,6 +42,7 @@ from benchmarks.runner import RESUMABLE, Job, whole_plan_wall
 from benchmarks.stats import VERDICTS, by_seed, mean_std_cell, paired_by_seed, verdict
 from benchmarks import teacher_value
 from mobilekd.errors import UserError
+from mobilekd.finetune.intervals import cell as interval_cell
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd.host import UNKNOWN
 from mobilekd import flags
@@ -68,7 +69,8 @@ OFFICIAL = {"teacher_lr": 5e-5, "alpha": 0.5, "beam": 5}  # what rows written be
 PRESET = "seq2seq_tiny"
 METHODS = ("cmlm", "ce")
 ORDER = ("teacher", "cmlm", "ce", "copy", "cmlm-vs-ce", "benchmark")
-METRICS = ("bleu", "chrf", "bleu_greedy", "chrf_greedy", "token_accuracy", "perplexity", "bootstrap_p", "wall_seconds")
+METRICS = ("bleu", "chrf", "bleu_greedy", "chrf_greedy", "token_accuracy", "perplexity", "bootstrap_p",
+           "bleu_difference", "wall_seconds")
 PRECISIONS = {"no": " (fp32)", "bf16": " (bf16)"}  # the teacher's copies pass, as the table says it
 SEEDS = [0, 1, 2]  # the whole plan's (the default --seeds)
 HOURS = 2  # the issue's "the benchmark runs within 2 hours on 2 cores"
@@ -215,6 +217,36 @@ def bootstrap_p(cmlm: Path, ce: Path, task: str) -> float:
     return float(test()[1]["BLEU"][1].p_value)
 
 
+def bleu_interval(cmlm: list[Path], ce: list[Path], task: str) -> dict:
+    """C-MLM's BLEU minus cross-entropy's (the recipe's decoding), mean over the seeds' runs (`cmlm[i]` and `ce[i]`
+    one seed's), with its 95% interval from `mobilekd.finetune.intervals.paired_bootstrap`: dev pairs and seeds
+    resampled together, so it counts the dev set's sampling noise as well as the seeds' (over pairs alone it is
+    Koehn's paired bootstrap, as sacrebleu's `PairedTest` per seed). Each replicate's corpus BLEU is computed from
+    the drawn pairs' sentence statistics, summed, as sacrebleu's paired test does (its `_extract_corpus_statistics`
+    and `_compute_score_from_stats`), so no replicate tokenises again."""
+    import numpy as np
+    from sacrebleu.metrics import BLEU
+
+    from mobilekd.finetune.intervals import paired_bootstrap
+
+    bleu, stats, ids, references = BLEU(), [], {}, None
+    for method, dirs in (("cmlm", cmlm), ("ce", ce)):
+        rows = []
+        for d in dirs:
+            g = generations(d, task)
+            if references is None:
+                references = [x["reference"] for x in g]
+            if [x["reference"] for x in g] != references:
+                raise UserError(f"{generations_file(d, task)}: its dev pairs are not those of "
+                                f"{generations_file(cmlm[0], task)}")
+            rows.append(np.arange(len(g)) + len(stats))
+            stats += bleu._extract_corpus_statistics([x["generated"] for x in g], [references])
+        ids[method] = np.stack(rows)
+    table = np.array(stats)
+    return paired_bootstrap(np.arange(len(references)), ids["cmlm"], ids["ce"],
+                            lambda _, drawn: bleu._compute_score_from_stats(list(table[drawn].sum(0))).score)
+
+
 def seconds(result: dict) -> float:
     """A run's training seconds: its stages' (the loop's, dev evaluations included), whole across resumes since the
     loop carries them in its checkpoint; a run resumed before that counts from its last start only."""
@@ -273,6 +305,13 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                 p = bootstrap_p(dirs["cmlm"], dirs["ce"], task)
                 found.append({"task": task, "method": "cmlm-vs-ce", "seed": seed, "metric": "bootstrap_p",
                               "value": round(p, 4), **budget(task)})
+        both = [s for s in seeds if all(recorded(run_dir(out, task, m, s), task) and
+                                        generations_file(run_dir(out, task, m, s), task).is_file() for m in METHODS)]
+        if both:
+            i = bleu_interval(*([run_dir(out, task, m, s) for s in both] for m in METHODS), task)
+            found.append({"task": task, "method": "cmlm-vs-ce", "seed": None, "metric": "bleu_difference",
+                          "value": i["mean"], **{k: i[k] for k in ("low", "high", "seeds", "examples")},
+                          **budget(task)})
     wall = whole_plan_wall(out / "logs", jobs(out, list(TASKS), SEEDS))
     return found + ([wall_row(wall, list(TASKS))] if wall else [])
 
@@ -345,6 +384,12 @@ def table(results: list[dict], hours: float = HOURS) -> str:
             if d:
                 lines.append(f"| {task}: BLEU cmlm - {base} | {mean_std_cell(d, signed=True, digits=2)} | "
                              f"> {f'{above:+g}' if above else 0} | {verdict(d, above)} |")
+        pooled = [r for r in results if r["task"] == task and r["metric"] == "bleu_difference"]
+        if pooled:  # the interval's verdict: above zero, below it, or a tie
+            i = pooled[-1]
+            lines.append(f"| {task}: BLEU cmlm - ce, 95% paired bootstrap over dev pairs and seeds | "
+                         f"{interval_cell({**i, 'mean': i['value']}, scale=1)} | > 0 | "
+                         f"{'holds' if i['low'] > 0 else 'fails' if i['high'] < 0 else 'tie'} |")
         p = by_seed(results, task, "bootstrap_p", "cmlm-vs-ce")
         gap = paired_by_seed(results, task, headline(task), "cmlm", "ce")
         if p:  # sacrebleu's p says whether the two differ, not which way: the sign is the BLEU difference's

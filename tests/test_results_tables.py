@@ -403,7 +403,7 @@ def test_cmlm_collects_a_task_at_another_recipe_into_its_rows_for_that_command_o
     assert cmlm.TASKS == kept
     rows = read_json(results)
     students = [r for r in rows if r["method"] in ("ce", "cmlm", "cmlm-vs-ce")]
-    assert {r["metric"] for r in students} == {"bleu_greedy", "chrf_greedy", "bootstrap_p"}
+    assert {r["metric"] for r in students} == {"bleu_greedy", "chrf_greedy", "bootstrap_p", "bleu_difference"}
     assert all(r["train_pairs"] is None and r["epochs"] == 4.0 and r["alpha"] == 0.2 for r in students)
     assert not any(cmlm.current(r) for r in students)  # the default recipe trains on 10,000 pairs
     shown = read_json(tmp_path / "full_samples.json")
@@ -464,6 +464,46 @@ def test_cmlm_judges_the_correction_student_against_copying_by_the_issues_margin
     assert next(x for x in lines if "cmlm - copy" in x).endswith("| +1.68 ± 0.10 [n=3] | > +3 | fails |")
     assert next(x for x in lines if "cmlm - ce" in x).endswith("| > 0 | holds |")
     assert any("not measured" in x and x.endswith("| <= 3 h | - |") for x in lines)
+
+
+def test_cmlm_pools_its_bleu_difference_over_dev_pairs_and_seeds(tmp_path):
+    """The C-MLM - CE interval resamples dev pairs and seeds together; its point estimate is the seeds' mean of
+    sacrebleu's own corpus BLEU differences, and runs scored on other dev pairs are refused in one line."""
+    import json
+
+    import pytest
+    from sacrebleu.metrics import BLEU
+
+    from benchmarks import cmlm
+    from mobilekd.errors import UserError
+
+    references = ["the cat sat on the mat", "a dog ran in the park", "she reads a long book", "we went home late",
+                  "it rained all day long", "the sun is out today"]
+    outputs = {("cmlm", 0): ["the cat sat on the mat", "a dog ran in park", "she reads a book", "we went home late",
+                             "it rained all day", "the sun is out"],
+               ("cmlm", 1): ["the cat sat on a mat", "a dog ran in the park", "she reads long book", "we home late",
+                             "it rained all day long", "sun is out today"],
+               ("ce", 0): ["cat sat on mat", "a dog ran", "she reads a long book", "we went late", "it rained",
+                           "the sun is out today"],
+               ("ce", 1): ["the cat sat", "dog ran in the park", "she reads", "we went home late", "rained all day",
+                           "the sun"]}
+    dirs = {}
+    for (method, seed), generated in outputs.items():
+        d = dirs[method, seed] = tmp_path / method / str(seed)
+        d.mkdir(parents=True)
+        cmlm.generations_file(d, "correction").write_text("".join(
+            json.dumps({"source": r, "reference": r, "generated": g}) + "\n" for r, g in zip(references, generated)))
+    i = cmlm.bleu_interval([dirs["cmlm", s] for s in (0, 1)], [dirs["ce", s] for s in (0, 1)], "correction")
+    expected = sum(BLEU().corpus_score(outputs["cmlm", s], [references]).score -
+                   BLEU().corpus_score(outputs["ce", s], [references]).score for s in (0, 1)) / 2
+    assert abs(i["mean"] - expected) < 1e-3 and expected > 10
+    assert i["low"] <= i["mean"] <= i["high"] and i["low"] < i["high"] and (i["seeds"], i["examples"]) == (2, 6)
+    other = tmp_path / "other"
+    other.mkdir()
+    cmlm.generations_file(other, "correction").write_text(json.dumps(
+        {"source": "x", "reference": "another pair", "generated": "x"}) + "\n")
+    with pytest.raises(UserError, match="its dev pairs are not those of"):
+        cmlm.bleu_interval([dirs["cmlm", 0]], [other], "correction")
 
 
 def test_cmlm_samples_of_a_changed_recipe_are_not_shown(tmp_path):
