@@ -22,7 +22,9 @@ training loop alone, its dev evaluations included, whole across resumes), on `cm
 teacher's pass over the training pairs, the teacher's cost: computed once, shared by the seeds), steps and the
 budget; `copy` its BLEU and chrF (seed by seed, the same value: it has no seed); `teacher` the C-MLM teacher's token
 accuracy and perplexity on the dev targets; `cmlm-vs-ce` sacrebleu's paired bootstrap (1,000 resamples) p-value of
-each seed's two outputs on BLEU (the recipe's decoding: its goal is read on that BLEU).
+each seed's two outputs on BLEU (the recipe's decoding: its goal is read on that BLEU), and once per task (seed
+None) `bleu_difference`, C-MLM's BLEU minus CE's over the seeds with its 95% interval (`low`, `high`: a paired
+bootstrap over dev pairs and seeds, `bleu_interval`); `benchmark` the whole plan's wall time.
 """
 
 from __future__ import annotations

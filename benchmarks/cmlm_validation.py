@@ -216,7 +216,8 @@ def main(argv=None):
     def found():
         chosen_tasks()
         ready = [t for t in args.tasks if chosen_recipe(out, t, recorded)]
-        wall = whole_plan_wall(out / "logs", planned())  # the choices and the final runs, from nothing
+        # the choices made in OUT and the final runs, from nothing (not a run that followed recorded choices)
+        wall = whole_plan_wall(out / "logs", plan(out, args.tasks, args.seeds))
         return choice_rows(out, args.tasks) + [{**r, "selected_on": VALIDATION} for r in
                                                cmlm.rows(final(out), ready, args.seeds) if r["method"] != "benchmark"
                                                ] + ([{**cmlm.wall_row(wall, args.tasks), "selected_on": VALIDATION}]

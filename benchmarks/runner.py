@@ -154,6 +154,7 @@ def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0) -> li
 
 
 INVOCATIONS = "invocations.json"  # in a benchmark's logs/: one entry per `run_all`, what it ran and its wall time
+GROWN = 30  # seconds at most between a command's `run_all` entries while its plan grows (it names the next runs)
 
 
 def record_invocation(logs: Path, entry: dict) -> None:
@@ -169,8 +170,13 @@ def whole_plan_wall(logs: Path, plan: list[Job]) -> dict | None:
     no output folder there to resume) and none failing, while what it wrote is what the plan's outputs still are (no
     file of theirs written after it ended): the plan's measured wall time on one machine; None if no command did.
     A command is one `run_all` entry, or consecutive ones where its plan grows as its runs finish (a choice made
-    names the runs that follow it: `benchmarks.command.comparison` calls `run_all` again), each later entry having
-    found done exactly what the ones before it ran; their span, first start to last end, is its wall time."""
+    names the runs that follow it: `benchmarks.command.comparison` calls `run_all` again), each later entry running
+    something, having found done exactly what the ones before it ran, and starting within GROWN seconds of the one
+    before's end (not a later command: a rerun that finds all done, another asking for more tasks); their span,
+    first start to last end, is its wall time."""
+    def began(entry):
+        return time.mktime(time.strptime(entry["started"], "%Y-%m-%dT%H:%M:%S"))
+
     path = logs / INVOCATIONS
     names, found, chain = {j.name for j in plan}, None, []
     for entry in read_json(path) if path.is_file() else []:
@@ -178,13 +184,12 @@ def whole_plan_wall(logs: Path, plan: list[Job]) -> dict | None:
         so_far = {n for e in chain for n in e["ran"]}
         if entry.get("failed") or names & set(entry.get("existed", [])) or not ran <= names:
             chain = []
-        elif chain and before == so_far:
-            chain.append(entry)
+        elif chain and ran and before == so_far and began(entry) <= began(chain[-1]) + chain[-1]["seconds"] + GROWN:
+            chain.append(entry)  # the same command's next stage: it began as soon as the last one ended
         else:
             chain = [entry] if not before else []
         if chain and {n for e in chain for n in e["ran"]} == names:
-            start = time.mktime(time.strptime(chain[0]["started"], "%Y-%m-%dT%H:%M:%S"))
-            end = time.mktime(time.strptime(entry["started"], "%Y-%m-%dT%H:%M:%S")) + entry["seconds"]
+            start, end = began(chain[0]), began(entry) + entry["seconds"]
             if all(start <= written(j.out) <= end + 1 for j in plan):
                 found = chain[0] if len(chain) == 1 else {
                     **chain[0], "seconds": round(end - start, 1), "ran": [n for e in chain for n in e["ran"]],

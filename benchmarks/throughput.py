@@ -539,6 +539,9 @@ def distill_accuracy(args) -> list[dict]:
     return found
 
 
+PRECISION_NAMES = {"no": "fp32"}  # a stage's --mixed-precision as the rows name it
+
+
 def plan_rows(args) -> list[dict]:
     """`mobilekd distill`'s whole PKT plan at a small budget of the demo's shape (--plan-steps: steps per layer
     and of PD), by today's loop and by the defaults, the two alternating --plan-repeats times: its stages'
@@ -572,7 +575,9 @@ def plan_rows(args) -> list[dict]:
                    **{k: round(sum(st["seconds"] for st in v) / args.plan_repeats, 1) for k, v in kinds.items()}}
         variant = name.removeprefix("distill_")
         repeats = [round(rate(own) / rate(b), 4) for own, b in zip(stage_lists, base_runs)]  # pairs run in turn
-        found += [{**host(args.threads), "path": "distill_plan", "variant": variant, "precision": "fp32",
+        trained_in = sorted({PRECISION_NAMES.get(st["precision"], st["precision"]) for stages in stage_lists
+                             for st in stages})  # as each stage's probe chose (the defaults: bf16 where it pays)
+        found += [{**host(args.threads), "path": "distill_plan", "variant": variant, "precision": "+".join(trained_in),
                    "metric": k, "value": v, "task": "distill_plan", "method": variant, "seed": None,
                    "plan_steps": [layer_steps, pd_steps], "repeats": args.plan_repeats,
                    **({"blocks": repeats} if k == "speedup" else {})} for k, v in metrics.items()]

@@ -282,12 +282,13 @@ def test_a_benchmark_job_after_a_failed_one_still_runs_and_a_job_that_needs_it_d
 
 def test_a_command_whose_plan_grows_as_its_runs_finish_is_timed_from_its_first_run_to_its_last(tmp_path):
     """A comparison whose plan grows (a choice made names the runs that follow it) calls `run_all` once per stage:
-    consecutive entries, each finding done what the ones before ran, are one command, its wall time their span;
-    a stage run again later breaks the chain."""
+    consecutive entries, each finding done what the ones before ran and starting as the one before ended, are one
+    command, its wall time their span; a rerun that runs nothing leaves it, a later command or a stage run again
+    later is not part of it."""
     import shutil
 
     from benchmarks.runner import INVOCATIONS, Job, run_all, whole_plan_wall
-    from mobilekd.fileio import read_json
+    from mobilekd.fileio import read_json, write_json
 
     logs = tmp_path / "logs"
     first = Job("first", ["init", "demo_student", str(tmp_path / "first")], tmp_path / "first")
@@ -298,6 +299,13 @@ def test_a_command_whose_plan_grows_as_its_runs_finish_is_timed_from_its_first_r
     assert wall["ran"] == ["first", "grown"] and wall["invocations"] == 2 and wall["started"] == one["started"]
     assert one["seconds"] + two["seconds"] - 2 <= wall["seconds"] <= one["seconds"] + two["seconds"] + 60
     assert whole_plan_wall(logs, [first]) == one  # the first stage alone, a plan of its own
+    assert run_all([first, grown], 1, logs) == []  # the same command again: it finds all done and runs nothing
+    assert whole_plan_wall(logs, [first, grown]) == wall
+    later = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.mktime(time.strptime(
+        one["started"], "%Y-%m-%dT%H:%M:%S")) + one["seconds"] + 120))  # a second command, two minutes after
+    write_json(logs / INVOCATIONS, [one, {**two, "started": later}])
+    assert whole_plan_wall(logs, [first, grown]) is None
+    write_json(logs / INVOCATIONS, [one, two])
     shutil.rmtree(grown.out)
     assert run_all([first, grown], 1, logs) == []  # `grown` again: found `first` done, not run by this command
     assert whole_plan_wall(logs, [first, grown]) is None

@@ -418,12 +418,14 @@ def test_cmlm_collects_a_task_at_another_recipe_into_its_rows_for_that_command_o
     assert cmlm.TASKS == kept
 
 
-def test_cmlm_judges_its_wall_time_only_from_an_invocation_that_ran_the_whole_plan(tmp_path):
+def test_cmlm_judges_its_wall_time_only_from_an_invocation_that_ran_the_whole_plan(tmp_path, monkeypatch):
     from benchmarks import cmlm
     from benchmarks.runner import INVOCATIONS
     from mobilekd.fileio import write_json
 
+    monkeypatch.setattr(cmlm, "REPO_ROOT", tmp_path)  # the shared adapted teacher's folder too: not the checkout's
     plan = cmlm.jobs(tmp_path, list(cmlm.TASKS), cmlm.SEEDS)
+    assert all(tmp_path in j.out.parents for j in plan)
     for job in plan:  # each run's outputs, written during the invocation below
         job.out.mkdir(parents=True, exist_ok=True)
         (job.out / "results.json").write_text("{}")
