@@ -272,7 +272,7 @@ def multitask() -> list[str]:
 def cmlm() -> list[str]:
     """C-MLM's student against the same student without distillation and copying, per task (BLEU of the recipe's
     final decoding; copying has no decoding): the rows of `benchmarks.cmlm_validation` (every choice on validation)
-    where a task has them, else this host's rows of `benchmarks.cmlm` (its recipe picked on dev), else those run on a
+    where a task has them, else the rows of `benchmarks.cmlm` (its recipe picked on dev), else those run on a
     lent GPU at that recipe (cmlm_h100.json); each task says which."""
     from benchmarks.cmlm import TASKS, current
     from benchmarks.cmlm_validation import recipe_of
