@@ -44,7 +44,7 @@ from benchmarks.runner import RESUMABLE, Job, whole_plan_wall
 from benchmarks.stats import VERDICTS, by_seed, mean_std_cell, paired_by_seed, verdict
 from benchmarks import teacher_value
 from mobilekd.errors import UserError
-from mobilekd.finetune.intervals import cell as interval_cell
+from mobilekd.finetune.intervals import cell as interval_cell, side
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 from mobilekd.host import UNKNOWN
 from mobilekd import flags
@@ -80,6 +80,7 @@ HOURS = 2  # the issue's "the benchmark runs within 2 hours on 2 cores"
 # "the correction student above copying the source by at least 3 BLEU on dev"
 ABOVE_COPY = {"paraphrase": 0.0, "correction": 3.0}
 SAMPLES = 5  # generations shown per task
+INTERVAL_VERDICTS = {"above": "holds", "below": "fails", "tie": "tie"}  # an interval's side of 0, as the goals say it
 GENERATIONS = {True: "dev_generations_beam.jsonl", False: "dev_generations.jsonl"}  # a run's beam / greedy outputs
 EVAL_POINTS = 5  # greedy dev evaluations per student run (history.json: BLEU against training time)
 
@@ -165,19 +166,19 @@ def budget(task: str) -> dict:
             "beam": int(beam)}
 
 
-def searched(task: str) -> bool:
-    """Whether a task's recipe ends in beam search (else greedy decoding alone)."""
-    return int(TASKS[task].beam) > 1
+def searched(task: str, recipe: Recipe | None = None) -> bool:
+    """Whether a task's recipe (TASKS's, or `recipe`) ends in beam search (else greedy decoding alone)."""
+    return int((recipe or TASKS[task]).beam) > 1
 
 
-def decoding(task: str) -> str:
+def decoding(task: str, recipe: Recipe | None = None) -> str:
     """A task's final decoding in words: 'beam 5' or 'greedy'."""
-    return f"beam {TASKS[task].beam}" if searched(task) else "greedy"
+    return f"beam {(recipe or TASKS[task]).beam}" if searched(task, recipe) else "greedy"
 
 
-def headline(task: str) -> str:
+def headline(task: str, recipe: Recipe | None = None) -> str:
     """The metric a task's goals are read on: BLEU of its recipe's final decoding."""
-    return "bleu" if searched(task) else "bleu_greedy"
+    return "bleu" if searched(task, recipe) else "bleu_greedy"
 
 
 def current(row: dict) -> bool:
@@ -289,6 +290,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                        "train_seconds": seconds(t), **trained_on(t), **budget(task),
                        **({"score_precision": t["score_precision"]} if t.get("score_precision") else {})}
                       for m, v in t["metrics"]["dev"].items()]
+        paired = []  # the seeds whose two students have finished, with their generations
         for seed in seeds:
             dirs = {m: run_dir(out, task, m, seed) for m in METHODS}
             runs = {m: recorded(d, task) for m, d in dirs.items()}
@@ -304,13 +306,12 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                 found += [{"task": task, "method": "copy", "seed": seed, "metric": k, "value": v}
                           for k, v in m["dev_copy"].items()] if method == "ce" else []
             if all(runs.values()) and all(generations_file(d, task).is_file() for d in dirs.values()):
+                paired.append(dirs)
                 p = bootstrap_p(dirs["cmlm"], dirs["ce"], task)
                 found.append({"task": task, "method": "cmlm-vs-ce", "seed": seed, "metric": "bootstrap_p",
                               "value": round(p, 4), **budget(task)})
-        both = [s for s in seeds if all(recorded(run_dir(out, task, m, s), task) and
-                                        generations_file(run_dir(out, task, m, s), task).is_file() for m in METHODS)]
-        if both:
-            i = bleu_interval(*([run_dir(out, task, m, s) for s in both] for m in METHODS), task)
+        if paired:
+            i = bleu_interval([d["cmlm"] for d in paired], [d["ce"] for d in paired], task)
             found.append({"task": task, "method": "cmlm-vs-ce", "seed": None, "metric": "bleu_difference",
                           "value": i["mean"], **{k: i[k] for k in ("low", "high", "seeds", "examples")},
                           **budget(task)})
@@ -387,11 +388,10 @@ def table(results: list[dict], hours: float = HOURS) -> str:
                 lines.append(f"| {task}: BLEU cmlm - {base} | {mean_std_cell(d, signed=True, digits=2)} | "
                              f"> {f'{above:+g}' if above else 0} | {verdict(d, above)} |")
         pooled = [r for r in results if r["task"] == task and r["metric"] == "bleu_difference"]
-        if pooled:  # the interval's verdict: above zero, below it, or a tie
-            i = pooled[-1]
+        if pooled:
+            i = {**pooled[-1], "mean": pooled[-1]["value"]}
             lines.append(f"| {task}: BLEU cmlm - ce, 95% paired bootstrap over dev pairs and seeds | "
-                         f"{interval_cell({**i, 'mean': i['value']}, scale=1)} | > 0 | "
-                         f"{'holds' if i['low'] > 0 else 'fails' if i['high'] < 0 else 'tie'} |")
+                         f"{interval_cell(i, scale=1)} | > 0 | {INTERVAL_VERDICTS[side(i)]} |")
         p = by_seed(results, task, "bootstrap_p", "cmlm-vs-ce")
         gap = paired_by_seed(results, task, headline(task), "cmlm", "ce")
         if p:  # sacrebleu's p says whether the two differ, not which way: the sign is the BLEU difference's

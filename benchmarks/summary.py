@@ -274,28 +274,26 @@ def cmlm() -> list[str]:
     final decoding; copying has no decoding): the rows of `benchmarks.cmlm_validation` (every choice on validation)
     where a task has them, else the rows of `benchmarks.cmlm` (its recipe picked on dev), else those run on a
     lent GPU at that recipe (cmlm_h100.json); each task says which."""
-    from benchmarks.cmlm import TASKS, current
+    from benchmarks.cmlm import TASKS, current, decoding, headline
     from benchmarks.cmlm_validation import recipe_of
 
-    found = {}
+    found = {}  # task -> (its rows, where they come from, its recipe)
     for name, where in (("cmlm_validation", "chosen on validation"), ("cmlm", "recipe picked on dev"),
                         ("cmlm_h100", "one H100, recipe picked on dev")):
         rows = [r for r in _rows(name) if name == "cmlm_validation" or current(r)]
         for t in TASKS:
             recipe = recipe_of(rows, t) if name == "cmlm_validation" else TASKS[t]
-            metric = "bleu" if recipe and int(recipe.beam) > 1 else "bleu_greedy"
-            if t not in found and values(rows, t, metric, "cmlm"):
-                found[t] = ([r for r in rows if r["task"] == t], where, metric, recipe.beam)
+            if t not in found and recipe and values(rows, t, headline(t, recipe), "cmlm"):
+                found[t] = ([r for r in rows if r["task"] == t], where, recipe)
     tasks = [t for t in TASKS if t in found]
     if not tasks:
         return []
 
     def cell(method):
-        return "; ".join(f"{t} " + mean_std_cell(values(found[t][0], t, "bleu" if method == "copy" else found[t][2],
-                                                        method), digits=2) for t in tasks)
+        return "; ".join(f"{t} " + mean_std_cell(values(found[t][0], t, "bleu" if method == "copy" else
+                                                        headline(t, found[t][2]), method), digits=2) for t in tasks)
 
-    decodings = ", ".join(f"{t} {f'beam {found[t][3]}' if found[t][2] == 'bleu' else 'greedy'}, {found[t][1]}"
-                          for t in tasks)
+    decodings = ", ".join(f"{t} {decoding(t, found[t][2])}, {found[t][1]}" for t in tasks)
     params = next(r["params"] for t in tasks for r in found[t][0] if r["method"] == "cmlm" and r.get("params"))
     return [f"| BERT into a text generator (C-MLM), {params / 1e6:.1f}M encoder-decoder, dev BLEU ({decodings}) | "
             f"{cell('cmlm')} | cross-entropy alone {cell('ce')}; copying the source {cell('copy')} | "

@@ -79,11 +79,14 @@ def paired_bootstrap(labels: np.ndarray, a: np.ndarray, b: np.ndarray, metric=ac
             "examples": n}
 
 
+def side(interval: dict) -> str:
+    """Where a difference's interval lies against zero: "above" or "below" where it excludes zero, else "tie"."""
+    return "above" if interval["low"] > 0 else "below" if interval["high"] < 0 else "tie"
+
+
 def cell(interval: dict | None, scale: float = 100.0) -> str:
-    """A table cell: the difference in points with its interval, and "above"/"below"/"tie" by whether the interval
-    excludes zero."""
+    """A table cell: the difference in points with its interval, and its `side` of zero."""
     if not interval:
         return "-"
-    verdict = "above" if interval["low"] > 0 else "below" if interval["high"] < 0 else "tie"
     return (f"{interval['mean'] * scale:+.1f} [{interval['low'] * scale:+.1f}, {interval['high'] * scale:+.1f}] "
-            f"{verdict} [n={interval['seeds']}]")
+            f"{side(interval)} [n={interval['seeds']}]")

@@ -353,12 +353,14 @@ def report(s: dict) -> str:
 def differences(s: dict) -> list[str]:
     """The student against the teacher, the bag-of-words baseline and the majority class on dev, each difference
     with its 95% interval (`dev_intervals`) and what it says: above, below, or neither (a tie on this dev set)."""
+    from mobilekd.finetune.intervals import side
+
     lines = []
     for name, what in (("teacher", "the teacher"), ("baseline", "the bag-of-words baseline"),
                        ("majority", "the majority class")):
         i = s.get("intervals", {}).get(f"student-{name}")
         if i:
-            verdict = "above" if i["low"] > 0 else "below" if i["high"] < 0 else "neither above nor below"
+            verdict = {"tie": "neither above nor below"}.get(side(i), side(i))
             lines.append(f"student - {what}: {i['mean']:+.4f} {s['metric']} [{i['low']:+.4f}, {i['high']:+.4f}]: "
                          f"{verdict} it (95% paired bootstrap over the {i['examples']} dev examples)")
     return lines
