@@ -38,7 +38,8 @@ def owned(out, enabled: bool = True, argv: list[str] | None = None):
     Given the run's flags (`argv`, None for sys.argv[1:]), OUT/complete.json says on entry that a run of them is
     under way and, once the body returns (not when it raises), that it finished: the run's own mark that OUT is
     whole for those flags. A run refused for bad input (a UserError) before it wrote anything leaves no OUT
-    behind where it made OUT."""
+    behind where it made OUT, and an earlier run's mark as it was where OUT held one (a finished run asked to resume
+    under other flags stays finished)."""
     out = Path(out)
     if not enabled:
         yield out
@@ -61,8 +62,10 @@ def owned(out, enabled: bool = True, argv: list[str] | None = None):
                                  "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                                  "command": " ".join(sys.argv)}).encode())
         flags = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
-        started = time.strftime("%Y-%m-%d %H:%M:%S")
-        write_json(out / COMPLETE, {"argv": flags, "started": started, "finished": None})  # under way
+        started, entered = time.strftime("%Y-%m-%d %H:%M:%S"), time.time()
+        mark = out / COMPLETE
+        before = mark.read_bytes() if mark.is_file() else None  # an earlier run's mark, kept if this one is refused
+        write_json(mark, {"argv": flags, "started": started, "finished": None})  # under way
         try:
             yield out
         except UserError:
@@ -70,10 +73,18 @@ def owned(out, enabled: bool = True, argv: list[str] | None = None):
                 for name in (COMPLETE, LOCK):
                     (out / name).unlink(missing_ok=True)
                 out.rmdir()
+            elif before is not None and not _written_since(out, entered):  # e.g. a resume under other flags
+                mark.write_bytes(before)  # refused before it wrote anything: OUT is as it was, its mark too
             raise
         write_json(out / COMPLETE, {"argv": flags, "started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
     finally:
         os.close(fd)  # releases the lock; the file stays, harmless, for the next run to take
+
+
+def _written_since(out: Path, when: float) -> bool:
+    """Whether anything under `out` but its lock and mark was written at or after `when` (seconds since the epoch)."""
+    return any(p.stat().st_mtime >= when for p in out.rglob("*")
+               if p.name not in (LOCK, COMPLETE) and not p.is_dir())
 
 
 def _holder(path: Path) -> str:

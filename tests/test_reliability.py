@@ -213,8 +213,10 @@ def test_a_run_marks_its_own_output_complete_for_the_flags_it_ran_with(tmp_path)
     """A recipe writes OUT/complete.json with its flags when it starts (under way) and when it returns (finished;
     `mobilekd.rundir.owned`); the benchmarks' runner asks only that (`Job.done`): the same run is done, the same OUT
     under other flags is not, a run refused before it starts leaves OUT as it was, and one that fails in OUT leaves
-    it marked unfinished. A run made before the mark counts by what its recipe wrote last then."""
+    it marked unfinished; a run refused inside OUT before it wrote there (a resume under other flags) puts the earlier
+    run's mark back. A run made before the mark counts by what its recipe wrote last then."""
     from benchmarks.runner import Job
+    from mobilekd.errors import UserError
     from mobilekd.rundir import COMPLETE, completed, owned
 
     out = tmp_path / "student"
@@ -225,6 +227,15 @@ def test_a_run_marks_its_own_output_complete_for_the_flags_it_ran_with(tmp_path)
     assert not Job("init", ["init", "demo_student", str(out), "--seed", "1"], out).done()
     refused = run_module("mobilekd", "init", "demo_student", out, "--layers", "0", check=False)
     assert "no such model directory" in one_line_error(refused) and job.done()
+    with pytest.raises(UserError), owned(out, argv=["--other"]):  # refused inside OUT before writing anything
+        raise UserError("a checkpoint made with other settings")
+    assert job.done()  # the finished run's mark is back
+    with pytest.raises(UserError), owned(out, argv=["--other"]):
+        (out / "partial.txt").write_text("written")
+        raise UserError("refused after writing")
+    assert not job.done()  # OUT changed under the refused run: no longer whole for the finished run's flags
+    run_module("mobilekd", *job.argv)
+    assert job.done()
     with pytest.raises(RuntimeError), owned(out, argv=job.argv[1:]):
         assert not job.done()  # under way
         raise RuntimeError("killed midway")
