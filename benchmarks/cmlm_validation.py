@@ -14,23 +14,27 @@ scored on).
    reports); then a C-MLM student from it at each alpha, its validation pairs decoded greedy and with beam 5; the
    (alpha, decoding) with the best validation BLEU kept. Dev is scored by these runs too (the recipes always score
    it at the end) and read by nothing here.
-2. **Final runs**: benchmarks.cmlm's plan at the chosen recipe, on every training pair of the task's budget (the
-   validation split back in, as a search refits on the whole training set), seeds 0-2: the teacher once, C-MLM and
-   cross-entropy students per seed, no evaluation during training (`--eval-every 0`), dev scored once per model.
+2. **Final runs**: benchmarks.cmlm's plan at the chosen recipe and the task's final budget (FINAL, declared: text
+   correction on every training pair, the students 2 epochs; else the choices' budget), the validation split back
+   in (as a search refits on the whole training set), seeds 0-2: the teacher once, C-MLM and cross-entropy
+   students per seed, no evaluation during training (`--eval-every 0`), dev scored once per model. Each budget's
+   runs have a folder of their own (OUT/final at the choices' budget, OUT/final-all at every pair) and their rows
+   stay side by side (keyed by `train_pairs` and `epochs`); the table shows each, the README's summary the largest.
    Where OUT holds no finished choice runs but the results file's rows mark a task's choice (an earlier
    invocation's, on another machine perhaps), the final runs follow that choice rather than making it again.
 3. **Wall time**: a `benchmark` row holds the command's wall time where one command ran all of it from nothing (the
    adapted teacher, the choices, the final runs: `benchmarks.runner.whole_plan_wall`), judged against HOURS.
 
-Fixed, not chosen: the pairs and epochs (benchmarks.cmlm's TASKS), the temperature (10) and top-k (8) of the
-official code, the students' learning rate (the recipe's default); the cross-entropy student decodes as the chosen
-C-MLM student does.
+Fixed, not chosen: the pairs and epochs (the choices': benchmarks.cmlm's TASKS; the final runs': FINAL), the
+temperature (10) and top-k (8) of the official code, the students' learning rate (the recipe's default); the
+cross-entropy student decodes as the chosen C-MLM student does.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks import cmlm
@@ -42,6 +46,12 @@ from mobilekd.finetune.selection import VALIDATION
 from mobilekd.rundir import finished_results
 
 CHOICES = {"teacher_lr": ("5e-5", "2e-4"), "alpha": ("0.2", "0.5"), "beam": ("1", "5")}
+CHOICE = dict(cmlm.TASKS)  # the choice runs' budget (pairs, epochs): benchmarks.cmlm's, whatever TASKS is set to later
+# The final runs' training pairs (None: all) and students' epochs where they are not the choices': declared before
+# they ran, not chosen. Issue 79's item 2, text correction "at the data it needs: all usable pairs"; 2 epochs, about
+# 2.1x the choice runs' steps per student, what the 3 hours leave beside the teacher's pass over every pair. The choices
+# stay at CHOICE's budget, a cheaper fidelity of the same recipe; final runs at that budget stay in the rows beside.
+FINAL = {"correction": (None, "2")}
 SPLIT = ["--validation-fraction", "0.1", "--validation-seed", "0"]
 CHOICE_SEED = 0
 WIDE = max(CHOICES["beam"], key=int)  # the beam a choice run decodes validation with, beside greedy ("1")
@@ -57,9 +67,37 @@ def student_run(out: Path, task: str, alpha: str) -> Path:
     return out / task / "choose" / f"cmlm-alpha{alpha}"
 
 
-def final(out: Path) -> Path:
-    """Where the final runs go: benchmarks.cmlm's layout under OUT/final."""
-    return out / "final"
+def final(out: Path, recipe: cmlm.Recipe, task: str) -> Path:
+    """Where a task's final runs at `recipe` go, in benchmarks.cmlm's layout: OUT/final at the choices' budget,
+    OUT/final-PAIRS (final-all: every pair) at another."""
+    if (recipe.pairs, recipe.epochs) == (CHOICE[task].pairs, CHOICE[task].epochs):
+        return out / "final"
+    return out / f"final-{recipe.pairs or 'all'}"
+
+
+def final_recipe(recipe: cmlm.Recipe, task: str) -> cmlm.Recipe:
+    """The chosen `recipe` at the task's declared final budget (FINAL), else as chosen."""
+    if task not in FINAL:
+        return recipe
+    pairs, epochs = FINAL[task]
+    return recipe._replace(pairs=pairs, epochs=epochs)
+
+
+def final_jobs(out: Path, task: str, seeds: list[int], recipe: cmlm.Recipe) -> list[Job]:
+    """benchmarks.cmlm's plan for `task` at `recipe`, in `final`'s folder, dev scored once per model; outside
+    OUT/final its jobs are named after their folder (final-all/correction/teacher), so that one budget's logs never
+    stand for another's."""
+    where, kept = final(out, recipe, task), cmlm.TASKS[task]
+    try:
+        cmlm.TASKS[task] = recipe
+        jobs = [j for j in cmlm.jobs(where, [task], seeds, curves=False) if j.name != "adapt"]
+    finally:
+        cmlm.TASKS[task] = kept
+    if where.name == "final":
+        return jobs
+    prefix = f"{where.name}/"
+    return [replace(j, name=prefix + j.name, needs=[n if n == "adapt" else prefix + n for n in j.needs])
+            for j in jobs]
 
 
 def teacher_scores(out: Path, task: str) -> dict[str, float] | None:
@@ -86,40 +124,41 @@ def chosen_lr(out: Path, task: str) -> str | None:
 
 
 def chosen_recipe(out: Path, task: str, recorded: list[dict] = ()) -> cmlm.Recipe | None:
-    """The task's recipe with its teacher learning rate, alpha and decoding chosen on validation: from its choice
-    runs in OUT once they have finished (ties go to the earlier candidate of CHOICES), else the one `recorded` (the
-    results file's rows) marks chosen, else None."""
+    """The task's final recipe (`final_recipe`) with its teacher learning rate, alpha and decoding chosen on
+    validation: from its choice runs in OUT once they have finished (ties go to the earlier candidate of CHOICES),
+    else the one `recorded` (the results file's rows) marks chosen, else None."""
     lr, scores = chosen_lr(out, task), student_scores(out, task)
     if lr is None or scores is None:
         return recorded_recipe(recorded, task)
     alpha, beam = max(scores, key=scores.get)
-    pairs, teacher_epochs, epochs, *_ = cmlm.TASKS[task]
-    return cmlm.Recipe(pairs, teacher_epochs, epochs, lr, alpha, beam)
+    return final_recipe(CHOICE[task]._replace(teacher_lr=lr, alpha=alpha, beam=beam), task)
 
 
 def recorded_recipe(rows: list[dict], task: str) -> cmlm.Recipe | None:
-    """The recipe that a task's choice rows mark chosen: choice runs of an earlier invocation whose folders are gone
-    (another machine's, a session's that ended), so the final runs go on without choosing again. None without them."""
+    """The final recipe that a task's choice rows mark chosen: choice runs of an earlier invocation whose folders are
+    gone (another machine's, a session's that ended), so the final runs go on without choosing again. None without
+    them."""
     student = next((r for r in rows if r["task"] == task and r["method"] == "choice-cmlm" and r["chosen"]), None)
     if student is None:
         return None
-    pairs, teacher_epochs, epochs, *_ = cmlm.TASKS[task]
-    return cmlm.Recipe(pairs, teacher_epochs, epochs, *(f"{student[k]:g}" for k in ("teacher_lr", "alpha", "beam")))
+    return final_recipe(CHOICE[task]._replace(**{k: f"{student[k]:g}" for k in ("teacher_lr", "alpha", "beam")}),
+                        task)
 
 
 def choice_jobs(out: Path, task: str) -> list[Job]:
     """The choice runs of `task`: every candidate teacher; once they have finished, a C-MLM student from the chosen
     one at every alpha, decoded on validation with the largest beam too."""
-    r = cmlm.TASKS[task]
+    r = CHOICE[task]
+    subset = ["--max-train-examples", r.pairs] if r.pairs else []
     jobs = [Job(f"{task}/choose/teacher-lr{lr}",
                 ["cmlm", "--teacher", str(cmlm.adapt_dir()), "--task", task, "--epochs", r.teacher_epochs, "--lr", lr,
-                 *cmlm.subset(task), *SPLIT, "--out", str(teacher_run(out, task, lr)), *RESUMABLE],
+                 *subset, *SPLIT, "--out", str(teacher_run(out, task, lr)), *RESUMABLE],
                 teacher_run(out, task, lr), ["adapt"]) for lr in CHOICES["teacher_lr"]]
     lr = chosen_lr(out, task)
     if lr is not None:
         jobs += [Job(f"{task}/choose/cmlm-alpha{a}",
                      ["seq2seq", "--task", task, "--method", "cmlm", "--teacher", str(teacher_run(out, task, lr)),
-                      "--alpha", a, "--preset", cmlm.PRESET, "--epochs", r.epochs, *cmlm.subset(task),
+                      "--alpha", a, "--preset", cmlm.PRESET, "--epochs", r.epochs, *subset,
                       "--beam", WIDE, "--seed", str(CHOICE_SEED), *SPLIT,
                       "--out", str(student_run(out, task, a)), *RESUMABLE],
                      student_run(out, task, a), [f"{task}/choose/teacher-lr{lr}"]) for a in CHOICES["alpha"]]
@@ -128,10 +167,9 @@ def choice_jobs(out: Path, task: str) -> list[Job]:
 
 def plan(out: Path, tasks: list[str], seeds: list[int], recorded: list[dict] = ()) -> list[Job]:
     """What can be named now: the choice runs (none for a task whose choice `recorded` holds and OUT does not), and
-    benchmarks.cmlm's final plan for the tasks whose recipe is chosen (TASKS set to it: call within `chosen_tasks`)."""
+    benchmarks.cmlm's final plan for the tasks whose recipe is chosen."""
     adapt = cmlm.jobs(out, [], [])  # the adapted teacher's stage alone, shared with benchmarks.quality and cmlm
-    ready = [t for t in tasks if chosen_recipe(out, t, recorded)]
-    later = [j for j in cmlm.jobs(final(out), ready, seeds, curves=False) if j.name != "adapt"] if ready else []
+    later = [j for t in tasks if (recipe := chosen_recipe(out, t, recorded)) for j in final_jobs(out, t, seeds, recipe)]
     choosing = [t for t in tasks if chosen_recipe(out, t) or not recorded_recipe(recorded, t)]
     return [*adapt, *(j for t in choosing for j in choice_jobs(out, t)), *later]
 
@@ -179,14 +217,44 @@ def table(results: list[dict]) -> str:
         score = f"token accuracy {r['value']:.4f}" if r["metric"] == "token_accuracy" else f"BLEU {r['value']:.2f}"
         lines.append(f"| {r['task']} | {what} | {candidate} | {score} | {'yes' if r['chosen'] else ''} |")
     finals = [r for r in results if r["method"] not in ORDER]
+    sections = [table_at(finals, b) for b in budgets(finals)] or ["The final runs have not finished.\n"]
+    return "\n".join(lines) + "\n\nThe final runs at the chosen recipes, dev scored once per model, budget by budget " \
+                             "(declared before they ran):\n\n" + "\n".join(sections)
+
+
+def budgets(finals: list[dict]) -> list[tuple]:
+    """The final runs' budgets, (training pairs, students' epochs), as their rows record them: a budget of pairs
+    first, every pair (None) last."""
+    found = {(r["train_pairs"], r["epochs"]) for r in finals if r["method"] in cmlm.METHODS}
+    return sorted(found, key=lambda b: (b[0] is None, b[0] or 0, b[1]))
+
+
+def at_largest_budget(rows: list[dict]) -> list[dict]:
+    """The final rows at the largest budget they hold (every pair before any subset): what the task ships."""
+    finals = [r for r in rows if r["method"] not in ORDER]
+    found = budgets(finals)
+    return [r for r in finals if at_budget(r, found[-1])] if found else []
+
+
+def at_budget(r: dict, budget: tuple) -> bool:
+    """Whether a final row belongs to a budget's runs: copying's (no budget) to every one, the wall row by its
+    recipes."""
+    if r["method"] == "benchmark":
+        return all((b["train_pairs"], b["epochs"]) == budget for b in r["recipes"].values())
+    return r["method"] == "copy" or (r.get("train_pairs"), r.get("epochs")) == budget
+
+
+def table_at(finals: list[dict], budget: tuple) -> str:
+    """benchmarks.cmlm's table of the final runs at one budget, headed by it."""
+    mine = [r for r in finals if at_budget(r, budget)]
+    pairs, epochs = budget
     kept = dict(cmlm.TASKS)
     try:
-        cmlm.TASKS.update({t: recipe for t in cmlm.TASKS if (recipe := recipe_of(finals, t))})
-        rest = cmlm.table(finals, HOURS) if any(r["method"] in cmlm.METHODS for r in finals) else \
-            "The final runs have not finished.\n"
+        cmlm.TASKS.update({t: recipe for t in cmlm.TASKS if (recipe := recipe_of(mine, t))})
+        return (f"**{'Every training pair' if pairs is None else f'{pairs:,} training pairs'}, the students' "
+                f"{epochs:g} epochs:**\n\n" + cmlm.table(mine, HOURS))
     finally:
         cmlm.TASKS.update(kept)
-    return "\n".join(lines) + "\n\nThe final runs at the chosen recipes, dev scored once per model:\n\n" + rest
 
 
 def order(r: dict):
@@ -205,27 +273,24 @@ def main(argv=None):
     kept = dict(cmlm.TASKS)
     recorded = read_json(REPO_ROOT / args.results) if (REPO_ROOT / args.results).is_file() else []
 
-    def chosen_tasks():  # TASKS at each task's chosen recipe, for the helpers of benchmarks.cmlm that read it
-        cmlm.TASKS.update(kept)
-        cmlm.TASKS.update({t: recipe for t in args.tasks if (recipe := chosen_recipe(out, t, recorded))})
-
     def planned():
-        chosen_tasks()
         return plan(out, args.tasks, args.seeds, recorded)
 
-    def found():
-        chosen_tasks()
+    def found():  # TASKS at each task's chosen recipe, for the helpers of benchmarks.cmlm that read it
+        cmlm.TASKS.update(kept)
+        cmlm.TASKS.update({t: recipe for t in args.tasks if (recipe := chosen_recipe(out, t, recorded))})
         ready = [t for t in args.tasks if chosen_recipe(out, t, recorded)]
         # the choices made in OUT and the final runs, from nothing (not a run that followed recorded choices)
         wall = whole_plan_wall(out / "logs", plan(out, args.tasks, args.seeds))
-        return choice_rows(out, args.tasks) + [{**r, "selected_on": VALIDATION} for r in
-                                               cmlm.rows(final(out), ready, args.seeds) if r["method"] != "benchmark"
-                                               ] + ([{**cmlm.wall_row(wall, args.tasks), "selected_on": VALIDATION}]
-                                                    if wall else [])
+        return choice_rows(out, args.tasks) + [
+            {**r, "selected_on": VALIDATION} for t in ready
+            for r in cmlm.rows(final(out, cmlm.TASKS[t], t), [t], args.seeds) if r["method"] != "benchmark"
+        ] + ([{**cmlm.wall_row(wall, args.tasks), "selected_on": VALIDATION}] if wall else [])
 
     try:
         return comparison(args, planned, found, order, table,
-                          key=("task", "method", "seed", "metric", "teacher_lr", "alpha", "beam"))
+                          key=("task", "method", "seed", "metric", "teacher_lr", "alpha", "beam", "train_pairs",
+                               "epochs"))
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -271,20 +271,23 @@ def multitask() -> list[str]:
 
 def cmlm() -> list[str]:
     """C-MLM's student against the same student without distillation and copying, per task (BLEU of the recipe's
-    final decoding; copying has no decoding): the rows of `benchmarks.cmlm_validation` (every choice on validation)
-    where a task has them, else the rows of `benchmarks.cmlm` (its recipe picked on dev), else those run on a
-    lent GPU at that recipe (cmlm_h100.json); each task says which."""
+    final decoding; copying has no decoding): the rows of `benchmarks.cmlm_validation` (every choice on validation;
+    its largest budget's final runs) where a task has them, else the rows of `benchmarks.cmlm` (its recipe picked on
+    dev), else those run on a lent GPU at that recipe (cmlm_h100.json); each task says which."""
     from benchmarks.cmlm import TASKS, current, decoding, headline
-    from benchmarks.cmlm_validation import recipe_of
+    from benchmarks.cmlm_validation import at_largest_budget, recipe_of
 
     found = {}  # task -> (its rows, where they come from, its recipe)
     for name, where in (("cmlm_validation", "chosen on validation"), ("cmlm", "recipe picked on dev"),
                         ("cmlm_h100", "one H100, recipe picked on dev")):
         rows = [r for r in _rows(name) if name == "cmlm_validation" or current(r)]
         for t in TASKS:
-            recipe = recipe_of(rows, t) if name == "cmlm_validation" else TASKS[t]
-            if t not in found and recipe and values(rows, t, headline(t, recipe), "cmlm"):
-                found[t] = ([r for r in rows if r["task"] == t], where, recipe)
+            mine = [r for r in rows if r["task"] == t]
+            if name == "cmlm_validation":  # the final runs at the largest budget declared, the student it ships
+                mine = at_largest_budget(mine)
+            recipe = recipe_of(mine, t) if name == "cmlm_validation" else TASKS[t]
+            if t not in found and recipe and values(mine, t, headline(t, recipe), "cmlm"):
+                found[t] = (mine, where, recipe)
     tasks = [t for t in TASKS if t in found]
     if not tasks:
         return []

@@ -575,17 +575,25 @@ def test_cmlm_under_the_selection_protocol_names_its_final_runs_only_once_valida
                  validation={"bleu": greedy}, validation_beam={"bleu": beam}, dev_beam={"bleu": 100 - beam})
     recipe = cv.chosen_recipe(tmp_path, "correction")
     assert (recipe.teacher_lr, recipe.alpha, recipe.beam) == ("2e-4", "0.5", "5")
-    assert recipe[:3] == cmlm.TASKS["correction"][:3]  # pairs and epochs: fixed, not chosen
+    pairs, epochs = cv.FINAL["correction"]  # the final runs' pairs and epochs: declared, not chosen
+    assert recipe[:3] == (pairs, cmlm.TASKS["correction"].teacher_epochs, epochs)
     kept = dict(cmlm.TASKS)
     try:
         cmlm.TASKS["correction"] = recipe
         later = {j.name: j for j in cv.plan(tmp_path, ["correction"], [0, 1])}
     finally:
         cmlm.TASKS.update(kept)
-    assert {"correction/teacher", "correction/cmlm/0", "correction/ce/1"} <= set(later)
-    teacher, student = later["correction/teacher"].argv, later["correction/cmlm/1"].argv
-    assert teacher[teacher.index("--lr") + 1] == "2e-4"
-    assert teacher[teacher.index("--out") + 1].startswith(str(cv.final(tmp_path)))
+    where = cv.final(tmp_path, recipe, "correction")
+    assert where.name == "final-all"  # every pair: its runs, and their logs' names, apart from the choices' budget's
+    assert {"final-all/correction/teacher", "final-all/correction/cmlm/0", "final-all/correction/ce/1"} <= set(later)
+    teacher, student = later["final-all/correction/teacher"].argv, later["final-all/correction/cmlm/1"].argv
+    assert later["final-all/correction/cmlm/1"].needs == ["final-all/correction/teacher"]
+    assert teacher[teacher.index("--lr") + 1] == "2e-4" and "--max-train-examples" not in teacher
+    assert teacher[teacher.index("--out") + 1].startswith(str(where))
+    assert student[student.index("--epochs") + 1] == epochs
+    choosing = later["correction/choose/cmlm-alpha0.2"].argv  # the choices keep their own budget, TASKS set or not
+    assert choosing[choosing.index("--max-train-examples") + 1] == cmlm.TASKS["correction"].pairs
+    assert choosing[choosing.index("--epochs") + 1] == cmlm.TASKS["correction"].epochs
     assert student[student.index("--alpha") + 1] == "0.5" and student[student.index("--beam") + 1] == "5"
     assert student[student.index("--eval-every") + 1] == "0" and "--validation-fraction" not in student
     rows = cv.choice_rows(tmp_path, ["correction"])
@@ -597,7 +605,8 @@ def test_cmlm_under_the_selection_protocol_names_its_final_runs_only_once_valida
     elsewhere = tmp_path / "elsewhere"  # the choice runs' folders gone: the rows' choice is followed, not made again
     assert cv.chosen_recipe(elsewhere, "correction") is None
     assert cv.chosen_recipe(elsewhere, "correction", rows) == cmlm.Recipe(*recipe[:3], "0.0002", "0.5", "5")
-    assert [j.name for j in cv.plan(elsewhere, ["correction"], [0], rows)][:2] == ["adapt", "correction/teacher"]
+    assert [j.name for j in cv.plan(elsewhere, ["correction"], [0], rows)][:2] == ["adapt",
+                                                                                   "final-all/correction/teacher"]
 
 
 
