@@ -68,6 +68,7 @@ from mobilekd.export.parity import parity_report, run_tflite, xnnpack_undelegate
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.export.config import SENTENCE_TASKS, ExportConfig, check
 from mobilekd.flags import add_flags, from_flags
+from mobilekd.host import identity
 from mobilekd.models.bilstm import load_bilstm, load_bilstm_config
 from mobilekd.models.early_exit import load_early_exit, scored_thresholds
 from mobilekd.models.heads import HEADS
@@ -438,7 +439,8 @@ def export_seq2seq(args, out: Path) -> None:
             parity, outputs = seq2seq_parity(model, path, split, mine=mine)
             reports[path.name] = report = {**file_report(path, ops, op_histogram(ops)), **parity,
                                            "scores": {"file": scored(outputs), "pytorch": pytorch},
-                                           "convert_seconds": seconds, "model": str(args.model), "quantize": quantize}
+                                           "convert_seconds": seconds, "model": str(args.model), "quantize": quantize,
+                                           "host": identity()}  # the machine host_ms were measured on
             if beam_mine is not None:
                 found, outputs, _ = beam_parity(model, path, split, beam, mine=beam_mine)
                 report["beam_search"] = {**found, "scores": {"file": scored(outputs), "pytorch": scored(beam_mine)}}
