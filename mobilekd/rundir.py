@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from mobilekd.errors import UserError, located
-from mobilekd.fileio import file_digest, read_json, write_json
+from mobilekd.fileio import REPO_ROOT, file_digest, read_json, write_json
 from mobilekd.host import UNKNOWN
 
 LOCK = ".mobilekd.lock"
@@ -65,7 +65,8 @@ def owned(out, enabled: bool = True, argv: list[str] | None = None):
         started, entered = time.strftime("%Y-%m-%d %H:%M:%S"), time.time()
         mark = out / COMPLETE
         before = mark.read_bytes() if mark.is_file() else None  # an earlier run's mark, kept if this one is refused
-        write_json(mark, {"argv": flags, "started": started, "finished": None})  # under way
+        root = str(REPO_ROOT)  # the checkout that ran it: `completed` reads paths inside it relative to it
+        write_json(mark, {"argv": flags, "root": root, "started": started, "finished": None})  # under way
         try:
             yield out
         except UserError:
@@ -76,7 +77,8 @@ def owned(out, enabled: bool = True, argv: list[str] | None = None):
             elif before is not None and not _written_since(out, entered):  # e.g. a resume under other flags
                 mark.write_bytes(before)  # refused before it wrote anything: OUT is as it was, its mark too
             raise
-        write_json(out / COMPLETE, {"argv": flags, "started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+        write_json(mark, {"argv": flags, "root": root, "started": started,
+                          "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
     finally:
         os.close(fd)  # releases the lock; the file stays, harmless, for the next run to take
 
@@ -96,16 +98,25 @@ def _holder(path: Path) -> str:
 
 
 def completed(out, argv: list[str]) -> bool:
-    """Whether the run that owned `out` finished with exactly these flags (its OUT/complete.json, `owned`); a run
-    made before the mark existed, by the mark its recipe wrote last then (`_finished_before_marks`)."""
+    """Whether the run that owned `out` finished with exactly these flags (its OUT/complete.json, `owned`), paths
+    inside the checkout read relative to it (the same run made from another checkout of the repository, a git
+    worktree whose runs/ is this one's, is done); a run made before the mark existed, by the mark its recipe wrote
+    last then (`_finished_before_marks`)."""
     path = Path(out) / COMPLETE
     if not path.exists():
         return _finished_before_marks(Path(out))
     try:
         mark = json.loads(path.read_text())
-        return bool(mark.get("finished")) and mark.get("argv") == [str(a) for a in argv]
-    except (OSError, ValueError, AttributeError):
+        return bool(mark.get("finished")) and _in_checkout(mark.get("argv"), mark.get("root")) == _in_checkout(
+            argv, str(REPO_ROOT))
+    except (OSError, ValueError, AttributeError, TypeError):
         return False
+
+
+def _in_checkout(argv: list, root: str | None) -> list[str]:
+    """Flags with each path inside the checkout `root` relative to it (a mark without a root: as written)."""
+    inside = f"{root}/" if root else None
+    return [a[len(inside):] if inside and a.startswith(inside) else a for a in map(str, argv)]
 
 
 def _finished_before_marks(out: Path) -> bool:

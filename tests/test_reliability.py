@@ -214,7 +214,8 @@ def test_a_run_marks_its_own_output_complete_for_the_flags_it_ran_with(tmp_path)
     `mobilekd.rundir.owned`); the benchmarks' runner asks only that (`Job.done`): the same run is done, the same OUT
     under other flags is not, a run refused before it starts leaves OUT as it was, and one that fails in OUT leaves
     it marked unfinished; a run refused inside OUT before it wrote there (a resume under other flags) puts the earlier
-    run's mark back. A run made before the mark counts by what its recipe wrote last then."""
+    run's mark back; the same run made from another checkout (its paths inside that checkout) is done. A run made
+    before the mark counts by what its recipe wrote last then."""
     from benchmarks.runner import Job
     from mobilekd.errors import UserError
     from mobilekd.rundir import COMPLETE, completed, owned
@@ -236,6 +237,13 @@ def test_a_run_marks_its_own_output_complete_for_the_flags_it_ran_with(tmp_path)
     assert not job.done()  # OUT changed under the refused run: no longer whole for the finished run's flags
     run_module("mobilekd", *job.argv)
     assert job.done()
+    mark = json.loads((out / COMPLETE).read_text())
+    assert mark["root"] == str(ROOT)  # the checkout that ran it
+    # a run made from another checkout of the repository (a worktree sharing runs/): paths inside it read relative
+    (out / COMPLETE).write_text(json.dumps({**mark, "argv": ["--out", "/elsewhere/checkout/runs/x"],
+                                            "root": "/elsewhere/checkout"}))
+    assert completed(out, ["--out", ROOT / "runs" / "x"]) and not completed(out, ["--out", "/elsewhere/runs/x"])
+    assert not completed(out, ["--out", ROOT / "runs" / "y"])
     with pytest.raises(RuntimeError), owned(out, argv=job.argv[1:]):
         assert not job.done()  # under way
         raise RuntimeError("killed midway")
