@@ -46,7 +46,10 @@ from mobilekd.finetune.selection import VALIDATION
 from mobilekd.rundir import finished_results
 
 CHOICES = {"teacher_lr": ("5e-5", "2e-4"), "alpha": ("0.2", "0.5"), "beam": ("1", "5")}
-CHOICE = dict(cmlm.TASKS)  # the choice runs' budget (pairs, epochs): benchmarks.cmlm's, whatever TASKS is set to later
+# The choice runs' budgets (pairs, the teacher's and students' epochs; the rest is chosen): benchmarks.cmlm's recipes
+# as their choices ran, written out so that a later change to benchmarks.cmlm's TASKS moves neither
+CHOICE = {"paraphrase": cmlm.Recipe(None, "3", "10", "2e-4", "0.2", "5"),
+          "correction": cmlm.Recipe("10000", "1", "4", "2e-4", "0.2", "1")}
 # The final runs' training pairs (None: all) and students' epochs where they are not the choices': declared before
 # they ran, not chosen. Issue 79's item 2, text correction "at the data it needs: all usable pairs"; 2 epochs, about
 # 2.1x the choice runs' steps per student, what the 3 hours leave beside the teacher's pass over every pair. The choices
@@ -69,7 +72,8 @@ def student_run(out: Path, task: str, alpha: str) -> Path:
 
 def final(out: Path, recipe: cmlm.Recipe, task: str) -> Path:
     """Where a task's final runs at `recipe` go, in benchmarks.cmlm's layout: OUT/final at the choices' budget,
-    OUT/final-PAIRS (final-all: every pair) at another."""
+    OUT/final-PAIRS (final-all: every pair) at another. A FINAL changed in its epochs alone would find its runs
+    there under other flags (and be refused in one line when they resume): give it another OUT."""
     if (recipe.pairs, recipe.epochs) == (CHOICE[task].pairs, CHOICE[task].epochs):
         return out / "final"
     return out / f"final-{recipe.pairs or 'all'}"
@@ -230,18 +234,29 @@ def budgets(finals: list[dict]) -> list[tuple]:
 
 
 def at_largest_budget(rows: list[dict]) -> list[dict]:
-    """The final rows at the largest budget they hold (every pair before any subset): what the task ships."""
+    """The final rows at the largest budget (every pair before any subset) among those whose C-MLM students have
+    finished as many seeds as any budget's: what the task ships (a budget half run does not hide a finished one)."""
     finals = [r for r in rows if r["method"] not in ORDER]
-    found = budgets(finals)
-    return [r for r in finals if at_budget(r, found[-1])] if found else []
+    seeds = {b: len({r["seed"] for r in finals if r["method"] == "cmlm" and at_budget(r, b)}) for b in budgets(finals)}
+    whole = [b for b in budgets(finals) if seeds[b] == max(seeds.values())]
+    return [r for r in finals if at_budget(r, whole[-1])] if whole else []
 
 
 def at_budget(r: dict, budget: tuple) -> bool:
     """Whether a final row belongs to a budget's runs: copying's (no budget) to every one, the wall row by its
     recipes."""
-    if r["method"] == "benchmark":
-        return all((b["train_pairs"], b["epochs"]) == budget for b in r["recipes"].values())
+    if r["method"] == "benchmark":  # its tasks' budget (rows from before the field: its recipes')
+        return ((r["train_pairs"], r["epochs"]) == budget if "epochs" in r else
+                all((b["train_pairs"], b["epochs"]) == budget for b in r["recipes"].values()))
     return r["method"] == "copy" or (r.get("train_pairs"), r.get("epochs")) == budget
+
+
+def budget_of(tasks: list[str]) -> dict:
+    """A wall row's budget fields (in the rows' key, so that one budget's wall never replaces another's): the
+    tasks' final budget where they share one (TASKS set to their recipes), else None."""
+    found = {(cmlm.budget(t)["train_pairs"], cmlm.budget(t)["epochs"]) for t in tasks}
+    pairs, epochs = found.pop() if len(found) == 1 else (None, None)
+    return {"train_pairs": pairs, "epochs": epochs}
 
 
 def table_at(finals: list[dict], budget: tuple) -> str:
@@ -285,7 +300,8 @@ def main(argv=None):
         return choice_rows(out, args.tasks) + [
             {**r, "selected_on": VALIDATION} for t in ready
             for r in cmlm.rows(final(out, cmlm.TASKS[t], t), [t], args.seeds) if r["method"] != "benchmark"
-        ] + ([{**cmlm.wall_row(wall, args.tasks), "selected_on": VALIDATION}] if wall else [])
+        ] + ([{**cmlm.wall_row(wall, args.tasks), **budget_of(args.tasks), "selected_on": VALIDATION}]
+             if wall else [])
 
     try:
         return comparison(args, planned, found, order, table,

@@ -1,8 +1,9 @@
 """The correction student's files (issue 79, items 3 and 4): each final C-MLM student of
-`benchmarks.cmlm_validation` (the recipe chosen on validation, at its task's latest declared budget), seeds 0-2,
-exported with fp32, fp16 and dynamic-range int8 weights (`mobilekd export --quantize none fp16 dynamic-int8`), each
-file's app loop (encode, then the cached greedy `decode` step by step) run over every dev pair and compared with
-PyTorch's greedy decoding; rows to docs/results/seq2seq_files.json, the table into docs/seq2seq.md.
+`benchmarks.cmlm_validation` (the recipe its rows mark chosen on validation, at the task's final budget: FINAL),
+seeds 0-2, exported with fp32, fp16 and dynamic-range int8 weights (`mobilekd export --quantize none fp16
+dynamic-int8`), each file's app loop (encode, then the cached greedy `decode` step by step) run over every dev pair
+and compared with PyTorch's greedy decoding; rows to docs/results/seq2seq_files.json, the table into
+docs/seq2seq.md.
 
     python -m benchmarks.seq2seq_files                  # after cmlm_validation's final runs: minutes a seed
     python -m benchmarks.seq2seq_files --collect        # rows of the finished exports, run nothing
@@ -46,8 +47,9 @@ def student(task: str, seed: int) -> tuple[Path, cmlm.Recipe] | None:
     return cmlm.run_dir(cmlm_validation.final(STUDENTS, recipe, task), task, "cmlm", seed), recipe
 
 
-def files_dir(out: Path, task: str, seed: int) -> Path:
-    return out / task / f"seed{seed}"
+def files_dir(out: Path, task: str, seed: int, recipe: cmlm.Recipe) -> Path:
+    """A student's files: OUT/TASK/<its final runs' folder>/seedS (one budget's exports never overwrite another's)."""
+    return out / task / cmlm_validation.final(STUDENTS, recipe, task).name / f"seed{seed}"
 
 
 def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
@@ -60,22 +62,29 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
                 print(f"{task} seed {seed}: no finished final student of benchmarks.cmlm_validation yet"
                       + (f" ({found[0]})" if found else ""))
                 continue
+            model, recipe = found
             plan.append(Job(f"{task}/export/{seed}", [
-                "export", "--model", str(found[0]), "--quantize", *QUANTIZE, "--parity-examples", "100000",
-                "--out", str(files_dir(out, task, seed))], files_dir(out, task, seed)))
+                "export", "--model", str(model), "--quantize", *QUANTIZE, "--parity-examples", "100000",
+                "--out", str(files_dir(out, task, seed, recipe))], files_dir(out, task, seed, recipe)))
     return plan
 
 
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
+    """The rows of each export of a student `student` names now (an export of another model is left out)."""
     found = []
     for task in tasks:
         for seed in seeds:
-            parity = files_dir(out, task, seed) / "parity.json"
-            if not parity.is_file() or student(task, seed) is None:
+            if (named := student(task, seed)) is None:
                 continue
-            recipe = student(task, seed)[1]
+            model, recipe = named
+            parity = files_dir(out, task, seed, recipe) / "parity.json"
+            if not parity.is_file():
+                continue
             budget = {"train_pairs": int(recipe.pairs) if recipe.pairs else None, "epochs": float(recipe.epochs)}
             for name, r in read_json(parity).items():
+                if Path(r["model"]).resolve() != model.resolve():
+                    print(f"{parity}: {name} is of {r['model']}, not {model}: left out", file=sys.stderr)
+                    continue
                 values = {"identical": r["identical"], "bleu": r["scores"]["file"]["bleu"],
                           "chrf": r["scores"]["file"]["chrf"], "bleu_pytorch": r["scores"]["pytorch"]["bleu"],
                           "size_mb": round(r["size_bytes"] / 1e6, 2), "ms_per_token": r["host_ms"]["per_token"],

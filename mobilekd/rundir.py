@@ -62,11 +62,12 @@ def owned(out, enabled: bool = True, argv: list[str] | None = None):
                                  "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                                  "command": " ".join(sys.argv)}).encode())
         flags = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
-        started, entered = time.strftime("%Y-%m-%d %H:%M:%S"), time.time()
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
         mark = out / COMPLETE
         before = mark.read_bytes() if mark.is_file() else None  # an earlier run's mark, kept if this one is refused
         root = str(REPO_ROOT)  # the checkout that ran it: `completed` reads paths inside it relative to it
         write_json(mark, {"argv": flags, "root": root, "started": started, "finished": None})  # under way
+        entered = mark.lstat().st_ctime  # the file system's clock, as `_written_since` reads it
         try:
             yield out
         except UserError:
@@ -84,9 +85,13 @@ def owned(out, enabled: bool = True, argv: list[str] | None = None):
 
 
 def _written_since(out: Path, when: float) -> bool:
-    """Whether anything under `out` but its lock and mark was written at or after `when` (seconds since the epoch)."""
-    return any(p.stat().st_mtime >= when for p in out.rglob("*")
-               if p.name not in (LOCK, COMPLETE) and not p.is_dir())
+    """Whether anything under `out` but its lock and mark (a file or a folder: its entries added, renamed or removed)
+    changed at or after `when` (an inode's change time, which a copy keeping its modification time still moves);
+    what cannot be read counts as changed."""
+    try:
+        return any(p.lstat().st_ctime >= when for p in out.rglob("*") if p.name not in (LOCK, COMPLETE))
+    except OSError:
+        return True
 
 
 def _holder(path: Path) -> str:
@@ -99,24 +104,24 @@ def _holder(path: Path) -> str:
 
 def completed(out, argv: list[str]) -> bool:
     """Whether the run that owned `out` finished with exactly these flags (its OUT/complete.json, `owned`), paths
-    inside the checkout read relative to it (the same run made from another checkout of the repository, a git
-    worktree whose runs/ is this one's, is done); a run made before the mark existed, by the mark its recipe wrote
-    last then (`_finished_before_marks`)."""
+    inside the checkout that ran it or this one read relative to it (the same run made from another checkout of the
+    repository, a git worktree whose runs/ is this one's, is done); a run made before the mark existed, by the mark
+    its recipe wrote last then (`_finished_before_marks`)."""
     path = Path(out) / COMPLETE
     if not path.exists():
         return _finished_before_marks(Path(out))
     try:
         mark = json.loads(path.read_text())
-        return bool(mark.get("finished")) and _in_checkout(mark.get("argv"), mark.get("root")) == _in_checkout(
-            argv, str(REPO_ROOT))
+        roots = [r for r in (mark.get("root"), str(REPO_ROOT)) if r]
+        return bool(mark.get("finished")) and _in_checkout(mark.get("argv"), roots) == _in_checkout(argv, roots)
     except (OSError, ValueError, AttributeError, TypeError):
         return False
 
 
-def _in_checkout(argv: list, root: str | None) -> list[str]:
-    """Flags with each path inside the checkout `root` relative to it (a mark without a root: as written)."""
-    inside = f"{root}/" if root else None
-    return [a[len(inside):] if inside and a.startswith(inside) else a for a in map(str, argv)]
+def _in_checkout(argv: list, roots: list[str]) -> list[str]:
+    """Flags with each path inside one of the checkouts `roots` relative to it."""
+    inside = [f"{r.rstrip('/')}/" for r in roots]
+    return [next((a[len(r):] for r in inside if a.startswith(r)), a) for a in map(str, argv)]
 
 
 def _finished_before_marks(out: Path) -> bool:

@@ -244,6 +244,13 @@ def test_a_run_marks_its_own_output_complete_for_the_flags_it_ran_with(tmp_path)
                                             "root": "/elsewhere/checkout"}))
     assert completed(out, ["--out", ROOT / "runs" / "x"]) and not completed(out, ["--out", "/elsewhere/runs/x"])
     assert not completed(out, ["--out", ROOT / "runs" / "y"])
+    # ... or its runs/ a link to this one's, so that a resolved path points into this checkout
+    moved = ["--out", f"{ROOT}/runs/x", "--teacher", "/elsewhere/checkout/runs/t"]
+    (out / COMPLETE).write_text(json.dumps({**mark, "argv": moved, "root": "/elsewhere/checkout"}))
+    assert completed(out, ["--out", "runs/x", "--teacher", ROOT / "runs" / "t"])
+    (out / COMPLETE).write_text(json.dumps({k: v for k, v in mark.items() if k != "root"}))  # a mark from before roots
+    assert job.done()
+    (out / COMPLETE).write_text(json.dumps(mark))
     with pytest.raises(RuntimeError), owned(out, argv=job.argv[1:]):
         assert not job.done()  # under way
         raise RuntimeError("killed midway")

@@ -679,3 +679,32 @@ def test_the_search_wall_table_pairs_each_comparisons_variants_and_leaves_out_th
     text = table(rows)
     assert "`--compare store` (subset, tinybert)" in text and "`--compare start`" not in text  # no start rows
     assert "| stsb-genre-1000 | h | 8 | 2 | 105 s | 160 s | 10.0 s | 15.0 s | 1.52x |" in text
+
+
+def test_cmlm_validation_keeps_each_final_budget_apart_and_ships_the_largest_finished_one():
+    """The final runs of two budgets (the choices' 10,000 pairs, and every pair) stay side by side: the table shows
+    each budget under its own heading with its own wall time, and the README's summary reads the largest budget
+    once its C-MLM students have finished as many seeds as the other's (a budget half run hides nothing)."""
+    from benchmarks import cmlm_validation as cv
+    from mobilekd.fileio import read_json
+
+    rows = read_json(ROOT / "docs" / "results" / "cmlm_validation.json")
+    small = [r for r in rows if r["method"] in ("cmlm", "ce") and r["train_pairs"] == 10000]
+    assert small and cv.budgets(rows) == [(10000, 4.0)]
+
+    def every_pair(seeds):
+        return [{**r, "train_pairs": None, "epochs": 2.0, "value": r["value"] + 10} for r in small
+                if r["seed"] in seeds]
+
+    half = rows + every_pair({0})
+    assert cv.budgets(half) == [(10000, 4.0), (None, 2.0)]
+    shipped = cv.at_largest_budget(half)
+    assert {r["train_pairs"] for r in shipped if r["method"] == "cmlm"} == {10000}
+    whole = rows + every_pair({0, 1, 2})
+    shipped = cv.at_largest_budget(whole)
+    assert {r["train_pairs"] for r in shipped if r["method"] in ("cmlm", "ce")} == {None}
+    assert {r["method"] for r in shipped} >= {"cmlm", "ce", "copy"}  # copying's rows go with every budget
+    text = cv.table(whole)
+    first, second = text.split("**Every training pair, the students' 2 epochs:**")
+    assert "**10,000 training pairs, the students' 4 epochs:**" in first and "1.38 h" in first
+    assert "1.38 h" not in second and "not measured" in second  # the 10,000 pairs' wall is not every pair's
