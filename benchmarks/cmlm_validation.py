@@ -254,7 +254,7 @@ def at_budget(r: dict, budget: tuple) -> bool:
 def budget_of(tasks: list[str]) -> dict:
     """A wall row's budget fields (in the rows' key, so that one budget's wall never replaces another's): the
     tasks' final budget where they share one (TASKS set to their recipes), else None."""
-    found = {(cmlm.budget(t)["train_pairs"], cmlm.budget(t)["epochs"]) for t in tasks}
+    found = {(b["train_pairs"], b["epochs"]) for b in map(cmlm.budget, tasks)}
     pairs, epochs = found.pop() if len(found) == 1 else (None, None)
     return {"train_pairs": pairs, "epochs": epochs}
 
@@ -292,9 +292,9 @@ def main(argv=None):
         return plan(out, args.tasks, args.seeds, recorded)
 
     def found():  # TASKS at each task's chosen recipe, for the helpers of benchmarks.cmlm that read it
+        ready = {t: recipe for t in args.tasks if (recipe := chosen_recipe(out, t, recorded))}
         cmlm.TASKS.update(kept)
-        cmlm.TASKS.update({t: recipe for t in args.tasks if (recipe := chosen_recipe(out, t, recorded))})
-        ready = [t for t in args.tasks if chosen_recipe(out, t, recorded)]
+        cmlm.TASKS.update(ready)
         # the choices made in OUT and the final runs, from nothing (not a run that followed recorded choices)
         wall = whole_plan_wall(out / "logs", plan(out, args.tasks, args.seeds))
         return choice_rows(out, args.tasks) + [

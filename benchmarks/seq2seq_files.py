@@ -28,23 +28,25 @@ from benchmarks import cmlm, cmlm_validation
 from benchmarks.command import task_comparison
 from benchmarks.rows import recorded_host
 from benchmarks.runner import Job
+from benchmarks.stats import mean_std_cell
 from mobilekd.fileio import REPO_ROOT, read_json
+from mobilekd.recipes.export import SEQ2SEQ_QUANTIZE as QUANTIZE  # every weight format a seq2seq file exports in
 from mobilekd.rundir import finished_results
 
 TASKS = {"correction": "the correction student"}
-QUANTIZE = ("none", "fp16", "dynamic-int8")  # the exports' --quantize: mobilekd.recipes.export.SEQ2SEQ_QUANTIZE
 STUDENTS = REPO_ROOT / "runs" / "cmlm_validation"  # benchmarks.cmlm_validation's default --out
 CHOICES = REPO_ROOT / "docs" / "results" / "cmlm_validation.json"  # its rows: which recipe validation chose
-METRICS = ("identical", "bleu", "chrf", "bleu_pytorch", "size_mb", "ms_per_token", "ms_per_sentence")
 
 
-def student(task: str, seed: int) -> tuple[Path, cmlm.Recipe] | None:
-    """The final C-MLM student of `task` and seed that cmlm_validation's rows name (its chosen recipe at the task's
-    declared final budget) with that recipe; None before the choice."""
-    recipe = cmlm_validation.recorded_recipe(read_json(CHOICES) if CHOICES.is_file() else [], task)
-    if recipe is None:
-        return None
-    return cmlm.run_dir(cmlm_validation.final(STUDENTS, recipe, task), task, "cmlm", seed), recipe
+def chosen(task: str) -> cmlm.Recipe | None:
+    """The recipe cmlm_validation's rows mark chosen for `task`, at its declared final budget; None before the
+    choice."""
+    return cmlm_validation.recorded_recipe(read_json(CHOICES) if CHOICES.is_file() else [], task)
+
+
+def student(task: str, seed: int, recipe: cmlm.Recipe) -> Path:
+    """The final C-MLM student of `task` and seed at `recipe` (`chosen`)."""
+    return cmlm.run_dir(cmlm_validation.final(STUDENTS, recipe, task), task, "cmlm", seed)
 
 
 def files_dir(out: Path, task: str, seed: int, recipe: cmlm.Recipe) -> Path:
@@ -56,13 +58,13 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
     """An export of every final student that has finished (one not yet trained is said, not waited on)."""
     plan = []
     for task in tasks:
+        recipe = chosen(task)
         for seed in seeds:
-            found = student(task, seed)
-            if found is None or finished_results(found[0]) is None:
+            model = student(task, seed, recipe) if recipe else None
+            if model is None or finished_results(model) is None:
                 print(f"{task} seed {seed}: no finished final student of benchmarks.cmlm_validation yet"
-                      + (f" ({found[0]})" if found else ""))
+                      + (f" ({model})" if model else ""))
                 continue
-            model, recipe = found
             plan.append(Job(f"{task}/export/{seed}", [
                 "export", "--model", str(model), "--quantize", *QUANTIZE, "--parity-examples", "100000",
                 "--out", str(files_dir(out, task, seed, recipe))], files_dir(out, task, seed, recipe)))
@@ -70,17 +72,16 @@ def jobs(out: Path, tasks: list[str], seeds: list[int]) -> list[Job]:
 
 
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
-    """The rows of each export of a student `student` names now (an export of another model is left out)."""
+    """The rows of each export of the student `chosen` and `student` name now (one of another model is left out)."""
     found = []
     for task in tasks:
+        if (recipe := chosen(task)) is None:
+            continue
+        budget = {"train_pairs": int(recipe.pairs) if recipe.pairs else None, "epochs": float(recipe.epochs)}
         for seed in seeds:
-            if (named := student(task, seed)) is None:
-                continue
-            model, recipe = named
-            parity = files_dir(out, task, seed, recipe) / "parity.json"
+            model, parity = student(task, seed, recipe), files_dir(out, task, seed, recipe) / "parity.json"
             if not parity.is_file():
                 continue
-            budget = {"train_pairs": int(recipe.pairs) if recipe.pairs else None, "epochs": float(recipe.epochs)}
             for name, r in read_json(parity).items():
                 if Path(r["model"]).resolve() != model.resolve():
                     print(f"{parity}: {name} is of {r['model']}, not {model}: left out", file=sys.stderr)
@@ -131,9 +132,8 @@ def table(results: list[dict]) -> str:
 
 
 def cell(per_seed: dict) -> str:
-    values = [r["value"] for r in per_seed.values()]
-    spread = f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else ""
-    return f"{statistics.mean(values):.2f}{spread} [n={len(values)}]"
+    """A metric's mean +- std over the seeds' rows."""
+    return mean_std_cell([r["value"] for r in per_seed.values()], digits=2)
 
 
 def main(argv=None) -> int:

@@ -324,7 +324,8 @@ def test_micro_cmlm_run_from_a_masked_lm_to_a_tflite_that_decodes_as_pytorch(dem
     from mobilekd.host import identity
     assert parity["host"]["id"] == identity()["id"]  # the machine its milliseconds were measured on
     monkeypatch.setattr(seq2seq_files, "STUDENTS", tmp_path / "students")  # as if this were the final student
-    named, recipe = seq2seq_files.student("correction", 0)
+    recipe = seq2seq_files.chosen("correction")
+    named = seq2seq_files.student("correction", 0, recipe)
     kept = seq2seq_files.files_dir(tmp_path / "files", "correction", 0, recipe)
     kept.mkdir(parents=True)
     (kept / "parity.json").write_text(json.dumps({**{n: {**r, "model": str(named)} for n, r in reports.items()},
