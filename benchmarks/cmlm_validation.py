@@ -17,7 +17,8 @@ scored on).
 2. **Final runs**: benchmarks.cmlm's plan at the chosen recipe and the task's final budget (FINAL, declared: text
    correction on every training pair, the students 2 epochs; else the choices' budget), the validation split back
    in (as a search refits on the whole training set), seeds 0-2: the teacher once, C-MLM and cross-entropy
-   students per seed, no evaluation during training (`--eval-every 0`), dev scored once per model. Each budget's
+   students per seed, no evaluation during training (`--eval-every 0`), dev scored once per model (the teacher as
+   soon as its learning rate is chosen, beside the candidate students: `plan`, `final_jobs`). Each budget's
    runs have a folder of their own (OUT/final at the choices' budget, OUT/final-all at every pair) and their rows
    stay side by side (keyed by `train_pairs` and `epochs`); the table shows each, the README's summary the largest.
    Where OUT holds no finished choice runs but the results file's rows mark a task's choice (an earlier
@@ -90,13 +91,19 @@ def final_recipe(recipe: cmlm.Recipe, task: str) -> cmlm.Recipe:
 def final_jobs(out: Path, task: str, seeds: list[int], recipe: cmlm.Recipe) -> list[Job]:
     """benchmarks.cmlm's plan for `task` at `recipe`, in `final`'s folder, dev scored once per model; outside
     OUT/final its jobs are named after their folder (final-all/correction/teacher), so that one budget's logs never
-    stand for another's."""
+    stand for another's. In the order the runner starts what is ready (`run_all`): the teacher, the first C-MLM
+    student (it computes the teacher's soft targets, the longest serial piece, which the other C-MLM students wait
+    for under the cache's lock), the cross-entropy students (they need no teacher), then the other C-MLM students:
+    no worker waits on the lock while a cross-entropy student could run."""
     where, kept = final(out, recipe, task), cmlm.TASKS[task]
     try:
         cmlm.TASKS[task] = recipe
         jobs = [j for j in cmlm.jobs(where, [task], seeds, curves=False) if j.name != "adapt"]
     finally:
         cmlm.TASKS[task] = kept
+    taught = [j for j in jobs if "/cmlm/" in j.name]
+    jobs = [j for j in jobs if j not in taught[1:] and "/ce/" not in j.name] + \
+        [j for j in jobs if "/ce/" in j.name] + taught[1:]
     if where.name == "final":
         return jobs
     prefix = f"{where.name}/"
@@ -171,11 +178,14 @@ def choice_jobs(out: Path, task: str) -> list[Job]:
 
 def plan(out: Path, tasks: list[str], seeds: list[int], recorded: list[dict] = ()) -> list[Job]:
     """What can be named now: the choice runs (none for a task whose choice `recorded` holds and OUT does not), and
-    benchmarks.cmlm's final plan for the tasks whose recipe is chosen."""
+    benchmarks.cmlm's final plan for the tasks whose recipe is chosen. The final teacher needs only the teacher's
+    learning rate: named once that is chosen, it trains beside the candidate students (and first, ahead of them)."""
     adapt = cmlm.jobs(out, [], [])  # the adapted teacher's stage alone, shared with benchmarks.quality and cmlm
     later = [j for t in tasks if (recipe := chosen_recipe(out, t, recorded)) for j in final_jobs(out, t, seeds, recipe)]
+    early = [j for t in tasks if not chosen_recipe(out, t, recorded) and (lr := chosen_lr(out, t))
+             for j in final_jobs(out, t, [], final_recipe(CHOICE[t]._replace(teacher_lr=lr), t))]  # the teacher alone
     choosing = [t for t in tasks if chosen_recipe(out, t) or not recorded_recipe(recorded, t)]
-    return [*adapt, *(j for t in choosing for j in choice_jobs(out, t)), *later]
+    return [*adapt, *early, *(j for t in choosing for j in choice_jobs(out, t)), *later]
 
 
 def choice_rows(out: Path, tasks: list[str]) -> list[dict]:

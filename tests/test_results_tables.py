@@ -564,8 +564,12 @@ def test_cmlm_under_the_selection_protocol_names_its_final_runs_only_once_valida
     for lr, val, dev in (("5e-5", 0.31, 0.9), ("2e-4", 0.66, 0.1)):
         finished(cv.teacher_run(tmp_path, "correction", lr), dev={"token_accuracy": dev},
                  validation={"token_accuracy": val})
-    students = [j for j in cv.plan(tmp_path, ["correction"], [0, 1]) if "cmlm-alpha" in j.name]
+    named = cv.plan(tmp_path, ["correction"], [0, 1])
+    students = [j for j in named if "cmlm-alpha" in j.name]
     assert [j.name for j in students] == ["correction/choose/cmlm-alpha0.2", "correction/choose/cmlm-alpha0.5"]
+    early = [j for j in named if j.name.startswith("final")]  # the final teacher needs only the learning rate
+    assert [j.name for j in early] == ["final-all/correction/teacher"] and named.index(early[0]) < named.index(
+        students[0])
     argv = students[0].argv
     assert argv[argv.index("--teacher") + 1] == str(cv.teacher_run(tmp_path, "correction", "2e-4"))
     assert argv[argv.index("--validation-seed") + 1] == "0" and argv[argv.index("--beam") + 1] == "5"
@@ -585,7 +589,10 @@ def test_cmlm_under_the_selection_protocol_names_its_final_runs_only_once_valida
         cmlm.TASKS.update(kept)
     where = cv.final(tmp_path, recipe, "correction")
     assert where.name == "final-all"  # every pair: its runs, and their logs' names, apart from the choices' budget's
-    assert {"final-all/correction/teacher", "final-all/correction/cmlm/0", "final-all/correction/ce/1"} <= set(later)
+    assert [n for n in later if n.startswith("final")] == [  # the soft targets' maker first, no worker on its lock
+        "final-all/correction/teacher", "final-all/correction/cmlm/0", "final-all/correction/ce/0",
+        "final-all/correction/ce/1", "final-all/correction/cmlm/1"]
+    assert later["final-all/correction/teacher"].argv == early[0].argv  # the same run: done early, not again
     teacher, student = later["final-all/correction/teacher"].argv, later["final-all/correction/cmlm/1"].argv
     assert later["final-all/correction/cmlm/1"].needs == ["final-all/correction/teacher"]
     assert teacher[teacher.index("--lr") + 1] == "2e-4" and "--max-train-examples" not in teacher
