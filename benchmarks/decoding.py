@@ -9,18 +9,22 @@ them); every step runs, as if the end token never came, so both ways decode the 
 
 The exported `.tflite` is timed the same way (`GreedyFile`, the app's loop on the LiteRT interpreter, 1 thread):
 the file with the cache in its `decode` signature against the earlier format, whose `decode` reruns the decoder
-over the whole prefix of the file's target length (64, the correction task's `--max-len`), each with the Pixel 4
-ESTIMATE of a token (the cost model over the operators of the same decode, encode and one decode step a token,
-`sentence_graph`, divided by its tokens).
+over the whole prefix of the file's target length (64, the correction task's `--max-len`), in each weight format
+`mobilekd export` writes for a seq2seq model (`SEQ2SEQ_QUANTIZE`: float32, fp16, dynamic-range int8), all six
+files interleaved; each with the Pixel 4 ESTIMATE of a token (the cost model over the operators of the same decode,
+encode and one decode step a token, `sentence_graph`, divided by its tokens).
 
 Rows: task, method ("cache" or "no-cache"), seed (0), metric "ms_per_token" (the median over repeats of a whole
-decode's time over its positions), value, the preset, the lengths, threads, `runtime` ("pytorch" or "litert") and
-host; for the files also "pixel4_ms_per_token_est"; and per preset, length and runtime the ratio
-("cache-speedup").
+decode's time over its positions), value, the preset, the lengths, threads, `runtime` ("pytorch" or "litert"), for
+the files `quantize` and "pixel4_ms_per_token_est"; per preset, length, runtime and file the ratio
+("cache-speedup"); and every row the host, when the command ran (`measured`) and the host's one-minute load
+average as it began (`load`: what else was running). A run again is kept beside the earlier ones (the key holds
+`measured`): a timing on a shared host varies from run to run, and the table shows each.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import sys
@@ -33,6 +37,7 @@ import torch
 
 from benchmarks.command import measured_here
 from mobilekd.host import identity
+from mobilekd.recipes.export import SEQ2SEQ_QUANTIZE
 
 PRESETS = ("seq2seq_tiny", "seq2seq_small")
 REPEATS = 7
@@ -81,36 +86,48 @@ def file_seconds(runner, source_len: int, steps: int) -> float:
 
 
 def file_rows(model, preset: str, shared: dict, source_len: int, target_len: int, folder) -> list[dict]:
-    """Both file formats of `model`, timed interleaved per token, with their Pixel 4 estimates per token."""
+    """Both file formats of `model` in each weight format (SEQ2SEQ_QUANTIZE), timed interleaved per token, with
+    their Pixel 4 estimates per token."""
     from android_bench import estimate as cost
     from android_bench.budget import efficiency
+    from mobilekd.export.litert import quantized_copy
     from mobilekd.export.seq2seq import GreedyFile, convert_seq2seq, sentence_graph
 
-    paths = {c: folder / f"{preset}-{'cache' if c else 'prefix'}.tflite" for c in (True, False)}
-    for c, path in paths.items():  # once a preset, whatever the lengths timed
-        if not path.is_file():
-            convert_seq2seq(model, FILE_LEN, FILE_LEN, path, cache=c)
-    runners = {c: GreedyFile(p, model.config.bos_token_id, -1, threads=1) for c, p in paths.items()}
-    for c in runners:  # one warm-up each
-        file_seconds(runners[c], source_len, target_len)
-    times = {True: [], False: []}
+    paths = {}
+    for c in (True, False):  # once a preset, whatever the lengths timed
+        for quantize in SEQ2SEQ_QUANTIZE:
+            paths[quantize, c] = path = folder / f"{preset}-{'cache' if c else 'prefix'}-{quantize}.tflite"
+            if not path.is_file():
+                if quantize == "none":
+                    convert_seq2seq(model, FILE_LEN, FILE_LEN, path, cache=c)
+                else:
+                    quantized_copy(paths["none", c], path, quantize)
+    runners = {k: GreedyFile(p, model.config.bos_token_id, -1, threads=1) for k, p in paths.items()}
+    for runner in runners.values():  # one warm-up each
+        file_seconds(runner, source_len, target_len)
+    times = {k: [] for k in runners}
     for _ in range(REPEATS):
-        for c in runners:
-            times[c].append(file_seconds(runners[c], source_len, target_len))
+        for k, runner in runners.items():
+            times[k].append(file_seconds(runner, source_len, target_len))
     rows = []
-    for c, path in paths.items():
-        est = cost.estimate(cost.op_costs(sentence_graph(path, target_len)), cost.load_profile("pixel4"), 4,
-                            efficiency())
-        rows.append({**shared, "runtime": "litert", "method": "cache" if c else "no-cache", "metric": "ms_per_token",
-                     "value": round(statistics.median(times[c]) / target_len * 1000, 3),
-                     "pixel4_ms_per_token_est": round(est["ms"] / target_len, 3), "file_len": FILE_LEN})
-    rows.append({**shared, "runtime": "litert", "method": "cache-speedup", "metric": "ratio", "file_len": FILE_LEN,
-                 "value": round(rows[1]["value"] / rows[0]["value"], 2),
-                 "pixel4_ratio_est": round(rows[1]["pixel4_ms_per_token_est"] / rows[0]["pixel4_ms_per_token_est"],
-                                           2)})
-    print(f"{preset} file, {shared['length']} lengths: {rows[0]['value']:.2f} ms a token with the cache, "
-          f"{rows[1]['value']:.2f} without; Pixel 4 est. {rows[0]['pixel4_ms_per_token_est']:.2f} against "
-          f"{rows[1]['pixel4_ms_per_token_est']:.2f}")
+    for quantize in SEQ2SEQ_QUANTIZE:
+        mine = []
+        for c in (True, False):
+            est = cost.estimate(cost.op_costs(sentence_graph(paths[quantize, c], target_len)),
+                                cost.load_profile("pixel4"), 4, efficiency())
+            mine.append({**shared, "runtime": "litert", "quantize": quantize, "method": "cache" if c else "no-cache",
+                         "metric": "ms_per_token", "value": round(statistics.median(times[quantize, c]) / target_len
+                                                                  * 1000, 3),
+                         "pixel4_ms_per_token_est": round(est["ms"] / target_len, 3), "file_len": FILE_LEN})
+        cached, prefix = mine
+        mine.append({**shared, "runtime": "litert", "quantize": quantize, "method": "cache-speedup", "metric": "ratio",
+                     "file_len": FILE_LEN, "value": round(prefix["value"] / cached["value"], 2),
+                     "pixel4_ratio_est": round(prefix["pixel4_ms_per_token_est"] / cached["pixel4_ms_per_token_est"],
+                                               2)})
+        print(f"{preset} file ({quantize}), {shared['length']} lengths: {cached['value']:.2f} ms a token with the "
+              f"cache, {prefix['value']:.2f} without; Pixel 4 est. {cached['pixel4_ms_per_token_est']:.2f} against "
+              f"{prefix['pixel4_ms_per_token_est']:.2f}")
+        rows += mine
     return rows
 
 
@@ -121,6 +138,7 @@ def measure() -> list[dict]:
     torch.set_num_threads(1)
     tokenizer = load_tokenizer()
     host = identity()
+    measured, load = time.strftime("%Y-%m-%dT%H:%M:%S"), round(os.getloadavg()[0], 2)
     rows = []
     folder = Path(tempfile.mkdtemp(prefix="decoding-"))  # the files are timed, not kept
     for (length, (source_len, target_len)), preset in ((lq, p) for lq in dev_lengths(tokenizer).items()
@@ -137,7 +155,7 @@ def measure() -> list[dict]:
         ms = {c: statistics.median(t) / target_len * 1000 for c, t in times.items()}
         shared = {"task": "correction", "seed": 0, "preset": preset, "length": length, "source_len": source_len,
                   "target_len": target_len, "threads": 1, "repeats": REPEATS, "host": host["id"],
-                  "host_fields": host}
+                  "host_fields": host, "measured": measured, "load": load}
         rows += [{**shared, "runtime": "pytorch", "method": "cache" if c else "no-cache", "metric": "ms_per_token",
                   "value": round(v, 3)} for c, v in ms.items()]
         rows.append({**shared, "runtime": "pytorch", "method": "cache-speedup", "metric": "ratio",
@@ -149,34 +167,65 @@ def measure() -> list[dict]:
     return rows
 
 
-def table(results: list[dict]) -> str:
-    lines = ["| student | runtime | dev lengths: source / target (word pieces) | with the cache | whole prefix | "
-             "speed-up | Pixel 4 a token, est. (cache / prefix) | host |", "|---|---|---|---|---|---|---|---|"]
-    def group(r):
-        return r["preset"], r.get("runtime", "pytorch"), r["length"], r["host"]
+WEIGHTS = {"none": "float32", "fp16": "fp16", "dynamic-int8": "dynamic int8"}
+GOAL = 3  # issue 79: a token at least 3x faster with the cache than without, at the dev set's median length
 
-    for preset, runtime, length, host in dict.fromkeys(map(group, results)):
-        mine = {r["method"]: r for r in results if group(r) == (preset, runtime, length, host)}
-        if {"cache", "no-cache", "cache-speedup"} <= set(mine):
-            c, n = mine["cache"], mine["no-cache"]
-            pixel = (f"{c['pixel4_ms_per_token_est']:.2f} / {n['pixel4_ms_per_token_est']:.2f} ms "
-                     f"({mine['cache-speedup']['pixel4_ratio_est']:.2f}x)" if "pixel4_ms_per_token_est" in c else "-")
-            where = "PyTorch" if runtime == "pytorch" else f"LiteRT file ({c['file_len']} / {c['file_len']})"
-            lines.append(f"| {preset} | {where} | {length}: {c['source_len']} / {c['target_len']} | "
-                         f"{c['value']:.2f} ms a token | {n['value']:.2f} ms a token | "
-                         f"{mine['cache-speedup']['value']:.2f}x | {pixel} | {host} |")
-    return "\n".join(lines) + ("\n\nHost-measured, 1 thread, batch 1, the median of "
-                               f"{results[0]['repeats'] if results else REPEATS} interleaved repeats; a file's "
-                               "source and target are padded to its length, so its times do not depend on the "
-                               "dev lengths but for the number of tokens. Pixel 4 figures are ESTIMATES of the "
-                               "cost model, not measurements.\n")
+
+def table(results: list[dict]) -> str:
+    """One line per student, runtime, weight format and length, over every run kept (a run: one invocation, its
+    `measured`): the median over runs of each way's time and of the speed-up, the speed-up's range, how many runs
+    reach GOAL; then the runs, each with its load."""
+    lines = ["| student | runtime | weights | dev lengths: source / target (word pieces) | with the cache | "
+             f"whole prefix | speed-up: median [lowest, highest] | runs at {GOAL:g}x or more | Pixel 4 a token, est. "
+             "(cache / prefix) | hosts |", "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def group(r):
+        return r.get("runtime", "pytorch"), r["length"], r["preset"], r.get("quantize")
+
+    ordered = sorted(results, key=lambda r: (order(r)[1:], r["measured"]))
+    for runtime, length, preset, quantize in dict.fromkeys(map(group, ordered)):
+        mine = [r for r in ordered if group(r) == (runtime, length, preset, quantize)]
+        runs = {}
+        for r in mine:
+            runs.setdefault(r["measured"], {})[r["method"]] = r
+        runs = [m for m in runs.values() if {"cache", "no-cache", "cache-speedup"} <= set(m)]
+        if not runs:
+            continue
+        c, n = runs[-1]["cache"], runs[-1]["no-cache"]
+        ratios = [m["cache-speedup"]["value"] for m in runs]
+        pixel = (f"{c['pixel4_ms_per_token_est']:.2f} / {n['pixel4_ms_per_token_est']:.2f} ms "
+                 f"({runs[-1]['cache-speedup']['pixel4_ratio_est']:.2f}x)" if "pixel4_ms_per_token_est" in c else "-")
+        where = "PyTorch" if runtime == "pytorch" else f"LiteRT file ({c['file_len']} / {c['file_len']})"
+        cached, prefix = (statistics.median(m[way]["value"] for m in runs) for way in ("cache", "no-cache"))
+        lines.append(f"| {preset} | {where} | {WEIGHTS[quantize] if quantize else 'float32'} | "
+                     f"{length}: {c['source_len']} / {c['target_len']} | {cached:.2f} ms a token | "
+                     f"{prefix:.2f} ms a token | {statistics.median(ratios):.2f}x [{min(ratios):.2f}, "
+                     f"{max(ratios):.2f}] | {sum(x >= GOAL for x in ratios)} of {len(ratios)} | {pixel} | "
+                     f"{', '.join(sorted({m['cache']['host'] for m in runs}))} |")
+    every = {(r["measured"], r["host"]): r.get("load") for r in results}
+    said = "; ".join(f"{m} on {h} (load {'not recorded' if load is None else f'{load:.2f}'})"
+                     for (m, h), load in sorted(every.items()))
+    return "\n".join(lines) + ("\n\nHost-measured, 1 thread, batch 1; in each run the median of "
+                               f"{results[0]['repeats'] if results else REPEATS} interleaved repeats (a run's files "
+                               "interleaved with each other, its PyTorch ways with each other), and here the median "
+                               "of the runs' figures. A file's source and target are padded to its length, so its "
+                               "times do not depend on the dev lengths but for the number of tokens. Pixel 4 figures "
+                               "are ESTIMATES of the cost model, not measurements (the same for every run). Every run "
+                               f"is kept in the rows, each with the host's one-minute load average as it began (2 "
+                               f"cores: about 1 is one other busy process): {said}.\n")
+
+
+KEY = ("task", "preset", "length", "runtime", "quantize", "method", "metric", "measured")  # a run again: new rows
+
+
+def order(r: dict):
+    return (r["measured"], r.get("runtime", ""), list(QUANTILES).index(r["length"]), PRESETS.index(r["preset"]),
+            SEQ2SEQ_QUANTIZE.index(r.get("quantize") or "none"), r["method"])
 
 
 def main(argv=None):
-    return measured_here("python -m benchmarks.decoding", __doc__, "docs/results/decoding.json", measure,
-                         lambda r: (r.get("runtime", ""), list(QUANTILES).index(r["length"]),
-                                    PRESETS.index(r["preset"]), r["method"]),
-                         ("task", "preset", "length", "runtime", "method", "metric"), table, argv)
+    return measured_here("python -m benchmarks.decoding", __doc__, "docs/results/decoding.json", measure, order, KEY,
+                         table, argv)
 
 
 if __name__ == "__main__":

@@ -716,3 +716,30 @@ def test_cmlm_validation_keeps_each_final_budget_apart_and_ships_the_largest_fin
     first, second = text.split("**Every training pair, the students' 2 epochs:**")
     assert "**10,000 training pairs, the students' 4 epochs:**" in first and "1.38 h" in first
     assert "1.38 h" not in second and "not measured" in second  # the 10,000 pairs' wall is not every pair's
+
+
+def test_a_decoding_timing_run_again_is_kept_beside_the_earlier_one(tmp_path):
+    """A timing on a shared host varies from run to run: `python -m benchmarks.decoding` run again on the same host
+    adds its rows beside the earlier run's (its key holds `measured`), and the table counts both runs (the median
+    speed-up, its range, how many runs reach the goal) and names each with its load, rather than the later one
+    replacing the earlier."""
+    from benchmarks import decoding
+    from mobilekd.fileio import read_json
+
+    earlier = [r for r in read_json(ROOT / "docs" / "results" / "decoding.json") if r["measured"] == "2026-12-02"]
+    assert earlier
+    again = [{**r, "measured": "2026-12-06T03:00:00", "load": 1.05, "value": round(r["value"] * 1.5, 3)}
+             for r in earlier]
+    path = tmp_path / "decoding.json"
+    merge_rows(path, earlier, decoding.order, decoding.KEY)
+    rows = merge_rows(path, again, decoding.order, decoding.KEY)
+    assert len(rows) == 2 * len(earlier)
+    ratio = next(r["value"] for r in earlier if r["preset"] == "seq2seq_tiny" and r["runtime"] == "litert"
+                 and r["length"] == "median" and r["method"] == "cache-speedup")
+    ratios = sorted([ratio, round(ratio * 1.5, 3)])
+    text = decoding.table(rows)
+    line = next(x for x in text.splitlines() if x.startswith("| seq2seq_tiny | LiteRT") and "median:" in x)
+    reached = sum(x >= decoding.GOAL for x in ratios)
+    assert f"x [{ratios[0]:.2f}, {ratios[1]:.2f}] | {reached} of 2 |" in line
+    assert "2026-12-02 on epyc" in text and "(load not recorded)" in text and "2026-12-06T03:00:00" in text
+    assert "(load 1.05)" in text
