@@ -152,8 +152,9 @@ def recorded_recipe(rows: list[dict], task: str) -> cmlm.Recipe | None:
     student = next((r for r in rows if r["task"] == task and r["method"] == "choice-cmlm" and r["chosen"]), None)
     if student is None:
         return None
-    return final_recipe(CHOICE[task]._replace(**{k: f"{student[k]:g}" for k in ("teacher_lr", "alpha", "beam")}),
-                        task)
+    def spelled(k):  # as CHOICES spells it, so a run named from the rows has the flags of the one the choice named
+        return next((c for c in CHOICES[k] if float(c) == student[k]), f"{student[k]:g}")
+    return final_recipe(CHOICE[task]._replace(**{k: spelled(k) for k in ("teacher_lr", "alpha", "beam")}), task)
 
 
 def choice_jobs(out: Path, task: str) -> list[Job]:

@@ -18,8 +18,10 @@ Rows: task, method ("cache" or "no-cache"), seed (0), metric "ms_per_token" (the
 decode's time over its positions), value, the preset, the lengths, threads, `runtime` ("pytorch" or "litert"), for
 the files `quantize` and "pixel4_ms_per_token_est"; per preset, length, runtime and file the ratio
 ("cache-speedup"); and every row the host, when the command ran (`measured`) and the host's one-minute load
-average as it began (`load`: what else was running). A run again is kept beside the earlier ones (the key holds
-`measured`): a timing on a shared host varies from run to run, and the table shows each.
+average as it began (`load`: what else was running, or had just run: a run right after another reads some of its
+load). A run again is kept beside the earlier ones (the key holds `measured`): a timing on a shared host varies
+from run to run, and the table gives each way's speed-up over the runs (median, range, how many reach GOAL), the
+latest run's milliseconds, and the runs by date and load.
 """
 
 from __future__ import annotations
@@ -172,19 +174,20 @@ GOAL = 3  # issue 79: a token at least 3x faster with the cache than without, at
 
 
 def table(results: list[dict]) -> str:
-    """One line per student, runtime, weight format and length, over every run kept (a run: one invocation, its
-    `measured`): the median over runs of each way's time and of the speed-up, the speed-up's range, how many runs
-    reach GOAL; then the runs, each with its load."""
-    lines = ["| student | runtime | weights | dev lengths: source / target (word pieces) | with the cache | "
-             f"whole prefix | speed-up: median [lowest, highest] | runs at {GOAL:g}x or more | Pixel 4 a token, est. "
-             "(cache / prefix) | hosts |", "|---|---|---|---|---|---|---|---|---|---|"]
+    """One line per host, student, runtime, weight format and length, over every run kept there (a run: one
+    invocation, its `measured`): the speed-up's median over the runs, its range and how many runs reach GOAL, beside
+    the latest run's milliseconds (each run's own two ways, which its speed-up divides); then the runs, each with
+    its load."""
+    lines = ["| student | runtime | weights | dev lengths: source / target (word pieces) | latest run: with the "
+             f"cache | whole prefix | speed-up over the runs: median [lowest, highest] | runs at {GOAL:g}x or more | "
+             "Pixel 4 a token, est. (cache / prefix) | host |", "|---|---|---|---|---|---|---|---|---|---|"]
 
     def group(r):
-        return r.get("runtime", "pytorch"), r["length"], r["preset"], r.get("quantize")
+        return r["host"], r.get("runtime", "pytorch"), r["length"], r["preset"], r.get("quantize")
 
-    ordered = sorted(results, key=lambda r: (order(r)[1:], r["measured"]))
-    for runtime, length, preset, quantize in dict.fromkeys(map(group, ordered)):
-        mine = [r for r in ordered if group(r) == (runtime, length, preset, quantize)]
+    ordered = sorted(results, key=lambda r: (r["host"], order(r)[1:], r["measured"]))
+    for host, runtime, length, preset, quantize in dict.fromkeys(map(group, ordered)):
+        mine = [r for r in ordered if group(r) == (host, runtime, length, preset, quantize)]
         runs = {}
         for r in mine:
             runs.setdefault(r["measured"], {})[r["method"]] = r
@@ -196,23 +199,22 @@ def table(results: list[dict]) -> str:
         pixel = (f"{c['pixel4_ms_per_token_est']:.2f} / {n['pixel4_ms_per_token_est']:.2f} ms "
                  f"({runs[-1]['cache-speedup']['pixel4_ratio_est']:.2f}x)" if "pixel4_ms_per_token_est" in c else "-")
         where = "PyTorch" if runtime == "pytorch" else f"LiteRT file ({c['file_len']} / {c['file_len']})"
-        cached, prefix = (statistics.median(m[way]["value"] for m in runs) for way in ("cache", "no-cache"))
-        lines.append(f"| {preset} | {where} | {WEIGHTS[quantize] if quantize else 'float32'} | "
-                     f"{length}: {c['source_len']} / {c['target_len']} | {cached:.2f} ms a token | "
-                     f"{prefix:.2f} ms a token | {statistics.median(ratios):.2f}x [{min(ratios):.2f}, "
-                     f"{max(ratios):.2f}] | {sum(x >= GOAL for x in ratios)} of {len(ratios)} | {pixel} | "
-                     f"{', '.join(sorted({m['cache']['host'] for m in runs}))} |")
+        lines.append(f"| {preset} | {where} | {WEIGHTS.get(quantize or 'none', quantize)} | "
+                     f"{length}: {c['source_len']} / {c['target_len']} | {c['value']:.2f} ms a token | "
+                     f"{n['value']:.2f} ms a token | {statistics.median(ratios):.2f}x [{min(ratios):.2f}, "
+                     f"{max(ratios):.2f}] | {sum(x >= GOAL for x in ratios)} of {len(ratios)} | {pixel} | {host} |")
     every = {(r["measured"], r["host"]): r.get("load") for r in results}
     said = "; ".join(f"{m} on {h} (load {'not recorded' if load is None else f'{load:.2f}'})"
                      for (m, h), load in sorted(every.items()))
     return "\n".join(lines) + ("\n\nHost-measured, 1 thread, batch 1; in each run the median of "
                                f"{results[0]['repeats'] if results else REPEATS} interleaved repeats (a run's files "
-                               "interleaved with each other, its PyTorch ways with each other), and here the median "
-                               "of the runs' figures. A file's source and target are padded to its length, so its "
+                               "interleaved with each other, its PyTorch ways with each other). A file's source and "
+                               "target are padded to its length, so its "
                                "times do not depend on the dev lengths but for the number of tokens. Pixel 4 figures "
                                "are ESTIMATES of the cost model, not measurements (the same for every run). Every run "
                                f"is kept in the rows, each with the host's one-minute load average as it began (2 "
-                               f"cores: about 1 is one other busy process): {said}.\n")
+                               f"cores: about 1 is one other busy process; a run right after another reads some of "
+                               f"its load): {said}.\n")
 
 
 KEY = ("task", "preset", "length", "runtime", "quantize", "method", "metric", "measured")  # a run again: new rows

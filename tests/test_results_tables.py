@@ -611,9 +611,10 @@ def test_cmlm_under_the_selection_protocol_names_its_final_runs_only_once_valida
     assert "The final runs have not finished." in text
     elsewhere = tmp_path / "elsewhere"  # the choice runs' folders gone: the rows' choice is followed, not made again
     assert cv.chosen_recipe(elsewhere, "correction") is None
-    assert cv.chosen_recipe(elsewhere, "correction", rows) == cmlm.Recipe(*recipe[:3], "0.0002", "0.5", "5")
-    assert [j.name for j in cv.plan(elsewhere, ["correction"], [0], rows)][:2] == ["adapt",
-                                                                                   "final-all/correction/teacher"]
+    assert cv.chosen_recipe(elsewhere, "correction", rows) == recipe  # spelled as the choice named it
+    from_rows = cv.plan(elsewhere, ["correction"], [0], rows)
+    assert [j.name for j in from_rows][:2] == ["adapt", "final-all/correction/teacher"]
+    assert [a for a in from_rows[1].argv if "/" not in a] == [a for a in early[0].argv if "/" not in a]
 
 
 
@@ -743,3 +744,9 @@ def test_a_decoding_timing_run_again_is_kept_beside_the_earlier_one(tmp_path):
     assert f"x [{ratios[0]:.2f}, {ratios[1]:.2f}] | {reached} of 2 |" in line
     assert "2026-12-02 on epyc" in text and "(load not recorded)" in text and "2026-12-06T03:00:00" in text
     assert "(load 1.05)" in text
+    latest = [next(r["value"] for r in again if r["preset"] == "seq2seq_tiny" and r["runtime"] == "litert"
+                   and r["length"] == "median" and r["method"] == way) for way in ("cache", "no-cache")]
+    assert line.split(" | ")[4:6] == [f"{v:.2f} ms a token" for v in latest]  # the latest run's own two ways
+    elsewhere = [{**r, "host": "another-host"} for r in again]  # another machine's run: a line of its own
+    text = decoding.table(rows + elsewhere)
+    assert sum(x.startswith("| seq2seq_tiny | LiteRT") and "median:" in x for x in text.splitlines()) == 2
