@@ -271,8 +271,11 @@ def budget_of(tasks: list[str]) -> dict:
 
 
 def table_at(finals: list[dict], budget: tuple) -> str:
-    """benchmarks.cmlm's table of the final runs at one budget, headed by it."""
+    """benchmarks.cmlm's table of the final runs at one budget, headed by it: the tasks whose students ran at it
+    (copying's rows, which go with every budget, only for those)."""
     mine = [r for r in finals if at_budget(r, budget)]
+    trained = {r["task"] for r in mine if r["method"] in cmlm.METHODS}
+    mine = [r for r in mine if r["task"] is None or r["task"] in trained]
     pairs, epochs = budget
     kept = dict(cmlm.TASKS)
     try:

@@ -717,6 +717,12 @@ def test_cmlm_validation_keeps_each_final_budget_apart_and_ships_the_largest_fin
     first, second = text.split("**Every training pair, the students' 2 epochs:**")
     assert "**10,000 training pairs, the students' 4 epochs:**" in first and "1.38 h" in first
     assert "1.38 h" not in second and "not measured" in second  # the 10,000 pairs' wall is not every pair's
+    other = [{**r, "task": "paraphrase", "train_pairs": None, "epochs": 10.0} for r in small + [
+        r for r in rows if r["method"] == "copy"]]  # another task at a budget of its own
+    text = cv.table(whole + other)
+    correction, paraphrase = text.split("**Every training pair, the students' 10 epochs:**")
+    assert "| paraphrase |" not in correction.split("The final runs at the chosen recipes")[1]
+    assert "| correction |" not in paraphrase and "(paraphrase; seeds 0-2)" in paraphrase
 
 
 def test_a_decoding_timing_run_again_is_kept_beside_the_earlier_one(tmp_path):
