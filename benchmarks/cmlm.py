@@ -6,7 +6,7 @@ table, the issue's goals as measured, and a sample of generations.
     python -m benchmarks.cmlm                          # everything, resumable
     python -m benchmarks.cmlm --tasks paraphrase --seeds 0
     python -m benchmarks.cmlm --collect                # rows of the finished runs, run nothing
-    python -m benchmarks.cmlm --table --write          # the table into docs/seq2seq.md
+    python -m benchmarks.cmlm --table --write          # the table into docs/seq2seq_runs.md
     python -m benchmarks.cmlm --tasks correction --recipe correction=all,1,4,2e-4,0.2,1 --out runs/cmlm_full \
         --results docs/results/cmlm_full.json      # a task at another recipe, rows of its own
 
@@ -64,7 +64,7 @@ class Recipe(NamedTuple):
 # The teacher at lr 2e-4 and alpha 0.2 on both tasks, set on correction: its teacher at 2e-4 learns to copy (dev
 # token accuracy 0.667 against 0.311 at 5e-5) and alpha 0.2 was the best of 0.2 and 0.5 on seed 0. Paraphrase took
 # the same settings untuned (at the official lr 5e-5 and alpha 0.5 C-MLM was below cross-entropy alone;
-# docs/seq2seq.md).
+# docs/seq2seq_runs.md).
 TASKS = {"paraphrase": Recipe(None, "3", "10", "2e-4", "0.2", "5"),
          "correction": Recipe("10000", "1", "4", "2e-4", "0.2", "1")}
 OFFICIAL = {"teacher_lr": 5e-5, "alpha": 0.5, "beam": 5}  # what rows written before these fields were run with

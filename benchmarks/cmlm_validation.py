@@ -1,7 +1,7 @@
 """C-MLM's benchmark under the selection protocol (issue 79, item 1): every choice on a validation split carved
 from the training pairs, dev scored once per final model; rows to docs/results/cmlm_validation.json, the table into
-docs/seq2seq.md beside benchmarks.cmlm's (whose teacher learning rate and alpha were picked on the dev set they are
-scored on).
+docs/seq2seq.md (benchmarks.cmlm's, whose teacher learning rate and alpha were picked on the dev set they are scored
+on, is in the lab notes, docs/seq2seq_runs.md).
 
     python -m benchmarks.cmlm_validation                 # everything, resumable: the choices, then the final runs
     python -m benchmarks.cmlm_validation --collect       # rows of the finished runs, run nothing
