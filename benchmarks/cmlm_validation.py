@@ -182,11 +182,15 @@ def plan(out: Path, tasks: list[str], seeds: list[int], recorded: list[dict] = (
     benchmarks.cmlm's final plan for the tasks whose recipe is chosen. The final teacher needs only the teacher's
     learning rate: named once that is chosen, it trains beside the candidate students (and first, ahead of them)."""
     adapt = cmlm.jobs(out, [], [])  # the adapted teacher's stage alone, shared with benchmarks.quality and cmlm
-    later = [j for t in tasks if (recipe := chosen_recipe(out, t, recorded)) for j in final_jobs(out, t, seeds, recipe)]
-    early = [j for t in tasks if not chosen_recipe(out, t, recorded) and (lr := chosen_lr(out, t))
-             for j in final_jobs(out, t, [], final_recipe(CHOICE[t]._replace(teacher_lr=lr), t))]  # the teacher alone
-    choosing = [t for t in tasks if chosen_recipe(out, t) or not recorded_recipe(recorded, t)]
-    return [*adapt, *early, *(j for t in choosing for j in choice_jobs(out, t)), *later]
+    early, choosing, later = [], [], []
+    for t in tasks:
+        if recipe := chosen_recipe(out, t, recorded):
+            later += final_jobs(out, t, seeds, recipe)
+        elif lr := chosen_lr(out, t):  # the final teacher alone
+            early += final_jobs(out, t, [], final_recipe(CHOICE[t]._replace(teacher_lr=lr), t))
+        if chosen_recipe(out, t) or not recorded_recipe(recorded, t):
+            choosing += choice_jobs(out, t)
+    return [*adapt, *early, *choosing, *later]
 
 
 def choice_rows(out: Path, tasks: list[str]) -> list[dict]:
