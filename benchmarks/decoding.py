@@ -14,14 +14,15 @@ over the whole prefix of the file's target length (64, the correction task's `--
 files interleaved; each with the Pixel 4 ESTIMATE of a token (the cost model over the operators of the same decode,
 encode and one decode step a token, `sentence_graph`, divided by its tokens).
 
-Rows: task, method ("cache" or "no-cache"), seed (0), metric "ms_per_token" (the median over repeats of a whole
-decode's time over its positions), value, the preset, the lengths, threads, `runtime` ("pytorch" or "litert"), for
-the files `quantize` and "pixel4_ms_per_token_est"; per preset, length, runtime and file the ratio
-("cache-speedup"); and every row the host, when the command ran (`measured`) and the host's one-minute load
-average as it began (`load`: what else was running, or had just run: a run right after another reads some of its
-load). A run again is kept beside the earlier ones (the key holds `measured`): a timing on a shared host varies
-from run to run, and the table gives each way's speed-up over the runs (median, range, how many reach GOAL), the
-latest run's milliseconds, and the runs by date and load.
+Rows: task, method ("cache" or "no-cache"; PyTorch's also "output-layer", the output layer alone over one state,
+`step_logits`, a decode's worth of passes: the part of a token no cache shortens), seed (0), metric "ms_per_token"
+(the median over repeats of a whole decode's time over its positions), value, the preset, the lengths, threads,
+`runtime` ("pytorch" or "litert"), for the files `quantize` and "pixel4_ms_per_token_est"; per preset, length,
+runtime and file the ratio ("cache-speedup"); and every row the host, when the command ran (`measured`) and the
+host's one-minute load average as it began (`load`: what else was running, or had just run: a run right after
+another reads some of its load). A run again is kept beside the earlier ones (the key holds `measured`): a timing on
+a shared host varies from run to run, and the table gives each way's speed-up over the runs (median, range, how many
+reach GOAL), the latest run's milliseconds, and the runs by date and load.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ FILE_LEN = 64  # the exported files' source and target length: the correction ta
 
 
 QUANTILES = {"median": 50, "p95": 95}  # the lengths measured: the dev set's median, and its long tail
+METHODS = {True: "cache", False: "no-cache", "output": "output-layer"}
+# which output layer PyTorch's rows timed: `Seq2SeqTransformer.step_logits`' transposed table at one row (rows
+# before it, without the field, timed `logits`' pass over the (V, width) table)
+OUTPUT_LAYER = "transposed"
 
 
 def dev_lengths(tokenizer) -> dict[str, tuple[int, int]]:
@@ -73,8 +78,19 @@ def decode_seconds(model, source: torch.Tensor, steps: int, cache: bool) -> floa
     prefix = torch.full((1, 1), model.config.bos_token_id)
     kept = DecoderCache(len(model.decoder)) if cache else None
     for _ in range(steps):
-        token = model.logits(next_states(model, memory, mask, prefix, kept)).argmax(-1)
+        token = model.step_logits(next_states(model, memory, mask, prefix, kept)).argmax(-1)
         prefix = torch.cat([prefix, token[:, None]], 1)
+    return time.perf_counter() - start
+
+
+@torch.no_grad()
+def output_layer_seconds(model, steps: int) -> float:
+    """The seconds of `steps` passes of the output layer alone over one state (`step_logits`, as a decode's steps
+    run it): the part of a token the cache cannot shorten."""
+    states = torch.randn(1, model.config.d_model)
+    start = time.perf_counter()
+    for _ in range(steps):
+        model.step_logits(states).argmax(-1)
     return time.perf_counter() - start
 
 
@@ -150,26 +166,30 @@ def measure() -> list[dict]:
         source = torch.randint(1000, 5000, (1, source_len))
         for cache in (True, False):  # one warm-up each
             decode_seconds(model, source, target_len, cache)
-        times = {True: [], False: []}
+        times = {True: [], False: [], "output": []}
         for _ in range(REPEATS):
             for cache in (True, False):
                 times[cache].append(decode_seconds(model, source, target_len, cache))
+            times["output"].append(output_layer_seconds(model, target_len))
         ms = {c: statistics.median(t) / target_len * 1000 for c, t in times.items()}
         shared = {"task": "correction", "seed": 0, "preset": preset, "length": length, "source_len": source_len,
                   "target_len": target_len, "threads": 1, "repeats": REPEATS, "host": host["id"],
                   "host_fields": host, "measured": measured, "load": load}
-        rows += [{**shared, "runtime": "pytorch", "method": "cache" if c else "no-cache", "metric": "ms_per_token",
-                  "value": round(v, 3)} for c, v in ms.items()]
-        rows.append({**shared, "runtime": "pytorch", "method": "cache-speedup", "metric": "ratio",
+        torch_rows = {**shared, "runtime": "pytorch", "output_layer": OUTPUT_LAYER}
+        rows += [{**torch_rows, "method": METHODS[c], "metric": "ms_per_token", "value": round(v, 3)}
+                 for c, v in ms.items()]
+        rows.append({**torch_rows, "method": "cache-speedup", "metric": "ratio",
                      "value": round(ms[False] / ms[True], 2)})
         print(f"{preset}, {length} lengths: {ms[True]:.2f} ms a token with the cache, {ms[False]:.2f} without "
-              f"({ms[False] / ms[True]:.2f}x)")
+              f"({ms[False] / ms[True]:.2f}x); the output layer alone {ms['output']:.2f}")
         rows += file_rows(model, preset, shared, source_len, target_len, folder)
     shutil.rmtree(folder, ignore_errors=True)
     return rows
 
 
 WEIGHTS = {"none": "float32", "fp16": "fp16", "dynamic-int8": "dynamic int8"}
+PYTORCH = {None: "PyTorch (output layer over the (V, width) table)",
+           OUTPUT_LAYER: "PyTorch (output layer over its transpose, `step_logits`)"}
 GOAL = 3  # issue 79: a token at least 3x faster with the cache than without, at the dev set's median length
 
 
@@ -183,11 +203,12 @@ def table(results: list[dict]) -> str:
              "Pixel 4 a token, est. (cache / prefix) | host |", "|---|---|---|---|---|---|---|---|---|---|"]
 
     def group(r):
-        return r["host"], r.get("runtime", "pytorch"), r["length"], r["preset"], r.get("quantize")
+        return r["host"], r.get("runtime", "pytorch"), r["length"], r["preset"], r.get("quantize"), \
+            r.get("output_layer")
 
     ordered = sorted(results, key=lambda r: (r["host"], order(r)[1:], r["measured"]))
-    for host, runtime, length, preset, quantize in dict.fromkeys(map(group, ordered)):
-        mine = [r for r in ordered if group(r) == (host, runtime, length, preset, quantize)]
+    for host, runtime, length, preset, quantize, output_layer in dict.fromkeys(map(group, ordered)):
+        mine = [r for r in ordered if group(r) == (host, runtime, length, preset, quantize, output_layer)]
         runs = {}
         for r in mine:
             runs.setdefault(r["measured"], {})[r["method"]] = r
@@ -198,9 +219,12 @@ def table(results: list[dict]) -> str:
         ratios = [m["cache-speedup"]["value"] for m in runs]
         pixel = (f"{c['pixel4_ms_per_token_est']:.2f} / {n['pixel4_ms_per_token_est']:.2f} ms "
                  f"({runs[-1]['cache-speedup']['pixel4_ratio_est']:.2f}x)" if "pixel4_ms_per_token_est" in c else "-")
-        where = "PyTorch" if runtime == "pytorch" else f"LiteRT file ({c['file_len']} / {c['file_len']})"
+        where = PYTORCH[output_layer] if runtime == "pytorch" else \
+            f"LiteRT file ({c['file_len']} / {c['file_len']})"
+        alone = runs[-1].get("output-layer")
+        alone = f" (its output layer {alone['value']:.2f})" if alone else ""
         lines.append(f"| {preset} | {where} | {WEIGHTS.get(quantize or 'none', quantize)} | "
-                     f"{length}: {c['source_len']} / {c['target_len']} | {c['value']:.2f} ms a token | "
+                     f"{length}: {c['source_len']} / {c['target_len']} | {c['value']:.2f} ms a token{alone} | "
                      f"{n['value']:.2f} ms a token | {statistics.median(ratios):.2f}x [{min(ratios):.2f}, "
                      f"{max(ratios):.2f}] | {sum(x >= GOAL for x in ratios)} of {len(ratios)} | {pixel} | {host} |")
     every = {(r["measured"], r["host"]): r.get("load") for r in results}

@@ -163,6 +163,28 @@ def test_a_beam_of_one_is_greedy_decoding(tokenizer):
         greedy(model, b["input_ids"], b["attention_mask"], 12)
 
 
+def test_the_decoding_output_layer_gives_the_trained_ones_logits_and_follows_the_table_as_it_changes(tokenizer):
+    """`step_logits` (PyTorch decoding's output layer: at one row, a transposed copy of the table) gives `logits`'
+    values, at one row and at several, and after an optimizer step changes the table in place it reads the new
+    table, not its old copy; with gradients on (training) it is `logits` itself."""
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(dataclasses.replace(new_seq2seq("seq2seq_micro", tokenizer).config,
+                                                   embedding_size=16)).eval()
+    one, several = torch.randn(1, 32), torch.randn(5, 32)
+    with torch.no_grad():
+        for states in (one, several):
+            torch.testing.assert_close(model.step_logits(states), model.logits(states), rtol=1e-5, atol=1e-5)
+        before = model.step_logits(one)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    model.logits(one).logsumexp(-1).sum().backward()
+    optimizer.step()
+    with torch.no_grad():
+        after = model.step_logits(one)
+        torch.testing.assert_close(after, model.logits(one), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(after, before)
+    assert model.step_logits(one).requires_grad  # gradients on: the tied table's own product
+
+
 @pytest.mark.parametrize("width", [None, 16])  # OpenNMT-py's layout, and a table narrower than the model
 def test_the_cached_decoder_computes_what_the_whole_prefix_gives(tokenizer, width):
     """`decode_step` with its key/value cache gives `decode`'s state at each position, and greedy and beam search

@@ -38,7 +38,7 @@ def greedy(model, input_ids, attention_mask, max_len: int, cache: bool = True) -
     done = torch.zeros(len(input_ids), dtype=torch.bool, device=device)
     kept = DecoderCache(len(model.decoder)) if cache else None
     for _ in range(max_len):
-        step = model.logits(next_states(model, memory, attention_mask, prefix, kept)).argmax(-1)
+        step = model.step_logits(next_states(model, memory, attention_mask, prefix, kept)).argmax(-1)
         step = torch.where(done, torch.full_like(step, c.pad_token_id), step)
         prefix = torch.cat([prefix, step[:, None]], 1)
         done |= step == c.eos_token_id
@@ -69,7 +69,7 @@ class ModelSteps:
 
     def log_probs(self, prefix: torch.Tensor) -> torch.Tensor:
         states = next_states(self.model, self.memory, self.mask, prefix.to(self.memory.device), self.kept)
-        return self.model.logits(states).float().log_softmax(-1).cpu()
+        return self.model.step_logits(states).float().log_softmax(-1).cpu()
 
     def reorder(self, rows: torch.Tensor) -> None:
         if self.kept is not None:
