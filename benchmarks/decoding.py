@@ -17,7 +17,8 @@ encode and one decode step a token, `sentence_graph`, divided by its tokens).
 Rows: task, method ("cache" or "no-cache"; PyTorch's also "output-layer", the output layer alone over one state,
 `step_logits`, a decode's worth of passes: the part of a token no cache shortens), seed (0), metric "ms_per_token"
 (the median over repeats of a whole decode's time over its positions), value, the preset, the lengths, threads,
-`runtime` ("pytorch" or "litert"), for the files `quantize` and "pixel4_ms_per_token_est"; per preset, length,
+`runtime` ("pytorch" or "litert"), PyTorch's `output_layer` (OUTPUT_LAYER: which output layer they timed; runs
+before it have none), for the files `quantize` and "pixel4_ms_per_token_est"; per preset, length,
 runtime and file the ratio ("cache-speedup"); and every row the host, when the command ran (`measured`) and the
 host's one-minute load average as it began (`load`: what else was running, or had just run: a run right after
 another reads some of its load). A run again is kept beside the earlier ones (the key holds `measured`): a timing on
@@ -232,9 +233,11 @@ def table(results: list[dict]) -> str:
                      for (m, h), load in sorted(every.items()))
     return "\n".join(lines) + ("\n\nHost-measured, 1 thread, batch 1; in each run the median of "
                                f"{results[0]['repeats'] if results else REPEATS} interleaved repeats (a run's files "
-                               "interleaved with each other, its PyTorch ways with each other). A file's source and "
-                               "target are padded to its length, so its "
-                               "times do not depend on the dev lengths but for the number of tokens. Pixel 4 figures "
+                               "interleaved with each other, its PyTorch ways with each other; where PyTorch's "
+                               "output layer was timed alone, its milliseconds a token follow the cached ones in "
+                               "brackets: the part of a token no cache shortens). A file's source and target are "
+                               "padded to its length, so its times do not depend on the dev lengths but for the "
+                               "number of tokens. Pixel 4 figures "
                                "are ESTIMATES of the cost model, not measurements (the same for every run). Every run "
                                f"is kept in the rows, each with the host's one-minute load average as it began (2 "
                                f"cores: about 1 is one other busy process; a run right after another reads some of "

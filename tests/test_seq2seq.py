@@ -166,7 +166,8 @@ def test_a_beam_of_one_is_greedy_decoding(tokenizer):
 def test_the_decoding_output_layer_gives_the_trained_ones_logits_and_follows_the_table_as_it_changes(tokenizer):
     """`step_logits` (PyTorch decoding's output layer: at one row, a transposed copy of the table) gives `logits`'
     values, at one row and at several, and after an optimizer step changes the table in place it reads the new
-    table, not its old copy; with gradients on (training) it is `logits` itself."""
+    table, not its old copy; with gradients on (training) the table itself gets its gradient, as through `logits`;
+    a table made under `torch.inference_mode` (no version to follow) takes `logits`."""
     torch.manual_seed(0)
     model = Seq2SeqTransformer(dataclasses.replace(new_seq2seq("seq2seq_micro", tokenizer).config,
                                                    embedding_size=16)).eval()
@@ -182,7 +183,16 @@ def test_the_decoding_output_layer_gives_the_trained_ones_logits_and_follows_the
         after = model.step_logits(one)
         torch.testing.assert_close(after, model.logits(one), rtol=1e-5, atol=1e-5)
     assert not torch.allclose(after, before)
-    assert model.step_logits(one).requires_grad  # gradients on: the tied table's own product
+    model.zero_grad()
+    model.step_logits(one).logsumexp(-1).sum().backward()  # gradients on: the tied table's own product
+    through_step = model.embeddings.weight.grad.clone()
+    model.zero_grad()
+    model.logits(one).logsumexp(-1).sum().backward()
+    assert through_step.abs().sum() > 0
+    torch.testing.assert_close(through_step, model.embeddings.weight.grad)
+    with torch.inference_mode():
+        made_there = Seq2SeqTransformer(model.config).eval()
+        torch.testing.assert_close(made_there.step_logits(one), made_there.logits(one))
 
 
 @pytest.mark.parametrize("width", [None, 16])  # OpenNMT-py's layout, and a table narrower than the model

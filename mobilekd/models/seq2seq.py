@@ -284,15 +284,16 @@ class Seq2SeqTransformer(nn.Module):
         """`logits` as decoding in PyTorch needs them (no gradient), the same values up to rounding. For one row
         (one source, greedy: an app's decoding) the product runs against a transposed, contiguous copy of the table,
         (width, V), made once and made again when the table changes (its storage, device, dtype or in-place
-        version): PyTorch's matrix-vector product over the (V, width) table reads it about 5x slower than over its
-        transpose (30,522 x 128, 1 thread: 2.3-2.8 ms against 0.4-0.7 ms, `benchmarks.decoding`'s host), and the
-        output layer is most of a cached step. Several rows (batches, beams) take `logits`, as training and the
-        exported graph do: a matrix product there runs as fast either way."""
-        if len(states) != 1 or torch.is_grad_enabled():
+        version; a write through `.data` or `set_` bumps no version and is not seen): PyTorch's matrix-vector
+        product over the (V, width) table reads it about 5x slower than over its transpose (30,522 x 128, 1 thread:
+        2.3-2.8 ms against 0.4-0.7 ms, `benchmarks.decoding`'s host), and the output layer is most of a cached step.
+        Several rows (batches, beams) take `logits`, as training and the exported graph do: a matrix product there
+        runs as fast either way; so does a table made under `torch.inference_mode` (it keeps no version)."""
+        table = self.embeddings.weight
+        if states.dim() != 2 or len(states) != 1 or torch.is_grad_enabled() or table.is_inference():
             return self.logits(states)
         if self.output_drop is not None:
             states = self.output_drop(states)
-        table = self.embeddings.weight
         key = (table.data_ptr(), table._version, table.device, table.dtype)
         if self._table_key != key:
             self._table, self._table_key = table.detach().t().contiguous(), key
