@@ -344,8 +344,9 @@ def wall_goal(results: list[dict], hours: float = HOURS) -> str:
     took = w["value"] / 3600
     judged = ("not judged: more than 2 runs at a time" if w["workers"] > 2 else
               f"{'holds' if took <= hours else 'fails'} (one measurement)")
+    where = f"; a fresh clone's run, its rows in {w['results']}" if w.get("results") else ""
     return (f"{what}; {w['runs']} runs, {w['workers']} at a time) | {took:.2f} h on {w['cpu']} "
-            f"[{w.get('host', UNKNOWN)}] ({w['started'][:10]}) | <= {hours} h | {judged} |")
+            f"[{w.get('host', UNKNOWN)}] ({w['started'][:10]}{where}) | <= {hours} h | {judged} |")
 
 
 def cell(results, task, metric, method) -> str:

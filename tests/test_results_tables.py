@@ -689,12 +689,14 @@ def test_the_search_wall_table_pairs_each_comparisons_variants_and_leaves_out_th
     assert "| stsb-genre-1000 | h | 8 | 2 | 105 s | 160 s | 10.0 s | 15.0 s | 1.52x |" in text
 
 
-def test_cmlm_validation_keeps_each_final_budget_apart_and_ships_the_largest_finished_one():
+def test_cmlm_validation_keeps_each_final_budget_apart_and_ships_the_largest_finished_one(monkeypatch):
     """The final runs of two budgets (the choices' 10,000 pairs, and every pair) stay side by side: the table shows
     each budget under its own heading with its own wall time, and the README's summary reads the largest budget
     once its C-MLM students have finished as many seeds as the other's (a budget half run hides nothing)."""
     from benchmarks import cmlm_validation as cv
     from mobilekd.fileio import read_json
+
+    monkeypatch.setattr(cv, "REPLICATIONS", ())  # this file's rows alone (a fresh clone's wall: the next test)
 
     rows = [r for r in read_json(ROOT / "docs" / "results" / "cmlm_validation.json")  # the 10,000 pairs' alone
             if r["method"] in cv.ORDER or cv.at_budget(r, (10000, 4.0))]
@@ -723,6 +725,32 @@ def test_cmlm_validation_keeps_each_final_budget_apart_and_ships_the_largest_fin
     correction, paraphrase = text.split("**Every training pair, the students' 10 epochs:**")
     assert "| paraphrase |" not in correction.split("The final runs at the chosen recipes")[1]
     assert "| correction |" not in paraphrase and "(paraphrase; seeds 0-2)" in paraphrase
+
+
+def test_cmlm_validation_reads_the_wall_of_a_whole_run_from_nothing_kept_in_a_results_file_of_its_own(
+        tmp_path, monkeypatch):
+    """The whole benchmark run again from nothing in a fresh clone writes a results file of its own (the same keys
+    as the first run's rows: merged, it would replace them); its wall row stands in the table's wall goal at its
+    budget, naming its file, and the first run's rows and the other budget's wall stay as they were."""
+    from benchmarks import cmlm_validation as cv
+    from mobilekd.fileio import read_json, write_json
+
+    rows = read_json(ROOT / "docs" / "results" / "cmlm_validation.json")
+    first = next(r for r in rows if r["method"] == "benchmark" and cv.at_budget(r, (10000, 4.0)))
+    again = {**first, "recipes": {"correction": {**first["recipes"]["correction"], "train_pairs": None,
+                                                  "epochs": 2.0}}, "train_pairs": None, "epochs": 2.0, "value": 2.4 * 3600, "started": "2026-12-06T05:38:36",
+             "runs": 13}
+    path = tmp_path / "cmlm_wall.json"
+    write_json(path, [again, *(r for r in rows if r["method"] == "copy")])
+    monkeypatch.setattr(cv, "REPLICATIONS", (str(path),))
+    text = cv.table(rows)
+    every_pair = text.split("**Every training pair, the students' 2 epochs:**")[1].split("**")[0]
+    line = next(x for x in every_pair.splitlines() if "the whole benchmark from nothing (correction" in x)
+    assert f"| 2.40 h on {first['cpu']} [{first['host']}] (2026-12-06; a fresh clone's run, its rows in {path}) " \
+           "| <= 3 h | holds (one measurement) |" in line
+    assert "1.38 h" in text.split("**Every training pair")[0] and "1.38 h" not in every_pair
+    monkeypatch.setattr(cv, "REPLICATIONS", ())
+    assert "2.40 h" not in cv.table(rows)
 
 
 def test_a_decoding_timing_run_again_is_kept_beside_the_earlier_one(tmp_path):
