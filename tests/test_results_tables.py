@@ -737,9 +737,9 @@ def test_cmlm_validation_reads_the_wall_of_a_whole_run_from_nothing_kept_in_a_re
 
     rows = read_json(ROOT / "docs" / "results" / "cmlm_validation.json")
     first = next(r for r in rows if r["method"] == "benchmark" and cv.at_budget(r, (10000, 4.0)))
-    again = {**first, "recipes": {"correction": {**first["recipes"]["correction"], "train_pairs": None,
-                                                  "epochs": 2.0}}, "train_pairs": None, "epochs": 2.0, "value": 2.4 * 3600, "started": "2026-12-06T05:38:36",
-             "runs": 13}
+    budget = {"train_pairs": None, "epochs": 2.0}
+    again = {**first, "recipes": {"correction": {**first["recipes"]["correction"], **budget}}, **budget,
+             "value": 2.4 * 3600, "started": "2026-12-06T05:38:36", "runs": 13}
     path = tmp_path / "cmlm_wall.json"
     write_json(path, [again, *(r for r in rows if r["method"] == "copy")])
     monkeypatch.setattr(cv, "REPLICATIONS", (str(path),))
