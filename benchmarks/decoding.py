@@ -18,12 +18,12 @@ Rows: task, method ("cache" or "no-cache"; PyTorch's also "output-layer", the ou
 `step_logits`, a decode's worth of passes: the part of a token no cache shortens), seed (0), metric "ms_per_token"
 (the median over repeats of a whole decode's time over its positions), value, the preset, the lengths, threads,
 `runtime` ("pytorch" or "litert"), PyTorch's `output_layer` (OUTPUT_LAYER: which output layer they timed; runs
-before it have none), for the files `quantize` and "pixel4_ms_per_token_est"; per preset, length,
-runtime and file the ratio ("cache-speedup"); and every row the host, when the command ran (`measured`) and the
-host's one-minute load average as it began (`load`: what else was running, or had just run: a run right after
-another reads some of its load). A run again is kept beside the earlier ones (the key holds `measured`): a timing on
-a shared host varies from run to run, and the table gives each way's speed-up over the runs (median, range, how many
-reach GOAL), the latest run's milliseconds, and the runs by date and load.
+before it have none), for the files `quantize` and "pixel4_ms_per_token_est"; per preset, length, runtime and file
+the ratio ("cache-speedup"); and every row the host, when the command ran (`measured`) and the host's one-minute
+load average as it began and as it ended (`load`, `load_end`: what else was running, or had just run: a run right
+after another reads some of its load). A run again is kept beside the earlier ones (the key holds `measured`): a
+timing on a shared host varies from run to run, and the table gives each way's speed-up over the runs (median,
+range, how many reach GOAL), the latest run's milliseconds, and the runs by date and load.
 """
 
 from __future__ import annotations
@@ -185,7 +185,8 @@ def measure() -> list[dict]:
               f"({ms[False] / ms[True]:.2f}x); the output layer alone {ms['output']:.2f}")
         rows += file_rows(model, preset, shared, source_len, target_len, folder)
     shutil.rmtree(folder, ignore_errors=True)
-    return rows
+    ended = round(os.getloadavg()[0], 2)  # what ran beside it, as it ended (the start's alone misses a job begun since)
+    return [{**r, "load_end": ended} for r in rows]
 
 
 WEIGHTS = {"none": "float32", "fp16": "fp16", "dynamic-int8": "dynamic int8"}
@@ -228,9 +229,10 @@ def table(results: list[dict]) -> str:
                      f"{length}: {c['source_len']} / {c['target_len']} | {c['value']:.2f} ms a token{alone} | "
                      f"{n['value']:.2f} ms a token | {statistics.median(ratios):.2f}x [{min(ratios):.2f}, "
                      f"{max(ratios):.2f}] | {sum(x >= GOAL for x in ratios)} of {len(ratios)} | {pixel} | {host} |")
-    every = {(r["measured"], r["host"]): r.get("load") for r in results}
-    said = "; ".join(f"{m} on {h} (load {'not recorded' if load is None else f'{load:.2f}'})"
-                     for (m, h), load in sorted(every.items()))
+    every = {(r["measured"], r["host"]): (r.get("load"), r.get("load_end")) for r in results}
+    said = "; ".join(f"{m} on {h} (load {'not recorded' if load is None else f'{load:.2f}'}"
+                     f"{'' if ended is None else f', {ended:.2f} as it ended'})"
+                     for (m, h), (load, ended) in sorted(every.items()))
     return "\n".join(lines) + ("\n\nHost-measured, 1 thread, batch 1; in each run the median of "
                                f"{results[0]['repeats'] if results else REPEATS} interleaved repeats (a run's files "
                                "interleaved with each other, its PyTorch ways with each other; where PyTorch's "
@@ -239,7 +241,8 @@ def table(results: list[dict]) -> str:
                                "padded to its length, so its times do not depend on the dev lengths but for the "
                                "number of tokens. Pixel 4 figures "
                                "are ESTIMATES of the cost model, not measurements (the same for every run). Every run "
-                               f"is kept in the rows, each with the host's one-minute load average as it began (2 "
+                               f"is kept in the rows, each with the host's one-minute load average as it began (and as "
+                               f"it ended, where recorded; 2 "
                                f"cores: about 1 is one other busy process; a run right after another reads some of "
                                f"its load): {said}.\n")
 
