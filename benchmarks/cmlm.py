@@ -119,6 +119,10 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], curves: bool = True) -> 
                                             TASKS[task].teacher_epochs, "--lr", TASKS[task].teacher_lr, *subset(task),
                                             "--out", str(teacher), *RESUMABLE],
                         teacher, ["adapt"]))
+        soft = run_dir(out, task, "soft-targets")  # the teacher's pass over the training pairs, as soon as it exists
+        plan.append(Job(f"{task}/soft-targets", ["seq2seq", "--task", task, "--method", "cmlm", "--teacher",
+                                                 str(teacher), *subset(task), "--soft-targets-only", "--out", str(soft),
+                                                 *RESUMABLE], soft, [f"{task}/teacher"]))
     every = {task: eval_every(task) if curves else 0 for task in tasks}
     for seed in seeds:
         for task in tasks:
@@ -131,7 +135,7 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], curves: bool = True) -> 
                     TASKS[task].epochs, *subset(task), "--eval-every", str(every[task]), "--beam", TASKS[task].beam,
                     "--seed", str(seed),
                     "--out", str(r), *RESUMABLE], r,
-                    [f"{task}/teacher"] if method == "cmlm" else []))
+                    [f"{task}/soft-targets"] if method == "cmlm" else []))
     return plan
 
 

@@ -95,19 +95,18 @@ def final_recipe(recipe: cmlm.Recipe, task: str) -> cmlm.Recipe:
 def final_jobs(out: Path, task: str, seeds: list[int], recipe: cmlm.Recipe) -> list[Job]:
     """benchmarks.cmlm's plan for `task` at `recipe`, in `final`'s folder, dev scored once per model; outside
     OUT/final its jobs are named after their folder (final-all/correction/teacher), so that one budget's logs never
-    stand for another's. In the order the runner starts what is ready (`run_all`): the teacher, the first C-MLM
-    student (it computes the teacher's soft targets, the longest serial piece, which the other C-MLM students wait
-    for under the cache's lock), the cross-entropy students (they need no teacher), then the other C-MLM students:
-    no worker waits on the lock while a cross-entropy student could run."""
+    stand for another's. In the order the runner starts what is ready (`run_all`): the teacher, its soft targets
+    over the training pairs (the longest serial piece; neither reads alpha, so both are named as soon as the
+    teacher's learning rate is chosen and run beside the candidate students), the C-MLM students (ready once the
+    soft targets are), then the cross-entropy students (ready at once: what a worker runs while the soft targets
+    are being made)."""
     where, kept = final(out, recipe, task), cmlm.TASKS[task]
     try:
         cmlm.TASKS[task] = recipe
         jobs = [j for j in cmlm.jobs(where, [task], seeds, curves=False) if j.name != "adapt"]
     finally:
         cmlm.TASKS[task] = kept
-    taught = [j for j in jobs if "/cmlm/" in j.name]
-    jobs = [j for j in jobs if j not in taught[1:] and "/ce/" not in j.name] + \
-        [j for j in jobs if "/ce/" in j.name] + taught[1:]
+    jobs = [j for j in jobs if "/ce/" not in j.name] + [j for j in jobs if "/ce/" in j.name]
     if where.name == "final":
         return jobs
     prefix = f"{where.name}/"

@@ -330,9 +330,16 @@ def test_micro_cmlm_run_from_a_masked_lm_to_a_tflite_that_decodes_as_pytorch(dem
                "--max-steps", 6, "--batch-size", 8, "--out", teacher)
     scored = json.loads((teacher / "results.json").read_text())
     assert scored["complete"] and 0 <= scored["metrics"]["dev"]["token_accuracy"] <= 1
+    # the teacher's soft targets alone, as a plan runs them once the teacher exists: cached, no student
     run_module("mobilekd", "seq2seq", "--task", "pairs", "--data", data, "--method", "cmlm", "--teacher", teacher,
-               "--preset", "seq2seq_micro", "--max-len", 48, "--max-steps", 30, "--lr", "3e-3", "--batch-size", 8,
-               "--beam", 2, "--out", student)
+               "--max-len", 48, "--soft-targets-only", "--out", tmp_path / "soft")
+    soft = json.loads((tmp_path / "soft" / "results.json").read_text())
+    assert soft["complete"] and not soft["cached_before"] and soft["soft_target_seconds"] > 0
+    assert soft["train_pairs"] == 48 and not (tmp_path / "soft" / "model.safetensors").exists()
+    proc = run_module("mobilekd", "seq2seq", "--task", "pairs", "--data", data, "--method", "cmlm", "--teacher",
+                      teacher, "--preset", "seq2seq_micro", "--max-len", 48, "--max-steps", 30, "--lr", "3e-3",
+                      "--batch-size", 8, "--beam", 2, "--out", student)
+    assert "C-MLM soft targets over 48 training pairs: from the cache" in proc.stdout
     result = json.loads((student / "results.json").read_text())
     assert result["complete"] and {"dev", "dev_beam", "dev_copy"} <= set(result["metrics"])
     losses = result["training"][0]
@@ -445,6 +452,10 @@ def test_a_cmlm_teacher_and_its_student_hold_out_the_same_validation_pairs(demo_
     bad = run_module("mobilekd", "cmlm", "--teacher", demo_teacher_dir, "--task", "pairs", "--data", data,
                      "--validation-fraction", 1.5, "--out", tmp_path / "bad", check=False)
     assert "--validation-fraction must lie in [0, 1), got 1.5" in one_line_error(bad)
+    bad = run_module("mobilekd", "seq2seq", "--task", "pairs", "--data", data, "--method", "ce",
+                     "--soft-targets-only", "--out", tmp_path / "bad-soft", check=False)
+    assert "--soft-targets-only needs --method cmlm" in one_line_error(bad)
+    assert not (tmp_path / "bad-soft").exists()
 
 
 def test_a_seq2seq_directory_that_does_not_fit_is_refused_in_one_line(tokenizer, tmp_path):

@@ -10,12 +10,13 @@ The student (`mobilekd.models.seq2seq`, a preset's shape) shares the teacher's W
 cmlm its tokenizer is the teacher's, with --method ce the shipped bert-base-uncased one unless --tokenizer names
 another. Its loss per target token is (1 - alpha) x label-smoothed cross-entropy + alpha x the cross-entropy
 against the teacher's top-k distribution at temperature T (`seq2seq_loss`); the teacher's top-k over the training
-targets is computed once and cached in the teacher's directory (`mobilekd.finetune.cmlm.soft_targets`).
+targets is computed once and cached in the teacher's directory (`mobilekd.finetune.cmlm.soft_targets`);
+`--soft-targets-only` computes them alone (no student), for students of several seeds or alphas to read.
 
 Official settings and ours: alpha 0.5, T 10, top 8, label smoothing 0.1; dropout 0.1 (the official 0.3 is for
 Transformer base on IWSLT); the loop's AdamW (betas 0.9 and 0.999, weight decay 0.01 off biases and LayerNorms)
-where OpenNMT-py runs Adam(0.9, 0.98) without decay; a linear warm-up (default 10% of the steps) and a linear decay where
-OpenNMT-py's noam schedule decays as 1/sqrt(step) (a peak of about 1e-3 for the official d_model 512, lr 2 and
+where OpenNMT-py runs Adam(0.9, 0.98) without decay; a linear warm-up (default 10% of the steps) and a linear decay
+where OpenNMT-py's noam schedule decays as 1/sqrt(step) (a peak of about 1e-3 for the official d_model 512, lr 2 and
 8,000 warm-up steps: our default peak); batches of 32 pairs where the official counts 6,144 tokens; epochs where the
 official counts steps. The model kept is the last, not one picked on dev. Dev generations are greedy at every
 evaluation, and beam search (--beam, GNMT's length penalty at 0.6, as the official run_mt.sh) at the end. With
@@ -95,6 +96,10 @@ class Seq2SeqConfig:
         "help": "decode dev greedily every N steps, into history.json"})
     beam: int = field(default=BEAM, metadata={
         "min": 1, "help": "beam size of the final dev decoding (1: greedy only)"})
+    soft_targets_only: bool = field(default=False, metadata={
+        "help": "with --method cmlm: compute the teacher's soft targets over the training pairs, cache them in the "
+                "teacher's directory and stop (no student): students of every seed and alpha then read them from "
+                "the cache, and a plan runs this as soon as the teacher exists"})
     training: TaskTraining = None  # the task, its data and the schedule (`add_task_flags`)
     validation: PairValidation = None  # the training pairs held out (`add_validation_flags`)
 
@@ -114,6 +119,8 @@ def parse_args(argv=None):
         raise UserError("--method cmlm needs --teacher (a C-MLM teacher: mobilekd cmlm's OUT)")
     if c.method == "ce" and c.teacher:
         raise UserError("--teacher is for --method cmlm")
+    if c.soft_targets_only and c.method != "cmlm":
+        raise UserError("--soft-targets-only needs --method cmlm (the soft targets are a C-MLM teacher's)")
     if c.method == "cmlm" and c.tokenizer:
         raise UserError("--tokenizer is for --method ce (with --method cmlm the student reads the teacher's)")
     for flag, value in (("--alpha", c.alpha), ("--label-smoothing", c.label_smoothing)):
@@ -183,6 +190,14 @@ def run(args, accelerator):
               f"; the teacher's pass {describe(soft_precision)}")
         kd = CMLMDistillation(c.alpha, c.temperature)
         del teacher
+        if c.soft_targets_only:  # the teacher's part alone: OUT records what it cost
+            if accelerator.is_main_process:
+                write_json(Path(args.out) / "results.json", {
+                    "task": task.name, "data": t.data, "method": "soft-targets", "teacher": c.teacher,
+                    "train_pairs": len(train), "max_len": t.max_len, "cached_before": cached,
+                    "soft_target_seconds": soft_seconds, "soft_target_precision": soft_precision["precision"],
+                    "wall_seconds": round(time.time() - start, 1), "complete": True})
+            return
     model = new_seq2seq(c.preset, tokenizer, max_positions=t.max_len + 1)
     if c.init_embeddings:
         start_table(model, c.init_embeddings, tokenizer)
@@ -206,8 +221,10 @@ def run(args, accelerator):
              "dev_pairs": len(dev), "max_len": t.max_len, "lr": t.lr,
              "evaluated_on": VALIDATION if carved else "dev", **({"validation_split": carved.record} if carved else {}),
              **({"alpha": c.alpha, "temperature": c.temperature, "topk": c.topk} if kd else {})}
-    summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume,
-                         on_eval=lambda m, step: evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)}))
+    def on_eval(m, step):
+        return evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)})
+
+    summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume, on_eval=on_eval)
     if accelerator.is_main_process:
         result = read_json(out / "results.json")
         refs = references(tokenizer, dev)
