@@ -98,8 +98,8 @@ def final_jobs(out: Path, task: str, seeds: list[int], recipe: cmlm.Recipe) -> l
     stand for another's. In the order the runner starts what is ready (`run_all`): the teacher, its soft targets
     over the training pairs (the longest serial piece; neither reads alpha, so both are named as soon as the
     teacher's learning rate is chosen and run beside the candidate students), the C-MLM students (ready once the
-    soft targets are), then the cross-entropy students (ready at once: what a worker runs while the soft targets
-    are being made)."""
+    soft targets are), then the cross-entropy students (ready as soon as alpha is chosen and named: what a worker
+    runs while the soft targets are still being made)."""
     where, kept = final(out, recipe, task), cmlm.TASKS[task]
     try:
         cmlm.TASKS[task] = recipe
@@ -182,14 +182,15 @@ def choice_jobs(out: Path, task: str) -> list[Job]:
 
 def plan(out: Path, tasks: list[str], seeds: list[int], recorded: list[dict] = ()) -> list[Job]:
     """What can be named now: the choice runs (none for a task whose choice `recorded` holds and OUT does not), and
-    benchmarks.cmlm's final plan for the tasks whose recipe is chosen. The final teacher needs only the teacher's
-    learning rate: named once that is chosen, it trains beside the candidate students (and first, ahead of them)."""
+    benchmarks.cmlm's final plan for the tasks whose recipe is chosen. The final teacher and its soft targets need
+    only the teacher's learning rate: named once that is chosen, they run beside the candidate students (and first,
+    ahead of them); the command's runner names what a choice makes as soon as it is made (`run_all`'s `grow`)."""
     adapt = cmlm.jobs(out, [], [])  # the adapted teacher's stage alone, shared with benchmarks.quality and cmlm
     early, choosing, later = [], [], []
     for t in tasks:
         if recipe := chosen_recipe(out, t, recorded):
             later += final_jobs(out, t, seeds, recipe)
-        elif lr := chosen_lr(out, t):  # the final teacher alone
+        elif lr := chosen_lr(out, t):  # the final teacher and its soft targets alone
             early += final_jobs(out, t, [], final_recipe(CHOICE[t]._replace(teacher_lr=lr), t))
         if chosen_recipe(out, t) or not recorded_recipe(recorded, t):
             choosing += choice_jobs(out, t)

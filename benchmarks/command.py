@@ -27,14 +27,14 @@ def comparison(args, plan, found, order, report, draw=None, key=ROW_KEY) -> int:
     if not args.table:
         start = time.time()
         ran = None
-        while not args.collect:  # a plan may grow as its runs finish (a choice made names the runs that follow it)
-            jobs = plan()
-            if [j.name for j in jobs] == ran:
+        while not args.collect:  # a plan may grow as its runs finish (a choice made names the runs that follow it):
+            jobs = plan()  # run_all names them as runs end; a stage found done at once is named here
+            if {j.name for j in jobs} == ran:
                 break
-            failed = run_all(jobs, args.workers, (REPO_ROOT / args.out).resolve() / "logs")
+            failed = run_all(jobs, args.workers, (REPO_ROOT / args.out).resolve() / "logs", grow=plan)
             if failed:
                 break
-            ran = [j.name for j in jobs]
+            ran = {j.name for j in jobs}  # with those run_all named
         rows = found()
         merge_rows(results_path, rows, order, key)
         print(f"{len(rows)} rows of this invocation in {results_path}; it took {time.time() - start:.0f} s")

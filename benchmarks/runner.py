@@ -68,11 +68,14 @@ def claim(job: Job) -> int | None:
     return fd
 
 
-def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0) -> list[str]:
+def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0, grow=None) -> list[str]:
     """Run the jobs `workers` at a time, each when the jobs it needs are done and those it comes `after` have ended
     (done or failed); return the names that failed. A job another invocation has claimed (`claim`) is looked at
     again every `poll` seconds: done there, it is done here; ended there unfinished, it runs here. A job that needs
-    one the plan does not hold is skipped and counted as failed, as are the jobs that need it."""
+    one the plan does not hold is skipped and counted as failed, as are the jobs that need it. `grow()`, where
+    given, is the plan named again each time a run ends (a choice made names the runs that follow it): the jobs it
+    names that `plan` lacks join it (appended to the list) and run in this invocation, beside those still going,
+    rather than in the next one once every run of this one has ended."""
     logs.mkdir(parents=True, exist_ok=True)
     done = {j.name for j in plan if j.done()}
     failed, running, elsewhere = [], {}, set()
@@ -88,11 +91,29 @@ def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0) -> li
     started, begun, done_before = time.time(), [], sorted(done)
     existed = sorted(j.name for j in plan if j.name not in done and j.out.exists())  # to resume, or refused
     print(f"{len(plan) - len(todo)} of {len(plan)} runs done already; {len(todo)} to run, {workers} at a time")
-    for job in todo:  # a need the plan does not run can never be met: said, not waited on in silence
-        if missing := [n for n in job.needs if n not in names]:
-            failed.append(job.name)
-            print(f"skipped {job.name}: it needs {', '.join(missing)}, which this plan does not run")
-    todo = [j for j in todo if j.name not in failed]
+
+    def unmet(jobs):  # a need the plan does not run can never be met: said, not waited on in silence
+        for job in jobs:
+            if missing := [n for n in job.needs if n not in names]:
+                failed.append(job.name)
+                print(f"skipped {job.name}: it needs {', '.join(missing)}, which this plan does not run")
+        return [j for j in jobs if j.name not in failed]
+
+    def grown():  # the runs the plan names now that it did not before
+        new = [j for j in grow() if j.name not in names]
+        plan.extend(new)
+        names.update(j.name for j in new)
+        for job in new:
+            if job.done():
+                done.add(job.name)
+                done_before.append(job.name)
+            elif job.out.exists():
+                existed.append(job.name)
+        if new:
+            print(f"{time.strftime('%H:%M:%S')} named {len(new)} more: {', '.join(j.name for j in new)}")
+        return unmet([j for j in new if j.name not in done])
+
+    todo = unmet(todo)
     with ThreadPoolExecutor(workers) as pool, contextlib.ExitStack() as held:
         held.callback(lambda: [os.close(fd) for _, _, fd in running.values()])  # the claims of runs still going
         while todo or running:
@@ -145,6 +166,8 @@ def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0) -> li
                 print(f"{time.strftime('%H:%M:%S')} {'done' if ok else 'FAILED'} {job.name} "
                       f"({time.time() - start:.0f} s)"
                       + ("" if ok else f"; log: {logs / (job.name.replace('/', '_') + '.log')}"))
+            if grow is not None and finished:
+                todo += grown()
     record_invocation(logs, {"started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
                              "seconds": round(time.time() - started, 1), "workers": workers, "cpu": cpu_model(),
                              "host": identity()["id"], "host_fields": identity(),

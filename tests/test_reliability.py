@@ -337,6 +337,30 @@ def test_a_command_whose_plan_grows_as_its_runs_finish_is_timed_from_its_first_r
     assert whole_plan_wall(logs, [first, grown]) is None
 
 
+def test_runs_a_plan_names_as_its_runs_end_join_the_same_invocation(tmp_path, capsys):
+    """`run_all(grow=...)`: a choice made names the runs that follow it while others still run; they join this
+    invocation (one entry in the invocations file, whose wall time is the whole plan's) instead of waiting for every
+    run of the stage to end; one named with a need no plan makes is skipped and counted as failed."""
+    from benchmarks.runner import INVOCATIONS, Job, run_all, whole_plan_wall
+    from mobilekd.fileio import read_json
+
+    def job(name, needs=()):
+        return Job(name, ["init", "demo_student", str(tmp_path / name)], tmp_path / name, needs=list(needs))
+
+    first, other, grown = job("first"), job("other"), job("grown", ["first"])
+    plan = [first, other]
+    assert run_all(plan, 2, tmp_path / "logs", grow=lambda: [first, other] + ([grown] if first.done() else [])) == []
+    assert grown.done() and [j.name for j in plan] == ["first", "other", "grown"]
+    (entry,) = read_json(tmp_path / "logs" / INVOCATIONS)
+    assert sorted(entry["ran"]) == ["first", "grown", "other"] and entry["done_before"] == entry["failed"] == []
+    assert whole_plan_wall(tmp_path / "logs", [first, other, grown]) == entry
+    assert "named 1 more: grown" in capsys.readouterr().out
+    orphan, last = job("orphan", ["nowhere"]), job("last")
+    failed = run_all([last], 1, tmp_path / "logs2", grow=lambda: [last, orphan])
+    assert failed == ["orphan"] and last.done() and not orphan.out.exists()
+    assert "skipped orphan: it needs nowhere, which this plan does not run" in capsys.readouterr().out
+
+
 def test_a_run_another_invocation_is_running_is_waited_for_not_started_twice(tmp_path, capsys):
     """Two invocations on one --out share their stages: a job the other has claimed is waited for; done there, it
     is done here and what needs it starts; ended there unfinished, it runs here."""
