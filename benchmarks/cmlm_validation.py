@@ -341,7 +341,7 @@ def main(argv=None):
     try:
         return comparison(args, planned, found, order, table,
                           key=("task", "method", "seed", "metric", "teacher_lr", "alpha", "beam", "train_pairs",
-                               "epochs"))
+                               "epochs"), grows=True)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

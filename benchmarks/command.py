@@ -15,23 +15,25 @@ from benchmarks.runner import run_all
 from mobilekd.fileio import REPO_ROOT, read_json
 
 
-def comparison(args, plan, found, order, report, draw=None, key=ROW_KEY) -> int:
+def comparison(args, plan, found, order, report, draw=None, key=ROW_KEY, grows: bool = False) -> int:
     """A comparison benchmark's command: run the plan (unless --collect or --table; again while it names new runs once
     its runs have finished), merge the finished runs' rows into the results file, print `report(rows of the tasks asked
     for)`, and with --write put it into its pages' blocks (`write_block`), with --plot `draw(rows, path)` its figure;
     exit 1 if a run failed, 2 with no results or no page to write. `plan()` and `found()` build the jobs and the rows;
     `order(row)` sorts the file. Nothing but the results file (not with --table), the pages (--write) and the figure
-    (--plot) is written. `key`: what makes two rows the same (`merge_rows`)."""
+    (--plot) is written. `key`: what makes two rows the same (`merge_rows`). `grows`: `plan()` names runs as
+    choices are made and has no side effect, so the runner asks it again each time a run ends (`run_all`'s `grow`)."""
     results_path = REPO_ROOT / args.results
     failed = []
     if not args.table:
         start = time.time()
         ran = None
         while not args.collect:  # a plan may grow as its runs finish (a choice made names the runs that follow it):
-            jobs = plan()  # run_all names them as runs end; a stage found done at once is named here
+            jobs = plan()  # with `grows`, run_all names them as runs end; a stage found done at once, here
             if {j.name for j in jobs} == ran:
                 break
-            failed = run_all(jobs, args.workers, (REPO_ROOT / args.out).resolve() / "logs", grow=plan)
+            failed = run_all(jobs, args.workers, (REPO_ROOT / args.out).resolve() / "logs",
+                             grow=plan if grows else None)
             if failed:
                 break
             ran = {j.name for j in jobs}  # with those run_all named
