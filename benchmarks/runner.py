@@ -73,9 +73,12 @@ def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0, grow=
     (done or failed); return the names that failed. A job another invocation has claimed (`claim`) is looked at
     again every `poll` seconds: done there, it is done here; ended there unfinished, it runs here. A job that needs
     one the plan does not hold is skipped and counted as failed, as are the jobs that need it. `grow()`, where
-    given, is the plan named again each time a run ends (a choice made names the runs that follow it): the jobs it
-    names that `plan` lacks join it (appended to the list) and run in this invocation, beside those still going,
-    rather than in the next one once every run of this one has ended."""
+    given, is the plan named again each time a run ends, here or elsewhere (a choice made names the runs that
+    follow it): the jobs it names that `plan` lacks join it (appended to the list) and run in this invocation,
+    beside those still going, rather than in the next one once every run of this one has ended; what waits starts
+    in `grow()`'s order. A `grow()` that fails is said and asked no more (the runs going end and are recorded; the
+    caller's next look at its plan meets the error again). Jobs of a growing plan use `needs`, not `after` (an
+    `after` naming a job not yet named is met)."""
     logs.mkdir(parents=True, exist_ok=True)
     done = {j.name for j in plan if j.done()}
     failed, running, elsewhere = [], {}, set()
@@ -99,8 +102,16 @@ def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0, grow=
                 print(f"skipped {job.name}: it needs {', '.join(missing)}, which this plan does not run")
         return [j for j in jobs if j.name not in failed]
 
-    def grown():  # the runs the plan names now that it did not before
-        new = [j for j in grow() if j.name not in names]
+    def grown():  # the runs the plan names now that it did not before, and what waits in its order
+        nonlocal grow
+        try:
+            latest = grow()
+        except Exception as err:  # a plan unreadable midway: the runs going still end and are recorded
+            print(f"{time.strftime('%H:%M:%S')} the plan could not be named again ({type(err).__name__}: {err}); "
+                  "no more runs join this invocation")
+            grow = None
+            return
+        new = [j for j in latest if j.name not in names]
         plan.extend(new)
         names.update(j.name for j in new)
         for job in new:
@@ -111,12 +122,15 @@ def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0, grow=
                 existed.append(job.name)
         if new:
             print(f"{time.strftime('%H:%M:%S')} named {len(new)} more: {', '.join(j.name for j in new)}")
-        return unmet([j for j in new if j.name not in done])
+        todo.extend(unmet([j for j in new if j.name not in done]))
+        rank = {j.name: i for i, j in enumerate(latest)}
+        todo.sort(key=lambda j: rank.get(j.name, len(rank)))
 
     todo = unmet(todo)
+    seen = -1  # how many runs had ended when the plan was last named again
     with ThreadPoolExecutor(workers) as pool, contextlib.ExitStack() as held:
         held.callback(lambda: [os.close(fd) for _, _, fd in running.values()])  # the claims of runs still going
-        while todo or running:
+        while todo or running or (grow is not None and len(done) + len(failed) != seen):
             blocked = True
             while blocked:  # a job whose needs failed (or were skipped) is skipped, and so on down the chain
                 blocked = {j.name for j in todo if any(n in failed for n in j.needs)}
@@ -129,6 +143,9 @@ def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0, grow=
                 todo.remove(job)
                 if job.name in elsewhere:
                     print(f"{time.strftime('%H:%M:%S')} done {job.name} (by another invocation)")
+            while grow is not None and len(done) + len(failed) != seen:  # a run ended: a choice may be made
+                seen = len(done) + len(failed)
+                grown()
             ended, waiting, again = done | set(failed), False, False
             for job in [j for j in todo if all(n in done for n in j.needs) and all(
                     n in ended or n not in names for n in j.after)]:
@@ -166,8 +183,6 @@ def run_all(plan: list[Job], workers: int, logs: Path, poll: float = 10.0, grow=
                 print(f"{time.strftime('%H:%M:%S')} {'done' if ok else 'FAILED'} {job.name} "
                       f"({time.time() - start:.0f} s)"
                       + ("" if ok else f"; log: {logs / (job.name.replace('/', '_') + '.log')}"))
-            if grow is not None and finished:
-                todo += grown()
     record_invocation(logs, {"started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
                              "seconds": round(time.time() - started, 1), "workers": workers, "cpu": cpu_model(),
                              "host": identity()["id"], "host_fields": identity(),

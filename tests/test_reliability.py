@@ -360,6 +360,16 @@ def test_runs_a_plan_names_as_its_runs_end_join_the_same_invocation(tmp_path, ca
     assert failed == ["orphan"] and last.done() and not orphan.out.exists()
     assert "skipped orphan: it needs nowhere, which this plan does not run" in capsys.readouterr().out
 
+    def unreadable():  # a plan that cannot be named again once a run has ended: the invocation ends, recorded
+        if (tmp_path / "alone").exists():
+            raise ValueError("results.json: not JSON")
+        return [alone]
+
+    alone = job("alone")
+    assert run_all([alone], 1, tmp_path / "logs3", grow=unreadable) == [] and alone.done()
+    assert "the plan could not be named again (ValueError: results.json: not JSON)" in capsys.readouterr().out
+    assert [e["ran"] for e in read_json(tmp_path / "logs3" / INVOCATIONS)] == [["alone"]]
+
 
 def test_a_run_another_invocation_is_running_is_waited_for_not_started_twice(tmp_path, capsys):
     """Two invocations on one --out share their stages: a job the other has claimed is waited for; done there, it
