@@ -221,6 +221,7 @@ def run(args, accelerator):
              "dev_pairs": len(dev), "max_len": t.max_len, "lr": t.lr,
              "evaluated_on": VALIDATION if carved else "dev", **({"validation_split": carved.record} if carved else {}),
              **({"alpha": c.alpha, "temperature": c.temperature, "topk": c.topk} if kd else {})}
+
     def on_eval(m, step):
         return evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)})
 
