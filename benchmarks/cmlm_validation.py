@@ -187,12 +187,13 @@ def plan(out: Path, tasks: list[str], seeds: list[int], recorded: list[dict] = (
     ahead of them); the command's runner names what a choice makes as soon as it is made (`run_all`'s `grow`)."""
     adapt = cmlm.jobs(out, [], [])  # the adapted teacher's stage alone, shared with benchmarks.quality and cmlm
     early, choosing, later = [], [], []
-    for t in tasks:
-        if recipe := chosen_recipe(out, t, recorded):
+    for t in tasks:  # each task's recipe chosen in OUT read once: the runner names the plan again at each run's end
+        made, marked = chosen_recipe(out, t), recorded_recipe(recorded, t)
+        if recipe := made or marked:
             later += final_jobs(out, t, seeds, recipe)
         elif lr := chosen_lr(out, t):  # the final teacher and its soft targets alone
             early += final_jobs(out, t, [], final_recipe(CHOICE[t]._replace(teacher_lr=lr), t))
-        if chosen_recipe(out, t) or not recorded_recipe(recorded, t):
+        if made or not marked:
             choosing += choice_jobs(out, t)
     return [*adapt, *early, *choosing, *later]
 
