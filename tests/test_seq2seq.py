@@ -20,7 +20,7 @@ from mobilekd.models.heads import MobileBertForConditionalMLM
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.seq2seq import DecoderCache, Seq2SeqTransformer, load_seq2seq, new_seq2seq
 from mobilekd.bf16 import probe_inference
-from mobilekd.transfer.losses import cmlm_distillation, label_smoothed_nll, neg_log_probs
+from mobilekd.transfer.losses import ROWS_PER_PASS, cmlm_distillation, label_smoothed_nll, neg_log_probs
 
 
 def pairs_split(tokenizer, sources, targets):
@@ -138,20 +138,29 @@ def test_distillation_and_label_smoothed_losses_by_hand():
 
 
 def test_the_log_partition_form_has_the_log_softmax_forms_values_and_gradients():
-    """`neg_log_probs` (lse - z) against -log_softmax gathered, at the teacher's vocabulary size: the same loss and
-    the same gradient, so the fast form changes nothing the student learns."""
+    """`neg_log_probs` (lse - z, in blocks of ROWS_PER_PASS rows: here two and a part) against -log_softmax
+    gathered, at the teacher's vocabulary size: the same loss and the same gradient, so the fast form changes
+    nothing the student learns; bf16 logits (autocast's) get their gradient in bf16, as the float32 form's cast
+    back gives it."""
     torch.manual_seed(0)
-    logits = (torch.randn(6, 30522, dtype=torch.float64) * 4).requires_grad_()
-    ids = torch.randint(0, 30522, (6, 9))
-    weights = torch.rand(6, 9, dtype=torch.float64)
-    picked, every = neg_log_probs(logits, ids)
-    fast = (picked * weights).sum() + 0.01 * every.sum()
-    (fast_grad,) = torch.autograd.grad(fast, logits)
-    logp = logits.log_softmax(-1)
-    slow = -(logp.gather(-1, ids) * weights).sum() - 0.01 * logp.sum()
-    (slow_grad,) = torch.autograd.grad(slow, logits)
+    rows = 2 * ROWS_PER_PASS + 3
+    logits = (torch.randn(rows, 30522, dtype=torch.float64) * 4).requires_grad_()
+    ids = torch.randint(0, 30522, (rows, 9))
+    weights = torch.rand(rows, 9, dtype=torch.float64)
+
+    def both(z):
+        picked, every = neg_log_probs(z, ids)
+        fast = (picked * weights).sum() + 0.01 * every.sum()
+        logp = z.to(torch.promote_types(z.dtype, torch.float32)).log_softmax(-1)
+        slow = -(logp.gather(-1, ids) * weights).sum() - 0.01 * logp.sum()
+        return (fast, *torch.autograd.grad(fast, z)), (slow, *torch.autograd.grad(slow, z))
+
+    (fast, fast_grad), (slow, slow_grad) = both(logits)
     assert fast.item() == pytest.approx(slow.item(), rel=1e-10)
     torch.testing.assert_close(fast_grad, slow_grad, rtol=1e-9, atol=1e-12)
+    (fast, fast_grad), (slow, slow_grad) = both(logits.detach().bfloat16().requires_grad_())
+    assert fast_grad.dtype == torch.bfloat16 and fast.item() == pytest.approx(slow.item(), rel=1e-5)
+    torch.testing.assert_close(fast_grad, slow_grad)
 
 
 def test_a_beam_of_one_is_greedy_decoding(tokenizer):

@@ -76,35 +76,56 @@ def patience_loss(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
     averaged over batch and width (`F.mse_loss`)."""
     return F.mse_loss(F.normalize(student.float(), p=2, dim=-1), F.normalize(teacher.float(), p=2, dim=-1))
 
+ROWS_PER_PASS = 16  # rows of (N, V) logits a CPU pass of `neg_log_probs` takes at once: 2 MB of float32 at 30,522
+
+
 class _NegLogProbs(torch.autograd.Function):
-    """`neg_log_probs`' forward and its gradient in one (N, V) buffer: with upstream gradients a (N, K) at the ids
-    and b (N,) at the row sums, d/dz = softmax(z) (sum_k a_k + V b) - b - scatter(ids, a), written in place.
-    Autograd's own graph of the same expression (logsumexp, sum, gather) allocates five (N, V) tensors in backward
-    and passes over them twice as often."""
+    """`neg_log_probs`' forward and its gradient: with upstream gradients a (N, K) at the ids and b (N,) at the row
+    sums, d/dz = softmax(z) (sum_k a_k + V b) - b - scatter(ids, a). On a CPU both passes go ROWS_PER_PASS rows at
+    a time, each block brought up to float32 (bf16 logits under autocast) and its passes (max, exp, sums, gather)
+    made while it sits in cache; the gradient is written in the logits' own dtype, block by block. One pass over
+    the whole (N, V) float32 copy, as autograd's graph of the same expression makes them (a cast, logsumexp, sum,
+    gather, then five (N, V) tensors in backward and the cast back), runs at memory speed: over the teacher's
+    30,522 word pieces the blocked form took half the time of the whole-tensor one, forward and backward, at 672
+    rows (the same values and gradients to the bit: tests/test_seq2seq.py). Elsewhere (a GPU) one block."""
 
     @staticmethod
     def forward(ctx, logits, ids):
-        lse = torch.logsumexp(logits, -1)
+        n, v = logits.shape
+        dtype = torch.promote_types(logits.dtype, torch.float32)  # bf16 up to float32, float64 kept
+        rows = ROWS_PER_PASS if logits.device.type == "cpu" else max(n, 1)
+        lse = logits.new_empty(n, dtype=dtype)
+        at_ids, total = logits.new_empty(ids.shape, dtype=dtype), logits.new_empty(n, dtype=dtype)
+        for i in range(0, n, rows):
+            z = logits[i:i + rows].to(dtype)
+            torch.logsumexp(z, -1, out=lse[i:i + rows])
+            torch.gather(z, -1, ids[i:i + rows], out=at_ids[i:i + rows])
+            torch.sum(z, -1, out=total[i:i + rows])
         ctx.save_for_backward(logits, ids, lse)
-        return lse[:, None] - logits.gather(-1, ids), logits.shape[-1] * lse - logits.sum(-1)
+        ctx.rows = rows
+        return lse[:, None] - at_ids, v * lse - total
 
     @staticmethod
     def backward(ctx, at_ids, every):
         logits, ids, lse = ctx.saved_tensors
-        at_ids = torch.zeros_like(ids, dtype=logits.dtype) if at_ids is None else at_ids
+        at_ids = torch.zeros(ids.shape, dtype=lse.dtype, device=lse.device) if at_ids is None else at_ids
         every = torch.zeros_like(lse) if every is None else every
-        grad = (logits - lse[:, None]).exp_()
-        grad.mul_((at_ids.sum(-1) + logits.shape[-1] * every)[:, None]).sub_(every[:, None])
-        return grad.scatter_add_(-1, ids, -at_ids), None
+        scale = at_ids.sum(-1) + logits.shape[-1] * every
+        grad = torch.empty_like(logits)
+        for i in range(0, logits.shape[0], ctx.rows):
+            block = slice(i, i + ctx.rows)
+            g = logits[block].to(lse.dtype).sub_(lse[block, None]).exp_()
+            g.mul_(scale[block, None]).sub_(every[block, None]).scatter_add_(-1, ids[block], -at_ids[block])
+            grad[block] = g
+        return grad, None
 
 
 def neg_log_probs(logits: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """-log p at `ids` (N, K) and -sum_v log p_v over the vocabulary (N,), p = softmax(`logits` (N, V)), from the
-    log-partition alone: log p_v = z_v - logsumexp(z). The seq2seq student's two losses read nothing else, so
-    neither needs the (N, V) log-probabilities: over the teacher's 30,522 word pieces those (a log-softmax per
-    loss, each kept for backward, and a gather's dense gradient each) took a quarter of a C-MLM training step
-    (docs/seq2seq.md, training speed)."""
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up to float32, float64 kept
+    log-partition alone: log p_v = z_v - logsumexp(z), computed in float32 (float64 kept). The seq2seq student's
+    two losses read nothing else, so neither needs the (N, V) log-probabilities: over the teacher's 30,522 word
+    pieces those (a log-softmax per loss, each kept for backward, and a gather's dense gradient each) took a quarter
+    of a C-MLM training step (docs/seq2seq.md, "The student"; `python -m benchmarks.seq2seq_step` times the blocks)."""
     return _NegLogProbs.apply(logits, ids.long())
 
 
