@@ -37,11 +37,12 @@ from mobilekd.errors import cli_entry
 
 RESULTS = "docs/results/step_time.json"
 CONFIG = ("benchmark", "model", "batch", "seq_len", "thread_counts")  # a re-run of these replaces their rows
-BENCHMARKS = ("transfer_step", "teacher_step", "teacher_pass", "matching_step")
+BENCHMARKS = ("transfer_step", "teacher_step", "teacher_pass", "matching_step", "seq2seq_step")
 
 
 def host() -> dict:
-    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "host": identity()["id"], "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "host": identity()["id"],
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
 
 
 def interleaved(steps: dict, rounds: int, threads: dict | None = None) -> dict:
@@ -82,8 +83,8 @@ def table(rows: list[dict]) -> str:
     """The step-time table: one line per ratio row, with the two times behind it."""
     if not rows:
         return ("no step-time rows yet (run python -m benchmarks.transfer_step / benchmarks.teacher_step / "
-                "benchmarks.teacher_pass / benchmarks.matching_step)\n")
-    cpus = sorted({r["cpu"] for r in rows})
+                "benchmarks.teacher_pass / benchmarks.matching_step / benchmarks.seq2seq_step)\n")
+    cpus = sorted({f"{r['cpu']} [{r['host']}]" if r.get("host") else r["cpu"] for r in rows})
     lines = ["| benchmark | model | batch x seq | threads | step | A / B | A (ms) | B (ms) | ratio | reading |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
