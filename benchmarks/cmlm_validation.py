@@ -60,10 +60,11 @@ SPLIT = ["--validation-fraction", "0.1", "--validation-seed", "0"]
 CHOICE_SEED = 0
 WIDE = max(CHOICES["beam"], key=int)  # the beam a choice run decodes validation with, beside greedy ("1")
 ORDER = ("choice-teacher", "choice-cmlm")
-# the whole benchmark run again from nothing in a fresh clone, with a results file of its own (`--results`): a
-# replication, kept beside this file's rows rather than merged over them (the same keys); the table's wall goal
-# reads its wall row too
-REPLICATIONS = ("docs/results/cmlm_wall.json",)
+# the whole benchmark run again from nothing in a fresh clone, with a results file of its own (`--results`, a file
+# not yet there: one whose rows mark a choice has its final runs follow it): a replication, kept beside this file's
+# rows rather than merged over them (the same keys); the table's wall goal reads their wall rows too. cmlm_wall.json:
+# 2026-12-06, stopped and resumed (no wall row); cmlm_wall2.json: for the next run of the whole plan
+REPLICATIONS = ("docs/results/cmlm_wall.json", "docs/results/cmlm_wall2.json")
 HOURS = 3  # issue 79's "the whole correction benchmark within 3 hours on 2 cores": the choices and the final runs
 
 
