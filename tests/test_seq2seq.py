@@ -138,6 +138,33 @@ def test_distillation_and_label_smoothed_losses_by_hand():
                                                                                   rel=1e-6)
 
 
+def test_soft_targets_made_in_shares_are_the_whole_pass_put_together_by_the_first_reader(tokenizer, tmp_path):
+    """Shares 1 and 2 of 2 (every other batch of the pass each, cached apart; as two processes make them side by
+    side) give the pass's rows bit for bit; the first call without a share puts them together into the whole
+    cache file, charged what the shares cost, and the next reads that file."""
+    torch.manual_seed(0)
+    teacher = MobileBertForConditionalMLM(BERT).eval()
+    save_pretrained(teacher, tmp_path / "teacher", tokenizer, "cmlm")
+    rng = np.random.default_rng(1)
+    n = 40  # batches of 16, 16 and 8 pairs: share 1 takes the first and the last, share 2 the second
+    split = pairs_split(tokenizer, [rng.integers(2000, 9000, m).tolist() for m in rng.integers(3, 12, n)],
+                        [rng.integers(2000, 9000, m).tolist() for m in rng.integers(2, 12, n)])
+    whole = copies_pass(teacher, split, tokenizer, k=4)
+    shares = [soft_targets(tmp_path / "teacher", teacher, split, tokenizer, 4, shard=(i, 2)) for i in range(2)]
+    assert [len(found["pairs"]) for found, _, _ in shares] == [24, 16] and not any(c for _, c, _ in shares)
+    assert sorted(np.concatenate([found["pairs"] for found, _, _ in shares]).tolist()) == list(range(n))
+    for found, _, _ in shares:
+        assert np.array_equal(found["teacher_topk_ids"], whole["teacher_topk_ids"][found["pairs"]])
+    outputs = tmp_path / "teacher" / "outputs"
+    assert len(list(outputs.glob("cmlm_*.share*of2.safetensors"))) == 2
+    put, cached, seconds = soft_targets(tmp_path / "teacher", teacher, split, tokenizer, 4)
+    assert cached and seconds == pytest.approx(sum(s for _, _, s in shares))  # the teacher ran no more
+    for key in ("teacher_topk_ids", "teacher_topk_logits"):
+        assert np.array_equal(put[key], whole[key])
+    again, cached, _ = soft_targets(tmp_path / "teacher", teacher, split, tokenizer, 4)
+    assert cached and np.array_equal(again["teacher_topk_logits"], whole["teacher_topk_logits"])
+
+
 def test_the_log_partition_form_has_the_log_softmax_forms_values_and_gradients(monkeypatch):
     """`neg_log_probs` (lse - z, in blocks of ROWS_PER_PASS rows: here two and a part) against -log_softmax
     gathered, at the teacher's vocabulary size: the same loss and the same gradient, so the fast form changes
@@ -350,12 +377,16 @@ def test_micro_cmlm_run_from_a_masked_lm_to_a_tflite_that_decodes_as_pytorch(dem
                "--max-steps", 6, "--batch-size", 8, "--out", teacher)
     scored = json.loads((teacher / "results.json").read_text())
     assert scored["complete"] and 0 <= scored["metrics"]["dev"]["token_accuracy"] <= 1
-    # the teacher's soft targets alone, as a plan runs them once the teacher exists: cached, no student
-    run_module("mobilekd", "seq2seq", "--task", "pairs", "--data", data, "--method", "cmlm", "--teacher", teacher,
-               "--max-len", 48, "--soft-targets-only", "--out", tmp_path / "soft")
-    soft = json.loads((tmp_path / "soft" / "results.json").read_text())
-    assert soft["complete"] and not soft["cached_before"] and soft["soft_target_seconds"] > 0
-    assert soft["train_pairs"] == 48 and not (tmp_path / "soft" / "model.safetensors").exists()
+    # the teacher's soft targets alone, as a plan runs them once the teacher exists, in two shares side by side:
+    # cached, no student
+    for i in (1, 2):
+        run_module("mobilekd", "seq2seq", "--task", "pairs", "--data", data, "--method", "cmlm", "--teacher", teacher,
+                   "--max-len", 48, "--soft-targets-only", "--soft-targets-share", f"{i}/2", "--out",
+                   tmp_path / f"soft{i}")
+    soft = [json.loads((tmp_path / f"soft{i}" / "results.json").read_text()) for i in (1, 2)]
+    assert all(s["complete"] and not s["cached_before"] and s["soft_target_seconds"] > 0 for s in soft)
+    assert [s["share"] for s in soft] == ["1/2", "2/2"] and sum(s["share_pairs"] for s in soft) == 48
+    assert soft[0]["train_pairs"] == 48 and not (tmp_path / "soft1" / "model.safetensors").exists()
     proc = run_module("mobilekd", "seq2seq", "--task", "pairs", "--data", data, "--method", "cmlm", "--teacher",
                       teacher, "--preset", "seq2seq_micro", "--max-len", 48, "--max-steps", 30, "--lr", "3e-3",
                       "--batch-size", 8, "--beam", 2, "--out", student)
@@ -476,6 +507,11 @@ def test_a_cmlm_teacher_and_its_student_hold_out_the_same_validation_pairs(demo_
                      "--soft-targets-only", "--out", tmp_path / "bad-soft", check=False)
     assert "--soft-targets-only needs --method cmlm" in one_line_error(bad)
     assert not (tmp_path / "bad-soft").exists()
+    bad = run_module("mobilekd", "seq2seq", "--task", "pairs", "--data", data, "--method", "cmlm", "--teacher",
+                     teacher, "--soft-targets-only", "--soft-targets-share", "3/2", "--out", tmp_path / "bad-share",
+                     check=False)
+    assert "--soft-targets-share takes I/N with 1 <= I <= N (such as 1/2), got '3/2'" in one_line_error(bad)
+    assert not (tmp_path / "bad-share").exists()
 
 
 def test_a_seq2seq_directory_that_does_not_fit_is_refused_in_one_line(tokenizer, tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from tqdm.auto import tqdm
 from mobilekd.data.cmlm import copy_masks, inputs
 from mobilekd.data.seq2seq import PairSplit
 from mobilekd.fileio import file_digest
-from mobilekd.finetune.teacher_outputs import cached_arrays
+from mobilekd.finetune.teacher_outputs import cached_arrays, cached_made, read_arrays
 from mobilekd.models.heads import mlm_loss
 from mobilekd.bf16 import decide_inference_precision
 from mobilekd.train.precision import median_window, parameters
@@ -72,21 +73,23 @@ def pass_precision(teacher, split: PairSplit, tokenizer, flag: str = "auto", cac
 
 @torch.no_grad()
 def copies_pass(teacher, split: PairSplit, tokenizer, k: int = TOPK, pairs_per_batch: int = PAIRS_PER_BATCH,
-                precision: str = "no") -> dict[str, np.ndarray]:
+                precision: str = "no", shard: tuple[int, int] = (0, 1)) -> dict[str, np.ndarray]:
     """Every target position's prediction by the teacher with that position masked (and every COPIES-th one beside
     it): `teacher_topk_logits` (N, T, k, float32) and `teacher_topk_ids` (N, T, k, int32) indexed like the split's
     `target_ids` (0 where padded), and per position the gold token's log-probability (`gold_logprob`) and whether
     it is the teacher's first choice (`gold_top1`). `precision` bf16 runs the teacher under bf16 autocast (its
     logits read in float32): a departure from the official fp32 dump (dump_teacher_hiddens.py) where this host
-    runs it faster (`pass_precision`), at the cost of bf16's rounding in the logits and so of near-ties' order."""
+    runs it faster (`pass_precision`), at the cost of bf16's rounding in the logits and so of near-ties' order.
+    `shard` (i, n): the i-th of n shares of the pass (`shard_batches`), the other pairs' rows left 0."""
     teacher.eval()
     device = next(teacher.parameters()).device
     n, width = split.arrays["target_ids"].shape
     out = {"teacher_topk_logits": np.zeros((n, width, k), np.float32),
            "teacher_topk_ids": np.zeros((n, width, k), np.int32),
            "gold_logprob": np.zeros((n, width), np.float32), "gold_top1": np.zeros((n, width), np.bool_)}
-    batches, _ = split.by_length(pairs_per_batch)
-    for indices in tqdm(batches, desc="C-MLM teacher over the copies", leave=False):
+    batches = shard_batches(split, *shard, pairs_per_batch)
+    for indices in tqdm(batches, desc="C-MLM teacher over the copies" + (f" (share {shard[0] + 1} of {shard[1]})"
+                                                                          if shard[1] > 1 else ""), leave=False):
         rows, b = _copies_batch(split, indices, tokenizer)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
             logits = _masked_logits(teacher, b)
@@ -109,20 +112,72 @@ def teacher_score(found: dict[str, np.ndarray], split: PairSplit) -> dict[str, f
             "perplexity": float(math.exp(-found["gold_logprob"][real].mean()))}
 
 
-def soft_targets(teacher_dir, teacher, split: PairSplit, tokenizer, k: int = TOPK,
-                 precision: str = "no") -> tuple[dict[str, np.ndarray], bool, float | None]:
+def shard_batches(split: PairSplit, i: int, n: int, pairs_per_batch: int = PAIRS_PER_BATCH) -> list[np.ndarray]:
+    """The batches of the copies' pass (pairs of similar length, shortest first) that share i of n takes: every
+    n-th from the i-th, so each share holds short and long pairs alike and costs about 1/n of the pass. Each pair
+    is in the same batch whatever the shares, so a share's soft targets are the whole pass's rows, bit for bit."""
+    return split.by_length(pairs_per_batch)[0][i::n]
+
+
+def soft_targets(teacher_dir, teacher, split: PairSplit, tokenizer, k: int = TOPK, precision: str = "no",
+                 shard: tuple[int, int] | None = None) -> tuple[dict[str, np.ndarray], bool, float | None]:
     """The teacher's top-k logits and ids over `split`'s targets (`copies_pass` in `precision`), from
     `<teacher>/outputs/` or computed and cached there; whether they came from the cache; and the seconds they took
-    (`cached_arrays`). Each precision's are cached apart."""
+    (`cached_arrays`). Each precision's are cached apart.
+
+    `shard` (i, n) computes and caches share i of n alone (`shard_batches`; its rows and their pair indices,
+    `pairs`), so n processes can make them side by side; without it, where every share of one n is cached and the
+    whole is not, the whole is put together from them and cached (from the cache, then; its seconds the shares'
+    sum: the pass's cost, not the merge's), else computed."""
     kind = f"cmlm-top{k}" + ("" if precision == "no" else f"-{precision}")
     h = hashlib.sha256(f"{kind}:{file_digest(Path(teacher_dir) / 'model.safetensors')}".encode())
     for key in ("source_ids", "target_ids"):
         h.update(np.ascontiguousarray(split.arrays[key]).tobytes())
     path = Path(teacher_dir) / "outputs" / f"cmlm_{h.hexdigest()[:20]}.safetensors"
     keep = ("teacher_topk_logits", "teacher_topk_ids")
+    if shard is not None:
+        i, n = shard
+        pairs = np.sort(np.concatenate(shard_batches(split, i, n)))
+
+        def make_share():
+            found = copies_pass(teacher, split, tokenizer, k, precision=precision, shard=shard)
+            return {**{key: found[key][pairs] for key in keep}, "pairs": pairs}
+
+        return cached_arrays(_share_path(path, i, n), len(pairs), make_share)
+
+    if (shares := _shares(path, len(split))) is not None:
+        def assemble():
+            whole = {key: np.zeros((len(split), *shares[0][key].shape[1:]), shares[0][key].dtype) for key in keep}
+            for share in shares:
+                for key in keep:
+                    whole[key][share["pairs"]] = share[key]
+            return whole, sum(share["seconds"] for share in shares)
+
+        whole, _, seconds = cached_made(path, len(split), assemble)
+        return whole, True, seconds  # from the cache: its shares, put together here
 
     def make():
         found = copies_pass(teacher, split, tokenizer, k, precision=precision)
         return {key: v for key, v in found.items() if key in keep}
 
     return cached_arrays(path, len(split), make)
+
+
+def _share_path(path: Path, i: int, n: int) -> Path:
+    return path.with_name(f"{path.stem}.share{i + 1}of{n}{path.suffix}")
+
+
+def _shares(path: Path, n_pairs: int) -> list[dict] | None:
+    """Every share of the whole at `path`, for the first n whose shares are all there and cover `n_pairs` pairs
+    between them (each with its `seconds`); None where there are none such (or the whole is already there)."""
+    if path.is_file():
+        return None
+    named = (re.fullmatch(r"share\d+of(\d+)", f.stem[len(path.stem) + 1:])
+             for f in path.parent.glob(f"{path.stem}.share*{path.suffix}"))
+    for n in sorted({int(m[1]) for m in named if m}):
+        files = [_share_path(path, i, n) for i in range(n)]
+        if all(f.is_file() for f in files):
+            shares = [{**arrays, "seconds": seconds or 0.0} for arrays, seconds in map(read_arrays, files)]
+            if sum(len(share["pairs"]) for share in shares) == n_pairs:
+                return shares
+    return None

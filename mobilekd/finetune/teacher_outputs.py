@@ -110,20 +110,30 @@ def cached_arrays(path: Path, n: int, make) -> tuple[dict[str, np.ndarray], bool
     holding `path`'s lock; whether they came from the file; and the seconds `make()` took (kept in the file's
     metadata, so a benchmark can charge the cache to the teacher whichever run computed it; None for a file
     written before mobilekd recorded it). Runs started together compute it once (`cached_file`)."""
+    return cached_made(path, n, lambda: timed(make))
+
+
+def cached_made(path: Path, n: int, make) -> tuple[dict[str, np.ndarray], bool, float | None]:
+    """`cached_arrays` where `make()` gives (arrays, the seconds making them cost) itself: arrays put together from
+    parts made elsewhere, charged what the parts cost."""
     def write(value, tmp):
         save_file(value[0], str(tmp), metadata={"seconds": str(value[1])})
 
-    (arrays, seconds), cached = cached_file(path, lambda p: _cached(p, n), lambda: timed(make), write)
+    (arrays, seconds), cached = cached_file(path, lambda p: _cached(p, n), make, write)
     return arrays, cached, seconds
 
 
-def _cached(path: Path, n: int) -> tuple[dict[str, np.ndarray], float | None] | None:
+def read_arrays(path: Path) -> tuple[dict[str, np.ndarray], float | None]:
+    """A cache file's arrays and the seconds making them took (None where not recorded)."""
     arrays = load_file(str(path))
-    if not all(len(v) == n for v in arrays.values()):
-        return None
     with safe_open(str(path), "np") as f:
         seconds = (f.metadata() or {}).get("seconds")
     return arrays, float(seconds) if seconds else None
+
+
+def _cached(path: Path, n: int) -> tuple[dict[str, np.ndarray], float | None] | None:
+    arrays, seconds = read_arrays(path)
+    return (arrays, seconds) if all(len(v) == n for v in arrays.values()) else None
 
 
 def foreign_key(teacher_dir: Path, examples, max_len: int) -> str:

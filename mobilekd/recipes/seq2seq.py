@@ -11,7 +11,8 @@ cmlm its tokenizer is the teacher's, with --method ce the shipped bert-base-unca
 another. Its loss per target token is (1 - alpha) x label-smoothed cross-entropy + alpha x the cross-entropy
 against the teacher's top-k distribution at temperature T (`seq2seq_loss`); the teacher's top-k over the training
 targets is computed once and cached in the teacher's directory (`mobilekd.finetune.cmlm.soft_targets`);
-`--soft-targets-only` computes them alone (no student), for students of several seeds or alphas to read.
+`--soft-targets-only` computes them alone (no student), for students of several seeds or alphas to read, and with
+`--soft-targets-share I/N` one N-th of them, for N processes side by side.
 
 Official settings and ours: alpha 0.5, T 10, top 8, label smoothing 0.1; dropout 0.1 (the official 0.3 is for
 Transformer base on IWSLT); the loop's AdamW (betas 0.9 and 0.999, weight decay 0.01 off biases and LayerNorms)
@@ -32,6 +33,7 @@ greedy and beam BLEU / chrF (sacrebleu), copying's, steps, seconds.
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,8 +102,21 @@ class Seq2SeqConfig:
         "help": "with --method cmlm: compute the teacher's soft targets over the training pairs, cache them in the "
                 "teacher's directory and stop (no student): students of every seed and alpha then read them from "
                 "the cache, and a plan runs this as soon as the teacher exists"})
+    soft_targets_share: str | None = field(default=None, metadata={
+        "metavar": "I/N", "default_help": "the whole pass",
+        "help": "with --soft-targets-only: share I of N of the teacher's pass alone (every N-th batch), for N "
+                "processes to run side by side; the first student to read the soft targets puts the N shares "
+                "together"})
     training: TaskTraining = None  # the task, its data and the schedule (`add_task_flags`)
     validation: PairValidation = None  # the training pairs held out (`add_validation_flags`)
+
+
+def share(text: str) -> tuple[int, int]:
+    """--soft-targets-share I/N as (i, n), i 0-based; refused in one line unless 1 <= I <= N."""
+    found = re.fullmatch(r"(\d+)/(\d+)", text)
+    if not found or not 1 <= int(found[1]) <= int(found[2]):
+        raise UserError(f"--soft-targets-share takes I/N with 1 <= I <= N (such as 1/2), got {text!r}")
+    return int(found[1]) - 1, int(found[2])
 
 
 def parse_args(argv=None):
@@ -121,6 +136,10 @@ def parse_args(argv=None):
         raise UserError("--teacher is for --method cmlm")
     if c.soft_targets_only and c.method != "cmlm":
         raise UserError("--soft-targets-only needs --method cmlm (the soft targets are a C-MLM teacher's)")
+    if c.soft_targets_share is not None:
+        if not c.soft_targets_only:
+            raise UserError("--soft-targets-share needs --soft-targets-only")
+        share(c.soft_targets_share)
     if c.method == "cmlm" and c.tokenizer:
         raise UserError("--tokenizer is for --method ce (with --method cmlm the student reads the teacher's)")
     for flag, value in (("--alpha", c.alpha), ("--label-smoothing", c.label_smoothing)):
@@ -182,11 +201,14 @@ def run(args, accelerator):
     if teacher is not None:
         soft_precision = pass_precision(teacher, train, tokenizer, args.mixed_precision,
                                         Path(args.cache_dir) / PRECISION_FILE)
+        shard = share(c.soft_targets_share) if c.soft_targets_share else None
         found, cached, soft_seconds = soft_targets(c.teacher, teacher, train, tokenizer, c.topk,
-                                                   soft_precision["precision"])
-        train.arrays.update(found)
-        print(f"C-MLM soft targets over {len(train)} training pairs: " + ("from the cache" if cached else
-                                                                         "computed and cached") +
+                                                   soft_precision["precision"], shard)
+        if shard is None:
+            train.arrays.update(found)
+        print(f"C-MLM soft targets over {len(found['pairs']) if shard else len(train)} training pairs"
+              + (f" (share {c.soft_targets_share})" if shard else "") + ": "
+              + ("from the cache" if cached else "computed and cached") +
               f"; the teacher's pass {describe(soft_precision)}")
         kd = CMLMDistillation(c.alpha, c.temperature)
         del teacher
@@ -194,7 +216,9 @@ def run(args, accelerator):
             if accelerator.is_main_process:
                 write_json(Path(args.out) / "results.json", {
                     "task": task.name, "data": t.data, "method": "soft-targets", "teacher": c.teacher,
-                    "train_pairs": len(train), "max_len": t.max_len, "cached_before": cached,
+                    "train_pairs": len(train), **({"share": c.soft_targets_share, "share_pairs": len(found["pairs"])}
+                                                  if shard else {}),
+                    "max_len": t.max_len, "cached_before": cached,
                     "soft_target_seconds": soft_seconds, "soft_target_precision": soft_precision["precision"],
                     "wall_seconds": round(time.time() - start, 1), "complete": True})
             return
