@@ -97,10 +97,11 @@ def final_jobs(out: Path, task: str, seeds: list[int], recipe: cmlm.Recipe) -> l
     """benchmarks.cmlm's plan for `task` at `recipe`, in `final`'s folder, dev scored once per model; outside
     OUT/final its jobs are named after their folder (final-all/correction/teacher), so that one budget's logs never
     stand for another's. In the order the runner starts what is ready (`run_all`): the teacher, its soft targets
-    over the training pairs (the longest serial piece; neither reads alpha, so both are named as soon as the
-    teacher's learning rate is chosen and run beside the candidate students), the C-MLM students (ready once the
-    soft targets are), then the cross-entropy students (ready as soon as alpha is chosen and named: what a worker
-    runs while the soft targets are still being made)."""
+    over the training pairs in `cmlm.SOFT_TARGET_SHARES` jobs (the longest serial piece, split so that each worker
+    takes a share; neither reads alpha, so all are named as soon as the teacher's learning rate is chosen and run
+    beside the candidate students), the C-MLM students (ready once every share is), then the cross-entropy
+    students (ready as soon as alpha is chosen and named: what a worker runs while the soft targets are still
+    being made)."""
     where, kept = final(out, recipe, task), cmlm.TASKS[task]
     try:
         cmlm.TASKS[task] = recipe

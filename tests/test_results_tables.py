@@ -569,9 +569,13 @@ def test_cmlm_under_the_selection_protocol_names_its_final_runs_only_once_valida
     assert [j.name for j in students] == ["correction/choose/cmlm-alpha0.2", "correction/choose/cmlm-alpha0.5"]
     early = [j for j in named if j.name.startswith("final")]  # the final teacher needs only the learning rate,
     # its soft targets the teacher alone: both named now, ahead of the candidate students
-    assert [j.name for j in early] == ["final-all/correction/teacher", "final-all/correction/soft-targets"]
-    assert named.index(early[1]) < named.index(students[0]) and early[1].needs == ["final-all/correction/teacher"]
-    assert "--alpha" not in early[1].argv and "--soft-targets-only" in early[1].argv
+    assert [j.name for j in early] == ["final-all/correction/teacher", "final-all/correction/soft-targets/1",
+                                       "final-all/correction/soft-targets/2"]  # in shares, side by side
+    assert named.index(early[2]) < named.index(students[0])
+    assert all(j.needs == ["final-all/correction/teacher"] for j in early[1:])
+    assert all("--alpha" not in j.argv and "--soft-targets-only" in j.argv for j in early[1:])
+    assert [j.argv[j.argv.index("--soft-targets-share") + 1] for j in early[1:]] == ["1/2", "2/2"]
+    assert len({j.out for j in early}) == 3
     argv = students[0].argv
     assert argv[argv.index("--teacher") + 1] == str(cv.teacher_run(tmp_path, "correction", "2e-4"))
     assert argv[argv.index("--validation-seed") + 1] == "0" and argv[argv.index("--beam") + 1] == "5"
@@ -592,12 +596,14 @@ def test_cmlm_under_the_selection_protocol_names_its_final_runs_only_once_valida
     where = cv.final(tmp_path, recipe, "correction")
     assert where.name == "final-all"  # every pair: its runs, and their logs' names, apart from the choices' budget's
     assert [n for n in later if n.startswith("final")] == [  # C-MLM students first once their soft targets are made
-        "final-all/correction/teacher", "final-all/correction/soft-targets", "final-all/correction/cmlm/0",
+        "final-all/correction/teacher", "final-all/correction/soft-targets/1",
+        "final-all/correction/soft-targets/2", "final-all/correction/cmlm/0",
         "final-all/correction/cmlm/1", "final-all/correction/ce/0", "final-all/correction/ce/1"]
     for kept_early in early:  # the same runs: done early, not again
         assert later[kept_early.name].argv == kept_early.argv
     teacher, student = later["final-all/correction/teacher"].argv, later["final-all/correction/cmlm/1"].argv
-    assert later["final-all/correction/cmlm/1"].needs == ["final-all/correction/soft-targets"]
+    assert later["final-all/correction/cmlm/1"].needs == ["final-all/correction/soft-targets/1",
+                                                          "final-all/correction/soft-targets/2"]
     assert later["final-all/correction/ce/1"].needs == []
     assert teacher[teacher.index("--lr") + 1] == "2e-4" and "--max-train-examples" not in teacher
     assert teacher[teacher.index("--out") + 1].startswith(str(where))
