@@ -20,6 +20,7 @@ from mobilekd.models.heads import MobileBertForConditionalMLM
 from mobilekd.models.hf import save_pretrained
 from mobilekd.models.seq2seq import DecoderCache, Seq2SeqTransformer, load_seq2seq, new_seq2seq
 from mobilekd.bf16 import probe_inference
+from mobilekd.errors import UserError
 from mobilekd.transfer import losses
 from mobilekd.transfer.losses import ROWS_PER_PASS, cmlm_distillation, label_smoothed_nll, neg_log_probs
 
@@ -163,6 +164,13 @@ def test_soft_targets_made_in_shares_are_the_whole_pass_put_together_by_the_firs
         assert np.array_equal(put[key], whole[key])
     again, cached, _ = soft_targets(tmp_path / "teacher", teacher, split, tokenizer, 4)
     assert cached and np.array_equal(again["teacher_topk_logits"], whole["teacher_topk_logits"])
+    for share in outputs.glob("cmlm_*.share*"):
+        share.unlink()
+    third, cached, _ = soft_targets(tmp_path / "teacher", teacher, split, tokenizer, 4, shard=(2, 3))
+    assert cached and not list(outputs.glob("cmlm_*.share*"))  # a share of a whole already made: its rows, read
+    assert np.array_equal(third["teacher_topk_ids"], whole["teacher_topk_ids"][third["pairs"]])
+    with pytest.raises(UserError, match="share 4 of 4 of the soft targets has no batch"):
+        soft_targets(tmp_path / "teacher", teacher, split, tokenizer, 4, shard=(3, 4))  # 3 batches
 
 
 def test_the_log_partition_form_has_the_log_softmax_forms_values_and_gradients(monkeypatch):
@@ -335,7 +343,6 @@ def test_a_validation_carve_keeps_pairs_that_share_a_sentence_on_one_side():
     """Paraphrase's training pairs (a pair and its reverse share a group) and correction's: seeded, about the
     fraction asked, no sentence on both sides; refused in one line when shared sentences link every pair."""
     from mobilekd.data.pairs import TextPair
-    from mobilekd.errors import UserError
     from mobilekd.finetune.selection import carve_pairs
 
     for name in ("paraphrase", "correction"):

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from mobilekd.data.cmlm import copy_masks, inputs
 from mobilekd.data.seq2seq import PairSplit
+from mobilekd.errors import UserError
 from mobilekd.fileio import file_digest
 from mobilekd.finetune.teacher_outputs import cached_arrays, cached_made, read_arrays
 from mobilekd.models.heads import mlm_loss
@@ -126,7 +127,8 @@ def soft_targets(teacher_dir, teacher, split: PairSplit, tokenizer, k: int = TOP
     (`cached_arrays`). Each precision's are cached apart.
 
     `shard` (i, n) computes and caches share i of n alone (`shard_batches`; its rows and their pair indices,
-    `pairs`), so n processes can make them side by side; without it, where every share of one n is cached and the
+    `pairs`; the whole's rows where the whole is cached already), so n processes can make them side by side;
+    without it, where every share of one n is cached and the
     whole is not, the whole is put together from them and cached (from the cache, then; its seconds the shares'
     sum: the pass's cost, not the merge's), else computed."""
     kind = f"cmlm-top{k}" + ("" if precision == "no" else f"-{precision}")
@@ -137,7 +139,15 @@ def soft_targets(teacher_dir, teacher, split: PairSplit, tokenizer, k: int = TOP
     keep = ("teacher_topk_logits", "teacher_topk_ids")
     if shard is not None:
         i, n = shard
-        pairs = np.sort(np.concatenate(shard_batches(split, i, n)))
+        batches = shard_batches(split, i, n)
+        if not batches:
+            raise UserError(f"share {i + 1} of {n} of the soft targets has no batch: the pass over {len(split)} "
+                            f"pairs has {-(-len(split) // PAIRS_PER_BATCH)} batches of {PAIRS_PER_BATCH}")
+        pairs = np.sort(np.concatenate(batches))
+        if path.is_file():  # the whole pass already cached: the share is its rows
+            whole, seconds = read_arrays(path)
+            if all(len(v) == len(split) for v in whole.values()):
+                return {**{key: whole[key][pairs] for key in keep}, "pairs": pairs}, True, seconds
 
         def make_share():
             found = copies_pass(teacher, split, tokenizer, k, precision=precision, shard=shard)
@@ -151,7 +161,8 @@ def soft_targets(teacher_dir, teacher, split: PairSplit, tokenizer, k: int = TOP
             for share in shares:
                 for key in keep:
                     whole[key][share["pairs"]] = share[key]
-            return whole, sum(share["seconds"] for share in shares)
+            seconds = [share["seconds"] for share in shares]
+            return whole, None if None in seconds else sum(seconds)
 
         whole, _, seconds = cached_made(path, len(split), assemble)
         return whole, True, seconds  # from the cache: its shares, put together here
@@ -168,8 +179,8 @@ def _share_path(path: Path, i: int, n: int) -> Path:
 
 
 def _shares(path: Path, n_pairs: int) -> list[dict] | None:
-    """Every share of the whole at `path`, for the first n whose shares are all there and cover `n_pairs` pairs
-    between them (each with its `seconds`); None where there are none such (or the whole is already there)."""
+    """Every share of the whole at `path`, for the first n whose shares are all there and hold each of the `n_pairs`
+    pairs once between them (each with its `seconds`); None where there are none such (or the whole is there)."""
     if path.is_file():
         return None
     named = (re.fullmatch(r"share\d+of(\d+)", f.stem[len(path.stem) + 1:])
@@ -177,7 +188,7 @@ def _shares(path: Path, n_pairs: int) -> list[dict] | None:
     for n in sorted({int(m[1]) for m in named if m}):
         files = [_share_path(path, i, n) for i in range(n)]
         if all(f.is_file() for f in files):
-            shares = [{**arrays, "seconds": seconds or 0.0} for arrays, seconds in map(read_arrays, files)]
-            if sum(len(share["pairs"]) for share in shares) == n_pairs:
+            shares = [{**arrays, "seconds": seconds} for arrays, seconds in map(read_arrays, files)]
+            if np.array_equal(np.sort(np.concatenate([share["pairs"] for share in shares])), np.arange(n_pairs)):
                 return shares
     return None
