@@ -111,9 +111,7 @@ def main(argv=None):
                                    f"the log-partition in blocks of {losses.ROWS_PER_PASS} rows: a step "
                                    f"{{:.2f}}x as fast as in one block ({'bf16' if b else 'fp32'})", args.threads))
             print(f"{preset:<14} {found[-1]['reading']}")
-    wall = round(time.time() - start)
-    print(f"took {wall} s")
-    return finish(args, [{**r, "run_seconds": wall} for r in found])
+    return finish(args, found, started=start)
 
 
 if __name__ == "__main__":

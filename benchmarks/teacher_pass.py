@@ -95,9 +95,7 @@ def main(argv=None):
         found.append(ratio_row(identity, times, path, "fp32", "bf16", "bf16 autocast {:.2f}x as fast as fp32",
                                args.threads))
         print(f"{path}: fp32 {times['fp32']:.1f} s, bf16 {times['bf16']:.1f} s: {found[-1]['reading']}")
-    wall = round(time.time() - start)
-    print(f"took {wall} s")
-    return finish(args, [{**r, "run_seconds": wall} for r in found])
+    return finish(args, found, started=start)
 
 
 if __name__ == "__main__":

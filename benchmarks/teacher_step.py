@@ -124,9 +124,7 @@ def main(argv=None):
             found.append(ratio_row(identity, times, path, one, name(t, False, False),
                                    f"{t} threads {{:.2f}}x as fast as {args.threads[0]} (fp32, masked logits)", t))
             print(f"{size:<14} {found[-1]['reading']}")
-    wall = round(time.time() - start)
-    print(f"took {wall} s")
-    return finish(args, [{**r, "run_seconds": wall} for r in found])
+    return finish(args, found, started=start)
 
 
 if __name__ == "__main__":

@@ -99,10 +99,15 @@ def table(rows: list[dict]) -> str:
                                f"interleaved in one run.\n")
 
 
-def finish(args, found: list[dict], key=CONFIG) -> int:
-    """Merge this run's rows (unless --table; `key`: what makes a configuration, `merge`), print the table of this
-    benchmark's rows in the file, and with --write put it into its pages' blocks (benchmarks.pages.write_block)."""
+def finish(args, found: list[dict], key=CONFIG, started: float | None = None) -> int:
+    """Merge this run's rows (unless --table; `key`: what makes a configuration, `merge`; `started`: the run's
+    `time.time()` at its start, its seconds then printed and put on every row as `run_seconds`), print the table of
+    this benchmark's rows in the file, and with --write put it into its pages' blocks (benchmarks.pages.write_block)."""
     path = REPO_ROOT / args.results
+    if started is not None:
+        wall = round(time.time() - started)
+        print(f"took {wall} s")
+        found = [{**r, "run_seconds": wall} for r in found]
     if not args.table:
         merge(path, found, key)
         print(f"{len(found)} rows of this run in {path}")
@@ -201,9 +206,7 @@ def main(argv=None):
     print(f"pre-training distillation step {times['pd'] * 1000:.0f} ms vs plain student MLM step "
           f"{times['student mlm'] * 1000:.0f} ms: {times['pd'] / times['student mlm']:.2f}x (the teacher's forward "
           f"pass is the difference)")
-    wall = round(time.time() - start)
-    print(f"took {wall} s")
-    return finish(args, [{**r, "run_seconds": wall} for r in found])
+    return finish(args, found, started=start)
 
 
 if __name__ == "__main__":
