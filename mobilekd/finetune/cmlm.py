@@ -128,9 +128,8 @@ def soft_targets(teacher_dir, teacher, split: PairSplit, tokenizer, k: int = TOP
 
     `shard` (i, n) computes and caches share i of n alone (`shard_batches`; its rows and their pair indices,
     `pairs`; the whole's rows where the whole is cached already), so n processes can make them side by side;
-    without it, where every share of one n is cached and the
-    whole is not, the whole is put together from them and cached (from the cache, then; its seconds the shares'
-    sum: the pass's cost, not the merge's), else computed."""
+    without it, where every share of one n is cached and the whole is not, the whole is put together from them and
+    cached (from the cache, then; its seconds the shares' sum: the pass's cost, not the merge's), else computed."""
     kind = f"cmlm-top{k}" + ("" if precision == "no" else f"-{precision}")
     h = hashlib.sha256(f"{kind}:{file_digest(Path(teacher_dir) / 'model.safetensors')}".encode())
     for key in ("source_ids", "target_ids"):
