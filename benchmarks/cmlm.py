@@ -122,12 +122,12 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], curves: bool = True) -> 
                                             TASKS[task].teacher_epochs, "--lr", TASKS[task].teacher_lr, *subset(task),
                                             "--out", str(teacher), *RESUMABLE],
                         teacher, ["adapt"]))
-        for share in soft_target_jobs(task):  # the teacher's pass over the training pairs, as soon as it exists
-            soft = out / task / share.split("/", 1)[1]
-            plan.append(Job(share, ["seq2seq", "--task", task, "--method", "cmlm", "--teacher", str(teacher),
-                                    *subset(task), "--soft-targets-only", "--soft-targets-share",
-                                    f"{share.rsplit('/', 1)[1]}/{SOFT_TARGET_SHARES}", "--out", str(soft),
-                                    *RESUMABLE], soft, [f"{task}/teacher"]))
+        for i, name in enumerate(soft_target_jobs(task), 1):  # the teacher's pass, as soon as the teacher exists
+            soft = run_dir(out, task, f"soft-targets/{i}")
+            plan.append(Job(name, ["seq2seq", "--task", task, "--method", "cmlm", "--teacher", str(teacher),
+                                   *subset(task), "--soft-targets-only", "--soft-targets-share",
+                                   f"{i}/{SOFT_TARGET_SHARES}", "--out", str(soft), *RESUMABLE],
+                            soft, [f"{task}/teacher"]))
     every = {task: eval_every(task) if curves else 0 for task in tasks}
     for seed in seeds:
         for task in tasks:
