@@ -238,7 +238,8 @@ def space_digest(plan: dict) -> str:
     settings and the shapes, starts and spaces of FAMILIES and of every other family it had candidates of (a run of
     `--families ... mobilebert`), descriptions left out (`mobilekd.recipes.ship.settings`), and how its validation
     split was grouped and what its --max-len was measured over where the plan says
-    (`mobilekd.finetune.selection.GROUPING`, `mobilekd.recipes.ship.LENGTHS_OF`)."""
+    (`mobilekd.finetune.selection.grouping`, `mobilekd.recipes.ship.LENGTHS_OF`): a pair task's run
+    carved since 2026-12-06, its linked pairs held together, is a space of its own."""
     from mobilekd.recipes.ship import settings
 
     families = dict.fromkeys([*FAMILIES, *(name.split("/")[0] for name in plan["candidates"])])

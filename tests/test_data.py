@@ -131,16 +131,27 @@ def test_glue_reads_gzip_and_refuses_non_utf8(tmp_path):
 
 def test_custom_csv_and_jsonl(tmp_path):
     csv_path = tmp_path / "mine.csv"
-    csv_path.write_text('text,text_pair,label\n"Hello, world",Hi,greeting\nBye,,farewell\n')
+    csv_path.write_text('text,text_pair,label\n"Hello, world",Hi,greeting\nBye,Ciao,farewell\n')
     examples = read_custom(csv_path)
     assert [(e.text_a, e.text_b, e.label) for e in examples] == [("Hello, world", "Hi", "greeting"),
-                                                                  ("Bye", None, "farewell")]
+                                                                  ("Bye", "Ciao", "farewell")]
     jsonl = tmp_path / "mine.jsonl"
-    jsonl.write_text(json.dumps({"text": "great", "label": 4.5}) + "\n" + json.dumps({"text": "meh"}) + "\n")
-    examples = read_custom(jsonl, regression=True)
-    assert examples[0].label == 4.5 and examples[1].label is None
+    jsonl.write_text(json.dumps({"text": "great", "label": 4.5}) + "\n" + json.dumps({"text": "meh", "label": 2}))
+    assert [e.label for e in read_custom(jsonl, regression=True)] == [4.5, 2.0]
+    jsonl.write_text(json.dumps({"text": "great"}) + "\n" + json.dumps({"text": "meh"}) + "\n")  # to predict
+    assert [e.label for e in read_custom(jsonl)] == [None, None]
     with pytest.raises(UserError, match=r"mine.csv:2: unknown label 'greeting'"):
         read_custom(csv_path, labels=["farewell"])
+    # a row without the second text or the label that the others have: refused at it, not dropped or crashed on
+    csv_path.write_text('text,text_pair,label\n"Hello, world",Hi,greeting\nBye,,farewell\n')
+    with pytest.raises(UserError, match=r"mine.csv:3: no text_pair on this row, while line 2 has one"):
+        read_custom(csv_path)
+    csv_path.write_text('text,text_pair,label\nBye,,farewell\n"Hello, world",Hi,greeting\n')  # the first blank
+    with pytest.raises(UserError, match=r"mine.csv:2: no text_pair on this row, while line 3 has one"):
+        read_custom(csv_path)
+    csv_path.write_text("text,label\nHello,greeting\nBye,\n")
+    with pytest.raises(UserError, match=r"mine.csv:3: no label on this row, while line 2 has one"):
+        read_custom(csv_path)
     jsonl.write_text('{"text": "ok", "label": "a"}\n{"label": "b"}\n')
     with pytest.raises(UserError, match=r"mine.jsonl:2: record has no 'text' field"):
         read_custom(jsonl)
@@ -212,3 +223,15 @@ def test_a_custom_training_set_of_one_class_is_refused_before_any_training(tmp_p
     assert load_task("custom", tmp_path).labels == ["captions", "news"]
     (tmp_path / "train.csv").write_text("text,label\na film,1.5\nanother,1.5\n")
     assert load_task("custom", tmp_path, regression=True).is_regression
+
+
+def test_a_dev_set_lacking_a_class_is_read_against_the_models_labels(tmp_path):
+    """Scoring a fine-tuned model (eval-only) reads dev against the model's labels, in its order: a dev set without
+    one of them still fits the model, and a label the model never learned is refused at its line."""
+    (tmp_path / "dev.csv").write_text("text,label\nnews item,news\nmore news,news\n")
+    assert load_task("custom", tmp_path, eval_only=True).labels == ["news"]  # no model: dev's own, as before
+    task = load_task("custom", tmp_path, eval_only=True, labels=["news", "captions", "ads"])
+    assert task.labels == ["news", "captions", "ads"] and len(task.dev["dev"]) == 2
+    (tmp_path / "dev.csv").write_text("text,label\nnews item,news\nsports,sports\n")
+    with pytest.raises(UserError, match=r"dev.csv:3: unknown label 'sports'"):
+        load_task("custom", tmp_path, eval_only=True, labels=["news", "captions"]).dev["dev"]

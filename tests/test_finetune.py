@@ -80,6 +80,46 @@ def test_sst2_with_task_distillation(student_dir, demo_teacher_dir, tmp_path):
     assert events, "TensorBoard event files are written"
 
 
+def test_eval_only_scores_a_custom_dev_set_that_lacks_a_class(student_dir, tmp_path):
+    """A model fine-tuned on three classes, scored on a dev set holding two of them: dev is read against the
+    model's labels (as ship's last stage, the teacher on dev once, reads it), not refused for labels of its own."""
+    data, scored = tmp_path / "data", tmp_path / "scored"
+    data.mkdir()
+    rows = [("a quiet film", "film"), ("the match ended", "sport"), ("rain tomorrow", "weather")] * 8
+    (data / "train.csv").write_text("text,label\n" + "".join(f"{t} {i},{y}\n" for i, (t, y) in enumerate(rows)))
+    (data / "dev.csv").write_text("text,label\na long film,film\nthe final match,sport\n")
+    finetune("--model", student_dir, "--task", "custom", "--data", data, "--out", tmp_path / "ft", "--max-steps", 1,
+             "--max-len", 16, "--select-on", "none")
+    finetune("--model", tmp_path / "ft", "--task", "custom", "--data", data, "--eval-only", "--out", scored,
+             "--max-len", 16)
+    assert set(json.loads((scored / "results.json").read_text())["metrics"]["dev"]) == {"accuracy"}
+    (data / "dev.csv").write_text("text,label\na long film,film\nnews,news\n")
+    line = one_line_error(finetune("--model", tmp_path / "ft", "--task", "custom", "--data", data, "--eval-only",
+                                   "--out", tmp_path / "again", check=False))
+    assert "dev.csv:3: unknown label 'news' (expected one of ['film', 'sport', 'weather'])" in line
+
+
+def test_a_nan_first_score_does_not_hold_the_first_model_for_good(student_dir, tokenizer, tmp_path):
+    """The Pearson of constant predictions is NaN, and no score is above NaN: a run whose first evaluation gave
+    one would keep that first model to the end. A later finite score replaces it."""
+    from mobilekd.data.tasks import default_data, encode_classification, load_task
+    from mobilekd.finetune.evaluation import DevEvaluator, build_model
+
+    task = load_task("stsb", default_data("stsb"), eval_only=True)
+    examples = task.dev["dev"][:32]
+    evaluator = DevEvaluator(task, {"dev": (examples, encode_classification(task, examples, tokenizer, 32), None)},
+                             tmp_path, tokenizer)
+    model = build_model(student_dir, task)
+    weight = model.classifier.weight.detach().clone()
+    with torch.no_grad():
+        model.classifier.weight.zero_()  # every prediction the bias: a constant
+    assert np.isnan(evaluator(model, 1)["dev"]["pearson"])
+    with torch.no_grad():
+        model.classifier.weight.copy_(weight)
+    assert np.isfinite(evaluator(model, 2)["dev"]["pearson"])
+    assert json.loads((tmp_path / "results.json").read_text())["best_step"] == 2
+
+
 def test_stsb_regression_and_eval_only(student_dir, tmp_path):
     out = tmp_path / "stsb"
     finetune("--model", student_dir, "--task", "stsb", "--out", out, "--max-train-examples", 128, "--max-steps", 6,

@@ -253,6 +253,24 @@ def test_bad_input_is_one_line(tmp_path):
     assert "before the teacher was chosen on validation" in older and not (other / "teacher").exists()
 
 
+def test_a_dev_set_that_cannot_score_the_chosen_student_is_refused_in_one_line(tmp_path):
+    """Found when dev is first read, after every choice (`finish`): no labels at all, or a row without one, or a
+    label training never had; each one line naming the file (and the row), so the search can be resumed."""
+    from mobilekd.errors import UserError
+    from mobilekd.recipes.ship import require_labelled_dev
+
+    data = sst2_csv(tmp_path, 20)
+    dev = (data / "dev.csv").read_text()
+    require_labelled_dev("custom", data, False)
+    (data / "dev.csv").write_text("text,label\n" + "".join(f"{line.rsplit(',', 1)[0]},\n"
+                                                           for line in dev.splitlines()[1:]))
+    with pytest.raises(UserError, match=r"dev.csv: no labels: ship scores the student it chose on dev, once"):
+        require_labelled_dev("custom", data, False)
+    (data / "dev.csv").write_text(dev + "a fine film,\n")
+    with pytest.raises(UserError, match=r"dev.csv:52: no label on this row, while line 2 has one"):
+        require_labelled_dev("custom", data, False)
+
+
 def test_the_starts_are_made_ahead_of_a_search_once_per_teacher(tmp_path):
     """--make-starts makes the start of every candidate that fits (here the teacher's own layers), each whole in
     its place and no `.partial` left, trains no teacher and records them in OUT/starts.json; made again, each is
@@ -548,6 +566,7 @@ def test_a_search_resumes_across_edited_descriptions_and_added_families_but_not_
     edited["config"]["families"]["subset"]["description"] = "the teacher's own layers, reworded"
     edited["config"]["families"]["bilstm"] = {"space": {"--lr": {"low": 3e-4}}}
     assert settings(edited) == settings(plan)
+    assert settings({**plan, "trials": 20}) == settings({**plan, "trials": 12})  # a search extended by --trials
     edited["config"]["families"]["subset"]["space"]["--lr"]["low"] = 2e-4
     assert settings(edited) != settings(plan)
 
@@ -557,7 +576,7 @@ def test_a_search_drawn_another_way_is_not_resumed(tmp_path):
     both draws, and its plan is left as it was."""
     from mobilekd.errors import UserError
     from mobilekd.fileio import read_json, write_json
-    from mobilekd.finetune.selection import GROUPING
+    from mobilekd.finetune.selection import GROUPING, grouping
     from mobilekd.recipes.ship import LENGTHS_OF, keep_plan
     from mobilekd.search.study import DRAW
 
@@ -579,6 +598,22 @@ def test_a_search_drawn_another_way_is_not_resumed(tmp_path):
     with pytest.raises(UserError, match="holds a search whose --max-len was measured otherwise \\(every training "
                                         "example; this mobilekd: whole texts"):
         keep_plan(tmp_path / "grouped", {**plan, "draw": DRAW, "validation": GROUPING, "lengths": LENGTHS_OF})
+    # a pair task's search of before its linked pairs were held together is not resumed; a one-text task's is
+    keep_plan(tmp_path / "pairs", {**plan, "draw": DRAW, "validation": GROUPING, "lengths": LENGTHS_OF})
+    with pytest.raises(UserError, match="grouped otherwise .*this mobilekd: a text's copies, and in a two-text task "
+                                        "the pairs linked by a shared text"):
+        keep_plan(tmp_path / "pairs", {**plan, "draw": DRAW, "validation": grouping(True), "lengths": LENGTHS_OF})
+    keep_plan(tmp_path / "pairs", {**plan, "draw": DRAW, "validation": grouping(False), "lengths": LENGTHS_OF})
+    # the training file or the teacher edited between two invocations: named, not resumed; a plan of before the
+    # digests were recorded is resumed and gains them
+    now = {**plan, "draw": DRAW, "validation": GROUPING, "lengths": LENGTHS_OF}
+    keep_plan(tmp_path / "pairs", {**now, "inputs": {"training": "aa", "teacher": "bb"}})
+    assert read_json(tmp_path / "pairs" / "plan.json")["inputs"] == {"training": "aa", "teacher": "bb"}
+    keep_plan(tmp_path / "pairs", {**now, "inputs": {"training": "aa", "teacher": "bb"}, "trials": 30})  # extended
+    with pytest.raises(UserError, match="holds a search begun on another training file .*use another --out"):
+        keep_plan(tmp_path / "pairs", {**now, "inputs": {"training": "cc", "teacher": "bb"}})
+    with pytest.raises(UserError, match="begun on another training and teacher file"):
+        keep_plan(tmp_path / "pairs", {**now, "inputs": {"training": "cc", "teacher": "dd"}})
 
 
 def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_name(tmp_path):

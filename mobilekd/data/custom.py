@@ -50,8 +50,10 @@ def records(path):
 
 
 def read_custom(path, labels: list[str] | None = None, regression: bool = False) -> list[TextExample]:
-    """Read `text[, text_pair], label` records. With `labels`, any other label is an error."""
-    examples = []
+    """Read `text[, text_pair], label` records. With `labels`, any other label is an error. A file whose rows
+    differ in having a `text_pair` or a `label` is refused, naming the first row without one: a blank second text
+    would otherwise drop (or break) the pairs, and an unlabelled row among labelled ones cannot be scored."""
+    examples, numbers = [], []
     for number, record in records(path):
         if "text" not in record:
             raise located(path, f"record has no 'text' field (fields: {sorted(record)})", number)
@@ -74,6 +76,13 @@ def read_custom(path, labels: list[str] | None = None, regression: bool = False)
         else:
             label = None
         examples.append(TextExample(text_a, text_b, label, f"{path}:{number}"))
+        numbers.append(number)
     if not examples:
         raise located(path, "no examples (the file is empty)")
+    for field, has in (("text_pair", lambda e: e.text_b is not None), ("label", lambda e: e.label is not None)):
+        if len({has(e) for e in examples}) > 1:  # a pair task's second text, or a label, missing on some rows
+            lacking = next(n for e, n in zip(examples, numbers) if not has(e))
+            other = next(n for e, n in zip(examples, numbers) if has(e))
+            raise located(path, f"no {field} on this row, while line {other} has one: give every row one, or none",
+                          lacking)
     return examples

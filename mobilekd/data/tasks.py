@@ -162,8 +162,11 @@ def _find(directory: Path, stem: str, suffixes) -> Path:
     raise located(directory / f"{stem}{suffixes[0]}", f"no such file (looked for {stem} with {', '.join(suffixes)})")
 
 
-def load_task(name: str, data: Path, eval_only: bool = False, regression: bool = False) -> Task:
-    """Read a task's train (unless eval_only) and dev splits from `data`, a directory."""
+def load_task(name: str, data: Path, eval_only: bool = False, regression: bool = False,
+              labels: list[str] | None = None) -> Task:
+    """Read a task's train (unless eval_only) and dev splits from `data`, a directory. A custom classification
+    task's labels are `labels` when given (a fine-tuned model's, in its order: scoring it on a dev set that lacks
+    a class), else its training file's, else (evaluation only) its dev file's."""
     data = Path(data)
     if not data.is_dir():
         raise located(data, "no such data directory (it should hold the task's train and dev files)")
@@ -198,9 +201,10 @@ def load_task(name: str, data: Path, eval_only: bool = False, regression: bool =
     if name == "custom":
         suffixes = [".csv", ".tsv", ".jsonl"]
         train_path = None if eval_only else _find(data, "train", suffixes)
-        train = None if eval_only else read_custom(train_path, regression=regression)
-        labels = None
-        if not regression:
+        train = None if eval_only else read_custom(train_path, labels, regression)
+        if regression:
+            labels = None
+        elif labels is None:
             labels = sorted({e.label for e in (train or []) if e.label is not None})
             if train and len(labels) == 1:  # found now, not after a whole run, when dev holds another label
                 raise located(train_path, f"every example has the label {labels[0]!r}: a classifier needs two "

@@ -3,6 +3,7 @@ keeping the best model in OUT."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -12,7 +13,7 @@ from mobilekd.errors import UserError, located
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.finetune.metrics import classification_metrics, selection_score, squad_metrics
 from mobilekd.finetune.qa import decode_answers
-from mobilekd.models.bilstm import load_bilstm
+from mobilekd.models.bilstm import load_bilstm, load_bilstm_config
 from mobilekd.models.hf import load_config, load_pretrained, save_pretrained
 from mobilekd.models.kinds import kind_of
 
@@ -37,6 +38,14 @@ def build_model(model_dir, task: Task, role: str = "model", classifier_dropout: 
     dropout = config.classifier_dropout if classifier_dropout is None else classifier_dropout
     return load_pretrained(model_dir, "classification", config=config.replace(
         id2label=task.id2label, problem_type=problem, classifier_dropout=dropout, **changes))
+
+
+def model_labels(model_dir) -> list[str] | None:
+    """A fine-tuned classifier's label names in its order; None for a model without labels. Scoring reads a dev
+    set against them, so a dev set that lacks a class still fits its model, and a label it never learned is named
+    at its line."""
+    config = load_bilstm_config(model_dir) if kind_of(model_dir).name == "bilstm" else load_config(model_dir)[0]
+    return [config.id2label[i] for i in sorted(config.id2label)] or None
 
 
 def require_labels(model_dir, role: str = "model"):
@@ -129,8 +138,10 @@ class DevEvaluator:
             write_json(self.history_path, [h for h in history if h["step"] < step] + [
                 {"step": step, "wall_seconds": (extra or {}).get("wall_seconds"), "metrics": metrics,
                  "score": score}])
-        if metrics and self.best is not None and not score > self.best:  # no metrics: nothing to choose on,
-            return metrics  # so the latest model is the one kept (--select-on none)
+        # no metrics: nothing to choose on, so the latest model is the one kept (--select-on none); a NaN best (a
+        # Pearson of constant predictions) is beaten by any score, or no later model could ever be kept
+        if metrics and self.best is not None and not math.isnan(self.best) and not score > self.best:
+            return metrics
         self.best = score
         if self.save_model:
             self.save(model, self.out, self.tokenizer)

@@ -1,18 +1,19 @@
 """The selection protocol: every choice a run makes (the checkpoint step here; in `ship`'s search the student, its
-recipe, epochs, learning rate and KD settings) is made on a validation split carved from the training data, and
-the dev set is scored once per final model, by nothing that chooses. GLUE's dev sets thereby serve as test sets:
-a dev score picked as the best of several runs on that same dev set is optimistic (the maximum of noisy
-estimates), one scored once after every choice is not.
+recipe, epochs, learning rate and KD settings) is made on a validation split carved from the training data, and the
+dev set is scored once per final model, by nothing that chooses. GLUE's dev sets thereby serve as test sets: a dev
+score picked as the best of several runs on that same dev set is optimistic (the maximum of noisy estimates), one
+scored once after every choice is not.
 
-The split (`carve`) is seeded, stratified where the task allows (by label for classification, by quantile bin of
-the score for regression), for SQuAD drawn by paragraph (a paragraph's questions all on one side, so validation
-never reads a context training saw), with a text that recurs in the training data kept on one side (so validation
-never scores a sentence training saw: StratifiedGroupKFold's first fold), and for one-text tasks a text found word
-for word inside a longer training text kept on that text's side (`text_groups`: SST-2's training examples are the
-phrases of its sentences' parse trees), and capped in size, and its rule is recorded beside the results
-(`Carved.record`) so a reader knows what chose the model. Stratified splitting is scikit-learn's
-`train_test_split`, the grouped one its `StratifiedGroupKFold` (`GroupKFold` unstratified; `GroupShuffleSplit` for
-SQuAD's paragraphs).
+The split (`carve`) is seeded, stratified where the task allows (by label for classification, by quantile bin of the
+score for regression), for SQuAD drawn by paragraph (a paragraph's questions all on one side, so validation never
+reads a context training saw), with a text that recurs in the training data kept on one side (so validation never
+scores a sentence training saw: StratifiedGroupKFold's first fold), for one-text tasks a text found word for word
+inside a longer training text kept on that text's side (`text_groups`: SST-2's training examples are the phrases of
+its sentences' parse trees), for two-text tasks the pairs linked by a shared text on one side (14% of MRPC's
+training pairs share a sentence with another pair, 23% of STS-B's, 30% of RTE's), and capped in size, and its rule
+is recorded beside the results (`Carved.record`) so a reader knows what chose the model. Stratified splitting is
+scikit-learn's `train_test_split`, the grouped one its `StratifiedGroupKFold` (`GroupKFold` unstratified;
+`GroupShuffleSplit` for SQuAD's paragraphs).
 """
 
 from __future__ import annotations
@@ -31,8 +32,16 @@ from mobilekd.rundir import HELD_OUT
 VALIDATION = HELD_OUT[0]  # the split's name in results.json, history.json and the rows
 FRACTION, CAP = 0.1, 2000  # a tenth of the training examples, at most 2,000 (a GLUE dev set's size: 277-1,500)
 SCORE_BINS = 5  # regression: stratified by the score's quintile
-# how `carve` groups a task's examples, recorded in `ship`'s plan.json (a search carved otherwise is not resumed)
+# how `carve` groups a task's examples, recorded in `ship`'s plan.json (a search carved otherwise is not resumed):
+# GROUPING for a one-text task, PAIR_GROUPING for a two-text one (`grouping`); pair tasks' searches of before
+# 2026-12-06 recorded GROUPING, when they grouped only a pair's exact copies
 GROUPING = "a text's copies, and in a one-text task a text with the training texts holding it"
+PAIR_GROUPING = "a text's copies, and in a two-text task the pairs linked by a shared text"
+
+
+def grouping(pairs: bool) -> str:
+    """How `carve` groups a task's training examples: PAIR_GROUPING for a two-text task, else GROUPING."""
+    return PAIR_GROUPING if pairs else GROUPING
 
 
 @dataclass
@@ -105,9 +114,27 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
                           "train_size": n - len(held_set)})
 
 
-def text_groups(examples: list) -> tuple[np.ndarray, str]:
+def _normal(text: str) -> str:
+    """A sentence as an uncased model reads it: lower-cased, spaces collapsed."""
+    return " ".join(text.lower().split())
+
+
+def sentence_components(firsts: list[str], seconds: list[str]) -> np.ndarray:
+    """Each pair's group: its sentences' connected component in the graph whose nodes are the sentences (`_normal`)
+    and whose edges are the pairs (scipy's `connected_components`), so pairs linked by a shared sentence, directly
+    or through a chain, share a group. Numbered in no particular order."""
+    sentences = {t: i for i, t in enumerate(dict.fromkeys(_normal(x) for pair in zip(firsts, seconds) for x in pair))}
+    edges = np.array([[sentences[_normal(a)], sentences[_normal(b)]] for a, b in zip(firsts, seconds)]).T
+    graph = coo_matrix((np.ones(len(firsts)), (edges[0], edges[1])), shape=(len(sentences), len(sentences)))
+    return connected_components(graph, directed=False)[1][edges[1]]
+
+
+def text_groups(examples: list, linked_pairs: bool = True) -> tuple[np.ndarray, str]:
     """Each example's group for `carve`, numbered from 0, and the rule's words ("" when every group is one example).
-    A text's copies share a group. In a one-text task (no text_b), a text found word for word inside a longer
+    A text's copies share a group. In a two-text task the pairs linked by a shared text (`sentence_components`)
+    share one unless `linked_pairs` is False: MRPC, RTE and STS-B pair a sentence with several others (14-30% of
+    their training pairs), and a validation pair whose sentence training read is not unseen. In a one-text task (no
+    text_b), a text found word for word inside a longer
     training text (lower-cased, split on spaces) joins the group of the longest one holding it: SST-2's training set
     is the phrases of its 6,885 sentences' parse trees (Socher et al. 2013), and of a validation split drawn at
     random from it 88% stand inside a training phrase (1,751 of 1,981, seed 0; of dev's 872 sentences, 2), so it
@@ -115,6 +142,10 @@ def text_groups(examples: list) -> tuple[np.ndarray, str]:
     A text is looked for where its rarest word stands in the texts grouped before it (longest first), so the index
     is one entry a word of the training data."""
     one_text = all(e.text_b is None for e in examples)
+    if not one_text and linked_pairs:
+        groups = np.unique(sentence_components([e.text_a for e in examples], [e.text_b or "" for e in examples]),
+                           return_inverse=True)[1]
+        return groups, "" if groups.max() + 1 == len(examples) else ", the pairs linked by a shared text on one side"
     distinct, of_example = np.unique([e.text_a if one_text else f"{e.text_a}\t{e.text_b}" for e in examples],
                                      return_inverse=True)
     parent = np.arange(len(distinct))
@@ -151,7 +182,7 @@ def whole_texts(examples: list) -> list:
     its sentences' parse trees (Socher et al. 2013), 95% of them within 32 word pieces under all-MiniLM-L6-v2's
     tokenizer, and its 6,885 groups' longest texts, the whole sentences, 95% within 45 (a quarter over 32). Where no
     text stands inside another, the distinct texts (a copy counted once)."""
-    groups, _ = text_groups(examples)
+    groups, _ = text_groups(examples, linked_pairs=False)
     size = [len(e.text_a.split()) + len((e.text_b or "").split()) for e in examples]  # words, as text_groups
     longest: dict[int, int] = {}  # group -> the index of its longest example
     for i, group in enumerate(groups.tolist()):
@@ -176,12 +207,7 @@ def carve_pairs(pairs: list, seed: int, fraction: float = FRACTION, cap: int = C
     if n - size < 1:
         raise UserError(f"{n} training pairs leave none to train on once {size} are held out for validation")
 
-    def key(text: str) -> str:
-        return " ".join(text.lower().split())
-    sentences = {t: i for i, t in enumerate(dict.fromkeys(key(x) for p in pairs for x in (p.source, p.target)))}
-    edges = np.array([[sentences[key(p.source)], sentences[key(p.target)]] for p in pairs]).T
-    graph = coo_matrix((np.ones(n), (edges[0], edges[1])), shape=(len(sentences), len(sentences)))
-    groups = connected_components(graph, directed=False)[1][edges[1]]  # a pair's group: its sentences' component
+    groups = sentence_components([p.source for p in pairs], [p.target for p in pairs])
     members: dict[int, list[int]] = {}
     for i, g in enumerate(groups.tolist()):
         members.setdefault(g, []).append(i)

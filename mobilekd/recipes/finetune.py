@@ -37,7 +37,8 @@ from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, timed, write_json
 from mobilekd.flags import add_flags, take_flags
 from mobilekd.finetune.baseline import bag_of_words_baseline
-from mobilekd.finetune.evaluation import DevEvaluator, build_model, chosen_by, require_labels, score_once
+from mobilekd.finetune.evaluation import (DevEvaluator, build_model, chosen_by, model_labels, require_labels,
+                                         score_once)
 from mobilekd.data.augment import augmented
 from mobilekd.finetune.config import FinetuneConfig, check, fill_defaults
 from mobilekd.finetune.objective import Distillation, intermediate_loss, task_loss
@@ -86,7 +87,8 @@ def main(argv=None):
 def run(args, accelerator):
     c = args.recipe  # the recipe's settings (FinetuneConfig); args holds the training loop's
     data = task_data(c.task, c.data)
-    task = load_task(c.task, data, c.eval_only, c.regression)
+    task = load_task(c.task, data, c.eval_only, c.regression,
+                     model_labels(c.model) if c.eval_only and not c.regression else None)
     tokenizer = load_tokenizer(c.model)
     foreign = foreign_teacher(c, task, tokenizer) if c.teacher and kind_of(c.teacher).name == "foreign" \
         else None

@@ -60,7 +60,7 @@ from mobilekd.flags import add_flags, from_flags
 from mobilekd.fileio import atomic_path, file_digest, read_json, write_json
 from mobilekd.host import identity
 from mobilekd.rundir import COMPLETE, completed, finished_results, owned, training_host
-from mobilekd.finetune.selection import GROUPING, validation_size, whole_texts
+from mobilekd.finetune.selection import grouping, validation_size, whole_texts
 from mobilekd.search.config import STARTS, ShipConfig, check
 from mobilekd.search.space import BATCH_SIZE, Candidate, load_space, needs_head, shapes, start_argv, verb
 
@@ -119,9 +119,9 @@ def choose_teacher(runs: dict[str, list[str]], out: Path) -> dict:
 
 
 def measure(teacher: Path, task_name: str, data: Path, regression: bool, teacher_spec: dict) -> dict:
-    """The budget of this data from its training split alone (dev is not read): its size, its classes, and the
-    lengths under the teacher's tokenizer of its whole texts (`LENGTHS_OF`: a text found inside a longer training
-    text counted as that one, `whole_texts`). A task's inputs are whole texts: SST-2's training phrases put its
+    """The budget of this data from its training split alone: its size, its classes, and the lengths under the
+    teacher's tokenizer of its whole texts (`LENGTHS_OF`: a text found inside a longer training text counted as
+    that one, `whole_texts`). A task's inputs are whole texts: SST-2's training phrases put its
     95th percentile at 32 word pieces and its sentences at 45, and a --max-len of 32 cut a quarter of its dev
     sentences short (a diagnosis of the runs of before; the rule itself reads training texts alone). On SST-2 the
     student scored the same at 64 as at 32 (seed 0, docs/ship_runs.md): the rule measures what an app will send."""
@@ -135,7 +135,13 @@ def measure(teacher: Path, task_name: str, data: Path, regression: bool, teacher
     sample = [texts[i] for i in rng.choice(len(texts), min(LENGTH_SAMPLE, len(texts)), replace=False)]
     lengths = [len(tokenizer(e.text_a, e.text_b)["input_ids"]) for e in sample]
     return budget(len(task.train), lengths, teacher_spec) | {"classes": len(task.labels) if task.labels else None,
-                                                             "pair": task.train[0].text_b is not None}
+                                                             "pair": task.train[0].text_b is not None,
+                                                             "train_sha256": file_digest(train_file(task))}
+
+
+def train_file(task) -> Path:
+    """The file the task's training examples were read from (each example's source is `path:line`)."""
+    return Path(task.train[0].source.rsplit(":", 1)[0])
 
 
 def task_flags(task: str, data: Path, b: dict, seed: int, regression: bool, threads: int | None) -> list[str]:
@@ -214,7 +220,9 @@ def without_threads(argv: list[str]) -> list[str]:
 def keep_plan(out: Path, plan: dict) -> None:
     """OUT/plan.json records the settings a search runs under: a later run into OUT with others (data, seed,
     budget, families) would otherwise resume the old study under the new settings; threads, workers and --trials
-    (a search extended) may change. A run whose plan does not record what its --max-len was measured over (before
+    (a search extended) may change. The training file and the teacher's weights are recorded by digest: edited
+    between two invocations, the old teacher and trials would stand for data they never saw (rows moved into the
+    new validation split among them). A run whose plan does not record what its --max-len was measured over (before
     `LENGTHS_OF`) is refused too, even where the length came out the same (its plan alone cannot tell)."""
     path = out / "plan.json"
     kept = read_json(path) if path.is_file() else None
@@ -227,6 +235,10 @@ def keep_plan(out: Path, plan: dict) -> None:
         if kept is not None and kept.get(field) != plan.get(field):  # unrecorded: what an older plan.json meant
             raise located(out, f"holds a search {how} ({kept.get(field) or unrecorded}; this mobilekd: "
                                f"{plan.get(field)}): finish it with the mobilekd that began it, or use another --out")
+    changed = [k for k, v in (plan.get("inputs") or {}).items() if kept and kept.get("inputs", {}).get(k, v) != v]
+    if changed:  # a plan of before inputs were recorded is taken at its word
+        raise located(out, f"holds a search begun on another {' and '.join(changed)} file (the digests in its "
+                           f"plan.json): its teacher and trials learned from that one; use another --out")
     if kept is not None and settings(kept) != settings(plan):
         raise located(out, "holds a run with other settings (its plan.json); use another --out, or delete it")
     if kept is None and (out / "trials").is_dir() and not (out / "teacher" / "chosen.json").is_file():
@@ -236,11 +248,13 @@ def keep_plan(out: Path, plan: dict) -> None:
 
 
 def settings(plan: dict) -> dict:
-    """What a search's results depend on, of its plan.json: all of it but the configuration file's descriptions
-    (its own and its families') and the families it has no candidate of (a family added to configs/ship.json, or a
-    description edited, leaves a run resumable)."""
+    """What a search's results depend on, of its plan.json: all of it but --trials (a search extended), its
+    inputs' digests (`keep_plan` compares them apart, naming the file that changed), the configuration file's
+    descriptions (its own and its families') and the families it has no candidate of (a family added to
+    configs/ship.json, or a description edited, leaves a run resumable)."""
     config, used = plan.get("config") or {}, {name.split("/")[0] for name in plan.get("candidates", [])}
-    return {**plan, "config": {**{k: v for k, v in config.items() if k not in ("description", "families")},
+    kept = {k: v for k, v in plan.items() if k not in ("trials", "inputs")}
+    return {**kept, "config": {**{k: v for k, v in config.items() if k not in ("description", "families")},
                                "families": {f: {k: x for k, x in v.items() if k != "description"}
                                             for f, v in config.get("families", {}).items() if f in used}}}
 
@@ -467,8 +481,9 @@ def main(argv=None):
     with owned(out, argv=argv):  # one ship at a time in OUT: a second would fail the first's running trials as stale
         keep_plan(out, {"teacher": {name: without_threads(argv) for name, argv in runs.items()},
                         "candidates": [c.name for c in found], "seed": args.seed, "config": space,
-                        "latency_ms": limit, "trials": trials, "draw": search.DRAW, "validation": GROUPING,
-                        "lengths": LENGTHS_OF})
+                        "latency_ms": limit, "trials": trials, "draw": search.DRAW, "validation": grouping(b["pair"]),
+                        "lengths": LENGTHS_OF, "inputs": {"training": b["train_sha256"],
+                                                          "teacher": file_digest(teacher / "model.safetensors")}})
         if not (out / "teacher" / "chosen.json").is_file():
             for name, run in runs.items():
                 if finished_results(out / "teachers" / name) is None:
@@ -519,6 +534,18 @@ def make_starts(found: list[Candidate]) -> list[dict]:
     return records
 
 
+def require_labelled_dev(task_name: str, data: Path, regression: bool) -> None:
+    """Dev, read once every choice is made (not before: nothing of it may reach a choice), refused in one line
+    naming the file when it holds no label: there would be nothing to score the chosen student by. A file whose
+    rows differ in having one is refused where it is read (`read_custom`); the search stays, to resume."""
+    from mobilekd.data.tasks import load_task
+
+    examples = next(iter(load_task(task_name, data, eval_only=True, regression=regression).dev.values()))
+    if examples[0].label is None:
+        raise located(examples[0].source.rsplit(":", 1)[0], "no labels: ship scores the student it chose on dev, "
+                                                            "once; label the file and run the same command again")
+
+
 def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: list[str], seconds: float) -> None:
     """The chosen trial's model into OUT/student, dev scored once, exported with parity, card and summary."""
     from mobilekd.search import study as search
@@ -533,6 +560,8 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
             shutil.rmtree(student)
         take_chosen(Path(chosen.user_attrs["dir"]), student)
         write_json(kept, {"trial": chosen.number, "dir": chosen.user_attrs["dir"]})
+    if not (scored(out / "teacher") and scored(student)):
+        require_labelled_dev(args.task, data, args.regression)
     for name, model in (("teacher", out / "teacher"), ("student", student)):  # every choice is made: dev, once
         if not scored(model):
             run_stage(f"{name} on dev, once", ["finetune", *flags, "--model", str(model), "--eval-only",
