@@ -552,6 +552,27 @@ def test_the_benchmark_keeps_each_seeds_dev_predictions_so_a_later_invocation_po
     assert pooled["ship"].shape == (2, 3) and pooled["labels"].tolist() == ["a", "a", "b"]
 
 
+def test_a_trial_an_interruption_stopped_does_not_count_toward_trials(tmp_path):
+    """A search stopped while trials ran (Ctrl-C, a killed worker) leaves them running; on resume they are marked
+    failed and interrupted, and `--trials N` still trains N: they are neither counted nor listed among the trials.
+    A trial whose own run failed counts (and is listed, with its error)."""
+    import optuna
+
+    from mobilekd.search import study as search
+
+    study = search.open_study(tmp_path, seed=0, reduction_factor=3)
+    study.ask()  # left running by an interrupted search
+    failed = study.ask()
+    failed.set_user_attr("error", "the run failed")
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)
+    assert search.fail_stale(study) == 1 and search.finished(study) == 1
+    search.search(study, lambda trial: 0.5 + trial.number / 10, trials=3, timeout=None)
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 2 and search.finished(study) == 3
+    rows = search.trial_rows(study, None)
+    assert [r["trial"] for r in rows] == [1, 2, 3] and rows[0]["state"] == "fail"
+
+
 def test_a_search_resumes_across_edited_descriptions_and_added_families_but_not_an_edited_space():
     import copy
 

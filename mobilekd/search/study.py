@@ -107,16 +107,28 @@ def _trials_held(storage) -> int:
         return 0
 
 
+INTERRUPTED = "interrupted"  # a user attribute: the trial was stopped by its search's interruption, not by its run
+
+
 def fail_stale(study: optuna.Study) -> int:
-    """Mark the trials an interrupted search left running as failed (call only while no worker runs)."""
+    """Mark the trials an interrupted search left running as failed, and as INTERRUPTED (call only while no worker
+    runs)."""
     stale = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]
     for t in stale:
+        study._storage.set_trial_user_attr(t._trial_id, INTERRUPTED, True)
         study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
     return len(stale)
 
 
+def counted(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The finished trials that count toward --trials: complete, pruned, cut, or failed by their own run; not the
+    ones an interruption of the search stopped (Ctrl-C, a stopped worker), which `--trials 12` would otherwise
+    lose one by one, and which trained nothing a search may choose."""
+    return [t for t in study.get_trials(deepcopy=False, states=FINISHED) if not t.user_attrs.get(INTERRUPTED)]
+
+
 def finished(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=FINISHED))
+    return len(counted(study))
 
 
 class Objective:
@@ -143,6 +155,13 @@ class Objective:
         return self.candidates[f"{family}/{trial.suggest_categorical(f'{family}:shape', self.shapes[family])}"]
 
     def __call__(self, trial: optuna.Trial) -> float:
+        try:
+            return self.run(trial)
+        except KeyboardInterrupt:  # Optuna marks it failed: it does not count toward --trials (`counted`)
+            trial.set_user_attr(INTERRUPTED, True)
+            raise
+
+    def run(self, trial: optuna.Trial) -> float:
         candidate = self.draw(trial)
         spec = self.families[candidate.family]
         flags, _ = suggest(trial, candidate.family, spec, self.teacher, self.has_head, self.train_examples)
@@ -263,7 +282,10 @@ def validation_values(history: Path) -> list[float]:
 def search(study: optuna.Study, objective: Objective, trials: int, timeout: float | None, progress=None) -> None:
     """Run trials in this process until `trials` have finished in the study (any worker's count) or `timeout`
     seconds have passed (no trial starts after it; one under way finishes unless the objective's `cut_at` cuts it)."""
-    stop = optuna.study.MaxTrialsCallback(trials, states=FINISHED)
+    def stop(s, _):  # optuna's MaxTrialsCallback, counting as `counted` does
+        if finished(s) >= trials:
+            s.stop()
+
     callbacks = [stop] + ([lambda s, t: progress(finished(s))] if progress else [])
     if finished(study) >= trials:
         return
@@ -294,7 +316,7 @@ def chosen_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
 def trial_rows(study: optuna.Study, chosen: int | None) -> list[dict]:
     """One row per finished trial: its candidate, flags, validation score, state, Pixel estimate, seconds, host."""
     rows = []
-    for t in study.get_trials(deepcopy=False, states=FINISHED):
+    for t in counted(study):
         a = t.user_attrs
         values = list(t.intermediate_values.values())
         rows.append({"trial": t.number, "family": a.get("family"), "shape": a.get("shape"),
