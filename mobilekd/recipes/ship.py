@@ -282,6 +282,9 @@ def scored(model: Path) -> bool:
     return path.is_file() and "dev" in read_json(path).get("metrics", {})
 
 
+BASELINE_NAMES = {"tfidf+logreg": "TF-IDF + LR", "tfidf+ridge": "TF-IDF + ridge"}  # `bag_of_words_baseline`'s
+
+
 def model_card(s: dict) -> str:
     """OUT/student/README.md: what the model is, how it was chosen, what it scores, what it costs."""
     c, metric = s["chosen"], s["metric"]
@@ -299,7 +302,8 @@ def model_card(s: dict) -> str:
         f"| this student | {s['student']['dev'][metric]:.4f} | dev read once, after every choice; validation "
         f"{selected} {c['val_value']:.4f} chose it |",
         f"| teacher | {s['teacher']['dev'][metric]:.4f} | {teacher_choice(s)} |",
-        *([f"| TF-IDF + LR | {s['baseline']['metrics'][metric]:.4f} | all of the training examples |"]
+        *([f"| {BASELINE_NAMES.get(s['baseline'].get('method'), 'TF-IDF + LR')} | "
+           f"{s['baseline']['metrics'][metric]:.4f} | all of the training examples |"]
           if s.get("baseline") else []),
         *([f"| majority class | {s['majority']['metrics'][metric]:.4f} | always `{s['majority']['label']}` |"]
           if s.get("majority") else []), "", *[f"- {line}." for line in differences(s)],
