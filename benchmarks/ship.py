@@ -113,7 +113,13 @@ SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
           "070617ad": ("mobilebert-whole-scaled", "mobilebert-cut-grouped-aug20k-whole, examples_seen as "
                                                   "whole-scaled"),
           "57fca21f": ("mobilebert-3000-whole-scaled", "mobilebert-3000-cut-grouped-aug20k-whole, examples_seen as "
-                                                       "whole-scaled")}
+                                                       "whole-scaled"),
+          "bca93585": ("whole-scaled-linked", "whole-scaled, with a two-text task's pairs linked by a shared sentence "
+                                              "held on one side of the validation split (14-30% of MRPC's, STS-B's "
+                                              "and RTE's training pairs share one); one-text tasks' runs unchanged"),
+          "f1cf394e": ("mobilebert-whole-scaled-linked", "mobilebert-whole-scaled, its split as whole-scaled-linked"),
+          "b8ac71af": ("mobilebert-3000-whole-scaled-linked", "mobilebert-3000-whole-scaled, its split as "
+                                                              "whole-scaled-linked")}
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
 QUALITY = "docs/results/quality.json"  # on the GLUE tasks, the students picked on dev (`dev_picked`)
 # each finished seed's dev predictions (ship's student, TF-IDF + LR) and labels, kept as data beside the results

@@ -14,6 +14,7 @@ import functools
 import importlib
 import io
 import re
+import subprocess
 import sys
 import time
 
@@ -80,7 +81,10 @@ def test_every_frozen_table_is_a_retired_study_listed_with_its_commit():
     assert listed, "docs/retired.md lists no study"
     frozen = []
     for path in pages.pages():
-        markers = pages.frozen_blocks(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        markers = pages.frozen_blocks(text)
+        written = [line for line in text.splitlines() if re.match(r"\s*<!-- (BEGIN|END) frozen", line)]
+        assert len(written) == len(markers), f"{path}: a frozen marker not in the form {pages.FROZEN.pattern}"
         assert [kind for kind, _, _ in markers] == ["BEGIN", "END"] * (len(markers) // 2), path
         assert markers[0::2] == [("BEGIN", *m[1:]) for m in markers[1::2]], path
         frozen += [(path.name, name, commit) for kind, name, commit in markers if kind == "BEGIN"]
@@ -89,6 +93,12 @@ def test_every_frozen_table_is_a_retired_study_listed_with_its_commit():
         assert listed.get(name) == commit, f"{page}: {name} at {commit}, docs/retired.md: {listed.get(name)}"
         assert not (ROOT / "benchmarks" / f"{name}.py").exists(), f"{page}: {name} is frozen but still in benchmarks/"
     assert not {name for _, name, _ in blocks(pages.pages())} & set(listed)
+    assert {name for _, name, _ in frozen} == set(listed), "a retired study without its frozen table, or the reverse"
+    for name, commit in listed.items():  # where the history is here (a shallow clone may lack the commit)
+        if subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT, capture_output=True).returncode:
+            continue
+        found = subprocess.run(["git", "cat-file", "-e", f"{commit}:benchmarks/{name}.py"], cwd=ROOT)
+        assert found.returncode == 0, f"docs/retired.md: {commit} holds no benchmarks/{name}.py"
 
 
 def test_the_markers_pair_up_on_every_page():

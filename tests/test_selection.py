@@ -116,6 +116,22 @@ def test_a_pair_task_holds_the_pairs_linked_by_a_shared_sentence_on_one_side(nam
     assert seen(train, validation) > 0.05 * len(validation) and seen(carved.train, carved.validation) == 0
 
 
+def test_pairs_sharing_a_prompt_are_not_one_group_that_outgrows_the_split():
+    """A custom pair task whose second text is one of three prompts would link every pair into three groups, each
+    larger than the validation split: the links are let go (copies still kept together), and the split keeps
+    its size."""
+    from mobilekd.data.examples import TextExample
+    from mobilekd.data.tasks import Task
+
+    task = Task("custom", "classification", ["no", "yes"], ("accuracy",), None, None)
+    rows = load_task("sst2", ROOT / "data/glue/SST-2").train[:400]
+    examples = [TextExample(e.text_a, ("Is it good?", "Is it bad?", "Would you see it?")[i % 3], e.label == "positive"
+                            and "yes" or "no") for i, e in enumerate(rows)]
+    carved = carve(task, examples, 0)
+    assert carved.record["size"] == 40 and "not kept together (one such group would outgrow the split)" in \
+        carved.record["rule"]
+
+
 def test_loading_a_task_reads_its_dev_file_only_when_a_dev_split_is_used(tmp_path):
     _write_task(tmp_path / "t")
     (tmp_path / "t" / "dev.csv").write_text("not,a,valid\ncsv row with no label\n")

@@ -648,13 +648,19 @@ def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_nam
                                  space_digest)
     from mobilekd.errors import UserError
     from mobilekd.fileio import read_json
-    from mobilekd.finetune.selection import GROUPING
+    from mobilekd.finetune.selection import GROUPING, PAIR_GROUPING
     from mobilekd.recipes.ship import LENGTHS_OF
     from mobilekd.search.space import CONFIG, load_space
 
     plan = {"candidates": [f"{f}/x" for f in FAMILIES], "config": read_json(CONFIG), "validation": GROUPING,
             "lengths": LENGTHS_OF}
     names = [name for name, _ in SPACES.values()]
+    linked = names[-3:]  # a two-text task's runs since its linked pairs were held together: spaces of their own
+    pairs = {**plan, "validation": PAIR_GROUPING}
+    assert run_space(tmp_path, pairs) == linked[0] and earlier_space(linked[0]) == names[-4]
+    assert run_space(tmp_path, {**pairs, "candidates": [*plan["candidates"], "mobilebert/mobilebert_tiny_h384_l4"],
+                                "config": load_space(CONFIG.with_name("ship_gpu.json"))}) == linked[2]
+    names = names[:-3]
     hours = {j.name: j.argv[j.argv.index("--hours") + 1] for j in jobs(tmp_path, ["sst2", "rte"], [0])
              if "--hours" in j.argv}  # SST-2's search the longer: its trials scale with its size (3-hour goal)
     assert hours == {"sst2/ship/0": "2", "rte/ship/0": "0.75"}

@@ -58,8 +58,7 @@ def read_custom(path, labels: list[str] | None = None, regression: bool = False)
         if "text" not in record:
             raise located(path, f"record has no 'text' field (fields: {sorted(record)})", number)
         text_a = str(record["text"]).strip()
-        text_b = record.get("text_pair")
-        text_b = str(text_b).strip() if text_b not in (None, "") else None
+        text_b = str(record.get("text_pair") or "").strip() or None  # a blank cell is no second text
         if not text_a:
             raise located(path, "empty text", number)
         label = record.get("label")

@@ -36,7 +36,9 @@ SCORE_BINS = 5  # regression: stratified by the score's quintile
 # GROUPING for a one-text task, PAIR_GROUPING for a two-text one (`grouping`); pair tasks' searches of before
 # 2026-12-06 recorded GROUPING, when they grouped only a pair's exact copies
 GROUPING = "a text's copies, and in a one-text task a text with the training texts holding it"
-PAIR_GROUPING = "a text's copies, and in a two-text task the pairs linked by a shared text"
+PAIR_GROUPING = ("a text's copies, and in a two-text task the pairs linked by a shared text unless one such group "
+                 "outgrows the split")
+LINKED = ", the pairs linked by a shared text on one side"  # in a carve's rule
 
 
 def grouping(pairs: bool) -> str:
@@ -94,6 +96,9 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
         rule = "random paragraphs"
     else:
         texts, grouping = text_groups(examples)
+        if grouping == LINKED and np.bincount(texts).max() > size:  # a text shared by too many pairs (a prompt)
+            texts, grouping = text_groups(examples, linked_pairs=False)
+            grouping += ", the pairs sharing a text not kept together (one such group would outgrow the split)"
         rule = ("stratified by label" if strata is not None and not task.is_regression else
                 f"stratified by the score's {SCORE_BINS} quantile bins" if strata is not None else "random")
         if texts.max() == 0:
@@ -145,7 +150,7 @@ def text_groups(examples: list, linked_pairs: bool = True) -> tuple[np.ndarray, 
     if not one_text and linked_pairs:
         groups = np.unique(sentence_components([e.text_a for e in examples], [e.text_b or "" for e in examples]),
                            return_inverse=True)[1]
-        return groups, "" if groups.max() + 1 == len(examples) else ", the pairs linked by a shared text on one side"
+        return groups, "" if groups.max() + 1 == len(examples) else LINKED
     distinct, of_example = np.unique([e.text_a if one_text else f"{e.text_a}\t{e.text_b}" for e in examples],
                                      return_inverse=True)
     parent = np.arange(len(distinct))

@@ -264,7 +264,9 @@ def run(args, kind: str):
     tokenizer = load_tokenizer(args.model)
     out = Path(args.out or Path(args.model) / "tflite")
     name, data, regression = parity_task(args)
-    task = load_task(name, data, eval_only=True, regression=regression)
+    # dev read against the model's labels, in its order: a dev set lacking one of its classes still scores the file
+    names = [config.id2label[i] for i in sorted(config.id2label)] if head == "classification" else []
+    task = load_task(name, data, eval_only=True, regression=regression, labels=names or None)
 
     split = encode_classification(task, next(iter(task.dev.values()))[:args.parity_examples], tokenizer, args.seq_len)
     same_labels = head == "classification" and task.fits(config.id2label)
