@@ -482,6 +482,26 @@ def test_a_student_with_a_validation_split_is_evaluated_there_and_scores_dev_onc
     assert len((out / "dev_generations.jsonl").read_text().splitlines()) == 8
 
 
+def test_a_resumed_run_knows_its_data_by_content_and_a_tsv_has_no_quoting(tmp_path):
+    """Two --data folders of as many pairs differ in their digest (what a checkpoint's run settings hold, so a
+    resume onto other files is refused); a TSV's quote is text and a row is a line; a JSON side that is no text is
+    refused at its line."""
+    from mobilekd.data.pairs import files_digest, read_pairs
+    from mobilekd.errors import UserError
+
+    a, b = pairs_folder(tmp_path / "a", "correction", 8, 4), pairs_folder(tmp_path / "b", "paraphrase", 8, 4)
+    digests = {files_digest(load_pairs("pairs", folder)) for folder in (a, b, a)}
+    assert len(digests) == 2
+    tsv = tmp_path / "quoted.tsv"
+    tsv.write_text('source\ttarget\n"Yes," she said.\tShe agreed.\n"Hi there\tfoo\nsecond\tbar\n')
+    assert [(p.source, p.target) for p in read_pairs(tsv)] == [('"Yes," she said.', "She agreed."),
+                                                               ('"Hi there', "foo"), ("second", "bar")]
+    jsonl = tmp_path / "typed.jsonl"
+    jsonl.write_text(json.dumps({"source": "ok", "target": "fine"}) + "\n" + json.dumps({"source": 1, "target": "x"}))
+    with pytest.raises(UserError, match=r"typed.jsonl:2: source is int, not a text"):
+        read_pairs(jsonl)
+
+
 def test_a_cmlm_teacher_and_its_student_hold_out_the_same_validation_pairs(demo_teacher_dir, tmp_path):
     """`mobilekd cmlm --validation-fraction F --validation-seed S` trains the teacher without a carved split and
     scores it there (what a choice of its learning rate reads) and on dev; a student of another --seed with the same
@@ -507,6 +527,18 @@ def test_a_cmlm_teacher_and_its_student_hold_out_the_same_validation_pairs(demo_
 
     held = carve_pairs(load_pairs("pairs", data).train, 0, 0.25).validation
     assert sources == {p.source for p in held}
+    # without --validation-seed a student holds out what its teacher did; with another seed it is refused, as is a
+    # split when the teacher held none out
+    run_module("mobilekd", "seq2seq", "--task", "pairs", "--data", data, "--method", "cmlm", "--teacher", teacher,
+               "--preset", "seq2seq_micro", "--max-len", 48, "--max-steps", 1, "--batch-size", 8, "--seed", 2,
+               "--validation-fraction", 0.25, "--out", tmp_path / "default")
+    assert json.loads((tmp_path / "default" / "results.json").read_text())["validation_split"]["seed"] == 0
+    other = run_module("mobilekd", "seq2seq", "--task", "pairs", "--data", data, "--method", "cmlm", "--teacher",
+                       teacher, "--preset", "seq2seq_micro", "--max-len", 48, "--max-steps", 1, "--seed", 2,
+                       "--validation-fraction", 0.25, "--validation-seed", 2, "--out", tmp_path / "other", check=False)
+    assert (f"{teacher / 'results.json'}: the teacher held out {{'rule'" in one_line_error(other) and
+            "pass --validation-seed 0 --validation-fraction 0.25 (the teacher's)" in one_line_error(other))
+    assert not (tmp_path / "other" / "model.safetensors").exists()
     bad = run_module("mobilekd", "cmlm", "--teacher", demo_teacher_dir, "--task", "pairs", "--data", data,
                      "--validation-fraction", 1.5, "--out", tmp_path / "bad", check=False)
     assert "--validation-fraction must lie in [0, 1), got 1.5" in one_line_error(bad)

@@ -27,9 +27,11 @@ def records(path):
                 raise located(path, "not a JSON object", number)
             yield number, record
     elif ".csv" in suffixes or ".tsv" in suffixes:
-        # A real CSV reader over the whole file: a quoted field may hold the delimiter or span lines.
-        reader = csv.reader((line + "\n" for _, line in read_lines(path)), delimiter="\t" if ".tsv" in suffixes
-                            else ",")
+        # A real CSV reader over the whole file: a quoted field may hold the delimiter or span lines. A TSV has no
+        # quoting (GLUE's, a spreadsheet's export): a quote is text, a row is a line.
+        tsv = ".tsv" in suffixes
+        reader = csv.reader((line + "\n" for _, line in read_lines(path)), delimiter="\t" if tsv else ",",
+                            quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
         try:
             columns = next(reader, None)
             if columns is None:

@@ -18,6 +18,7 @@ the file and its line; the shipped tasks leave over-long pairs out and say how m
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.data.glue import find_split, read_glue
 from mobilekd.data.noise import add_noise
 from mobilekd.errors import UserError, located
-from mobilekd.fileio import REPO_ROOT, read_lines
+from mobilekd.fileio import REPO_ROOT, file_digest, read_lines
 
 PAIR_TASKS = ("paraphrase", "entailment", "correction", "pairs")
 BROWN = REPO_ROOT / "data" / "corpus" / "brown.txt.gz"
@@ -55,6 +56,13 @@ class PairTask:
     user_file: bool  # over-long pairs: refused in a user's file, left out (and counted) in a shipped task
 
 
+def files_digest(task: PairTask) -> str:
+    """The SHA-256 of the files the task's pairs were read from (each file's digest, in path order): what a resumed
+    run checks its data by, so an edited or other --data directory of the same size is not trained on as the old."""
+    files = sorted({p.origin.rsplit(":", 1)[0] for p in [*task.train, *task.dev]})
+    return hashlib.sha256(" ".join(file_digest(f) for f in files).encode()).hexdigest()
+
+
 def read_pairs(path) -> list[TextPair]:
     """A user's .tsv / .jsonl file of `source`, `target` records."""
     pairs = []
@@ -63,7 +71,10 @@ def read_pairs(path) -> list[TextPair]:
         if missing:
             raise located(path, f"record has no {' or '.join(repr(c) for c in missing)} field "
                                 f"(fields: {sorted(record)})", number)
-        source, target = (str(record[c] if record[c] is not None else "").strip() for c in ("source", "target"))
+        wrong = [c for c in ("source", "target") if not isinstance(record[c], str | None)]
+        if wrong:  # a JSON number, list or object: not a text (its str() would be trained on)
+            raise located(path, f"{wrong[0]} is {type(record[wrong[0]]).__name__}, not a text", number)
+        source, target = ((record[c] or "").strip() for c in ("source", "target"))
         for side, text in (("source", source), ("target", target)):
             if not text:
                 raise located(path, f"empty {side}", number)

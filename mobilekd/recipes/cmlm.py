@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mobilekd.data.cmlm import CMLMSplit, check_positions
-from mobilekd.data.pairs import MAX_LEN, PAIR_TASKS, load_pairs
+from mobilekd.data.pairs import MAX_LEN, PAIR_TASKS, files_digest, load_pairs
 from mobilekd.data.seq2seq import encode_pairs, encode_task
 from mobilekd.data.tasks import BERT_LR, training_subset
 from mobilekd.data.tokenizer import load_tokenizer
@@ -123,7 +123,7 @@ def run(args, accelerator):
     steps = t.steps(len(split), args.batch_size)
     stage = Stage(name="cmlm", steps=steps, loss=cmlm_loss, lr=t.lr, warmup=t.warmup)
     cfg = train_config(args, eval_every=0, run={
-        "teacher": str(c.teacher), "task": task.name, "lr": t.lr, "max_len": t.max_len,
+        "teacher": str(c.teacher), "task": task.name, "data": files_digest(task), "lr": t.lr, "max_len": t.max_len,
         "train_pairs": len(train), "subset_seed": t.subset_seed,
         **({"validation_fraction": v.validation_fraction, "validation_seed": v.validation_seed} if carved
            else {})})

@@ -41,12 +41,12 @@ from pathlib import Path
 import torch
 
 from mobilekd.data.cmlm import check_positions
-from mobilekd.data.pairs import MAX_LEN, PAIR_TASKS, load_pairs
+from mobilekd.data.pairs import MAX_LEN, PAIR_TASKS, files_digest, load_pairs
 from mobilekd.data.seq2seq import encode_pairs, encode_task
 from mobilekd.data.tasks import training_subset
 from mobilekd.data.tokenizer import DEFAULT_VOCAB, load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
-from mobilekd.fileio import read_json, write_json
+from mobilekd.fileio import file_digest, read_json, write_json
 from mobilekd.finetune.cmlm import TOPK, pass_precision, soft_targets
 from mobilekd.finetune.generation import GenerationEvaluator, copies, generate, references, scores, \
     write_generations
@@ -119,6 +119,23 @@ def share(text: str) -> tuple[int, int]:
     return int(found[1]) - 1, int(found[2])
 
 
+def teacher_split(teacher) -> dict | None:
+    """The validation split a C-MLM teacher held out (its results.json's record), or None: trained on every pair."""
+    path = Path(teacher) / "results.json"
+    return read_json(path).get("validation_split") if path.is_file() else None
+
+
+def check_teacher_split(teacher, carved) -> None:
+    """A student's validation split must be the pairs its C-MLM teacher held out too: otherwise the teacher trained
+    on pairs the student's choices are scored on, and its soft targets carry them (refused in one line)."""
+    held = teacher_split(teacher)
+    if held != carved.record:
+        fix = (f"pass --validation-seed {held['seed']} --validation-fraction {held['fraction']} (the teacher's), or "
+               f"train a teacher with this split" if held else "train the teacher with --validation-fraction too")
+        raise located(Path(teacher) / "results.json", f"the teacher held out {'no pairs' if held is None else held}, "
+                                                      f"not this student's validation split ({carved.record}): {fix}")
+
+
 def parse_args(argv=None):
     """The parsed flags: the training loop's on the namespace, the recipe's own as one `Seq2SeqConfig` in its
     `recipe`, checked."""
@@ -129,6 +146,8 @@ def parse_args(argv=None):
     add_validation_flags(p, reads="every evaluation and the final scores a choice reads (alpha, epochs, beam) are")
     add_training_flags(p, out="runs/seq2seq", batch_size=32, optimizer="adamw", with_seq_len=False)
     args = p.parse_args(argv)
+    if args.method == "cmlm" and args.teacher and args.validation_fraction and args.validation_seed is None:
+        args.validation_seed = (teacher_split(args.teacher) or {}).get("seed")  # its held-out pairs, by default
     c = take_flags(Seq2SeqConfig, args, training=task_training(args, MAX_LEN), validation=pair_validation(args))
     if c.method == "cmlm" and not c.teacher:
         raise UserError("--method cmlm needs --teacher (a C-MLM teacher: mobilekd cmlm's OUT)")
@@ -190,6 +209,8 @@ def run(args, accelerator):
     train_pairs = training_subset(task.train, t.max_train_examples, t.subset_seed)
     carved = (carve_pairs(train_pairs, v.validation_seed, v.validation_fraction) if v.validation_fraction
               else None)
+    if carved and c.method == "cmlm":
+        check_teacher_split(c.teacher, carved)
     train, train_pairs, dev, dev_pairs = encode_task(task, tokenizer, t.max_len,
                                                      carved.train if carved else train_pairs)
     if carved:  # what every evaluation reads; dev is scored once, after training
@@ -230,7 +251,9 @@ def run(args, accelerator):
     stage = Stage(name="seq2seq", steps=steps, loss=seq2seq_loss(kd, c.label_smoothing), lr=t.lr,
                   warmup=t.warmup)
     cfg = train_config(args, eval_every=c.eval_every, run={
-        "task": task.name, "method": c.method, "teacher": str(c.teacher), "preset": c.preset,
+        "task": task.name, "data": files_digest(task), "method": c.method, "teacher": str(c.teacher),
+        "teacher_weights": file_digest(Path(c.teacher) / "model.safetensors") if c.teacher else None,
+        "preset": c.preset,
         "init_embeddings": c.init_embeddings,
         "alpha": c.alpha, "temperature": c.temperature, "topk": c.topk, "lr": t.lr,
         "label_smoothing": c.label_smoothing, "max_len": t.max_len, "train_pairs": len(train),
