@@ -321,7 +321,8 @@ def constant_validation(task: str, seed: int, metric: str) -> float | None:
     written again from the text it is built of), for rows from before ship recorded it: today's carve of today's
     data, so it may differ by a few examples from the split of a run made before the carve kept a repeated text's
     copies on one side (2026-12-02) or, for a custom task built from installed packages' text, under other package
-    versions. None for regression."""
+    versions; a pair task's as carved before its linked pairs were kept together (2026-12-06): every run without a
+    recorded constant predates that. None for regression."""
     import tempfile
 
     from mobilekd.data.tasks import load_task, task_data
@@ -329,7 +330,7 @@ def constant_validation(task: str, seed: int, metric: str) -> float | None:
 
     with tempfile.TemporaryDirectory() as tmp:
         t = load_task(task, task_data(task)) if task in GLUE else load_task("custom", write_task(task, Path(tmp)))
-        always = constant_on_validation(t, seed, metric=metric)
+        always = constant_on_validation(t, seed, metric=metric, linked_pairs=False)
     return always and always["value"]
 
 

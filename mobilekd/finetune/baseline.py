@@ -54,7 +54,8 @@ def majority_baseline(task: Task, train, dev) -> dict | None:
             "metrics": classification_metrics(task.metrics, task.targets(dev), np.full(len(dev), top))}
 
 
-def constant_on_validation(task: Task, seed: int, fraction: float = FRACTION, metric: str | None = None) -> dict | None:
+def constant_on_validation(task: Task, seed: int, fraction: float = FRACTION, metric: str | None = None,
+                           linked_pairs: bool = True) -> dict | None:
     """The best constant answer on the validation split a run with `seed` carves from the training data (`carve`,
     as `finetune --select-on validation`, `bilstm` and every trial of `ship` do): each class answered to every
     validation example, scored in the task's selection score (`Task.selection_metric`, MRPC's F1 and accuracy's
@@ -62,10 +63,11 @@ def constant_on_validation(task: Task, seed: int, fraction: float = FRACTION, me
     not where F1 counts and the majority is the negative class (QQP: always "duplicate" scores above always
     "not_duplicate" in F1 and accuracy's mean). What a chosen student's validation score must beat to be more than a
     constant answer: on MRPC the constant scores 0.81 F1, and students chosen on F1 were that constant
-    (docs/ship_runs.md). None for regression, where a constant has no correlation."""
+    (docs/ship_runs.md). None for regression, where a constant has no correlation. `linked_pairs`: as `carve`'s."""
     if task.is_regression or not task.labels:
         return None
-    held, metric = task.targets(carve(task, task.train, seed, fraction).validation), metric or task.selection_metric
+    held = task.targets(carve(task, task.train, seed, fraction, linked_pairs=linked_pairs).validation)
+    metric = metric or task.selection_metric
     scores = [selection_score(metric, classification_metrics(task.metrics, held, np.full(len(held), k)))
               for k in range(len(task.labels))]
     best = int(np.argmax(scores))

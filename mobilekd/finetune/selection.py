@@ -72,10 +72,12 @@ def validation_size(n: int, fraction: float = FRACTION, cap: int = CAP) -> int:
     return min(cap, max(1, round(fraction * n)))
 
 
-def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap: int = CAP) -> Carved:
+def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap: int = CAP,
+          linked_pairs: bool = True) -> Carved:
     """Hold out `fraction` of `examples` (at most `cap`, at least 1) as the validation split, drawn by `seed`,
     stratified where `_strata` allows; the rest trains. Refused in one line when too few examples are left to train
-    on or to validate with."""
+    on or to validate with. `linked_pairs=False`: a two-text task's split as carved before 2026-12-06, a pair's
+    copies alone kept together (what a search of then was scored on)."""
     if not 0 < fraction < 1:
         raise UserError(f"--validation-fraction must be between 0 and 1, got {fraction}")
     n = len(examples)
@@ -95,7 +97,7 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
                             f"hold out for validation (--select-on none keeps them all)")
         rule = "random paragraphs"
     else:
-        texts, grouping = text_groups(examples)
+        texts, grouping = text_groups(examples, linked_pairs)
         if grouping == LINKED and np.bincount(texts).max() > size:  # a text shared by too many pairs (a prompt)
             texts, grouping = text_groups(examples, linked_pairs=False)
             grouping += ", the pairs sharing a text not kept together (one such group would outgrow the split)"
