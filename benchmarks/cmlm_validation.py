@@ -63,7 +63,7 @@ ORDER = ("choice-teacher", "choice-cmlm")
 # the whole benchmark run again from nothing in a fresh clone, with a results file of its own (`--results`, a file
 # not yet there: one whose rows mark a choice has its final runs follow it): a replication, kept beside this file's
 # rows rather than merged over them (the same keys); the table's wall goal reads their wall rows too. cmlm_wall.json:
-# 2026-12-06, stopped and resumed (no wall row); cmlm_wall2.json: for the next run of the whole plan
+# 2026-12-06, stopped and resumed (no wall row); cmlm_wall2.json: 2026-12-06, the changed plan in one piece (2.55 h)
 REPLICATIONS = ("docs/results/cmlm_wall.json", "docs/results/cmlm_wall2.json")
 HOURS = 3  # issue 79's "the whole correction benchmark within 3 hours on 2 cores": the choices and the final runs
 
