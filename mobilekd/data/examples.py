@@ -15,6 +15,11 @@ class TextExample:
     source: str = ""  # file:line, for error messages and prediction files
 
 
+def source_file(where: str) -> Path:
+    """The file of a record's `file:line` (a TextExample's `source`, a TextPair's `origin`)."""
+    return Path(where.rsplit(":", 1)[0])
+
+
 def read_examples(path) -> list[TextExample] | None:
     """The examples a cache file holds (`write_examples`'s JSON), or None where it is damaged (made again)."""
     try:

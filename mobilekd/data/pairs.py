@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from mobilekd.data.custom import records
+from mobilekd.data.examples import source_file
 from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.data.glue import find_split, read_glue
 from mobilekd.data.noise import add_noise
@@ -59,7 +60,7 @@ class PairTask:
 def files_digest(task: PairTask) -> str:
     """The SHA-256 of the files the task's pairs were read from (each file's digest, in path order): what a resumed
     run checks its data by, so an edited or other --data directory of the same size is not trained on as the old."""
-    files = sorted({p.origin.rsplit(":", 1)[0] for p in [*task.train, *task.dev]})
+    files = sorted({source_file(p.origin) for p in [*task.train, *task.dev]})
     return hashlib.sha256(" ".join(file_digest(f) for f in files).encode()).hexdigest()
 
 

@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from mobilekd import launch
+from mobilekd.data.examples import source_file
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.flags import add_flags, from_flags
 from mobilekd.fileio import atomic_path, file_digest, read_json, write_json
@@ -134,14 +135,10 @@ def measure(teacher: Path, task_name: str, data: Path, regression: bool, teacher
     rng = np.random.default_rng(0)
     sample = [texts[i] for i in rng.choice(len(texts), min(LENGTH_SAMPLE, len(texts)), replace=False)]
     lengths = [len(tokenizer(e.text_a, e.text_b)["input_ids"]) for e in sample]
+    trained_on = file_digest(source_file(task.train[0].source))
     return budget(len(task.train), lengths, teacher_spec) | {"classes": len(task.labels) if task.labels else None,
                                                              "pair": task.train[0].text_b is not None,
-                                                             "train_sha256": file_digest(train_file(task))}
-
-
-def train_file(task) -> Path:
-    """The file the task's training examples were read from (each example's source is `path:line`)."""
-    return Path(task.train[0].source.rsplit(":", 1)[0])
+                                                             "train_sha256": trained_on}
 
 
 def task_flags(task: str, data: Path, b: dict, seed: int, regression: bool, threads: int | None) -> list[str]:
@@ -546,8 +543,8 @@ def require_labelled_dev(task_name: str, data: Path, regression: bool) -> None:
 
     examples = next(iter(load_task(task_name, data, eval_only=True, regression=regression).dev.values()))
     if examples[0].label is None:
-        raise located(examples[0].source.rsplit(":", 1)[0], "no labels: ship scores the student it chose on dev, "
-                                                            "once; label the file and run the same command again")
+        raise located(source_file(examples[0].source), "no labels: ship scores the student it chose on dev, once; "
+                                                         "label the file and run the same command again")
 
 
 def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: list[str], seconds: float) -> None:
