@@ -44,7 +44,12 @@ def model_labels(model_dir) -> list[str] | None:
     """A fine-tuned classifier's label names in its order; None for a model without labels. Scoring reads a dev
     set against them, so a dev set that lacks a class still fits its model, and a label it never learned is named
     at its line."""
-    config = load_bilstm_config(model_dir) if kind_of(model_dir).name == "bilstm" else load_config(model_dir)[0]
+    return label_names(load_bilstm_config(model_dir) if kind_of(model_dir).name == "bilstm" else
+                       load_config(model_dir)[0])
+
+
+def label_names(config) -> list[str] | None:
+    """A model configuration's label names in its id order (`model_labels` of one already loaded); None without."""
     return [config.id2label[i] for i in sorted(config.id2label)] or None
 
 

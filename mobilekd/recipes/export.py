@@ -66,6 +66,7 @@ from mobilekd.export.litert import (CALIBRATED, QUANTIZATIONS, convert, mean_ove
 from mobilekd.export.signatures import DEFAULT_SIGNATURE, INPUT_NAMES, length_signature
 from mobilekd.export.parity import parity_report, run_tflite, xnnpack_undelegated
 from mobilekd.fileio import atomic_path, read_json, write_json
+from mobilekd.finetune.evaluation import label_names
 from mobilekd.export.config import SENTENCE_TASKS, ExportConfig, check
 from mobilekd.flags import add_flags, from_flags
 from mobilekd.host import identity
@@ -265,8 +266,8 @@ def run(args, kind: str):
     out = Path(args.out or Path(args.model) / "tflite")
     name, data, regression = parity_task(args)
     # dev read against the model's labels, in its order: a dev set lacking one of its classes still scores the file
-    names = [config.id2label[i] for i in sorted(config.id2label)] if head == "classification" else []
-    task = load_task(name, data, eval_only=True, regression=regression, labels=names or None)
+    task = load_task(name, data, eval_only=True, regression=regression,
+                     labels=label_names(config) if head == "classification" else None)
 
     split = encode_classification(task, next(iter(task.dev.values()))[:args.parity_examples], tokenizer, args.seq_len)
     same_labels = head == "classification" and task.fits(config.id2label)
