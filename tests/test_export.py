@@ -53,6 +53,7 @@ def test_every_format_matches_pytorch(exported):
     for name, report in reports.items():
         assert report["examples"] == 48 and report["finite"], name
         assert report["nonfinite_constants"] == [] and report["flex_or_custom_ops"] == [], name
+    assert all(r["parity_check"]["passed"] for r in reports.values())  # the gate each file passed (no file removed)
     for exact in ("model_none.tflite", "model.onnx", "model.pte"):
         assert reports[exact]["max_abs_diff"] <= 1e-5 and reports[exact]["agreement"] == 1.0
         assert reports[exact]["accuracy_exported"] == reports[exact]["accuracy_torch"]
@@ -158,6 +159,28 @@ def test_graph_reader_finds_nonfinite_constants(exported):
     assert weights, "fp16 weights are read"
     weights[0].constant = np.array([np.inf], np.float16)
     assert nonfinite_constants(ops) == [weights[0].name]
+
+
+def test_a_file_failing_its_parity_check_is_removed_and_the_export_fails(classifier_dir, tmp_path):
+    """The parity gate: a float32 file held to --parity-atol (here below any conversion's rounding) is removed, the
+    run ends non-zero in one line naming it and why, the file that passed (fp16, its agreement at least
+    --min-agreement) stays, the reports stay, and the run is not marked complete (ship and the benchmarks redo it)."""
+    from mobilekd.rundir import completed
+
+    argv = ["--model", classifier_dir, "--out", tmp_path, "--max-len", 32, "--quantize", "none", "fp16",
+            "--parity-atol", "1e-12", "--parity-task", "sst2", "--parity-examples", 24]
+    line = one_line_error(run_module("mobilekd.recipes.export", *argv, check=False))
+    assert f"{tmp_path}: 1 file failed the parity check and was removed (model_none.tflite: max abs diff" in line
+    assert "(at most 1e-12: --parity-atol)" in line
+    assert not (tmp_path / "model_none.tflite").exists() and (tmp_path / "model_fp16.tflite").is_file()
+    reports = json.loads((tmp_path / "parity.json").read_text())
+    assert reports["model_none.tflite"]["parity_check"]["passed"] is False
+    assert reports["model_fp16.tflite"]["parity_check"] == {"passed": True, "atol": 1e-12, "min_agreement": 0.9}
+    assert "| model_none.tflite (removed: max abs diff" in (tmp_path / "README.md").read_text()
+    assert not completed(tmp_path, [str(a) for a in argv])
+    line = one_line_error(run_module("mobilekd.recipes.export", "--model", classifier_dir, "--min-agreement", 1.5,
+                                     "--out", tmp_path / "x", check=False))
+    assert "--min-agreement 1.5: a share of examples, at most 1" in line and not (tmp_path / "x").exists()
 
 
 def test_export_bad_input_is_one_line(classifier_dir, tmp_path, tokenizer):

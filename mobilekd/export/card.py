@@ -79,8 +79,9 @@ def model_card(model_dir, head: str, reports: dict, license: str | None) -> str:
     lines += ["| file | MB | max abs diff vs PyTorch | agreement | dev score in the file | host ms "
               "(1 thread) | Pixel 4 ms (est., 4 threads) |", "|---|---|---|---|---|---|---|"]
     for file, r in reports.items():
-        t = r.get("timing") or {}
-        lines.append(f"| {file} | {r['size_bytes'] / 1e6:.1f} | {_diff(r)} | {agreement_cell(r)} | {score_cell(r)} | "
+        t, check = r.get("timing") or {}, r.get("parity_check") or {}
+        shown = f"{file} (removed: {'; '.join(check['why'])})" if check.get("passed") is False else file
+        lines.append(f"| {shown} | {r['size_bytes'] / 1e6:.1f} | {_diff(r)} | {agreement_cell(r)} | {score_cell(r)} | "
                      f"{_ms(t.get('host_ms_p50'))} | {_ms(t.get('pixel4_ms_est'))} |")
     left = [f"- {file}: " + ", ".join(f"{op} {n}" for op, n in r["xnnpack_undelegated"].items())
             for file, r in reports.items() if r.get("xnnpack_undelegated")]

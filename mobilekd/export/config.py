@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from mobilekd.data.tasks import TASK_NAMES
 from mobilekd.errors import UserError
 from mobilekd.export.litert import QUANTIZATIONS
+from mobilekd.export.parity import MIN_AGREEMENT, PARITY_ATOL
 from mobilekd.models.heads import HEADS
 
 SENTENCE_TASKS = [t for t in TASK_NAMES if not t.startswith("squad")]  # what the parity check can encode
@@ -54,6 +55,14 @@ class ExportConfig:
     parity_data: str | None = field(default=None, metadata={
         "help": "task directory for --parity-task", "default_help": "the model's own task data, or the shipped copy"})
     parity_examples: int = field(default=200, metadata={"min": 1, "help": "dev examples to compare"})
+    parity_atol: float = field(default=PARITY_ATOL, metadata={
+        "min": 0.0, "help": "a float32 file (--quantize none, --onnx, --executorch, --onnx2tf) whose largest output "
+                            "differs from PyTorch's by more is removed and the export fails"})
+    min_agreement: float = field(default=MIN_AGREEMENT, metadata={
+        "min": 0.0, "help": "a file that answers as PyTorch does on a smaller share of the parity examples (a "
+                            "classifier's predictions, a regression model's score correlation, an early-exit "
+                            "file's exit layers, a seq2seq file's greedy outputs) is removed and the export fails; "
+                            "0 keeps a lossy quantization"})
     calibration: str | None = field(default=None, metadata={
         "help": "int8 calibration text: CSV/TSV/JSONL with a 'text' (and optional 'text_pair') column",
         "default_help": "training examples of the parity task"})
@@ -67,7 +76,10 @@ class ExportConfig:
 
 
 def check(c: ExportConfig) -> ExportConfig:
-    """Refuse, in one line, --lengths that the file cannot have, and --fused-only without --fused-lstm."""
+    """Refuse, in one line, --lengths that the file cannot have, --fused-only without --fused-lstm, and a
+    --min-agreement above 1."""
+    if c.min_agreement > 1:
+        raise UserError(f"--min-agreement {c.min_agreement:g}: a share of examples, at most 1")
     if c.fused_only and not c.fused_lstm:
         raise UserError("--fused-only needs --fused-lstm (it leaves out the unrolled files written beside the fused "
                         "ones)")

@@ -9,6 +9,13 @@ from mobilekd.errors import UserError
 from mobilekd.export.litert import ExportWrapper
 from mobilekd.export.signatures import DEFAULT_SIGNATURE, INPUT_NAMES
 
+# the parity gate's defaults (`gate_failures`; export's --parity-atol and --min-agreement): a float32 file computes
+# what PyTorch computes up to summation order (our files: at most 2e-6 on the largest output, docs/results/
+# runtimes.json and kernels.json), and a quantized one predicts as PyTorch does on most examples (dynamic-int8:
+# 0.98-1.0 in runtimes.json and int8.json; full-integer int8 without QAT: 0.79-0.85 there, refused)
+PARITY_ATOL, MIN_AGREEMENT = 1e-4, 0.9
+EXACT_ROUTES = ("none", "onnx", "executorch", "onnx2tf")  # float32 weights and arithmetic: held to PARITY_ATOL
+
 
 class TFLiteRunner:
     """A `.tflite` ready to run: `inputs` maps input names to their details (signature names, or for a file
@@ -99,6 +106,8 @@ def parity_report(model, head: str, run_exported, arrays: dict[str, np.ndarray],
               "max_abs_diff": float(max(np.abs(a - b).max() for a, b in zip(ours, theirs))),
               "finite": bool(all(np.isfinite(b).all() for b in theirs))}
     if head == "classification" and ours[0].ndim == 1:  # a score
+        if len(ours[0]) > 1 and np.std(ours[0]) > 0 and np.std(theirs[0]) > 0:  # what agreement is to a classifier
+            report["score_correlation"] = float(np.corrcoef(ours[0], theirs[0])[0, 1])
         if labels is not None:
             report.update(pearson_torch=float(np.corrcoef(ours[0], labels)[0, 1]),
                           pearson_exported=float(np.corrcoef(theirs[0], labels)[0, 1]))
@@ -110,3 +119,43 @@ def parity_report(model, head: str, run_exported, arrays: dict[str, np.ndarray],
         report["accuracy_torch"] = float(np.mean(pred_torch[0] == labels))
         report["accuracy_exported"] = float(np.mean(pred_lite[0] == labels))
     return report
+
+
+def _checks(report: dict):
+    """A file's report and the reports inside it, each with where it was made: a length-aware file's signatures,
+    a multi-task file's tasks, an early-exit file's thresholds, a seq2seq file's beam search."""
+    yield "", report
+    for n, r in ((report.get("lengths") or {}).get("parity") or {}).items():
+        yield f" at seq_{n}", r
+    for task, r in (report.get("tasks") or {}).items():
+        yield f" on task {task}", r
+    for t, r in (report.get("thresholds") or {}).items():
+        yield f" at threshold {t}", r
+    if "beam_search" in report:
+        yield " in beam search", report["beam_search"]
+
+
+# what a report calls its share of examples the file answers as PyTorch does: a classifier's prediction agreement,
+# a regression model's correlation with PyTorch's scores, an early-exit file's exit layer, a seq2seq file's output
+SHARES = {"agreement": "prediction agreement", "score_correlation": "score correlation",
+          "same_exit": "same exit layer", "identical": "identical greedy output"}
+
+
+def gate_failures(report: dict, quantize: str, atol: float = PARITY_ATOL,
+                  min_agreement: float = MIN_AGREEMENT) -> list[str]:
+    """Why a file fails its parity check (none: it passes), from its report: non-finite outputs; a float32 route's
+    (EXACT_ROUTES) largest output difference from PyTorch's above `atol`; any file's share of examples answered as
+    PyTorch answers them (SHARES) below `min_agreement`. Every check inside the report is held to it (each
+    signature, task, threshold). A check like Optimum's `validate_model_outputs` (optimum/exporters/onnx/
+    convert.py: an atol on every output), with a share of predictions for the quantized files an atol cannot
+    judge."""
+    why = []
+    for where, r in _checks(report):
+        if r.get("finite") is False:
+            why.append(f"non-finite outputs{where}")
+        if quantize in EXACT_ROUTES and r.get("max_abs_diff", 0) > atol:
+            why.append(f"max abs diff {r['max_abs_diff']:.2e} from PyTorch{where} (at most {atol:g}: --parity-atol)")
+        for key, name in SHARES.items():
+            if key in r and r[key] < min_agreement:  # NaN (no spread to correlate) is not judged
+                why.append(f"{name} {r[key]:.4f} with PyTorch{where} (at least {min_agreement:g}: --min-agreement)")
+    return why

@@ -64,7 +64,7 @@ from mobilekd.export.graph import float_islands, foreign_ops, nonfinite_constant
 from mobilekd.export.litert import (CALIBRATED, QUANTIZATIONS, convert, mean_over_lengths, quantized_copy,
                                     tflite_name)
 from mobilekd.export.signatures import DEFAULT_SIGNATURE, INPUT_NAMES, length_signature
-from mobilekd.export.parity import parity_report, run_tflite, xnnpack_undelegated
+from mobilekd.export.parity import gate_failures, parity_report, run_tflite, xnnpack_undelegated
 from mobilekd.fileio import atomic_path, read_json, write_json
 from mobilekd.finetune.evaluation import label_names
 from mobilekd.export.config import SENTENCE_TASKS, ExportConfig, check
@@ -151,6 +151,34 @@ def parity_task(args) -> tuple[str, Path, bool]:
     if data is None:
         raise UserError(f"--parity-data is required for --parity-task {name} (it is not shipped)")
     return name, data, bool(trained.get("regression")) and name == trained.get("task")
+
+
+def gated(args, path: Path, report: dict, quantize: str) -> list[Path]:
+    """The file's parity gate (`mobilekd.export.parity.gate_failures`, at --parity-atol and --min-agreement): its
+    verdict into `report` (`parity_check`); `[path]` where it fails (`refuse_failed` removes it once every file is
+    done, so that no file PyTorch's model does not stand behind is left for an app)."""
+    why = gate_failures(report, quantize, args.parity_atol, args.min_agreement)
+    report["parity_check"] = {"passed": not why, "atol": args.parity_atol, "min_agreement": args.min_agreement,
+                              **({"why": why} if why else {})}
+    if why:
+        print(f"  fails the parity check (removed at the end): {'; '.join(why)}")
+    return [path] if why else []
+
+
+def passed(report: dict) -> bool:
+    return (report.get("parity_check") or {}).get("passed", True)
+
+
+def refuse_failed(out: Path, failed: list[Path], reports: dict) -> None:
+    """End a run whose files failed their parity check: each removed, then one line naming them and why; the
+    other files stay, every report in OUT/parity.json."""
+    for path in failed:
+        path.unlink(missing_ok=True)
+    if failed:
+        why = "; ".join(f"{p.name}: {', '.join(reports[p.name]['parity_check']['why'])}" for p in failed)
+        raise located(out, f"{len(failed)} file{'s' if len(failed) > 1 else ''} failed the parity check and "
+                           f"{'were' if len(failed) > 1 else 'was'} removed ({why}); the others are written, every "
+                           f"report is in parity.json (--min-agreement 0 keeps a lossy quantization)")
 
 
 def file_report(path: Path, ops: list, ops_count: dict) -> dict:
@@ -285,7 +313,7 @@ def run(args, kind: str):
 
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
     histograms = read_json(out / "ops.json") if (out / "ops.json").is_file() else {}
-    calibration = None  # drawn once, on the first calibrated quantization
+    calibration, failed = None, []  # drawn once, on the first calibrated quantization; the files the gate removed
     for quantize, name in routes(args):
         start = time.time()
         if quantize == "onnx":
@@ -323,9 +351,6 @@ def run(args, kind: str):
                          else {}))
         if name in (tflite_name(quantize, lengths=True), tflite_name(quantize, lengths=True, fused=True)):
             report["lengths"] = length_report(model, head, path, task, tokenizer, args, same_labels)
-        reports[name] = report
-        write_json(out / "parity.json", reports)
-        write_json(out / "ops.json", histograms)
         print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): max abs diff "
               f"{report['max_abs_diff']:.2e}, agreement {agreement_cell(report)}, {score_cell(report)}")
         print("  ops: " + ", ".join(f"{k} {v}" for k, v in histograms[name].items()))
@@ -333,11 +358,17 @@ def run(args, kind: str):
             print("  " + length_line(report["lengths"], args.seq_len))
         if report["float_islands"]:
             print(f"  float islands: {islands_cell(report['float_islands'])}")
+        failed += gated(args, path, report, quantize)
+        reports[name] = report
+        write_json(out / "parity.json", reports)
+        write_json(out / "ops.json", histograms)
     if early is not None:
         reports[EARLY_EXIT_FILE] = export_early_exit(args, early, out, split.arrays)
+        failed += gated(args, out / EARLY_EXIT_FILE, reports[EARLY_EXIT_FILE], "none")
         write_json(out / "parity.json", reports)
     write_markdown(out, reports, histograms)
     write_card(args, out, head, reports)
+    refuse_failed(out, failed, reports)
 
 
 def write_card(args, out: Path, head: str, reports: dict) -> None:
@@ -358,7 +389,7 @@ def timing(out: Path, reports: dict) -> dict:
     from android_bench.models import CACHE, preset_path
 
     files = [name for name, r in reports.items() if name.endswith((".tflite", ".pte")) and (out / name).is_file()
-             and not ({"thresholds", "lengths", "pairs"} & set(r))]  # several signatures: timed by their reports
+             and passed(r) and not ({"thresholds", "lengths", "pairs"} & set(r))]  # several signatures: their reports
     if not files:
         return {}
     measured = measure([out / name for name in files], [1], runs=30, warmup=5)
@@ -429,6 +460,7 @@ def export_seq2seq(args, out: Path) -> None:
     beam_mine = decode_split(model, split, trained["max_len"], beam=beam) if beam > 1 else None
 
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
+    failed = []  # the files the parity gate removes once every one is made (the float one makes the others)
     with tempfile.TemporaryDirectory(prefix=".float-", dir=out) as scratch:  # the float file, where not asked for
         start = time.time()
         fp32 = convert_seq2seq(model, trained["max_len"], trained["max_len"],
@@ -460,7 +492,10 @@ def export_seq2seq(args, out: Path) -> None:
                       f"pairs, BLEU {b['scores']['file']['bleu']:.2f} against PyTorch's "
                       f"{b['scores']['pytorch']['bleu']:.2f}; host (1 thread): {b['host_ms']['per_sentence']:.1f} ms a "
                       f"sentence")
+            failed += gated(args, path, report, quantize)
+            write_json(out / "parity.json", reports)
     write_card(args, out, "seq2seq", reports)  # once, after every file
+    refuse_failed(out, failed, reports)
 
 
 def export_multitask(args, out: Path) -> None:
@@ -495,7 +530,7 @@ def export_multitask(args, out: Path) -> None:
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
     histograms = read_json(out / "ops.json") if (out / "ops.json").is_file() else {}
     files = multitask_files(args, model.tasks)
-    vocab = Path(args.model) / "vocab.txt"
+    vocab, failed = Path(args.model) / "vocab.txt", []
     for what, name in files:
         start = time.time()
         if what in model.tasks:
@@ -519,7 +554,10 @@ def export_multitask(args, out: Path) -> None:
         print(f"{path} ({reports[name]['size_bytes'] / 1e6:.1f} MB, {reports[name]['convert_seconds']:.0f} s)" +
               "".join(f"\n  {t}: max abs diff {r['max_abs_diff']:.2e}, agreement {agreement_cell(r)}, {score_cell(r)}"
                       for t, r in checks.items()))
+        failed += gated(args, path, reports[name], reports[name]["quantize"])
+        write_json(out / "parity.json", reports)
     write_card(args, out, "multitask", reports)
+    refuse_failed(out, failed, reports)
 
 
 if __name__ == "__main__":
