@@ -154,8 +154,8 @@ def gate_failures(report: dict, quantize: str, atol: float = PARITY_ATOL,
         if r.get("finite") is False:
             why.append(f"non-finite outputs{where}")
         if quantize in EXACT_ROUTES and r.get("max_abs_diff", 0) > atol:
-            why.append(f"max abs diff {r['max_abs_diff']:.2e} from PyTorch{where} (at most {atol:g}: --parity-atol)")
+            why.append(f"max abs diff {r['max_abs_diff']:.2e} from PyTorch{where} (at most {atol:g})")
         for key, name in SHARES.items():
             if key in r and r[key] < min_agreement:  # NaN (no spread to correlate) is not judged
-                why.append(f"{name} {r[key]:.4f} with PyTorch{where} (at least {min_agreement:g}: --min-agreement)")
+                why.append(f"{name} {r[key]:.4f} with PyTorch{where} (at least {min_agreement:g})")
     return why

@@ -36,7 +36,7 @@ from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry, located
 from mobilekd.export.graph import float_islands, read_graph
 from mobilekd.export.signatures import INPUT_NAMES
-from mobilekd.export.parity import run_tflite, xnnpack_undelegated
+from mobilekd.export.parity import gate_failures, run_tflite, xnnpack_undelegated
 from mobilekd.export.qat import convert_qat, freeze_ranges, int8_lookup_tables, prepare_qat, quantization
 from mobilekd.fileio import write_json
 from mobilekd.finetune.evaluation import fine_tuned_classifier, predict
@@ -205,7 +205,19 @@ def run(args, accelerator):
               "tflite_bytes": path.stat().st_size, "float_islands": float_islands(read_graph(path)),
               "xnnpack_undelegated": xnnpack_undelegated(path),
               "wall_seconds": round(time.time() - start, 1), "complete": True}
+    # the parity gate (export's): the file answers as its fake-quantized twin does, the model it was converted from
+    twin_scores = predicted(twin)
+    check = {"finite": bool(np.isfinite(exported).all()), **(
+        {"agreement": agreement["agreement_int8_fake_quant"]} if agreement else
+        {"score_correlation": float(np.corrcoef(int8_predictions, twin_scores)[0, 1])}
+        if np.std(int8_predictions) > 0 and np.std(twin_scores) > 0 else {})}
+    why = gate_failures(check, "int8")
+    result["parity_check"] = {"passed": not why, **({"why": why} if why else {})}
     write_json(out / "results.json", result)
+    if why:
+        path.unlink()
+        raise located(path, f"fails its parity check against the fake-quantized model ({'; '.join(why)}): removed; "
+                            f"the figures are in results.json")
     for kind in ("float", "fake_quant", "int8"):
         print(f"{kind}: " + ", ".join(f"{k} {v:.4f}" for k, v in result[f"metrics_{kind}"].items()))
     print(f"{path} ({result['tflite_bytes'] / 1e6:.1f} MB): " +
