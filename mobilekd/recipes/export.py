@@ -178,8 +178,8 @@ def refuse_failed(out: Path, failed: list[Path], reports: dict) -> None:
         why = "; ".join(f"{p.name}: {', '.join(reports[p.name]['parity_check']['why'])}" for p in failed)
         raise located(out, f"{len(failed)} file{'s' if len(failed) > 1 else ''} failed the parity check and "
                            f"{'were' if len(failed) > 1 else 'was'} removed: {why}; the others are written, every "
-                           f"report is in parity.json (--parity-atol and --min-agreement set the bars; --min-agreement 0 keeps a "
-                           f"lossy quantization)")
+                           f"report is in parity.json (--parity-atol and --min-agreement set the bars; "
+                           f"--min-agreement 0 keeps a lossy quantization)")
 
 
 def file_report(path: Path, ops: list, ops_count: dict) -> dict:
