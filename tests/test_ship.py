@@ -394,6 +394,9 @@ def test_a_search_on_two_workers_chooses_without_reading_dev(tmp_path):
     assert warned == (not above, not above)
     parity = json.loads((out / "student/tflite/parity.json").read_text())
     assert parity["model_none.tflite"]["agreement"] == 1.0
+    stages = json.loads((out / "final_seconds.json").read_text())  # the last stages' seconds, each as it ran
+    assert sorted(stages) == ["export", "student on dev, once", "teacher on dev, once"]
+    assert s["wall_seconds"]["final"] == round(sum(stages.values()), 1) and min(stages.values()) > 0
     assert (out / "frontier.png").stat().st_size > 10_000 and "validation" in (out / "student/README.md").read_text()
     assert optuna.trial.TrialState.PRUNED in {t.state for t in trials} or len(complete) == len(rows)
     store = out / "teacher" / "outputs" / "0123-features"  # as layer matching leaves one (this search has none)
@@ -571,6 +574,26 @@ def test_a_trial_an_interruption_stopped_does_not_count_toward_trials(tmp_path):
     assert states.count(optuna.trial.TrialState.COMPLETE) == 2 and search.finished(study) == 3
     rows = search.trial_rows(study, None)
     assert [r["trial"] for r in rows] == [1, 2, 3] and rows[0]["state"] == "fail"
+
+
+def test_the_search_wall_time_counts_the_time_a_trial_ran_not_the_idle_time_before_a_resume(tmp_path):
+    """Two workers' overlapping trials count once, and the hours between an interrupted search and its resume not
+    at all: the union of the finished trials' spans."""
+    import datetime
+
+    import optuna
+
+    from mobilekd.search import study as search
+
+    study, t0 = search.open_study(tmp_path, seed=0, reduction_factor=3), datetime.datetime(2026, 12, 6, 10)
+    for start, end, state in ((0, 100, "COMPLETE"), (50, 150, "PRUNED"), (60, 90, "FAIL"), (7200, 7300, "COMPLETE")):
+        study.add_trial(optuna.trial.FrozenTrial(
+            number=0, trial_id=0, state=optuna.trial.TrialState[state], value=0.5 if state == "COMPLETE" else None,
+            datetime_start=t0 + datetime.timedelta(seconds=start),
+            datetime_complete=t0 + datetime.timedelta(seconds=end), params={}, distributions={}, user_attrs={},
+            system_attrs={}, intermediate_values={}))
+    assert search.wall_seconds(study) == 150 + 100
+    assert search.ended(study) == (t0 + datetime.timedelta(seconds=7300)).timestamp()
 
 
 def test_a_search_resumes_across_edited_descriptions_and_added_families_but_not_an_edited_space():

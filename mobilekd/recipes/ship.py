@@ -547,6 +547,9 @@ def require_labelled_dev(task_name: str, data: Path, regression: bool) -> None:
                                                          "label the file and run the same command again")
 
 
+FINAL_SECONDS = "final_seconds.json"  # OUT's record of the last stages' seconds (`finish`)
+
+
 def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: list[str], seconds: float) -> None:
     """The chosen trial's model into OUT/student, dev scored once, exported with parity, card and summary."""
     from mobilekd.search import study as search
@@ -556,25 +559,37 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
     rows = search.trial_rows(study, chosen.number)
     student = out / "student"
     kept = student / "trial.json"
+    timed = out / FINAL_SECONDS  # each last stage's seconds as it ran: a resume's idle time is not counted
     if not (scored(student) and kept.is_file() and read_json(kept)["trial"] == chosen.number):
         if student.exists():  # half made, or another trial's (a search extended by --trials)
             shutil.rmtree(student)
+        if timed.is_file():  # the teacher's scoring stands; the student's stages are to run again
+            write_json(timed, {k: v for k, v in read_json(timed).items() if k.startswith("teacher")})
         take_chosen(Path(chosen.user_attrs["dir"]), student)
         write_json(kept, {"trial": chosen.number, "dir": chosen.user_attrs["dir"]})
     if not (scored(out / "teacher") and scored(student)):
         require_labelled_dev(args.task, data, args.regression)
+
+    def timed_stage(name: str, stage: list[str]) -> None:
+        begun = time.time()
+        run_stage(name, stage, out)
+        write_json(timed, {**(read_json(timed) if timed.is_file() else {}), name: round(time.time() - begun, 1)})
+
     for name, model in (("teacher", out / "teacher"), ("student", student)):  # every choice is made: dev, once
         if not scored(model):
-            run_stage(f"{name} on dev, once", ["finetune", *flags, "--model", str(model), "--eval-only",
-                                              "--out", str(model / "dev")], out)
+            timed_stage(f"{name} on dev, once", ["finetune", *flags, "--model", str(model), "--eval-only",
+                                                "--out", str(model / "dev")])
     bilstm = chosen.user_attrs.get("verb") == "bilstm"  # its app's file: TFLite's fused LSTM kernel
     export = ["export", "--model", str(student), "--quantize", *args.quantize, "--max-len", str(b["max_len"]),
               *(["--fused-lstm", "--fused-only"] if bilstm else []), "--parity-examples", "1000000", "--out",
               str(student / "tflite")]
     if not completed(student / "tflite", export[1:]):
-        run_stage("export", export, out)
-    # the scorings and the export: from the search's last trial to the export's end (any invocation's)
-    final = round((student / "tflite" / COMPLETE).stat().st_mtime - search.ended(study), 1)
+        timed_stage("export", export)
+    stages = read_json(timed) if timed.is_file() else {}
+    # the scorings and the export, as each ran; a run whose stages ran before they were timed: from the search's
+    # last trial to the export's end (any invocation's, so an idle time between them counts)
+    final = round(sum(stages.values()), 1) if len(stages) == 3 else round(
+        (student / "tflite" / COMPLETE).stat().st_mtime - search.ended(study), 1)
     s = summary(out, args.task, data, args.regression, teacher, b, chosen, rows, seconds, final, args.seed)
     if not args.keep_teacher_features:
         freed = drop_teacher_features(out / "teacher")

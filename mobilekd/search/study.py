@@ -293,11 +293,17 @@ def search(study: optuna.Study, objective: Objective, trials: int, timeout: floa
 
 
 def wall_seconds(study: optuna.Study) -> float:
-    """The search's wall time: from its first trial's start to its last one's end (every worker, every resume)."""
-    trials = study.get_trials(deepcopy=False, states=FINISHED)
-    if not trials:
-        return 0.0
-    return (max(t.datetime_complete for t in trials) - min(t.datetime_start for t in trials)).total_seconds()
+    """The search's wall time: the time at least one trial was running, every worker's and every resume's (the union
+    of the finished trials' start-to-end spans), so that the idle time between an interrupted search and its resume
+    is not counted."""
+    spans = sorted((t.datetime_start, t.datetime_complete) for t in study.get_trials(deepcopy=False, states=FINISHED))
+    total, end = 0.0, None
+    for start, stop in spans:
+        if end is None or start > end:  # a gap: no trial ran
+            total, end = total + (stop - start).total_seconds(), stop
+        elif stop > end:  # overlapping the one before (another worker's)
+            total, end = total + (stop - end).total_seconds(), stop
+    return total
 
 
 def ended(study: optuna.Study) -> float:
