@@ -130,8 +130,9 @@ logged() {  # name, then a command: its output (the converters are chatty) goes 
   local name=$1; shift
   "$@" > "$OUT/logs/$name.log" 2>&1 || { tail -5 "$OUT/logs/$name.log" >&2; echo "error: $name failed" >&2; exit 1; }
 }
-exported() {  # both files written and checked, and of the run this configuration ships
-  [ -f "$OUT/tflite/model_dynamic_int8.tflite" ] && [ "$(json_field "$OUT/tflite/parity.json" \
+exported() {  # both files written and checked (a file failing its parity check is removed), and of the run this
+  # configuration ships
+  [ -f "$OUT/tflite/model_none.tflite" ] && [ -f "$OUT/tflite/model_dynamic_int8.tflite" ] && [ "$(json_field "$OUT/tflite/parity.json" \
     "__import__('pathlib').Path(r['model_dynamic_int8.tflite']['model']).name" 2>/dev/null)" = "$SHIP" ]
 }
 if exported; then echo "done already"

@@ -183,6 +183,18 @@ def test_a_file_failing_its_parity_check_is_removed_and_the_export_fails(classif
     assert "--min-agreement 1.5: a share of examples, at most 1" in line and not (tmp_path / "x").exists()
 
 
+def test_the_parity_gate_judges_a_share_beyond_its_examples_sampling_noise():
+    """A quantized file agreeing with PyTorch on 4 of 5 examples is no verdict (its 95% upper bound is above 0.9);
+    on 800 of 1000 it is refused, as is a float file off by more than the tolerance or one with NaN outputs."""
+    from mobilekd.export.parity import gate_failures
+
+    assert gate_failures({"examples": 5, "agreement": 0.8, "finite": True, "max_abs_diff": 0.1}, "dynamic-int8") == []
+    why = gate_failures({"examples": 1000, "agreement": 0.8, "finite": True, "max_abs_diff": 0.1}, "dynamic-int8")
+    assert len(why) == 1 and why[0].startswith("prediction agreement 0.8000 with PyTorch on 1000 examples")
+    assert len(gate_failures({"examples": 1000, "agreement": 1.0, "finite": False, "max_abs_diff": 0.1}, "none")) == 2
+    assert gate_failures({"pairs": 12, "identical": 1.0, "beam_search": {"pairs": 12, "identical": 0.25}}, "none")
+
+
 def test_export_bad_input_is_one_line(classifier_dir, tmp_path, tokenizer):
     line = one_line_error(run_module("mobilekd.recipes.export", "--model", classifier_dir, "--max-len", 1024, "--out",
                                      tmp_path, check=False))

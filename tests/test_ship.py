@@ -594,6 +594,19 @@ def test_the_search_wall_time_counts_the_time_a_trial_ran_not_the_idle_time_befo
             system_attrs={}, intermediate_values={}))
     assert search.wall_seconds(study) == 150 + 100
     assert search.ended(study) == (t0 + datetime.timedelta(seconds=7300)).timestamp()
+    # a trial an interruption stopped, marked failed (`fail_stale`) when the search resumed a day later: it ran until
+    # the last change in its run folder
+    folder = tmp_path / "trials" / "0004"
+    folder.mkdir(parents=True)
+    (folder / "trial.log").write_text("killed")
+    os.utime(folder / "trial.log", ((t0 + datetime.timedelta(seconds=7400)).timestamp(),) * 2)
+    study.add_trial(optuna.trial.FrozenTrial(
+        number=0, trial_id=0, state=optuna.trial.TrialState.FAIL, value=None,
+        datetime_start=t0 + datetime.timedelta(seconds=7350), datetime_complete=t0 + datetime.timedelta(days=1),
+        params={}, distributions={}, user_attrs={search.INTERRUPTED: True, "dir": str(folder)}, system_attrs={},
+        intermediate_values={}))
+    assert search.wall_seconds(study) == 150 + 100 + 50
+    assert search.ended(study) == (t0 + datetime.timedelta(seconds=7400)).timestamp()
 
 
 def test_a_search_resumes_across_edited_descriptions_and_added_families_but_not_an_edited_space():

@@ -145,17 +145,33 @@ def gate_failures(report: dict, quantize: str, atol: float = PARITY_ATOL,
                   min_agreement: float = MIN_AGREEMENT) -> list[str]:
     """Why a file fails its parity check (none: it passes), from its report: non-finite outputs; a float32 route's
     (EXACT_ROUTES) largest output difference from PyTorch's above `atol`; any file's share of examples answered as
-    PyTorch answers them (SHARES) below `min_agreement`. Every check inside the report is held to it (each
-    signature, task, threshold). A check like Optimum's `validate_model_outputs` (optimum/exporters/onnx/
-    convert.py: an atol on every output), with a share of predictions for the quantized files an atol cannot
-    judge."""
+    PyTorch answers them (SHARES) below `min_agreement`, its 95% upper bound too (`upper_bound`). Every check inside
+    the report is held to it (each signature, task, threshold). A check like Optimum's `validate_model_outputs`
+    (optimum/exporters/onnx/convert.py: an atol on every output), with a share of predictions for the quantized
+    files an atol cannot judge."""
     why = []
     for where, r in _checks(report):
         if r.get("finite") is False:
             why.append(f"non-finite outputs{where}")
         if quantize in EXACT_ROUTES and r.get("max_abs_diff", 0) > atol:
             why.append(f"max abs diff {r['max_abs_diff']:.2e} from PyTorch{where} (at most {atol:g})")
+        n = r.get("examples", r.get("pairs"))
         for key, name in SHARES.items():
-            if key in r and r[key] < min_agreement:  # NaN (no spread to correlate) is not judged
-                why.append(f"{name} {r[key]:.4f} with PyTorch{where} (at least {min_agreement:g})")
+            if key in r and r[key] < min_agreement and upper_bound(r[key], n, key) < min_agreement:  # NaN: not judged
+                why.append(f"{name} {r[key]:.4f} with PyTorch{where} on {n} examples (at least {min_agreement:g}; "
+                           f"at most {upper_bound(r[key], n, key):.4f} at 95% confidence)")
     return why
+
+
+def upper_bound(share: float, n: int | None, key: str) -> float:
+    """The one-sided 95% upper confidence bound of a share measured on `n` examples, so that a file is refused only
+    where its agreement is below the bar beyond the examples' sampling noise (one flip among 3 examples is not a
+    verdict): Clopper-Pearson's exact bound (scipy.stats.binomtest), or for a correlation Fisher's z
+    (atanh(r) + 1.645 / sqrt(n - 3)). Without a count, the share itself."""
+    if not n:
+        return share
+    if key == "score_correlation":
+        return 1.0 if n <= 3 else float(np.tanh(np.arctanh(min(share, 1 - 1e-12)) + 1.645 / np.sqrt(n - 3)))
+    from scipy.stats import binomtest
+
+    return float(binomtest(round(share * n), n).proportion_ci(confidence_level=0.90, method="exact").high)

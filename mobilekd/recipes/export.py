@@ -48,6 +48,7 @@ inputs and runs the LSTM unrolled over --max-len.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 import time
 from pathlib import Path
@@ -155,7 +156,7 @@ def parity_task(args) -> tuple[str, Path, bool]:
 
 def gated(args, path: Path, report: dict, quantize: str) -> list[Path]:
     """The file's parity gate (`mobilekd.export.parity.gate_failures`, at --parity-atol and --min-agreement): its
-    verdict into `report` (`parity_check`); `[path]` where it fails (`refuse_failed` removes it once every file is
+    verdict into `report` (`parity_check`); `[path]` where it fails (`parity_gated` removes it once every file is
     done, so that no file PyTorch's model does not stand behind is left for an app)."""
     why = gate_failures(report, quantize, args.parity_atol, args.min_agreement)
     report["parity_check"] = {"passed": not why, "atol": args.parity_atol, "min_agreement": args.min_agreement,
@@ -169,11 +170,18 @@ def passed(report: dict) -> bool:
     return (report.get("parity_check") or {}).get("passed", True)
 
 
-def refuse_failed(out: Path, failed: list[Path], reports: dict) -> None:
-    """End a run whose files failed their parity check: each removed, then one line naming them and why; the
-    other files stay, every report in OUT/parity.json."""
-    for path in failed:
-        path.unlink(missing_ok=True)
+@contextlib.contextmanager
+def parity_gated(out: Path, reports: dict):
+    """The files the parity gate failed (`gated` adds them to the list this yields) are removed when the block ends,
+    however it ends (not before: a later file may be made from one, as the quantized seq2seq files from the float
+    one); where it ended well, the run is then refused in one line naming them and why. The other files stay,
+    every report in OUT/parity.json."""
+    failed: list[Path] = []
+    try:
+        yield failed
+    finally:
+        for path in failed:
+            path.unlink(missing_ok=True)
     if failed:
         why = "; ".join(f"{p.name}: {', '.join(reports[p.name]['parity_check']['why'])}" for p in failed)
         raise located(out, f"{len(failed)} file{'s' if len(failed) > 1 else ''} failed the parity check and "
@@ -314,62 +322,63 @@ def run(args, kind: str):
 
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
     histograms = read_json(out / "ops.json") if (out / "ops.json").is_file() else {}
-    calibration, failed = None, []  # drawn once, on the first calibrated quantization; the files the gate removed
-    for quantize, name in routes(args):
-        start = time.time()
-        if quantize == "onnx":
-            from mobilekd.export.onnx import export_onnx, onnx_ops, run_onnx
-            path = export_onnx(model, head, args.seq_len, out / name)
-            ops, histograms[name], runner = [], onnx_ops(path), run_onnx
-        elif quantize == "executorch":
-            from mobilekd.export.executorch import convert_pte, run_pte
-            path, fallback, attention = convert_pte(model, head, args.seq_len, out / name)
-            ops, histograms[name], runner = [], fallback, run_pte  # its histogram: the ops XNNPACK leaves
-        else:
-            if quantize == "onnx2tf":
-                from mobilekd.export.onnx2tf import convert_onnx2tf
-                path = convert_onnx2tf(out / "model.onnx", out / name, args.onnx2tf)
-            elif name.endswith("_fused.tflite"):
-                from mobilekd.export.fused_lstm import convert_fused
-                lengths = tuple(sorted(args.lengths)) if name == tflite_name(quantize, lengths=True, fused=True) else ()
-                path = convert_fused(model, args.seq_len, out / name, quantize, metadata, lengths)
+    with parity_gated(out, reports) as failed:
+        calibration = None  # drawn once, on the first calibrated quantization
+        for quantize, name in routes(args):
+            start = time.time()
+            if quantize == "onnx":
+                from mobilekd.export.onnx import export_onnx, onnx_ops, run_onnx
+                path = export_onnx(model, head, args.seq_len, out / name)
+                ops, histograms[name], runner = [], onnx_ops(path), run_onnx
+            elif quantize == "executorch":
+                from mobilekd.export.executorch import convert_pte, run_pte
+                path, fallback, attention = convert_pte(model, head, args.seq_len, out / name)
+                ops, histograms[name], runner = [], fallback, run_pte  # its histogram: the ops XNNPACK leaves
             else:
-                if quantize in CALIBRATED and calibration is None:
-                    calibration = calibration_inputs(args, task, data, tokenizer)
-                lengths = tuple(sorted(args.lengths)) if name == tflite_name(quantize, lengths=True) else ()
-                signatures = [DEFAULT_SIGNATURE, *map(length_signature, lengths)]
-                path = convert(model, head, args.seq_len, out / name, quantize,
-                               {k: calibration[k] for k in signatures} if quantize in CALIBRATED else None,
-                               metadata, lengths)
-            ops = read_graph(path)
-            histograms[name], runner = op_histogram(ops), run_tflite
-        seconds = round(time.time() - start, 1)
-        report = parity_report(model, head, lambda arrays: runner(path, arrays), split.arrays, labels)
-        report.update(file_report(path, ops, histograms[name]), quantize=quantize, seq_len=args.seq_len,
-                      convert_seconds=seconds, model=str(args.model),
-                      metadata=metadata is not None and quantize in QUANTIZATIONS,
-                      **({"xnnpack_undelegated": fallback, "attention": attention} if quantize == "executorch"
-                         else {}))
-        if name in (tflite_name(quantize, lengths=True), tflite_name(quantize, lengths=True, fused=True)):
-            report["lengths"] = length_report(model, head, path, task, tokenizer, args, same_labels)
-        print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): max abs diff "
-              f"{report['max_abs_diff']:.2e}, agreement {agreement_cell(report)}, {score_cell(report)}")
-        print("  ops: " + ", ".join(f"{k} {v}" for k, v in histograms[name].items()))
-        if "lengths" in report:
-            print("  " + length_line(report["lengths"], args.seq_len))
-        if report["float_islands"]:
-            print(f"  float islands: {islands_cell(report['float_islands'])}")
-        failed += gated(args, path, report, quantize)
-        reports[name] = report
-        write_json(out / "parity.json", reports)
-        write_json(out / "ops.json", histograms)
-    if early is not None:
-        reports[EARLY_EXIT_FILE] = export_early_exit(args, early, out, split.arrays)
-        failed += gated(args, out / EARLY_EXIT_FILE, reports[EARLY_EXIT_FILE], "none")
-        write_json(out / "parity.json", reports)
-    write_markdown(out, reports, histograms)
-    write_card(args, out, head, reports)
-    refuse_failed(out, failed, reports)
+                if quantize == "onnx2tf":
+                    from mobilekd.export.onnx2tf import convert_onnx2tf
+                    path = convert_onnx2tf(out / "model.onnx", out / name, args.onnx2tf)
+                elif name.endswith("_fused.tflite"):
+                    from mobilekd.export.fused_lstm import convert_fused
+                    both = name == tflite_name(quantize, lengths=True, fused=True)
+                    lengths = tuple(sorted(args.lengths)) if both else ()
+                    path = convert_fused(model, args.seq_len, out / name, quantize, metadata, lengths)
+                else:
+                    if quantize in CALIBRATED and calibration is None:
+                        calibration = calibration_inputs(args, task, data, tokenizer)
+                    lengths = tuple(sorted(args.lengths)) if name == tflite_name(quantize, lengths=True) else ()
+                    signatures = [DEFAULT_SIGNATURE, *map(length_signature, lengths)]
+                    path = convert(model, head, args.seq_len, out / name, quantize,
+                                   {k: calibration[k] for k in signatures} if quantize in CALIBRATED else None,
+                                   metadata, lengths)
+                ops = read_graph(path)
+                histograms[name], runner = op_histogram(ops), run_tflite
+            seconds = round(time.time() - start, 1)
+            report = parity_report(model, head, lambda arrays: runner(path, arrays), split.arrays, labels)
+            report.update(file_report(path, ops, histograms[name]), quantize=quantize, seq_len=args.seq_len,
+                          convert_seconds=seconds, model=str(args.model),
+                          metadata=metadata is not None and quantize in QUANTIZATIONS,
+                          **({"xnnpack_undelegated": fallback, "attention": attention} if quantize == "executorch"
+                             else {}))
+            if name in (tflite_name(quantize, lengths=True), tflite_name(quantize, lengths=True, fused=True)):
+                report["lengths"] = length_report(model, head, path, task, tokenizer, args, same_labels)
+            print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): max abs diff "
+                  f"{report['max_abs_diff']:.2e}, agreement {agreement_cell(report)}, {score_cell(report)}")
+            print("  ops: " + ", ".join(f"{k} {v}" for k, v in histograms[name].items()))
+            if "lengths" in report:
+                print("  " + length_line(report["lengths"], args.seq_len))
+            if report["float_islands"]:
+                print(f"  float islands: {islands_cell(report['float_islands'])}")
+            failed += gated(args, path, report, quantize)
+            reports[name] = report
+            write_json(out / "parity.json", reports)
+            write_json(out / "ops.json", histograms)
+        if early is not None:
+            reports[EARLY_EXIT_FILE] = export_early_exit(args, early, out, split.arrays)
+            failed += gated(args, out / EARLY_EXIT_FILE, reports[EARLY_EXIT_FILE], "none")
+            write_json(out / "parity.json", reports)
+        write_markdown(out, reports, histograms)
+        write_card(args, out, head, reports)
 
 
 def write_card(args, out: Path, head: str, reports: dict) -> None:
@@ -461,42 +470,44 @@ def export_seq2seq(args, out: Path) -> None:
     beam_mine = decode_split(model, split, trained["max_len"], beam=beam) if beam > 1 else None
 
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
-    failed = []  # the files the parity gate removes once every one is made (the float one makes the others)
-    with tempfile.TemporaryDirectory(prefix=".float-", dir=out) as scratch:  # the float file, where not asked for
-        start = time.time()
-        fp32 = convert_seq2seq(model, trained["max_len"], trained["max_len"],
-                               (out if "none" in args.quantize else Path(scratch)) / SEQ2SEQ_FILE)
-        float_seconds = time.time() - start
-        for quantize in args.quantize:
+    with parity_gated(out, reports) as failed:  # removed once every file is made (the float one makes the others)
+        with tempfile.TemporaryDirectory(prefix=".float-", dir=out) as scratch:  # the float file, where not asked for
             start = time.time()
-            path = fp32 if quantize == "none" else quantized_copy(fp32, out / seq2seq_file(quantize), quantize)
-            seconds = round(float_seconds + time.time() - start, 1)
-            ops = read_graph(path, 0) + read_graph(path, 1)  # both signatures' (XNNPACK's check: the first's)
-            parity, outputs = seq2seq_parity(model, path, split, mine=mine)
-            reports[path.name] = report = {**file_report(path, ops, op_histogram(ops)), **parity,
-                                           "scores": {"file": scored(outputs), "pytorch": pytorch},
-                                           "convert_seconds": seconds, "model": str(args.model), "quantize": quantize,
-                                           "host": identity()}  # the machine host_ms were measured on
-            if beam_mine is not None:
-                found, outputs, _ = beam_parity(model, path, split, beam, mine=beam_mine)
-                report["beam_search"] = {**found, "scores": {"file": scored(outputs), "pytorch": scored(beam_mine)}}
-            write_json(out / "parity.json", reports)
-            ms, bleu = report["host_ms"], report["scores"]
-            print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): greedy output identical to "
-                  f"PyTorch's for {report['identical']:.4f} of {report['pairs']} dev pairs, BLEU "
-                  f"{bleu['file']['bleu']:.2f} against PyTorch's {bleu['pytorch']['bleu']:.2f}; host (1 thread): "
-                  f"encode {ms['encode']:.2f} ms, {ms['per_token']:.2f} ms a token, {ms['per_sentence']:.1f} ms a "
-                  f"sentence")
-            if "beam_search" in report:
-                b = report["beam_search"]
-                print(f"  beam {b['beam']}: output identical to PyTorch's for {b['identical']:.4f} of {b['pairs']} dev "
-                      f"pairs, BLEU {b['scores']['file']['bleu']:.2f} against PyTorch's "
-                      f"{b['scores']['pytorch']['bleu']:.2f}; host (1 thread): {b['host_ms']['per_sentence']:.1f} ms a "
+            fp32 = convert_seq2seq(model, trained["max_len"], trained["max_len"],
+                                   (out if "none" in args.quantize else Path(scratch)) / SEQ2SEQ_FILE)
+            float_seconds = time.time() - start
+            for quantize in args.quantize:
+                start = time.time()
+                path = fp32 if quantize == "none" else quantized_copy(fp32, out / seq2seq_file(quantize), quantize)
+                seconds = round(float_seconds + time.time() - start, 1)
+                ops = read_graph(path, 0) + read_graph(path, 1)  # both signatures' (XNNPACK's check: the first's)
+                parity, outputs = seq2seq_parity(model, path, split, mine=mine)
+                reports[path.name] = report = {**file_report(path, ops, op_histogram(ops)), **parity,
+                                               "scores": {"file": scored(outputs), "pytorch": pytorch},
+                                               "convert_seconds": seconds, "model": str(args.model),
+                                               "quantize": quantize,
+                                               "host": identity()}  # the machine host_ms were measured on
+                if beam_mine is not None:
+                    found, outputs, _ = beam_parity(model, path, split, beam, mine=beam_mine)
+                    report["beam_search"] = {**found, "scores": {"file": scored(outputs), "pytorch": scored(beam_mine)}}
+                write_json(out / "parity.json", reports)
+                ms, bleu = report["host_ms"], report["scores"]
+                print(f"{path} ({report['size_bytes'] / 1e6:.1f} MB, {seconds:.0f} s): greedy output identical to "
+                      f"PyTorch's for {report['identical']:.4f} of {report['pairs']} dev pairs, BLEU "
+                      f"{bleu['file']['bleu']:.2f} against PyTorch's {bleu['pytorch']['bleu']:.2f}; host (1 thread): "
+                      f"encode {ms['encode']:.2f} ms, {ms['per_token']:.2f} ms a token, {ms['per_sentence']:.1f} ms a "
                       f"sentence")
-            failed += gated(args, path, report, quantize)
-            write_json(out / "parity.json", reports)
-    write_card(args, out, "seq2seq", reports)  # once, after every file
-    refuse_failed(out, failed, reports)
+                if "beam_search" in report:
+                    b = report["beam_search"]
+                    print(f"  beam {b['beam']}: output identical to PyTorch's for {b['identical']:.4f} of "
+                          f"{b['pairs']} dev "
+                          f"pairs, BLEU {b['scores']['file']['bleu']:.2f} against PyTorch's "
+                          f"{b['scores']['pytorch']['bleu']:.2f}; host (1 thread): "
+                          f"{b['host_ms']['per_sentence']:.1f} ms a "
+                          f"sentence")
+                failed += gated(args, path, report, quantize)
+                write_json(out / "parity.json", reports)
+        write_card(args, out, "seq2seq", reports)  # once, after every file
 
 
 def export_multitask(args, out: Path) -> None:
@@ -531,34 +542,35 @@ def export_multitask(args, out: Path) -> None:
     reports = read_json(out / "parity.json") if (out / "parity.json").is_file() else {}
     histograms = read_json(out / "ops.json") if (out / "ops.json").is_file() else {}
     files = multitask_files(args, model.tasks)
-    vocab, failed = Path(args.model) / "vocab.txt", []
-    for what, name in files:
-        start = time.time()
-        if what in model.tasks:
-            one = single_task(model, what)
-            regression = model.tasks[what].labels is None
-            path = convert(one, "classification", args.seq_len, out / name,
-                           metadata=None if args.no_metadata or regression or not vocab.is_file() else
-                           (vocab, list(one.config.id2label.values())))
-            checks = {what: parity_report(one, "classification", lambda arrays: run_tflite(path, arrays),
-                                          examples[what], examples[what].get("labels"))}
-        else:
-            path = convert_multitask(model, args.seq_len, out / name, what)
-            checks = multitask_parity(model, path, examples)
-        ops = read_graph(path)
-        histograms[name] = op_histogram(ops)
-        reports[name] = {**file_report(path, ops, histograms[name]), "tasks": checks, "quantize": "none" if
-                         what in model.tasks else what, "convert_seconds": round(time.time() - start, 1),
-                         "seq_len": args.seq_len, "model": str(args.model)}
-        write_json(out / "parity.json", reports)
-        write_json(out / "ops.json", histograms)
-        print(f"{path} ({reports[name]['size_bytes'] / 1e6:.1f} MB, {reports[name]['convert_seconds']:.0f} s)" +
-              "".join(f"\n  {t}: max abs diff {r['max_abs_diff']:.2e}, agreement {agreement_cell(r)}, {score_cell(r)}"
-                      for t, r in checks.items()))
-        failed += gated(args, path, reports[name], reports[name]["quantize"])
-        write_json(out / "parity.json", reports)
-    write_card(args, out, "multitask", reports)
-    refuse_failed(out, failed, reports)
+    vocab = Path(args.model) / "vocab.txt"
+    with parity_gated(out, reports) as failed:
+        for what, name in files:
+            start = time.time()
+            if what in model.tasks:
+                one = single_task(model, what)
+                regression = model.tasks[what].labels is None
+                path = convert(one, "classification", args.seq_len, out / name,
+                               metadata=None if args.no_metadata or regression or not vocab.is_file() else
+                               (vocab, list(one.config.id2label.values())))
+                checks = {what: parity_report(one, "classification", lambda arrays: run_tflite(path, arrays),
+                                              examples[what], examples[what].get("labels"))}
+            else:
+                path = convert_multitask(model, args.seq_len, out / name, what)
+                checks = multitask_parity(model, path, examples)
+            ops = read_graph(path)
+            histograms[name] = op_histogram(ops)
+            reports[name] = {**file_report(path, ops, histograms[name]), "tasks": checks, "quantize": "none" if
+                             what in model.tasks else what, "convert_seconds": round(time.time() - start, 1),
+                             "seq_len": args.seq_len, "model": str(args.model)}
+            write_json(out / "parity.json", reports)
+            write_json(out / "ops.json", histograms)
+            print(f"{path} ({reports[name]['size_bytes'] / 1e6:.1f} MB, {reports[name]['convert_seconds']:.0f} s)" +
+                  "".join(f"\n  {t}: max abs diff {r['max_abs_diff']:.2e}, agreement {agreement_cell(r)}, "
+                          f"{score_cell(r)}"
+                          for t, r in checks.items()))
+            failed += gated(args, path, reports[name], reports[name]["quantize"])
+            write_json(out / "parity.json", reports)
+        write_card(args, out, "multitask", reports)
 
 
 if __name__ == "__main__":

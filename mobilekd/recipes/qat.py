@@ -212,8 +212,8 @@ def run(args, accelerator):
         {"score_correlation": float(np.corrcoef(int8_predictions, twin_scores)[0, 1])}
         if np.std(int8_predictions) > 0 and np.std(twin_scores) > 0 else {})}
     why = gate_failures(check, "int8")
-    result["parity_check"] = {"passed": not why, **({"why": why} if why else {})}
-    write_json(out / "results.json", result)
+    result.update(parity_check={"passed": not why, **({"why": why} if why else {})}, complete=not why)
+    write_json(out / "results.json", result)  # a file refused leaves a run no one reads as finished
     if why:
         path.unlink()
         raise located(path, f"fails its parity check against the fake-quantized model ({'; '.join(why)}): removed; "

@@ -581,8 +581,8 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
                                                 "--out", str(model / "dev")])
     bilstm = chosen.user_attrs.get("verb") == "bilstm"  # its app's file: TFLite's fused LSTM kernel
     export = ["export", "--model", str(student), "--quantize", *args.quantize, "--max-len", str(b["max_len"]),
-              *(["--fused-lstm", "--fused-only"] if bilstm else []), "--parity-examples", "1000000", "--out",
-              str(student / "tflite")]
+              *(["--fused-lstm", "--fused-only"] if bilstm else []), "--parity-examples", "1000000",
+              "--min-agreement", str(args.min_agreement), "--out", str(student / "tflite")]
     if not completed(student / "tflite", export[1:]):
         timed_stage("export", export)
     stages = read_json(timed) if timed.is_file() else {}

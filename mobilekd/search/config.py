@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from mobilekd.data.glue import TASKS as GLUE_TASKS
 from mobilekd.errors import UserError
 from mobilekd.export.litert import QUANTIZATIONS
+from mobilekd.export.parity import MIN_AGREEMENT
 from mobilekd.finetune.teacher_features import BUDGET_GB as STORE_GB
 from mobilekd.search.space import CONFIG
 
@@ -56,6 +57,10 @@ class ShipConfig:
     quantize: list[str] = field(default_factory=lambda: ["none", "dynamic-int8"], metadata={
         "nargs": "+", "choices": list(QUANTIZATIONS), "help": "the .tflite forms to export",
         "default_help": "none dynamic-int8"})
+    min_agreement: float = field(default=MIN_AGREEMENT, metadata={
+        "min": 0.0, "help": "export's parity bar for the files: a file that answers as the student does on a smaller "
+                            "share of dev is removed and ship stops; 0 keeps a lossy quantization (--quantize int8 "
+                            "without QAT agrees on 79-85%%)"})
     keep_teacher_features: bool = field(default=False, metadata={
         "help": "keep the teacher's layer-feature stores the trials read (OUT/teacher/outputs/*-features, up to "
                 "--teacher-store-gb each; by default removed once the student is exported)"})

@@ -31,6 +31,7 @@ successive halving.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -296,7 +297,7 @@ def wall_seconds(study: optuna.Study) -> float:
     """The search's wall time: the time at least one trial was running, every worker's and every resume's (the union
     of the finished trials' start-to-end spans), so that the idle time between an interrupted search and its resume
     is not counted."""
-    spans = sorted((t.datetime_start, t.datetime_complete) for t in study.get_trials(deepcopy=False, states=FINISHED))
+    spans = sorted(filter(None, map(_span, study.get_trials(deepcopy=False, states=FINISHED))))
     total, end = 0.0, None
     for start, stop in spans:
         if end is None or start > end:  # a gap: no trial ran
@@ -306,9 +307,22 @@ def wall_seconds(study: optuna.Study) -> float:
     return total
 
 
+def _span(trial: optuna.trial.FrozenTrial):
+    """When a finished trial ran: its start to its end; for one an interruption stopped (`fail_stale` ends it when
+    the search resumes, hours later perhaps), to the last change in its run folder, or None where it has none."""
+    if not trial.user_attrs.get(INTERRUPTED):
+        return trial.datetime_start, trial.datetime_complete
+    folder = Path(trial.user_attrs.get("dir", ""))
+    changed = [p.stat().st_mtime for p in folder.rglob("*")] if trial.user_attrs.get("dir") and folder.is_dir() else []
+    if not changed:
+        return None
+    last = datetime.datetime.fromtimestamp(max(changed), tz=trial.datetime_start.tzinfo)
+    return trial.datetime_start, max(trial.datetime_start, last)
+
+
 def ended(study: optuna.Study) -> float:
-    """When the search's last trial ended (seconds since the epoch)."""
-    return max(t.datetime_complete for t in study.get_trials(deepcopy=False, states=FINISHED)).timestamp()
+    """When the search's last trial ended (seconds since the epoch; an interrupted one, `_span`)."""
+    return max(span[1] for span in map(_span, study.get_trials(deepcopy=False, states=FINISHED)) if span).timestamp()
 
 
 def chosen_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
