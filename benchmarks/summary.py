@@ -14,10 +14,9 @@ import statistics
 import sys
 
 from benchmarks.demo import shipped
-from benchmarks.early_exit import fastest_within
 from benchmarks.int8 import students
 from benchmarks.pages import write_pages
-from benchmarks.stats import mean_std_cell, metric_rank, values
+from benchmarks.stats import mean_std_cell, metric_rank, values, within
 from mobilekd.errors import cli_entry
 from mobilekd.fileio import REPO_ROOT, read_json
 
@@ -221,6 +220,23 @@ def family() -> list[str]:
             f"family`) | {'; '.join(cells)} | "
             f"teacher: {'; '.join(teacher)} | [quality](docs/quality_runs.md#the-source-documents-family-at-these-budgets) |"
             ] if cells else []
+
+
+def fastest_within(results: list[dict], task: str, metric: str, bound: float = 0.01):
+    """The fastest threshold whose seed-paired change from the full model (threshold 0) is within ±`bound`
+    (`stats.within`), as (threshold, its measured speed-ups, its changes), or None: the retired
+    benchmarks.early_exit's goal, read from its rows (docs/retired.md)."""
+    best = None
+    for threshold in sorted({r["threshold"] for r in results if r["task"] == task}):
+        mine = [r for r in results if (r["task"], r["metric"], r["threshold"]) == (task, metric, threshold)]
+        full = {r["seed"]: r["value"] for r in results if (r["task"], r["metric"], r["threshold"]) == (task, metric,
+                                                                                                      0.0)}
+        change = [r["value"] - full[r["seed"]] for r in mine if r["seed"] in full]
+        speed = [r["full_host_ms"] / r["host_ms"] for r in mine]
+        if change and within(change, bound) == "holds" and (best is None or statistics.mean(speed) >
+                                                             statistics.mean(best[1])):
+            best = (threshold, speed, change)
+    return best
 
 
 def early_exit() -> list[str]:
