@@ -87,8 +87,8 @@ def teacher_dir(out: Path, stages: Path, task: str, seed: int = 0) -> Path:
 
 def teacher_job(out: Path, stages: Path, task: str, seed: int = 0) -> Job:
     """The teacher of `task` fine-tuned from the adapted teacher with `seed`: issue 13's run (and flags) for the
-    tasks it has, NEW_TEACHERS' flags for the others. Seed 0's serves every student here; benchmarks.multitask
-    makes ensembles of seeds 0-2."""
+    tasks it has, NEW_TEACHERS' flags for the others. Seed 0's serves every student here; the retired
+    benchmarks.multitask made ensembles of seeds 0-2 (docs/retired.md)."""
     name = f"{task}/teacher" + (f"/{seed}" if seed else "")
     if task not in NEW_TEACHERS:  # teacher_value's own job, in its directory under `stages`
         job = next(j for j in teacher_value.jobs(stages, [task], [seed]) if j.name == f"{task}/teacher/{seed}")

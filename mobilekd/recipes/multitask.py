@@ -181,7 +181,7 @@ def run(args, accelerator):
             "regression_kd": c.regression_kd if teachers else None, "wall_seconds": round(time.time() - start, 1)})
 
     summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume, on_eval=on_eval)
-    # complete last, with the training summaries (the CPU, or GPU, it trained on: benchmarks.multitask's rows)
+    # complete last, with the training summaries (the CPU, or GPU, it trained on: docs/results/multitask.json's rows)
     write_json(out / "results.json", {**read_json(out / "results.json"), "training": summaries, "complete": True})
     print(f"model in {out}")
 
