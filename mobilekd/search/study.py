@@ -313,7 +313,10 @@ def _span(trial: optuna.trial.FrozenTrial):
     if not trial.user_attrs.get(INTERRUPTED):
         return trial.datetime_start, trial.datetime_complete
     folder = Path(trial.user_attrs.get("dir", ""))
-    changed = [p.stat().st_mtime for p in folder.rglob("*")] if trial.user_attrs.get("dir") and folder.is_dir() else []
+    try:
+        changed = [p.stat().st_mtime for p in folder.rglob("*")] if trial.user_attrs.get("dir") else []
+    except OSError:  # a file gone while read: its folder's own time
+        changed = [folder.stat().st_mtime] if folder.is_dir() else []
     if not changed:
         return None
     last = datetime.datetime.fromtimestamp(max(changed), tz=trial.datetime_start.tzinfo)
