@@ -177,6 +177,7 @@ def test_a_file_failing_its_parity_check_is_removed_and_the_export_fails(classif
     assert reports["model_none.tflite"]["parity_check"]["passed"] is False
     assert reports["model_fp16.tflite"]["parity_check"] == {"passed": True, "atol": 1e-12, "min_agreement": 0.9}
     assert "| model_none.tflite (removed: max abs diff" in (tmp_path / "README.md").read_text()
+    assert "| model_none.tflite (removed: failed the parity check) |" in (tmp_path / "report.md").read_text()
     assert not completed(tmp_path, [str(a) for a in argv])
     line = one_line_error(run_module("mobilekd.recipes.export", "--model", classifier_dir, "--min-agreement", 1.5,
                                      "--out", tmp_path / "x", check=False))

@@ -219,7 +219,8 @@ def write_markdown(out: Path, reports: dict, histograms: dict) -> None:
              "dev score (PyTorch) | finite |", "|---|---|---|---|---|---|---|---|---|"]
     plain = {name: r for name, r in reports.items() if "thresholds" not in r}
     for name, r in plain.items():
-        lines.append(f"| {name} | {r['size_bytes'] / 1e6:.1f} | {r['convert_seconds']} | {r['op_count']} | "
+        shown = name if passed(r) else f"{name} (removed: failed the parity check)"
+        lines.append(f"| {shown} | {r['size_bytes'] / 1e6:.1f} | {r['convert_seconds']} | {r['op_count']} | "
                      f"{islands_cell(r.get('float_islands'))} | {r['max_abs_diff']:.2e} | {agreement_cell(r)} | "
                      f"{score_cell(r)} | {r['finite'] and not r['nonfinite_constants']} |")
     aware = [f"- {name}, {length_line(r['lengths'], r['seq_len'])}" for name, r in plain.items() if "lengths" in r]
