@@ -70,7 +70,7 @@ def test_teacher_value_and_the_demo_take_their_settings_from_configs_demo_json(c
     teacher = plan[2].argv  # the teacher's own flags (teacher-tasks) after the task's, so its epochs win
     assert teacher[-len(tv.TEACHER_TASKS["sst2"]):] == tv.TEACHER_TASKS["sst2"]
     subset = plan[-1].argv  # taught by its seed's teacher; the subset's flags last, so its epochs and rate win
-    # benchmarks.methods (and multitask) share teacher_value's SST-2 teachers: the same directory, the same flags
+    # benchmarks.methods shares teacher_value's SST-2 teachers: the same directory, the same flags
     from benchmarks import methods
 
     def kept(argv):  # the values argparse keeps: each flag's last
