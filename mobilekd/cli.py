@@ -11,6 +11,7 @@ recipe module itself (e.g. `accelerate launch -m mobilekd.recipes.distill ...`).
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 # verb -> (recipe module, function, what it does)
@@ -21,7 +22,8 @@ VERBS = {
     "train-teacher": ("train_teacher", "main", "pre-train the IB-BERT teacher (MLM + NSP)"),
     "distill": ("distill", "main", "distill a teacher into a MobileBERT student (AKT / JKT / PKT)"),
     "finetune": ("finetune", "main", "fine-tune and evaluate on GLUE, SQuAD or your own data"),
-    "ship": ("ship", "main", "your BERT and your CSV to a .tflite: teacher, student of its layers, distillation"),
+    "ship": ("ship", "main", "your BERT and your CSV to a .tflite: the teacher fine-tuned, the most accurate student "
+                             "within a Pixel latency budget searched on a split of train, exported and checked"),
     "fastbert": ("fastbert", "main", "self-distil early-exit branches into a fine-tuned classifier (FastBERT)"),
     "bilstm": ("bilstm", "main", "distil a fine-tuned teacher into a BiLSTM over a transfer set (Tang et al.)"),
     "cmlm": ("cmlm", "main", "fine-tune a BERT teacher as a conditional masked LM on (source, target) pairs (C-MLM)"),
@@ -45,7 +47,14 @@ def usage() -> str:
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _dispatch(sys.argv[1:] if argv is None else list(argv))
+    except BrokenPipeError:  # its reader closed first (`mobilekd models | head`): no traceback, as Python's docs do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+
+
+def _dispatch(argv: list[str]):
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return

@@ -17,6 +17,10 @@
 # Independent stages share the two cores: SST-2 from scratch runs beside teacher pre-training, the teacher's
 # SST-2 fine-tuning (then the layer-subset student's) beside knowledge transfer; their logs go to OUT/logs/.
 set -euo pipefail
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+for arg in "$@"; do  # before set-up: --help on a fresh clone installs nothing
+  case "$arg" in -h|--help) usage; exit 0 ;; esac
+done
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$ROOT"
 OUT=runs/demo
@@ -31,7 +35,7 @@ while [ $# -gt 0 ]; do
     --scratch-teacher) SCRATCH_TEACHER=1 ;;
     --out) OUT="$2"; shift ;;
     --config) CONFIG="$2"; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift

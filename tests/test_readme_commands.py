@@ -75,6 +75,35 @@ def test_every_script_a_page_names_is_executable_in_git():
     assert "scripts/test.sh" in tests_calls and "bash scripts/test.sh" not in tests_calls  # CI runs it as printed
 
 
+def test_help_read_by_a_closed_pipe_ends_without_a_traceback():
+    """`mobilekd --help | head -1`: the reader gone before the listing is written (its pipe's read end closed
+    first, so the write always fails) ends in exit 1 and nothing on stderr, as a Unix tool does."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "mobilekd", "--help"], stdout=write, stderr=subprocess.PIPE,
+                              cwd=ROOT, env=env(), text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert proc.returncode == 1 and proc.stderr == "", proc.stderr
+
+
+def test_the_demo_prints_its_whole_help_before_any_set_up(tmp_path):
+    """`scripts/demo.sh --help` prints its comment block to the last line and sets nothing up: run from a copy of
+    the script beside no `.venv` and no setup.sh, it still answers."""
+    import shutil
+
+    (tmp_path / "scripts").mkdir()
+    demo = shutil.copy2(ROOT / "scripts/demo.sh", tmp_path / "scripts/demo.sh")
+    proc = subprocess.run([demo, "--help"], capture_output=True, text=True, timeout=60, env=env())
+    assert proc.returncode == 0, proc.stderr
+    header = [line for line in (ROOT / "scripts/demo.sh").read_text().splitlines()[1:40] if line.startswith("#")]
+    assert proc.stdout.splitlines()[-1] == header[-1].removeprefix("# ")  # the block's last line, not cut short
+    assert "scripts/demo.sh [--force]" in proc.stdout and not (tmp_path / ".venv").exists()
+
+
 def test_every_module_a_page_names_answers_help():
     """One interpreter runs every `--help` (each as `python -m` would: run as __main__, its argv set)."""
     named = sorted({m for _, line in commands() for m in MODULE.findall(line)})
