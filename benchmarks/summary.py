@@ -14,7 +14,6 @@ import statistics
 import sys
 
 from benchmarks.demo import shipped
-from benchmarks.int8 import students
 from benchmarks.pages import write_pages
 from benchmarks.stats import mean_std_cell, metric_rank, values, within
 from mobilekd.errors import cli_entry
@@ -322,10 +321,10 @@ def cmlm() -> list[str]:
 def int8() -> list[str]:
     """The demo student as a QAT full-integer file on SST-2 against fp32 (its PyTorch models' score over the seeds,
     seed 0's file's size): the rows of the newest student
-    benchmarks.int8 measured (one with a recorded digest before the earlier rows without), the attention form
+    benchmarks.int8 (retired) measured (one with a recorded digest before the earlier rows without), the attention form
     XNNPACK takes (qat-int8-sym) where measured, else the asymmetric one."""
     rows = [r for r in _rows("int8") if r.get("model") == "student" and r["task"] == "sst2"]
-    digests = [d for _, d in students(rows)]
+    digests = list(dict.fromkeys(r.get("student_digest") for r in rows))  # the students measured, in order
     if not digests:
         return []
     digest = next((d for d in reversed(digests) if d), None)

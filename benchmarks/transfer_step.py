@@ -83,7 +83,7 @@ def table(rows: list[dict]) -> str:
     """The step-time table: one line per ratio row, with the two times behind it."""
     if not rows:
         return ("no step-time rows yet (run python -m benchmarks.transfer_step / benchmarks.teacher_step / "
-                "benchmarks.teacher_pass / benchmarks.matching_step / benchmarks.seq2seq_step)\n")
+                "benchmarks.teacher_pass / benchmarks.matching_step)\n")
     cpus = sorted({f"{r['cpu']} [{r['host']}]" if r.get("host") else r["cpu"] for r in rows})
     lines = ["| benchmark | model | batch x seq | threads | step | A / B | A (ms) | B (ms) | ratio | reading |",
              "|---|---|---|---|---|---|---|---|---|---|"]

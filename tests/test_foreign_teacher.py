@@ -204,13 +204,38 @@ def test_teachers_of_other_labels_untrained_heads_or_fewer_positions_refused(tmp
     assert "--max-len 200 exceeds the teacher's 78 positions" in line
 
 
+def to_roberta(bert_dir, out) -> None:
+    """Copy a BERT sequence classifier (transformers' layout, as `mobilekd finetune` saves it) into
+    `RobertaForSequenceClassification`, the same function: encoder weights by name; RoBERTa's positions count from
+    padding id + 1 (transformers' `create_position_ids_from_input_ids`), so the position table gains one row in
+    front; BERT's pooler (dense + tanh) and classifier become RoBERTa's classification head
+    (`RobertaClassificationHead`: dense, tanh, out_proj on the first token). The test below checks the logits."""
+    bert = transformers.BertForSequenceClassification.from_pretrained(bert_dir, use_safetensors=True).eval()
+    c = bert.config
+    config = transformers.RobertaConfig(**{**c.to_dict(), "model_type": "roberta", "architectures": None,
+                                           "max_position_embeddings": c.max_position_embeddings + c.pad_token_id + 1})
+    roberta = transformers.RobertaForSequenceClassification(config).eval()
+    state = {k.replace("bert.", "roberta.", 1): v for k, v in bert.state_dict().items()
+             if k.startswith("bert.") and ".pooler." not in k}
+    pos = state["roberta.embeddings.position_embeddings.weight"]
+    state["roberta.embeddings.position_embeddings.weight"] = torch.cat([pos.new_zeros(c.pad_token_id + 1, pos.shape[1]),
+                                                                        pos])
+    state.update({"classifier.dense.weight": bert.bert.pooler.dense.weight,
+                  "classifier.dense.bias": bert.bert.pooler.dense.bias,
+                  "classifier.out_proj.weight": bert.classifier.weight,
+                  "classifier.out_proj.bias": bert.classifier.bias})
+    missing, unexpected = roberta.load_state_dict(state, strict=False)
+    assert not unexpected and not [k for k in missing if "position_ids" not in k], (missing, unexpected)
+    roberta.save_pretrained(out)
+    transformers.AutoTokenizer.from_pretrained(bert_dir).save_pretrained(out)
+
+
 def test_one_function_through_our_classes_and_through_transformers_gives_the_same_features(tmp_path, tokenizer,
                                                                                            sst2):
-    """A BERT classifier and its RoBERTa copy (benchmarks.foreign_layers.to_roberta: the same function in another
-    layout) read on SST-2's dev sentences: the copy, read as a foreign teacher (`ForeignEncoder`), gives the
+    """A BERT classifier and its RoBERTa copy (`to_roberta`: the same function in another layout) read on SST-2's
+    dev sentences: the copy, read as a foreign teacher (`ForeignEncoder`), gives the
     embedding output, every layer's output and attention probabilities that our own classes give for the BERT, and
     the same logits; so the foreign path's features mean what the matches take them to mean."""
-    from benchmarks.foreign_layers import to_roberta
     from mobilekd.data.tasks import INPUTS, encode_classification
     from mobilekd.finetune.evaluation import build_model
     from mobilekd.models.foreign import ForeignEncoder, load_foreign_teacher
@@ -222,7 +247,7 @@ def test_one_function_through_our_classes_and_through_transformers_gives_the_sam
     torch.manual_seed(0)
     transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "bert")
     tokenizer.save_pretrained(tmp_path / "bert")
-    assert to_roberta(tmp_path / "bert", tmp_path / "roberta") < 1e-4
+    to_roberta(tmp_path / "bert", tmp_path / "roberta")
     ours = build_model(tmp_path / "bert", sst2, "teacher").eval()
     foreign = load_foreign_teacher(tmp_path / "roberta", sst2, 32, layers=True)
     theirs = ForeignEncoder(foreign.model).eval()

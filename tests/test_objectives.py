@@ -117,7 +117,7 @@ LIBRARY = {
     "mobilekd": {"mobilekd"},  # the library below the recipes: itself only
     "android_bench": {"android_bench", "mobilekd"},
     "teacher_ib_bert": {"teacher_ib_bert", "mobilekd"},
-    # the comparisons share benchmarks.runner; benchmarks.int8 names the latency run's files and kernel families
+    # the comparisons share benchmarks.runner; some time files through android_bench
     "benchmarks": {"mobilekd", "teacher_ib_bert", "android_bench", "benchmarks"},
 }
 # the benchmarks sit on top of the programs they run: benchmarks.baselines reads finetune's own parser to draw the

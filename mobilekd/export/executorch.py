@@ -11,7 +11,7 @@ Attention is captured as written, softmax(q k^T / sqrt(d) + mask) v with 3-D bat
 (`mobilekd.models.blocks.explicit_attention`), not as torch's fused op: that op's exported decomposition brings
 boolean mask operators (eq, any, where, logical_not) that XNNPACK does not take, and a 4-D product an expand whose
 copy it does not take either; on two CoLA students the `.pte` took 2.20x LiteRT fp32's host time that way and 1.18x
-now (benchmarks.runtimes, its rows' `attention`). The operators XNNPACK does not take run on ExecuTorch's portable
+now (docs/results/runtimes.json, its rows' `attention`). The operators XNNPACK does not take run on ExecuTorch's portable
 kernels; `fallback_ops` counts them by name, as
 `get_delegation_info` (executorch/devtools/backend_debug/delegation_info.py) counts a lowered graph's call_function
 nodes outside `executorch_call_delegate`, without its pandas table (pandas is not among our dependencies).

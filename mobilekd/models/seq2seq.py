@@ -286,8 +286,8 @@ class Seq2SeqTransformer(nn.Module):
         (width, V), made once and made again when the table changes (its storage, device, dtype or in-place
         version; a write through `.data` or `set_` bumps no version and is not seen): PyTorch's matrix-vector
         product over the (V, width) table reads it about 5x slower than over its transpose (30,522 x 128, 1 thread,
-        timed side by side on `epyc-avx512bf16-2c-08167c`: 2.3-2.8 ms against 0.4-0.7 ms; `benchmarks.decoding` times
-        the output layer alone), and it was most of a cached step.
+        timed side by side on `epyc-avx512bf16-2c-08167c`: 2.3-2.8 ms against 0.4-0.7 ms; docs/seq2seq.md's
+        decoding table times the output layer alone), and it was most of a cached step.
         Several rows (batches, beams) take `logits`, as training and the exported graph do: a matrix product there
         runs as fast either way; so does a table made under `torch.inference_mode` (it keeps no version)."""
         table = self.embeddings.weight

@@ -87,8 +87,8 @@ class _NegLogProbs(torch.autograd.Function):
     made while it sits in cache; the gradient is written in the logits' own dtype, block by block. One pass over
     the whole (N, V) float32 copy, as autograd's graph of the same expression makes them (a cast, logsumexp, sum,
     gather, then five (N, V) tensors in backward and the cast back), runs at memory speed: over the teacher's
-    30,522 word pieces a bf16 `seq2seq_tiny` step at 32 pairs is 1.35x as fast in blocks as in one (`python -m
-    benchmarks.seq2seq_step`, docs/seq2seq.md), and in bf16 the values and gradients are the same to the bit
+    30,522 word pieces a bf16 `seq2seq_tiny` step at 32 pairs is 1.35x as fast in blocks as in one (docs/seq2seq.md's
+    step-time table), and in bf16 the values and gradients are the same to the bit
     (tests/test_seq2seq.py). Elsewhere (a GPU) one block. The logits are left as they were (backward works on a
     copy of each block)."""
 
@@ -128,7 +128,7 @@ def neg_log_probs(logits: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor
     log-partition alone: log p_v = z_v - logsumexp(z), computed in float32 (float64 kept). The seq2seq student's
     two losses read nothing else, so neither needs the (N, V) log-probabilities: over the teacher's 30,522 word
     pieces those (a log-softmax per loss, each kept for backward, and a gather's dense gradient each) took a quarter
-    of a C-MLM training step (docs/seq2seq.md, "The student"; `python -m benchmarks.seq2seq_step` times the blocks)."""
+    of a C-MLM training step (docs/seq2seq.md, "The student", whose step-time table times the blocks)."""
     return _NegLogProbs.apply(logits, ids.long())
 
 
