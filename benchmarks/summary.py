@@ -285,34 +285,34 @@ def multitask() -> list[str]:
 
 
 def cmlm() -> list[str]:
-    """C-MLM's student against the same student without distillation and copying, per task (BLEU of the recipe's
-    final decoding; copying has no decoding): the rows of `benchmarks.cmlm_validation` (every choice on validation;
-    its largest budget's final runs) where a task has them, else the rows of `benchmarks.cmlm` (its recipe picked on
-    dev), else those run on a lent GPU at that recipe (cmlm_h100.json); each task says which."""
-    from benchmarks.cmlm import TASKS, current, decoding, headline
-    from benchmarks.cmlm_validation import at_largest_budget, recipe_of
-
-    found = {}  # task -> (its rows, where they come from, its recipe)
-    for name, where in (("cmlm_validation", "chosen on validation"), ("cmlm", "recipe picked on dev"),
-                        ("cmlm_h100", "one H100, recipe picked on dev")):
-        rows = [r for r in _rows(name) if name == "cmlm_validation" or current(r)]
-        for t in TASKS:
-            mine = [r for r in rows if r["task"] == t]
-            if name == "cmlm_validation":  # the final runs at the largest budget declared, the student it ships
-                mine = at_largest_budget(mine)
-            recipe = recipe_of(mine, t) if name == "cmlm_validation" else TASKS[t]
-            if t not in found and recipe and values(mine, t, headline(t, recipe), "cmlm"):
-                found[t] = (mine, where, recipe)
-    tasks = [t for t in TASKS if t in found]
-    if not tasks:
+    """C-MLM's student against the same student without distillation and copying, per task, from the rows of the
+    retired benchmarks.cmlm_validation (every choice on validation, dev scored once): the final runs at the largest
+    budget (every pair before a subset) among those whose C-MLM students finished the most seeds, the student it
+    shipped (its `at_largest_budget`, at 19fc398); BLEU of their final decoding (greedy at beam 1); copying's BLEU."""
+    rows = _rows("cmlm_validation")
+    found = {}  # task -> (its rows, its students' beam)
+    for t in dict.fromkeys(r["task"] for r in rows if r["method"] == "cmlm"):
+        seeds = {}
+        for r in rows:
+            if r["task"] == t and r["method"] == "cmlm":
+                seeds.setdefault((r["train_pairs"], r["epochs"]), set()).add(r["seed"])
+        most = max(map(len, seeds.values()))
+        budget = max((b for b, done in seeds.items() if len(done) == most),
+                     key=lambda b: (b[0] is None, b[0] or 0, b[1]))
+        mine = [r for r in rows if r["task"] == t and (r["method"] == "copy" or r["method"] in ("cmlm", "ce")
+                                                        and (r["train_pairs"], r["epochs"]) == budget)]
+        found[t] = (mine, next(r["beam"] for r in mine if r["method"] == "cmlm"))
+    if not found:
         return []
 
     def cell(method):
-        return "; ".join(f"{t} " + mean_std_cell(values(found[t][0], t, "bleu" if method == "copy" else
-                                                        headline(t, found[t][2]), method), digits=2) for t in tasks)
+        return "; ".join(f"{t} " + mean_std_cell(values(mine, t, "bleu" if method == "copy" or beam > 1 else
+                                                        "bleu_greedy", method), digits=2)
+                         for t, (mine, beam) in found.items())
 
-    decodings = ", ".join(f"{t} {decoding(t, found[t][2])}, {found[t][1]}" for t in tasks)
-    params = next(r["params"] for t in tasks for r in found[t][0] if r["method"] == "cmlm" and r.get("params"))
+    decodings = ", ".join(f"{t} {f'beam {beam}' if beam > 1 else 'greedy'}, chosen on validation"
+                          for t, (_, beam) in found.items())
+    params = next(r["params"] for mine, _ in found.values() for r in mine if r["method"] == "cmlm" and r.get("params"))
     return [f"| BERT into a text generator (C-MLM), {params / 1e6:.1f}M encoder-decoder, dev BLEU ({decodings}) | "
             f"{cell('cmlm')} | cross-entropy alone {cell('ce')}; copying the source {cell('copy')} | "
             f"[seq2seq](docs/seq2seq.md) |"]
