@@ -7,8 +7,8 @@ fine-tuned with no task-agnostic step ("init") is the floor both must clear. See
     python -m benchmarks.minilm --table --write           # the table into docs/methods.md from the rows
 
 The teacher is the demo's: all-MiniLM-L6-v2 adapted (`train-teacher --init-from`), as benchmarks.ship uses.
-Task-agnostic steps as benchmarks.methods runs DistilBERT's (3 x 100 layer steps + 200 PD steps = 500 steps of
-32 sequences of 64 tokens on the shipped corpora; MiniLM's and DistilBERT's plans are one stage of all 500). Each
+Task-agnostic steps as the retired benchmarks.methods ran DistilBERT's (3 x 100 layer steps + 200 PD steps = 500
+steps of 32 sequences of 64 tokens on the shipped corpora; MiniLM's and DistilBERT's plans are one stage of all 500). Each
 student fine-tunes on the same 2,000 training examples (drawn once, seed 0) for 3 epochs at the students' learning
 rate, its step chosen on a validation split of those examples, dev scored once. Rows (docs/results/minilm.json):
 each fine-tuned run's dev and validation scores, each distillation's wall time with its host, and the paired
@@ -32,7 +32,7 @@ from mobilekd.fileio import REPO_ROOT, read_json
 
 TASKS = {"sst2": "64", "mrpc": "128"}  # --max-len per task
 STRATEGIES = ("minilm", "distilbert")
-GENERAL = ["--layer-steps", "100", "--pd-steps", "200"]  # 3 x 100 + 200 = 500 steps, as benchmarks.methods
+GENERAL = ["--layer-steps", "100", "--pd-steps", "200"]  # 3 x 100 + 200 = 500 steps, as benchmarks.methods did
 FINETUNE = ["--max-train-examples", "2000", "--subset-seed", "0", "--epochs", "3", "--select-on", "validation",
             "--lr", teacher_value.STUDENT_LR, "--threads", "1"]
 METHODS = ("init", *STRATEGIES)

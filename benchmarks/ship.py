@@ -48,7 +48,7 @@ from benchmarks.command import comparison, comparison_flags
 from benchmarks.pages import task_panels
 from benchmarks.rows import recorded_host
 from benchmarks.runner import Job
-from benchmarks.stats import mean_std_cell
+from benchmarks.stats import mean_std_cell, values
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, read_json, write_json
 
@@ -122,6 +122,10 @@ SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
                                                               "whole-scaled-linked")}
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
 QUALITY = "docs/results/quality.json"  # on the GLUE tasks, the students picked on dev (`dev_picked`)
+# on each GLUE task, the student the retired benchmarks.quality picked on the dev set it is scored on (its
+# `best_student` at 3f31fc1: the best dev mean, over the most seeds, within a third of the teacher's Pixel 4 estimate)
+DEV_PICKED = {"sst2": "tinybert-td-aug", "mrpc": "tinybert-td", "stsb": "subset2-narrow-kd-aug-wide-longer",
+              "cola": "tinybert-td-wide", "rte": "pkt-kd"}
 # each finished seed's dev predictions (ship's student, TF-IDF + LR) and labels, kept as data beside the results
 # file (ship.json -> ship_predictions.json): a later invocation, without an earlier one's run folders, still pools
 # every seed into the paired interval
@@ -369,17 +373,12 @@ def predictions(by_seed: dict[int, dict]) -> dict | None:
 
 
 def dev_picked(task: str, metric: str) -> list[float]:
-    """On a GLUE task, the dev scores of benchmarks.quality's student to ship (`best_student`: the best dev mean
-    among the students within a third of the teacher's Pixel 4 estimate, chosen on the dev set it is scored on): the
-    figure ship's honest score is measured against, the cost of honesty's other side; [] elsewhere."""
-    from benchmarks import quality
-
+    """On a GLUE task, the dev scores of the student benchmarks.quality picked on the dev set it is scored on
+    (DEV_PICKED): the figure ship's honest score is measured against, the cost of honesty's other side; [] elsewhere."""
     path = REPO_ROOT / QUALITY
-    if task not in GLUE or not path.is_file():
+    if task not in DEV_PICKED or not path.is_file():
         return []
-    results = read_json(path)
-    best = quality.best_student(results, task, metric)
-    return quality.values(results, task, metric, best) if best else []
+    return values(read_json(path), task, metric, DEV_PICKED[task])
 
 
 def table(results: list[dict]) -> str:
@@ -428,7 +427,8 @@ def table(results: list[dict]) -> str:
 
 def model_maker(results: list[dict]) -> str:
     """On SST-2, today's ship against MediaPipe Model Maker's average-word-embedding classifier (its rows in
-    docs/results/quality.json, `python -m benchmarks.model_maker`): issue 74 asks for at least 6 points above it."""
+    docs/results/quality.json, made by the retired `benchmarks.model_maker`): issue 74 asks for at least 6 points
+    above it."""
     ship = [r["value"] for r in current(results) if r["task"] == "sst2" and r["method"] == "ship"]
     path = REPO_ROOT / QUALITY
     maker = [r for r in (read_json(path) if path.is_file() else [])

@@ -107,7 +107,7 @@ def judged_cell(differences: list[float], above: float = 0.0) -> str:
     return f"{mean_std_cell(differences, signed=True)} {verdict(differences, above)}"
 
 
-BASELINES = ("tfidf", "majority")  # the rows benchmarks.baselines adds beside a fine-tuning benchmark's methods
+BASELINES = ("tfidf", "majority")  # the baseline rows beside a fine-tuning benchmark's methods
 
 
 def row_order(methods: list[str], tasks: list[str] | None = None):

@@ -135,16 +135,16 @@ def ship() -> list[str]:
 
 
 def quality() -> list[str]:
-    """Per task, the student on the full training set that benchmarks.quality's goals judge (`best_student`: within
-    a third of the teacher's Pixel 4 estimate, the issue's rule; of those measured over the most seeds, the best
-    mean), against the teacher and the baselines."""
-    from benchmarks.quality import best_student, teacher_pixel4
+    """Per task, the student on the full training set that the retired benchmarks.quality picked on dev
+    (`benchmarks.ship.DEV_PICKED`: the best dev mean within a third of the teacher's Pixel 4 estimate), against the
+    teacher and the baselines."""
+    from benchmarks.ship import DEV_PICKED
     rows = _rows("quality")
-    teacher_ms = teacher_pixel4(rows)
+    teacher_ms = next((r["pixel4_ms"] for r in rows if r["method"] == "teacher" and r.get("pixel4_ms")), None)
     cells, against = [], []
     for task in dict.fromkeys(r["task"] for r in rows):
         metric = _official(rows, task)
-        best = best_student(rows, task, metric)
+        best = DEV_PICKED.get(task)
         if best is None:
             continue
         cells.append(f"{task} {metric}: {best} {_cell(rows, task, metric, best)}")
@@ -198,20 +198,23 @@ def methods() -> list[str]:
             f"teacher: {'; '.join(teacher)} | [methods](docs/methods.md) |"]
 
 
+# per task where BERT-PKD's students ran on the full training set (the retired `benchmarks.quality --methods
+# family`), the run of that benchmark that stands for each method of the retired benchmarks.methods (its
+# `family_method` at 3f31fc1)
+FAMILY_RUNS = {t: {"ft": "bert3-ft", "kd": "bert3-kd", "pkd-skip": "bert3-pkd-skip", "pkd-last": "bert3-pkd-last",
+                   "distilbert": "distilbert-ft", "tinybert-aug": tinybert, **({"mobilebert": "pkt"} if t == "mrpc"
+                                                                               else {})}
+               for t, tinybert in (("mrpc", "tinybert-td"), ("stsb", "tinybert-td"), ("cola", "tinybert-td-wide"))}
+
+
 def family() -> list[str]:
-    """Per task where BERT-PKD's students ran on the full training set (benchmarks.quality --methods family), the
-    method of benchmarks.methods with the best mean there (`quality.family_method`: the run that stands for it),
-    against the teacher."""
-    from benchmarks import methods as family_benchmark
-    from benchmarks.quality import family_method
+    """Per task of FAMILY_RUNS, the method of the source documents' family with the best mean on the full training
+    set, against the teacher."""
     rows = _rows("quality")
     cells, teacher = [], []
-    for task in dict.fromkeys(r["task"] for r in rows):
+    for task, runs in FAMILY_RUNS.items():
         metric = _official(rows, task)
-        if not values(rows, task, metric, family_method(task, "ft")):
-            continue
-        ran = {m: run for m in family_benchmark.METHODS if (run := family_method(task, m))
-               and values(rows, task, metric, run)}
+        ran = {m: run for m, run in runs.items() if values(rows, task, metric, run)}
         best = max(ran, key=lambda m: statistics.mean(values(rows, task, metric, ran[m])))
         cells.append(f"{task} {metric}: {best} (`{ran[best]}`) {_cell(rows, task, metric, ran[best])}")
         teacher.append(f"{task} {_cell(rows, task, metric, 'teacher')}")

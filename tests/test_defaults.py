@@ -70,15 +70,6 @@ def test_teacher_value_and_the_demo_take_their_settings_from_configs_demo_json(c
     teacher = plan[2].argv  # the teacher's own flags (teacher-tasks) after the task's, so its epochs win
     assert teacher[-len(tv.TEACHER_TASKS["sst2"]):] == tv.TEACHER_TASKS["sst2"]
     subset = plan[-1].argv  # taught by its seed's teacher; the subset's flags last, so its epochs and rate win
-    # benchmarks.methods shares teacher_value's SST-2 teachers: the same directory, the same flags
-    from benchmarks import methods
-
-    def kept(argv):  # the values argparse keeps: each flag's last
-        return {f: argv[len(argv) - argv[::-1].index(f)] for f in ("--epochs", "--lr", "--max-len", "--seed",
-                                                                    "--max-train-examples")}
-    shared = methods.teacher_job(ROOT / "runs/m", ROOT / "runs/x", "sst2", 1)
-    assert shared.out == plan[2].out and kept(shared.argv) == kept(plan[2].argv) and shared.argv == plan[2].argv
-    assert kept(shared.argv)["--epochs"] == tv.TEACHER_TASKS["sst2"][-1]
     assert subset[subset.index("--teacher") + 1].endswith("sst2/teacher/seed1") and subset.count("--lr") == 1
     assert subset[-len(tv.FINETUNE_SUBSET):] == tv.FINETUNE_SUBSET
     # demo.sh reads the file and keeps no setting of its own: no flag with a number, no learning rate

@@ -120,8 +120,8 @@ LIBRARY = {
     # the comparisons share benchmarks.runner; some time files through android_bench
     "benchmarks": {"mobilekd", "teacher_ib_bert", "android_bench", "benchmarks"},
 }
-# the benchmarks sit on top of the programs they run: benchmarks.baselines reads finetune's own parser to draw the
-# examples a run trains on
+# the benchmarks sit on top of the programs they run: they read the recipes' own constants and parsers (ship's,
+# export's) rather than copy them
 MAY_IMPORT_PROGRAMS = ("benchmarks",)
 PROGRAMS = ("mobilekd.recipes", "mobilekd.cli", "mobilekd.__main__")
 OURS = {"mobilekd", "android_bench", "teacher_ib_bert", "benchmarks"}

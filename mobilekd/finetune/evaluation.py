@@ -103,7 +103,7 @@ class DevEvaluator:
     With `save_model=False` (evaluation only) it writes results and predictions but no copy of the weights;
     `save(model, out, tokenizer)` writes the model (default: `save_pretrained`). Every evaluation of a training run,
     best or not, is appended to OUT/history.json (step, the `extra` it was given, e.g. wall_seconds, and the
-    metrics): a run's score against its training time (benchmarks.quality's cost curves); an evaluation at a step
+    metrics): a run's score against its training time (docs/quality.md's cost curves); an evaluation at a step
     the history already passed (a run restarted from scratch in the same OUT) drops the entries from there on."""
 
     def __init__(self, task: Task, dev: dict, out: Path, tokenizer, save_model: bool = True, save=save_pretrained):
