@@ -57,13 +57,13 @@ def finetune_rows(run_dir: Path, metrics: dict | None = None, **identity) -> lis
 
 
 def baseline_rows(run_dir: Path, task: str, seed: int, metric: str) -> list[dict]:
-    """The TF-IDF + LR baseline a finished fine-tuning run fitted on its own training examples (its results.json
-    "baseline", `mobilekd.finetune.baseline`), as a row of method "tfidf" in `metric`; none where it has none."""
-    b = (finished_results(run_dir) or {}).get("baseline")
-    if not b:
-        return []
-    return [{"task": task, "method": "tfidf", "seed": seed, "metric": metric,
-             "value": round(b["metrics"][metric], 4), "train_examples": b["train_examples"]}]
+    """The TF-IDF + LR baseline and the majority class a finished fine-tuning run scored on its own training
+    examples (its results.json "baseline" and "majority", `mobilekd.finetune.baseline`), as rows of method "tfidf"
+    and "majority" in `metric`; none where it has none (a regression task has no majority row)."""
+    done = finished_results(run_dir) or {}
+    return [{"task": task, "method": method, "seed": seed, "metric": metric,
+             "value": round(b["metrics"][metric], 4), "train_examples": b["train_examples"]}
+            for method, b in (("tfidf", done.get("baseline")), ("majority", done.get("majority"))) if b]
 
 
 ROW_KEY = ("task", "method", "seed", "metric", "threshold", "model", "threads")

@@ -418,10 +418,9 @@ def table(results: list[dict]) -> str:
                      + (f"{mean_std_cell(before)}{cost} |" if before else "- |"))
     return "\n".join(lines) + ("\n\nship - TF-IDF: the difference in points with its paired 95% bootstrap interval "
                                "over dev examples and seeds (mobilekd/finetune/intervals.py); before: on the GLUE "
-                               "tasks, "
-                               "benchmarks.quality's student to ship (the best dev mean within the budget, chosen "
-                               "on the dev set it is scored on), then ship's mean minus it, in points (the cost of "
-                               "honesty); Pixel figures are ESTIMATES of a cost model.\n") + model_maker(results) + \
+                               "tasks, the student the retired benchmarks.quality picked (the best dev mean within "
+                               "the budget, chosen on the dev set it is scored on), then ship's mean minus it, in "
+                               "points (the cost of honesty); Pixel figures are ESTIMATES of a cost model.\n") + model_maker(results) + \
         draws(results) + spaces(results) + family_table(results) + starts_table(results)
 
 

@@ -218,10 +218,9 @@ def family() -> list[str]:
         best = max(ran, key=lambda m: statistics.mean(values(rows, task, metric, ran[m])))
         cells.append(f"{task} {metric}: {best} (`{ran[best]}`) {_cell(rows, task, metric, ran[best])}")
         teacher.append(f"{task} {_cell(rows, task, metric, 'teacher')}")
-    return [f"| best of benchmarks.methods' distillation methods per task, on the full training sets (`--methods "
-            f"family`) | {'; '.join(cells)} | "
-            f"teacher: {'; '.join(teacher)} | [quality](docs/quality_runs.md#the-source-documents-family-at-these-budgets) |"
-            ] if cells else []
+    return [f"| best of the source documents' distillation methods per task, on the full training sets (picked on "
+            f"dev) | {'; '.join(cells)} | teacher: {'; '.join(teacher)} | "
+            f"[quality](docs/quality_runs.md#the-source-documents-family-at-these-budgets) |"] if cells else []
 
 
 def fastest_within(results: list[dict], task: str, metric: str, bound: float = 0.01):

@@ -101,8 +101,8 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], stages: Path | None = No
 
 def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
     """The finished fine-tuning runs' rows (their dev scores at the end of training, one row per metric), and per
-    task and seed the TF-IDF + LR baseline of the first finished run (every run of a task and seed fits it on the
-    same training examples), so that a comparison with the bag of words reads rows alone."""
+    task and seed the TF-IDF + LR baseline and the majority class of the first finished run (every run of a task
+    and seed scores them on the same training examples), so that a comparison with them reads rows alone."""
     found = [row for task in tasks for method in METHODS for seed in seeds
              for row in finetune_rows(finetune_dir(out, task, method, seed), task=task, method=method, seed=seed,
                                       student=STUDENTS.get(method, STUDENT))]

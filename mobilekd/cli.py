@@ -49,9 +49,21 @@ def usage() -> str:
 def main(argv=None):
     try:
         return _dispatch(sys.argv[1:] if argv is None else list(argv))
-    except BrokenPipeError:  # its reader closed first (`mobilekd models | head`): no traceback, as Python's docs do
+    except BrokenPipeError:
+        if not _stdout_gone():  # another pipe (a subprocess's): a real error
+            raise
+        # stdout's reader closed first (`mobilekd models | head`): no traceback, as Python's docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on its write end)."""
+    import select
+
+    poller = select.poll()
+    poller.register(sys.stdout.fileno(), 0)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
 def _dispatch(argv: list[str]):

@@ -23,13 +23,14 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || [ "$ROOT/cons
     ruamel.yaml ruamel.yaml.clib
   touch "$STAMP"
 fi
-# A clone moved or copied after set-up keeps an install that points at the old folder (its `mobilekd` command and
-# imports from outside the clone fail): point it here again, the package alone (seconds)
-HERE="$(cd "$ROOT" && pwd -P)"
-if ! grep -qs "'mobilekd': '$HERE/mobilekd'" "$VENV"/lib/python*/site-packages/__editable___mobilekd_*_finder.py \
-   || [ "$(head -n 1 "$VENV/bin/mobilekd" 2>/dev/null)" != "#!$VENV/bin/python" ]; then
-  echo "setup: $VENV was installed from another folder; installing mobilekd from $ROOT again" >&2
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e "$ROOT"
+# A clone moved after set-up keeps an install that points at a folder no longer there (its `mobilekd` command and
+# imports from outside the clone fail): point it here again, the package alone (seconds). An install that points at
+# another clone still there (a worktree sharing this .venv) is left as it is.
+if ! (cd / && "$VENV/bin/python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("mobilekd") is None)')
+then  # run from / so that the clone's own folder does not stand in for the install
+  echo "setup: $VENV's mobilekd points at a folder that is gone; installing it from $ROOT again" >&2
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e "$ROOT" \
+    || echo "setup: could not re-install (offline?): run the scripts from $ROOT, which import it from there" >&2
 fi
 # No model or data hub is reached at run time: everything comes from the repo's data/ or the user's files.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false

@@ -252,3 +252,16 @@ def test_a_transformers_mobilebert_at_equal_widths_without_the_trigram_loads_wit
         expected = theirs(input_ids=ids).prediction_logits
         got = ours(ids, masked_positions=torch.arange(12).expand(2, -1)).mlm_logits.view(2, 12, -1)
     assert (expected - got).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("head", ["pretraining", "classification", "cmlm", "qa"])
+def test_a_runs_parameters_are_counted_from_its_config_where_its_weights_stayed_elsewhere(tmp_path, head):
+    """Every head's count from config.json alone (`benchmarks.rows.parameters`, on the meta device) is the weights
+    file's, the extras transformers reads (an untied C-MLM decoder's bias: `transformers_extras`) included."""
+    from benchmarks.rows import parameters
+
+    save_pretrained(HEADS[head].model_class(PRESETS["demo_student"].config), tmp_path, head=head)
+    full = parameters(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    assert parameters(tmp_path) == full > 0
+

@@ -191,6 +191,16 @@ def test_own_task_gets_a_sized_lr_a_baseline_held_out_selection_and_its_own_pari
     baseline = result["baseline"]
     assert baseline["method"] == "tfidf+logreg" and baseline["train_examples"] == result["train_examples"] == 270
     assert baseline["dev_examples"] == 120 and 0.4 < baseline["metrics"]["accuracy"] <= 1.0
+    # and the constant answer: the training split's most frequent label on every dev sentence
+    from mobilekd.data.tasks import load_task
+    labels = [e.label for e in load_task("custom", data).dev["dev"]]
+    majority = result["majority"]
+    assert majority["train_examples"] == 270 and majority["label"] in ("bad", "good")
+    assert majority["metrics"]["accuracy"] == labels.count(majority["label"]) / len(labels)
+    assert "the majority class" in proc.stdout
+    from benchmarks.rows import baseline_rows  # a comparison's rows of both, from the run alone
+    assert [(r["method"], r["value"]) for r in baseline_rows(out, "custom", 0, "accuracy")] == [
+        ("tfidf", round(baseline["metrics"]["accuracy"], 4)), ("majority", round(majority["metrics"]["accuracy"], 4))]
     # chosen on a validation split of the training data (the default), dev scored once after
     assert result["selected_on"] == "validation" and list(result["metrics"]) == ["dev", "validation"]
     assert result["best_score"] == result["metrics"]["validation"]["accuracy"]

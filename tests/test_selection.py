@@ -315,3 +315,19 @@ def test_a_run_records_the_score_it_chose_on_in_each_evaluation(student_dir, tmp
     task = load_task("mrpc", default_data("mrpc"), eval_only=True)
     older = {k: v for k, v in result.items() if not k.startswith("selection")}
     assert kept_score(result, task) == best["score"] and kept_score(older, task) is None
+
+
+def test_a_students_teacher_record_holds_that_teachers_dev_scores_on_the_same_task(tmp_path):
+    """`teacher_record`: the teacher's weights' digest, and its dev scores only from a finished run on the student's
+    task, not its held-out training slice ("selection", first where a run selected on it)."""
+    from mobilekd.fileio import write_json
+    from mobilekd.rundir import teacher_record
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    write_json(tmp_path / "results.json", {"complete": True, "task": "rte", "metrics": {
+        "selection": {"accuracy": 0.9}, "dev": {"accuracy": 0.55}}})
+    record = teacher_record(tmp_path, "rte")
+    assert record["teacher_dev"] == {"accuracy": 0.55} and len(record["teacher_digest"]) == 16
+    assert "teacher_dev" not in teacher_record(tmp_path, "qnli")  # a teacher of another task: no share over it
+    write_json(tmp_path / "results.json", {"task": "rte", "metrics": {"dev": {"accuracy": 0.55}}})
+    assert "teacher_dev" not in teacher_record(tmp_path, "rte")  # not finished
+

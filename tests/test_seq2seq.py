@@ -416,6 +416,9 @@ def test_micro_cmlm_run_from_a_masked_lm_to_a_tflite_that_decodes_as_pytorch(dem
     assert parity["scores"]["file"] == parity["scores"]["pytorch"] == int8["scores"]["pytorch"]
     assert parity["flex_or_custom_ops"] == [] and parity["host_ms"]["per_token"] > 0
     assert int8["pairs"] == 12 and 0 <= int8["identical"] <= 1 and int8["size_bytes"] < 0.5 * parity["size_bytes"]
+    from mobilekd.host import identity
+    assert parity["host"]["id"] == identity()["id"]  # the machine its milliseconds were measured on
+    assert parity["model"] == int8["model"] == str(student)  # which model each file was made from
     run_module("mobilekd", "export", "--model", student, "--parity-examples", 4, "--quantize", "fp16", "--out",
                tmp_path / "fp16")
     assert [p.name for p in (tmp_path / "fp16").glob("*.tflite")] == ["model_seq2seq_fp16.tflite"]

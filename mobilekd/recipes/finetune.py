@@ -36,7 +36,7 @@ from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import UserError, cli_entry
 from mobilekd.fileio import read_json, timed, write_json
 from mobilekd.flags import add_flags, take_flags
-from mobilekd.finetune.baseline import bag_of_words_baseline
+from mobilekd.finetune.baseline import bag_of_words_baseline, majority_baseline
 from mobilekd.finetune.evaluation import (DevEvaluator, build_model, chosen_by, model_labels, require_labels,
                                          score_once)
 from mobilekd.data.augment import augmented
@@ -238,10 +238,12 @@ def run(args, accelerator):
             if not carved:  # the score the kept model is known by
                 result["best_score"] = next(iter(dev_metrics.values()), {}).get(result["best_metric"])
         dev_examples = [] if c.skip_dev else next(iter(task.dev.values()))
-        baseline = None
+        baseline = majority = None  # what a bag of words and a constant answer score on the same examples
         if dev_examples and task.head == "classification" and all(e.label is not None for e in dev_examples):
             baseline = bag_of_words_baseline(task, train_examples, dev_examples, args.seed)
-        result.update(wall_seconds=wall, complete=True, training=summaries, baseline=baseline, **taught, **shared)
+            majority = majority_baseline(task, train_examples, dev_examples)
+        result.update(wall_seconds=wall, complete=True, training=summaries, baseline=baseline, majority=majority,
+                      **taught, **shared)
         write_json(out / "results.json", result)  # this attempt's seconds, a resumed run's too
         metric = result["best_metric"]
         dev_score = None if c.skip_dev else result["metrics"].get(next(iter(task.dev)), {}).get(metric)
@@ -252,7 +254,8 @@ def run(args, accelerator):
         print(f"{task.name}: {chosen}; model in {out}" +
               (f"; its dev {metric} {dev_score:.4f}" if c.select_on != "dev" and dev_score is not None else "") +
               (f"; bag-of-words baseline ({baseline['method']}, same training examples) "
-               f"{baseline['metrics'][metric]:.4f}" if baseline else ""))
+               f"{baseline['metrics'][metric]:.4f}" if baseline else "") +
+              (f"; the majority class {majority['metrics'][metric]:.4f}" if majority else ""))
 
 
 def _mlm_model(model_dir):
