@@ -57,7 +57,7 @@ from mobilekd.transfer.objectives import (Match, check_matches, mobilebert_match
                                           refuse, tinybert_matches)
 from mobilekd.transfer.strategies import layer_index
 from mobilekd.train.common import PRECISION_FILE, add_training_flags, run_owned, train_config
-from mobilekd.train.loop import Stage, run_plan
+from mobilekd.train.loop import Stage, earlier_seconds, run_plan
 from mobilekd.train.precision import describe, pass_flag, pass_setting
 
 
@@ -227,7 +227,9 @@ def run(args, accelerator):
 
     summaries = run_plan(stages, model, train_split, cfg, accelerator, resume=args.resume, on_eval=on_eval)
     if accelerator.is_main_process:
-        wall = round(time.time() - start, 1)  # training and selection; dev's one scoring is not a training cost
+        # training and selection, this process's and (a resumed run) the earlier ones' its checkpoint carried; dev's
+        # one scoring is not a training cost
+        wall = round(time.time() - start + earlier_seconds(summaries), 1)
         result = read_json(out / "results.json")
         if c.skip_dev:
             result["dev_scored"] = "never (--skip-dev)"
@@ -244,7 +246,7 @@ def run(args, accelerator):
             majority = majority_baseline(task, train_examples, dev_examples)
         result.update(wall_seconds=wall, complete=True, training=summaries, baseline=baseline, majority=majority,
                       **taught, **shared)
-        write_json(out / "results.json", result)  # this attempt's seconds, a resumed run's too
+        write_json(out / "results.json", result)
         metric = result["best_metric"]
         dev_score = None if c.skip_dev else result["metrics"].get(next(iter(task.dev)), {}).get(metric)
         chosen_on, best = chosen_by(result)  # MRPC's checkpoint: the best mean of F1 and accuracy

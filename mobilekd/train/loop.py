@@ -277,6 +277,8 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
         print(f"resume: no checkpoint in {out_dir}, starting from scratch")
     if ckpt is not None:
         trainer = read_trainer_state(ckpt, run)
+        for summary in trainer["summaries"]:  # stages an earlier process finished: their seconds are not this one's
+            summary["earlier_attempt"] = True
         if trainer["stage"] >= len(stages):  # finished: its weights, e.g. for a run killed while saving its outputs
             load_checkpoint(ckpt, model)
     elif not resume and find_checkpoint(out_dir) is not None:
@@ -316,6 +318,12 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
     for table in getattr(unwrapped, "sparse_embeddings", lambda: [])():
         table.sparse = False  # the model leaves as it came (an exported graph has no use for sparse gradients)
     return trainer["summaries"]
+
+
+def earlier_seconds(summaries: list[dict]) -> float:
+    """The training seconds that earlier processes of a resumed run spent, as its checkpoint carried them: the
+    stages they finished and the part of the stage they left (what a run's wall time adds to its own process's)."""
+    return sum(s["seconds"] if s.get("earlier_attempt") else s.get("seconds_before_resume", 0.0) for s in summaries)
 
 
 def _batch_step(stage: Stage, trainer: dict) -> int:
@@ -441,7 +449,8 @@ def _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, 
     steps_run = stage.steps - first
     accelerated = _accelerator_info(accelerator.device)
     return {"stage": stage.name, "steps": stage.steps, "trainable_params": n_trainable, **stage.info,
-            "seconds": round(earlier + elapsed, 1), **({"resumed_at_step": first} if first else {}),
+            "seconds": round(earlier + elapsed, 1),
+            **({"resumed_at_step": first, "seconds_before_resume": round(earlier, 1)} if first else {}),
             **({"first_step_seconds": round(first_seconds, 3)} if steps_run else {}),
             "tokens_per_second": round(tokens / max(elapsed, 1e-9), 1),
             "padding_share": round(1 - tokens / padded, 4) if padded else None, "batch_order": cfg.batch_order,
