@@ -14,8 +14,9 @@ task, as the issue's 10-class example, where BERT's rate gave a useless model). 
 all-minilm-l6-v2`; step 2: `distill --teacher T --layer-map uniform` (PKT into `mobilebert_h384`, the recipe's
 default steps); step 3: the teacher fine-tuned on the task; step 4: the student with `--teacher` (logit KD), its
 step chosen on a validation split of the training data, dev scored once. Rows (docs/results/readme_path.json):
-each step-4 run's dev accuracy (with its teacher's, `teacher_value`), TF-IDF + LR's on each seed's training split
-(method "tfidf"), and the paired interval (mobilekd/finetune/intervals.py) of default - bert-lr per task.
+each step-4 run's dev accuracy (with its teacher's, `teacher_value`), TF-IDF + LR's and the majority class's on
+each seed's training split (methods "tfidf" and "majority"), and the paired interval (mobilekd/finetune/intervals.py)
+of default - bert-lr per task.
 """
 
 from __future__ import annotations

@@ -23,12 +23,14 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || [ "$ROOT/cons
     ruamel.yaml ruamel.yaml.clib
   touch "$STAMP"
 fi
-# A clone moved after set-up keeps an install that points at a folder no longer there (its `mobilekd` command and
-# imports from outside the clone fail): point it here again, the package alone (seconds). An install that points at
-# another clone still there (a worktree sharing this .venv) is left as it is.
-if ! (cd / && "$VENV/bin/python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("mobilekd") is None)')
-then  # run from / so that the clone's own folder does not stand in for the install
-  echo "setup: $VENV's mobilekd points at a folder that is gone; installing it from $ROOT again" >&2
+# A clone moved or copied after set-up keeps an install that points at the old folder (its `mobilekd` command and
+# imports from outside the clone run the other folder's code, or fail): point it here again, the package alone
+# (seconds). A .venv that is a link to another clone's (a worktree sharing it) is that clone's to keep.
+if [ ! -L "$VENV" ] && ! (cd / && "$VENV/bin/python" -c 'import importlib.util as u, pathlib as p, sys
+s = u.find_spec("mobilekd")
+sys.exit(not (s and s.origin and p.Path(s.origin).resolve().parent == p.Path(sys.argv[1], "mobilekd").resolve()))' \
+    "$ROOT"); then  # run from / so that the clone's own folder does not stand in for the install
+  echo "setup: $VENV's mobilekd is installed from another folder; installing it from $ROOT again" >&2
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e "$ROOT" \
     || echo "setup: could not re-install (offline?): run the scripts from $ROOT, which import it from there" >&2
 fi

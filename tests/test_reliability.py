@@ -58,14 +58,14 @@ def test_a_killed_runs_lock_is_taken_over_and_its_seconds_counted(student_dir, t
 
     out = tmp_path / "killed"
     args = ["--model", student_dir, "--out", out, *QUICK, "--max-steps", 120, "--save-every", 2]
-    kill_after_checkpoint(FINETUNE, args, out, 100)
+    kill_after_checkpoint(FINETUNE, args, out, 60)
     assert (out / ".mobilekd.lock").is_file()  # left behind by kill -9, stale: the kernel released the lock
     before = json.loads((find_checkpoint(out) / "trainer.json").read_text())["stage_seconds"]
     run_module(FINETUNE, *args, "--resume")
     result = json.loads((out / "results.json").read_text())
     assert result["complete"]
-    # the run's wall time counts the killed process's training (most of it: it stopped at step 100 or later of 120),
-    # not this process's alone
+    # the run's wall time counts the killed process's training (half of it or more: it stopped at step 60 or later of
+    # 120), not this process's alone
     (stage,) = result["training"]
     assert stage["seconds_before_resume"] == earlier_seconds(result["training"]) == before > 0
     assert result["wall_seconds"] >= stage["seconds"] > before

@@ -56,7 +56,7 @@ from mobilekd.flags import add_flags, flag_values, take_flags
 from mobilekd.models.bilstm import BiLSTMConfig, from_teacher, save_bilstm
 from mobilekd.rundir import teacher_record
 from mobilekd.train.common import PRECISION_FILE, add_training_flags, run_owned, train_config
-from mobilekd.train.loop import Stage, run_plan
+from mobilekd.train.loop import Stage, earlier_seconds, run_plan
 from mobilekd.train.precision import describe, pass_flag, pass_setting
 from mobilekd.train.task_training import TaskTraining, add_task_flags, task_training
 
@@ -211,7 +211,8 @@ def run(args, accelerator):
                                                                       "wall_seconds": round(time.time() - start, 1)}))
     if accelerator.is_main_process:
         result = read_json(out / "results.json")
-        wall = round(time.time() - start, 1)  # training and selection; dev's one scoring is not a training cost
+        # training and selection, a resumed run's earlier processes' too; dev's one scoring is not a training cost
+        wall = round(time.time() - start + earlier_seconds(summaries), 1)
         if carved and c.skip_dev:
             result["dev_scored"] = "never (--skip-dev)"
         elif carved:  # every choice is made: now, and only now, dev is read and scored once
@@ -219,7 +220,7 @@ def run(args, accelerator):
                                  VALIDATION: result["metrics"][VALIDATION]}
             result["dev_scored"] = "once, the model chosen on validation"
         result.update(wall_seconds=wall, complete=True, training=summaries,  # CPU, precision
-                      **taught, **shared)  # this attempt's seconds, a resumed run's too
+                      **taught, **shared)
         write_json(out / "results.json", result)
         metric, shown = result["best_metric"], next(iter(result["metrics"]))  # dev where it was scored
         print(f"{task.name}: {shown} {metric} {result['metrics'][shown][metric]:.4f} after {steps} steps; BiLSTM "
