@@ -61,8 +61,12 @@ def _stdout_gone() -> bool:
     """Whether stdout is a pipe whose reader has closed it (poll reports an error on its write end)."""
     import select
 
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # no file behind it (captured): not a pipe of ours
+        return False
     poller = select.poll()
-    poller.register(sys.stdout.fileno(), 0)
+    poller.register(fd, 0)
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
