@@ -1,46 +1,14 @@
-"""What the benchmarks show: the method tables and task panels, and the one writer of the pages' generated blocks
+"""What the benchmarks show: the task panels, and the one writer of the pages' generated blocks
 (`write_block`: the text between a benchmark's BEGIN and END markers in README.md and docs/*.md)."""
 
 from __future__ import annotations
 
 import re
-import statistics
 import sys
 from pathlib import Path
 
-from benchmarks.stats import columns, mean_std_cell, metric_rank, values
 from mobilekd.errors import UserError
 from mobilekd.fileio import REPO_ROOT, atomic_path
-
-
-def method_table(results: list[dict], methods: list[str], shares=None) -> str:
-    """A comparison of methods: one line per method of `methods` that has rows (its student, parameters, .tflite
-    size, host latency and Pixel 4 estimate from its first row), mean +- std over seeds per task on its official
-    metric; with `shares(task, metric, method)` (its runs' scores as fractions of something, e.g. of the teacher
-    that taught each), each cell also gives their mean as a percentage (none where it gives none)."""
-    cols = [c for c in columns(results) if metric_rank(*c) == 0]
-    lines = ["| method | student | params | .tflite MB | host ms | Pixel 4 ms (est.) | " +
-             " | ".join(f"{t} ({m})" for t, m in cols) + " |", "|---|---|---|---|---|---|" + "---|" * len(cols)]
-    for method in methods:
-        mine = [r for r in results if r["method"] == method]
-        if not mine:
-            continue
-        r0 = mine[0]
-
-        def fmt(key, scale=1.0, digits=1, r0=r0):
-            if r0.get(key) is None:
-                return "-"
-            return "<0.1" if key.endswith("_ms") and r0[key] < 0.05 else f"{r0[key] / scale:.{digits}f}"
-
-        cells = []
-        for c in cols:
-            mine_values, fractions = values(results, *c, method), shares(*c, method) if shares else []
-            share = f" ({100 * statistics.mean(fractions):.0f}%)" if mine_values and fractions else ""
-            cells.append(mean_std_cell(mine_values, share) if mine_values else "-")
-        params = f"{r0['params'] / 1e6:.1f}M" if r0.get("params") else "-"
-        lines.append(f"| {method} | {r0.get('student', '-')} | {params} | {fmt('tflite_bytes', 1e6)} | "
-                     f"{fmt('host_ms')} | {fmt('pixel4_ms')} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def task_panels(rows: list[dict], width: float, height: float):

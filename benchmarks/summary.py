@@ -201,10 +201,11 @@ def methods() -> list[str]:
 # per task where BERT-PKD's students ran on the full training set (the retired `benchmarks.quality --methods
 # family`), the run of that benchmark that stands for each method of the retired benchmarks.methods (its
 # `family_method` at 3f31fc1)
-FAMILY_RUNS = {t: {"ft": "bert3-ft", "kd": "bert3-kd", "pkd-skip": "bert3-pkd-skip", "pkd-last": "bert3-pkd-last",
-                   "distilbert": "distilbert-ft", "tinybert-aug": tinybert, **({"mobilebert": "pkt"} if t == "mrpc"
-                                                                               else {})}
-               for t, tinybert in (("mrpc", "tinybert-td"), ("stsb", "tinybert-td"), ("cola", "tinybert-td-wide"))}
+BERT_PKD_RUNS = {"ft": "bert3-ft", "kd": "bert3-kd", "pkd-skip": "bert3-pkd-skip", "pkd-last": "bert3-pkd-last",
+                 "distilbert": "distilbert-ft"}
+FAMILY_RUNS = {"mrpc": {**BERT_PKD_RUNS, "tinybert-aug": "tinybert-td", "mobilebert": "pkt"},
+               "stsb": {**BERT_PKD_RUNS, "tinybert-aug": "tinybert-td"},
+               "cola": {**BERT_PKD_RUNS, "tinybert-aug": "tinybert-td-wide"}}
 
 
 def family() -> list[str]:
