@@ -34,7 +34,7 @@ from mobilekd.flags import add_flags, from_flags, take_flags
 from mobilekd.train.common import add_training_flags, run_owned, train_config
 from mobilekd.transfer.config import DistillConfig
 from mobilekd.train.evaluate import evaluate_pretraining
-from mobilekd.train.loop import Stage, run_plan
+from mobilekd.train.loop import Stage, earlier_seconds, run_plan
 from mobilekd.transfer.inherit import check_inheritable, inherit
 from mobilekd.transfer.layer_maps import parse_layer_map
 from mobilekd.transfer.strategies import (STRATEGIES, Distiller, PlanSettings, TransferWeights, check_pair,
@@ -122,7 +122,9 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
     start = time.time()
     summaries = run_plan(stages, student, data.train, cfg, accelerator, resume=args.resume)
     result = {"strategy": strategy, "student": args.recipe.student, "teacher": str(teacher_dir),
-              "total_steps": sum(s.steps for s in stages), "wall_seconds": round(time.time() - start, 1),
+              "total_steps": sum(s.steps for s in stages),
+              # this process's and (a resumed run) the earlier ones' its checkpoint carried
+              "wall_seconds": round(time.time() - start + earlier_seconds(summaries), 1),
               "copied_from_teacher": len(copied), "stages": summaries,
               **({"inherited": inherited} if inherited else {})}
     if distiller is not None and distiller.inputs is not None:
