@@ -1,6 +1,6 @@
-"""A virtual environment of its own for a tool whose pins clash with ours (TensorFlow for the fused-LSTM export,
-MediaPipe Model Maker for the quality benchmark): made once under a folder of the caller's, with exactly its pins,
-and reused while its record of them (installed.json) matches."""
+"""A virtual environment of its own for a tool whose pins clash with ours (TensorFlow for the fused-LSTM export;
+MediaPipe Model Maker for the retired quality benchmark): made once under a folder of the caller's, with exactly
+its pins, and reused while its record of them (installed.json) matches."""
 
 from __future__ import annotations
 
