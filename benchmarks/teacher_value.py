@@ -108,8 +108,12 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
                                       student=STUDENTS.get(method, STUDENT))]
     for task, seed in {(r["task"], r["seed"]) for r in found}:
         for metric in dict.fromkeys(r["metric"] for r in found if r["task"] == task):
-            found += next((b for method in METHODS
-                           if (b := baseline_rows(finetune_dir(out, task, method, seed), task, seed, metric))), [])
+            every = [b for method in METHODS for b in baseline_rows(finetune_dir(out, task, method, seed), task, seed,
+                                                                    metric)]
+            first = {}  # each baseline from the first run that has it (a run made before finetune scored the
+            for b in every:  # majority class has TF-IDF's alone)
+                first.setdefault(b["method"], b)
+            found += list(first.values())
     return found
 
 

@@ -205,7 +205,10 @@ def test_own_task_gets_a_sized_lr_a_baseline_held_out_selection_and_its_own_pari
     from mobilekd.data.tasks import load_task
     labels = [e.label for e in load_task("custom", data).dev["dev"]]
     majority = result["majority"]
-    assert majority["train_examples"] == 270 and majority["label"] in ("bad", "good")
+    # "good" is the training split's most frequent label: 172 of the 300 rows, so at least 142 of the 270 kept
+    trained = [e.label for e in load_task("custom", data).train]
+    assert trained.count("good") - trained.count("bad") > 30 and majority["train_examples"] == 270
+    assert majority["label"] == "good"
     assert majority["metrics"]["accuracy"] == labels.count(majority["label"]) / len(labels)
     assert "the majority class" in proc.stdout
     from benchmarks.rows import baseline_rows  # a comparison's rows of both, from the run alone
