@@ -164,6 +164,29 @@ def test_lazy_adamw_is_adamw_for_rows_in_every_batch_and_leaves_the_others(fused
     assert torch.equal(again.state[again.param_groups[0]["params"][0]]["exp_avg"], state["exp_avg"])
 
 
+@pytest.mark.parametrize("fused", [None, True])
+def test_a_kept_table_gradient_is_adamws_update_in_one_buffer(fused):
+    """--kept-table-gradient (the default): the table's sparse gradient added into a kept dense buffer gives torch's
+    AdamW on the dense gradient, rows never in a batch moved by its weight decay alike; the buffer is the same
+    memory every step (no fresh allocation)."""
+    from mobilekd.train.lazy_adamw import LazyAdamW
+
+    batches = [[0, 1], [2, 3, 3], [0, 3]]  # rows 4 and 5 never read; row 3 twice in one batch
+    dense, dense_head, _ = _embedding_steps(torch.optim.AdamW, False, batches, fused=fused)
+    kept, kept_head, optimizer = _embedding_steps(LazyAdamW, True, batches, fused=fused, lazy_rows=False)
+    assert torch.allclose(dense, kept, atol=1e-6) and torch.allclose(dense_head, kept_head, atol=1e-6)
+    start, _, _ = _embedding_steps(torch.optim.AdamW, False, [])
+    assert not torch.equal(kept[4:], start[4:])  # weight decay moved them, as dense AdamW does
+    (buffer,) = optimizer._kept.values()
+    address = buffer.data_ptr()
+    table = optimizer.param_groups[0]["params"][0]
+    optimizer.zero_grad(set_to_none=True)
+    torch.nn.functional.embedding(torch.tensor([1, 5]), table, sparse=True).sum().backward()
+    optimizer.step()
+    assert table.grad.is_sparse and optimizer._kept[id(table)].data_ptr() == address
+    assert optimizer._kept[id(table)][[1, 5]].eq(1).all() and optimizer._kept[id(table)].sum() == 6  # only them
+
+
 def test_clipping_with_a_sparse_gradient_is_torchs_on_the_dense_one():
     from mobilekd.train.lazy_adamw import clip_grad_norm
 
@@ -181,6 +204,21 @@ def test_clipping_with_a_sparse_gradient_is_torchs_on_the_dense_one():
         grads[sparse] = (norm, [p.grad.to_dense() for p in params])
     assert grads[True][0].item() == pytest.approx(grads[False][0].item(), rel=1e-6) and grads[True][0] > 1
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads[True][1], grads[False][1]))
+
+
+def test_a_run_with_the_kept_table_gradient_trains_the_weights_a_fresh_gradient_does(student_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    weights = {}
+    for kept in ("--kept-table-gradient", "--no-kept-table-gradient"):
+        run_module("mobilekd.recipes.finetune", "--model", student_dir, "--task", "sst2", "--out", tmp_path / kept,
+                   "--max-train-examples", 64, "--batch-size", 16, "--max-len", 32, "--max-steps", 4,
+                   "--threads", 1, "--mixed-precision", "no", "--eval-every", 0, kept)
+        weights[kept] = load_file(tmp_path / kept / "model.safetensors")
+        (stage,) = json.loads((tmp_path / kept / "results.json").read_text())["training"]
+        assert stage["sparse_gradient_tables"] == (kept == "--kept-table-gradient")  # the word table's, or none
+    a, b = weights.values()
+    assert a.keys() == b.keys() and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
 
 
 @pytest.mark.parametrize("updates", ["lazy", "dense"])

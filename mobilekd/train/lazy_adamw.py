@@ -15,6 +15,14 @@ keeps its moments and is not moved by their momentum. `benchmarks.throughput --a
 for a table trained from random initialisation it is large (a dense AdamW step moves a row seen once about ten
 times as far in all, as its momentum decays over the following steps), so the loop uses this rule only when asked
 (`--embedding-updates lazy`).
+
+With `lazy_rows=False` it is plain AdamW for such a table too, the table's gradient assembled from the batch's rows
+into a dense buffer the optimizer keeps across steps (zeroed, then the rows added: `_kept_gradient`), not the fresh
+dense tensor autograd's embedding backward allocates every step. The update is AdamW's (torch's, fused where asked,
+over that buffer); what it saves is the allocation: a table over glibc's largest reused block (32 MB: the teacher's
+30,522 x 384 is 47 MB) comes from the kernel as new pages each step, and filling them with zeros took 40 ms where
+zeroing the kept buffer takes 3 (one AVX2 EPYC, one thread), 12% of a fine-tuning step of the throughput
+benchmark's student (`--kept-table-gradient`, on by default; docs/throughput.md).
 """
 
 from __future__ import annotations
@@ -25,21 +33,42 @@ import torch
 
 
 class LazyAdamW(torch.optim.AdamW):
-    """torch's AdamW for dense gradients (fused where asked); the lazy row update for sparse ones."""
+    """torch's AdamW for dense gradients (fused where asked); for sparse ones the lazy row update, or with
+    `lazy_rows=False` AdamW's own over the gradient made dense in a kept buffer."""
+
+    def __init__(self, params, *args, lazy_rows: bool = True, **kw):
+        super().__init__(params, *args, **kw)
+        self.lazy_rows = lazy_rows
+        self._kept = {}  # id(parameter) -> its dense gradient's buffer (not state: nothing to checkpoint)
 
     @torch.no_grad()
     def step(self, closure=None):
-        sparse = []
+        sparse, kept = [], []
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None and p.grad.is_sparse:
-                    sparse.append((group, p, p.grad))
-                    p.grad = None  # AdamW's own step skips a parameter without a gradient
+                    if self.lazy_rows:
+                        sparse.append((group, p, p.grad))
+                        p.grad = None  # AdamW's own step skips a parameter without a gradient
+                    else:
+                        kept.append((p, p.grad))
+                        p.grad = self._kept_gradient(p, p.grad)
         loss = super().step(closure)
         for group, p, grad in sparse:
             self._lazy_step(group, p, grad.coalesce())
             p.grad = grad
+        for p, grad in kept:
+            p.grad = grad
         return loss
+
+    def _kept_gradient(self, p: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        """The dense gradient of a sparse one, in the buffer kept for `p`: zeroed, then each (row, value) added in
+        the order the batch gave them (a row twice in the batch: both added, as the dense backward does)."""
+        buffer = self._kept.get(id(p))
+        if buffer is None:
+            buffer = self._kept[id(p)] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        buffer.zero_()
+        return buffer.index_add_(0, grad._indices()[0], grad._values().to(buffer.dtype))
 
     def _lazy_step(self, group: dict, p: torch.Tensor, grad: torch.Tensor) -> None:
         state = self.state[p]

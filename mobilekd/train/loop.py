@@ -117,6 +117,11 @@ class TrainConfig:
                 "the batch, and a table trained from random initialisation then barely learns (docs/throughput.md)"})
     fused_optimizer: bool = field(default=True, metadata={
         "help": "AdamW as torch's fused kernel; --no-fused-optimizer: its per-tensor loop (the same update, slower)"})
+    kept_table_gradient: bool = field(default=True, metadata={
+        "help": "with --embedding-updates dense, a classifier's word table's gradient as the batch's rows, added into "
+                "a dense buffer kept across steps (one process, AdamW, not fp16); --no-kept-table-gradient: the "
+                "fresh dense gradient autograd allocates each step (the same update; a table over 32 MB pays new "
+                "pages each step: mobilekd/train/lazy_adamw.py)"})
     precision_cache: Path | None = None  # where --mixed-precision auto keeps its choices (None: probe every run)
     run: dict = field(default_factory=dict)  # settings a checkpoint must agree with to be resumed
 
@@ -213,17 +218,20 @@ def make_optimizer(model, stage: Stage, cfg: TrainConfig) -> torch.optim.Optimiz
     memory instead of a dozen per-tensor kernels)."""
     if cfg.optimizer == "lamb":
         return Lamb(_param_groups(model, stage), lr=stage.lr)
-    return LazyAdamW(_param_groups(model, stage), lr=stage.lr, fused=cfg.fused_optimizer or None)
+    return LazyAdamW(_param_groups(model, stage), lr=stage.lr, fused=cfg.fused_optimizer or None,
+                     lazy_rows=cfg.embedding_updates == "lazy")
 
 
 def sparse_embeddings(model, cfg: TrainConfig, processes: int) -> int:
-    """Give the trainable tables the model lists in `sparse_embeddings()` a sparse gradient when
-    `cfg.embedding_updates` is lazy and the optimizer is AdamW (LazyAdamW updates their batch's rows); on one
-    process only (DDP's all-reduce is not set up here for sparse gradients). Returns how many."""
-    lazy = cfg.embedding_updates == "lazy" and cfg.optimizer == "adamw" and processes == 1
+    """Give the trainable tables the model lists in `sparse_embeddings()` a sparse gradient when the optimizer is
+    AdamW and `cfg.embedding_updates` is lazy (LazyAdamW updates their batch's rows), or dense with
+    `cfg.kept_table_gradient` and no fp16 loss scaling (LazyAdamW adds the rows into a kept dense buffer: AdamW's
+    update); on one process only (DDP's all-reduce is not set up here for sparse gradients). Returns how many."""
+    kept = cfg.embedding_updates == "dense" and cfg.kept_table_gradient and cfg.mixed_precision != "fp16"
+    sparse = (cfg.embedding_updates == "lazy" or kept) and cfg.optimizer == "adamw" and processes == 1
     tables = getattr(model, "sparse_embeddings", lambda: [])()
     for table in tables:
-        table.sparse = lazy and table.weight.requires_grad
+        table.sparse = sparse and table.weight.requires_grad
     return sum(t.sparse for t in tables)
 
 
@@ -293,7 +301,7 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
         if index < trainer["stage"]:
             continue
         n_trainable = freeze_for_stage(unwrapped, stage)
-        sparse_embeddings(unwrapped, cfg, accelerator.num_processes)
+        sparse_tables = sparse_embeddings(unwrapped, cfg, accelerator.num_processes)
         optimizer = make_optimizer(unwrapped, stage, cfg)
         scheduler = make_schedule(optimizer, stage)
         if ckpt is not None and index == trainer["stage"]:
@@ -306,6 +314,7 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
         wrapped, optimizer = accelerator.prepare(unwrapped, optimizer)
         summary = _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, accelerator, cfg,
                              trainer, writer, n_trainable, on_eval)
+        summary["sparse_gradient_tables"] = sparse_tables  # lazy rows, or a kept table gradient (sparse_embeddings)
         trainer["summaries"].append(summary)
         trainer.update(stage=index + 1, step=0, stage_start=None, stage_seconds=0.0)
         if on_eval is not None and index == len(stages) - 1 and not (cfg.eval_every and
