@@ -187,6 +187,25 @@ def test_a_kept_table_gradient_is_adamws_update_in_one_buffer(fused):
     assert optimizer._kept[id(table)][[1, 5]].eq(1).all() and optimizer._kept[id(table)].sum() == 6  # only them
 
 
+def test_a_kept_table_gradient_only_where_it_is_adamws_and_lazy_rows_never_under_fp16(tmp_path):
+    from mobilekd.errors import UserError
+    from mobilekd.models.heads import MobileBertForSequenceClassification
+    from mobilekd.models.presets import PRESETS
+    from mobilekd.train.loop import TrainConfig, sparse_embeddings
+
+    model = MobileBertForSequenceClassification(PRESETS["demo_student"].config)
+    table = model.sparse_embeddings()[0]
+    for settings, processes, device, sparse in (({}, 1, "cpu", True), ({}, 2, "cpu", False), ({}, 1, "cuda", False),
+                                                ({"optimizer": "lamb"}, 1, "cpu", False),
+                                                ({"mixed_precision": "fp16"}, 1, "cpu", False),
+                                                ({"kept_table_gradient": False}, 1, "cpu", False),
+                                                ({"embedding_updates": "lazy"}, 1, "cuda", True)):
+        assert sparse_embeddings(model, TrainConfig(out_dir=tmp_path, **settings), processes, device) == sparse
+        assert table.sparse == sparse
+    with pytest.raises(UserError, match="--embedding-updates lazy does not combine with --mixed-precision fp16"):
+        sparse_embeddings(model, TrainConfig(out_dir=tmp_path, embedding_updates="lazy", mixed_precision="fp16"), 1)
+
+
 def test_clipping_with_a_sparse_gradient_is_torchs_on_the_dense_one():
     from mobilekd.train.lazy_adamw import clip_grad_norm
 

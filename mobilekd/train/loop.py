@@ -119,9 +119,9 @@ class TrainConfig:
         "help": "AdamW as torch's fused kernel; --no-fused-optimizer: its per-tensor loop (the same update, slower)"})
     kept_table_gradient: bool = field(default=True, metadata={
         "help": "with --embedding-updates dense, a classifier's word table's gradient as the batch's rows, added into "
-                "a dense buffer kept across steps (one process, AdamW, not fp16); --no-kept-table-gradient: the "
-                "fresh dense gradient autograd allocates each step (the same update; a table over 32 MB pays new "
-                "pages each step: mobilekd/train/lazy_adamw.py)"})
+                "a dense buffer kept across steps (AdamW on one process of a CPU, not fp16); "
+                "--no-kept-table-gradient: the fresh dense gradient autograd allocates each step (the same update; a "
+                "table over 32 MB pays new pages each step: mobilekd/train/lazy_adamw.py)"})
     precision_cache: Path | None = None  # where --mixed-precision auto keeps its choices (None: probe every run)
     run: dict = field(default_factory=dict)  # settings a checkpoint must agree with to be resumed
 
@@ -222,12 +222,17 @@ def make_optimizer(model, stage: Stage, cfg: TrainConfig) -> torch.optim.Optimiz
                      lazy_rows=cfg.embedding_updates == "lazy")
 
 
-def sparse_embeddings(model, cfg: TrainConfig, processes: int) -> int:
+def sparse_embeddings(model, cfg: TrainConfig, processes: int, device: str = "cpu") -> int:
     """Give the trainable tables the model lists in `sparse_embeddings()` a sparse gradient when the optimizer is
     AdamW and `cfg.embedding_updates` is lazy (LazyAdamW updates their batch's rows), or dense with
-    `cfg.kept_table_gradient` and no fp16 loss scaling (LazyAdamW adds the rows into a kept dense buffer: AdamW's
-    update); on one process only (DDP's all-reduce is not set up here for sparse gradients). Returns how many."""
-    kept = cfg.embedding_updates == "dense" and cfg.kept_table_gradient and cfg.mixed_precision != "fp16"
+    `cfg.kept_table_gradient` and no fp16 loss scaling, on a CPU (LazyAdamW adds the rows into a kept dense buffer:
+    AdamW's update; what it saves is a CPU allocation, and a GPU's index_add_ is not deterministic); on one process
+    only (DDP's all-reduce is not set up here for sparse gradients). Returns how many."""
+    if cfg.embedding_updates == "lazy" and cfg.mixed_precision == "fp16":
+        raise UserError("--embedding-updates lazy does not combine with --mixed-precision fp16 (the lazy rows are "
+                        "clipped before the loss scale is undone): use bf16 or no")
+    kept = (cfg.embedding_updates == "dense" and cfg.kept_table_gradient and cfg.mixed_precision != "fp16"
+            and device == "cpu")
     sparse = (cfg.embedding_updates == "lazy" or kept) and cfg.optimizer == "adamw" and processes == 1
     tables = getattr(model, "sparse_embeddings", lambda: [])()
     for table in tables:
@@ -301,7 +306,7 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
         if index < trainer["stage"]:
             continue
         n_trainable = freeze_for_stage(unwrapped, stage)
-        sparse_tables = sparse_embeddings(unwrapped, cfg, accelerator.num_processes)
+        sparse_tables = sparse_embeddings(unwrapped, cfg, accelerator.num_processes, accelerator.device.type)
         optimizer = make_optimizer(unwrapped, stage, cfg)
         scheduler = make_schedule(optimizer, stage)
         if ckpt is not None and index == trainer["stage"]:
