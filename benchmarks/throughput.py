@@ -47,6 +47,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its t
 
 import argparse
 import copy
+import datetime
 import functools
 import json
 import statistics
@@ -599,13 +600,22 @@ def plan_rows(args) -> list[dict]:
 ACCURACY_METRICS = ("accuracy", "heldout_mlm_accuracy")
 
 
+def _row_order(r):  # the rows' order in the results file
+    return (r["metric"] in ACCURACY_METRICS, str(r["cpu"]), r["threads"], str(r.get("measured")), r["path"],
+            str(r["variant"]), r["metric"], str(r["seed"]), str(r["precision"]))
+
+
 def _hosts(rows: list[dict]):
-    """(the host as a table names it: its CPU and id, thread count, its rows) for each host and thread count: two
-    machines of one CPU name (an AVX2-only AMD EPYC and one with avx512_bf16) are told apart by their ids."""
+    """(the host as a table names it: its CPU and id, and when its run began, where the rows say; thread count;
+    its rows) for each host, thread count and run: two machines of one CPU name (an AVX2-only AMD EPYC and one with
+    avx512_bf16) are told apart by their ids, two runs on one machine by their start times."""
     for host in sorted({r["host"] for r in rows}):
         cpu = next(r["cpu"] for r in rows if r["host"] == host)
         for threads in sorted({r["threads"] for r in rows if r["host"] == host}):
-            yield f"{cpu} [{host}]", threads, [r for r in rows if r["host"] == host and r["threads"] == threads]
+            for day in sorted({str(r.get("measured")) for r in rows if r["host"] == host and r["threads"] == threads}):
+                mine = [r for r in rows if r["host"] == host and r["threads"] == threads
+                        and str(r.get("measured")) == day]
+                yield f"{cpu} [{host}{'' if day == 'None' else ', ' + day}]", threads, mine
 
 
 def table(rows: list[dict]) -> str:
@@ -615,7 +625,7 @@ def table(rows: list[dict]) -> str:
     lines = []
     for cpu, threads, mine in _hosts(speed):
         peaks = {r["precision"]: r["value"] for r in rows if r["path"] == "host" and r["host"] == mine[0]["host"]
-                 and r["threads"] == threads}
+                 and r["threads"] == threads and r.get("measured") == mine[0].get("measured")}
         slow = not bf16_products_pay(peaks.get("fp32", 0), peaks.get("bf16", 0))
         lines += [f"**{cpu}, {threads} thread(s)**; matmul peak, the latest run's: fp32 {peaks.get('fp32', 0):.1f} "
                   f"GFLOP/s, "
@@ -735,7 +745,8 @@ def goals_table(rows: list[dict]) -> str:
                 blocks = r["blocks"]
                 spread = f" ± {shown(statistics.stdev(blocks)).rstrip('x')}" if len(blocks) > 1 else ""
                 judged = verdict(blocks, goal)
-                lines.append(f"| {what} | {shown(goal)} | {r['cpu']} [{r['host']}], {r['threads']} | {shown(r['value'])}{spread} "
+                where = r["host"] + (f", {r['measured']}" if r.get("measured") else "")
+                lines.append(f"| {what} | {shown(goal)} | {r['cpu']} [{where}], {r['threads']} | {shown(r['value'])}{spread} "
                              f"[n={len(blocks)}] | {MET.get(judged, judged)} |")
     if len(lines) == 2:
         return ""
@@ -783,11 +794,12 @@ def main(argv=None):
         found = (accuracy(args) if args.accuracy else distill_accuracy(args) if args.distill_accuracy else
                  plan_rows(args) if args.plan else measure(args))
         wall = round(time.time() - start)
-        found = [{**r, "run_seconds": wall} for r in found]
-        key = ("path", "variant", "metric", "seed", "cpu", "threads")
-        merge_rows(path, found, key=key, order=lambda r: (r["metric"] in ACCURACY_METRICS, str(r["cpu"]), r["threads"],
-                                                          r["path"], str(r["variant"]), r["metric"],
-                                                          str(r["seed"]), str(r["precision"])))
+        # when a run began is part of its rows' key: a later run on the same host stands beside the earlier one
+        # (rows from before 2026-12-06 carry no time), never in its place
+        began = datetime.datetime.fromtimestamp(start).strftime("%Y-%m-%d %H:%M")
+        found = [{**r, "run_seconds": wall, "measured": began} for r in found]
+        key = ("path", "variant", "metric", "seed", "cpu", "threads", "measured")
+        merge_rows(path, found, key=key, order=_row_order)
         print(f"{len(found)} rows in {path} ({wall} s)")
     return show_table(args, path, tables)
 
