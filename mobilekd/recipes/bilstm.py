@@ -56,7 +56,7 @@ from mobilekd.flags import add_flags, flag_values, take_flags
 from mobilekd.models.bilstm import BiLSTMConfig, from_teacher, save_bilstm
 from mobilekd.rundir import teacher_record
 from mobilekd.train.common import PRECISION_FILE, add_training_flags, run_owned, train_config
-from mobilekd.train.loop import Stage, earlier_seconds, run_plan
+from mobilekd.train.loop import Stage, run_plan, wall_seconds
 from mobilekd.train.precision import describe, pass_flag, pass_setting
 from mobilekd.train.task_training import TaskTraining, add_task_flags, task_training
 
@@ -212,7 +212,7 @@ def run(args, accelerator):
     if accelerator.is_main_process:
         result = read_json(out / "results.json")
         # training and selection, a resumed run's earlier processes' too; dev's one scoring is not a training cost
-        wall = round(time.time() - start + earlier_seconds(summaries), 1)
+        wall = wall_seconds(start, summaries)
         if carved and c.skip_dev:
             result["dev_scored"] = "never (--skip-dev)"
         elif carved:  # every choice is made: now, and only now, dev is read and scored once

@@ -45,7 +45,7 @@ from mobilekd.models.kinds import require
 from mobilekd.models.pretrained import model_dir
 from mobilekd.flags import add_flags, take_flags
 from mobilekd.train.common import add_training_flags, run_owned, train_config
-from mobilekd.train.loop import Stage, earlier_seconds, run_plan
+from mobilekd.train.loop import Stage, run_plan, wall_seconds
 from mobilekd.train.precision import describe
 from mobilekd.train.task_training import (PairValidation, TaskTraining, add_task_flags, add_validation_flags,
                                           pair_validation, task_training)
@@ -146,7 +146,7 @@ def run(args, accelerator):
             **({"validation_split": carved.record} if carved else {}),
             "train_pairs": len(train), "dev_pairs": len(dev), "max_len": t.max_len, "lr": t.lr,
             "score_precision": precision["precision"],
-            "wall_seconds": round(time.time() - start + earlier_seconds(summaries), 1),  # a resume's earlier ones too
+            "wall_seconds": wall_seconds(start, summaries),  # a resume's earlier ones too
             "training": summaries, "complete": True})
 
 

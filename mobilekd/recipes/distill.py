@@ -34,7 +34,7 @@ from mobilekd.flags import add_flags, from_flags, take_flags
 from mobilekd.train.common import add_training_flags, run_owned, train_config
 from mobilekd.transfer.config import DistillConfig
 from mobilekd.train.evaluate import evaluate_pretraining
-from mobilekd.train.loop import Stage, earlier_seconds, run_plan
+from mobilekd.train.loop import Stage, run_plan, wall_seconds
 from mobilekd.transfer.inherit import check_inheritable, inherit
 from mobilekd.transfer.layer_maps import parse_layer_map
 from mobilekd.transfer.strategies import (STRATEGIES, Distiller, PlanSettings, TransferWeights, check_pair,
@@ -124,7 +124,7 @@ def distill(args, strategy: str, out: Path, accelerator, data, tokenizer, teache
     result = {"strategy": strategy, "student": args.recipe.student, "teacher": str(teacher_dir),
               "total_steps": sum(s.steps for s in stages),
               # this process's and (a resumed run) the earlier ones' its checkpoint carried
-              "wall_seconds": round(time.time() - start + earlier_seconds(summaries), 1),
+              "wall_seconds": wall_seconds(start, summaries),
               "copied_from_teacher": len(copied), "stages": summaries,
               **({"inherited": inherited} if inherited else {})}
     if distiller is not None and distiller.inputs is not None:

@@ -41,7 +41,7 @@ from mobilekd.flags import add_flags, take_flags
 from mobilekd.models.early_exit import (HEADS, MAX_DROP, THRESHOLDS, WIDTH, EarlyExitClassifier, predictions_at,
                                         save_early_exit)
 from mobilekd.train.common import add_training_flags, run_owned, train_config
-from mobilekd.train.loop import Stage, earlier_seconds, run_plan
+from mobilekd.train.loop import Stage, run_plan, wall_seconds
 from mobilekd.train.task_training import TaskTraining, add_task_flags, task_training
 
 
@@ -121,7 +121,7 @@ def run(args, accelerator):
               "rule": f"the fastest threshold whose validation {metric} is within {c.max_drop:g} points of "
                       f"threshold 0's", "validation_split": carved.record,
               "validation": validation["thresholds"],
-              "wall_seconds": round(time.time() - start + earlier_seconds(summaries), 1), "complete": True}
+              "wall_seconds": wall_seconds(start, summaries), "complete": True}
     write_json(out / "results.json", result)
     for row in result["thresholds"]:
         print(f"threshold {row['threshold']:.2f}: dev " +

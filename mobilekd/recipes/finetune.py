@@ -57,7 +57,7 @@ from mobilekd.transfer.objectives import (Match, check_matches, mobilebert_match
                                           refuse, tinybert_matches)
 from mobilekd.transfer.strategies import layer_index
 from mobilekd.train.common import PRECISION_FILE, add_training_flags, run_owned, train_config
-from mobilekd.train.loop import Stage, earlier_seconds, run_plan
+from mobilekd.train.loop import Stage, run_plan, wall_seconds
 from mobilekd.train.precision import describe, pass_flag, pass_setting
 
 
@@ -229,7 +229,7 @@ def run(args, accelerator):
     if accelerator.is_main_process:
         # training and selection, this process's and (a resumed run) the earlier ones' its checkpoint carried; dev's
         # one scoring is not a training cost
-        wall = round(time.time() - start + earlier_seconds(summaries), 1)
+        wall = wall_seconds(start, summaries)
         result = read_json(out / "results.json")
         if c.skip_dev:
             result["dev_scored"] = "never (--skip-dev)"

@@ -46,7 +46,7 @@ from mobilekd.flags import add_flags, pairs, take_flags
 from mobilekd.models.hf import load_config, load_pretrained
 from mobilekd.models.multitask import MultiTaskModel, TaskHead, save_multitask, single_task
 from mobilekd.train.common import CLASSIFIER_DROPOUT, add_training_flags, run_owned, train_config
-from mobilekd.train.loop import Stage, earlier_seconds, run_plan
+from mobilekd.train.loop import Stage, run_plan, wall_seconds
 from mobilekd.train.task_training import Schedule, add_task_flags
 
 SHIPPED = ["sst2", "mrpc", "stsb", "rte", "cola"]  # the GLUE tasks whose data the repository ships
@@ -182,9 +182,9 @@ def run(args, accelerator):
 
     summaries = run_plan([stage], model, train, cfg, accelerator, resume=args.resume, on_eval=on_eval)
     # complete last, with the training summaries (the CPU, or GPU, it trained on: docs/results/multitask.json's rows)
-    # its wall time, the earlier processes' training too where it resumed (`earlier_seconds`)
+    # its wall time, the earlier processes' training too where it resumed (`wall_seconds`)
     write_json(out / "results.json", {**read_json(out / "results.json"), "training": summaries, "complete": True,
-                                      "wall_seconds": round(time.time() - start + earlier_seconds(summaries), 1)})
+                                      "wall_seconds": wall_seconds(start, summaries)})
     print(f"model in {out}")
 
 

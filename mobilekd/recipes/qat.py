@@ -43,7 +43,7 @@ from mobilekd.finetune.evaluation import fine_tuned_classifier, predict
 from mobilekd.finetune.metrics import classification_metrics
 from mobilekd.flags import add_flags, take_flags
 from mobilekd.train.common import add_training_flags, run_owned, train_config
-from mobilekd.train.loop import Stage, earlier_seconds, run_plan
+from mobilekd.train.loop import Stage, run_plan, wall_seconds
 from mobilekd.train.task_training import TaskTraining, add_task_flags, task_training
 
 FILE = "model_qat_int8.tflite"
@@ -204,7 +204,7 @@ def run(args, accelerator):
               "max_abs_diff_int8_fake_quant": float(np.abs(exported - twin).max()),
               "tflite_bytes": path.stat().st_size, "float_islands": float_islands(read_graph(path)),
               "xnnpack_undelegated": xnnpack_undelegated(path),
-              "wall_seconds": round(time.time() - start + earlier_seconds(summaries), 1), "complete": True}
+              "wall_seconds": wall_seconds(start, summaries), "complete": True}
     # the parity gate (export's): the file answers as its fake-quantized twin does, the model it was converted from
     check = {"finite": bool(np.isfinite(exported).all()), **(
         {"agreement": agreement["agreement_int8_fake_quant"]} if agreement else

@@ -59,7 +59,7 @@ from mobilekd.models.seq2seq import SEQ2SEQ_PRESETS, new_seq2seq, save_seq2seq
 from mobilekd.models.word_table import teacher_table
 from mobilekd.recipes.cmlm import LENGTHS
 from mobilekd.train.common import PRECISION_FILE, add_training_flags, run_owned, train_config
-from mobilekd.train.loop import Stage, earlier_seconds, run_plan
+from mobilekd.train.loop import Stage, run_plan, wall_seconds
 from mobilekd.train.precision import describe
 from mobilekd.train.task_training import (PairValidation, TaskTraining, add_task_flags, add_validation_flags,
                                           pair_validation, task_training)
@@ -291,7 +291,7 @@ def run(args, accelerator):
             write_generations(out / "dev_generations_beam.jsonl", dev_pairs, refs, hyps)
         # soft_target_seconds: the teacher's pass over the training pairs, whichever run computed the cache (the
         # teacher's cost); the training loop's own seconds, whole across resumes, are the summaries'
-        result.update(wall_seconds=round(time.time() - start + earlier_seconds(summaries), 1),
+        result.update(wall_seconds=wall_seconds(start, summaries),
                       soft_target_seconds=soft_seconds,
                       soft_target_precision=soft_precision and soft_precision["precision"], beam=c.beam,
                       training=summaries, complete=True)

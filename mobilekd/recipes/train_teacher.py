@@ -28,7 +28,7 @@ from mobilekd.models.presets import get_preset
 from mobilekd.models.pretrained import model_dir
 from mobilekd.train.common import add_training_flags, run_owned, train_config
 from mobilekd.train.evaluate import evaluate_pretraining
-from mobilekd.train.loop import Stage, earlier_seconds, run_plan
+from mobilekd.train.loop import Stage, run_plan, wall_seconds
 from mobilekd.train.vocab import freeze_unseen_rows, seen_tokens
 from teacher_ib_bert.settings import TeacherConfig, check, fill_defaults
 
@@ -105,7 +105,7 @@ def run(args, accelerator):
         save_pretrained(model, out, tokenizer)
         result = {"preset": None if source else c.preset, "init_from": c.init_from,
                   "freeze_encoder": c.freeze_encoder, "steps": c.steps,
-                  "wall_seconds": round(time.time() - start + earlier_seconds([summary]), 1),  # a resume's too
+                  "wall_seconds": wall_seconds(start, [summary]),  # a resume's too
                   "tokens_per_second": summary["tokens_per_second"], "train": summary, "heldout": metrics}
         write_json(out / "summary.json", result)
         print(f"held-out MLM accuracy {metrics['mlm_accuracy']:.3f} (unigram baseline "

@@ -302,35 +302,38 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
     writer = SummaryWriter(out_dir / "tensorboard") if accelerator.is_main_process else None
     unwrapped = model.to(accelerator.device)  # on the GPU before `prepare`: the precision probe runs the model first
 
-    for index, stage in enumerate(stages):
-        if index < trainer["stage"]:
-            continue
-        n_trainable = freeze_for_stage(unwrapped, stage)
-        sparse_tables = sparse_embeddings(unwrapped, cfg, accelerator.num_processes, accelerator.device.type)
-        optimizer = make_optimizer(unwrapped, stage, cfg)
-        scheduler = make_schedule(optimizer, stage)
-        if ckpt is not None and index == trainer["stage"]:
-            # Mid-stage: weights, optimizer, schedule and RNG. At a stage boundary the new optimizer starts fresh.
-            mid_stage = trainer["step"] > 0
-            load_checkpoint(ckpt, unwrapped, optimizer if mid_stage else None, scheduler if mid_stage else None)
-        # The schedule is ours, one step per global batch: a prepared scheduler would step once per process.
-        if "precision" not in trainer:  # decided once per run (a resumed run keeps its choice)
-            trainer["precision"] = _precision(stage, unwrapped, batches, _batch_step(stage, trainer), accelerator, cfg)
-        wrapped, optimizer = accelerator.prepare(unwrapped, optimizer)
-        summary = _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, accelerator, cfg,
-                             trainer, writer, n_trainable, on_eval)
-        summary["sparse_gradient_tables"] = sparse_tables  # lazy rows, or a kept table gradient (sparse_embeddings)
-        trainer["summaries"].append(summary)
-        trainer.update(stage=index + 1, step=0, stage_start=None, stage_seconds=0.0)
-        if on_eval is not None and index == len(stages) - 1 and not (cfg.eval_every and
-                                                                     trainer["global_step"] % cfg.eval_every == 0):
-            _evaluate(accelerator, on_eval, unwrapped, trainer["global_step"])
-        _save(accelerator, cfg, unwrapped, None, None, trainer)  # a stage boundary: no optimizer state to keep
-        accelerator.free_memory()
-    if writer is not None:
-        writer.close()
-    for table in getattr(unwrapped, "sparse_embeddings", lambda: [])():
-        table.sparse = False  # the model leaves as it came (an exported graph has no use for sparse gradients)
+    try:
+        for index, stage in enumerate(stages):
+            if index < trainer["stage"]:
+                continue
+            n_trainable = freeze_for_stage(unwrapped, stage)
+            sparse_tables = sparse_embeddings(unwrapped, cfg, accelerator.num_processes, accelerator.device.type)
+            optimizer = make_optimizer(unwrapped, stage, cfg)
+            scheduler = make_schedule(optimizer, stage)
+            if ckpt is not None and index == trainer["stage"]:
+                # Mid-stage: weights, optimizer, schedule and RNG. At a stage boundary the new optimizer starts fresh.
+                mid_stage = trainer["step"] > 0
+                load_checkpoint(ckpt, unwrapped, optimizer if mid_stage else None, scheduler if mid_stage else None)
+            # The schedule is ours, one step per global batch: a prepared scheduler would step once per process.
+            if "precision" not in trainer:  # decided once per run (a resumed run keeps its choice)
+                trainer["precision"] = _precision(stage, unwrapped, batches, _batch_step(stage, trainer),
+                                                  accelerator, cfg)
+            wrapped, optimizer = accelerator.prepare(unwrapped, optimizer)
+            summary = _run_stage(stage, index, wrapped, unwrapped, optimizer, scheduler, batches, accelerator, cfg,
+                                 trainer, writer, n_trainable, on_eval)
+            summary["sparse_gradient_tables"] = sparse_tables  # lazy rows, or a kept table gradient (sparse_embeddings)
+            trainer["summaries"].append(summary)
+            trainer.update(stage=index + 1, step=0, stage_start=None, stage_seconds=0.0)
+            if on_eval is not None and index == len(stages) - 1 and not (cfg.eval_every and
+                                                                         trainer["global_step"] % cfg.eval_every == 0):
+                _evaluate(accelerator, on_eval, unwrapped, trainer["global_step"])
+            _save(accelerator, cfg, unwrapped, None, None, trainer)  # a stage boundary: no optimizer state to keep
+            accelerator.free_memory()
+    finally:  # also when a stage raises (e.g. a trial pruned from on_eval): the writer closed, and
+        if writer is not None:
+            writer.close()
+        for table in getattr(unwrapped, "sparse_embeddings", lambda: [])():
+            table.sparse = False  # the model left as it came (an exported graph has no use for sparse gradients)
     return trainer["summaries"]
 
 
@@ -338,6 +341,13 @@ def earlier_seconds(summaries: list[dict]) -> float:
     """The training seconds that earlier processes of a resumed run spent, as its checkpoint carried them: the
     stages they finished and the part of the stage they left (what a run's wall time adds to its own process's)."""
     return sum(s["seconds"] if s.get("earlier_attempt") else s.get("seconds_before_resume", 0.0) for s in summaries)
+
+
+def wall_seconds(start: float, summaries: list[dict]) -> float:
+    """A run's wall time in seconds: this process's since `start` (its `time.time()`), and where the run resumed,
+    the training its earlier processes checkpointed (`earlier_seconds`), so a killed and resumed run reports all
+    the time it took, not its last process's."""
+    return round(time.time() - start + earlier_seconds(summaries), 1)
 
 
 def _batch_step(stage: Stage, trainer: dict) -> int:
