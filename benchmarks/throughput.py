@@ -101,8 +101,8 @@ PKT_LAYER = 2
 DISTILL_SEQ_LEN = 64  # mobilekd distill's --max-len default
 CLASSIC = ("baseline", "length_grouped", "fused_adamw", "kept_table_gradient", "lazy_embeddings", "bf16",
            "default")  # no layer inputs
-# the paths without a classifier's word table (sparse_embeddings), where a kept table gradient changes nothing
-NO_TABLE = tuple(v for v in CLASSIC if v != "kept_table_gradient")
+TABLE_ONLY = ("kept_table_gradient",)  # variants that change only a classifier's word table (sparse_embeddings)
+NO_TABLE = tuple(v for v in CLASSIC if v not in TABLE_ONLY)  # for the paths without one, where they change nothing
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation",
               "mkldnn::_linear_pointwise")
 BASELINE_LOOP = ["--batch-order", "random", "--no-fused-optimizer", "--no-kept-table-gradient", "--mixed-precision",
@@ -194,6 +194,7 @@ VARIANTS = (Variant("baseline", batch_order="random", fused_optimizer=False, kep
             Variant("default", precision=None),
             Variant("torch_compile", precision=None, kept_table_gradient=False, compiled=True))  # as measured before:
 # inductor over a sparse embedding backward is not tried
+DISTILLATION = tuple(v.name for v in VARIANTS if v.name not in TABLE_ONLY)  # pkt_layer and pd: no classifier's table
 
 
 @dataclass
@@ -220,7 +221,7 @@ class TrainingPath:
     flops: Callable[[dict], float] | None
     default_precision: str | None = None
     kept: Callable[[], Kept] | None = None
-    variants: tuple[str, ...] = ()  # the variants that apply (empty: every one)
+    variants: tuple[str, ...] = DISTILLATION  # the variants that apply (by default every one but the table's)
 
 
 def _sst2(tokenizer, examples: int, max_len: int):
@@ -437,8 +438,7 @@ def measure(args) -> list[dict]:
     bf16_pays = bf16_products_pay(peaks["no"], peaks["bf16"])
     with tempfile.TemporaryDirectory() as tmp:
         for path in build_paths(args.paths, args.examples):
-            wanted = [v for v in VARIANTS if (v.name in path.variants or not path.variants and v.name not in
-                                              ("kept_table_gradient",))
+            wanted = [v for v in VARIANTS if v.name in path.variants
                       and (v.name != "torch_compile" or path.name in args.compile_paths)
                       and (v.name != "bf16" or bf16_pays)]
             runners = [Runner(path, v, accelerator, Path(tmp)) for v in wanted]
@@ -612,10 +612,10 @@ def _hosts(rows: list[dict]):
     for host in sorted({r["host"] for r in rows}):
         cpu = next(r["cpu"] for r in rows if r["host"] == host)
         for threads in sorted({r["threads"] for r in rows if r["host"] == host}):
-            for day in sorted({str(r.get("measured")) for r in rows if r["host"] == host and r["threads"] == threads}):
-                mine = [r for r in rows if r["host"] == host and r["threads"] == threads
-                        and str(r.get("measured")) == day]
-                yield f"{cpu} [{host}{'' if day == 'None' else ', ' + day}]", threads, mine
+            runs = {r.get("measured") for r in rows if r["host"] == host and r["threads"] == threads}
+            for day in sorted(runs, key=lambda d: (d is not None, d or "")):  # rows from before `measured` first
+                mine = [r for r in rows if r["host"] == host and r["threads"] == threads and r.get("measured") == day]
+                yield f"{cpu} [{host}{'' if day is None else ', ' + day}]", threads, mine
 
 
 def table(rows: list[dict]) -> str:
