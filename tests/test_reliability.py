@@ -69,6 +69,10 @@ def test_a_killed_runs_lock_is_taken_over_and_its_seconds_counted(student_dir, t
     (stage,) = result["training"]
     assert stage["seconds_before_resume"] == earlier_seconds(result["training"]) == before > 0
     assert result["wall_seconds"] >= stage["seconds"] > before
+    # and so does the history's: its last evaluation, after the resume, is timed on the run's clock (the killed
+    # process's training and this process's time), not this process's alone
+    history = json.loads((out / "history.json").read_text())
+    assert history[-1]["step"] == 120 and result["wall_seconds"] >= history[-1]["wall_seconds"] >= stage["seconds"]
 
 
 def test_a_corrupt_checkpoint_says_how_to_start_over(student_dir, tmp_path):

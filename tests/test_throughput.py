@@ -207,8 +207,8 @@ def test_a_kept_table_gradient_only_where_it_is_adamws_and_lazy_rows_never_under
 
 
 def test_a_stage_that_raises_leaves_the_table_as_it_came(student_dir, tokenizer, tmp_path):
-    """A trial pruned from on_eval (ship's search raises there) ends run_plan mid-stage: the word table it gave a
-    sparse gradient is dense again, as the model came (an exported graph has no use for sparse gradients)."""
+    """A stage that raises (here from on_eval) ends run_plan mid-stage: the word table it gave a sparse gradient is
+    dense again, as the model came (an exported graph has no use for sparse gradients)."""
     from mobilekd.train.loop import Stage, TrainConfig, run_plan
 
     task, split = _sst2(tokenizer, 64)
@@ -216,14 +216,14 @@ def test_a_stage_that_raises_leaves_the_table_as_it_came(student_dir, tokenizer,
     (table,) = model.sparse_embeddings()
     seen = []
 
-    def pruned(model, step):
+    def stops(model, step):
         seen.append(table.sparse)
-        raise RuntimeError("pruned")
+        raise RuntimeError("stopped")
 
     stage = Stage(name="finetune", steps=4, loss=task_loss(task, None, None), lr=1e-4)
     cfg = TrainConfig(out_dir=tmp_path, global_batch_size=16, eval_every=2, mixed_precision="no")
-    with pytest.raises(RuntimeError, match="pruned"):
-        run_plan([stage], model, split, cfg, Accelerator(cpu=True), on_eval=pruned)
+    with pytest.raises(RuntimeError, match="stopped"):
+        run_plan([stage], model, split, cfg, Accelerator(cpu=True), on_eval=stops)
     assert seen == [True] and not table.sparse  # sparse while it trained, dense after
 
 

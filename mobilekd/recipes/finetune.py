@@ -57,7 +57,7 @@ from mobilekd.transfer.objectives import (Match, check_matches, mobilebert_match
                                           refuse, tinybert_matches)
 from mobilekd.transfer.strategies import layer_index
 from mobilekd.train.common import PRECISION_FILE, add_training_flags, run_owned, train_config
-from mobilekd.train.loop import Stage, run_plan, wall_seconds
+from mobilekd.train.loop import Stage, checkpointed_seconds, run_plan, wall_seconds
 from mobilekd.train.precision import describe, pass_flag, pass_setting
 
 
@@ -219,11 +219,12 @@ def run(args, accelerator):
              **taught, **shared}
 
     warm = sum(st.steps for st in stages[:-1])  # the intermediate steps, which train no classifier
+    before = checkpointed_seconds(out) if args.resume else 0.0  # a resumed run's history goes on from its clock
 
     def on_eval(m, step):
         if step <= warm < steps + warm:  # TinyBERT's step 1 trains no classifier: models are picked in step 2
             return
-        evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start, 1)})
+        evaluator(m, step, {**extra, "wall_seconds": round(time.time() - start + before, 1)})
 
     summaries = run_plan(stages, model, train_split, cfg, accelerator, resume=args.resume, on_eval=on_eval)
     if accelerator.is_main_process:

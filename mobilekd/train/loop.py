@@ -28,6 +28,7 @@ called where the recipes make their Accelerator).
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections import defaultdict
@@ -299,9 +300,8 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
                         f"or choose another --out")
     torch.manual_seed(cfg.seed)
     batches = Batches(split, cfg.global_batch_size, accelerator, cfg.grad_accum, cfg.seed, cfg.batch_order)
-    writer = SummaryWriter(out_dir / "tensorboard") if accelerator.is_main_process else None
     unwrapped = model.to(accelerator.device)  # on the GPU before `prepare`: the precision probe runs the model first
-
+    writer = SummaryWriter(out_dir / "tensorboard") if accelerator.is_main_process else None
     try:
         for index, stage in enumerate(stages):
             if index < trainer["stage"]:
@@ -329,7 +329,7 @@ def run_plan(stages: list[Stage], model: torch.nn.Module, split, cfg: TrainConfi
                 _evaluate(accelerator, on_eval, unwrapped, trainer["global_step"])
             _save(accelerator, cfg, unwrapped, None, None, trainer)  # a stage boundary: no optimizer state to keep
             accelerator.free_memory()
-    finally:  # also when a stage raises (e.g. a trial pruned from on_eval): the writer closed, and
+    finally:  # also when a stage raises (a bad batch, an on_eval error, Ctrl-C): the writer closed, the tables dense
         if writer is not None:
             writer.close()
         for table in getattr(unwrapped, "sparse_embeddings", lambda: [])():
@@ -341,6 +341,19 @@ def earlier_seconds(summaries: list[dict]) -> float:
     """The training seconds that earlier processes of a resumed run spent, as its checkpoint carried them: the
     stages they finished and the part of the stage they left (what a run's wall time adds to its own process's)."""
     return sum(s["seconds"] if s.get("earlier_attempt") else s.get("seconds_before_resume", 0.0) for s in summaries)
+
+
+def checkpointed_seconds(out_dir) -> float:
+    """The training seconds the checkpoint in `out_dir` carries from the processes before: the stages they finished
+    and the part of the stage they left (what `earlier_seconds` finds in the summaries once run_plan has resumed), for
+    a figure taken before run_plan returns (a per-evaluation wall time); 0 without a checkpoint, or for one
+    run_plan will refuse in its own words."""
+    ckpt = find_checkpoint(out_dir)
+    try:
+        trainer = json.loads((ckpt / "trainer.json").read_text()) if ckpt else {}
+        return float(sum(s["seconds"] for s in trainer.get("summaries", [])) + trainer.get("stage_seconds", 0.0))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return 0.0
 
 
 def wall_seconds(start: float, summaries: list[dict]) -> float:
