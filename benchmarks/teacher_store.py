@@ -15,6 +15,7 @@ seed 0), 2 intermediate epochs then 2 prediction epochs at the students' learnin
 validation split of those examples, dev scored once. Rows (docs/results/teacher_store.json): each run's dev and
 validation scores with its seconds (the intermediate step's, the whole run's, the store's making or reading) and
 host; the store's size; the paired interval (mobilekd/finetune/intervals.py) of stored - live in the task's metric.
+A second machine's runs stand beside the first's, and the table gives each host its own lines and ratios.
 """
 
 from __future__ import annotations
@@ -102,14 +103,15 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
         if done:
             got = {v: [predictions(out / task / v / f"seed{s}") for s in done] for v in VARIANTS}
             labels, metric = got["live"][0][0], GLUE_TASKS[task].metrics[0]
+            hosts = sorted({r["host"] for r in found if r["task"] == task and r.get("host")})
             found.append({"task": task, "method": "stored-live", "seed": None, "metric": metric, "value": None,
-                          "seeds": done, "interval": intervals.paired_bootstrap(
+                          "host": ", ".join(hosts), "seeds": done, "interval": intervals.paired_bootstrap(
                               labels, np.array([p for _, p in got["stored"]]), np.array([p for _, p in got["live"]]),
                               metric=intervals.metric_function(task, metric))})
     return found
 
 
-def _cell(results, task, metric, method) -> str:
+def _cell(results, task, metric, method) -> str:  # results: one host's rows
     v = values(results, task, metric, method)
     return f"{np.mean(v):.1f} ± {np.std(v):.1f}" if v else "-"
 
@@ -118,18 +120,20 @@ def table(results: list[dict]) -> str:
     lines = ["| task (metric) | method | dev score | intermediate step (s) | whole run (s) | seeds | host |",
              "|---|---|---|---|---|---|---|"]
     notes = []
-    for task in TASKS:
-        mine = [r for r in results if r["task"] == task]
+    for task, host in sorted({(r["task"], r["host"]) for r in results if r["task"] in TASKS and r.get("host")},
+                             key=lambda th: (list(TASKS).index(th[0]), th[1])):
+        # each host's runs apart: a second machine's seconds stand beside the first's, never averaged with them
+        mine = [r for r in results if r["task"] == task and r.get("host") == host]
         metric = next((r["metric"] for r in mine if r["method"] == "live" and r["metric"] in GLUE_TASKS[task].metrics),
                       None)
         if metric is None:
             continue
+        here = []
         for v in VARIANTS:
-            score = values(results, task, metric, v)
-            hosts = sorted({r["host"] for r in mine if r["method"] == v and r["metric"] == "intermediate_seconds"})
+            score = values(mine, task, metric, v)
             lines.append(f"| {task} ({metric}) | {NAMES[v]} | {mean_std_cell(score) if score else '-'} | "
-                         f"{_cell(results, task, 'intermediate_seconds', v)} | "
-                         f"{_cell(results, task, 'wall_seconds', v)} | {len(score)} | {', '.join(hosts)} |")
+                         f"{_cell(mine, task, 'intermediate_seconds', v)} | "
+                         f"{_cell(mine, task, 'wall_seconds', v)} | {len(score)} | {host} |")
         step = {v: {r["seed"]: r["value"] for r in mine if r["method"] == v and r["metric"] == "intermediate_seconds"}
                 for v in VARIANTS}
         wall = {v: {r["seed"]: r["value"] for r in mine if r["method"] == v and r["metric"] == "wall_seconds"}
@@ -139,26 +143,27 @@ def table(results: list[dict]) -> str:
             ratios = [step["live"][s] / step["stored"][s] for s in paired]
             whole = [wall["live"][s] / wall["stored"][s] for s in paired if s in wall["live"] and s in wall["stored"]]
             met = "met" if min(whole[1:] or [0]) >= 1.8 else "missed"
-            notes.append(f"{task}: the intermediate step {np.mean(ratios):.2f}x as fast with the store as with the "
-                         f"teacher run at every step ({', '.join(f'{x:.2f}' for x in ratios)} for seeds "
-                         f"{', '.join(map(str, paired))}), the whole run {np.mean(whole):.2f}x "
-                         f"({', '.join(f'{x:.2f}' for x in whole)}; goal for a seed after the first, 1.8x: {met})")
+            here.append(f"{task} on {host}: the intermediate step {np.mean(ratios):.2f}x as fast with the store as "
+                        f"with the teacher run at every step ({', '.join(f'{x:.2f}' for x in ratios)} for seeds "
+                        f"{', '.join(map(str, paired))}), the whole run {np.mean(whole):.2f}x "
+                        f"({', '.join(f'{x:.2f}' for x in whole)}; goal for a seed after the first, 1.8x: {met})")
         store = [r for r in mine if r["metric"] == "teacher_store_seconds"]
         if store:
-            notes.append(f"the store ({max(r['bytes'] for r in store) / 1e9:.2f} GB, {store[0]['precision']}): "
-                         + ", ".join(f"seed {r['seed']} found {r['hit_rate']:.0%} of its examples stored and spent "
-                                     f"{r['value']:.0f} s getting it" for r in store))
+            here.append(f"the store ({max(r['bytes'] for r in store) / 1e9:.2f} GB, {store[0]['precision']}): "
+                        + ", ".join(f"seed {r['seed']} found {r['hit_rate']:.0%} of its examples stored and spent "
+                                    f"{r['value']:.0f} s getting it" for r in store))
         walls = {r["seed"]: r["value"] for r in mine if r["method"] == "stored" and r["metric"] == "wall_seconds"}
         first = next((r["seed"] for r in store if r["hit_rate"] == 0), None)
         if first in walls and len(walls) > 1:
             later = [v for s, v in walls.items() if s != first]
-            notes.append(f"a later seed's whole run {walls[first] / np.mean(later):.2f}x as fast as the seed that "
-                         f"made the store")
+            here.append(f"a later seed's whole run {walls[first] / np.mean(later):.2f}x as fast as the seed that "
+                        f"made the store")
         diff = [r for r in mine if r["method"] == "stored-live"]
         if diff:
-            notes.append(f"stored - live {intervals.cell(diff[0]['interval'])} points of {metric} "
-                         f"(paired 95% bootstrap over dev examples and seeds {diff[0]['seeds']})")
-    return "\n".join(lines) + ("\n\n" + "; ".join(notes) + ".\n" if notes else "\n")
+            here.append(f"stored - live {intervals.cell(diff[0]['interval'])} points of {metric} "
+                        f"(paired 95% bootstrap over dev examples and seeds {diff[0]['seeds']})")
+        notes.append("; ".join(here) + ".")
+    return "\n".join(lines) + "\n" + "".join(f"\n{n}\n" for n in notes if n != ".")
 
 
 def main(argv=None):
@@ -169,7 +174,7 @@ def main(argv=None):
     out = (REPO_ROOT / args.out).resolve()
     metrics = ["intermediate_seconds", "wall_seconds", "teacher_store_seconds"]
     return comparison(args, lambda: jobs(out, args.tasks, args.seeds), lambda: rows(out, args.tasks, args.seeds),
-                      lambda r: (list(TASKS).index(r["task"]), r["method"], r.get("seed") or 0,
+                      lambda r: (list(TASKS).index(r["task"]), r.get("host") or "", r["method"], r.get("seed") or 0,
                                  metrics.index(r["metric"]) if r["metric"] in metrics else -1), table)
 
 

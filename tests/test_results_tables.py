@@ -289,3 +289,30 @@ def test_the_search_wall_table_pairs_each_comparisons_variants_and_leaves_out_th
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_the_teacher_store_table_keeps_a_second_hosts_runs_apart(tmp_path):
+    """A second machine's runs of benchmarks.teacher_store stand beside the first's (merge_rows keeps another host's
+    rows), and its table gives each host its own seconds and ratios, never averaged together."""
+    import json
+
+    from benchmarks import teacher_store
+    from benchmarks.rows import merge_rows
+
+    committed = json.loads((ROOT / "docs/results/teacher_store.json").read_text())
+    (first,) = {r["host"] for r in committed}
+    slower = [{**r, "host": "second-host", **({"value": r["value"] * 2} if "seconds" in r["metric"] else {})}
+              for r in committed]
+    path = tmp_path / "teacher_store.json"
+    merge_rows(path, committed, lambda r: 0)
+    merge_rows(path, slower, lambda r: 0)
+    rows = json.loads(path.read_text())
+    assert len(rows) == 2 * len(committed)
+    text = teacher_store.table(rows)
+    for host in (first, "second-host"):
+        (line,) = [line for line in text.splitlines() if line.startswith("| sst2") and "from the store" in line
+                   and line.endswith(f"| {host} |")]
+        seconds = [r["value"] for r in rows if r["host"] == host and r["method"] == "stored"
+                   and r["metric"] == "intermediate_seconds"]
+        assert f"| {sum(seconds) / len(seconds):.1f} ± " in line
+        assert f"sst2 on {host}: the intermediate step" in text
