@@ -162,8 +162,9 @@ def table(results: list[dict]) -> str:
         if diff:
             here.append(f"stored - live {intervals.cell(diff[0]['interval'])} points of {metric} "
                         f"(paired 95% bootstrap over dev examples and seeds {diff[0]['seeds']})")
-        notes.append("; ".join(here) + ".")
-    return "\n".join(lines) + "\n" + "".join(f"\n{n}\n" for n in notes if n != ".")
+        if here:
+            notes.append("; ".join(here) + ".")
+    return "\n".join(lines) + "\n" + "".join(f"\n{n}\n" for n in notes)
 
 
 def main(argv=None):
