@@ -86,8 +86,8 @@ finetune() {  # name, then flags; skipped when its results.json says complete
     python -m mobilekd finetune "${SST2[@]}" --out "$OUT/sst2/$name" --resume "$@"
   fi
 }
-sst2_result() {  # name: its best dev score, from its results.json
-  json_field "$OUT/sst2/$1/results.json" "f'SST-2 $1: best {r[\"best_metric\"]} {r[\"best_score\"]:.4f} at step {r[\"best_step\"]}'"
+sst2_result() {  # name: its dev score and which model it is (finetune's results.json says how dev was read)
+  json_field "$OUT/sst2/$1/results.json" "f'SST-2 $1: dev {r[\"best_metric\"]} {r[\"metrics\"][\"dev\"][r[\"best_metric\"]]:.4f}, scored {r.get(\"dev_scored\", \"at every evaluation, the best kept\")} (step {r[\"best_step\"]} of {r[\"steps\"]})'"
 }
 in_background() {  # name, then a command; its output goes to OUT/logs/name.log; join_background waits for it
   BG_NAME=$1; shift

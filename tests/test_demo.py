@@ -2,6 +2,7 @@
 classifies text through MediaPipe, and a re-run skips the finished stages."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -40,6 +41,9 @@ def test_demo_chain_from_text_to_phone_ready_model(tmp_path):
         assert rows[name]["host"]["1"]["p50_ms"] > 0 and rows[name]["estimate_ms"]["pixel4"] > 0
     assert (out / "report.png").read_bytes()[:4] == b"\x89PNG"
     assert "## Latency" in (out / "report.md").read_text() and "PKT student" in first
+    # each SST-2 run's line says which score it prints: dev, read once, of the model kept (no checkpoint chosen on it)
+    assert re.search(r"SST-2 subset_task_kd: dev accuracy [01]\.\d{4}, scored once, the model (chosen on validation|of "
+                     r"the last step) \(step \d+ of \d+\)", first)
 
     # the phone-ready file classifies text as is: MediaPipe reads its metadata (vocab, labels) and runs it
     from mediapipe.tasks.python.text import text_classifier
