@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import ROOT
@@ -128,8 +129,33 @@ def test_pairs_sharing_a_prompt_are_not_one_group_that_outgrows_the_split():
     examples = [TextExample(e.text_a, ("Is it good?", "Is it bad?", "Would you see it?")[i % 3], e.label == "positive"
                             and "yes" or "no") for i, e in enumerate(rows)]
     carved = carve(task, examples, 0)
-    assert carved.record["size"] == 40 and "not kept together (one such group would outgrow the split)" in \
+    assert carved.record["size"] == 40 and "not kept together (their linked groups would outgrow the split)" in \
         carved.record["rule"]
+
+
+def test_a_linked_group_too_large_for_a_fair_share_of_validation_trains():
+    """STS-B's shared sentences chain 245 video-caption pairs into one group, which held whole was 43% of every
+    seed's validation split (the same 245 for each seed). A linked group over MAX_GROUP_SHARE of the split now
+    trains: no group fills validation, the seeds draw different splits, no validation pair shares a sentence with
+    training, the split keeps its size, and ship's plan records the rule (so a search carved before is not resumed)."""
+    from mobilekd.finetune.selection import MAX_GROUP_SHARE, OVERSIZED, PAIR_GROUPING, grouping, text_groups
+
+    task = load_task("stsb", ROOT / "data/glue/STS-B")
+    groups, _ = text_groups(task.train)
+    at = {id(e): i for i, e in enumerate(task.train)}
+    held = []
+    for seed in (0, 1):
+        carved = carve(task, task.train, seed)
+        assert 520 <= carved.record["size"] <= 630
+        assert "1 linked group(s) of over 28 pairs (245 pairs) kept in training" in carved.record["rule"]
+        in_validation = groups[[at[id(e)] for e in carved.validation]]
+        assert np.bincount(in_validation).max() <= MAX_GROUP_SHARE * 575
+        read = {" ".join(t.lower().split()) for e in carved.train for t in (e.text_a, e.text_b)}
+        assert not any(" ".join(t.lower().split()) in read for e in carved.validation for t in (e.text_a, e.text_b))
+        held.append({at[id(e)] for e in carved.validation})
+    assert len(held[0] & held[1]) < 0.25 * 575  # held whole, the caption group made them share 245 and more
+    assert grouping(task.train) == PAIR_GROUPING + OVERSIZED
+    assert grouping(load_task("mrpc", ROOT / "data/glue/MRPC").train) == PAIR_GROUPING  # no group over the share
 
 
 def test_loading_a_task_reads_its_dev_file_only_when_a_dev_split_is_used(tmp_path):

@@ -588,7 +588,7 @@ def test_a_search_drawn_another_way_is_not_resumed(tmp_path):
     both draws, and its plan is left as it was."""
     from mobilekd.errors import UserError
     from mobilekd.fileio import read_json, write_json
-    from mobilekd.finetune.selection import GROUPING, grouping
+    from mobilekd.finetune.selection import GROUPING, OVERSIZED, PAIR_GROUPING
     from mobilekd.recipes.ship import LENGTHS_OF, keep_plan
     from mobilekd.search.study import DRAW
 
@@ -614,8 +614,13 @@ def test_a_search_drawn_another_way_is_not_resumed(tmp_path):
     keep_plan(tmp_path / "pairs", {**plan, "draw": DRAW, "validation": GROUPING, "lengths": LENGTHS_OF})
     with pytest.raises(UserError, match="grouped otherwise .*this mobilekd: a text's copies, and in a two-text task "
                                         "the pairs linked by a shared text"):
-        keep_plan(tmp_path / "pairs", {**plan, "draw": DRAW, "validation": grouping(True), "lengths": LENGTHS_OF})
-    keep_plan(tmp_path / "pairs", {**plan, "draw": DRAW, "validation": grouping(False), "lengths": LENGTHS_OF})
+        keep_plan(tmp_path / "pairs", {**plan, "draw": DRAW, "validation": PAIR_GROUPING, "lengths": LENGTHS_OF})
+    keep_plan(tmp_path / "pairs", {**plan, "draw": DRAW, "validation": GROUPING, "lengths": LENGTHS_OF})
+    # nor one whose linked groups all stayed whole where one now trains (STS-B's 245 caption pairs)
+    keep_plan(tmp_path / "linked", {**plan, "draw": DRAW, "validation": PAIR_GROUPING, "lengths": LENGTHS_OF})
+    with pytest.raises(UserError, match="grouped otherwise .*of over 5% of the validation split kept in training"):
+        keep_plan(tmp_path / "linked", {**plan, "draw": DRAW, "validation": PAIR_GROUPING + OVERSIZED,
+                                        "lengths": LENGTHS_OF})
     # the training file or the teacher edited between two invocations: named, not resumed; a plan of before the
     # digests were recorded is resumed and gains them
     now = {**plan, "draw": DRAW, "validation": GROUPING, "lengths": LENGTHS_OF}

@@ -10,7 +10,9 @@ reads a context training saw), with a text that recurs in the training data kept
 scores a sentence training saw: StratifiedGroupKFold's first fold), for one-text tasks a text found word for word
 inside a longer training text kept on that text's side (`text_groups`: SST-2's training examples are the phrases of
 its sentences' parse trees), for two-text tasks the pairs linked by a shared text on one side (14% of MRPC's
-training pairs share a sentence with another pair, 23% of STS-B's, 30% of RTE's), and capped in size, and its rule
+training pairs share a sentence with another pair, 23% of STS-B's, 30% of RTE's) unless the linked group is too large
+for a validation split to hold it as a fair part of the task (`MAX_GROUP_SHARE`: it then trains), and capped in size,
+and its rule
 is recorded beside the results (`Carved.record`) so a reader knows what chose the model. Stratified splitting is
 scikit-learn's `train_test_split`, the grouped one its `StratifiedGroupKFold` (`GroupKFold` unstratified;
 `GroupShuffleSplit` for SQuAD's paragraphs).
@@ -39,11 +41,33 @@ GROUPING = "a text's copies, and in a one-text task a text with the training tex
 PAIR_GROUPING = ("a text's copies, and in a two-text task the pairs linked by a shared text unless one such group "
                  "outgrows the split")
 LINKED = ", the pairs linked by a shared text on one side"  # in a carve's rule
+# a linked group may hold at most this share of the validation split; the pairs of a larger one train. Linking by a
+# shared sentence chains pairs into groups of any size: STS-B's largest, 245 video-caption pairs ("A man is playing
+# a flute.") of 5,749, was 43% of the split of each of seeds 0-2 (StratifiedGroupKFold's first fold took it whatever
+# the seed), so their searches chose on the same caption pairs for nearly half of every validation score
+# (docs/ship_runs.md). Its next largest groups hold 13 and 12 pairs,
+# MRPC's 5, RTE's 11: under the share of their splits (575, 368 and 249 pairs), whose carves it leaves unchanged.
+MAX_GROUP_SHARE = 0.05
+# a two-text task whose training data holds a group over that share records this after PAIR_GROUPING (`grouping`)
+OVERSIZED = f", a linked group of over {MAX_GROUP_SHARE:.0%} of the validation split kept in training"
 
 
-def grouping(pairs: bool) -> str:
-    """How `carve` groups a task's training examples: PAIR_GROUPING for a two-text task, else GROUPING."""
-    return PAIR_GROUPING if pairs else GROUPING
+def grouping(examples: list) -> str:
+    """How `carve` groups these training examples, for `ship`'s plan.json: PAIR_GROUPING for a two-text task (with
+    OVERSIZED where a linked group exceeds `MAX_GROUP_SHARE` of the split, which no seed changes), else GROUPING."""
+    if all(e.text_b is None for e in examples):
+        return GROUPING
+    groups, rule = text_groups(examples)
+    large, let_go = oversized(groups, validation_size(len(examples)))
+    return PAIR_GROUPING + (OVERSIZED if rule == LINKED and large.any() and not let_go else "")
+
+
+def oversized(groups: np.ndarray, size: int) -> tuple[np.ndarray, bool]:
+    """Which examples belong to a linked group of more than `MAX_GROUP_SHARE` of a validation split of `size` (they
+    train), and whether such groups leave too few examples to hold that split out (pairs sharing a prompt): then
+    `carve` lets the links go."""
+    large = np.bincount(groups)[groups] > max(1, int(MAX_GROUP_SHARE * size))
+    return large, len(groups) - int(large.sum()) <= size
 
 
 @dataclass
@@ -98,19 +122,26 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
         rule = "random paragraphs"
     else:
         texts, grouping = text_groups(examples, linked_pairs)
-        if grouping == LINKED and np.bincount(texts).max() > size:  # a text shared by too many pairs (a prompt)
-            texts, grouping = text_groups(examples, linked_pairs=False)
-            grouping += ", the pairs sharing a text not kept together (one such group would outgrow the split)"
+        pool = index  # what the split is drawn from
+        if grouping == LINKED:
+            large, let_go = oversized(texts, size)
+            if let_go:  # a text shared by too many pairs (a prompt)
+                texts, grouping = text_groups(examples, linked_pairs=False)
+                grouping += ", the pairs sharing a text not kept together (their linked groups would outgrow the split)"
+            elif large.any():  # too large to be a fair part of validation: they train
+                pool = index[~large]
+                grouping += (f", {len(np.unique(texts[large]))} linked group(s) of over "
+                             f"{max(1, int(MAX_GROUP_SHARE * size))} pairs ({int(large.sum())} pairs) kept in training")
         rule = ("stratified by label" if strata is not None and not task.is_regression else
                 f"stratified by the score's {SCORE_BINS} quantile bins" if strata is not None else "random")
         if texts.max() == 0:
             raise UserError(f"the {n} training examples are one text repeated, or each inside another: nothing to "
                             f"hold out for validation that training does not see (--select-on none keeps them all)")
         if grouping:  # all of a group on one side
-            folds = min(max(2, round(n / size)), texts.max() + 1)  # no more folds than groups
+            folds = min(max(2, round(len(pool) / size)), len(np.unique(texts[pool])))  # no more folds than groups
             splitter = (StratifiedGroupKFold(folds, shuffle=True, random_state=seed) if strata is not None else
                         GroupKFold(folds, shuffle=True, random_state=seed))
-            held = next(splitter.split(index, strata, groups=texts))[1]
+            held = pool[next(splitter.split(pool, None if strata is None else strata[pool], groups=texts[pool]))[1]]
             rule += grouping
         else:
             rest, held = train_test_split(index, test_size=size, random_state=seed, shuffle=True, stratify=strata)

@@ -122,10 +122,11 @@ def choose_teacher(runs: dict[str, list[str]], out: Path) -> dict:
 def measure(teacher: Path, task_name: str, data: Path, regression: bool, teacher_spec: dict) -> dict:
     """The budget of this data from its training split alone: its size, its classes, and the lengths under the
     teacher's tokenizer of its whole texts (`LENGTHS_OF`: a text found inside a longer training text counted as
-    that one, `whole_texts`). A task's inputs are whole texts: SST-2's training phrases put its
-    95th percentile at 32 word pieces and its sentences at 45, and a --max-len of 32 cut a quarter of its dev
-    sentences short (a diagnosis of the runs of before; the rule itself reads training texts alone). On SST-2 the
-    student scored the same at 64 as at 32 (seed 0, docs/ship_runs.md): the rule measures what an app will send."""
+    that one, `whole_texts`), and how its validation split is grouped (`grouping`, for plan.json). A task's inputs
+    are whole texts: SST-2's training phrases put its 95th percentile at 32 word pieces and its sentences at 45, and
+    a --max-len of 32 cut a quarter of its dev sentences short (a diagnosis of the runs of before; the rule itself
+    reads training texts alone). On SST-2 the student scored the same at 64 as at 32 (seed 0, docs/ship_runs.md):
+    the rule measures what an app will send."""
     from mobilekd.data.tasks import load_task
     from mobilekd.data.tokenizer import load_tokenizer
 
@@ -138,6 +139,7 @@ def measure(teacher: Path, task_name: str, data: Path, regression: bool, teacher
     trained_on = file_digest(source_file(task.train[0].source))
     return budget(len(task.train), lengths, teacher_spec) | {"classes": len(task.labels) if task.labels else None,
                                                              "pair": task.train[0].text_b is not None,
+                                                             "validation": grouping(task.train),
                                                              "train_sha256": trained_on}
 
 
@@ -482,7 +484,7 @@ def main(argv=None):
     with owned(out, argv=argv):  # one ship at a time in OUT: a second would fail the first's running trials as stale
         keep_plan(out, {"teacher": {name: without_threads(argv) for name, argv in runs.items()},
                         "candidates": [c.name for c in found], "seed": args.seed, "config": space,
-                        "latency_ms": limit, "trials": trials, "draw": search.DRAW, "validation": grouping(b["pair"]),
+                        "latency_ms": limit, "trials": trials, "draw": search.DRAW, "validation": b["validation"],
                         "lengths": LENGTHS_OF, "inputs": {"training": b["train_sha256"],
                                                           "teacher": file_digest(teacher / "model.safetensors")}})
         if not (out / "teacher" / "chosen.json").is_file():
