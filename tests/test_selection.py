@@ -129,7 +129,7 @@ def test_pairs_sharing_a_prompt_are_not_one_group_that_outgrows_the_split():
     examples = [TextExample(e.text_a, ("Is it good?", "Is it bad?", "Would you see it?")[i % 3], e.label == "positive"
                             and "yes" or "no") for i, e in enumerate(rows)]
     carved = carve(task, examples, 0)
-    assert carved.record["size"] == 40 and "not kept together (their linked groups would outgrow the split)" in \
+    assert carved.record["size"] == 40 and "not kept together (one such group would outgrow the split)" in \
         carved.record["rule"]
 
 
@@ -155,7 +155,26 @@ def test_a_linked_group_too_large_for_a_fair_share_of_validation_trains():
         held.append({at[id(e)] for e in carved.validation})
     assert len(held[0] & held[1]) < 0.25 * 575  # held whole, the caption group made them share 245 and more
     assert grouping(task.train) == PAIR_GROUPING + OVERSIZED
+    before = carve(task, task.train, 0, max_group_share=None)  # the split the runs of 2026-12-06 were scored on
+    assert sum(groups[at[id(e)]] == np.argmax(np.bincount(groups)) for e in before.validation) == 245
     assert grouping(load_task("mrpc", ROOT / "data/glue/MRPC").train) == PAIR_GROUPING  # no group over the share
+
+
+def test_small_pair_data_keeps_its_linked_groups_whole():
+    """300 pairs, 50 questions with 6 answers each: the share's floor (one pair of a 30-pair split) would send every
+    group to training and leave none to validate with, so the groups stay whole, as before the share: no validation
+    question is one training read."""
+    from mobilekd.data.examples import TextExample
+    from mobilekd.data.tasks import Task
+
+    task = Task("custom", "classification", ["no", "yes"], ("accuracy",), None, None)
+    texts = [e.text_a for e in load_task("sst2", ROOT / "data/glue/SST-2").train[:2000]]
+    questions, answers = texts[:50], texts[50:350]
+    examples = [TextExample(questions[i // 6], answers[i], ("no", "yes")[i % 2]) for i in range(300)]
+    carved = carve(task, examples, 0)
+    assert carved.record["size"] == 30
+    assert carved.record["rule"].endswith(", the pairs linked by a shared text on one side")
+    assert not {e.text_a for e in carved.validation} & {e.text_a for e in carved.train}
 
 
 def test_loading_a_task_reads_its_dev_file_only_when_a_dev_split_is_used(tmp_path):

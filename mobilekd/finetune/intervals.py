@@ -49,11 +49,17 @@ def metric_function(task: str, metric: str):
     return accuracy
 
 
+def prediction_rows(path: Path) -> list[dict]:
+    """A predictions file's rows (`mobilekd finetune`'s dev_ or validation_predictions.tsv: source, label where
+    known, prediction), as text."""
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
 def read_predictions(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """A dev_predictions.tsv (`mobilekd finetune`'s, or ship's baseline_dev_predictions.tsv): its labels (None where
     the file has none) and predictions, as arrays of text."""
-    with open(path, newline="", encoding="utf-8") as f:
-        got = list(csv.DictReader(f, delimiter="\t"))
+    got = prediction_rows(path)
     labels = np.array([r["label"] for r in got]) if got and "label" in got[0] else None
     return labels, np.array([r["prediction"] for r in got])
 

@@ -53,21 +53,31 @@ OVERSIZED = f", a linked group of over {MAX_GROUP_SHARE:.0%} of the validation s
 
 
 def grouping(examples: list) -> str:
-    """How `carve` groups these training examples, for `ship`'s plan.json: PAIR_GROUPING for a two-text task (with
-    OVERSIZED where a linked group exceeds `MAX_GROUP_SHARE` of the split, which no seed changes), else GROUPING."""
+    """How `carve` groups these training examples at its default fraction and cap (those of every run `ship`
+    starts), for `ship`'s plan.json: PAIR_GROUPING for a two-text task (with OVERSIZED where a linked group over
+    `MAX_GROUP_SHARE` of the split trains, which no seed changes), else GROUPING. Plain PAIR_GROUPING carves as
+    before that rule: linked, or the links let go where one group outgrows the split."""
     if all(e.text_b is None for e in examples):
         return GROUPING
     groups, rule = text_groups(examples)
-    large, let_go = oversized(groups, validation_size(len(examples)))
-    return PAIR_GROUPING + (OVERSIZED if rule == LINKED and large.any() and not let_go else "")
+    return PAIR_GROUPING + (OVERSIZED if rule == LINKED and oversized(groups, validation_size(len(examples)))[0].any()
+                            else "")
 
 
-def oversized(groups: np.ndarray, size: int) -> tuple[np.ndarray, bool]:
-    """Which examples belong to a linked group of more than `MAX_GROUP_SHARE` of a validation split of `size` (they
-    train), and whether such groups leave too few examples to hold that split out (pairs sharing a prompt): then
-    `carve` lets the links go."""
-    large = np.bincount(groups)[groups] > max(1, int(MAX_GROUP_SHARE * size))
-    return large, len(groups) - int(large.sum()) <= size
+def oversized(groups: np.ndarray, size: int, share: float | None = MAX_GROUP_SHARE) -> tuple[np.ndarray, bool]:
+    """For linked `groups` and a validation split of `size`: which examples belong to a group of more than `share`
+    of the split (they train), and whether to let the links go (a group outgrows the split and the rest could not
+    hold it: pairs sharing a prompt). Where the large groups would leave too few examples to hold the split out
+    (small data: the share's floor is one pair), none trains and the groups stay whole, as before the share.
+    `share=None`: the rule of 2026-12-06 to 2026-12-07, no group trains and the links go where one outgrows the
+    split."""
+    counts = np.bincount(groups)
+    if share is None:
+        return np.zeros(len(groups), dtype=bool), bool(counts.max() > size)
+    large = counts[groups] > max(1, int(share * size))
+    if len(groups) - int(large.sum()) > size:
+        return large, False
+    return np.zeros(len(groups), dtype=bool), bool(counts.max() > size)
 
 
 @dataclass
@@ -97,11 +107,12 @@ def validation_size(n: int, fraction: float = FRACTION, cap: int = CAP) -> int:
 
 
 def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap: int = CAP,
-          linked_pairs: bool = True) -> Carved:
+          linked_pairs: bool = True, max_group_share: float | None = MAX_GROUP_SHARE) -> Carved:
     """Hold out `fraction` of `examples` (at most `cap`, at least 1) as the validation split, drawn by `seed`,
     stratified where `_strata` allows; the rest trains. Refused in one line when too few examples are left to train
     on or to validate with. `linked_pairs=False`: a two-text task's split as carved before 2026-12-06, a pair's
-    copies alone kept together (what a search of then was scored on)."""
+    copies alone kept together (what a search of then was scored on); `max_group_share=None`: a linked group of any
+    size kept on one side, as carved from 2026-12-06 to 2026-12-07 (`oversized`)."""
     if not 0 < fraction < 1:
         raise UserError(f"--validation-fraction must be between 0 and 1, got {fraction}")
     n = len(examples)
@@ -124,14 +135,17 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
         texts, grouping = text_groups(examples, linked_pairs)
         pool = index  # what the split is drawn from
         if grouping == LINKED:
-            large, let_go = oversized(texts, size)
+            large, let_go = oversized(texts, size, max_group_share)
             if let_go:  # a text shared by too many pairs (a prompt)
                 texts, grouping = text_groups(examples, linked_pairs=False)
-                grouping += ", the pairs sharing a text not kept together (their linked groups would outgrow the split)"
-            elif large.any():  # too large to be a fair part of validation: they train
+                grouping += ", the pairs sharing a text not kept together (one such group would outgrow the split)"
+            elif large.any():  # too large to be a fair part of validation: they train, the rest is stratified anew
                 pool = index[~large]
+                strata = _strata(task, [examples[i] for i in pool])
+                if strata is not None and size < len(np.unique(strata)):
+                    strata = None
                 grouping += (f", {len(np.unique(texts[large]))} linked group(s) of over "
-                             f"{max(1, int(MAX_GROUP_SHARE * size))} pairs ({int(large.sum())} pairs) kept in training")
+                             f"{max(1, int(max_group_share * size))} pairs ({int(large.sum())} pairs) kept in training")
         rule = ("stratified by label" if strata is not None and not task.is_regression else
                 f"stratified by the score's {SCORE_BINS} quantile bins" if strata is not None else "random")
         if texts.max() == 0:
@@ -141,7 +155,7 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
             folds = min(max(2, round(len(pool) / size)), len(np.unique(texts[pool])))  # no more folds than groups
             splitter = (StratifiedGroupKFold(folds, shuffle=True, random_state=seed) if strata is not None else
                         GroupKFold(folds, shuffle=True, random_state=seed))
-            held = pool[next(splitter.split(pool, None if strata is None else strata[pool], groups=texts[pool]))[1]]
+            held = pool[next(splitter.split(pool, strata, groups=texts[pool]))[1]]
             rule += grouping
         else:
             rest, held = train_test_split(index, test_size=size, random_state=seed, shuffle=True, stratify=strata)
