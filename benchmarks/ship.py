@@ -125,7 +125,9 @@ SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
                                                      "245 caption pairs were 43% of every seed's split; MRPC's and "
                                                      "RTE's splits unchanged, their runs still whole-scaled-linked"),
           "f8b9becb": ("mobilebert-whole-scaled-linked-capped", "mobilebert-whole-scaled-linked, its split as "
-                                                                "whole-scaled-linked-capped")}
+                                                                "whole-scaled-linked-capped"),
+          "c2a64b59": ("mobilebert-3000-whole-scaled-linked-capped", "mobilebert-3000-whole-scaled-linked, its split "
+                                                                     "as whole-scaled-linked-capped")}
 EARLIER = "docs/results/custom.json"  # the ship of before the search: the cost of honesty's other side
 QUALITY = "docs/results/quality.json"  # on the GLUE tasks, the students picked on dev (`dev_picked`)
 # on each GLUE task, the student the retired benchmarks.quality picked on the dev set it is scored on (its
