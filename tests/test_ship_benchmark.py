@@ -65,19 +65,26 @@ def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_nam
                                  space_digest)
     from mobilekd.errors import UserError
     from mobilekd.fileio import read_json
-    from mobilekd.finetune.selection import GROUPING, PAIR_GROUPING
+    from mobilekd.finetune.selection import GROUPING, OVERSIZED, PAIR_GROUPING
     from mobilekd.recipes.ship import LENGTHS_OF
     from mobilekd.search.space import CONFIG, load_space
 
     plan = {"candidates": [f"{f}/x" for f in FAMILIES], "config": read_json(CONFIG), "validation": GROUPING,
             "lengths": LENGTHS_OF}
     names = [name for name, _ in SPACES.values()]
-    linked = names[-3:]  # a two-text task's runs since its linked pairs were held together: spaces of their own
+    linked = names[-6:-3]  # a two-text task's runs since its linked pairs were held together: spaces of their own
+    capped = names[-3:]  # and since a linked group over MAX_GROUP_SHARE of the split trains (where one does)
     pairs = {**plan, "validation": PAIR_GROUPING}
-    assert run_space(tmp_path, pairs) == linked[0] and earlier_space(linked[0]) == names[-4]
-    assert run_space(tmp_path, {**pairs, "candidates": [*plan["candidates"], "mobilebert/mobilebert_tiny_h384_l4"],
-                                "config": load_space(CONFIG.with_name("ship_gpu.json"))}) == linked[2]
-    names = names[:-3]
+    gpu = {"candidates": [*plan["candidates"], "mobilebert/mobilebert_tiny_h384_l4"],
+           "config": load_space(CONFIG.with_name("ship_gpu.json"))}
+    assert run_space(tmp_path, pairs) == linked[0] and earlier_space(linked[0]) == names[-7]
+    assert run_space(tmp_path, {**pairs, **gpu}) == linked[2]
+    assert run_space(tmp_path, {**pairs, "validation": PAIR_GROUPING + OVERSIZED}) == capped[0]
+    assert earlier_space(capped[0], ran={linked[0]}) == linked[0]  # STS-B's capped seeds beside its linked ones
+    assert run_space(tmp_path, {**pairs, **gpu, "validation": PAIR_GROUPING + OVERSIZED}) == capped[2]
+    assert run_space(tmp_path, {**pairs, "candidates": gpu["candidates"],
+                                "validation": PAIR_GROUPING + OVERSIZED}) == capped[1]
+    names = names[:-6]
     hours = {j.name: j.argv[j.argv.index("--hours") + 1] for j in jobs(tmp_path, ["sst2", "rte"], [0])
              if "--hours" in j.argv}  # SST-2's search the longer: its trials scale with its size (3-hour goal)
     assert hours == {"sst2/ship/0": "2", "rte/ship/0": "0.75"}
