@@ -10,7 +10,7 @@ and the shipped GLUE tasks (`ship --task NAME`; GLUE's dev sets are then test se
 The teacher is the demo's: all-MiniLM-L6-v2 adapted (`train-teacher --init-from`, teacher_ib_bert/adaptation.json)
 so that it has the masked-LM head that narrowing, augmentation and the task-agnostic families need; `ship`
 fine-tunes it on each task. Each run: `mobilekd ship --teacher OUT/teacher --data DATA --seed S --families F
---hours H --workers 2 --threads 1`.
+--search-hours H --workers 2 --threads 1`.
 
 Rows: one per trial (method "ship-trial": family, shape, recipe, state, val_value, pixel4_ms_est, wall_seconds,
 chosen), the chosen student (method "ship": its val_value, and value, dev scored once), the teacher, TF-IDF + LR and
@@ -56,10 +56,12 @@ from mobilekd.fileio import REPO_ROOT, read_json, write_json
 # 1,900 s on 2 cores in docs/results/quality.json) alone takes half the issue's hour on a small task, and the BiLSTM
 # (in ship's search since the GLUE tasks' runs began: a task's seeds search the same families)
 FAMILIES = ["subset", "tinybert"]  # --families: another list searches another space (SPACES), kept apart
-# the search's wall limit a run (ship --hours), by task where not HOURS: the issue's goal is 1 hour for the whole
-# command on a task of up to 10,000 training examples and 3 hours on SST-2's 67,349, whose teacher took 22 minutes
-# at --max-len 64 and whose trials, scaled with its size (examples_seen's scale_above), run up to 4 epochs (runs
-# before 2026-12-05 searched SST-2 for 0.75 hours too)
+# the search's wall limit a run (ship --search-hours; --hours before ship's --hours became the whole run's budget
+# on 2026-12-07), by task where not HOURS: the issue's goal is 1 hour for the whole command on a task of up to
+# 10,000 training examples and 3 hours on SST-2's 67,349, whose teacher took 22 minutes at --max-len 64 and whose
+# trials, scaled with its size (examples_seen's scale_above), run up to 4 epochs (runs before 2026-12-05 searched
+# SST-2 for 0.75 hours too). The search alone is limited, as when these spaces' first seeds ran, so that a space's
+# seeds search alike on one host; the whole run then takes the teacher's minutes more (wall rows)
 HOURS, TASK_HOURS = "0.75", {"sst2": "2"}
 GLUE = ("rte", "mrpc", "stsb", "cola", "sst2")  # the shipped GLUE tasks, read by `ship --task`
 TASKS = [*CUSTOM, *GLUE]
@@ -73,7 +75,7 @@ FAMILY_DRAW = "family"
 # --families); each is paired with the nearest one before it that ran on the task, on the seeds both ran
 # (ship-space-interval). A space of other families needs an --out of its own (ship refuses a run folder searched with
 # other settings). The students' starts are made before any search (`jobs`: `ship --make-starts`), so that every
-# run searches for its full --hours; runs before that job existed made them inside the first run's search
+# run searches for its full --search-hours; runs before that job existed made them inside the first run's search
 SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
           "d7b9ff56": ("tinybert-wide", "TinyBERT's learning rate up to 3e-3 (was 1e-3) and augmentation up to 12 "
                                         "copies (was 4): CoLA's chosen lr sat at the bound on 2 of 3 seeds"),
@@ -147,8 +149,8 @@ def run_dir(out: Path, task: str, seed: int) -> Path:
 def jobs(out: Path, tasks: list[str], seeds: list[int], families: list[str] = FAMILIES,
          config: str | None = None) -> list[Job]:
     """The teacher; per task, its candidates' starts made before any search (`ship --make-starts`: the first
-    search would otherwise spend its --hours on them; made once per teacher, so later tasks find most made); then
-    a ship a seed. `config`: ship's --config where not configs/ship.json (starts made elsewhere, as
+    search would otherwise spend its --search-hours on them; made once per teacher, so later tasks find most made);
+    then a ship a seed. `config`: ship's --config where not configs/ship.json (starts made elsewhere, as
     configs/ship_gpu.json's on a GPU, are found in the teacher's --starts folder)."""
     teacher = Job("teacher", ["train-teacher", "--init-from", "all-minilm-l6-v2", "--out", str(out / "teacher")],
                   out / "teacher")
@@ -159,7 +161,8 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], families: list[str] = FA
               for task in tasks]
     return [teacher, *starts] + [
         Job(f"{task}/ship/{seed}", [*ship, *flags[task], "--seed", str(seed), "--families", *families,
-                                    "--hours", TASK_HOURS.get(task, HOURS), "--workers", "2", "--threads", "1",
+                                    "--search-hours", TASK_HOURS.get(task, HOURS), "--workers", "2",
+                                    "--threads", "1",
                                     "--out", str(run_dir(out, task, seed))],
             run_dir(out, task, seed), needs=[f"{task}/starts"])
         for seed in seeds for task in tasks]

@@ -230,7 +230,7 @@ def test_bad_input_is_one_line(tmp_path):
     both = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data,
                                      "--dry-run", "--make-starts", "--out", tmp_path / "out", check=False))
     assert "--dry-run" in both and "--make-starts" in both
-    for flag in ("--latency-ms", "--hours"):  # a budget of nothing is refused, not searched
+    for flag in ("--latency-ms", "--hours", "--search-hours"):  # a budget of nothing is refused, not searched
         zero = one_line_error(run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data, flag,
                                          "0", "--out", tmp_path / "out", check=False))
         assert f"{flag} must be greater than 0, got 0.0" in zero
@@ -441,7 +441,8 @@ def test_a_trial_under_way_at_the_wall_limit_is_cut_once_a_trial_is_complete(stu
 def test_a_search_of_the_bilstm_family_ships_its_fused_file(tmp_path):
     """ship with Tang et al.'s BiLSTM as its family: each trial a `mobilekd bilstm` run from the fine-tuned teacher
     on a validation split (dev never read), priced and exported as the fused-LSTM file an app ships, the chosen
-    student scored on dev once."""
+    student scored on dev once. Under an --hours the teacher's fine-tuning spends before the search, the search still
+    runs the one trial it chooses from, and no second of its --trials."""
     data = sst2_csv(tmp_path, 240, n_dev=60)
     config = tmp_path / "space.json"
     config.write_text(json.dumps({"search": {"trials": 2, "rungs": 2, "reduction_factor": 2}, "teacher": {
@@ -451,9 +452,12 @@ def test_a_search_of_the_bilstm_family_ships_its_fused_file(tmp_path):
                                           "--augment": {"choices": [0, 1]}, "examples_seen": {"choices": [320]}}}}}))
     out = tmp_path / "out"
     proc = run_module("mobilekd", "ship", "--teacher", "all-minilm-l6-v2", "--data", data, "--config", config,
-                      "--workers", "1", "--threads", "1", "--out", out, timeout=900)
+                      "--workers", "1", "--threads", "1", "--hours", "0.0003", "--out", out, timeout=900)
     s = json.loads((out / "ship.json").read_text())
     chosen = s["chosen"]
+    assert s["wall_limit"] == {"hours": 0.0003, "search_hours": None, "search_limit_seconds": 1.0}  # 1.08 s in all
+    assert len(s["trials"]) == 1 and s["trials"][0]["state"] == "complete" and s["teacher"]["train_seconds"] > 1.08
+    assert "the search's wall limit: 0.0 min (--hours 0.0003 less the teacher's" in proc.stdout
     # the student against the teacher and TF-IDF on dev: each difference the scores' own, with a paired interval
     # over the 60 dev examples that holds it, printed and in the model card
     base = {"teacher": s["teacher"]["dev"]["accuracy"], "baseline": s["baseline"]["metrics"]["accuracy"],
@@ -562,6 +566,15 @@ def test_the_search_wall_time_counts_the_time_a_trial_ran_not_the_idle_time_befo
         intermediate_values={}))
     assert search.wall_seconds(study) == 150 + 100 + 50
     assert search.ended(study) == (t0 + datetime.timedelta(seconds=7400)).timestamp()
+    # what a resumed search may still take: --hours less the teacher, the 300 s searched and the last stages' reserve;
+    # --search-hours less the 300 s; the smaller; once spent, no trial where one is complete, one where none is
+    from mobilekd.recipes.ship import FINAL_RESERVE, search_limit
+
+    searched = search.wall_seconds(study)
+    assert search_limit(1, None, 1500, searched, True) == 3600 - 1500 - 300 - FINAL_RESERVE
+    assert search_limit(None, 0.5, 1500, searched, True) == 1800 - 300
+    assert search_limit(1, 0.5, 1500, searched, True) == 1500 and search_limit(None, None, 1500, 300, True) is None
+    assert search_limit(1, None, 3500, searched, True) == 0.0 and search_limit(1, None, 3500, searched, False) == 1.0
 
 
 def test_a_search_resumes_across_edited_descriptions_and_added_families_but_not_an_edited_space():

@@ -85,8 +85,8 @@ def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_nam
     assert run_space(tmp_path, {**pairs, "candidates": gpu["candidates"],
                                 "validation": PAIR_GROUPING + OVERSIZED}) == capped[1]
     names = names[:-6]
-    hours = {j.name: j.argv[j.argv.index("--hours") + 1] for j in jobs(tmp_path, ["sst2", "rte"], [0])
-             if "--hours" in j.argv}  # SST-2's search the longer: its trials scale with its size (3-hour goal)
+    hours = {j.name: j.argv[j.argv.index("--search-hours") + 1] for j in jobs(tmp_path, ["sst2", "rte"], [0])
+             if "--search-hours" in j.argv}  # SST-2's search the longer: its trials scale with its size (3-hour goal)
     assert hours == {"sst2/ship/0": "2", "rte/ship/0": "0.75"}
     unscaled = copy.deepcopy(plan)  # before examples_seen's scale_above
     for family in unscaled["config"]["families"].values():

@@ -28,12 +28,13 @@ stage skipped when its output is complete, so the same command resumes:
   OUT/frontier.png   every trial's validation score against its Pixel 4 estimate
 
 The budget: --latency-ms (default: a third of the teacher's own Pixel 4 estimate at the task's sequence length),
---trials (configs/ship.json's), --hours (a wall limit on the search: no trial starts after it, and one under way
-is cut there once a trial is complete, as configs/ship.json's search.at_wall_limit says). The families that
-need the teacher's masked-LM head (narrowing, augmentation, task-agnostic distillation) are left out, with a line
-saying so, for a teacher without one (a transformers BertModel: fit them with scripts/train_teacher.sh --init-from).
-Sequence length and the teacher's epochs come from the data (`budget`); Pixel figures are ESTIMATES of a cost model
-(android_bench/estimate.py), not measurements on a phone.
+--trials (configs/ship.json's), --hours (the whole run's wall budget: the search gets what the teacher's fine-tuning
+leaves of it, less two minutes for the dev scorings and the export; no trial starts after that, and one under way is
+cut there once a trial is complete, as configs/ship.json's search.at_wall_limit says), --search-hours (a wall limit
+on the search alone). The families that need the teacher's masked-LM head (narrowing, augmentation, task-agnostic
+distillation) are left out, with a line saying so, for a teacher without one (a transformers BertModel: fit them
+with scripts/train_teacher.sh --init-from). Sequence length and the teacher's epochs come from the data (`budget`);
+Pixel figures are ESTIMATES of a cost model (android_bench/estimate.py), not measurements on a phone.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from mobilekd.fileio import atomic_path, file_digest, read_json, write_json
 from mobilekd.host import identity
 from mobilekd.rundir import COMPLETE, completed, finished_results, owned, training_host
 from mobilekd.finetune.selection import grouping, validation_size, whole_texts
-from mobilekd.search.config import STARTS, ShipConfig, check
+from mobilekd.search.config import FINAL_RESERVE, STARTS, ShipConfig, check
 from mobilekd.search.space import BATCH_SIZE, Candidate, load_space, needs_head, shapes, start_argv, verb
 
 LENGTHS = (32, 64, 128)  # the --max-len choices
@@ -92,6 +93,18 @@ def teacher_runs(b: dict, teacher_spec: dict, flags: list[str], teacher: Path, o
                           "--lr", str(lr), "--batch-size", str(BATCH_SIZE), "--select-on", "validation",
                           "--eval-every", str(every), "--skip-dev",
                           "--out", str(out / "teachers" / f"lr{lr:g}"), "--resume"] for lr in b["teacher_lrs"]}
+
+
+def search_limit(hours: float | None, search_hours: float | None, teacher_seconds: float, searched: float,
+                 complete: bool) -> float | None:
+    """The search's wall limit for this process, in seconds (None: none): --hours, the whole run's budget, less the
+    teacher's fine-tuning (`teacher_seconds`, its runs' own time), the search so far (`searched`, an earlier
+    process's: `study.wall_seconds`) and `FINAL_RESERVE` for the last stages; --search-hours less the search so far;
+    the smaller. A budget spent before the search still runs the trial it chooses from (1 s: Optuna starts one,
+    and `run_trial` cuts no trial while none is complete), unless the study has a `complete` one (0: none starts)."""
+    limits = ([hours * 3600 - teacher_seconds - searched - FINAL_RESERVE] if hours else []) + (
+        [search_hours * 3600 - searched] if search_hours else [])
+    return max(min(limits), 0.0 if complete else 1.0) if limits else None
 
 
 def choose_teacher(runs: dict[str, list[str]], out: Path) -> dict:
@@ -358,7 +371,9 @@ def report(s: dict) -> str:
              f"search: {len(s['trials'])} trials ({counts['complete']} complete, {counts['pruned']} cut short"
              + (f" ({walled} at the wall limit)" if walled else "") + ", "
              f"{counts['fail']} failed; {families}) in {s['search_seconds'] / 60:.1f} min; budget "
-             f"{s['budget']['latency_ms']:.1f} ms (est.)"]
+             f"{s['budget']['latency_ms']:.1f} ms (est.)"
+             + (f"; the whole run {s['wall_seconds']['total'] / 60:.1f} min of --hours {hours:g}"
+                if (hours := s.get("wall_limit", {}).get("hours")) else "")]
     lines += differences(s)
     lines += [w for w in [constant_warning(s)] if w]
     if base is not None and "student-baseline" not in s.get("intervals", {}):  # a ship.json from before intervals
@@ -467,19 +482,30 @@ def main(argv=None):
         print(f"== then the teacher run best on validation, and a search of {trials} trials over {len(found)} "
               f"candidates; the chosen student scored on dev once and exported")
         return
-    timeout = args.hours * 3600 if args.hours else None
 
     def study_and_objective():
+        """The study, its objective and the search's wall limit (`search_limit`), as each process finds them."""
         study = search.open_study(out, args.seed, space["search"]["reduction_factor"], args.join,
                                   startup=max(2, trials // 3))
+        teacher_seconds = read_json(out / "teacher" / "chosen.json")["wall_seconds"]
+        searched = search.wall_seconds(study)
+        timeout = search_limit(args.hours, args.search_hours, teacher_seconds, searched, search.has_complete(study))
+        if timeout is not None and not args.join:
+            print(f"the search's wall limit: {timeout / 60:.1f} min ("
+                  + (f"--hours {args.hours:g} less the teacher's {teacher_seconds / 60:.1f} min and "
+                     f"{FINAL_RESERVE / 60:g} min for the last stages" if args.hours else "")
+                  + ("; " if args.hours and args.search_hours else "")
+                  + (f"--search-hours {args.search_hours:g}" if args.search_hours else "")
+                  + f"; {searched / 60:.1f} min searched before)")
         cut = timeout is not None and space["search"]["at_wall_limit"] == "cut"
         return study, search.Objective(out, found, space["families"], teacher, out / "teacher", flags,
                                        problem is None, b["train_examples"], space["search"]["rungs"], verb_flags,
-                                       cut_at=time.time() + timeout if cut else None)
+                                       cut_at=time.time() + timeout if cut else None), timeout
 
     if args.join:  # a worker of the parent below, which holds OUT; stopped by it, it stops its trial (run_trial)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-        search.search(*study_and_objective(), trials, timeout)
+        study, objective, timeout = study_and_objective()
+        search.search(study, objective, trials, timeout)
         return
     with owned(out, argv=argv):  # one ship at a time in OUT: a second would fail the first's running trials as stale
         keep_plan(out, {"teacher": {name: without_threads(argv) for name, argv in runs.items()},
@@ -492,7 +518,7 @@ def main(argv=None):
                 if finished_results(out / "teachers" / name) is None:
                     run_stage(f"teacher {name}", run, out)
             choose_teacher(runs, out)
-        study, objective = study_and_objective()
+        study, objective, timeout = study_and_objective()
         stale = search.fail_stale(study)  # no worker runs yet: any trial left running was interrupted
         if stale:
             print(f"{stale} trial(s) an interrupted search left running marked failed; the search resumes")
@@ -512,7 +538,9 @@ def main(argv=None):
                 if w.poll() is None:
                     w.terminate()
                     w.wait()
-        finish(args, study, out, data, teacher, b, whole, search.wall_seconds(study))
+        finish(args, study, out, data, teacher, b, whole, search.wall_seconds(study),
+               {"hours": args.hours, "search_hours": args.search_hours,
+                "search_limit_seconds": None if timeout is None else round(timeout, 1)})
 
 
 def make_starts(found: list[Candidate]) -> list[dict]:
@@ -552,8 +580,10 @@ def require_labelled_dev(task_name: str, data: Path, regression: bool) -> None:
 FINAL_SECONDS = "final_seconds.json"  # OUT's record of the last stages' seconds (`finish`)
 
 
-def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: list[str], seconds: float) -> None:
-    """The chosen trial's model into OUT/student, dev scored once, exported with parity, card and summary."""
+def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: list[str], seconds: float,
+           wall_limit: dict) -> None:
+    """The chosen trial's model into OUT/student, dev scored once, exported with parity, card and summary;
+    `wall_limit`: the budget flags and the search's limit as this process found it (ship.json's `wall_limit`)."""
     from mobilekd.search import study as search
     from mobilekd.search.frontier import plot
 
@@ -593,6 +623,7 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
     final = round(sum(stages.values()), 1) if len(stages) == 3 else round(
         (student / "tflite" / COMPLETE).stat().st_mtime - search.ended(study), 1)
     s = summary(out, args.task, data, args.regression, teacher, b, chosen, rows, seconds, final, args.seed)
+    s["wall_limit"] = wall_limit
     if not args.keep_teacher_features:
         freed = drop_teacher_features(out / "teacher")
         if freed:

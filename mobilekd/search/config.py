@@ -14,6 +14,9 @@ from mobilekd.finetune.teacher_features import BUDGET_GB as STORE_GB
 from mobilekd.search.space import CONFIG
 
 STARTS = ".cache/mobilekd/starts"  # relative to the working directory, as the other caches
+# the seconds --hours keeps for the stages after the search (the teacher's and the student's dev scorings, the export
+# with parity on all of dev): 44-91 s on RTE and STS-B on 2 AVX2 cores (OUT/final_seconds.json, 2026-12-06/07)
+FINAL_RESERVE = 120.0
 
 
 @dataclass
@@ -40,9 +43,13 @@ class ShipConfig:
         "type": int, "min": 1, "help": "trials in the search", "default_help": "--config's search.trials"})
     hours: float | None = field(default=None, metadata={
         "type": float, "above": 0,
-        "help": "a wall limit on the search, hours: no trial starts after it, and a trial under way is cut there "
-                "once one is complete (--config's search.at_wall_limit)",
+        "help": "the whole run's wall budget, hours: the search gets what the teacher's fine-tuning leaves of it, "
+                f"less {FINAL_RESERVE / 60:g} minutes for the dev scorings and the export; no trial starts after "
+                "that, and a trial under way is cut there once one is complete (--config's search.at_wall_limit)",
         "default_help": "none"})
+    search_hours: float | None = field(default=None, metadata={
+        "type": float, "above": 0,
+        "help": "a wall limit on the search alone, hours (with --hours: the smaller)", "default_help": "none"})
     workers: int = field(default=1, metadata={
         "min": 1, "help": "processes running trials at once over the study's journal (each trial gets --threads)"})
     threads: int | None = field(default=None, metadata={

@@ -25,7 +25,7 @@ SEEN = "examples_seen"  # the space's one entry that is not a finetune flag
 UP_TO = "up_to_examples"  # a flag drawn only for a task of at most this many training examples (its default above)
 SCALE_ABOVE = "scale_above"  # examples_seen's: on a task of more training examples, each choice grows with its size
 VERBS = ("finetune", "bilstm")  # what may train a family's trials
-AT_WALL_LIMIT = ("cut", "finish")  # search.at_wall_limit: a trial under way at --hours is cut there, or finishes
+AT_WALL_LIMIT = ("cut", "finish")  # search.at_wall_limit: a trial under way at the wall limit: cut there, or finishes
 BILSTM_SIZES = {"hidden_size": "h", "embedding_size": "e", "classifier_size": "c"}  # a BiLSTM shape's, and its name's
 
 
@@ -82,7 +82,7 @@ def load_space(path: Path = CONFIG) -> dict:
         if not isinstance(config.get("search", {}).get(key), int) or config["search"][key] < 1:
             raise located(path, f"search.{key} must be a whole number of at least 1")
     if "at_wall_limit" not in config.get("search", {}) and Path(path) != CONFIG:  # a copy made before the setting
-        print(f"{path}: no search.at_wall_limit; a trial under way at --hours is treated as {CONFIG} says")
+        print(f"{path}: no search.at_wall_limit; a trial under way at the wall limit is treated as {CONFIG} says")
         config["search"]["at_wall_limit"] = read_json(CONFIG)["search"]["at_wall_limit"]
     if config["search"].get("at_wall_limit") not in AT_WALL_LIMIT:
         raise located(path, f"search.at_wall_limit must be one of {', '.join(AT_WALL_LIMIT)}")

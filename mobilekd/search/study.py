@@ -18,12 +18,13 @@ successive halving.
   0.685, 0.719, 0.727 on validation, and 0.408 is below the top third of seed 0's first evaluations, where
   TinyBERT's trials stood at 0.43-0.62), which breaks the premise successive halving rests on, that early ranks
   predict late ones. The families meet only in the choice, among complete trials.
-- The wall limit (`--hours`): no trial starts after it, and where configs/ship.json's `search.at_wall_limit` is
-  "cut", a trial still running at it is stopped there (pruned, its `cut` attribute "wall limit") once the study
-  holds a complete trial to choose, so that a search ends within about one validation interval of the limit instead
-  of waiting on trials drawn just before it (MRPC's TinyBERT trials with 12 augmented copies ran 29 minutes past a
-  0.75-hour limit, docs/ship_runs.md). Until a trial is complete, nothing is cut: a search always has a choice.
-  "finish" lets every trial under way finish (Optuna's `timeout`, as before the setting).
+- The wall limit (what `--hours` leaves the search, or `--search-hours`: ship's `search_limit`): no trial starts after
+  it, and where configs/ship.json's `search.at_wall_limit` is "cut", a trial still running at it is stopped there
+  (pruned, its `cut` attribute "wall limit") once the study holds a complete trial to choose, so that a search ends
+  within about one validation interval of the limit instead of waiting on trials drawn just before it (MRPC's
+  TinyBERT trials with 12 augmented copies ran 29 minutes past a 0.75-hour limit, docs/ship_runs.md). Until a trial
+  is complete, nothing is cut: a search always has a choice. "finish" lets every trial under way finish (Optuna's
+  `timeout`, as before the setting).
 - Storage: a journal file (`optuna.storages.JournalStorage` over `JournalFileBackend`), which several processes, on
   this machine or on machines sharing the file system, read and append to at once: the study resumes from it,
   and `--workers N` runs N processes over it.
