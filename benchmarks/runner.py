@@ -33,10 +33,13 @@ class Job:
     needs: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # set for this run only
     after: list[str] = field(default_factory=list)  # runs once these have ended, done or failed (order, not need)
+    # the same run's flags before a flag was renamed: a run finished under them is done too
+    renamed_from: list[list[str]] = field(default_factory=list)
 
     def done(self) -> bool:
-        """The recipe marked its OUT complete for exactly these flags (`mobilekd.rundir.completed`)."""
-        return completed(self.out, self.argv[1:])
+        """The recipe marked its OUT complete for exactly these flags, or flags it had before a rename
+        (`renamed_from`; `mobilekd.rundir.completed`)."""
+        return any(completed(self.out, argv[1:]) for argv in (self.argv, *self.renamed_from))
 
 
 def with_needs(plan: list[Job], wanted) -> list[Job]:

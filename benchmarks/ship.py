@@ -159,13 +159,13 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], families: list[str] = FA
     starts = [Job(f"{task}/starts", [*ship, *flags[task], "--families", *families, "--make-starts",
                                      "--out", str(out / "starts" / task)], out / "starts" / task, needs=["teacher"])
               for task in tasks]
-    return [teacher, *starts] + [
-        Job(f"{task}/ship/{seed}", [*ship, *flags[task], "--seed", str(seed), "--families", *families,
-                                    "--search-hours", TASK_HOURS.get(task, HOURS), "--workers", "2",
-                                    "--threads", "1",
-                                    "--out", str(run_dir(out, task, seed))],
-            run_dir(out, task, seed), needs=[f"{task}/starts"])
-        for seed in seeds for task in tasks]
+    runs = [Job(f"{task}/ship/{seed}", [*ship, *flags[task], "--seed", str(seed), "--families", *families,
+                                         "--search-hours", TASK_HOURS.get(task, HOURS), "--workers", "2",
+                                         "--threads", "1", "--out", str(run_dir(out, task, seed))],
+                run_dir(out, task, seed), needs=[f"{task}/starts"]) for seed in seeds for task in tasks]
+    for job in runs:  # a run finished before 2026-12-07 named the search's limit --hours
+        job.renamed_from = [["--hours" if a == "--search-hours" else a for a in job.argv]]
+    return [teacher, *starts, *runs]
 
 
 def task_flags(out: Path, task: str) -> list[str]:

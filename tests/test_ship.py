@@ -455,9 +455,11 @@ def test_a_search_of_the_bilstm_family_ships_its_fused_file(tmp_path):
                       "--workers", "1", "--threads", "1", "--hours", "0.0003", "--out", out, timeout=900)
     s = json.loads((out / "ship.json").read_text())
     chosen = s["chosen"]
-    assert s["wall_limit"] == {"hours": 0.0003, "search_hours": None, "search_limit_seconds": 1.0}  # 1.08 s in all
-    assert len(s["trials"]) == 1 and s["trials"][0]["state"] == "complete" and s["teacher"]["train_seconds"] > 1.08
-    assert "the search's wall limit: 0.0 min (--hours 0.0003 less the teacher's" in proc.stdout
+    limit = s["wall_limit"]  # 1.08 s in all, spent by the teacher
+    assert limit["hours"] == 0.0003 and limit["search_hours"] is None and limit["search_limit_seconds"] == 1.0
+    assert limit["left_seconds"] < 0 and len(s["trials"]) == 1 and s["trials"][0]["state"] == "complete"
+    assert "the budget is spent before the search (--hours 0.0003 less the teacher's" in proc.stdout
+    assert "one trial runs, so that there is a student to choose" in proc.stdout
     # the student against the teacher and TF-IDF on dev: each difference the scores' own, with a paired interval
     # over the 60 dev examples that holds it, printed and in the model card
     base = {"teacher": s["teacher"]["dev"]["accuracy"], "baseline": s["baseline"]["metrics"]["accuracy"],
@@ -568,13 +570,15 @@ def test_the_search_wall_time_counts_the_time_a_trial_ran_not_the_idle_time_befo
     assert search.ended(study) == (t0 + datetime.timedelta(seconds=7400)).timestamp()
     # what a resumed search may still take: --hours less the teacher, the 300 s searched and the last stages' reserve;
     # --search-hours less the 300 s; the smaller; once spent, no trial where one is complete, one where none is
-    from mobilekd.recipes.ship import FINAL_RESERVE, search_limit
+    from mobilekd.recipes.ship import FINAL_RESERVE, search_left, search_timeout
 
     searched = search.wall_seconds(study)
-    assert search_limit(1, None, 1500, searched, True) == 3600 - 1500 - 300 - FINAL_RESERVE
-    assert search_limit(None, 0.5, 1500, searched, True) == 1800 - 300
-    assert search_limit(1, 0.5, 1500, searched, True) == 1500 and search_limit(None, None, 1500, 300, True) is None
-    assert search_limit(1, None, 3500, searched, True) == 0.0 and search_limit(1, None, 3500, searched, False) == 1.0
+    assert search_left(1, None, 1500, searched) == 3600 - 1500 - 300 - FINAL_RESERVE
+    assert search_left(None, 0.5, 1500, searched) == 1800 - 300
+    assert search_left(1, 0.5, 1500, searched) == 1500 and search_left(None, None, 1500, 300) is None
+    spent = search_left(1, None, 3500, searched)
+    assert spent < 0 and search_timeout(spent, True) == 0.0 and search_timeout(spent, False) == 1.0
+    assert search_timeout(1500, True) == 1500 and search_timeout(None, False) is None
 
 
 def test_a_search_resumes_across_edited_descriptions_and_added_families_but_not_an_edited_space():

@@ -88,6 +88,15 @@ def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_nam
     hours = {j.name: j.argv[j.argv.index("--search-hours") + 1] for j in jobs(tmp_path, ["sst2", "rte"], [0])
              if "--search-hours" in j.argv}  # SST-2's search the longer: its trials scale with its size (3-hour goal)
     assert hours == {"sst2/ship/0": "2", "rte/ship/0": "0.75"}
+    from mobilekd.rundir import owned
+
+    rte = next(j for j in jobs(tmp_path, ["rte"], [0]) if j.name == "rte/ship/0")
+    with owned(rte.out, argv=[("--hours" if a == "--search-hours" else a) for a in rte.argv[1:]]):
+        assert not rte.done()  # under way
+    assert rte.done()  # finished when ship named the search's limit --hours: not run again
+    with owned(rte.out, argv=[*rte.argv[1:], "--trials", "20"]):
+        pass
+    assert not rte.done()  # finished under other flags: runs
     unscaled = copy.deepcopy(plan)  # before examples_seen's scale_above
     for family in unscaled["config"]["families"].values():
         family["space"]["examples_seen"].pop("scale_above")

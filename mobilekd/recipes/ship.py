@@ -95,16 +95,22 @@ def teacher_runs(b: dict, teacher_spec: dict, flags: list[str], teacher: Path, o
                           "--out", str(out / "teachers" / f"lr{lr:g}"), "--resume"] for lr in b["teacher_lrs"]}
 
 
-def search_limit(hours: float | None, search_hours: float | None, teacher_seconds: float, searched: float,
-                 complete: bool) -> float | None:
-    """The search's wall limit for this process, in seconds (None: none): --hours, the whole run's budget, less the
-    teacher's fine-tuning (`teacher_seconds`, its runs' own time), the search so far (`searched`, an earlier
-    process's: `study.wall_seconds`) and `FINAL_RESERVE` for the last stages; --search-hours less the search so far;
-    the smaller. A budget spent before the search still runs the trial it chooses from (1 s: Optuna starts one,
-    and `run_trial` cuts no trial while none is complete), unless the study has a `complete` one (0: none starts)."""
+def search_left(hours: float | None, search_hours: float | None, teacher_seconds: float,
+                searched: float) -> float | None:
+    """The seconds the search may still run (None: no limit; at or under 0: none): --hours, the whole run's budget,
+    less the teacher's fine-tuning (`teacher_seconds`, its runs' own time), the search so far (`searched`: every
+    earlier process's, `study.wall_seconds`) and `FINAL_RESERVE` for the last stages; --search-hours less the search
+    so far; the smaller."""
     limits = ([hours * 3600 - teacher_seconds - searched - FINAL_RESERVE] if hours else []) + (
         [search_hours * 3600 - searched] if search_hours else [])
-    return max(min(limits), 0.0 if complete else 1.0) if limits else None
+    return min(limits) if limits else None
+
+
+def search_timeout(left: float | None, complete: bool) -> float | None:
+    """This process's Optuna timeout for `left` seconds (`search_left`): a search with no `complete` trial still
+    runs the one it chooses from (1 s: Optuna starts one, and `run_trial` cuts no trial while none is complete);
+    given to the parent alone, its workers starting none past the deadline."""
+    return None if left is None else max(left, 0.0 if complete else 1.0)
 
 
 def choose_teacher(runs: dict[str, list[str]], out: Path) -> dict:
@@ -483,29 +489,23 @@ def main(argv=None):
               f"candidates; the chosen student scored on dev once and exported")
         return
 
-    def study_and_objective():
-        """The study, its objective and the search's wall limit (`search_limit`), as each process finds them."""
-        study = search.open_study(out, args.seed, space["search"]["reduction_factor"], args.join,
-                                  startup=max(2, trials // 3))
-        teacher_seconds = read_json(out / "teacher" / "chosen.json")["wall_seconds"]
-        searched = search.wall_seconds(study)
-        timeout = search_limit(args.hours, args.search_hours, teacher_seconds, searched, search.has_complete(study))
-        if timeout is not None and not args.join:
-            print(f"the search's wall limit: {timeout / 60:.1f} min ("
-                  + (f"--hours {args.hours:g} less the teacher's {teacher_seconds / 60:.1f} min and "
-                     f"{FINAL_RESERVE / 60:g} min for the last stages" if args.hours else "")
-                  + ("; " if args.hours and args.search_hours else "")
-                  + (f"--search-hours {args.search_hours:g}" if args.search_hours else "")
-                  + f"; {searched / 60:.1f} min searched before)")
-        cut = timeout is not None and space["search"]["at_wall_limit"] == "cut"
-        return study, search.Objective(out, found, space["families"], teacher, out / "teacher", flags,
-                                       problem is None, b["train_examples"], space["search"]["rungs"], verb_flags,
-                                       cut_at=time.time() + timeout if cut else None), timeout
+    def open_study():
+        return search.open_study(out, args.seed, space["search"]["reduction_factor"], args.join,
+                                 startup=max(2, trials // 3))
+
+    def objective(deadline: float | None):
+        """The search's objective, its trials cut at `deadline` (seconds since the epoch; None: never) where
+        configs/ship.json's search.at_wall_limit says so."""
+        cut = deadline is not None and space["search"]["at_wall_limit"] == "cut"
+        return search.Objective(out, found, space["families"], teacher, out / "teacher", flags, problem is None,
+                                b["train_examples"], space["search"]["rungs"], verb_flags,
+                                cut_at=deadline if cut else None)
 
     if args.join:  # a worker of the parent below, which holds OUT; stopped by it, it stops its trial (run_trial)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-        study, objective, timeout = study_and_objective()
-        search.search(study, objective, trials, timeout)
+        deadline = args.deadline  # the parent's: no trial starts here past it
+        search.search(open_study(), objective(deadline), trials,
+                      None if deadline is None else max(deadline - time.time(), 0.0))
         return
     with owned(out, argv=argv):  # one ship at a time in OUT: a second would fail the first's running trials as stale
         keep_plan(out, {"teacher": {name: without_threads(argv) for name, argv in runs.items()},
@@ -518,17 +518,25 @@ def main(argv=None):
                 if finished_results(out / "teachers" / name) is None:
                     run_stage(f"teacher {name}", run, out)
             choose_teacher(runs, out)
-        study, objective, timeout = study_and_objective()
+        study = open_study()
         stale = search.fail_stale(study)  # no worker runs yet: any trial left running was interrupted
         if stale:
             print(f"{stale} trial(s) an interrupted search left running marked failed; the search resumes")
-        workers = [subprocess.Popen([sys.executable, "-m", "mobilekd", "ship", *argv, "--join", str(k)],
+        teacher_seconds = read_json(out / "teacher" / "chosen.json")["wall_seconds"]
+        searched = search.wall_seconds(study)
+        left = search_left(args.hours, args.search_hours, teacher_seconds, searched)  # after fail_stale: its spans
+        timeout = search_timeout(left, search.has_complete(study))
+        deadline = None if left is None else time.time() + max(left, 0.0)
+        if left is not None:
+            print(wall_limit_line(args, left, timeout, teacher_seconds, searched))
+        workers = [subprocess.Popen([sys.executable, "-m", "mobilekd", "ship", *argv, "--join", str(k),
+                                     *(["--deadline", repr(deadline)] if deadline is not None else [])],
                                     env=os.environ) for k in range(1, args.workers)]
         from tqdm import tqdm
 
         try:
             with tqdm(total=trials, initial=min(trials, search.finished(study)), desc="search", unit="trial") as bar:
-                search.search(study, objective, trials, timeout,
+                search.search(study, objective(deadline), trials, timeout,
                               progress=lambda n: bar.update(min(trials, n) - bar.n))
                 for w in workers:
                     w.wait()
@@ -540,7 +548,20 @@ def main(argv=None):
                     w.wait()
         finish(args, study, out, data, teacher, b, whole, search.wall_seconds(study),
                {"hours": args.hours, "search_hours": args.search_hours,
+                "left_seconds": None if left is None else round(left, 1),
                 "search_limit_seconds": None if timeout is None else round(timeout, 1)})
+
+
+def wall_limit_line(args, left: float, timeout: float, teacher_seconds: float, searched: float) -> str:
+    """What the search may take of --hours and --search-hours (`search_left`), said before it starts."""
+    why = "; ".join([*([f"--hours {args.hours:g} less the teacher's {teacher_seconds / 60:.1f} min and "
+                        f"{FINAL_RESERVE / 60:g} min for the last stages"] if args.hours else []),
+                     *([f"--search-hours {args.search_hours:g}"] if args.search_hours else []),
+                     *([f"less {searched / 60:.1f} min searched before"] if searched else [])])
+    if left > 0:
+        return f"the search's wall limit: {left / 60:.1f} min ({why})"
+    return (f"the budget is spent before the search ({why}): " + (
+        "one trial runs, so that there is a student to choose" if timeout else "no trial starts"))
 
 
 def make_starts(found: list[Candidate]) -> list[dict]:

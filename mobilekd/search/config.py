@@ -43,13 +43,17 @@ class ShipConfig:
         "type": int, "min": 1, "help": "trials in the search", "default_help": "--config's search.trials"})
     hours: float | None = field(default=None, metadata={
         "type": float, "above": 0,
-        "help": "the whole run's wall budget, hours: the search gets what the teacher's fine-tuning leaves of it, "
-                f"less {FINAL_RESERVE / 60:g} minutes for the dev scorings and the export; no trial starts after "
-                "that, and a trial under way is cut there once one is complete (--config's search.at_wall_limit)",
+        "help": "the whole run's wall budget, hours: the search gets what the teacher's fine-tuning and an earlier, "
+                f"interrupted search leave of it, less {FINAL_RESERVE / 60:g} minutes for the dev scorings and the "
+                "export; no trial starts after that, and a trial under way is cut there once one is complete "
+                "(--config's search.at_wall_limit). A budget the teacher spends still runs one trial, so that "
+                "there is a student to choose: the run then takes longer",
         "default_help": "none"})
     search_hours: float | None = field(default=None, metadata={
         "type": float, "above": 0,
-        "help": "a wall limit on the search alone, hours (with --hours: the smaller)", "default_help": "none"})
+        "help": "a wall limit on the search alone, hours, an earlier, interrupted search counted: no trial starts "
+                "after it, and a trial under way is cut there once one is complete (with --hours: the smaller)",
+        "default_help": "none"})
     workers: int = field(default=1, metadata={
         "min": 1, "help": "processes running trials at once over the study's journal (each trial gets --threads)"})
     threads: int | None = field(default=None, metadata={
@@ -80,8 +84,10 @@ class ShipConfig:
     make_starts: bool = field(default=False, metadata={
         "help": "make the starts of the candidates that fit (the teacher's layers; task-agnostic distillation, "
                 "minutes to an hour each), record them in OUT/starts.json and stop: made once per teacher and "
-                "shared by every task and seed, so that a later search's --hours goes to its trials"})
+                "shared by every task and seed, so that a later search's time goes to its trials"})
     join: int = field(default=0, metadata={"hidden": True, "help": "worker N of --workers: trials only"})
+    deadline: float | None = field(default=None, metadata={
+        "type": float, "hidden": True, "help": "a worker's: when the parent's search ends (seconds since the epoch)"})
 
 
 def check(c: ShipConfig) -> ShipConfig:
