@@ -142,21 +142,21 @@ def test_a_linked_group_too_large_for_a_fair_share_of_validation_trains():
 
     task = load_task("stsb", ROOT / "data/glue/STS-B")
     groups, _ = text_groups(task.train)
-    at = {id(e): i for i, e in enumerate(task.train)}
     held = []
     for seed in (0, 1):
         carved = carve(task, task.train, seed)
         assert 520 <= carved.record["size"] <= 630
         assert "1 linked group(s) of over 28 pairs (245 pairs) kept in training" in carved.record["rule"]
-        in_validation = groups[[at[id(e)] for e in carved.validation]]
+        assert [task.train[i] for i in carved.held] == carved.validation
+        in_validation = groups[carved.held]
         assert np.bincount(in_validation).max() <= MAX_GROUP_SHARE * 575
         read = {" ".join(t.lower().split()) for e in carved.train for t in (e.text_a, e.text_b)}
         assert not any(" ".join(t.lower().split()) in read for e in carved.validation for t in (e.text_a, e.text_b))
-        held.append({at[id(e)] for e in carved.validation})
+        held.append(set(carved.held))
     assert len(held[0] & held[1]) < 0.25 * 575  # held whole, the caption group made them share 245 and more
     assert grouping(task.train) == PAIR_GROUPING + OVERSIZED
     before = carve(task, task.train, 0, max_group_share=None)  # the split the runs of 2026-12-06 were scored on
-    assert sum(groups[at[id(e)]] == np.argmax(np.bincount(groups)) for e in before.validation) == 245
+    assert sum(groups[before.held] == np.argmax(np.bincount(groups))) == 245
     assert grouping(load_task("mrpc", ROOT / "data/glue/MRPC").train) == PAIR_GROUPING  # no group over the share
 
 

@@ -85,6 +85,7 @@ class Carved:
     train: list
     validation: list
     record: dict  # the rule, its fraction, cap and seed, and the sizes: results.json's "validation_split"
+    held: list[int]  # the validation examples' indices in the list carved, in order
 
 
 def _strata(task: Task, examples: list) -> np.ndarray | None:
@@ -163,7 +164,7 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
     return Carved(train=[e for i, e in enumerate(examples) if i not in held_set],
                   validation=[examples[i] for i in sorted(held_set)],
                   record={"rule": rule, "fraction": fraction, "cap": cap, "seed": seed, "size": len(held_set),
-                          "train_size": n - len(held_set)})
+                          "train_size": n - len(held_set)}, held=sorted(held_set))
 
 
 def _normal(text: str) -> str:
@@ -276,4 +277,5 @@ def carve_pairs(pairs: list, seed: int, fraction: float = FRACTION, cap: int = C
     return Carved(train=[p for i, p in enumerate(pairs) if i not in held_set],
                   validation=[pairs[i] for i in sorted(held_set)],
                   record={"rule": "random, pairs linked by a shared sentence on one side", "fraction": fraction,
-                          "cap": cap, "seed": seed, "size": len(held_set), "train_size": n - len(held_set)})
+                          "cap": cap, "seed": seed, "size": len(held_set), "train_size": n - len(held_set)},
+                  held=sorted(held_set))
