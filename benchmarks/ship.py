@@ -84,11 +84,14 @@ SPACES = {"a3a365c6": (None, "configs/ship.json's search as of 2026-12-03"),
           "bc5c48dd": ("mobilebert-3000", "the MobileBERT-shaped family's starts transferred 3,000 steps a stage, "
                                           "made on a GPU (configs/ship_gpu.json, `--config`): its 6-block, 4-block "
                                           "and MobileBERT_TINY 4-block shapes"),
-          "2460c6fb": ("cut", "tinybert-wide, with a trial under way at --hours cut there once one is complete "
-                              "(search.at_wall_limit \"cut\"; before, every trial under way finished), and MRPC's "
-                              "checkpoints and students chosen on the mean of F1 and accuracy (before: F1)"),
-          "4ac977db": ("mobilebert-cut", "mobilebert, with a trial under way at --hours cut there (as cut)"),
-          "cea671fa": ("mobilebert-3000-cut", "mobilebert-3000, with a trial under way at --hours cut there (as cut)"),
+          "2460c6fb": ("cut", "tinybert-wide, with a trial under way at the search's wall limit (then --hours) cut "
+                              "there once one is complete (search.at_wall_limit \"cut\"; before, every trial under way "
+                              "finished), and MRPC's checkpoints and students chosen on the mean of F1 and accuracy "
+                              "(before: F1)"),
+          "4ac977db": ("mobilebert-cut", "mobilebert, with a trial under way at the search's wall limit (then "
+                                         "--hours) cut there (as cut)"),
+          "cea671fa": ("mobilebert-3000-cut", "mobilebert-3000, with a trial under way at the search's wall limit "
+                                              "(then --hours) cut there (as cut)"),
           "cd2a1e92": ("cut-grouped", "cut, with a one-text task's validation split grouped by text: a phrase with "
                                       "the training texts holding it (SST-2's phrases of one sentence on one side)"),
           "a09ebfec": ("mobilebert-cut-grouped", "mobilebert-cut, its validation split grouped (as cut-grouped)"),

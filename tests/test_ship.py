@@ -442,7 +442,7 @@ def test_a_search_of_the_bilstm_family_ships_its_fused_file(tmp_path):
     """ship with Tang et al.'s BiLSTM as its family: each trial a `mobilekd bilstm` run from the fine-tuned teacher
     on a validation split (dev never read), priced and exported as the fused-LSTM file an app ships, the chosen
     student scored on dev once. Under an --hours the teacher's fine-tuning spends before the search, the search still
-    runs the one trial it chooses from, and no second of its --trials."""
+    runs trials until one is complete, and no more of its --trials."""
     data = sst2_csv(tmp_path, 240, n_dev=60)
     config = tmp_path / "space.json"
     config.write_text(json.dumps({"search": {"trials": 2, "rungs": 2, "reduction_factor": 2}, "teacher": {
@@ -456,10 +456,10 @@ def test_a_search_of_the_bilstm_family_ships_its_fused_file(tmp_path):
     s = json.loads((out / "ship.json").read_text())
     chosen = s["chosen"]
     limit = s["wall_limit"]  # 1.08 s in all, spent by the teacher
-    assert limit["hours"] == 0.0003 and limit["search_hours"] is None and limit["search_limit_seconds"] == 1.0
+    assert limit["hours"] == 0.0003 and limit["search_hours"] is None and limit["search_limit_seconds"] == 0.0
     assert limit["left_seconds"] < 0 and len(s["trials"]) == 1 and s["trials"][0]["state"] == "complete"
     assert "the budget is spent before the search (--hours 0.0003 less the teacher's" in proc.stdout
-    assert "one trial runs, so that there is a student to choose" in proc.stdout
+    assert "trials run until one is complete, so that there is a student to choose" in proc.stdout
     # the student against the teacher and TF-IDF on dev: each difference the scores' own, with a paired interval
     # over the 60 dev examples that holds it, printed and in the model card
     base = {"teacher": s["teacher"]["dev"]["accuracy"], "baseline": s["baseline"]["metrics"]["accuracy"],
@@ -570,15 +570,37 @@ def test_the_search_wall_time_counts_the_time_a_trial_ran_not_the_idle_time_befo
     assert search.ended(study) == (t0 + datetime.timedelta(seconds=7400)).timestamp()
     # what a resumed search may still take: --hours less the teacher, the 300 s searched and the last stages' reserve;
     # --search-hours less the 300 s; the smaller; once spent, no trial where one is complete, one where none is
-    from mobilekd.recipes.ship import FINAL_RESERVE, search_left, search_timeout
+    from mobilekd.recipes.ship import FINAL_RESERVE, search_left
 
     searched = search.wall_seconds(study)
     assert search_left(1, None, 1500, searched) == 3600 - 1500 - 300 - FINAL_RESERVE
     assert search_left(None, 0.5, 1500, searched) == 1800 - 300
     assert search_left(1, 0.5, 1500, searched) == 1500 and search_left(None, None, 1500, 300) is None
-    spent = search_left(1, None, 3500, searched)
-    assert spent < 0 and search_timeout(spent, True) == 0.0 and search_timeout(spent, False) == 1.0
-    assert search_timeout(1500, True) == 1500 and search_timeout(None, False) is None
+    assert search_left(1, None, 3500, searched) == 3600 - 3500 - 300 - FINAL_RESERVE  # spent: below zero
+
+
+def test_past_its_wall_limit_a_search_with_no_complete_trial_draws_until_one_is(tmp_path):
+    """A search whose time is up before a trial is complete (here: none, the budget spent before it) starts none
+    in a worker's process, and in ship's own (until_complete) draws trials one at a time, a failed one and all,
+    until one is complete, and stops there rather than running its --trials."""
+    from mobilekd.search import study as search
+
+    outcomes = iter([search.TrialFailed("the first run failed"), 0.5, 0.7])
+
+    def run(trial):  # what each trial's run ends with, in order
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    study = search.open_study(tmp_path, seed=0, reduction_factor=3)
+    search.search(study, run, trials=6, timeout=0.0)  # a worker's: no trial starts past the deadline
+    assert search.finished(study) == 0
+    search.search(study, run, trials=6, timeout=0.0, until_complete=True)
+    states = [t.state.name for t in study.get_trials(deepcopy=False)]
+    assert states == ["FAIL", "COMPLETE"] and search.has_complete(study)
+    search.search(study, run, trials=6, timeout=0.0, until_complete=True)  # resumed: one is complete, none starts
+    assert len(study.get_trials(deepcopy=False)) == 2
 
 
 def test_a_search_resumes_across_edited_descriptions_and_added_families_but_not_an_edited_space():

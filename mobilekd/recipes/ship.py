@@ -106,12 +106,6 @@ def search_left(hours: float | None, search_hours: float | None, teacher_seconds
     return min(limits) if limits else None
 
 
-def search_timeout(left: float | None, complete: bool) -> float | None:
-    """This process's Optuna timeout for `left` seconds (`search_left`): a search with no `complete` trial still
-    runs the one it chooses from (1 s: Optuna starts one, and `run_trial` cuts no trial while none is complete);
-    given to the parent alone, its workers starting none past the deadline."""
-    return None if left is None else max(left, 0.0 if complete else 1.0)
-
 
 def choose_teacher(runs: dict[str, list[str]], out: Path) -> dict:
     """The run whose chosen checkpoint scored best on validation, copied to OUT/teacher (whole, by a rename) with
@@ -525,10 +519,10 @@ def main(argv=None):
         teacher_seconds = read_json(out / "teacher" / "chosen.json")["wall_seconds"]
         searched = search.wall_seconds(study)
         left = search_left(args.hours, args.search_hours, teacher_seconds, searched)  # after fail_stale: its spans
-        timeout = search_timeout(left, search.has_complete(study))
-        deadline = None if left is None else time.time() + max(left, 0.0)
+        timeout = None if left is None else max(left, 0.0)
+        deadline = None if left is None else time.time() + timeout
         if left is not None:
-            print(wall_limit_line(args, left, timeout, teacher_seconds, searched))
+            print(wall_limit_line(args, left, search.has_complete(study), teacher_seconds, searched))
         workers = [subprocess.Popen([sys.executable, "-m", "mobilekd", "ship", *argv, "--join", str(k),
                                      *(["--deadline", repr(deadline)] if deadline is not None else [])],
                                     env=os.environ) for k in range(1, args.workers)]
@@ -537,7 +531,7 @@ def main(argv=None):
         try:
             with tqdm(total=trials, initial=min(trials, search.finished(study)), desc="search", unit="trial") as bar:
                 search.search(study, objective(deadline), trials, timeout,
-                              progress=lambda n: bar.update(min(trials, n) - bar.n))
+                              progress=lambda n: bar.update(min(trials, n) - bar.n), until_complete=True)
                 for w in workers:
                     w.wait()
                 bar.update(min(trials, search.finished(study)) - bar.n)
@@ -552,8 +546,9 @@ def main(argv=None):
                 "search_limit_seconds": None if timeout is None else round(timeout, 1)})
 
 
-def wall_limit_line(args, left: float, timeout: float, teacher_seconds: float, searched: float) -> str:
-    """What the search may take of --hours and --search-hours (`search_left`), said before it starts."""
+def wall_limit_line(args, left: float, complete: bool, teacher_seconds: float, searched: float) -> str:
+    """What the search may take of --hours and --search-hours (`search_left`), said before it starts; `complete`:
+    whether the study holds a complete trial already."""
     why = "; ".join([*([f"--hours {args.hours:g} less the teacher's {teacher_seconds / 60:.1f} min and "
                         f"{FINAL_RESERVE / 60:g} min for the last stages"] if args.hours else []),
                      *([f"--search-hours {args.search_hours:g}"] if args.search_hours else []),
@@ -561,7 +556,7 @@ def wall_limit_line(args, left: float, timeout: float, teacher_seconds: float, s
     if left > 0:
         return f"the search's wall limit: {left / 60:.1f} min ({why})"
     return (f"the budget is spent before the search ({why}): " + (
-        "one trial runs, so that there is a student to choose" if timeout else "no trial starts"))
+        "no trial starts" if complete else "trials run until one is complete, so that there is a student to choose"))
 
 
 def make_starts(found: list[Candidate]) -> list[dict]:

@@ -46,8 +46,8 @@ class ShipConfig:
         "help": "the whole run's wall budget, hours: the search gets what the teacher's fine-tuning and an earlier, "
                 f"interrupted search leave of it, less {FINAL_RESERVE / 60:g} minutes for the dev scorings and the "
                 "export; no trial starts after that, and a trial under way is cut there once one is complete "
-                "(--config's search.at_wall_limit). A budget the teacher spends still runs one trial, so that "
-                "there is a student to choose: the run then takes longer",
+                "(--config's search.at_wall_limit). Past it, trials still run until one is complete, so that there "
+                "is a student to choose: the run then takes longer",
         "default_help": "none"})
     search_hours: float | None = field(default=None, metadata={
         "type": float, "above": 0,

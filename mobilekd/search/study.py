@@ -18,13 +18,14 @@ successive halving.
   0.685, 0.719, 0.727 on validation, and 0.408 is below the top third of seed 0's first evaluations, where
   TinyBERT's trials stood at 0.43-0.62), which breaks the premise successive halving rests on, that early ranks
   predict late ones. The families meet only in the choice, among complete trials.
-- The wall limit (what `--hours` leaves the search, or `--search-hours`: ship's `search_limit`): no trial starts after
+- The wall limit (what `--hours` leaves the search, or `--search-hours`: ship's `search_left`): no trial starts after
   it, and where configs/ship.json's `search.at_wall_limit` is "cut", a trial still running at it is stopped there
   (pruned, its `cut` attribute "wall limit") once the study holds a complete trial to choose, so that a search ends
   within about one validation interval of the limit instead of waiting on trials drawn just before it (MRPC's
   TinyBERT trials with 12 augmented copies ran 29 minutes past a 0.75-hour limit, docs/ship_runs.md). Until a trial
-  is complete, nothing is cut: a search always has a choice. "finish" lets every trial under way finish (Optuna's
-  `timeout`, as before the setting).
+  is complete, nothing is cut, and ship's process goes on drawing trials past the limit until one is (`search`'s
+  until_complete): a search always has a choice. "finish" lets every trial under way finish (Optuna's `timeout`, as
+  before the setting).
 - Storage: a journal file (`optuna.storages.JournalStorage` over `JournalFileBackend`), which several processes, on
   this machine or on machines sharing the file system, read and append to at once: the study resumes from it,
   and `--workers N` runs N processes over it.
@@ -281,17 +282,25 @@ def validation_values(history: Path) -> list[float]:
     return values
 
 
-def search(study: optuna.Study, objective: Objective, trials: int, timeout: float | None, progress=None) -> None:
+def search(study: optuna.Study, objective: Objective, trials: int, timeout: float | None, progress=None,
+           until_complete: bool = False) -> None:
     """Run trials in this process until `trials` have finished in the study (any worker's count) or `timeout`
-    seconds have passed (no trial starts after it; one under way finishes unless the objective's `cut_at` cuts it)."""
+    seconds have passed (no trial starts after it; one under way finishes unless the objective's `cut_at` cuts it).
+    `until_complete` (one process of a search: ship's parent): where the time is up and no trial is complete (each
+    failed, or was pruned), go on drawing, one at a time, until one is or `trials` have finished, so that the search
+    has a student to choose."""
     def stop(s, _):  # optuna's MaxTrialsCallback, counting as `counted` does
-        if finished(s) >= trials:
+        if finished(s) >= trials or (late and has_complete(s)):
             s.stop()
 
+    late = False
     callbacks = [stop] + ([lambda s, t: progress(finished(s))] if progress else [])
     if finished(study) >= trials:
         return
     study.optimize(objective, timeout=timeout, callbacks=callbacks, catch=(TrialFailed,))
+    if until_complete and not has_complete(study) and finished(study) < trials:
+        late = True
+        study.optimize(objective, callbacks=callbacks, catch=(TrialFailed,))
 
 
 def wall_seconds(study: optuna.Study) -> float:
