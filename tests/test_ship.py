@@ -569,7 +569,7 @@ def test_the_search_wall_time_counts_the_time_a_trial_ran_not_the_idle_time_befo
     assert search.wall_seconds(study) == 150 + 100 + 50
     assert search.ended(study) == (t0 + datetime.timedelta(seconds=7400)).timestamp()
     # what a resumed search may still take: --hours less the teacher, the 300 s searched and the last stages' reserve;
-    # --search-hours less the 300 s; the smaller; once spent, no trial where one is complete, one where none is
+    # --search-hours less the 300 s; the smaller; a budget spent, below zero
     from mobilekd.recipes.ship import FINAL_RESERVE, search_left
 
     searched = search.wall_seconds(study)

@@ -161,10 +161,11 @@ def carve(task: Task, examples: list, seed: int, fraction: float = FRACTION, cap
         else:
             rest, held = train_test_split(index, test_size=size, random_state=seed, shuffle=True, stratify=strata)
     held_set = set(held.tolist())
+    order = sorted(held_set)
     return Carved(train=[e for i, e in enumerate(examples) if i not in held_set],
-                  validation=[examples[i] for i in sorted(held_set)],
+                  validation=[examples[i] for i in order],
                   record={"rule": rule, "fraction": fraction, "cap": cap, "seed": seed, "size": len(held_set),
-                          "train_size": n - len(held_set)}, held=sorted(held_set))
+                          "train_size": n - len(held_set)}, held=order)
 
 
 def _normal(text: str) -> str:
@@ -274,8 +275,9 @@ def carve_pairs(pairs: list, seed: int, fraction: float = FRACTION, cap: int = C
         raise UserError(f"the {n} training pairs are linked by shared sentences into groups of which none fits a "
                         f"validation split of {size}: nothing to hold out that training does not see")
     held_set = set(held)
+    order = sorted(held_set)
     return Carved(train=[p for i, p in enumerate(pairs) if i not in held_set],
-                  validation=[pairs[i] for i in sorted(held_set)],
+                  validation=[pairs[i] for i in order],
                   record={"rule": "random, pairs linked by a shared sentence on one side", "fraction": fraction,
                           "cap": cap, "seed": seed, "size": len(held_set), "train_size": n - len(held_set)},
-                  held=sorted(held_set))
+                  held=order)

@@ -106,7 +106,6 @@ def search_left(hours: float | None, search_hours: float | None, teacher_seconds
     return min(limits) if limits else None
 
 
-
 def choose_teacher(runs: dict[str, list[str]], out: Path) -> dict:
     """The run whose chosen checkpoint scored best on validation, copied to OUT/teacher (whole, by a rename) with
     OUT/teacher/chosen.json: every run's validation score, step and seconds, and which was chosen."""
