@@ -10,7 +10,8 @@ and the shipped GLUE tasks (`ship --task NAME`; GLUE's dev sets are then test se
 The teacher is the demo's: all-MiniLM-L6-v2 adapted (`train-teacher --init-from`, teacher_ib_bert/adaptation.json)
 so that it has the masked-LM head that narrowing, augmentation and the task-agnostic families need; `ship`
 fine-tunes it on each task. Each run: `mobilekd ship --teacher OUT/teacher --data DATA --seed S --families F
---search-hours H --workers 2 --threads 1`.
+--search-hours H --workers 2 --threads 1`; with `--hours H`, `ship --hours H` (the whole run's wall budget, as a
+user gives it) in its place, the runs' rows a space of their own beside the space they searched (`wall_space`).
 
 Rows: one per trial (method "ship-trial": family, shape, recipe, state, val_value, pixel4_ms_est, wall_seconds,
 chosen), the chosen student (method "ship": its val_value, and value, dev scored once), the teacher, TF-IDF + LR and
@@ -145,16 +146,19 @@ DEV_PICKED = {"sst2": "tinybert-td-aug", "mrpc": "tinybert-td", "stsb": "subset2
 KEPT_SUFFIX = "_predictions"
 
 
-def run_dir(out: Path, task: str, seed: int) -> Path:
-    return out / task / f"seed{seed}"
+def run_dir(out: Path, task: str, seed: int, hours: float | None = None) -> Path:
+    """A run's folder; one under ship's --hours (`--hours`: the whole run's budget) under OUT/hoursH."""
+    return (out / f"hours{hours:g}" if hours else out) / task / f"seed{seed}"
 
 
 def jobs(out: Path, tasks: list[str], seeds: list[int], families: list[str] = FAMILIES,
-         config: str | None = None) -> list[Job]:
+         config: str | None = None, hours: float | None = None) -> list[Job]:
     """The teacher; per task, its candidates' starts made before any search (`ship --make-starts`: the first
     search would otherwise spend its --search-hours on them; made once per teacher, so later tasks find most made);
     then a ship a seed. `config`: ship's --config where not configs/ship.json (starts made elsewhere, as
-    configs/ship_gpu.json's on a GPU, are found in the teacher's --starts folder)."""
+    configs/ship_gpu.json's on a GPU, are found in the teacher's --starts folder). `hours`: the runs get ship's
+    --hours, the whole run's wall budget, in place of the search's limit (`--search-hours`), in run folders of
+    their own (`run_dir`) and a space of their own (`wall_space`)."""
     teacher = Job("teacher", ["train-teacher", "--init-from", "all-minilm-l6-v2", "--out", str(out / "teacher")],
                   out / "teacher")
     ship = ["ship", "--teacher", str(out / "teacher"), *(["--config", config] if config else [])]
@@ -162,11 +166,13 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], families: list[str] = FA
     starts = [Job(f"{task}/starts", [*ship, *flags[task], "--families", *families, "--make-starts",
                                      "--out", str(out / "starts" / task)], out / "starts" / task, needs=["teacher"])
               for task in tasks]
-    runs = [Job(f"{task}/ship/{seed}", [*ship, *flags[task], "--seed", str(seed), "--families", *families,
-                                         "--search-hours", TASK_HOURS.get(task, HOURS), "--workers", "2",
-                                         "--threads", "1", "--out", str(run_dir(out, task, seed))],
-                run_dir(out, task, seed), needs=[f"{task}/starts"]) for seed in seeds for task in tasks]
-    for job in runs:  # a run finished before 2026-12-07 named the search's limit --hours
+    limit = (lambda task: ["--hours", f"{hours:g}"]) if hours else (
+        lambda task: ["--search-hours", TASK_HOURS.get(task, HOURS)])
+    runs = [Job(f"{task}/ship{f'-hours{hours:g}' if hours else ''}/{seed}",
+                [*ship, *flags[task], "--seed", str(seed), "--families", *families, *limit(task), "--workers", "2",
+                 "--threads", "1", "--out", str(run_dir(out, task, seed, hours))],
+                run_dir(out, task, seed, hours), needs=[f"{task}/starts"]) for seed in seeds for task in tasks]
+    for job in runs if not hours else []:  # a run finished before 2026-12-07 named the search's limit --hours
         job.renamed_from = [["--hours" if a == "--search-hours" else a for a in job.argv]]
     return [teacher, *starts, *runs]
 
@@ -211,12 +217,12 @@ def start_rows(out: Path, task: str) -> list[dict]:
     return found
 
 
-def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
+def rows(out: Path, tasks: list[str], seeds: list[int], hours: float | None = None) -> list[dict]:
     found = []
     for task in tasks:
         found += start_rows(out, task)
         for seed in seeds:
-            run = run_dir(out, task, seed)
+            run = run_dir(out, task, seed, hours)
             if not (run / "ship.json").is_file():
                 continue
             s = read_json(run / "ship.json")
@@ -224,7 +230,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int]) -> list[dict]:
             host = recorded_host(s)
             plan = read_json(run / "plan.json")
             searched = sorted({c.split("/")[0] for c in plan["candidates"]})
-            space = run_space(run, plan)
+            space = run_space(run, plan, s)
             shared = {"task": task, "seed": seed, "metric": metric, "teacher_choice": teacher_choice(s),
                       **({"val_metric": c["selection_metric"]} if c.get("selection_metric", metric) != metric else {}),
                       **({"draw": FAMILY_DRAW} if plan.get("draw") else {}), **({"space": space} if space else {}),
@@ -274,13 +280,44 @@ def space_digest(plan: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8]
 
 
-def run_space(run: Path, plan: dict) -> str | None:
-    """The name of the space `run` searched (None: the first); one line where SPACES does not name it."""
+def run_space(run: Path, plan: dict, s: dict | None = None) -> str | None:
+    """The name of the space `run` searched (None: the first); one line where SPACES does not name it. Where its
+    ship.json `s` says the run had ship's --hours (the whole run's wall budget, `wall_limit`), that space under it
+    (`wall_space`)."""
     digest = space_digest(plan)
     if digest not in SPACES:
         raise UserError(f"{run / 'plan.json'}: its search space (digest {digest}) is not one benchmarks.ship "
                         f"names: add it to SPACES (a name and a line) so that its rows stand apart")
-    return SPACES[digest][0]
+    hours = ((s or {}).get("wall_limit") or {}).get("hours")
+    return wall_space(SPACES[digest][0], hours) if hours else SPACES[digest][0]
+
+
+WHOLE_RUN = "-hours"  # a space's name, then this and --hours: its runs under ship's --hours (`wall_space`)
+
+
+def wall_space(space: str | None, hours: float) -> str:
+    """The space of the runs that searched `space` under ship's --hours `hours`, the whole run's wall budget (the
+    search gets what the teacher's fine-tuning leaves of it: mobilekd.recipes.ship.search_left), where the space's
+    own runs limit the search alone (--search-hours, `TASK_HOURS`): the same search, its wall rule the one a user's
+    flag gives. Paired with `space` on the seeds both ran (`earlier_space`); never a task's current rows
+    (`current`): a measurement beside its space."""
+    return f"{space or 'first'}{WHOLE_RUN}{hours:g}"
+
+
+def searched_space(name: str | None) -> tuple[str | None, float | None]:
+    """`name`'s search space and, for a `wall_space`, its --hours (else None)."""
+    if name is not None and WHOLE_RUN in name:
+        space, hours = name.rsplit(WHOLE_RUN, 1)
+        return (None if space == "first" else space), float(hours)
+    return name, None
+
+
+def space_line(name: str) -> str:
+    """What a space's name stands for: SPACES' line, and a `wall_space`'s wall rule."""
+    space, hours = searched_space(name)
+    line = {n: text for n, text in SPACES.values()}[space] if space else SPACES[next(iter(SPACES))][1]
+    return line + (f"; under ship's --hours {hours:g}, the whole run's wall budget, where its own runs limit the "
+                   f"search alone (--search-hours)" if hours else "")
 
 
 def teacher_choice(s: dict) -> str:
@@ -301,7 +338,7 @@ def version(row: dict) -> tuple[str, str | None, str | None]:
 
 def run_version(run: Path, s: dict, plan: dict) -> tuple[str, str | None, str | None]:
     """`version` of a run folder's ship.json and plan.json."""
-    return teacher_choice(s), FAMILY_DRAW if plan.get("draw") else None, run_space(run, plan)
+    return teacher_choice(s), FAMILY_DRAW if plan.get("draw") else None, run_space(run, plan, s)
 
 
 def current(rows: list[dict]) -> list[dict]:
@@ -311,13 +348,15 @@ def current(rows: list[dict]) -> list[dict]:
     comparison) read."""
     latest = {}
     for r in rows:
-        if r["method"] == "ship":
+        if r["method"] == "ship" and searched_space(r.get("space"))[1] is None:  # a wall_space: beside its space
             latest[r["task"]] = max(latest.get(r["task"], ("", "", -1)), _sortable(version(r)))
     return [r for r in rows if _sortable(version(r)) == latest.get(r["task"])]
 
 
-def _sortable(v: tuple[str, str | None, str | None]) -> tuple[str, str, int]:
-    return v[0], v[1] or "", [name for name, _ in SPACES.values()].index(v[2])
+def _sortable(v: tuple[str, str | None, str | None]) -> tuple[str, str, float]:
+    """A version's place in order: its teacher choice, draw and space (a `wall_space` just after its space)."""
+    space, hours = searched_space(v[2])
+    return v[0], v[1] or "", [name for name, _ in SPACES.values()].index(space) + (0.5 if hours else 0)
 
 
 def majority(task: str, data: Path, metric: str) -> float:
@@ -352,14 +391,15 @@ def constant_validation(task: str, seed: int, metric: str) -> float | None:
     return always and always["value"]
 
 
-def keep_predictions(out: Path, task: str, done: dict[int, tuple], kept: Path) -> dict[tuple, dict[int, dict]]:
+def keep_predictions(out: Path, task: str, done: dict[int, tuple], kept: Path,
+                     hours: float | None = None) -> dict[tuple, dict[int, dict]]:
     """Every seed's dev predictions of `task`, by `version` and seed: those of the run folders of `done` (seed ->
-    its run's version), written into `kept` (under its lock, as "task/teacher choice[/draw][/space:NAME]/seedN"),
-    and those `kept` already holds from earlier invocations."""
+    its run's version; under ship's --hours `hours`: `run_dir`), written into `kept` (under its lock, as
+    "task/teacher choice[/draw][/space:NAME]/seedN"), and those `kept` already holds from earlier invocations."""
     with FileLock(f"{kept}.lock"):
         held = read_json(kept) if kept.is_file() else {}
         for s, (choice, draw, space) in done.items():
-            r = run_dir(out, task, s)
+            r = run_dir(out, task, s, hours)
             if (r / "baseline_dev_predictions.tsv").is_file() and (r / "student/dev/dev_predictions.tsv").is_file():
                 held["/".join([task, choice, *([draw] if draw else []), *([f"space:{space}"] if space else []),
                                f"seed{s}"])] = {
@@ -401,7 +441,6 @@ def table(results: list[dict]) -> str:
              "before: `ship` of one recipe (CSV tasks), the best student picked on dev (GLUE); ship - it |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     earlier = read_json(REPO_ROOT / EARLIER) if (REPO_ROOT / EARLIER).is_file() else []
-    named = {name: line for name, line in SPACES.values()}
     for task, v in dict.fromkeys((r["task"], version(r)) for r in results):
         mine = [r for r in results if r["task"] == task and version(r) == v]
         choice = v[0] or None
@@ -423,7 +462,7 @@ def table(results: list[dict]) -> str:
         cost = f"; {(statistics.mean(values('ship')) - statistics.mean(before)) * 100:+.1f}" if before else ""
         pairs = interval_cell(mine)
         lines.append(f"| {task} ({metric}) | {TEACHER_CHOICE[choice]}" + (f"; {DRAWS[v[1]]}" if v[1] else "")
-                     + (f"; searched in {named[v[2]]}" if v[2] else "") + " | "
+                     + (f"; searched in {space_line(v[2])}" if v[2] else "") + " | "
                      f"{first['train_examples']:,} / {first['dev_examples']:,} | "
                      f"{first['latency_ms']:.1f} ms | {picks} | {cell('ship')} | {cell('teacher')} | {cell('tfidf')} | "
                      f"{cell('majority')} | {pairs} | "
@@ -580,7 +619,11 @@ def draws(results: list[dict]) -> str:
 
 def earlier_space(name: str, ran=None) -> str | None:
     """The search space `name` is paired with: the nearest SPACES lists before it among those `ran` holds (a
-    container of space names; default every space), None meaning the first space; asked of the first, ValueError."""
+    container of space names; default every space), None meaning the first space; asked of the first, ValueError.
+    A `wall_space`'s: the space it searched, whatever `ran` holds."""
+    space, hours = searched_space(name)
+    if hours:
+        return space
     names = [n for n, _ in SPACES.values()]
     if names.index(name) == 0:
         raise ValueError("the first search space has none before it")
@@ -594,7 +637,6 @@ def spaces(results: list[dict]) -> str:
     found = [r for r in results if r["method"] == "ship-space-interval"]
     if not found:
         return ""
-    named = {name: line for name, line in SPACES.values()}
     lines = ["\nThe search space, paired on the seeds run in both (the same teacher, seed, validation split and "
              "draw): a later space of configs/ship.json against the nearest one before it that ran on the task.\n",
              "| task | seeds | space | the space before | before | this space | this - before |",
@@ -604,7 +646,7 @@ def spaces(results: list[dict]) -> str:
                 and x.get("teacher_choice") == r["teacher_choice"] and x.get("draw") == FAMILY_DRAW]
         against = r.get("against")
         lines.append(f"| {r['task']} ({r['metric']}) | {', '.join(map(str, r['seeds']))} | {r['space']}: "
-                     f"{named[r['space']]} | {against or 'the first'} | "
+                     f"{space_line(r['space'])} | {against or 'the first'} | "
                      f"{mean_std_cell([x['value'] for x in mine if x.get('space') == against])} | "
                      f"{mean_std_cell([x['value'] for x in mine if x.get('space') == r['space']])} | "
                      f"{intervals.cell(r['interval'])} |")
@@ -647,19 +689,24 @@ def main(argv=None):
                    f"{' '.join(FAMILIES)}); a run's rows are kept apart by the space it searched (SPACES)")
     p.add_argument("--config", help="ship's --config for its runs (default configs/ship.json); another file's "
                    "space is kept apart likewise")
+    p.add_argument("--hours", type=float, help="give the runs ship's --hours, the whole run's wall budget, in place "
+                   f"of a limit on the search alone (--search-hours {HOURS}, SST-2's {TASK_HOURS['sst2']}): run "
+                   "folders OUT/hoursH/TASK/seedS, their rows a space of their own paired with the space they searched")
     args = p.parse_args(argv)
+    if args.hours is not None and args.hours <= 0:
+        p.error(f"--hours must be above 0, not {args.hours:g}")
     run = args.tasks or list(CUSTOM)
     out = (REPO_ROOT / args.out).resolve()
     tasks = list(TASKS)
 
     def found():
-        got = rows(out, run, args.seeds)
+        got = rows(out, run, args.seeds, args.hours)
         for task in run:  # the interval as data too, so the table needs no run directory; over every seed
             done = {int(d.name[4:]): run_version(d, read_json(d / "ship.json"), read_json(d / "plan.json"))
-                    for d in (out / task).glob("seed*") if (d / "ship.json").is_file()}
+                    for d in run_dir(out, task, 0, args.hours).parent.glob("seed*") if (d / "ship.json").is_file()}
             results = REPO_ROOT / args.results
             by_version = keep_predictions(out, task, done, results.with_name(results.stem + KEPT_SUFFIX
-                                                                             + results.suffix))
+                                                                             + results.suffix), args.hours)
             metric = next((r["metric"] for r in [*got, *(read_json(results) if results.is_file() else [])]
                            if r["task"] == task and r["method"] == "ship"), None)
             for v, by_seed in by_version.items():  # one interval a version
@@ -692,7 +739,7 @@ def main(argv=None):
                                     a["labels"], a["ship"], b["ship"], metric=intervals.metric_function(task, metric))})
         return got
 
-    return comparison(args, lambda: jobs(out, run, args.seeds, args.families, args.config), found,
+    return comparison(args, lambda: jobs(out, run, args.seeds, args.families, args.config, args.hours), found,
                       lambda r: (tasks.index(r["task"]), *_sortable(version(r)),
                                  METHODS.index(r["method"]) if r["method"] in METHODS else len(METHODS),
                                  r.get("seed") or 0, r.get("trial", -1), r.get("start") or ""),

@@ -210,3 +210,35 @@ def test_sst2s_ship_is_set_against_model_makers_model_from_their_rows():
     assert "ship 0.8750 ± 0.0071 [n=2]" in met and "[n=5]" in met and "+6.7 points" in met and "met on" in met
     assert "missed on the means" in model_maker([ship(0, 0.85)])
 
+
+
+def test_runs_under_ships_whole_run_budget_are_a_space_of_their_own_beside_the_space_they_searched(tmp_path):
+    """benchmarks.ship --hours: the runs get ship's --hours (not --search-hours) in folders of their own; their rows
+    carry the space they searched under that wall rule, paired with that space, sorted just after it, and never a
+    task's current rows."""
+    from benchmarks.ship import (SPACES, _sortable, current, earlier_space, jobs, run_dir, run_space, space_line,
+                                 wall_space)
+    from mobilekd.fileio import read_json
+    from mobilekd.finetune.selection import OVERSIZED, PAIR_GROUPING
+    from mobilekd.recipes.ship import LENGTHS_OF
+    from mobilekd.search.space import CONFIG
+
+    plan = {"candidates": ["subset/x", "tinybert/x"], "config": read_json(CONFIG),
+            "validation": PAIR_GROUPING + OVERSIZED, "lengths": LENGTHS_OF}
+    capped = run_space(tmp_path, plan)
+    assert run_space(tmp_path, plan, {"wall_limit": {"hours": None, "search_hours": 0.75}}) == capped
+    hour = run_space(tmp_path, plan, {"wall_limit": {"hours": 1.0, "search_hours": None}})
+    assert hour == wall_space(capped, 1) == f"{capped}-hours1" and earlier_space(hour, ran=set()) == capped
+    assert "--hours 1, the whole run's wall budget" in space_line(hour) and space_line(capped) in space_line(hour)
+    names = [n for n, _ in SPACES.values()]
+    later = names[names.index(capped) + 1]
+    assert _sortable(("validation", "family", capped)) < _sortable(("validation", "family", hour)) < \
+        _sortable(("validation", "family", later))
+    rows = [{"task": "stsb", "method": "ship", "teacher_choice": "validation", "draw": "family", "space": space,
+             "seed": 0} for space in (capped, hour)]
+    assert current(rows) == rows[:1]  # beside its space: the task's rows stay the space's own
+    run = next(j for j in jobs(tmp_path, ["stsb"], [0], hours=1) if j.name.startswith("stsb/ship"))
+    assert run.name == "stsb/ship-hours1/0" and run.out == run_dir(tmp_path, "stsb", 0, 1) == \
+        tmp_path / "hours1" / "stsb" / "seed0"
+    assert run.argv[run.argv.index("--hours") + 1] == "1" and "--search-hours" not in run.argv
+    assert not run.renamed_from and run.argv[run.argv.index("--out") + 1] == str(run.out)
