@@ -35,6 +35,7 @@ import csv
 import functools
 import hashlib
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -297,7 +298,8 @@ WHOLE_RUN = "-hours"  # a space's name, then this and --hours: its runs under sh
 
 def wall_space(space: str | None, hours: float) -> str:
     """The space of the runs that searched `space` under ship's --hours `hours`, the whole run's wall budget (the
-    search gets what the teacher's fine-tuning leaves of it: mobilekd.recipes.ship.search_left), where the space's
+    search gets what the teacher's fine-tuning leaves of it, less mobilekd.search.config.FINAL_RESERVE for the
+    last stages: mobilekd.recipes.ship.search_left), where the space's
     own runs limit the search alone (--search-hours, `TASK_HOURS`): the same search, its wall rule the one a user's
     flag gives. Paired with `space` on the seeds both ran (`earlier_space`); never a task's current rows
     (`current`): a measurement beside its space."""
@@ -306,9 +308,9 @@ def wall_space(space: str | None, hours: float) -> str:
 
 def searched_space(name: str | None) -> tuple[str | None, float | None]:
     """`name`'s search space and, for a `wall_space`, its --hours (else None)."""
-    if name is not None and WHOLE_RUN in name:
-        space, hours = name.rsplit(WHOLE_RUN, 1)
-        return (None if space == "first" else space), float(hours)
+    found = re.fullmatch(rf"(.+){WHOLE_RUN}(\d+(?:\.\d+)?(?:e[+-]?\d+)?)", name or "")
+    if found and name not in {n for n, _ in SPACES.values()}:  # a SPACES name is its own, whatever it reads
+        return (None if found[1] == "first" else found[1]), float(found[2])
     return name, None
 
 
@@ -555,7 +557,8 @@ def family_table(results: list[dict]) -> str:
             if family == "mobilebert" and task in GLUE:
                 points = [b for (f, seed), b in bests.items() if f == family and b in frontier[seed]]
                 tops = [max(frontier[seed], key=lambda b: b["val_value"]) for seed in front]
-                if task not in met or _sortable(v) > met[task][0]:  # the newest space that searched the family
+                # the newest space that searched the family (not one under ship's --hours: a run beside its space)
+                if searched_space(v[2])[1] is None and (task not in met or _sortable(v) > met[task][0]):
                     met[task] = (_sortable(v), 2 * len(front) > len(seeds), f"{len(front)} of {len(seeds)} seeds" + (
                         f": {_spread(points)}, where that seed's best student is {_spread(tops)}" if points else ""))
             lines.append(f"| {task} | {v[2] or 'the first'} | {family} | {len(mine)} "
@@ -638,7 +641,8 @@ def spaces(results: list[dict]) -> str:
     if not found:
         return ""
     lines = ["\nThe search space, paired on the seeds run in both (the same teacher, seed, validation split and "
-             "draw): a later space of configs/ship.json against the nearest one before it that ran on the task.\n",
+             "draw): a later space of configs/ship.json against the nearest one before it that ran on the task, or a "
+             "space's runs under ship's --hours (the whole run's wall budget) against that space's own.\n",
              "| task | seeds | space | the space before | before | this space | this - before |",
              "|---|---|---|---|---|---|---|"]
     for r in found:
@@ -691,7 +695,8 @@ def main(argv=None):
                    "space is kept apart likewise")
     p.add_argument("--hours", type=float, help="give the runs ship's --hours, the whole run's wall budget, in place "
                    f"of a limit on the search alone (--search-hours {HOURS}, SST-2's {TASK_HOURS['sst2']}): run "
-                   "folders OUT/hoursH/TASK/seedS, their rows a space of their own paired with the space they searched")
+                   "folders OUT/hoursH/TASK/seedS, their rows a space of their own paired with the space they searched "
+                   "(with --collect: give --hours again to gather them)")
     args = p.parse_args(argv)
     if args.hours is not None and args.hours <= 0:
         p.error(f"--hours must be above 0, not {args.hours:g}")

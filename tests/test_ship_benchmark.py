@@ -211,7 +211,6 @@ def test_sst2s_ship_is_set_against_model_makers_model_from_their_rows():
     assert "missed on the means" in model_maker([ship(0, 0.85)])
 
 
-
 def test_runs_under_ships_whole_run_budget_are_a_space_of_their_own_beside_the_space_they_searched(tmp_path):
     """benchmarks.ship --hours: the runs get ship's --hours (not --search-hours) in folders of their own; their rows
     carry the space they searched under that wall rule, paired with that space, sorted just after it, and never a
@@ -242,3 +241,26 @@ def test_runs_under_ships_whole_run_budget_are_a_space_of_their_own_beside_the_s
         tmp_path / "hours1" / "stsb" / "seed0"
     assert run.argv[run.argv.index("--hours") + 1] == "1" and "--search-hours" not in run.argv
     assert not run.renamed_from and run.argv[run.argv.index("--out") + 1] == str(run.out)
+    # a finished run there: its rows and kept predictions are gathered from OUT/hours1, in the space under --hours
+    from benchmarks.ship import keep_predictions, rows as gathered
+    from mobilekd.fileio import write_json
+
+    (run.out / "student" / "dev").mkdir(parents=True)
+    (run.out / "student" / "dev" / "dev_predictions.tsv").write_text("label\tprediction\n1.0\t0.5\n2.0\t2.5\n")
+    (run.out / "baseline_dev_predictions.tsv").write_text("prediction\n1.5\n1.5\n")
+    write_json(run.out / "plan.json", {**plan, "draw": "family"})
+    chosen = {"family": "tinybert", "shape": "tinybert4_h156", "recipe": "--lr 1e-4", "val_value": 0.7,
+              "pixel4_ms_est": 1.0, "params_m": 4.0}
+    write_json(run.out / "ship.json", {
+        "budget": {"classes": None, "train_examples": 5749, "max_len": 64, "latency_ms": 3.0,
+                   "teacher_pixel4_ms_est": 9.0}, "metric": "pearson", "chosen": chosen, "trials": [],
+        "student": {"dev_examples": 2, "dev": {"pearson": 0.7}}, "wall_seconds": {"total": 3500.0},
+        "teacher": {"dev": {"pearson": 0.85}, "train_seconds": 1000.0, "host": None},
+        "majority": {"metrics": {"pearson": 0.0}}, "data": "unused",
+        "wall_limit": {"hours": 1.0, "search_hours": None}})
+    got = gathered(tmp_path, ["stsb"], [0], hours=1)
+    assert {r["space"] for r in got if r["task"] == "stsb"} == {hour} and any(r["method"] == "ship" for r in got)
+    assert gathered(tmp_path, ["stsb"], [0]) == [r for r in got if r["method"] == "ship-start"]  # not OUT/stsb
+    version = ("validation", "family", hour)
+    kept = keep_predictions(tmp_path, "stsb", {0: version}, tmp_path / "kept.json", hours=1)
+    assert kept[version][0]["ship"] == ["0.5", "2.5"] and kept[version][0]["tfidf"] == ["1.5", "1.5"]
