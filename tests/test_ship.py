@@ -458,7 +458,8 @@ def test_a_search_of_the_bilstm_family_ships_its_fused_file(tmp_path):
     limit = s["wall_limit"]  # 1.08 s in all, spent by the teacher
     assert limit["hours"] == 0.0003 and limit["search_hours"] is None and limit["search_limit_seconds"] == 0.0
     assert limit["left_seconds"] < 0 and len(s["trials"]) == 1 and s["trials"][0]["state"] == "complete"
-    assert "the budget is spent before the search (--hours 0.0003 less the teacher's" in proc.stdout
+    assert limit["before_search_seconds"] > s["wall_seconds"]["teacher"]  # start-up and measurement counted too
+    assert "the budget is spent before the search (--hours 0.0003 less" in proc.stdout
     assert "trials run until one is complete, so that there is a student to choose" in proc.stdout
     # the student against the teacher and TF-IDF on dev: each difference the scores' own, with a paired interval
     # over the 60 dev examples that holds it, printed and in the model card
@@ -570,8 +571,10 @@ def test_the_search_wall_time_counts_the_time_a_trial_ran_not_the_idle_time_befo
     assert search.ended(study) == (t0 + datetime.timedelta(seconds=7400)).timestamp()
     # what a resumed search may still take: --hours less the teacher, the 300 s searched and the last stages' reserve;
     # --search-hours less the 300 s; the smaller; a budget spent, below zero
-    from mobilekd.recipes.ship import FINAL_RESERVE, search_left
+    from mobilekd.recipes.ship import FINAL_RESERVE, before_search, search_left
 
+    assert before_search(20, 1500, 0) == 1520  # the teacher fine-tuned by an earlier process, 20 s of start-up here
+    assert before_search(1530, 1500, 1510) == 1530  # fine-tuned here: inside this process's 1530 s
     searched = search.wall_seconds(study)
     assert search_left(1, None, 1500, searched) == 3600 - 1500 - 300 - FINAL_RESERVE
     assert search_left(None, 0.5, 1500, searched) == 1800 - 300

@@ -28,13 +28,14 @@ stage skipped when its output is complete, so the same command resumes:
   OUT/frontier.png   every trial's validation score against its Pixel 4 estimate
 
 The budget: --latency-ms (default: a third of the teacher's own Pixel 4 estimate at the task's sequence length),
---trials (configs/ship.json's), --hours (the whole run's wall budget: the search gets what the teacher's fine-tuning
-leaves of it, less two minutes for the dev scorings and the export; no trial starts after that, and one under way is
-cut there once a trial is complete, as configs/ship.json's search.at_wall_limit says), --search-hours (a wall limit
-on the search alone). The families that need the teacher's masked-LM head (narrowing, augmentation, task-agnostic
-distillation) are left out, with a line saying so, for a teacher without one (a transformers BertModel: fit them
-with scripts/train_teacher.sh --init-from). Sequence length and the teacher's epochs come from the data (`budget`);
-Pixel figures are ESTIMATES of a cost model (android_bench/estimate.py), not measurements on a phone.
+--trials (configs/ship.json's), --hours (the whole run's wall budget: the search gets what the run's start-up and
+the teacher's fine-tuning leave of it, less three minutes for the dev scorings and the export; no trial starts after
+that, and one under way is cut there once a trial is complete, as configs/ship.json's search.at_wall_limit says),
+--search-hours (a wall limit on the search alone). The families that need the teacher's masked-LM head (narrowing,
+augmentation, task-agnostic distillation) are left out, with a line saying so, for a teacher without one (a
+transformers BertModel: fit them with scripts/train_teacher.sh --init-from). Sequence length and the teacher's
+epochs come from the data (`budget`); Pixel figures are ESTIMATES of a cost model (android_bench/estimate.py), not
+measurements on a phone.
 """
 
 from __future__ import annotations
@@ -95,13 +96,19 @@ def teacher_runs(b: dict, teacher_spec: dict, flags: list[str], teacher: Path, o
                           "--out", str(out / "teachers" / f"lr{lr:g}"), "--resume"] for lr in b["teacher_lrs"]}
 
 
-def search_left(hours: float | None, search_hours: float | None, teacher_seconds: float,
-                searched: float) -> float | None:
+def before_search(here: float, teacher_seconds: float, teacher_here: float) -> float:
+    """The seconds a run spent before its search: this process's so far (`here`: its start-up, the budget's
+    measurement, and the teacher's fine-tuning where it ran here, `teacher_here` of it) and the fine-tuning earlier
+    processes ran (the teacher runs' own recorded time, `teacher_seconds`, less what ran here)."""
+    return here + max(teacher_seconds - teacher_here, 0.0)
+
+
+def search_left(hours: float | None, search_hours: float | None, before: float, searched: float) -> float | None:
     """The seconds the search may still run (None: no limit; at or under 0: none): --hours, the whole run's budget,
-    less the teacher's fine-tuning (`teacher_seconds`, its runs' own time), the search so far (`searched`: every
-    earlier process's, `study.wall_seconds`) and `FINAL_RESERVE` for the last stages; --search-hours less the search
-    so far; the smaller."""
-    limits = ([hours * 3600 - teacher_seconds - searched - FINAL_RESERVE] if hours else []) + (
+    less what the run spent before its search (`before`: `before_search`, the teacher's fine-tuning the most of it),
+    the search so far (`searched`: every earlier process's, `study.wall_seconds`) and `FINAL_RESERVE` for the last
+    stages; --search-hours less the search so far; the smaller."""
+    limits = ([hours * 3600 - before - searched - FINAL_RESERVE] if hours else []) + (
         [search_hours * 3600 - searched] if search_hours else [])
     return min(limits) if limits else None
 
@@ -406,6 +413,7 @@ def parse_args(argv) -> ShipConfig:
 
 @cli_entry
 def main(argv=None):
+    begun = time.time()  # --hours counts the whole process, its start-up and the budget's measurement included
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     from mobilekd.models.foreign import is_foreign, model_type
@@ -506,22 +514,25 @@ def main(argv=None):
                         "latency_ms": limit, "trials": trials, "draw": search.DRAW, "validation": b["validation"],
                         "lengths": LENGTHS_OF, "inputs": {"training": b["train_sha256"],
                                                           "teacher": file_digest(teacher / "model.safetensors")}})
+        teacher_here, started = 0.0, time.time()
         if not (out / "teacher" / "chosen.json").is_file():
             for name, run in runs.items():
                 if finished_results(out / "teachers" / name) is None:
                     run_stage(f"teacher {name}", run, out)
             choose_teacher(runs, out)
+            teacher_here = time.time() - started
         study = open_study()
         stale = search.fail_stale(study)  # no worker runs yet: any trial left running was interrupted
         if stale:
             print(f"{stale} trial(s) an interrupted search left running marked failed; the search resumes")
         teacher_seconds = read_json(out / "teacher" / "chosen.json")["wall_seconds"]
+        before = before_search(time.time() - begun, teacher_seconds, teacher_here)
         searched = search.wall_seconds(study)
-        left = search_left(args.hours, args.search_hours, teacher_seconds, searched)  # after fail_stale: its spans
+        left = search_left(args.hours, args.search_hours, before, searched)  # after fail_stale: its spans
         timeout = None if left is None else max(left, 0.0)
         deadline = None if left is None else time.time() + timeout
         if left is not None:
-            print(wall_limit_line(args, left, search.has_complete(study), teacher_seconds, searched))
+            print(wall_limit_line(args, left, search.has_complete(study), before, teacher_seconds, searched))
         workers = [subprocess.Popen([sys.executable, "-m", "mobilekd", "ship", *argv, "--join", str(k),
                                      *(["--deadline", repr(deadline)] if deadline is not None else [])],
                                     env=os.environ) for k in range(1, args.workers)]
@@ -540,16 +551,18 @@ def main(argv=None):
                     w.terminate()
                     w.wait()
         finish(args, study, out, data, teacher, b, whole, search.wall_seconds(study),
-               {"hours": args.hours, "search_hours": args.search_hours,
+               {"hours": args.hours, "search_hours": args.search_hours, "before_search_seconds": round(before, 1),
                 "left_seconds": None if left is None else round(left, 1),
                 "search_limit_seconds": None if timeout is None else round(timeout, 1)})
 
 
-def wall_limit_line(args, left: float, complete: bool, teacher_seconds: float, searched: float) -> str:
+def wall_limit_line(args, left: float, complete: bool, before: float, teacher_seconds: float,
+                    searched: float) -> str:
     """What the search may take of --hours and --search-hours (`search_left`), said before it starts; `complete`:
     whether the study holds a complete trial already."""
-    why = "; ".join([*([f"--hours {args.hours:g} less the teacher's {teacher_seconds / 60:.1f} min and "
-                        f"{FINAL_RESERVE / 60:g} min for the last stages"] if args.hours else []),
+    why = "; ".join([*([f"--hours {args.hours:g} less {before / 60:.1f} min before the search (the teacher's "
+                        f"fine-tuning {teacher_seconds / 60:.1f} of it) and {FINAL_RESERVE / 60:g} min for the last "
+                        "stages"] if args.hours else []),
                      *([f"--search-hours {args.search_hours:g}"] if args.search_hours else []),
                      *([f"less {searched / 60:.1f} min searched before"] if searched else [])])
     if left > 0:

@@ -15,8 +15,10 @@ from mobilekd.search.space import CONFIG
 
 STARTS = ".cache/mobilekd/starts"  # relative to the working directory, as the other caches
 # the seconds --hours keeps for the stages after the search (the teacher's and the student's dev scorings, the export
-# with parity on all of dev): 44-91 s on RTE and STS-B on 2 AVX2 cores (OUT/final_seconds.json, 2026-12-06/07)
-FINAL_RESERVE = 120.0
+# with parity on all of dev: 44-91 s on RTE and STS-B on 2 AVX2 cores, OUT/final_seconds.json, 2026-12-06/07) and
+# the summary after them (TF-IDF, the constant answer, the intervals: 25-30 s on STS-B). 120 s left STS-B's
+# `ship --hours 1` 5 s inside the hour (3,595 s, 2026-12-07): 180 since, for a margin
+FINAL_RESERVE = 180.0
 
 
 @dataclass
@@ -43,11 +45,12 @@ class ShipConfig:
         "type": int, "min": 1, "help": "trials in the search", "default_help": "--config's search.trials"})
     hours: float | None = field(default=None, metadata={
         "type": float, "above": 0,
-        "help": "the whole run's wall budget, hours: the search gets what the teacher's fine-tuning and an earlier, "
-                f"interrupted search leave of it, less {FINAL_RESERVE / 60:g} minutes for the dev scorings and the "
-                "export; no trial starts after that, and a trial under way is cut there once one is complete "
-                "(--config's search.at_wall_limit). Past it, trials still run until one is complete, so that there "
-                "is a student to choose: the run then takes longer",
+        "help": "the whole run's wall budget, hours: the search gets what the run before it (the teacher's "
+                "fine-tuning the most of it) and an earlier, interrupted search leave of it, less "
+                f"{FINAL_RESERVE / 60:g} minutes for the dev scorings and the export; no trial starts after that, "
+                "and a trial under way is cut there once one is complete (--config's search.at_wall_limit). Past "
+                "it, trials still run until one is complete, so that there is a student to choose: the run then "
+                "takes longer",
         "default_help": "none"})
     search_hours: float | None = field(default=None, metadata={
         "type": float, "above": 0,
