@@ -298,8 +298,8 @@ WHOLE_RUN = "-hours"  # a space's name, then this and --hours: its runs under sh
 
 def wall_space(space: str | None, hours: float) -> str:
     """The space of the runs that searched `space` under ship's --hours `hours`, the whole run's wall budget (the
-    search gets what the teacher's fine-tuning leaves of it, less mobilekd.search.config.FINAL_RESERVE for the
-    last stages: mobilekd.recipes.ship.search_left), where the space's
+    search gets what the run before it, the teacher's fine-tuning the most of it, leaves, less
+    mobilekd.search.config.FINAL_RESERVE for the last stages: mobilekd.recipes.ship.search_left), where the space's
     own runs limit the search alone (--search-hours, `TASK_HOURS`): the same search, its wall rule the one a user's
     flag gives. Paired with `space` on the seeds both ran (`earlier_space`); never a task's current rows
     (`current`): a measurement beside its space."""

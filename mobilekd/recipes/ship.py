@@ -29,13 +29,13 @@ stage skipped when its output is complete, so the same command resumes:
 
 The budget: --latency-ms (default: a third of the teacher's own Pixel 4 estimate at the task's sequence length),
 --trials (configs/ship.json's), --hours (the whole run's wall budget: the search gets what the run's start-up and
-the teacher's fine-tuning leave of it, less three minutes for the dev scorings and the export; no trial starts after
-that, and one under way is cut there once a trial is complete, as configs/ship.json's search.at_wall_limit says),
---search-hours (a wall limit on the search alone). The families that need the teacher's masked-LM head (narrowing,
-augmentation, task-agnostic distillation) are left out, with a line saying so, for a teacher without one (a
-transformers BertModel: fit them with scripts/train_teacher.sh --init-from). Sequence length and the teacher's
-epochs come from the data (`budget`); Pixel figures are ESTIMATES of a cost model (android_bench/estimate.py), not
-measurements on a phone.
+the teacher's fine-tuning leave of it, less three minutes for the dev scorings, the export and the summary; no trial
+starts after that, and one under way is cut there once a trial is complete, as configs/ship.json's
+search.at_wall_limit says), --search-hours (a wall limit on the search alone). The families that need the teacher's
+masked-LM head (narrowing, augmentation, task-agnostic distillation) are left out, with a line saying so, for a
+teacher without one (a transformers BertModel: fit them with scripts/train_teacher.sh --init-from). Sequence length
+and the teacher's epochs come from the data (`budget`); Pixel figures are ESTIMATES of a cost model
+(android_bench/estimate.py), not measurements on a phone.
 """
 
 from __future__ import annotations
@@ -378,7 +378,7 @@ def report(s: dict) -> str:
              + (f" ({walled} at the wall limit)" if walled else "") + ", "
              f"{counts['fail']} failed; {families}) in {s['search_seconds'] / 60:.1f} min; budget "
              f"{s['budget']['latency_ms']:.1f} ms (est.)"
-             + (f"; the whole run {s['wall_seconds']['total'] / 60:.1f} min of --hours {hours:g}"
+             + (f"; its recorded stages {s['wall_seconds']['total'] / 60:.1f} min of --hours {hours:g}"
                 if (hours := s.get("wall_limit", {}).get("hours")) else "")]
     lines += differences(s)
     lines += [w for w in [constant_warning(s)] if w]

@@ -47,10 +47,10 @@ class ShipConfig:
         "type": float, "above": 0,
         "help": "the whole run's wall budget, hours: the search gets what the run before it (the teacher's "
                 "fine-tuning the most of it) and an earlier, interrupted search leave of it, less "
-                f"{FINAL_RESERVE / 60:g} minutes for the dev scorings and the export; no trial starts after that, "
-                "and a trial under way is cut there once one is complete (--config's search.at_wall_limit). Past "
-                "it, trials still run until one is complete, so that there is a student to choose: the run then "
-                "takes longer",
+                f"{FINAL_RESERVE / 60:g} minutes for the dev scorings, the export and the summary; no trial starts "
+                "after that, and a trial under way is cut there once one is complete (--config's "
+                "search.at_wall_limit). Past it, trials still run until one is complete, so that there is a student "
+                "to choose: the run then takes longer",
         "default_help": "none"})
     search_hours: float | None = field(default=None, metadata={
         "type": float, "above": 0,
