@@ -294,6 +294,7 @@ def run_space(run: Path, plan: dict, s: dict | None = None) -> str | None:
 
 
 WHOLE_RUN = "-hours"  # a space's name, then this and --hours: its runs under ship's --hours (`wall_space`)
+SPACE_LINES = {name: line for name, line in SPACES.values()}  # SPACES by name, oldest first (None: the first)
 
 
 def wall_space(space: str | None, hours: float) -> str:
@@ -309,7 +310,7 @@ def wall_space(space: str | None, hours: float) -> str:
 def searched_space(name: str | None) -> tuple[str | None, float | None]:
     """`name`'s search space and, for a `wall_space`, its --hours (else None)."""
     found = re.fullmatch(rf"(.+){WHOLE_RUN}(\d+(?:\.\d+)?(?:e[+-]?\d+)?)", name or "")
-    if found and name not in {n for n, _ in SPACES.values()}:  # a SPACES name is its own, whatever it reads
+    if found and name not in SPACE_LINES:  # a SPACES name is its own, whatever it reads
         return (None if found[1] == "first" else found[1]), float(found[2])
     return name, None
 
@@ -317,9 +318,8 @@ def searched_space(name: str | None) -> tuple[str | None, float | None]:
 def space_line(name: str) -> str:
     """What a space's name stands for: SPACES' line, and a `wall_space`'s wall rule."""
     space, hours = searched_space(name)
-    line = {n: text for n, text in SPACES.values()}[space] if space else SPACES[next(iter(SPACES))][1]
-    return line + (f"; under ship's --hours {hours:g}, the whole run's wall budget, where its own runs limit the "
-                   f"search alone (--search-hours)" if hours else "")
+    return SPACE_LINES[space] + (f"; under ship's --hours {hours:g}, the whole run's wall budget, where its own "
+                                 "runs limit the search alone (--search-hours)" if hours else "")
 
 
 def teacher_choice(s: dict) -> str:
@@ -358,7 +358,7 @@ def current(rows: list[dict]) -> list[dict]:
 def _sortable(v: tuple[str, str | None, str | None]) -> tuple[str, str, float]:
     """A version's place in order: its teacher choice, draw and space (a `wall_space` just after its space)."""
     space, hours = searched_space(v[2])
-    return v[0], v[1] or "", [name for name, _ in SPACES.values()].index(space) + (0.5 if hours else 0)
+    return v[0], v[1] or "", list(SPACE_LINES).index(space) + (0.5 if hours else 0)
 
 
 def majority(task: str, data: Path, metric: str) -> float:
@@ -627,7 +627,7 @@ def earlier_space(name: str, ran=None) -> str | None:
     space, hours = searched_space(name)
     if hours:
         return space
-    names = [n for n, _ in SPACES.values()]
+    names = list(SPACE_LINES)
     if names.index(name) == 0:
         raise ValueError("the first search space has none before it")
     return next((n for n in reversed(names[:names.index(name)]) if ran is None or n in ran), None)
