@@ -462,6 +462,11 @@ def test_a_search_of_the_bilstm_family_ships_its_fused_file(tmp_path):
     assert limit["left_seconds"] < 0 and len(s["trials"]) == 1 and s["trials"][0]["state"] == "complete"
     # start-up and measurement counted too, the teacher's fine-tuning once: within the command's own time
     assert s["wall_seconds"]["teacher"] < limit["before_search_seconds"] < took - s["wall_seconds"]["search"]
+    # ship.json's parts add up to its total, the command's own time but for the interpreter's start and exit
+    wall = s["wall_seconds"]
+    assert wall["start"] == round(limit["before_search_seconds"] - wall["teacher"], 1) and wall["summary"] > 0
+    assert wall["total"] == round(sum(v for k, v in wall.items() if k != "total"), 1) <= took
+    assert f"{wall['total'] / 60:.1f} min of --hours 0.0003\n" in proc.stdout
     assert "the budget is spent before the search (--hours 0.0003 less " in proc.stdout
     assert "min before the search (the teacher's fine-tuning " in proc.stdout
     assert "trials run until one is complete, so that there is a student to choose" in proc.stdout

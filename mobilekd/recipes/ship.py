@@ -378,7 +378,8 @@ def report(s: dict) -> str:
              + (f" ({walled} at the wall limit)" if walled else "") + ", "
              f"{counts['fail']} failed; {families}) in {s['search_seconds'] / 60:.1f} min; budget "
              f"{s['budget']['latency_ms']:.1f} ms (est.)"
-             + (f"; its recorded stages {s['wall_seconds']['total'] / 60:.1f} min of --hours {hours:g}"
+             + (f"; {s['wall_seconds']['total'] / 60:.1f} min of --hours {hours:g}"
+                + ("" if "summary" in s["wall_seconds"] else " in its recorded stages")
                 if (hours := s.get("wall_limit", {}).get("hours")) else "")]
     lines += differences(s)
     lines += [w for w in [constant_warning(s)] if w]
@@ -650,6 +651,7 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
     # last trial to the export's end (any invocation's, so an idle time between them counts)
     final = round(sum(stages.values()), 1) if len(stages) == 3 else round(
         (student / "tflite" / COMPLETE).stat().st_mtime - search.ended(study), 1)
+    summing = time.time()
     s = summary(out, args.task, data, args.regression, teacher, b, chosen, rows, seconds, final, args.seed)
     s["wall_limit"] = wall_limit
     if not args.keep_teacher_features:
@@ -657,13 +659,27 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
         if freed:
             print(f"removed the search's teacher-feature stores ({freed:.1f} GB) from {out / 'teacher' / 'outputs'}: "
                   "they served the trials' layer matching (--keep-teacher-features keeps them)")
-    write_json(out / "ship.json", s)
-    with atomic_path(student / "README.md") as tmp:
-        tmp.write_text(model_card(s))
     plot(rows, b["latency_ms"], s["chosen"]["selection_metric"], out / "frontier.png", title=f"ship: {data.name}",
          constant=s.get("constant"))
+    recorded = s["wall_seconds"]
+    s["wall_seconds"] = wall_parts(recorded, wall_limit["before_search_seconds"] - recorded["teacher"],
+                                   time.time() - summing)
+    with atomic_path(student / "README.md") as tmp:
+        tmp.write_text(model_card(s))
+    write_json(out / "ship.json", s)
     print(report(s))
     print(f"summary: {out / 'ship.json'}; the app's file: {student / 'tflite'}; the search: {out / 'frontier.png'}")
+
+
+def wall_parts(recorded: dict, start: float, summarised: float) -> dict:
+    """ship.json's `wall_seconds`: the recorded stages (the teacher's runs, the search, the last stages) with the
+    rest of the last process's own time beside them: `start`, its start-up, the budget's measurement and the teacher
+    stage's overhead beyond its runs' records (`before_search` less the teacher's runs; a resumed run's earlier
+    processes' start-ups are not kept), and `summary`, the baselines, intervals, store removal and plot after the
+    export; `total` their sum, the command's own time but for the interpreter's start and exit."""
+    parts = {k: v for k, v in recorded.items() if k != "total"} | {"start": round(max(start, 0.0), 1),
+                                                                     "summary": round(summarised, 1)}
+    return parts | {"total": round(sum(parts.values()), 1)}
 
 
 def drop_teacher_features(teacher: Path) -> float:
