@@ -254,16 +254,20 @@ def test_runs_under_ships_whole_run_budget_are_a_space_of_their_own_beside_the_s
     write_json(run.out / "plan.json", {**plan, "draw": "family"})
     chosen = {"family": "tinybert", "shape": "tinybert4_h156", "recipe": "--lr 1e-4", "val_value": 0.7,
               "pixel4_ms_est": 1.0, "params_m": 4.0}
+    wall = {"teacher": 1000.0, "search": 2400.0, "final": 60.0, "start": 12.0, "summary": 28.0, "total": 3500.0}
     write_json(run.out / "ship.json", {
         "budget": {"classes": None, "train_examples": 5749, "max_len": 64, "latency_ms": 3.0,
                    "teacher_pixel4_ms_est": 9.0}, "metric": "pearson", "chosen": chosen, "trials": [],
-        "student": {"dev_examples": 2, "dev": {"pearson": 0.7}}, "wall_seconds": {"total": 3500.0},
+        "student": {"dev_examples": 2, "dev": {"pearson": 0.7}}, "wall_seconds": wall,
         "teacher": {"dev": {"pearson": 0.85}, "train_seconds": 1000.0, "host": None},
         "majority": {"metrics": {"pearson": 0.0}}, "data": "unused",
         "wall_limit": {"hours": 1.0, "search_hours": None}})
     got = gathered(tmp_path, ["stsb"], [0], hours=1)
     assert {r["space"] for r in got if r["task"] == "stsb"} == {hour} and any(r["method"] == "ship" for r in got)
     assert gathered(tmp_path, ["stsb"], [0]) == [r for r in got if r["method"] == "ship-start"]  # not OUT/stsb
+    # its wall time as every row holds it, the recorded stages; the start-up and summary (ship since 44be5c9) kept
+    timed = next(r for r in got if r["method"] == "ship-wall")
+    assert timed["value"] == 3460.0 and timed["parts"] == wall
     version = ("validation", "family", hour)
     kept = keep_predictions(tmp_path, "stsb", {0: version}, tmp_path / "kept.json", hours=1)
     assert kept[version][0]["ship"] == ["0.5", "2.5"] and kept[version][0]["tfidf"] == ["1.5", "1.5"]

@@ -676,7 +676,8 @@ def wall_parts(recorded: dict, start: float, summarised: float) -> dict:
     rest of the last process's own time beside them: `start`, its start-up, the budget's measurement and the teacher
     stage's overhead beyond its runs' records (`before_search` less the teacher's runs; a resumed run's earlier
     processes' start-ups are not kept), and `summary`, the baselines, intervals, store removal and plot after the
-    export; `total` their sum, the command's own time but for the interpreter's start and exit."""
+    export; `total` their sum, the command's own time but for the interpreter's start and exit and the short gaps
+    between stages (the workers' start, taking the chosen trial, the model card)."""
     parts = {k: v for k, v in recorded.items() if k != "total"} | {"start": round(max(start, 0.0), 1),
                                                                      "summary": round(summarised, 1)}
     return parts | {"total": round(sum(parts.values()), 1)}
