@@ -19,7 +19,7 @@ from mobilekd.rundir import HELD_OUT, dev_scores, finished_results, trained_on
 
 # a run's record of the cached files it shared (`Made.record`): its training set and the teacher's outputs over it
 SHARED_RECORD = tuple(k for kind in RECORDED for k in record_keys(kind)) + (
-    "candidate_sentences", "candidates_stored_share")  # and the augmentation's use of its candidates' store
+    "candidate_sentences", "candidates_stored_share", "candidates_computed")  # the augmentation's use of its store
 
 
 def parameters(model_dir: Path) -> int:

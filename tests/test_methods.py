@@ -267,6 +267,41 @@ def test_a_second_training_split_reads_its_seen_sentences_word_candidates_from_t
     assert through_store[0] == fresh[0]
 
 
+def test_two_runs_over_the_same_sentences_split_the_masked_lm_pass_through_claimed_chunks(tmp_path, augmentor):
+    """A run beside another over the same sentences (ship's two augmented trials on one split) computes the chunks
+    no one holds, waits for the chunk the other holds, and then reads that chunk's candidates from the store rather
+    than computing them: each sentence is computed once between the two, and the claims leave no files."""
+    sentences = ["the film is a wonderfully unpredictable masterpiece", "a dull and tedious affair",
+                 "quiet rivers run deep", "he said it was fine", "storms batter coastal villages",
+                 "children laughed loudly outside", "markets rallied after the announcement",
+                 "a dull and tedious affair", "the committee postponed its vote"]
+    store = CandidateStore(tmp_path / "candidates.sqlite")
+    beside = CandidateStore(store.path)  # the other run's handle on the same file
+    held_chunk = sentences[:2]  # the first chunk of two distinct sentences
+    out = {}
+    with beside.claim(held_chunk, wait=False) as held:
+        assert held
+        with store.claim(held_chunk, wait=False) as also:
+            assert not also  # held: a run without waiting passes it by
+        thread = threading.Thread(target=lambda: out.update(found=augmentor.candidates(sentences, store, chunk=2)))
+        thread.start()
+        for _ in range(1200):
+            if store.computed == 6:
+                break
+            thread.join(0.1)
+        assert store.computed == 6 and thread.is_alive()  # the other chunks computed; it waits on the held one
+        planted = {s: {0: ["zebra"]} for s in held_chunk}
+        beside.put(planted)  # what the other run computed, kept before it lets the chunk go
+    thread.join(120)
+    assert not thread.is_alive()
+    # the held chunk's (and its sentence's repeat) read from the store, not computed again; the rest a fresh pass's
+    assert out["found"][:2] == [planted[s] for s in held_chunk] and out["found"][7] == planted[sentences[1]]
+    assert store.record() == {"candidate_sentences": 8, "candidates_stored_share": 0.0, "candidates_computed": 6}
+    rest = [2, 3, 4, 5, 6, 8]
+    assert [out["found"][i] for i in rest] == augmentor._candidates([sentences[i] for i in rest])
+    assert not list(tmp_path.glob("*.lock"))
+
+
 def test_each_candidate_word_is_replaced_with_probability_p(augmentor):
     sentence = " ".join(["alpha"] * 10)
     cands = {i: [f"w{i}_{k}" for k in range(50)] for i in range(10)}

@@ -141,19 +141,36 @@ class Augmentor:
         middle = pieces[len(pieces) // 2] or [self.tokenizer.unk_token_id]
         return [(middle, i % len(middle)) for i in range(self.batch_size)]
 
-    def candidates(self, sentences: list[str], store: CandidateStore | None = None) -> list[dict[int, list[str]]]:
+    def candidates(self, sentences: list[str], store: CandidateStore | None = None,
+                   chunk: int = CHUNK) -> list[dict[int, list[str]]]:
         """For each sentence, word index -> its candidates (the word itself when none), for eligible words; with a
-        `store`, those it has are read from it, and the others computed CHUNK sentences at a time and kept there."""
+        `store`, those it has are read from it, and the others computed and kept there in chunks of `chunk`
+        sentences (cut from the distinct sentences in order, so runs over the same sentences cut the same chunks
+        whatever each found stored): first the chunks no run beside this one has claimed (`CandidateStore.claim`),
+        then, waiting for it, those it had, each read from the store again before it is computed (so two runs over
+        the same sentences split the masked-LM pass)."""
         if store is None:
             return self._candidates(sentences)
-        found = store.get(sentences)
-        missing = list(dict.fromkeys(s for s in sentences if s not in found))
-        for start in tqdm(range(0, len(missing), CHUNK), desc="augmentation: sentences not in the store",
-                          unit="chunk", leave=False, disable=len(missing) <= CHUNK):
-            chunk = missing[start:start + CHUNK]
-            made = dict(zip(chunk, self._candidates(chunk)))
-            store.put(made)
-            found.update(made)
+        unique = list(dict.fromkeys(sentences))
+        found = store.get(unique)
+        parts = [unique[i:i + chunk] for i in range(0, len(unique), chunk)]
+        pending = [part for part in parts if any(s not in found for s in part)]
+        with tqdm(total=sum(map(len, pending)), desc="augmentation: sentences not in the store", unit="sentence",
+                  leave=False, disable=len(pending) <= 1) as bar:
+            for wait in (False, True):
+                claimed, pending = pending, []
+                for part in claimed:
+                    with store.claim(part, wait) as held:
+                        if not held:
+                            pending.append(part)
+                            continue
+                        found.update(store.read(part))
+                        todo = [s for s in part if s not in found]
+                        if todo:
+                            made = dict(zip(todo, self._candidates(todo)))
+                            store.put(made)
+                            found.update(made)
+                    bar.update(len(part))
         return [found[s] for s in sentences]
 
     def _candidates(self, sentences: list[str]) -> list[dict[int, list[str]]]:

@@ -142,12 +142,14 @@ def run(args, accelerator):
             train_examples, Path(c.augment_model), c.augment, c.augment_seed, Path(args.cache_dir),
             load=_mlm_model, flag=pass_flag(args, "augment_precision"),
             precision_cache=Path(args.cache_dir) / PRECISION_FILE))
-        stored = {k: augment_pass[k] for k in ("candidate_sentences", "candidates_stored_share") if k in augment_pass}
+        stored = {k: augment_pass[k] for k in ("candidate_sentences", "candidates_stored_share", "candidates_computed")
+                  if k in augment_pass}
         shared = {**made.record(got), **stored}
         print(f"augmented: {n} -> {len(train_examples)} training examples" + (" (cached)" if made.cached else "") +
               f"; the masked-LM pass {describe(augment_pass)}" +
               (f"; word candidates of {stored['candidates_stored_share']:.0%} of its "
-               f"{stored['candidate_sentences']} sentences read from the store" if stored else ""))
+               f"{stored['candidate_sentences']} sentences read from the store, "
+               f"{stored.get('candidates_computed', 0)} computed here" if stored else ""))
     dev = {name: (examples, *encode(examples)) for name, examples in splits.items()}
     evaluator = DevEvaluator(task, dev, out, tokenizer, save_model=not c.eval_only)
     if c.eval_only:
