@@ -219,6 +219,8 @@ def start_rows(out: Path, task: str) -> list[dict]:
 
 
 def rows(out: Path, tasks: list[str], seeds: list[int], hours: float | None = None) -> list[dict]:
+    from mobilekd.recipes.ship import stages_seconds  # every row's wall time: the recorded stages
+
     found = []
     for task in tasks:
         found += start_rows(out, task)
@@ -320,13 +322,6 @@ def space_line(name: str) -> str:
     space, hours = searched_space(name)
     return SPACE_LINES[space] + (f"; under ship's --hours {hours:g}, the whole run's wall budget, where its own "
                                  "runs limit the search alone (--search-hours)" if hours else "")
-
-
-def stages_seconds(wall: dict) -> float:
-    """A run's wall time as every row holds it: its recorded stages (the teacher's runs, the search, the last
-    stages), the `total` of a ship.json from before 2026-12-07's `start` and `summary` parts
-    (mobilekd.recipes.ship.wall_parts), which a row keeps in its `parts`."""
-    return round(wall["teacher"] + wall["search"] + wall["final"], 1)
 
 
 def teacher_choice(s: dict) -> str:

@@ -671,6 +671,15 @@ def finish(args, study, out: Path, data: Path, teacher: Path, b: dict, flags: li
     print(f"summary: {out / 'ship.json'}; the app's file: {student / 'tflite'}; the search: {out / 'frontier.png'}")
 
 
+RECORDED_STAGES = ("teacher", "search", "final")  # the stages ship.json times from their own records
+
+
+def stages_seconds(wall: dict) -> float:
+    """A run's recorded stages summed (`RECORDED_STAGES`: the teacher's runs, the search, the last stages): the wall
+    time every benchmark row holds, whether its ship.json's `total` has `wall_parts`' start-up and summary or not."""
+    return round(sum(wall[k] for k in RECORDED_STAGES), 1)
+
+
 def wall_parts(recorded: dict, start: float, summarised: float) -> dict:
     """ship.json's `wall_seconds`: the recorded stages (the teacher's runs, the search, the last stages) with the
     rest of the last process's own time beside them: `start`, its start-up, the budget's measurement and the teacher
@@ -678,8 +687,8 @@ def wall_parts(recorded: dict, start: float, summarised: float) -> dict:
     processes' start-ups are not kept), and `summary`, the baselines, intervals, store removal and plot after the
     export; `total` their sum, the command's own time but for the interpreter's start and exit and the short gaps
     between stages (the workers' start, taking the chosen trial, the model card)."""
-    parts = {k: v for k, v in recorded.items() if k != "total"} | {"start": round(max(start, 0.0), 1),
-                                                                     "summary": round(summarised, 1)}
+    parts = {k: recorded[k] for k in RECORDED_STAGES} | {"start": round(max(start, 0.0), 1),
+                                                          "summary": round(summarised, 1)}
     return parts | {"total": round(sum(parts.values()), 1)}
 
 
@@ -747,7 +756,7 @@ def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Pa
     constant = constant_on_validation(task, seed, metric=selected)  # the trials' split, in the score they chose on
     above = {"above_constant": row["val_value"] > constant["value"]} if constant else {}
     return {"data": str(data), "budget": b, "metric": metric, "search_seconds": round(seconds, 1),
-            "wall_seconds": {**wall, "total": round(sum(wall.values()), 1)},
+            "wall_seconds": {**wall, "total": stages_seconds(wall)},
             "host": identity(),
             "chosen": {**row, **above, "metric": metric, "selection_metric": selected,
                        "start": chosen.user_attrs["start"],
