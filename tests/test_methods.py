@@ -270,7 +270,8 @@ def test_a_second_training_split_reads_its_seen_sentences_word_candidates_from_t
 def test_two_runs_over_the_same_sentences_split_the_masked_lm_pass_through_claimed_chunks(tmp_path, augmentor):
     """A run beside another over the same sentences (ship's two augmented trials on one split) computes the chunks
     no one holds, waits for the chunk the other holds, and then reads that chunk's candidates from the store rather
-    than computing them: each sentence is computed once between the two, and the claims leave no files."""
+    than computing them: each sentence is computed once between the two. A holder that lets its chunk go without
+    keeping it (a run that died) leaves the chunk to the run that waited."""
     sentences = ["the film is a wonderfully unpredictable masterpiece", "a dull and tedious affair",
                  "quiet rivers run deep", "he said it was fine", "storms batter coastal villages",
                  "children laughed loudly outside", "markets rallied after the announcement",
@@ -299,7 +300,15 @@ def test_two_runs_over_the_same_sentences_split_the_masked_lm_pass_through_claim
     assert store.record() == {"candidate_sentences": 8, "candidates_stored_share": 0.0, "candidates_computed": 6}
     rest = [2, 3, 4, 5, 6, 8]
     assert [out["found"][i] for i in rest] == augmentor._candidates([sentences[i] for i in rest])
-    assert not list(tmp_path.glob("*.lock"))
+
+    alone = CandidateStore(tmp_path / "other.sqlite")
+    with CandidateStore(alone.path).claim(held_chunk, wait=False):
+        thread = threading.Thread(target=lambda: out.update(found=augmentor.candidates(sentences, alone, chunk=2)))
+        thread.start()
+        thread.join(2)
+    thread.join(120)
+    assert not thread.is_alive() and alone.record()["candidates_computed"] == 8
+    assert out["found"][:2] == augmentor._candidates(held_chunk)
 
 
 def test_each_candidate_word_is_replaced_with_probability_p(augmentor):

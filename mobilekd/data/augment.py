@@ -144,17 +144,15 @@ class Augmentor:
     def candidates(self, sentences: list[str], store: CandidateStore | None = None,
                    chunk: int = CHUNK) -> list[dict[int, list[str]]]:
         """For each sentence, word index -> its candidates (the word itself when none), for eligible words; with a
-        `store`, those it has are read from it, and the others computed and kept there in chunks of `chunk`
-        sentences (cut from the distinct sentences in order, so runs over the same sentences cut the same chunks
-        whatever each found stored): first the chunks no run beside this one has claimed (`CandidateStore.claim`),
-        then, waiting for it, those it had, each read from the store again before it is computed (so two runs over
-        the same sentences split the masked-LM pass)."""
+        `store`, those it has are read from it, and the missing ones computed and kept there in chunks of `chunk`:
+        first the chunks no run beside this one has claimed (`CandidateStore.claim`), then, waiting for it, those
+        it had, each read from the store again before it is computed (so two runs started together over the same
+        sentences, which find the same ones missing, split the masked-LM pass)."""
         if store is None:
             return self._candidates(sentences)
-        unique = list(dict.fromkeys(sentences))
-        found = store.get(unique)
-        parts = [unique[i:i + chunk] for i in range(0, len(unique), chunk)]
-        pending = [part for part in parts if any(s not in found for s in part)]
+        found = store.get(sentences)
+        missing = list(dict.fromkeys(s for s in sentences if s not in found))
+        pending = [missing[i:i + chunk] for i in range(0, len(missing), chunk)]
         with tqdm(total=sum(map(len, pending)), desc="augmentation: sentences not in the store", unit="sentence",
                   leave=False, disable=len(pending) <= 1) as bar:
             for wait in (False, True):

@@ -6,14 +6,15 @@ the model (its weights and vocabulary), M and the pass's precision, not on the r
 draws the variants from them), nor on which other examples are in the set. `ship`'s trials, its seeds (each carving
 another validation split, so another training set) and any later run over the same text therefore need them once.
 This store keeps them in one SQLite file per (model, M, precision) under the cache folder, keyed by the sentence's
-text; a run asks for its sentences, computes only those missing, in chunks of CHUNK sentences, each chunk committed
-as one transaction (a killed run loses at most the chunk it was computing, and leaves no half-written row), and
-several processes share the file through SQLite's own locking. Runs that need the same sentences at the same time
-(`ship`'s two workers start two augmented trials over one training split, 4 and 12 copies) split the pass rather
-than both making it: each chunk is claimed through a lock file named by its sentences (`CandidateStore.claim`, the
-`filelock` library); a run takes the chunks no other run holds, then waits on the others' and reads them from the
-store (measured on RTE before it: two trials each computed all of its 2,241 premises, 852 batches of 3.5 s in fp32,
-side by side).
+text; a run asks for its sentences and computes those missing in chunks of CHUNK, each chunk committed as one
+transaction (a killed run loses at most the chunk it was computing, and leaves no half-written row), and several
+processes share the file through SQLite's own locking. Runs that start together on the same sentences (`ship`'s
+two workers start two augmented trials over one training split, 4 and 12 copies) find the same ones missing and
+cut the same chunks, and split the pass rather than both making it: each chunk is claimed through a lock file named
+by its sentences (`CandidateStore.claim`, the `filelock` library); a run takes the chunks no other run holds, then
+waits on the others' and reads them from the store (before it, RTE's seed 1 ran two such trials that each computed
+all 4,076 of its sentences, side by side in fp32, for about 87 minutes). A run that starts after another has
+committed chunks cuts other chunks and does not share the rest of the pass.
 
 A set made through the store is the one a fresh run makes on the same kind of device (measured: 100% of seed 1's
 augmented SST-2 examples the same, benchmarks/candidate_store.py): the masked-LM pass batches queries of one length,
@@ -99,11 +100,12 @@ class CandidateStore:
         """Hold the right to compute these sentences' candidates: a lock file beside the store, named by their
         digest. Yields True once held (`wait`: however long another run holds it), False where another run holds
         it and `wait` is off. The holder reads the store again before computing (a run that held it before may
-        have kept them); the file is removed after the chunk's commit, before the lock is let go, so a run that
-        takes it later, on the old file or a new one, finds the sentences stored."""
+        have kept them, or died first, leaving them to compute). The lock files (empty) stay in a folder beside
+        the store: removing one while another run waits on it could let two runs hold the chunk."""
         digest = hashlib.sha256("\n".join(sentences).encode()).hexdigest()[:20]
-        path = self.path.with_name(f"{self.path.name}.{digest}.lock")
-        lock = FileLock(path)
+        folder = self.path.with_name(f"{self.path.name}.claims")
+        folder.mkdir(exist_ok=True)
+        lock = FileLock(folder / f"{digest}.lock")
         try:
             lock.acquire(blocking=wait)
         except Timeout:
@@ -112,12 +114,11 @@ class CandidateStore:
         try:
             yield True
         finally:
-            path.unlink(missing_ok=True)
             lock.release()
 
     def record(self) -> dict:
-        """This run's use of the store: its distinct sentences, the share the store already had, and how many it
-        computed itself (the rest of the missing ones came from a run beside it that held their chunks)."""
+        """This run's use of the store: its distinct sentences (counted per column), the share the store had when
+        it asked, and how many it computed itself (the rest of the missing ones a run beside it kept meanwhile)."""
         return {"candidate_sentences": self.asked,
                 "candidates_stored_share": round(self.found / self.asked, 4) if self.asked else None,
                 "candidates_computed": self.computed}
