@@ -11,6 +11,7 @@ import torch
 from filelock import FileLock
 from safetensors import safe_open
 
+from mobilekd.data.candidate_store import RECORD_KEYS
 from mobilekd.fileio import RECORDED, read_json, record_keys, write_json
 from mobilekd.host import UNKNOWN, identity
 from mobilekd.models.heads import HEADS
@@ -18,8 +19,7 @@ from mobilekd.models.hf import load_config, transformers_extras
 from mobilekd.rundir import HELD_OUT, dev_scores, finished_results, trained_on
 
 # a run's record of the cached files it shared (`Made.record`): its training set and the teacher's outputs over it
-SHARED_RECORD = tuple(k for kind in RECORDED for k in record_keys(kind)) + (
-    "candidate_sentences", "candidates_stored_share", "candidates_computed")  # the augmentation's use of its store
+SHARED_RECORD = tuple(k for kind in RECORDED for k in record_keys(kind)) + RECORD_KEYS  # and the candidates' store
 
 
 def parameters(model_dir: Path) -> int:

@@ -234,6 +234,7 @@ def rows(out: Path, tasks: list[str], seeds: list[int], hours: float | None = No
             plan = read_json(run / "plan.json")
             searched = sorted({c.split("/")[0] for c in plan["candidates"]})
             space = run_space(run, plan, s)
+            wall = stages_seconds(s["wall_seconds"])
             shared = {"task": task, "seed": seed, "metric": metric, "teacher_choice": teacher_choice(s),
                       **({"val_metric": c["selection_metric"]} if c.get("selection_metric", metric) != metric else {}),
                       **({"draw": FAMILY_DRAW} if plan.get("draw") else {}), **({"space": space} if space else {}),
@@ -249,8 +250,8 @@ def rows(out: Path, tasks: list[str], seeds: list[int], hours: float | None = No
                 {**shared, "method": "ship", "family": c["family"], "shape": c["shape"], "recipe": c["recipe"],
                  "val_value": round(c["val_value"], 4), "value": round(s["student"]["dev"][metric], 4),
                  "pixel4_ms_est": c["pixel4_ms_est"], "params_m": c["params_m"], "chosen": True,
-                 "wall_seconds": stages_seconds(s["wall_seconds"]), **host},
-                {**shared, "method": "ship-wall", "value": stages_seconds(s["wall_seconds"]), "metric": "wall_seconds",
+                 "wall_seconds": wall, **host},
+                {**shared, "method": "ship-wall", "value": wall, "metric": "wall_seconds",
                  "parts": s["wall_seconds"], **host},
                 {**shared, "method": "teacher", "value": round(s["teacher"]["dev"][metric], 4),
                  "pixel4_ms_est": b["teacher_pixel4_ms_est"], "wall_seconds": s["teacher"]["train_seconds"],
@@ -479,8 +480,8 @@ def table(results: list[dict]) -> str:
                                "the budget, chosen on the dev set it is scored on), then ship's mean minus it, in "
                                "points (the cost of honesty); ship's wall time: its recorded stages (the teacher's "
                                "runs, the search, the last stages), not the start-up and the summary around them "
-                               "(up to a minute more); Pixel figures are ESTIMATES of a cost model.\n") + model_maker(results) + \
-        draws(results) + spaces(results) + family_table(results) + starts_table(results)
+                               "(up to a minute more); Pixel figures are ESTIMATES of a cost model.\n") + \
+        model_maker(results) + draws(results) + spaces(results) + family_table(results) + starts_table(results)
 
 
 def model_maker(results: list[dict]) -> str:

@@ -40,6 +40,7 @@ from mobilekd.fileio import file_digest
 CHUNK = 500  # sentences computed (and committed, and claimed) at a time: a killed run keeps what it finished
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json")  # the vocabulary a candidate is drawn from
 _QUERY = 900  # sentences per SELECT (under SQLite's limit on bound parameters)
+RECORD_KEYS = ("candidate_sentences", "candidates_stored_share", "candidates_computed")  # `CandidateStore.record`
 VERSION = "one-length-batches, words-order"  # how candidates are made and kept (`Augmentor._masked_lm`, `_candidates`)
 
 
@@ -70,9 +71,8 @@ class CandidateStore:
 
     def get(self, sentences: list[str]) -> dict[str, dict[int, list[str]]]:
         """The candidates the store has for these sentences (those it lacks are left out), counted in the record."""
-        unique = list(dict.fromkeys(sentences))
-        out = self.read(unique)
-        self.asked += len(unique)
+        out = self.read(sentences)
+        self.asked += len(set(sentences))
         self.found += len(out)
         return out
 
@@ -119,6 +119,5 @@ class CandidateStore:
     def record(self) -> dict:
         """This run's use of the store: its distinct sentences (counted per column), the share the store had when
         it asked, and how many it computed itself (the rest of the missing ones a run beside it kept meanwhile)."""
-        return {"candidate_sentences": self.asked,
-                "candidates_stored_share": round(self.found / self.asked, 4) if self.asked else None,
-                "candidates_computed": self.computed}
+        return dict(zip(RECORD_KEYS, (self.asked, round(self.found / self.asked, 4) if self.asked else None,
+                                      self.computed)))

@@ -40,6 +40,7 @@ from mobilekd.finetune.baseline import bag_of_words_baseline, majority_baseline
 from mobilekd.finetune.evaluation import (DevEvaluator, build_model, chosen_by, model_labels, require_labels,
                                          score_once)
 from mobilekd.data.augment import augmented
+from mobilekd.data.candidate_store import RECORD_KEYS
 from mobilekd.finetune.config import FinetuneConfig, check, fill_defaults
 from mobilekd.finetune.objective import Distillation, intermediate_loss, task_loss
 from mobilekd.finetune.selection import VALIDATION, carve
@@ -142,14 +143,13 @@ def run(args, accelerator):
             train_examples, Path(c.augment_model), c.augment, c.augment_seed, Path(args.cache_dir),
             load=_mlm_model, flag=pass_flag(args, "augment_precision"),
             precision_cache=Path(args.cache_dir) / PRECISION_FILE))
-        stored = {k: augment_pass[k] for k in ("candidate_sentences", "candidates_stored_share", "candidates_computed")
-                  if k in augment_pass}
+        stored = {k: augment_pass[k] for k in RECORD_KEYS if k in augment_pass}
         shared = {**made.record(got), **stored}
         print(f"augmented: {n} -> {len(train_examples)} training examples" + (" (cached)" if made.cached else "") +
               f"; the masked-LM pass {describe(augment_pass)}" +
               (f"; word candidates of {stored['candidates_stored_share']:.0%} of its "
                f"{stored['candidate_sentences']} sentences read from the store, "
-               f"{stored.get('candidates_computed', 0)} computed here" if stored else ""))
+               f"{stored['candidates_computed']} computed here" if stored else ""))
     dev = {name: (examples, *encode(examples)) for name, examples in splits.items()}
     evaluator = DevEvaluator(task, dev, out, tokenizer, save_model=not c.eval_only)
     if c.eval_only:

@@ -756,7 +756,7 @@ def summary(out: Path, task_name: str, data: Path, regression: bool, teacher: Pa
     constant = constant_on_validation(task, seed, metric=selected)  # the trials' split, in the score they chose on
     above = {"above_constant": row["val_value"] > constant["value"]} if constant else {}
     return {"data": str(data), "budget": b, "metric": metric, "search_seconds": round(seconds, 1),
-            "wall_seconds": {**wall, "total": stages_seconds(wall)},
+            "wall_seconds": wall,  # the recorded stages; `finish` adds the rest and the total (`wall_parts`)
             "host": identity(),
             "chosen": {**row, **above, "metric": metric, "selection_metric": selected,
                        "start": chosen.user_attrs["start"],
