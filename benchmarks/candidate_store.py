@@ -3,7 +3,7 @@ compute the teacher twice; `mobilekd/data/candidate_store.py`). `ship` carves an
 seed, so each seed augments another training set; the masked-LM pass that finds each word's candidates is most of
 the cost, and a sentence's candidates do not depend on the seed.
 
-    python -m benchmarks.candidate_store                  # in one process, about 10 minutes on 1 thread
+    python -m benchmarks.candidate_store                  # about 20 minutes: 1 thread, then 2 processes of 1
     python -m benchmarks.candidate_store --table --write  # the table into docs/throughput_runs.md from the rows
 
 On the task's training examples (SST-2: the 8,000 the teacher store's benchmark uses), each seed's training split as
@@ -15,12 +15,22 @@ this order, one thread: seed 1's split into an empty cache (`cold`), seed 0's in
 Rows (docs/results/candidate_store.json, every run kept, with the store's VERSION): each pass's seconds and the
 share of its sentences the store had, with the host and the 1-minute load when it started; and the share of seed
 1's augmented examples found in both passes (100% when the store gives what a fresh run computes).
+
+Then the claims (`CandidateStore.claim`): two runs started together over the same sentences (seed 1's split), each
+a process of one thread as `ship`'s two workers are, timed from a barrier both pass once their model is loaded to
+the later one's end: with their own empty stores (`own-stores`: both compute every sentence, as two trials did
+before the claims) and with one empty store between them (`shared-store`: each computes the chunks it claims and
+reads the other's), alternating, `--repeats` times each. Rows: each pair's wall seconds, each run's seconds and the
+sentences it computed, and the share of sentences whose candidates the shared store and an own store hold alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
+import queue
+import statistics
 import sys
 import tempfile
 import time
@@ -31,8 +41,8 @@ import torch
 
 from benchmarks.command import show_table, table_flags
 from benchmarks.rows import merge_rows
-from mobilekd.data.augment import augment_precision, augmented
-from mobilekd.data.candidate_store import VERSION
+from mobilekd.data.augment import Augmentor, augment_precision, augmented
+from mobilekd.data.candidate_store import VERSION, CandidateStore
 from mobilekd.data.tasks import default_data, load_task, training_subset
 from mobilekd.data.tokenizer import load_tokenizer
 from mobilekd.errors import cli_entry
@@ -42,16 +52,69 @@ from mobilekd.host import identity
 from mobilekd.models.hf import load_pretrained
 
 RESULTS = "docs/results/candidate_store.json"
-KEY = ("task", "method", "seed", "metric", "version", "started")  # no run replaces another
+KEY = ("task", "method", "seed", "metric", "version", "started", "repeat")  # no run replaces another
 TASK, EXAMPLES, COPIES = "sst2", 8000, 4  # the teacher store's benchmark's examples; ship's --augment choice
 PASSES = (("cold", 1, "a"), ("seed0", 0, "b"), ("warm", 1, "b"))  # (method, carve seed, cache)
+PAIRS = ("own-stores", "shared-store")  # two runs at once over the same sentences: each its own store, or one
 
 
 def load(model_dir):
     return load_pretrained(model_dir, "pretraining", require_head=True), load_tokenizer(model_dir)
 
 
-def measure(teacher: Path) -> list[dict]:
+def one_of_two(teacher: Path, precision: str, sentences: list[str], store: Path, barrier, results) -> None:
+    """One of two runs started together: its model loaded, then, past the barrier, its sentences' candidates
+    through `store` (one thread, as each of `ship`'s workers)."""
+    torch.set_num_threads(1)
+    augmentor = Augmentor(*load(teacher), precision=precision)
+    kept = CandidateStore(store)
+    barrier.wait()
+    start = time.perf_counter()
+    augmentor.candidates(sentences, kept)
+    results.put({"seconds": round(time.perf_counter() - start, 1), **kept.record()})
+
+
+def pairs(teacher: Path, precision: str, sentences: list[str], scratch: Path, repeats: int, shared: dict) -> list[dict]:
+    """`repeats` pairs of each of PAIRS, alternating, each from empty stores: rows of their seconds."""
+    context, rows, stores = multiprocessing.get_context("spawn"), [], {}
+    for repeat in range(repeats):
+        for method in PAIRS:
+            folder = scratch / f"{method}-{repeat}"
+            paths = [folder / "shared.sqlite"] * 2 if method == "shared-store" else [folder / f"own{i}.sqlite"
+                                                                                     for i in range(2)]
+            barrier, results = context.Barrier(2), context.Queue()
+            load_1min = round(os.getloadavg()[0], 2)
+            runs = [context.Process(target=one_of_two, args=(teacher, precision, sentences, path, barrier, results))
+                    for path in paths]
+            for run in runs:
+                run.start()
+            got = []
+            while len(got) < len(runs):
+                try:
+                    got.append(results.get(timeout=10))
+                except queue.Empty:
+                    if any(run.exitcode for run in runs):  # a run that died: its partner would wait at the barrier
+                        for run in runs:
+                            run.kill()
+                        raise SystemExit(f"benchmarks.candidate_store: a run of {method} ended with "
+                                         f"{[run.exitcode for run in runs]}")
+            for run in runs:
+                run.join()
+            stores[method] = paths[0]
+            wall = max(g["seconds"] for g in got)
+            row = {**shared, "method": method, "seed": 1, "repeat": repeat, "sentences": len(set(sentences)),
+                   "load_1min": load_1min}
+            rows += [{**row, "metric": "pair_seconds", "value": wall,
+                      "runs": [{"seconds": g["seconds"], "computed": g["candidates_computed"]} for g in got]}]
+            print(f"{method} (repeat {repeat}): both done in {wall} s; each run " + ", ".join(
+                f"{g['seconds']} s computing {g['candidates_computed']} sentences" for g in got))
+    own, one = (CandidateStore(stores[m]).read(sentences) for m in PAIRS)
+    rows.append({**shared, "method": "shared-own", "seed": 1, "metric": "identical_share",
+                 "value": round(sum(own[s] == one.get(s) for s in own) / len(own), 4)})
+    return rows
+
+
+def measure(teacher: Path, repeats: int) -> list[dict]:
     task = load_task(TASK, default_data(TASK))
     examples = training_subset(task.train, EXAMPLES, 0)
     host, rows, sets = identity(), [], {}
@@ -74,10 +137,13 @@ def measure(teacher: Path) -> list[dict]:
                       "sentences": found["candidate_sentences"]}]
             print(f"{method} (seed {seed}'s split, {len(split)} examples -> {len(out)}): {seconds} s, "
                   f"{found['candidates_stored_share']:.0%} of its {found['candidate_sentences']} sentences stored")
-    cold, warm = (Counter((e.text_a, e.text_b, e.label) for e in sets[m]) for m in ("cold", "warm"))
-    rows.append({"task": TASK, "method": "warm-cold", "seed": 1, "metric": "identical_share",
-                 "value": round(sum((cold & warm).values()) / max(len(sets["cold"]), len(sets["warm"])), 4),
-                 "host": host["id"], "host_fields": host, "version": VERSION, "started": started})
+        cold, warm = (Counter((e.text_a, e.text_b, e.label) for e in sets[m]) for m in ("cold", "warm"))
+        shared = {"task": TASK, "host": host["id"], "host_fields": host, "version": VERSION, "started": started}
+        rows.append({**shared, "method": "warm-cold", "seed": 1, "metric": "identical_share",
+                     "value": round(sum((cold & warm).values()) / max(len(sets["cold"]), len(sets["warm"])), 4)})
+        if repeats:
+            sentences = [e.text_a for e in carve(task, examples, 1).train]
+            rows += pairs(teacher, flag, sentences, Path(scratch), repeats, {**shared, "precision": flag})
     return rows
 
 
@@ -106,7 +172,33 @@ def table(rows: list[dict]) -> str:
                           else ""))
     rebuilt = any("note" in r for r in rows)
     return "\n".join(lines) + "\n\n" + "; ".join(notes) + ".\n" + (
-        "\n\\* rows rebuilt from that run's log (the next run wrote over them).\n" if rebuilt else "")
+        "\n\\* rows rebuilt from that run's log (the next run wrote over them).\n" if rebuilt else "") + claims(rows)
+
+
+def claims(rows: list[dict]) -> str:
+    """The pairs' table: two runs at once over the same sentences, their own stores or one shared."""
+    timed = [r for r in rows if r["metric"] == "pair_seconds"]
+    if not timed:
+        return ""
+    names = {"own-stores": "each its own store", "shared-store": "one store, chunks claimed"}
+    lines = ["\nTwo runs started together over seed 1's split (one thread each, from empty stores):\n",
+             "| run | store between them | repeat | sentences | both done (s) | each run: seconds, sentences computed "
+             "| precision | host | 1-min load at start |", "|---|---|---|---|---|---|---|---|---|"]
+    notes = []
+    for started in dict.fromkeys(r["started"] for r in timed):
+        run = [r for r in timed if r["started"] == started]
+        for r in run:
+            each = "; ".join(f"{x['seconds']:.1f} s, {x['computed']:,}" for x in r["runs"])
+            lines.append(f"| {started[:16]} | {names[r['method']]} | {r['repeat']} | {r['sentences']:,} | "
+                         f"{r['value']:.1f} | {each} | {r['precision']} | {r['host']} | {r['load_1min']} |")
+        mean = {m: statistics.mean(r["value"] for r in run if r["method"] == m) for m in names}
+        same = next((r["value"] for r in rows if r["started"] == started and r["metric"] == "identical_share"
+                     and r["method"] == "shared-own"), None)
+        notes.append(f"{started[:16]}: the pair done {mean['own-stores'] / mean['shared-store']:.2f}x as fast with "
+                     f"one store ({mean['shared-store']:.0f} s against {mean['own-stores']:.0f} s, mean of "
+                     f"{len(run) // 2})" + (f"; {same:.2%} of the sentences' candidates the same in both stores"
+                                           if same is not None else ""))
+    return "\n".join(lines) + "\n\n" + "; ".join(notes) + ".\n"
 
 
 @cli_entry
@@ -116,13 +208,15 @@ def main(argv=None) -> int:
     p.add_argument("--teacher", default="runs/teacher_store/teacher",
                    help="the adapted teacher, with its masked-LM head (default runs/teacher_store/teacher)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--repeats", type=int, default=2,
+                   help="pairs of two runs at once timed per store arrangement (default 2; 0: none)")
     table_flags(p, RESULTS)
     args = p.parse_args(argv)
     path = REPO_ROOT / args.results
     if not args.table:
         torch.set_num_threads(args.threads)
-        merge_rows(path, measure((REPO_ROOT / args.teacher).resolve()), lambda r: (r.get("started", ""), r["method"]),
-                   KEY)
+        merge_rows(path, measure((REPO_ROOT / args.teacher).resolve(), args.repeats),
+                   lambda r: (r.get("started", ""), r["method"], r.get("repeat", -1)), KEY)
     return show_table(args, path, table)
 
 
