@@ -56,13 +56,15 @@ KEY = ("task", "method", "seed", "metric", "version", "started", "repeat")  # no
 TASK, EXAMPLES, COPIES = "sst2", 8000, 4  # the teacher store's benchmark's examples; ship's --augment choice
 PASSES = (("cold", 1, "a"), ("seed0", 0, "b"), ("warm", 1, "b"))  # (method, carve seed, cache)
 PAIRS = ("own-stores", "shared-store")  # two runs at once over the same sentences: each its own store, or one
+PAIR_HOURS = 1  # a pair not done in this long has hung
 
 
 def load(model_dir):
     return load_pretrained(model_dir, "pretraining", require_head=True), load_tokenizer(model_dir)
 
 
-def one_of_two(teacher: Path, precision: str, sentences: list[str], store: Path, barrier, results) -> None:
+def one_of_two(index: int, teacher: Path, precision: str, sentences: list[str], store: Path, barrier,
+               results) -> None:
     """One of two runs started together: its model loaded, then, past the barrier, its sentences' candidates
     through `store` (one thread, as each of `ship`'s workers)."""
     torch.set_num_threads(1)
@@ -71,50 +73,62 @@ def one_of_two(teacher: Path, precision: str, sentences: list[str], store: Path,
     barrier.wait()
     start = time.perf_counter()
     augmentor.candidates(sentences, kept)
-    results.put({"seconds": round(time.perf_counter() - start, 1), **kept.record()})
+    results.put({"index": index, "seconds": round(time.perf_counter() - start, 1), **kept.record()})
 
 
-def pairs(teacher: Path, precision: str, sentences: list[str], scratch: Path, repeats: int, shared: dict) -> list[dict]:
-    """`repeats` pairs of each of PAIRS, alternating, each from empty stores: rows of their seconds."""
-    context, rows, stores = multiprocessing.get_context("spawn"), [], {}
+def pair(method: str, teacher: Path, precision: str, sentences: list[str], paths: list[Path]) -> list[dict]:
+    """Two runs at once (`one_of_two`), their results in the order of `paths`; ends the benchmark in one line
+    where a run fails or PAIR_HOURS pass (the other would wait at the barrier, or for a chunk, for ever)."""
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(2), context.Queue()
+    runs = [context.Process(target=one_of_two, args=(i, teacher, precision, sentences, path, barrier, results))
+            for i, path in enumerate(paths)]
+    for run in runs:
+        run.start()
+    got, deadline = [], time.monotonic() + PAIR_HOURS * 3600
+    while len(got) < len(runs):
+        try:
+            got.append(results.get(timeout=10))
+        except queue.Empty:
+            if any(run.exitcode is not None for run in runs) or time.monotonic() > deadline:
+                for run in runs:
+                    run.kill()
+                raise SystemExit(f"benchmarks.candidate_store: a run of {method} ended with "
+                                 f"{[run.exitcode for run in runs]} before both reported")
+    for run in runs:
+        run.join()
+    return sorted(got, key=lambda g: g["index"])
+
+
+def pairs(teacher: Path, precision: str, sentences: list[str], scratch: Path, repeats: int, shared: dict, keep):
+    """`repeats` pairs of each of PAIRS, alternating, each from empty stores: the rows of their seconds, each
+    pair's kept (`keep`) as it ends; then the share of sentences whose candidates every shared store holds as both
+    own stores of its repeat do."""
+    alike = set(sentences)
     for repeat in range(repeats):
+        stores = {}
         for method in PAIRS:
             folder = scratch / f"{method}-{repeat}"
-            paths = [folder / "shared.sqlite"] * 2 if method == "shared-store" else [folder / f"own{i}.sqlite"
-                                                                                     for i in range(2)]
-            barrier, results = context.Barrier(2), context.Queue()
+            stores[method] = [folder / "shared.sqlite"] * 2 if method == "shared-store" else [
+                folder / f"own{i}.sqlite" for i in range(2)]
             load_1min = round(os.getloadavg()[0], 2)
-            runs = [context.Process(target=one_of_two, args=(teacher, precision, sentences, path, barrier, results))
-                    for path in paths]
-            for run in runs:
-                run.start()
-            got = []
-            while len(got) < len(runs):
-                try:
-                    got.append(results.get(timeout=10))
-                except queue.Empty:
-                    if any(run.exitcode for run in runs):  # a run that died: its partner would wait at the barrier
-                        for run in runs:
-                            run.kill()
-                        raise SystemExit(f"benchmarks.candidate_store: a run of {method} ended with "
-                                         f"{[run.exitcode for run in runs]}")
-            for run in runs:
-                run.join()
-            stores[method] = paths[0]
+            got = pair(method, teacher, precision, sentences, stores[method])
             wall = max(g["seconds"] for g in got)
-            row = {**shared, "method": method, "seed": 1, "repeat": repeat, "sentences": len(set(sentences)),
-                   "load_1min": load_1min}
-            rows += [{**row, "metric": "pair_seconds", "value": wall,
-                      "runs": [{"seconds": g["seconds"], "computed": g["candidates_computed"]} for g in got]}]
+            keep([{**shared, "method": method, "seed": 1, "repeat": repeat, "sentences": len(set(sentences)),
+                   "load_1min": load_1min, "metric": "pair_seconds", "value": wall,
+                   "runs": [{"seconds": g["seconds"], "computed": g["candidates_computed"]} for g in got]}])
             print(f"{method} (repeat {repeat}): both done in {wall} s; each run " + ", ".join(
                 f"{g['seconds']} s computing {g['candidates_computed']} sentences" for g in got))
-    own, one = (CandidateStore(stores[m]).read(sentences) for m in PAIRS)
-    rows.append({**shared, "method": "shared-own", "seed": 1, "metric": "identical_share",
-                 "value": round(sum(own[s] == one.get(s) for s in own) / len(own), 4)})
-    return rows
+        one = CandidateStore(stores["shared-store"][0]).read(sentences)
+        for path in stores["own-stores"]:
+            own = CandidateStore(path).read(sentences)
+            alike = {s for s in alike if s in one and own.get(s) == one[s]}
+    keep([{**shared, "method": "shared-own", "seed": 1, "metric": "identical_share",
+           "value": round(len(alike) / len(set(sentences)), 4)}])
 
 
-def measure(teacher: Path, repeats: int) -> list[dict]:
+def measure(teacher: Path, repeats: int, keep) -> None:
+    """The three passes, their rows kept (`keep`) once all are done; then `repeats` pairs of each arrangement."""
     task = load_task(TASK, default_data(TASK))
     examples = training_subset(task.train, EXAMPLES, 0)
     host, rows, sets = identity(), [], {}
@@ -141,10 +155,10 @@ def measure(teacher: Path, repeats: int) -> list[dict]:
         shared = {"task": TASK, "host": host["id"], "host_fields": host, "version": VERSION, "started": started}
         rows.append({**shared, "method": "warm-cold", "seed": 1, "metric": "identical_share",
                      "value": round(sum((cold & warm).values()) / max(len(sets["cold"]), len(sets["warm"])), 4)})
+        keep(rows)
         if repeats:
             sentences = [e.text_a for e in carve(task, examples, 1).train]
-            rows += pairs(teacher, flag, sentences, Path(scratch), repeats, {**shared, "precision": flag})
-    return rows
+            pairs(teacher, flag, sentences, Path(scratch), repeats, {**shared, "precision": flag}, keep)
 
 
 def table(rows: list[dict]) -> str:
@@ -165,7 +179,8 @@ def table(rows: list[dict]) -> str:
                          f"{'-' if share is None else format(share, '.0%')} | {t['value']:.1f} | {t['precision']} | "
                          f"{t['host']} | {t.get('load_1min', '-')} |")
         if {"cold", "warm"} <= set(seconds):
-            same = next((r["value"] for r in run if r["metric"] == "identical_share"), None)
+            same = next((r["value"] for r in run if r["metric"] == "identical_share" and r["method"] == "warm-cold"),
+                        None)
             notes.append(f"{started[:16]}: seed 1's augmentation {seconds['cold'] / seconds['warm']:.1f}x as fast "
                          f"with the store ({seconds['cold']:.0f} s against {seconds['warm']:.0f} s)" +
                          (f", {same:.2%} of its augmented examples the same in both passes" if same is not None
@@ -191,14 +206,18 @@ def claims(rows: list[dict]) -> str:
             each = "; ".join(f"{x['seconds']:.1f} s, {x['computed']:,}" for x in r["runs"])
             lines.append(f"| {started[:16]} | {names[r['method']]} | {r['repeat']} | {r['sentences']:,} | "
                          f"{r['value']:.1f} | {each} | {r['precision']} | {r['host']} | {r['load_1min']} |")
-        mean = {m: statistics.mean(r["value"] for r in run if r["method"] == m) for m in names}
+        times = {m: [r["value"] for r in run if r["method"] == m] for m in names}
+        if not all(times.values()):  # a run cut before both arrangements were timed: its rows, no ratio
+            continue
+        mean = {m: statistics.mean(t) for m, t in times.items()}
         same = next((r["value"] for r in rows if r["started"] == started and r["metric"] == "identical_share"
                      and r["method"] == "shared-own"), None)
         notes.append(f"{started[:16]}: the pair done {mean['own-stores'] / mean['shared-store']:.2f}x as fast with "
-                     f"one store ({mean['shared-store']:.0f} s against {mean['own-stores']:.0f} s, mean of "
-                     f"{len(run) // 2})" + (f"; {same:.2%} of the sentences' candidates the same in both stores"
-                                           if same is not None else ""))
-    return "\n".join(lines) + "\n\n" + "; ".join(notes) + ".\n"
+                     f"one store ({mean['shared-store']:.0f} s against {mean['own-stores']:.0f} s, means of "
+                     f"{' and '.join(str(len(t)) for t in times.values())})" +
+                     (f"; {same:.2%} of the sentences' candidates the same in the shared store as in each own store"
+                      if same is not None else ""))
+    return "\n".join(lines) + "\n\n" + ("; ".join(notes) + ".\n" if notes else "")
 
 
 @cli_entry
@@ -207,7 +226,8 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", default="runs/teacher_store/teacher",
                    help="the adapted teacher, with its masked-LM head (default runs/teacher_store/teacher)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads of the three passes (default 1; each run of a pair has one)")
     p.add_argument("--repeats", type=int, default=2,
                    help="pairs of two runs at once timed per store arrangement (default 2; 0: none)")
     table_flags(p, RESULTS)
@@ -215,8 +235,8 @@ def main(argv=None) -> int:
     path = REPO_ROOT / args.results
     if not args.table:
         torch.set_num_threads(args.threads)
-        merge_rows(path, measure((REPO_ROOT / args.teacher).resolve(), args.repeats),
-                   lambda r: (r.get("started", ""), r["method"], r.get("repeat", -1)), KEY)
+        measure((REPO_ROOT / args.teacher).resolve(), args.repeats, lambda rows: merge_rows(
+            path, rows, lambda r: (r.get("started", ""), r["method"], r.get("repeat", -1)), KEY))
     return show_table(args, path, table)
 
 
