@@ -89,8 +89,10 @@ def pair(method: str, teacher: Path, precision: str, sentences: list[str], paths
     while len(got) < len(runs):
         try:
             got.append(results.get(timeout=10))
-        except queue.Empty:
-            if any(run.exitcode is not None for run in runs) or time.monotonic() > deadline:
+        except queue.Empty:  # a run that ended without its result (it would have been read by now), or a hang
+            reported = {g["index"] for g in got}
+            if any(run.exitcode is not None and i not in reported for i, run in enumerate(runs)) or \
+                    time.monotonic() > deadline:
                 for run in runs:
                     run.kill()
                 raise SystemExit(f"benchmarks.candidate_store: a run of {method} ended with "
