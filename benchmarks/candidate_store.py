@@ -217,7 +217,8 @@ def claims(rows: list[dict]) -> str:
         notes.append(f"{started[:16]}: the pair done {mean['own-stores'] / mean['shared-store']:.2f}x as fast with "
                      f"one store ({mean['shared-store']:.0f} s against {mean['own-stores']:.0f} s, means of "
                      f"{' and '.join(str(len(t)) for t in times.values())})" +
-                     (f"; {same:.2%} of the sentences' candidates the same in the shared store as in each own store"
+                     (f"; {same:.2%} of the sentences' candidates the same in the shared store as in the own stores "
+                      "compared (before 37a400a: one)"
                       if same is not None else ""))
     return "\n".join(lines) + "\n\n" + ("; ".join(notes) + ".\n" if notes else "")
 
