@@ -118,13 +118,10 @@ class Augmentor:
     def _masked_lm(self, queries: list[tuple[list[int], int]]) -> list[list[str]]:
         """Single-piece words: (sentence pieces, index of the word's piece) -> the MLM's top M, "##" dropped.
 
-        Batches hold queries of one length only, unpadded, and every batch has `batch_size` rows (a group's last
-        batch filled with copies of its last query, their logits dropped), so a query's logits do not depend on the
-        other queries of its batch: a sentence gets the same candidates whichever sentences share the run (a seed's
-        training split, a store filled by another run), as in data_augmentation.py, which asks one query at a time.
-        Padded to a longer query's width, a bf16 pass reordered near-tied candidates of 29 of 300 SST-2 sentences;
-        with batches of fewer rows, on an AMX Xeon in bf16, 44 of 400 (the matrix products' kernels round with the
-        number of rows; full batches: none)."""
+        Batches hold queries of one length only, unpadded, so a query's logits do not depend on the other queries
+        of its batch: a sentence gets the same candidates whichever sentences share the run (a seed's training
+        split, a store filled by another run), as in data_augmentation.py, which asks one query at a time. Padded
+        to a longer query's width, a bf16 pass reordered near-tied candidates of 29 of 300 SST-2 sentences."""
         by_length: dict[int, list[int]] = {}
         for q, (pieces, _) in enumerate(queries):
             by_length.setdefault(len(pieces), []).append(q)
@@ -132,8 +129,7 @@ class Augmentor:
                    for i in range(0, len(group), self.batch_size)]
         out = [None] * len(queries)
         for batch in tqdm(batches, desc="augmentation: masked-LM candidates", leave=False):
-            full = batch + [batch[-1]] * (self.batch_size - len(batch))  # the rows every batch has
-            logits = self._logits([queries[q] for q in full])[:len(batch)]
+            logits = self._logits([queries[q] for q in batch])
             for q, row in zip(batch, torch.topk(logits, self.m, dim=-1).indices.tolist()):
                 out[q] = [t for t in (self.id_to_token[i] for i in row) if not t.startswith("##")]
         return out
