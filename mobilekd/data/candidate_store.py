@@ -17,9 +17,10 @@ all 4,076 of its sentences, side by side in fp32, for about 87 minutes). A run t
 committed chunks cuts other chunks and does not share the rest of the pass.
 
 A set made through the store is the one a fresh run makes on the same kind of device (measured: 100% of seed 1's
-augmented SST-2 examples the same on an AVX-512 bf16 EPYC, 99.65% on an AMX Xeon, where bf16 products round
-with a batch's number of rows (filling every batch made it 100% but the pass 1.47x slower); benchmarks/candidate_store.py): the masked-LM pass batches queries of one length,
-unpadded (`Augmentor._masked_lm`), so a sentence's candidates do not depend on the sentences that share its batches,
+augmented SST-2 examples the same on an AVX-512 bf16 EPYC; 99.65% on an AMX Xeon, where bf16 products round with a
+batch's number of rows, and filling every batch made it 100% but the pass 1.47x slower; benchmarks/candidate_store.py):
+the masked-LM pass batches queries of one length, unpadded (`Augmentor._masked_lm`), so a sentence's candidates do
+not depend on the sentences that share its batches (on AMX in bf16, nearly),
 and a sentence's candidates keep the words' order, in which the variants draw. The store's name carries that
 (VERSION) and the device type (kernels differ): a store filled before (bf16 batches padded to their longest query,
 which reordered near-tied candidates of about one sentence in ten; candidates read back in another order than a
