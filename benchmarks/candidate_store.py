@@ -21,7 +21,8 @@ a process of one thread as `ship`'s two workers are, timed from a barrier both p
 the later one's end: with their own empty stores (`own-stores`: both compute every sentence, as two trials did
 before the claims) and with one empty store between them (`shared-store`: each computes the chunks it claims and
 reads the other's), alternating, `--repeats` times each. Rows: each pair's wall seconds, each run's seconds and the
-sentences it computed, and the share of sentences whose candidates the shared store and an own store hold alike.
+sentences it computed, and the share of sentences whose candidates each shared store holds as both own stores of
+its repeat do.
 """
 
 from __future__ import annotations
