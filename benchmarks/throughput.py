@@ -91,7 +91,7 @@ from mobilekd.train.common import SHIPPED_CORPORA
 from mobilekd.train.loop import (Batches, Stage, TrainConfig, freeze_for_stage, make_optimizer, make_schedule,
                                  sparse_embeddings, train_step)
 from mobilekd.bf16 import bf16_products_pay, matmul_peak
-from mobilekd.train.precision import PROBE_BATCHES, decide_precision
+from mobilekd.train.precision import PROBE_WINDOW, decide_precision, probe_sample
 from mobilekd.transfer.strategies import Distiller, PlanSettings, copy_shared_weights, plan
 
 RESULTS = "docs/results/throughput.json"
@@ -362,10 +362,12 @@ class Runner:
         self.precision = variant.precision or path.default_precision
         self.probe = None
         if self.precision is None:
-            first = [self.next_batches() for _ in range(PROBE_BATCHES)]
-            self.step_index = 0
-            self.probe = decide_precision(path.stage.name, self.stage.loss, self.model, [b[0] for b in first],
-                                          accelerator, None)
+            chosen = probe_sample([next(self.batches.micro_batches(s)) for s in range(PROBE_WINDOW)])
+            if self.prefill:  # as next_batches leaves them
+                with torch.no_grad():
+                    for b in chosen:
+                        self.prefill(self.model, b)
+            self.probe = decide_precision(path.stage.name, self.stage.loss, self.model, chosen, accelerator, None)
             self.precision = self.probe["precision"]
         self.compile_seconds = None
         if variant.compiled:

@@ -17,8 +17,9 @@ Where the host's time goes (issue 33; `python -m benchmarks.throughput` measures
   student, can be updated lazily, only on the batch's rows (`--embedding-updates lazy`, `mobilekd.train.lazy_adamw`:
   opt-in, as it is not AdamW's rule and a table learnt from scratch suffers);
 - `--mixed-precision auto` (the default) trains under bf16 autocast only where this host runs it faster
-  (`mobilekd.train.precision`: a matrix product in each precision, then where bf16's is faster the first stage's
-  first batches timed in both), recorded in the summary and kept for the next run on this host;
+  (`mobilekd.train.precision`: a matrix product in each precision, then where bf16's is faster three of the
+  first stage's next 24 batches, short to long, timed in both), recorded in the summary and kept for the next
+  run on this host;
 - stages that reread (`Stage.rereads`) see the batches of the stage before, so distillation can start each stage
   where the last one stopped (`mobilekd.transfer.layer_inputs`).
 
@@ -50,7 +51,7 @@ from mobilekd.train.checkpoint import find_checkpoint, load_checkpoint, read_tra
 from mobilekd.train.lamb import Lamb
 from mobilekd.train.lazy_adamw import LazyAdamW, clip_grad_norm
 from mobilekd.host import cpu_model, identity
-from mobilekd.train.precision import PROBE_BATCHES, decide_precision, describe
+from mobilekd.train.precision import PROBE_WINDOW, decide_precision, describe, probe_sample
 
 
 def _everything(name: str) -> bool:
@@ -109,7 +110,7 @@ class TrainConfig:
     mixed_precision: str = field(default="auto", metadata={
         "choices": ["auto", "no", "bf16", "fp16"],
         "help": "autocast precision; auto: bf16 where this host runs it faster (a matrix product in each precision, "
-                "then the first batches' forward and backward in each), else fp32"})
+                "then three of the next batches' forward and backward in each), else fp32"})
     embedding_updates: str = field(default="dense", metadata={
         "choices": ["dense", "lazy"],
         "help": "dense: every row of the word-embedding table every step, as plain AdamW; lazy: a classifier's table "
@@ -369,12 +370,13 @@ def _batch_step(stage: Stage, trainer: dict) -> int:
 
 
 def _precision(stage, model, batches, step, accelerator, cfg) -> dict:
-    """The run's precision: the flag's, or with `auto` the probe's choice on the stage's first batches (kept per
-    host, stage and model in `cfg.precision_cache`, so a repeated run trains in the same precision)."""
+    """The run's precision: the flag's, or with `auto` the probe's choice on batches sampled from the stage's next
+    ones (`probe_sample`; kept per host, stage and model in `cfg.precision_cache`, so a repeated run trains in the
+    same precision)."""
     if cfg.mixed_precision != "auto":
         return {"precision": cfg.mixed_precision}
-    first = [next(batches.micro_batches(s)) for s in range(step, step + PROBE_BATCHES)]
-    found = decide_precision(stage.name, stage.loss, model, first, accelerator, cfg.precision_cache)
+    window = [next(batches.micro_batches(s)) for s in range(step, step + PROBE_WINDOW)]
+    found = decide_precision(stage.name, stage.loss, model, probe_sample(window), accelerator, cfg.precision_cache)
     if accelerator.is_main_process:
         print(describe(found))
     return found

@@ -6,17 +6,19 @@ with avx512_bf16, where the casts cost more than the products save), so it is me
 cannot gain (autocast on a CPU moves the matrix products to bf16 and leaves the rest in fp32) and fp32 is chosen
 at once. On an AMD EPYC without avx512_bf16 bf16's product ran at about 1 GFLOP/s against fp32's 60
 (docs/results/throughput.json), where a timed step would have cost seconds to a minute. Elsewhere a timed probe of
-the run's own step on its first batches decides. A choice is kept per host (`mobilekd.host`'s id: the CPU's model
-name and its kernel flags, since one name covers CPUs with and without bf16), thread count, stage and model in a
-JSON file (the recipes': `--cache-dir`/precision.json), so a repeated run trains in the same precision and repeats
-bit for bit; delete the file to probe again. A pass that only reads a model (a teacher's outputs over a training set,
-the augmentation's masked-LM candidates, the C-MLM teacher's soft targets) is decided the same way by a forward
-alone (`mobilekd.bf16.decide_inference_precision`), its choice kept per host, pass and model size; a run records it
-in its settings, so a resumed run reads what its first attempt read (`pass_flag`).
+the run's own step decides, on three of its next batches, short to long (`probe_sample`). A choice is kept per host
+(`mobilekd.host`'s id: the CPU's model name and its kernel flags, since one name covers CPUs with and without bf16),
+thread count, stage and model in a JSON file (the recipes': `--cache-dir`/precision.json), so a repeated run
+trains in the same precision and repeats bit for bit; delete the file to probe again. A pass that only reads a
+model (a teacher's outputs over a training set, the augmentation's masked-LM candidates, the C-MLM teacher's soft
+targets) is decided the same way by a forward alone (`mobilekd.bf16.decide_inference_precision`), its choice kept
+per host, pass and model size; a run records it in its settings, so a resumed run reads what its first attempt
+read (`pass_flag`).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -29,16 +31,34 @@ from mobilekd.fileio import read_json
 from mobilekd.host import identity
 from mobilekd.train.checkpoint import find_checkpoint
 
-PROBE_BATCHES = 3  # the run's first batches, timed in each precision after a warm-up pass
+PROBE_BATCHES = 3  # the batches timed in each precision, after a warm-up pass of each (`probe_sample`)
+PROBE_WINDOW = 24  # the run's next batches they are chosen from
+PROBE_SECONDS = 1.0  # the timed rounds are repeated until each precision's last about this long ...
+PROBE_ROUNDS = 8  # ... but at most this many: each batch's time is its best round's
+
+
+def probe_sample(window: list[dict], n: int = PROBE_BATCHES) -> list[dict]:
+    """`n` of `window` (the run's next PROBE_WINDOW batches) at evenly spaced quantiles of their size (the tokens of
+    their `*input_ids`, padding included), so that the probe times the run's mix of lengths rather than whatever
+    its first batches hold. bf16's gain grows with a batch's length (on an Intel Xeon with AMX, fine-tuning SST-2:
+    0.72 of fp32's time on its longest batches, 1.0 on its shortest), and a length-grouped order makes neighbouring
+    batches differ several-fold: the run's first three batches, timed six times on successive windows, put bf16 at
+    0.49 to 1.81 of fp32's time where 40 steps put it at 0.92."""
+    sizes = [sum(v.numel() for k, v in b.items() if k.endswith("input_ids")) for b in window]
+    order = np.argsort(sizes, kind="stable")
+    return [window[order[(2 * k + 1) * len(window) // (2 * n)]] for k in range(min(n, len(window)))]
 
 
 def probe_precision(loss, model, batches: list[dict], accelerator: Accelerator, matmul_first: bool = True) -> dict:
     """`--mixed-precision auto`: on a CPU whose bf16 matrix product runs at under FASTER of its fp32 one's rate,
     fp32 at once; else (or with `matmul_first` off) time a forward and backward pass of `loss` on each of `batches`
-    (the run's first steps' batches, so their lengths are the run's) in fp32 and under bf16 autocast, after one
-    warm-up pass of each, and choose bf16 where its total is under FASTER x fp32's. Gradients are discarded and the
-    RNG restored, so the run after the probe is the run without it; every process takes the mean of all processes'
-    times."""
+    (`probe_sample`'s, so their lengths are the run's) in fp32 and under bf16 autocast, after a warm-up pass of each
+    batch in each (a shape's first pass builds its kernels: timed, it weighed on one precision more than the other),
+    in rounds until each precision's passes take about PROBE_SECONDS (at most PROBE_ROUNDS; a fine-tuning pass of
+    30-100 ms timed once moved with the host's jitter), each batch's time its best round's (as `timeit` advises),
+    and choose bf16 where its total is under FASTER x fp32's. Gradients are discarded and the RNG restored, so the
+    run after the probe is the run without it; every process takes the mean of all processes' times (the warm-up's
+    too, so every process runs as many rounds)."""
     device = accelerator.device
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         return {"precision": "no", "why": "this GPU has no bf16"}
@@ -48,23 +68,35 @@ def probe_precision(loss, model, batches: list[dict], accelerator: Accelerator, 
         if refused := products_refusal(fp32, bf16):
             return refused
     rng = torch.get_rng_state()
-    times = {"no": 0.0, "bf16": 0.0}
-    for i, batch in enumerate([batches[0], *batches]):
-        for precision in (("no", "bf16") if i % 2 else ("bf16", "no")):
-            start = time.perf_counter()
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-                terms = loss(model, batch)
-            terms["loss"].backward()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)  # a GPU's kernels run after their launch returns
-            if i:
-                times[precision] += time.perf_counter() - start
+
+    def one_round(r: int) -> dict:
+        seconds = {"no": [], "bf16": []}
+        for i, batch in enumerate(batches):
+            for precision in (("no", "bf16") if (i + r) % 2 else ("bf16", "no")):
+                start = time.perf_counter()
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                    terms = loss(model, batch)
+                terms["loss"].backward()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)  # a GPU's kernels run after their launch returns
+                seconds[precision].append(time.perf_counter() - start)
+        return seconds
+
+    warm = one_round(0)
+    warm_seconds = float(accelerator.reduce(torch.tensor(sum(map(sum, warm.values())) / 2, device=device), "mean"))
+    rounds = min(PROBE_ROUNDS, max(1, math.ceil(PROBE_SECONDS / max(warm_seconds, 1e-6))))
+    best = {k: [math.inf] * len(batches) for k in warm}
+    for r in range(1, rounds + 1):
+        for k, timed in one_round(r).items():
+            best[k] = [min(a, b) for a, b in zip(best[k], timed)]
     model.zero_grad(set_to_none=True)
     torch.set_rng_state(rng)
     # rounded before the choice, so the record shows the very figures it was made on
-    total = {k: round(float(accelerator.reduce(torch.tensor(v, device=device), "mean")), 6) for k, v in times.items()}
+    total = {k: round(float(accelerator.reduce(torch.tensor(sum(v), device=device), "mean")), 6)
+             for k, v in best.items()}
     chosen = "bf16" if total["bf16"] < FASTER * total["no"] else "no"
-    return {"precision": chosen, "batches": len(batches), "fp32_seconds": total["no"], "bf16_seconds": total["bf16"]}
+    return {"precision": chosen, "batches": len(batches), "rounds": rounds, "fp32_seconds": total["no"],
+            "bf16_seconds": total["bf16"]}
 
 
 def describe(found: dict) -> str:
