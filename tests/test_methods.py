@@ -13,6 +13,7 @@ import torch
 from filelock import FileLock
 
 from helpers import BERT, one_line_error, run_module
+from mobilekd.bf16 import bf16_products_pay, matmul_peak
 from mobilekd.data.augment import M, Augmentor, augmented, words
 from mobilekd.data.candidate_store import CandidateStore, store_path
 from mobilekd.data.examples import TextExample, write_examples
@@ -26,6 +27,7 @@ from mobilekd.models.hf import load_pretrained, save_pretrained
 from mobilekd.models.mobilebert import EncoderOutput
 from mobilekd.models.narrow import narrow_ffns, neuron_importance
 from mobilekd.models.presets import PRESETS
+from mobilekd.models.pretrained import model_dir
 from mobilekd.models.subset import take_layers
 from mobilekd.train.precision import pass_flag, pass_setting
 from mobilekd.transfer.layer_maps import layer_map
@@ -376,6 +378,18 @@ def test_teacher_outputs_in_bf16_stay_near_fp32_are_cached_apart_and_auto_keeps_
     assert other != first["precision"]
     found, made = teacher_outputs(tmp_path, model, split, precision=other)
     assert made.cached and np.array_equal(found["teacher_logits"], {"no": fp32, "bf16": bf16}[other]["teacher_logits"])
+
+
+def test_a_sentence_gets_the_same_candidates_alone_or_among_others_with_a_real_teachers_shape(tokenizer):
+    """all-minilm-l6-v2's shape (384 wide, 6 layers) in the precision this host's probe would choose: each batch
+    of at least FILL_TOKENS tokens, so a sentence computed alone (few rows) gets what it gets among 24 sentences
+    (full batches). On an AMX Xeon in bf16, small batches rounded differently (`Augmentor._masked_lm`)."""
+    torch.manual_seed(0)
+    model = MobileBertForPreTraining(load_pretrained(model_dir("all-minilm-l6-v2")).config).eval()
+    pays = bf16_products_pay(matmul_peak(torch.float32, 256, 3), matmul_peak(torch.bfloat16, 256, 3))
+    augmentor = Augmentor(model, tokenizer, precision="bf16" if pays else "no")
+    real = [e.text_a for e in load_task("sst2", default_data("sst2")).train[:24]]
+    assert augmentor.candidates(real) == [augmentor.candidates([s])[0] for s in real]
 
 
 def test_masked_lm_candidates_in_bf16_are_near_fp32s_and_their_augmented_set_is_cached_apart(tmp_path, tokenizer,

@@ -47,6 +47,7 @@ from mobilekd.data.examples import TextExample, read_examples, write_examples
 from mobilekd.fileio import Made, cached_timed, file_digest
 from mobilekd.bf16 import decide_inference_precision, read_only_flag
 
+FILL_TOKENS = 512  # a masked-LM batch's least tokens (`Augmentor._masked_lm`): over AMX bf16's 384, with a margin
 N_PER_TASK = {"sst2": 20, "cola": 30, "mrpc": 30, "stsb": 30, "rte": 30, "mnli": 10, "qqp": 10, "qnli": 20}
 M, P = 15, 0.4
 
@@ -121,7 +122,12 @@ class Augmentor:
         Batches hold queries of one length only, unpadded, so a query's logits do not depend on the other queries
         of its batch: a sentence gets the same candidates whichever sentences share the run (a seed's training
         split, a store filled by another run), as in data_augmentation.py, which asks one query at a time. Padded
-        to a longer query's width, a bf16 pass reordered near-tied candidates of 29 of 300 SST-2 sentences."""
+        to a longer query's width, a bf16 pass reordered near-tied candidates of 29 of 300 SST-2 sentences. A batch
+        of fewer than FILL_TOKENS tokens is filled with copies of its last query (their logits dropped) up to that
+        many, or to `batch_size` rows: on an AMX Xeon in bf16 a query's logits were bitwise those of a full batch
+        wherever its batch held over 384 tokens (rows x width; six widths, 9 to 93, every row count to 64), and
+        differed below (a group's last batch: 44 of 400 SST-2 sentences' candidates differed between one pass and
+        two); filling every batch to 64 rows made the pass 1.47x slower."""
         by_length: dict[int, list[int]] = {}
         for q, (pieces, _) in enumerate(queries):
             by_length.setdefault(len(pieces), []).append(q)
@@ -129,7 +135,9 @@ class Augmentor:
                    for i in range(0, len(group), self.batch_size)]
         out = [None] * len(queries)
         for batch in tqdm(batches, desc="augmentation: masked-LM candidates", leave=False):
-            logits = self._logits([queries[q] for q in batch])
+            width = 2 * len(queries[batch[0]][0]) + 3  # [CLS] masked [SEP] sentence [SEP]
+            rows = max(len(batch), min(self.batch_size, -(-FILL_TOKENS // width)))
+            logits = self._logits([queries[q] for q in batch + [batch[-1]] * (rows - len(batch))])[:len(batch)]
             for q, row in zip(batch, torch.topk(logits, self.m, dim=-1).indices.tolist()):
                 out[q] = [t for t in (self.id_to_token[i] for i in row) if not t.startswith("##")]
         return out

@@ -16,15 +16,15 @@ waits on the others' and reads them from the store (before it, RTE's seed 1 ran 
 all 4,076 of its sentences, side by side in fp32, for about 87 minutes). A run that starts after another has
 committed chunks cuts other chunks and does not share the rest of the pass.
 
-A set made through the store is the one a fresh run makes on the same kind of device (measured: 100% of seed 1's
-augmented SST-2 examples the same on an AVX-512 bf16 EPYC; 99.65% on an AMX Xeon, where bf16 products round with a
-batch's number of rows, and filling every batch made it 100% but the pass 1.47x slower; benchmarks/candidate_store.py):
-the masked-LM pass batches queries of one length, unpadded (`Augmentor._masked_lm`), so a sentence's candidates do
-not depend on the sentences that share its batches (on AMX in bf16, nearly),
-and a sentence's candidates keep the words' order, in which the variants draw. The store's name carries that
-(VERSION) and the device type (kernels differ): a store filled before (bf16 batches padded to their longest query,
-which reordered near-tied candidates of about one sentence in ten; candidates read back in another order than a
-fresh run's, which changed a quarter of the examples) is not read.
+A set made through the store is the one a fresh run makes on the same kind of device (measured with
+benchmarks/candidate_store.py: 100% of seed 1's augmented SST-2 examples the same on an AVX-512 bf16 EPYC; 99.65% on
+an AMX Xeon while a batch's last rows were fewer, where bf16 products round differently on small batches): the
+masked-LM pass batches queries of one length, unpadded, each batch of at least FILL_TOKENS tokens
+(`Augmentor._masked_lm`), so a sentence's candidates do not depend on the sentences that share its batches, and a
+sentence's candidates keep the words' order, in which the variants draw. The store's name carries that (VERSION)
+and the device type (kernels differ): a store filled before (bf16 batches padded to their longest query, which
+reordered near-tied candidates of about one sentence in ten; candidates read back in another order than a fresh
+run's, which changed a quarter of the examples; small batches left small) is not read.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ CHUNK = 500  # sentences computed (and committed, and claimed) at a time: a kill
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json")  # the vocabulary a candidate is drawn from
 _QUERY = 900  # sentences per SELECT (under SQLite's limit on bound parameters)
 RECORD_KEYS = ("candidate_sentences", "candidates_stored_share", "candidates_computed")  # `CandidateStore.record`
-VERSION = "one-length-batches, words-order"  # how candidates are made and kept (`Augmentor._masked_lm`, `_candidates`)
+# how candidates are made and kept (`Augmentor._masked_lm`, `_candidates`)
+VERSION = "one-length batches of 512 tokens or more, words-order"
 
 
 def store_path(cache_dir: Path, model_dir: Path, m: int, precision: str, device: str) -> Path:
