@@ -124,7 +124,7 @@ def test_distillation_beats_scratch_and_every_layer_learns(demo_teacher_dir, sma
                "--layer-steps", 10,
                "--pd-steps", 40, "--eval-examples", 64, "--threads", 1, "--compare", "pkt,scratch",
                "--mixed-precision", "no")  # the counts below are the plan's: a host where bf16 pays would add the
-    # precision probe's passes over stage 0's first batches (8 misses) to them
+    # precision probe's passes over three of stage 0's batches to them
     rows = {r["strategy"]: r for r in json.loads((out / "compare.json").read_text())}
     assert rows["pkt"]["steps"] == rows["scratch"]["steps"] == 4 * 10 + 40
     assert rows["pkt"]["mlm_loss"] < rows["scratch"]["mlm_loss"]
