@@ -68,7 +68,11 @@ HOURS, TASK_HOURS = "0.75", {"sst2": "2"}
 GLUE = ("rte", "mrpc", "stsb", "cola", "sst2")  # the shipped GLUE tasks, read by `ship --task`
 TASKS = [*CUSTOM, *GLUE]
 METHODS = ("teacher", "ship", "ship-trial", "ship-wall", "tfidf", "majority", "constant", "ship-tfidf-interval",
-           "ship-draw-interval", "ship-space-interval", "ship-start")
+           "ship-majority-interval", "ship-teacher-interval", "ship-draw-interval", "ship-space-interval", "ship-start")
+# the methods a ship run is paired with over its seeds' dev predictions (`keep_predictions`): TF-IDF + LR's
+# always; the majority class's (classification) and the teacher's where the run folders kept them (since
+# 2026-12-08: the kept predictions of earlier runs hold neither, so their intervals cover the later seeds only)
+PAIRED = ("tfidf", "majority", "teacher")
 # how the run's search drew its trials (a row's "draw", part of its key): absent for the search of before
 # mobilekd.search.study.DRAW (one draw over every family's shapes, halving across families), "family" since
 FAMILY_DRAW = "family"
@@ -406,11 +410,16 @@ def keep_predictions(out: Path, task: str, done: dict[int, tuple], kept: Path,
         for s, (choice, draw, space) in done.items():
             r = run_dir(out, task, s, hours)
             if (r / "baseline_dev_predictions.tsv").is_file() and (r / "student/dev/dev_predictions.tsv").is_file():
+                labels = _column(r / "student/dev/dev_predictions.tsv", "label")
+                summary = read_json(r / "ship.json") if (r / "ship.json").is_file() else {}
+                majority = (summary.get("majority") or {}).get("label")
+                teacher = r / "teacher/dev/dev_predictions.tsv"
                 held["/".join([task, choice, *([draw] if draw else []), *([f"space:{space}"] if space else []),
                                f"seed{s}"])] = {
-                    "labels": _column(r / "student/dev/dev_predictions.tsv", "label"),
-                    "ship": _column(r / "student/dev/dev_predictions.tsv", "prediction"),
-                    "tfidf": _column(r / "baseline_dev_predictions.tsv", "prediction")}
+                    "labels": labels, "ship": _column(r / "student/dev/dev_predictions.tsv", "prediction"),
+                    "tfidf": _column(r / "baseline_dev_predictions.tsv", "prediction"),
+                    **({"majority": [majority] * len(labels)} if majority is not None else {}),
+                    **({"teacher": _column(teacher, "prediction")} if teacher.is_file() else {})}
         write_json(kept, dict(sorted(held.items())))
     found = {}
     for key, value in held.items():
@@ -422,13 +431,14 @@ def keep_predictions(out: Path, task: str, done: dict[int, tuple], kept: Path,
     return found
 
 
-def predictions(by_seed: dict[int, dict]) -> dict | None:
-    """Per method, the dev predictions of each seed (labels, and rows of predictions), for the bootstrap."""
+def predictions(by_seed: dict[int, dict], methods=("ship", "tfidf")) -> dict | None:
+    """Per method of `methods`, the dev predictions of each seed (labels, and rows of predictions), for the
+    bootstrap."""
     if not by_seed:
         return None
     seeds = sorted(by_seed)
     return {"labels": np.array(by_seed[seeds[0]]["labels"]),
-            **{m: np.array([by_seed[s][m] for s in seeds]) for m in ("ship", "tfidf")}}
+            **{m: np.array([by_seed[s][m] for s in seeds]) for m in methods}}
 
 
 def dev_picked(task: str, metric: str) -> list[float]:
@@ -442,9 +452,10 @@ def dev_picked(task: str, metric: str) -> list[float]:
 
 def table(results: list[dict]) -> str:
     lines = ["| task | ship's teacher | train / dev | budget (Pixel 4, est.) | chosen student (validation) | "
-             "ship, dev once | teacher | TF-IDF + LR | majority | ship - TF-IDF | ship / teacher | ship's wall time | "
-             "before: `ship` of one recipe (CSV tasks), the best student picked on dev (GLUE); ship - it |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "ship, dev once | teacher | TF-IDF + LR | majority | ship - TF-IDF | ship - majority | ship / teacher | "
+             "ship's wall time | before: `ship` of one recipe (CSV tasks), the best student picked on dev (GLUE); "
+             "ship - it |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     earlier = read_json(REPO_ROOT / EARLIER) if (REPO_ROOT / EARLIER).is_file() else []
     for task, v in dict.fromkeys((r["task"], version(r)) for r in results):
         mine = [r for r in results if r["task"] == task and version(r) == v]
@@ -465,7 +476,7 @@ def table(results: list[dict]) -> str:
         before = [r["value"] for r in earlier if r["task"] == task and r["method"] == "ship"] or \
             dev_picked(task, metric)
         cost = f"; {(statistics.mean(values('ship')) - statistics.mean(before)) * 100:+.1f}" if before else ""
-        pairs = interval_cell(mine)
+        pairs = f"{interval_cell(mine)} | {interval_cell(mine, 'majority')}"
         lines.append(f"| {task} ({metric}) | {TEACHER_CHOICE[choice]}" + (f"; {DRAWS[v[1]]}" if v[1] else "")
                      + (f"; searched in {space_line(v[2])}" if v[2] else "") + " | "
                      f"{first['train_examples']:,} / {first['dev_examples']:,} | "
@@ -474,8 +485,10 @@ def table(results: list[dict]) -> str:
                      + (f"{statistics.mean(shares) * 100:.1f}% | " if shares else "- | ")
                      + f"{statistics.mean(values('ship-wall')) / 60:.0f} min | "
                      + (f"{mean_std_cell(before)}{cost} |" if before else "- |"))
-    return "\n".join(lines) + ("\n\nship - TF-IDF: the difference in points with its paired 95% bootstrap interval "
-                               "over dev examples and seeds (mobilekd/finetune/intervals.py); before: on the GLUE "
+    return "\n".join(lines) + ("\n\nship - TF-IDF, ship - majority: the difference in points with its paired 95% "
+                               "bootstrap interval over dev examples and seeds (mobilekd/finetune/intervals.py; "
+                               "the majority class's over the seeds whose runs kept its label, n; none for a "
+                               "correlation); before: on the GLUE "
                                "tasks, the student the retired benchmarks.quality picked (the best dev mean within "
                                "the budget, chosen on the dev set it is scored on), then ship's mean minus it, in "
                                "points (the cost of honesty); ship's wall time: its recorded stages (the teacher's "
@@ -683,9 +696,10 @@ def plot(results: list[dict], path: Path) -> None:
     save_png(fig, path)
 
 
-def interval_cell(mine: list[dict]) -> str:
-    """ship - TF-IDF's paired interval, as `found` stored it (among one task's rows of one teacher choice)."""
-    stored = [r for r in mine if r["method"] == "ship-tfidf-interval"]  # `mine`: one version's rows
+def interval_cell(mine: list[dict], other: str = "tfidf") -> str:
+    """ship's paired interval against `other` (a method of PAIRED), as `found` stored it (among one task's rows of
+    one teacher choice)."""
+    stored = [r for r in mine if r["method"] == f"ship-{other}-interval"]  # `mine`: one version's rows
     return intervals.cell(stored[0]["interval"]) if stored else "-"
 
 
@@ -719,16 +733,17 @@ def main(argv=None):
                                                                              + results.suffix), args.hours)
             metric = next((r["metric"] for r in [*got, *(read_json(results) if results.is_file() else [])]
                            if r["task"] == task and r["method"] == "ship"), None)
-            for v, by_seed in by_version.items():  # one interval a version
-                p_ = predictions(by_seed)
-                if p_ is None:
-                    continue
-                got.append({"task": task, "method": "ship-tfidf-interval", "seed": None, "metric": metric,
-                            "teacher_choice": v[0], **({"draw": v[1]} if v[1] else {}),
-                            **({"space": v[2]} if v[2] else {}), "value": None,
-                            "seeds": sorted(by_seed),
-                            "interval": intervals.paired_bootstrap(p_["labels"], p_["ship"], p_["tfidf"],
-                                                                   metric=intervals.metric_function(task, metric))})
+            for v, by_seed in by_version.items():  # one interval a version and paired method, over its seeds
+                for other in PAIRED:
+                    have = {s: p for s, p in by_seed.items() if other in p}
+                    if not have:
+                        continue
+                    p_ = predictions(have, ("ship", other))
+                    got.append({"task": task, "method": f"ship-{other}-interval", "seed": None, "metric": metric,
+                                "teacher_choice": v[0], **({"draw": v[1]} if v[1] else {}),
+                                **({"space": v[2]} if v[2] else {}), "value": None, "seeds": sorted(have),
+                                "interval": intervals.paired_bootstrap(p_["labels"], p_["ship"], p_[other],
+                                                                       metric=intervals.metric_function(task, metric))})
             first = by_version.get(("validation", FAMILY_DRAW, None), {})
             pairs = [("ship-draw-interval", {"draw": FAMILY_DRAW}, first, by_version.get(("validation", None, None),
                                                                                             {}))]

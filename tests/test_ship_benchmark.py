@@ -2,6 +2,7 @@
 shipped text: the tasks it builds, the dev predictions it keeps, its search spaces kept apart, its families' table
 and its comparison with Model Maker (the command itself: test_ship.py)."""
 
+import json
 import shutil
 from collections import Counter
 
@@ -52,6 +53,15 @@ def test_the_benchmark_keeps_each_seeds_dev_predictions_so_a_later_invocation_po
     assert keep_predictions(tmp_path / "runs", "mrpc", {}, kept) == {}
     pooled = predictions(both)
     assert pooled["ship"].shape == (2, 3) and pooled["labels"].tolist() == ["a", "a", "b"]
+    # a run that names its majority label and keeps its teacher's predictions: both kept, for their intervals
+    finished(2, "abb", "aaa")
+    (run_dir(tmp_path / "runs", "rte", 2) / "ship.json").write_text(json.dumps({"majority": {"label": "a"}}))
+    (run_dir(tmp_path / "runs", "rte", 2) / "teacher" / "dev").mkdir(parents=True)
+    (run_dir(tmp_path / "runs", "rte", 2) / "teacher" / "dev" / "dev_predictions.tsv").write_text(
+        "label\tprediction\na\ta\na\ta\nb\tb\n")
+    third = keep_predictions(tmp_path / "runs", "rte", {2: honest}, kept)[honest]
+    assert third[2]["majority"] == ["a", "a", "a"] and third[2]["teacher"] == ["a", "a", "b"]
+    assert "majority" not in third[0] and predictions({2: third[2]}, ("ship", "teacher"))["teacher"].shape == (1, 3)
 
 
 def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_name(tmp_path):
