@@ -441,6 +441,25 @@ def predictions(by_seed: dict[int, dict], methods=("ship", "tfidf")) -> dict | N
             **{m: np.array([by_seed[s][m] for s in seeds]) for m in methods}}
 
 
+def paired_intervals(task: str, metric: str, by_version: dict[tuple, dict[int, dict]]) -> list[dict]:
+    """Per version of `keep_predictions`' and method of PAIRED, ship's paired interval against it over the seeds
+    whose kept predictions hold that method's (every seed for TF-IDF; the majority class's and the teacher's only
+    where the run folder kept them)."""
+    got = []
+    for v, by_seed in by_version.items():
+        for other in PAIRED:
+            have = {s: p for s, p in by_seed.items() if other in p}
+            if not have:
+                continue
+            p_ = predictions(have, ("ship", other))
+            got.append({"task": task, "method": f"ship-{other}-interval", "seed": None, "metric": metric,
+                        "teacher_choice": v[0], **({"draw": v[1]} if v[1] else {}), **({"space": v[2]} if v[2] else {}),
+                        "value": None, "seeds": sorted(have),
+                        "interval": intervals.paired_bootstrap(p_["labels"], p_["ship"], p_[other],
+                                                               metric=intervals.metric_function(task, metric))})
+    return got
+
+
 def dev_picked(task: str, metric: str) -> list[float]:
     """On a GLUE task, the dev scores of the student benchmarks.quality picked on the dev set it is scored on
     (DEV_PICKED): the figure ship's honest score is measured against, the cost of honesty's other side; [] elsewhere."""
@@ -488,7 +507,7 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines) + ("\n\nship - TF-IDF, ship - majority: the difference in points with its paired 95% "
                                "bootstrap interval over dev examples and seeds (mobilekd/finetune/intervals.py; "
                                "the majority class's over the seeds whose runs kept its label, n; none for a "
-                               "correlation); before: on the GLUE "
+                               "regression task); before: on the GLUE "
                                "tasks, the student the retired benchmarks.quality picked (the best dev mean within "
                                "the budget, chosen on the dev set it is scored on), then ship's mean minus it, in "
                                "points (the cost of honesty); ship's wall time: its recorded stages (the teacher's "
@@ -733,17 +752,7 @@ def main(argv=None):
                                                                              + results.suffix), args.hours)
             metric = next((r["metric"] for r in [*got, *(read_json(results) if results.is_file() else [])]
                            if r["task"] == task and r["method"] == "ship"), None)
-            for v, by_seed in by_version.items():  # one interval a version and paired method, over its seeds
-                for other in PAIRED:
-                    have = {s: p for s, p in by_seed.items() if other in p}
-                    if not have:
-                        continue
-                    p_ = predictions(have, ("ship", other))
-                    got.append({"task": task, "method": f"ship-{other}-interval", "seed": None, "metric": metric,
-                                "teacher_choice": v[0], **({"draw": v[1]} if v[1] else {}),
-                                **({"space": v[2]} if v[2] else {}), "value": None, "seeds": sorted(have),
-                                "interval": intervals.paired_bootstrap(p_["labels"], p_["ship"], p_[other],
-                                                                       metric=intervals.metric_function(task, metric))})
+            got += paired_intervals(task, metric, by_version)
             first = by_version.get(("validation", FAMILY_DRAW, None), {})
             pairs = [("ship-draw-interval", {"draw": FAMILY_DRAW}, first, by_version.get(("validation", None, None),
                                                                                             {}))]

@@ -22,7 +22,7 @@ batches, AdamW's per-tensor loop, fp32, both models run from their embeddings in
 is run untimed first: for `pkt_layer` stage 1's step, for `pd` PKT's last stage's; a PD step on a batch no
 layer-wise stage read costs what `fused_adamw` shows), `bf16` (bf16 autocast; not timed on a host whose bf16 matrix
 product is not faster than fp32's, where the probe never chooses it), `default`: the recipes' defaults, whose
-precision the loop's probe (`--mixed-precision auto`) chooses on the path's first batches (QAT's default is fp32,
+precision the loop's probe (`--mixed-precision auto`) chooses on three of the path's next 24 batches (QAT's default is fp32,
 and it has no bf16 variant: its fake quantization has no bf16 kernels), and `torch_compile` (`default` under
 `torch.compile(dynamic=True)`, on --compile-paths; its compilation time as `compile_seconds`). All variants of a
 path start from the same weights and step in turn, one step each, after two warm-up steps each, so their ratios hold

@@ -30,7 +30,7 @@ def test_custom_tasks_from_shipped_text_split_cleanly():
 
 def test_the_benchmark_keeps_each_seeds_dev_predictions_so_a_later_invocation_pools_them(tmp_path):
     """benchmarks.ship: a seed's predictions, kept beside the results, still count once its run folder is gone."""
-    from benchmarks.ship import keep_predictions, predictions, run_dir
+    from benchmarks.ship import keep_predictions, paired_intervals, predictions, run_dir
 
     def finished(seed, ship, tfidf):
         run = run_dir(tmp_path / "runs", "rte", seed)
@@ -61,7 +61,13 @@ def test_the_benchmark_keeps_each_seeds_dev_predictions_so_a_later_invocation_po
         "label\tprediction\na\ta\na\ta\nb\tb\n")
     third = keep_predictions(tmp_path / "runs", "rte", {2: honest}, kept)[honest]
     assert third[2]["majority"] == ["a", "a", "a"] and third[2]["teacher"] == ["a", "a", "b"]
-    assert "majority" not in third[0] and predictions({2: third[2]}, ("ship", "teacher"))["teacher"].shape == (1, 3)
+    assert not {"majority", "teacher"} & (set(third[0]) | set(third[1]))  # seed 1's folder kept neither
+    found = {r["method"]: r for r in paired_intervals("rte", "accuracy", {honest: third})}
+    assert {m: r["seeds"] for m, r in found.items()} == {"ship-tfidf-interval": [0, 1, 2],
+                                                        "ship-majority-interval": [2], "ship-teacher-interval": [2]}
+    # seed 2: ship "abb" against labels "aab" scores 2/3, the majority's "aaa" 2/3, the teacher's "aab" 3/3
+    assert found["ship-majority-interval"]["interval"]["mean"] == 0
+    assert round(found["ship-teacher-interval"]["interval"]["mean"], 4) == round(-1 / 3, 4)
 
 
 def test_the_benchmark_tells_search_spaces_apart_and_refuses_one_it_does_not_name(tmp_path):

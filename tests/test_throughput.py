@@ -84,21 +84,19 @@ def test_the_precision_probe_leaves_no_gradient_and_the_rng_as_it_was(student_di
     found = probe_precision(task_loss(task, None, None), model, batches, Accelerator(cpu=True), matmul_first=False)
     assert found["fp32_seconds"] > 0 and found["bf16_seconds"] > 0
     assert found["precision"] == ("bf16" if found["bf16_seconds"] < 0.9 * found["fp32_seconds"] else "no")
-    assert 1 <= found["rounds"] <= PROBE_ROUNDS  # short passes are timed over several rounds
+    assert 2 <= found["rounds"] <= PROBE_ROUNDS  # this small student's passes, well under a second, in rounds
     assert torch.equal(torch.get_rng_state(), state)
     assert all(p.grad is None for p in model.parameters())
 
 
-def test_the_probe_times_short_median_and_long_batches_of_the_window(tokenizer):
+def test_the_probe_times_three_batches_at_the_sixths_of_the_windows_sizes(tokenizer):
     task, split = _sst2(tokenizer, 800)
     order = Batches(split, 16, Accelerator(cpu=True), 1, seed=0, order="length-grouped")
     window = [next(order.micro_batches(s)) for s in range(24)]
     sizes = sorted(b["input_ids"].numel() for b in window)
     assert sizes[0] * 2 < sizes[-1]  # neighbouring batches of a length-grouped order differ several-fold
     chosen = [b["input_ids"].numel() for b in probe_sample(window)]
-    assert len(chosen) == 3 and chosen == sorted(chosen)
-    assert chosen[0] <= sizes[len(sizes) // 4] and chosen[-1] >= sizes[3 * len(sizes) // 4]
-    assert sizes[len(sizes) // 4] <= chosen[1] <= sizes[3 * len(sizes) // 4]
+    assert chosen == [sizes[4], sizes[12], sizes[20]]  # the 1/6, 1/2 and 5/6 quantiles of the window's sizes
 
 
 def test_a_fine_tuning_run_records_its_precision_and_padding(student_dir, tmp_path):

@@ -47,7 +47,8 @@ from mobilekd.data.examples import TextExample, read_examples, write_examples
 from mobilekd.fileio import Made, cached_timed, file_digest
 from mobilekd.bf16 import decide_inference_precision, read_only_flag
 
-FILL_TOKENS = 512  # a masked-LM batch's least tokens (`Augmentor._masked_lm`): over AMX bf16's 384, with a margin
+FILL_TOKENS = 512  # a masked-LM batch filled to this many tokens, or its full rows (`Augmentor._masked_lm`): over AMX
+# bf16's 384, with a margin
 N_PER_TASK = {"sst2": 20, "cola": 30, "mrpc": 30, "stsb": 30, "rte": 30, "mnli": 10, "qqp": 10, "qnli": 20}
 M, P = 15, 0.4
 

@@ -17,14 +17,15 @@ all 4,076 of its sentences, side by side in fp32, for about 87 minutes). A run t
 committed chunks cuts other chunks and does not share the rest of the pass.
 
 A set made through the store is the one a fresh run makes on the same kind of device (measured with
-benchmarks/candidate_store.py: 100% of seed 1's augmented SST-2 examples the same on an AVX-512 bf16 EPYC; 99.65% on
-an AMX Xeon while a batch's last rows were fewer, where bf16 products round differently on small batches): the
-masked-LM pass batches queries of one length, unpadded, each batch of at least FILL_TOKENS tokens
-(`Augmentor._masked_lm`), so a sentence's candidates do not depend on the sentences that share its batches, and a
-sentence's candidates keep the words' order, in which the variants draw. The store's name carries that (VERSION)
-and the device type (kernels differ): a store filled before (bf16 batches padded to their longest query, which
-reordered near-tied candidates of about one sentence in ten; candidates read back in another order than a fresh
-run's, which changed a quarter of the examples; small batches left small) is not read.
+benchmarks/candidate_store.py: 100% of seed 1's augmented SST-2 examples the same on an AVX-512 bf16 EPYC; on an AMX
+Xeon 99.65% while a length's last batch kept its few rows, where bf16 products round differently on small batches,
+and 100% since batches are filled): the masked-LM pass batches queries of one length, unpadded, each batch filled to
+at least FILL_TOKENS tokens or to its full rows (`Augmentor._masked_lm`), so a sentence's candidates do not depend on
+the sentences that share its batches, and a sentence's candidates keep the words' order, in which the variants
+draw. The store's name carries that (VERSION) and the device type (kernels differ): a store filled before (bf16
+batches padded to their longest query, which reordered near-tied candidates of about one sentence in ten; candidates
+read back in another order than a fresh run's, which changed a quarter of the examples; small batches left small)
+is not read.
 """
 
 from __future__ import annotations

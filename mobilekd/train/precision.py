@@ -54,8 +54,9 @@ def probe_precision(loss, model, batches: list[dict], accelerator: Accelerator, 
     fp32 at once; else (or with `matmul_first` off) time a forward and backward pass of `loss` on each of `batches`
     (`probe_sample`'s, so their lengths are the run's) in fp32 and under bf16 autocast, after a warm-up pass of each
     batch in each (a shape's first pass builds its kernels: timed, it weighed on one precision more than the other),
-    in rounds until each precision's passes take about PROBE_SECONDS (at most PROBE_ROUNDS; a fine-tuning pass of
-    30-100 ms timed once moved with the host's jitter), each batch's time its best round's (as `timeit` advises),
+    in rounds until each precision's passes take about PROBE_SECONDS (a round estimated by the warm-up's time, which
+    builds kernels too, so rather fewer; at most PROBE_ROUNDS: a fine-tuning pass of 30-100 ms timed once moved with
+    the host's jitter), each batch's time its best round's (as `timeit` advises),
     and choose bf16 where its total is under FASTER x fp32's. Gradients are discarded and the RNG restored, so the
     run after the probe is the run without it; every process takes the mean of all processes' times (the warm-up's
     too, so every process runs as many rounds)."""
