@@ -18,8 +18,8 @@ Where the host's time goes (issue 33; `python -m benchmarks.throughput` measures
   opt-in, as it is not AdamW's rule and a table learnt from scratch suffers);
 - `--mixed-precision auto` (the default) trains under bf16 autocast only where this host runs it faster
   (`mobilekd.train.precision`: a matrix product in each precision, then where bf16's is faster three of the
-  first stage's next 24 batches, short to long, timed in both), recorded in the summary and kept for the next
-  run on this host;
+  first stage's next 24 batches, at the sixths of their sizes, timed in both), recorded in the summary and kept
+  for the next run on this host;
 - stages that reread (`Stage.rereads`) see the batches of the stage before, so distillation can start each stage
   where the last one stopped (`mobilekd.transfer.layer_inputs`).
 

@@ -6,13 +6,13 @@ with avx512_bf16, where the casts cost more than the products save), so it is me
 cannot gain (autocast on a CPU moves the matrix products to bf16 and leaves the rest in fp32) and fp32 is chosen
 at once. On an AMD EPYC without avx512_bf16 bf16's product ran at about 1 GFLOP/s against fp32's 60
 (docs/results/throughput.json), where a timed step would have cost seconds to a minute. Elsewhere a timed probe of
-the run's own step decides, on three of its next batches, short to long (`probe_sample`). A choice is kept per host
-(`mobilekd.host`'s id: the CPU's model name and its kernel flags, since one name covers CPUs with and without bf16),
-thread count, stage and model in a JSON file (the recipes': `--cache-dir`/precision.json), so a repeated run
-trains in the same precision and repeats bit for bit; delete the file to probe again. A pass that only reads a
-model (a teacher's outputs over a training set, the augmentation's masked-LM candidates, the C-MLM teacher's soft
-targets) is decided the same way by a forward alone (`mobilekd.bf16.decide_inference_precision`), its choice kept
-per host, pass and model size; a run records it in its settings, so a resumed run reads what its first attempt
+the run's own step decides, on three of its next batches at the sixths of their sizes (`probe_sample`). A choice is
+kept per host (`mobilekd.host`'s id: the CPU's model name and its kernel flags, since one name covers CPUs with and
+without bf16), thread count, stage and model in a JSON file (the recipes': `--cache-dir`/precision.json), so a
+repeated run trains in the same precision and repeats bit for bit; delete the file to probe again. A pass that only
+reads a model (a teacher's outputs over a training set, the augmentation's masked-LM candidates, the C-MLM teacher's
+soft targets) is decided the same way by a forward alone (`mobilekd.bf16.decide_inference_precision`), its choice
+kept per host, pass and model size; a run records it in its settings, so a resumed run reads what its first attempt
 read (`pass_flag`).
 """
 
