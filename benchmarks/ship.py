@@ -31,7 +31,6 @@ teacher and shared by every task.
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import hashlib
 import json
@@ -185,11 +184,6 @@ def jobs(out: Path, tasks: list[str], seeds: list[int], families: list[str] = FA
 def task_flags(out: Path, task: str) -> list[str]:
     """How `ship` is told the task: a shipped GLUE task by name, a custom one as the CSVs a user would hand it."""
     return ["--task", task] if task in GLUE else ["--data", str(write_task(task, out / "data"))]
-
-
-def _column(path: Path, name: str) -> list[str]:
-    with open(path, newline="", encoding="utf-8") as f:
-        return [r[name] for r in csv.DictReader(f, delimiter="\t")]
 
 
 def start_rows(out: Path, task: str) -> list[dict]:
@@ -410,16 +404,16 @@ def keep_predictions(out: Path, task: str, done: dict[int, tuple], kept: Path,
         for s, (choice, draw, space) in done.items():
             r = run_dir(out, task, s, hours)
             if (r / "baseline_dev_predictions.tsv").is_file() and (r / "student/dev/dev_predictions.tsv").is_file():
-                labels = _column(r / "student/dev/dev_predictions.tsv", "label")
+                labels, ship = intervals.read_predictions(r / "student/dev/dev_predictions.tsv")
                 summary = read_json(r / "ship.json") if (r / "ship.json").is_file() else {}
                 majority = (summary.get("majority") or {}).get("label")
                 teacher = r / "teacher/dev/dev_predictions.tsv"
                 held["/".join([task, choice, *([draw] if draw else []), *([f"space:{space}"] if space else []),
                                f"seed{s}"])] = {
-                    "labels": labels, "ship": _column(r / "student/dev/dev_predictions.tsv", "prediction"),
-                    "tfidf": _column(r / "baseline_dev_predictions.tsv", "prediction"),
+                    "labels": labels.tolist(), "ship": ship.tolist(),
+                    "tfidf": intervals.read_predictions(r / "baseline_dev_predictions.tsv")[1].tolist(),
                     **({"majority": [majority] * len(labels)} if majority is not None else {}),
-                    **({"teacher": _column(teacher, "prediction")} if teacher.is_file() else {})}
+                    **({"teacher": intervals.read_predictions(teacher)[1].tolist()} if teacher.is_file() else {})}
         write_json(kept, dict(sorted(held.items())))
     found = {}
     for key, value in held.items():

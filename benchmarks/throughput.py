@@ -22,11 +22,11 @@ batches, AdamW's per-tensor loop, fp32, both models run from their embeddings in
 is run untimed first: for `pkt_layer` stage 1's step, for `pd` PKT's last stage's; a PD step on a batch no
 layer-wise stage read costs what `fused_adamw` shows), `bf16` (bf16 autocast; not timed on a host whose bf16 matrix
 product is not faster than fp32's, where the probe never chooses it), `default`: the recipes' defaults, whose
-precision the loop's probe (`--mixed-precision auto`) chooses on three of the path's next 24 batches (QAT's default is fp32,
-and it has no bf16 variant: its fake quantization has no bf16 kernels), and `torch_compile` (`default` under
-`torch.compile(dynamic=True)`, on --compile-paths; its compilation time as `compile_seconds`). All variants of a
-path start from the same weights and step in turn, one step each, after two warm-up steps each, so their ratios hold
-on a shared machine.
+precision the loop's probe (`--mixed-precision auto`) chooses on three of the path's next 24 batches (QAT's default
+is fp32, and it has no bf16 variant: its fake quantization has no bf16 kernels), and `torch_compile` (`default`
+under `torch.compile(dynamic=True)`, on --compile-paths; its compilation time as `compile_seconds`). All variants of
+a path start from the same weights and step in turn, one step each, after two warm-up steps each, so their ratios
+hold on a shared machine.
 
 Metrics per (path, variant): `real_tokens_per_second` (tokens that are not padding), `speedup` (over
 `baseline`), `padding_share`, `useful_gflops` (the FLOPs the variant's step must compute on its real tokens,
@@ -89,9 +89,9 @@ from mobilekd.recipes.qat import QatClassifier, qat_loss
 from mobilekd.run_config import flags, run_settings
 from mobilekd.train.common import SHIPPED_CORPORA
 from mobilekd.train.loop import (Batches, Stage, TrainConfig, freeze_for_stage, make_optimizer, make_schedule,
-                                 sparse_embeddings, train_step)
+                                 probe_window, sparse_embeddings, train_step)
 from mobilekd.bf16 import bf16_products_pay, matmul_peak
-from mobilekd.train.precision import PROBE_WINDOW, decide_precision, probe_sample
+from mobilekd.train.precision import decide_precision
 from mobilekd.transfer.strategies import Distiller, PlanSettings, copy_shared_weights, plan
 
 RESULTS = "docs/results/throughput.json"
@@ -362,7 +362,7 @@ class Runner:
         self.precision = variant.precision or path.default_precision
         self.probe = None
         if self.precision is None:
-            chosen = probe_sample([next(self.batches.micro_batches(s)) for s in range(PROBE_WINDOW)])
+            chosen = probe_window(self.batches, 0)
             if self.prefill:  # as next_batches leaves them
                 with torch.no_grad():
                     for b in chosen:

@@ -369,14 +369,20 @@ def _batch_step(stage: Stage, trainer: dict) -> int:
     return trainer["step"] if stage.rereads else trainer["global_step"]
 
 
+def probe_window(batches: Batches, step: int) -> list[dict]:
+    """The probe's batches (`probe_sample`) among the first micro-batches of global batches `step` to `step` +
+    PROBE_WINDOW: what the loop times before its stage and benchmarks.throughput before its path."""
+    return probe_sample([next(batches.micro_batches(s)) for s in range(step, step + PROBE_WINDOW)])
+
+
 def _precision(stage, model, batches, step, accelerator, cfg) -> dict:
     """The run's precision: the flag's, or with `auto` the probe's choice on batches sampled from the stage's next
     ones (`probe_sample`; kept per host, stage and model in `cfg.precision_cache`, so a repeated run trains in the
     same precision)."""
     if cfg.mixed_precision != "auto":
         return {"precision": cfg.mixed_precision}
-    window = [next(batches.micro_batches(s)) for s in range(step, step + PROBE_WINDOW)]
-    found = decide_precision(stage.name, stage.loss, model, probe_sample(window), accelerator, cfg.precision_cache)
+    found = decide_precision(stage.name, stage.loss, model, probe_window(batches, step), accelerator,
+                             cfg.precision_cache)
     if accelerator.is_main_process:
         print(describe(found))
     return found
